@@ -1,0 +1,292 @@
+"""Reading and writing trace bundles: a directory of ``manifest.json`` plus one Parquet file per table.
+
+Reading is lazy (one polars LazyFrame per table, scanned by row group); writing is atomic: tables are written
+under temporary names inside a temporary sibling directory that is renamed into place at the end, so a reader
+never sees a half-written bundle or file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rltrace.errors import BundleError, ValidationError
+from rltrace.manifest import MANIFEST_FILE, Manifest
+from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, TABLES, TableSchema, parse_version, polars_dtype
+from rltrace.validate import check_frame
+
+TableLike = Union[pl.DataFrame, pa.Table, Mapping[str, Sequence[Any]], None]
+ROW_GROUP_ROWS = 65_536
+
+
+class Bundle:
+    """An opened trace bundle: the manifest and one polars LazyFrame per table (see :mod:`rltrace.schema`)."""
+
+    def __init__(self, path: Path, manifest: Manifest, frames: dict[str, pl.LazyFrame]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self._frames = frames
+
+    def table(self, name: str) -> pl.LazyFrame:
+        """The named table, with every column of the current format version and its declared dtype."""
+        if name not in self._frames:
+            raise KeyError(f"no table {name!r}; tables are {', '.join(TABLES)}")
+        return self._frames[name]
+
+    @property
+    def requests(self) -> pl.LazyFrame:
+        return self._frames["requests"]
+
+    @property
+    def collectives(self) -> pl.LazyFrame:
+        return self._frames["collectives"]
+
+    @property
+    def weight_syncs(self) -> pl.LazyFrame:
+        return self._frames["weight_syncs"]
+
+    @property
+    def spans(self) -> pl.LazyFrame:
+        return self._frames["spans"]
+
+    def validate(self) -> None:
+        """Check every value rule of every table; raises :class:`ValidationError` at the first broken one."""
+        for name, frame in self._frames.items():
+            file = _rel(self.path, TABLES[name].file)
+            try:
+                check_frame(frame, TABLES[name], file)
+            except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
+                raise BundleError(f"{file}: cannot be read ({_first_line(e)})") from None
+
+    def __repr__(self) -> str:
+        return f"Bundle({str(self.path)!r}, run_id={self.manifest.run_id!r})"
+
+
+def open_bundle(path: str | os.PathLike[str], *, validate: bool = True) -> Bundle:
+    """Open a trace bundle directory.
+
+    With ``validate`` (the default) every value is checked once, in one streaming pass per table; pass
+    ``validate=False`` to skip that when the bundle is known good. Structural problems (missing files, a
+    corrupt footer, missing required columns, wrong types, a newer major version) are always reported.
+    Raises :class:`BundleError` or :class:`ValidationError`.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise BundleError(f"{root}: no such file or directory")
+    if not root.is_dir():
+        raise BundleError(f"{root}: not a trace bundle (expected a directory holding {MANIFEST_FILE})")
+    mpath = root / MANIFEST_FILE
+    if not mpath.is_file():
+        raise BundleError(f"{root}: not a trace bundle (no {MANIFEST_FILE})")
+    manifest = Manifest.from_json(mpath.read_text(encoding="utf-8"), file=_rel(root, MANIFEST_FILE))
+    version = _check_version(manifest.format_version, _rel(root, MANIFEST_FILE))
+    frames = {name: _scan(root, schema, version) for name, schema in TABLES.items()}
+    bundle = Bundle(root, manifest, frames)
+    if validate:
+        bundle.validate()
+    return bundle
+
+
+def _check_version(text: str, file: str) -> tuple[int, int]:
+    try:
+        version = parse_version(text)
+    except ValueError:
+        raise ValidationError(f"format_version {text!r} is not 'major.minor'", file=file) from None
+    if version[0] != FORMAT_MAJOR:
+        raise BundleError(
+            f"{file}: format version {text} is not readable by this rltrace, which reads "
+            f"{FORMAT_MAJOR}.0 to {FORMAT_MAJOR}.{FORMAT_MINOR} (newer minors too)"
+        )
+    return version
+
+
+def _scan(root: Path, table: TableSchema, version: tuple[int, int]) -> pl.LazyFrame:
+    path = root / table.file
+    file = _rel(root, table.file)
+    if not path.is_file():
+        raise BundleError(f"{file}: missing (every bundle holds {', '.join(t.file for t in TABLES.values())})")
+    try:
+        stored = pq.read_schema(path)
+    except (pa.ArrowException, OSError) as e:
+        raise BundleError(f"{file}: not a valid Parquet file ({_first_line(e)})") from None
+    exprs: list[pl.Expr] = []
+    for col in table.columns:
+        dtype = polars_dtype(col.type)
+        if col.name not in stored.names:
+            if col.required and version >= col.since:
+                raise ValidationError("missing required column", file=file, column=col.name)
+            exprs.append(pl.lit(col.default, dtype=dtype).alias(col.name))
+            continue
+        problem = _type_mismatch(stored.field(col.name).type, col.type)
+        if problem:
+            raise ValidationError(problem, file=file, column=col.name)
+        exprs.append(pl.col(col.name).cast(dtype))
+    return pl.scan_parquet(path).select(exprs)
+
+
+def _family(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        return _family(t.value_type)
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return f"list of {_family(t.value_type)}"
+    return str(t)
+
+
+def _type_mismatch(stored: pa.DataType, wanted: pa.DataType) -> str | None:
+    if _family(stored) == _family(wanted):
+        return None
+    return f"has type {stored}, expected {_family(wanted)} ({wanted})"
+
+
+def _rel(root: Path, name: str) -> str:
+    return str(root / name)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def to_arrow(table: TableSchema, data: TableLike) -> pa.Table:
+    """Convert user data to the table's exact Arrow schema, filling absent optional columns.
+
+    Raises :class:`ValidationError` for unknown or missing required columns and for values that do not fit
+    the column type (no silent truncation: casts are safe casts).
+    """
+    schema = table.arrow_schema()
+    if data is None:
+        return schema.empty_table()
+    if isinstance(data, pl.DataFrame):
+        src = data.to_arrow()
+    elif isinstance(data, pa.Table):
+        src = data
+    else:
+        try:
+            src = pa.table({k: list(v) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v for k, v in data.items()})
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise ValidationError(f"cannot build a table ({_first_line(e)})", file=table.file) from None
+    unknown = [n for n in src.column_names if n not in table.names]
+    if unknown:
+        raise ValidationError("unknown column (not in format v1)", file=table.file, column=unknown[0])
+    arrays = []
+    for col in table.columns:
+        if col.name not in src.column_names:
+            if col.required and col.default is None:
+                raise ValidationError("missing required column", file=table.file, column=col.name)
+            arrays.append(pa.array([col.default] * src.num_rows, type=col.type))
+            continue
+        try:
+            arrays.append(src.column(col.name).cast(col.type, safe=True))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise ValidationError(f"cannot store as {col.type} ({_first_line(e)})", file=table.file, column=col.name) from None
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class TableWriter:
+    """Streams one table into a Parquet file, row group by row group, under a temporary name.
+
+    ``close()`` renames the file into place, so readers see either nothing or the whole file. Collectors
+    use this to flush bounded buffers; :func:`write_bundle` uses it for whole tables.
+    """
+
+    def __init__(self, path: Path, table: TableSchema, *, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+        self.path = Path(path)
+        self.table = table
+        self.rows = 0
+        self._row_group_rows = row_group_rows
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}")
+        self._writer = pq.ParquetWriter(self._tmp, table.arrow_schema(), compression="zstd")
+
+    def write(self, data: TableLike) -> None:
+        """Append rows (converted to the exact schema; raises ValidationError if they do not fit)."""
+        arrow = to_arrow(self.table, data)
+        if arrow.num_rows:
+            self._writer.write_table(arrow, row_group_size=self._row_group_rows)
+            self.rows += arrow.num_rows
+
+    def close(self) -> int:
+        """Finish the file and move it into place; returns the number of rows written."""
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+        return self.rows
+
+    def abort(self) -> None:
+        """Drop the partial file."""
+        self._writer.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_bundle(
+    path: str | os.PathLike[str],
+    manifest: Manifest,
+    tables: Mapping[str, TableLike],
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Validate and write a bundle atomically; returns its path.
+
+    ``tables`` maps table names to data (polars DataFrame, Arrow table or a mapping of columns); absent
+    tables are written empty. Values are validated before anything is written, so an invalid table never
+    reaches disk. ``manifest.tables`` is filled with the row counts. With ``overwrite``, an existing bundle
+    (and only a bundle, or an empty directory) at ``path`` is replaced.
+    """
+    final = Path(path)
+    unknown = set(tables) - set(TABLES)
+    if unknown:
+        raise ValidationError(f"unknown table {sorted(unknown)[0]!r} (tables are {', '.join(TABLES)})")
+    if final.exists():
+        is_bundle = (final / MANIFEST_FILE).is_file()
+        if not overwrite:
+            raise BundleError(f"{final}: already exists (pass --force to replace it)")
+        if not final.is_dir() or (not is_bundle and any(final.iterdir())):
+            raise BundleError(f"{final}: exists and is not a trace bundle; refusing to replace it")
+    arrow = {name: to_arrow(schema, tables.get(name)) for name, schema in TABLES.items()}
+    for name, data in arrow.items():
+        check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        for name, data in arrow.items():
+            with TableWriter(tmp / TABLES[name].file, TABLES[name]) as w:
+                w.write(data)
+            manifest.tables[name] = data.num_rows
+        (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final

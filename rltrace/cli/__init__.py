@@ -1,0 +1,58 @@
+"""The ``rltrace`` command line. Commands register here, in one place; each lives in its own module.
+
+``main()`` owns error handling: bad input of any kind (usage errors, unreadable bundles, invalid values,
+unknown names) prints one line on stderr and exits with code 2; no traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import typer
+from typer._click import exceptions as click_exc
+
+from rltrace.cli.inspect_cmd import inspect
+from rltrace.cli.schema_cmd import schema
+from rltrace.cli.synth_cmd import synth
+from rltrace.errors import RltraceError
+
+app = typer.Typer(
+    name="rltrace",
+    help="Record, replay and compare RL post-training workloads. Start with `rltrace inspect`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("inspect")(inspect)
+app.command("synth")(synth)
+app.command("schema")(schema)
+
+EXIT_BAD_INPUT = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script passes it to sys.exit)."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=list(argv) if argv is not None else None, prog_name="rltrace", standalone_mode=False)
+    except click_exc.NoArgsIsHelpError as e:
+        print(e.format_message())
+        return 0
+    except click_exc.ClickException as e:
+        return _fail(e.format_message())
+    except RltraceError as e:
+        return _fail(str(e))
+    except click_exc.Abort:
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+def _fail(message: str) -> int:
+    line = " ".join(message.split())  # one line, whatever the message
+    print(f"rltrace: error: {line}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""``rltrace inspect``: summarise a trace bundle, as rich tables or as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import polars as pl
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rltrace.bundle import open_bundle
+from rltrace.sample_traces import list_samples, sample_path
+from rltrace.summary import Summary, summarize
+
+MAX_STEP_ROWS = 24
+
+
+def resolve_bundle(path: Path | None) -> Path:
+    """No path: the default sample. A bare sample name that is not a local path: that sample."""
+    if path is None:
+        return sample_path()
+    if not path.exists() and str(path) in list_samples():
+        return sample_path(str(path))
+    return path
+
+
+def inspect(
+    bundle: Annotated[
+        Optional[Path],
+        typer.Argument(help="Bundle directory or sample name (default: the bundled RollPacker-like sample)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (keys in docs/inspect.md).")] = False,
+) -> None:
+    """Summarise a trace bundle: tables, per-step requests, output-length tail, collectives, weight syncs, phases.
+
+    Example: rltrace inspect sample_traces/streamrl_qwen32b --json
+    """
+    summary = summarize(open_bundle(resolve_bundle(bundle)))
+    if as_json:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        render(summary, Console())
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _table(title: str, frame: pl.DataFrame, formats: dict[str, str] | None = None) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold")
+    formats = formats or {}
+    for name, dtype in frame.schema.items():
+        table.add_column(name, justify="right" if dtype.is_numeric() else "left")
+    for row in frame.iter_rows():
+        cells = []
+        for name, value in zip(frame.columns, row):
+            fmt = formats.get(name)
+            if value is None:
+                cells.append("-")
+            elif fmt == "bytes":
+                cells.append(_bytes(value))
+            elif fmt:
+                cells.append(format(value, fmt))
+            else:
+                cells.append(str(value))
+        table.add_row(*cells)
+    return table
+
+
+def render(s: Summary, console: Console) -> None:
+    """Print a summary for people; every trace-supplied string is printed as text, never as markup."""
+    m = s.manifest
+    console.print(f"[bold]{s.path}[/bold]", markup=True, highlight=False)
+    facts = [("run", m.run_id), ("source", m.source), ("format", m.format_version)]
+    if m.model:
+        facts.append(("model", f"{m.model.name} ({m.model.params / 1e9:.2f}B params)"))
+    if m.cluster:
+        facts.append(("cluster", ", ".join(f"{k}: {p.count} x {p.device} (tp {p.tp})" for k, p in m.cluster.items())))
+    if m.rl:
+        facts.append(
+            (
+                "rl",
+                f"{m.rl.algorithm}, {m.rl.prompts_per_step} prompts x {m.rl.samples_per_prompt} samples per step, "
+                f"max {m.rl.max_new_tokens:,} new tokens",
+            )
+        )
+    for key, value in facts:
+        console.print(f"  {key:8s} ", end="", highlight=False)
+        console.print(value, markup=False, highlight=False)
+
+    console.print(_table("Tables", pl.DataFrame({"table": list(s.table_rows), "rows": list(s.table_rows.values())}),
+                         {"rows": ","}))
+    ot = s.output_tokens
+    if ot["max"] is not None:
+        stats = pl.DataFrame({"statistic": list(ot), "output tokens": [v for v in ot.values()]})
+        console.print(_table("Output length per sample", stats, {"output tokens": ",.1f"}))
+        steps = s.per_step
+        title = "Per step"
+        if steps.height > MAX_STEP_ROWS:
+            title += f" (first {MAX_STEP_ROWS} of {steps.height})"
+            steps = steps.head(MAX_STEP_ROWS)
+        console.print(
+            _table(title, steps, {"requests": ",", "output_tokens": ",", "max_output_tokens": ",", "generate_s": ",.1f"})
+        )
+    if s.collectives_by_op.height:
+        console.print(_table("Collectives by op", s.collectives_by_op, {"count": ",", "bytes": "bytes"}))
+    ws = s.weight_syncs
+    console.print(f"[bold]Weight syncs[/bold]: {ws['count']:,} flows, {_bytes(ws['bytes'])}", highlight=False)
+    if s.spans_by_phase.height:
+        console.print(_table("Time by phase (summed over actors)", s.spans_by_phase, {"spans": ",", "seconds": ",.1f"}))

@@ -1,0 +1,116 @@
+"""What ``rltrace inspect`` reports: a bundle summarised as DataFrames and numbers (no rendering here).
+
+All aggregation is lazy polars over the Parquet files, so large bundles are scanned by row group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from rltrace.bundle import Bundle
+from rltrace.manifest import Manifest
+
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A bundle at a glance. ``to_json()`` gives the stable machine-readable form (docs/inspect.md)."""
+
+    path: str
+    manifest: Manifest
+    table_rows: dict[str, int]
+    per_step: pl.DataFrame
+    """step, requests, output_tokens, max_output_tokens, truncated, generate_s (first arrival to last finish)"""
+    output_tokens: dict[str, float | None]
+    """mean, p50, p90, p99, max and max_over_median of output tokens per sample"""
+    collectives_by_op: pl.DataFrame
+    """op, count, bytes (message size max(bytes_in, bytes_out) summed over rows, as nccl-tests sizes)"""
+    weight_syncs: dict[str, int]
+    """count and bytes of weight-sync flows"""
+    spans_by_phase: pl.DataFrame
+    """phase, spans, seconds (span durations summed over actors)"""
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON form; scripts rely on these keys."""
+        return {
+            "path": self.path,
+            "run_id": self.manifest.run_id,
+            "source": self.manifest.source,
+            "format_version": self.manifest.format_version,
+            "tables": {name: {"rows": rows} for name, rows in self.table_rows.items()},
+            "requests": {
+                "steps": self.per_step.height,
+                "per_step": self.per_step.to_dicts(),
+                "output_tokens": self.output_tokens,
+            },
+            "collectives": {
+                "by_op": {
+                    r["op"]: {"count": r["count"], "bytes": r["bytes"]} for r in self.collectives_by_op.to_dicts()
+                }
+            },
+            "weight_syncs": self.weight_syncs,
+            "spans": {
+                "by_phase": {
+                    r["phase"]: {"count": r["spans"], "seconds": r["seconds"]} for r in self.spans_by_phase.to_dicts()
+                }
+            },
+        }
+
+
+def summarize(bundle: Bundle) -> Summary:
+    """Summarise an opened bundle."""
+    rows = pl.collect_all([bundle.table(n).select(pl.len()) for n in ("requests", "collectives", "weight_syncs", "spans")])
+    table_rows = {n: int(f.item()) for n, f in zip(("requests", "collectives", "weight_syncs", "spans"), rows)}
+
+    per_step = (
+        bundle.requests.group_by("step")
+        .agg(
+            pl.len().alias("requests"),
+            pl.col("output_tokens").sum().alias("output_tokens"),
+            pl.col("output_tokens").max().alias("max_output_tokens"),
+            (pl.col("finish_reason") == "length").sum().alias("truncated"),
+            ((pl.col("finish_ns").max() - pl.col("arrival_ns").min()) / 1e9).alias("generate_s"),
+        )
+        .sort("step")
+    )
+    out = pl.col("output_tokens")
+    stats = bundle.requests.select(
+        out.mean().alias("mean"),
+        *[out.quantile(q, interpolation="linear").alias(k) for k, q in QUANTILES.items()],
+        out.max().cast(pl.Float64).alias("max"),
+    )
+    by_op = (
+        bundle.collectives.group_by("op")
+        .agg(pl.len().alias("count"), pl.max_horizontal("bytes_in", "bytes_out").sum().alias("bytes"))
+        .sort("bytes", descending=True)
+    )
+    syncs = bundle.weight_syncs.select(pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"))
+    by_phase = (
+        bundle.spans.group_by("phase")
+        .agg(pl.len().alias("spans"), ((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e9).alias("seconds"))
+        .sort("seconds", descending=True)
+    )
+    per_step_df, stats_df, by_op_df, syncs_df, by_phase_df = pl.collect_all([per_step, stats, by_op, syncs, by_phase])
+
+    output_tokens: dict[str, float | None] = {k: _num(v) for k, v in stats_df.row(0, named=True).items()}
+    p50, mx = output_tokens["p50"], output_tokens["max"]
+    output_tokens["max_over_median"] = mx / p50 if p50 and mx is not None else None
+    sync_row = syncs_df.row(0, named=True)
+    return Summary(
+        path=str(bundle.path),
+        manifest=bundle.manifest,
+        table_rows=table_rows,
+        per_step=per_step_df,
+        output_tokens=output_tokens,
+        collectives_by_op=by_op_df,
+        weight_syncs={"count": int(sync_row["count"]), "bytes": int(sync_row["bytes"] or 0)},
+        spans_by_phase=by_phase_df,
+    )
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None else float(v)

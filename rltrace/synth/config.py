@@ -1,0 +1,144 @@
+"""Parameters of a synthetic workload (``rltrace synth``), with TOML presets.
+
+Units are in the names: ``*_s`` seconds, ``*_gbps`` GB/s, ``*_ns`` ns since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rltrace.catalog._toml import load_toml
+from rltrace.config import apply_sets, build, to_dict
+from rltrace.errors import ConfigError
+
+PRESET_DIR = Path(__file__).with_name("presets")
+LENGTH_KINDS = ("lognormal", "lognormal_pareto", "empirical")
+
+
+@dataclass(kw_only=True, slots=True)
+class LengthConfig:
+    """A token-length distribution; see :mod:`rltrace.synth.distributions`."""
+
+    kind: str = "lognormal"
+    median: float = 600.0
+    sigma: float = 1.0
+    tail_fraction: float = 0.0
+    tail_alpha: float = 1.5
+    tail_start_quantile: float = 0.9
+    path: str = ""
+    """empirical: CSV, JSON-lines or Parquet file holding the lengths"""
+    column: str = ""
+    scale: float = 1.0
+    group_correlation: float = 0.0
+    """correlation of the normal latents of samples sharing a prompt, in [0, 1)"""
+
+
+@dataclass(kw_only=True, slots=True)
+class PoolConfig:
+    """A GPU pool: device kind from the catalog, GPU count and tensor-parallel degree per instance."""
+
+    device: str = "H100"
+    gpus: int = 8
+    tp: int = 1
+
+
+@dataclass(kw_only=True, slots=True)
+class TimingConfig:
+    """The simple timing model that stamps synthetic requests, spans and collectives (docs/synth.md)."""
+
+    start_ns: int = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z: fixed, so output is reproducible
+    max_num_seqs: int = 256
+    decode_efficiency: float = 0.6
+    """fraction of HBM bandwidth a decode iteration achieves"""
+    prefill_mfu: float = 0.5
+    train_mfu: float = 0.35
+    reward_s_per_sample: float = 0.002
+    sync_gbps: float = 50.0
+    """weight-sync transport bandwidth (400 Gb/s NIC)"""
+    network_gbps: float = 50.0
+    """per-GPU inter-node bandwidth used by training collectives across nodes"""
+    step_gap_s: float = 0.5
+
+
+@dataclass(kw_only=True, slots=True)
+class SynthConfig:
+    """A whole synthetic RL run."""
+
+    name: str = "synthetic"
+    seed: int = 0
+    model: str = "Qwen2.5-7B"
+    algorithm: str = "grpo"
+    steps: int = 10
+    prompts_per_step: int = 128
+    samples_per_prompt: int = 8
+    max_new_tokens: int = 16384
+    output: LengthConfig = field(default_factory=LengthConfig)
+    prompt: LengthConfig = field(default_factory=lambda: LengthConfig(median=300.0, sigma=0.5))
+    generation: PoolConfig = field(default_factory=PoolConfig)
+    training: PoolConfig = field(default_factory=PoolConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+
+    def check(self) -> SynthConfig:
+        """Reject impossible values with one clear message; returns self."""
+        for key in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for where, length in (("output", self.output), ("prompt", self.prompt)):
+            if length.kind not in LENGTH_KINDS:
+                raise ConfigError(f"{where}.kind {length.kind!r} is unknown (expected one of: {', '.join(LENGTH_KINDS)})")
+            if length.kind == "empirical" and not (length.path and length.column):
+                raise ConfigError(f"{where}: empirical lengths need path and column")
+            if length.kind != "empirical" and (length.median <= 0 or length.sigma <= 0):
+                raise ConfigError(f"{where}: median and sigma must be > 0")
+            if not 0.0 <= length.tail_fraction < 1.0 or length.tail_alpha <= 0:
+                raise ConfigError(f"{where}: tail_fraction must be in [0, 1) and tail_alpha > 0")
+        for where, pool in (("generation", self.generation), ("training", self.training)):
+            if pool.gpus < 1 or pool.tp < 1 or pool.gpus % pool.tp:
+                raise ConfigError(f"{where}: gpus ({pool.gpus}) must be a positive multiple of tp ({pool.tp})")
+        t = self.timing
+        if not (0 < t.decode_efficiency <= 1 and 0 < t.prefill_mfu <= 1 and 0 < t.train_mfu <= 1):
+            raise ConfigError("timing: efficiencies and MFUs must be in (0, 1]")
+        if t.max_num_seqs < 1 or t.sync_gbps <= 0 or t.network_gbps <= 0 or t.step_gap_s < 0:
+            raise ConfigError("timing: max_num_seqs, sync_gbps and network_gbps must be > 0, step_gap_s >= 0")
+        return self
+
+
+def presets() -> list[str]:
+    """Names of the built-in presets (files in rltrace/synth/presets/)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def load_config(
+    *, preset: str | None = None, path: str | Path | None = None, sets: list[str] | None = None, seed: int | None = None
+) -> SynthConfig:
+    """Defaults, then a preset or a TOML file, then ``--set`` overrides, then an explicit seed."""
+    data: dict[str, Any] = to_dict(SynthConfig())
+    if preset and path:
+        raise ConfigError("give either --preset or --config, not both")
+    source = None
+    if preset:
+        if preset not in presets():
+            raise ConfigError(f"unknown preset {preset!r} (known: {', '.join(presets())})")
+        source = PRESET_DIR / f"{preset}.toml"
+    elif path:
+        source = Path(path)
+    if source is not None:
+        _merge(data, load_toml(source), str(source))
+    apply_sets(data, sets or [])
+    if seed is not None:
+        data["seed"] = seed
+    return build(SynthConfig, data, "synth").check()
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any], where: str) -> None:
+    for key, value in update.items():
+        if key not in base:
+            raise ConfigError(f"{where}: unknown key {key!r}")
+        if isinstance(base[key], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {key} must be a table")
+            _merge(base[key], value, f"{where}: {key}")
+        else:
+            base[key] = value

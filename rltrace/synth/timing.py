@@ -1,0 +1,94 @@
+"""The simple timing model behind synthetic timestamps (documented in docs/synth.md).
+
+It is deliberately simpler than the replay engine: decode speed per engine is constant within a step
+(a roofline at the step's mean batch and context), generation, reward, reference, training, optimizer and
+weight sync run one after another (synchronous on-policy RL on disaggregated pools), and training
+collectives are laid out inside the train span as FSDP would issue them. It exists so that every reader
+has plausible, internally consistent times to work on.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from rltrace.catalog import GPUSpec, ModelSpec
+from rltrace.synth.config import SynthConfig
+
+ADAM_BYTES_PER_PARAM = 16  # fp32 master weight + Adam m and v read, updated weight written (rough)
+COLLECTIVE_LATENCY_S = 10e-6  # per-collective launch/latency term
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """Per-run constants of the timing model, in seconds."""
+
+    engines: int
+    weight_read_s: float
+    """one decode iteration's weight read, per engine"""
+    kv_read_s_per_token: float
+    """one decode iteration's KV read, per context token in the batch"""
+    prefill_s_per_token: float
+    train_s_per_token: float
+    forward_s_per_token: float
+    optimizer_s: float
+    sync_s: float
+    all_gather_s: float
+    reduce_scatter_s: float
+    shard_elems: int
+
+
+def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> Costs:
+    """Derive the model's constants from the catalog figures and the config."""
+    t = cfg.timing
+    tp = cfg.generation.tp
+    engine_bw = tp * gen.hbm_bytes_per_s * t.decode_efficiency
+    ranks = cfg.training.gpus
+    train_flops = ranks * train.flops * t.train_mfu
+    shard = -(-model.layer_params // ranks)  # ceil: FSDP pads the last shard
+    full_bytes = shard * ranks * model.dtype_bytes
+    # Within one NVLink domain (8 GPUs) a ring uses NVLink at half the bidirectional figure; beyond, the NIC.
+    bus = train.nvlink_gbps / 2 * 1e9 if ranks <= 8 else t.network_gbps * 1e9
+    ring = (ranks - 1) / ranks * full_bytes / bus + COLLECTIVE_LATENCY_S
+    return Costs(
+        engines=cfg.generation.gpus // tp,
+        weight_read_s=model.weight_bytes / engine_bw,
+        kv_read_s_per_token=model.kv_bytes_per_token / engine_bw,
+        prefill_s_per_token=2 * model.params / (tp * gen.flops * t.prefill_mfu),
+        train_s_per_token=6 * model.params / train_flops,
+        forward_s_per_token=2 * model.params / train_flops,
+        optimizer_s=ADAM_BYTES_PER_PARAM * model.params / ranks / train.hbm_bytes_per_s,
+        sync_s=model.weight_bytes / (t.sync_gbps * 1e9),
+        all_gather_s=ring,
+        reduce_scatter_s=ring,
+        shard_elems=shard,
+    )
+
+
+def decode_engine(
+    prompt: np.ndarray, output: np.ndarray, c: Costs, max_num_seqs: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scheduled, first-token and finish offsets (s) of one engine's requests, all arriving at 0.
+
+    Per-token time is the roofline of a decode iteration at the engine's mean batch and mean context.
+    Requests beyond ``max_num_seqs`` wait FIFO for a free slot.
+    """
+    n = len(output)
+    batch = min(n, max_num_seqs)
+    context = float(prompt.mean() + output.mean() / 2)
+    tpot = c.weight_read_s + c.kv_read_s_per_token * batch * context
+    service = prompt * c.prefill_s_per_token + output * tpot
+    if n <= max_num_seqs:
+        scheduled = np.zeros(n)
+    else:  # FIFO slots: one heap operation per request, no per-token work
+        free = [0.0] * max_num_seqs
+        scheduled = np.empty(n)
+        for i in range(n):
+            start = heapq.heappop(free)
+            scheduled[i] = start
+            heapq.heappush(free, start + float(service[i]))
+    first = scheduled + prompt * c.prefill_s_per_token + tpot
+    finish = scheduled + service
+    return scheduled, first, finish

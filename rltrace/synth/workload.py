@@ -1,0 +1,247 @@
+"""Seeded synthetic RL workloads: the same config and seed always give the same tables, byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from rltrace.catalog import ModelSpec, get_gpu, get_model
+from rltrace.config import to_dict
+from rltrace.manifest import Manifest, Pool, RLConfig
+from rltrace.synth.config import LengthConfig, SynthConfig
+from rltrace.synth.distributions import Empirical, LengthDist, Lognormal, LognormalPareto, correlated_uniforms
+from rltrace.synth.timing import Costs, costs, decode_engine
+
+KV_BLOCK_TOKENS = 16  # vLLM's default KV block size: prefix-cache hits are whole blocks
+
+
+@dataclass(frozen=True, slots=True)
+class SynthResult:
+    """A synthetic run: the manifest and one DataFrame per table (write it with ``rltrace.write_bundle``)."""
+
+    manifest: Manifest
+    tables: dict[str, pl.DataFrame]
+
+
+def length_dist(cfg: LengthConfig) -> LengthDist:
+    """The distribution a :class:`LengthConfig` describes."""
+    if cfg.kind == "empirical":
+        return Empirical.from_file(cfg.path, cfg.column, scale=cfg.scale)
+    if cfg.kind == "lognormal_pareto":
+        return LognormalPareto(cfg.median, cfg.sigma, cfg.tail_fraction, cfg.tail_alpha, cfg.tail_start_quantile)
+    return Lognormal(cfg.median, cfg.sigma)
+
+
+def synthesize(cfg: SynthConfig) -> SynthResult:
+    """Generate a whole run: lengths for every step at once, then timestamps step by step."""
+    cfg.check()
+    model = get_model(cfg.model)
+    c = costs(cfg, model, get_gpu(cfg.generation.device), get_gpu(cfg.training.device))
+    rng = np.random.default_rng(cfg.seed)
+    groups, per = cfg.steps * cfg.prompts_per_step, cfg.samples_per_prompt
+
+    raw = length_dist(cfg.output).quantile(correlated_uniforms(rng, groups, per, cfg.output.group_correlation).ravel())
+    output = np.clip(np.rint(raw), 1, cfg.max_new_tokens).astype(np.int64)
+    truncated = raw >= cfg.max_new_tokens
+    prompt_u = correlated_uniforms(rng, groups, 1, 0.0).ravel()
+    prompt = np.repeat(np.maximum(np.rint(length_dist(cfg.prompt).quantile(prompt_u)), 1).astype(np.int64), per)
+
+    n = cfg.prompts_per_step * per
+    # Times are float seconds from the run's start (float64 near 1e9 s since the epoch would quantise to
+    # ~0.25 us); the integer epoch offset is added once, at the end.
+    t = 0.0
+    parts: dict[str, list[pl.DataFrame]] = {"requests": [], "collectives": [], "weight_syncs": [], "spans": []}
+    for step in range(cfg.steps):
+        sl = slice(step * n, (step + 1) * n)
+        frames, t = _step(cfg, c, model, step, t, prompt[sl], output[sl], truncated[sl])
+        for name, frame in frames.items():
+            parts[name].append(frame)
+    start = cfg.timing.start_ns
+    tables = {
+        name: pl.concat(frames).with_columns(pl.col(r"^.*_ns$") + start) for name, frames in parts.items()
+    }
+    return SynthResult(_manifest(cfg, model), tables)
+
+
+def _ns(seconds: np.ndarray | float) -> np.ndarray:
+    return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
+
+
+def _step(
+    cfg: SynthConfig,
+    c: Costs,
+    model: ModelSpec,
+    step: int,
+    t0: float,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    truncated: np.ndarray,
+) -> tuple[dict[str, pl.DataFrame], float]:
+    per = cfg.samples_per_prompt
+    n = len(output)
+    group = np.arange(n) // per
+    engine = group % c.engines  # a prompt's samples go to one engine, as SamplingParams(n=...) does
+    sched = np.empty(n)
+    first = np.empty(n)
+    finish = np.empty(n)
+    spans: list[tuple[str, str, str, float, float]] = []
+    for e in range(c.engines):
+        idx = np.flatnonzero(engine == e)
+        if idx.size == 0:
+            continue
+        s, f, d = decode_engine(prompt[idx], output[idx], c, cfg.timing.max_num_seqs)
+        sched[idx], first[idx], finish[idx] = t0 + s, t0 + f, t0 + d
+        spans.append((f"rollout/engine{e}", "generate", "LLM.generate", t0, t0 + float(d.max())))
+    sample = np.arange(n) % per
+    cached = np.where(sample > 0, (prompt // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS, 0)
+    requests = pl.DataFrame(
+        {
+            "step": np.full(n, step, dtype=np.int32),
+            "_group": group,
+            "_sample": sample,
+            "_engine": engine,
+            "prompt_tokens": prompt.astype(np.int32),
+            "output_tokens": output.astype(np.int32),
+            "cached_tokens": cached.astype(np.int32),
+            "arrival_ns": np.full(n, _ns(t0), dtype=np.int64),
+            "scheduled_ns": _ns(sched),
+            "first_token_ns": _ns(first),
+            "finish_ns": _ns(finish),
+            "finish_reason": np.where(truncated, "length", "stop"),
+            "policy_version": np.full(n, step, dtype=np.int32),
+        }
+    )
+    requests = requests.select(  # ids as strings, built column-wise, in schema order
+        "step",
+        pl.format("{}:{}:{}", "step", "_group", "_sample").alias("request_id"),
+        pl.format("{}:{}", "step", "_group").alias("group_id"),
+        pl.format("rollout/engine{}", "_engine").alias("engine"),
+        pl.exclude("step", "_group", "_sample", "_engine"),
+    )
+
+    # Stages after generation run back to back: reward, reference (and critic for PPO), train, optimizer, sync.
+    ranks = cfg.training.gpus
+    tokens = float((prompt + output).sum())
+    t = t0 + float(finish.max() - t0)
+    spans.append(("reward/worker0", "reward", "reward_fn", t, t + n * cfg.timing.reward_s_per_sample))
+    t += n * cfg.timing.reward_s_per_sample
+    trainer_phases = [("reference", "ref.compute_log_prob", tokens * c.forward_s_per_token)]
+    if cfg.algorithm.lower() == "ppo":
+        trainer_phases.append(("critic", "critic.update", tokens * c.train_s_per_token))
+    for phase, name, dur in trainer_phases:
+        spans += [(f"trainer/rank{r}", phase, name, t, t + dur) for r in range(ranks)]
+        t += dur
+    collectives, train_s = _fsdp_collectives(cfg, c, step, t, tokens, model.layers)
+    spans += [(f"trainer/rank{r}", "train", "actor.update", t, t + train_s) for r in range(ranks)]
+    t += train_s
+    spans += [(f"trainer/rank{r}", "optimizer", "optimizer.step", t, t + c.optimizer_s) for r in range(ranks)]
+    t += c.optimizer_s
+    dsts = [f"rollout/engine{e}" for e in range(c.engines)]
+    syncs = pl.DataFrame(
+        {
+            "version": [step + 1] * len(dsts),
+            "src": ["trainer/rank0"] * len(dsts),
+            "dst": dsts,
+            "bytes": [model.weight_bytes] * len(dsts),
+            "tensors": [model.tensors] * len(dsts),
+            "method": ["nccl"] * len(dsts),
+            "start_ns": [int(_ns(t))] * len(dsts),
+            "end_ns": [int(_ns(t + c.sync_s))] * len(dsts),
+        }
+    )
+    spans += [(a, "weight_sync", "update_weights", t, t + c.sync_s) for a in ["trainer/rank0", *dsts]]
+    t += c.sync_s
+    span_frame = pl.DataFrame(
+        {
+            "step": [step] * len(spans),
+            "actor": [s[0] for s in spans],
+            "phase": [s[1] for s in spans],
+            "name": [s[2] for s in spans],
+            "start_ns": _ns([s[3] for s in spans]),
+            "end_ns": _ns([s[4] for s in spans]),
+        }
+    )
+    frames = {"requests": requests, "collectives": collectives, "weight_syncs": syncs, "spans": span_frame}
+    return frames, t + cfg.timing.step_gap_s
+
+
+def _fsdp_collectives(
+    cfg: SynthConfig, c: Costs, step: int, start: float, tokens: float, layers: int
+) -> tuple[pl.DataFrame, float]:
+    """FSDP per-layer collectives of one train span, on every rank in lockstep; returns them and the span length.
+
+    Forward: all_gather of each layer (1/3 of compute). Backward, last layer first: all_gather at the start
+    of the layer's slot, reduce_scatter of its gradients at the end (2/3 of compute). A slot never ends
+    before its communication, so slow networks stretch the span.
+    """
+    ranks = cfg.training.gpus
+    compute = tokens * c.train_s_per_token
+    fslot = max(compute / 3 / layers, c.all_gather_s)
+    bslot = max(2 * compute / 3 / layers, c.all_gather_s + c.reduce_scatter_s)
+    fwd_start = start + np.arange(layers) * fslot
+    bwd_start = start + layers * fslot + np.arange(layers) * bslot
+    starts = np.concatenate([fwd_start, bwd_start, bwd_start + bslot - c.reduce_scatter_s])
+    ends = np.concatenate([fwd_start + c.all_gather_s, bwd_start + c.all_gather_s, bwd_start + bslot])
+    ops = ["all_gather"] * (2 * layers) + ["reduce_scatter"] * layers
+    order = np.argsort(starts, kind="stable")  # issue order on each rank = sequence numbers
+    per_rank = len(ops)
+    shard, full = c.shard_elems, c.shard_elems * ranks
+    count = np.array([shard if o == "all_gather" else full for o in ops], dtype=np.int64)[order]
+    op = np.array(ops)[order]
+    small, big = shard * 2, full * 2  # bf16 bytes
+    bytes_in = np.where(op == "all_gather", small, big)
+    bytes_out = np.where(op == "all_gather", big, small)
+    frame = pl.DataFrame(
+        {
+            "step": np.full(ranks * per_rank, step, dtype=np.int32),
+            "rank": np.repeat(np.arange(ranks, dtype=np.int32), per_rank),
+            "pg": ["fsdp"] * (ranks * per_rank),
+            "pg_ranks": [list(range(ranks))] * (ranks * per_rank),
+            "op": np.tile(op, ranks),
+            "dtype": ["bfloat16"] * (ranks * per_rank),
+            "count": np.tile(count, ranks),
+            "bytes_in": np.tile(bytes_in, ranks),
+            "bytes_out": np.tile(bytes_out, ranks),
+            "peer": pl.Series([None] * (ranks * per_rank), dtype=pl.Int32),
+            "seq": np.tile(step * per_rank + np.arange(per_rank, dtype=np.int64), ranks),
+            "start_ns": np.tile(_ns(starts[order]), ranks),
+            "end_ns": np.tile(_ns(ends[order]), ranks),
+            "async_op": [True] * (ranks * per_rank),
+        }
+    )
+    return frame, layers * (fslot + bslot)
+
+
+def _manifest(cfg: SynthConfig, model: ModelSpec) -> Manifest:
+    params = to_dict(cfg)
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    gen, train = cfg.generation, cfg.training
+    hosts = [f"gen-node{i}" for i in range(math.ceil(gen.gpus / 8))]
+    hosts += [f"train-node{i}" for i in range(math.ceil(train.gpus / 8))]
+    return Manifest(
+        run_id=f"synth-{cfg.name}-{digest}",
+        created_ns=cfg.timing.start_ns,
+        source="synth",
+        command=["rltrace", "synth"],
+        hosts=hosts,
+        cluster={
+            "rollout": Pool(device=gen.device, count=gen.gpus, tp=gen.tp),
+            "trainer": Pool(device=train.device, count=train.gpus, tp=train.tp),
+        },
+        model=model.info(),
+        rl=RLConfig(
+            algorithm=cfg.algorithm,
+            prompts_per_step=cfg.prompts_per_step,
+            samples_per_prompt=cfg.samples_per_prompt,
+            max_new_tokens=cfg.max_new_tokens,
+        ),
+        notes=[
+            "synthetic workload from `rltrace synth`; timestamps follow the simple model in docs/synth.md",
+        ],
+        extra={"synth": params},
+    )

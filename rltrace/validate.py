@@ -1,0 +1,109 @@
+"""Value validation of bundle tables, derived from the declarations in :mod:`rltrace.schema`.
+
+All rules of a table are evaluated in one vectorised polars pass (one boolean "any violation" per rule);
+only when a rule fails is the table scanned again to find its first offending row, so a valid table costs
+one streaming read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import polars as pl
+
+from rltrace.errors import ValidationError
+from rltrace.schema import TableSchema
+
+_ROW = "__rltrace_row"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One value rule: ``bad`` flags violating rows; ``explain`` words the first violating row."""
+
+    column: str
+    bad: pl.Expr
+    explain: Callable[[dict], str]
+
+
+def _fmt(v: object) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def rules_for(table: TableSchema) -> list[Rule]:
+    """Every value rule of a table, in column order."""
+    rules: list[Rule] = []
+    for c in table.columns:
+        col = pl.col(c.name)
+        if not c.nullable:
+            rules.append(Rule(c.name, col.is_null(), lambda r: "null value in a column that allows none"))
+        if c.min_value is not None:
+            lo = c.min_value
+            rules.append(Rule(c.name, col < lo, lambda r, n=c.name, lo=lo: f"{n}={r[n]} is below {lo}"))
+        if c.choices:
+            allowed = ", ".join(c.choices)
+            rules.append(
+                Rule(
+                    c.name,
+                    col.is_not_null() & ~col.is_in(list(c.choices)),
+                    lambda r, n=c.name, a=allowed: f"unknown {n} {_fmt(r[n])} (expected one of: {a})",
+                )
+            )
+        if str(c.type).startswith("list"):
+            rules.append(
+                Rule(
+                    c.name,
+                    (col.list.len() == 0) | col.list.eval(pl.element().is_null() | (pl.element() < 0)).list.any(),
+                    lambda r, n=c.name: f"{n}={r[n]} must be a non-empty list of ranks >= 0",
+                )
+            )
+    for o in table.orders:
+        word = "is before" if o.later.endswith("_ns") else "is less than"
+        rules.append(
+            Rule(
+                o.later,
+                pl.col(o.later) < pl.col(o.earlier),
+                lambda r, o=o, w=word: f"{o.later}={r[o.later]} {w} {o.earlier}={r[o.earlier]}",
+            )
+        )
+    for scalar, lst in table.member_of:
+        rules.append(
+            Rule(
+                scalar,
+                pl.col(scalar).is_not_null() & ~pl.col(lst).list.contains(pl.col(scalar)).fill_null(False),
+                lambda r, s=scalar, l=lst: f"{s}={r[s]} is not a member of {l}={r[l]}",
+            )
+        )
+    if table.name == "requests":
+        rules.append(
+            Rule(
+                "request_id",
+                pl.col("request_id").is_duplicated(),
+                lambda r: f"duplicate request_id {_fmt(r['request_id'])} (ids must be unique in a bundle)",
+            )
+        )
+    return rules
+
+
+def check_frame(frame: pl.LazyFrame, table: TableSchema, file: str) -> None:
+    """Raise :class:`ValidationError` naming file, column and row of the first broken rule, if any.
+
+    ``frame`` must already carry the table's columns with its dtypes (as the reader and writer produce).
+    """
+    rules = rules_for(table)
+    if not rules:
+        return
+    flags = frame.select([r.bad.any().alias(str(i)) for i, r in enumerate(rules)]).collect(engine="streaming")
+    failed = [i for i, v in enumerate(flags.row(0)) if v]
+    if not failed:
+        return
+    rule = rules[failed[0]]
+    first = (
+        frame.with_row_index(_ROW)
+        .filter(rule.bad)
+        .head(1)
+        .collect()
+        .row(0, named=True)
+    )
+    raise ValidationError(rule.explain(first), file=file, column=rule.column, row=int(first[_ROW]))

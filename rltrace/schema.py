@@ -264,14 +264,16 @@ def markdown_table(table: TableSchema) -> str:
         for scalar, lst in table.member_of:
             if scalar == c.name:
                 rules.append(f"in `{lst}`")
-        presence = "optional" if not c.required else ""
         since = f"{c.since[0]}.{c.since[1]}"
         nulls = "yes" if c.nullable else "no"
-        default = f" (absent: `{c.default}`)" if not c.required else ""
-        lines.append(
-            f"| `{c.name}` | {c.type} | {nulls} | {since}{' ' + presence if presence else ''} "
-            f"| {'; '.join(rules)} | {c.doc}{default} |"
-        )
+        fill = "null" if c.default is None else f"`{c.default}`"
+        note = ""
+        if not c.required:
+            since += " optional"
+            note = f" (absent: {fill})"
+        elif c.since > (1, 0):
+            note = f" (older bundles read as {fill})"
+        lines.append(f"| `{c.name}` | {c.type} | {nulls} | {since} | {'; '.join(rules)} | {c.doc}{note} |")
     return "\n".join(lines)
 
 

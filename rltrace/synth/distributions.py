@@ -108,8 +108,15 @@ class LognormalPareto:
         return (1.0 - self.tail_fraction) * self.body.cdf(x) + self.tail_fraction * pareto
 
     def quantile(self, u: np.ndarray) -> np.ndarray:
-        # The mixture has no closed-form inverse: bisect on log(x), all samples at once.
-        u = np.atleast_1d(np.asarray(u, dtype=float))
+        # The mixture has no closed-form inverse. Bisect it once on a fixed grid, uniform in logit(u), and
+        # interpolate log(x): O(grid) CDF evaluations instead of O(samples), and smooth enough in those
+        # coordinates that the interpolation error is far below sampling noise (tested: cdf(quantile(u)) ~ u).
+        grid_u, grid_logx = self._grid()
+        u = np.clip(np.atleast_1d(np.asarray(u, dtype=float)), grid_u[0], grid_u[-1])
+        return np.exp(np.interp(_logit(u), _logit(grid_u), grid_logx))
+
+    def _grid(self, points: int = 4097) -> tuple[np.ndarray, np.ndarray]:
+        u = 1.0 / (1.0 + np.exp(-np.linspace(-23.0, 27.0, points)))  # 1e-10 .. 1 - 2e-12
         lo = np.full(u.shape, np.log(self.median) - 12 * self.sigma)
         hi = np.full(u.shape, np.log(self.tail_start) + 60.0 / self.alpha)
         for _ in range(64):
@@ -117,7 +124,11 @@ class LognormalPareto:
             below = self.cdf(np.exp(mid)) < u
             lo = np.where(below, mid, lo)
             hi = np.where(below, hi, mid)
-        return np.exp(0.5 * (lo + hi))
+        return u, 0.5 * (lo + hi)
+
+
+def _logit(u: np.ndarray) -> np.ndarray:
+    return np.log(u) - np.log1p(-u)
 
 
 @dataclass(frozen=True, slots=True)

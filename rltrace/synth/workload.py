@@ -196,23 +196,25 @@ def _fsdp_collectives(
     small, big = shard * 2, full * 2  # bf16 bytes
     bytes_in = np.where(op == "all_gather", small, big)
     bytes_out = np.where(op == "all_gather", big, small)
+    rows = ranks * per_rank
     frame = pl.DataFrame(
         {
-            "step": np.full(ranks * per_rank, step, dtype=np.int32),
+            "step": np.full(rows, step, dtype=np.int32),
             "rank": np.repeat(np.arange(ranks, dtype=np.int32), per_rank),
-            "pg": ["fsdp"] * (ranks * per_rank),
-            "pg_ranks": [list(range(ranks))] * (ranks * per_rank),
             "op": np.tile(op, ranks),
-            "dtype": ["bfloat16"] * (ranks * per_rank),
             "count": np.tile(count, ranks),
             "bytes_in": np.tile(bytes_in, ranks),
             "bytes_out": np.tile(bytes_out, ranks),
-            "peer": pl.Series([None] * (ranks * per_rank), dtype=pl.Int32),
             "seq": np.tile(step * per_rank + np.arange(per_rank, dtype=np.int64), ranks),
             "start_ns": np.tile(_ns(starts[order]), ranks),
             "end_ns": np.tile(_ns(ends[order]), ranks),
-            "async_op": [True] * (ranks * per_rank),
         }
+    ).with_columns(  # constant columns, broadcast by polars rather than built as Python lists
+        pl.lit("fsdp").alias("pg"),
+        pl.lit(pl.Series([list(range(ranks))], dtype=pl.List(pl.Int32))).first().alias("pg_ranks"),
+        pl.lit("bfloat16").alias("dtype"),
+        pl.lit(None, dtype=pl.Int32).alias("peer"),
+        pl.lit(True).alias("async_op"),
     )
     return frame, layers * (fslot + bslot)
 

@@ -1,0 +1,57 @@
+"""Test helpers: tiny synthetic configs, the real CLI as a subprocess, the shared data folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rltrace.synth import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data() -> Path:
+    """../shared/data beside the checkout (CI puts it there); RLTRACE_SHARED_DATA overrides."""
+    return Path(os.environ.get("RLTRACE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def require_shared(relative: str) -> Path:
+    """A file from the shared data folder; in CI its absence is a failure, elsewhere a skip with the reason."""
+    path = shared_data() / relative
+    if not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"shared data file missing in CI: {path}")
+        pytest.skip(f"shared data not present here: {path}")
+    return path
+
+
+SMALL = [
+    "steps=3",
+    "prompts_per_step=8",
+    "samples_per_prompt=4",
+    "max_new_tokens=2048",
+    "generation.gpus=2",
+    "training.gpus=2",
+    "model=Qwen2.5-7B",
+]
+
+
+def small_config(*extra: str, seed: int = 0):
+    """A tiny synthetic run (96 requests) for fast tests."""
+    return load_config(sets=[*SMALL, *extra], seed=seed)
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the installed CLI for real, in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "rltrace", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "120"},
+    )

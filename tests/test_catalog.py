@@ -1,0 +1,76 @@
+"""Model and GPU catalogs: computed parameter counts hold against published totals; user extensions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rltrace.catalog import get_gpu, get_model, load_gpus, load_models
+from rltrace.errors import ConfigError
+
+MODELS = sorted(load_models())
+
+
+def test_catalog_has_the_models_replay_needs() -> None:
+    need = {"Llama-2-7B", "Llama-2-70B", "Llama-3-8B", "Llama-3-70B", "Qwen2.5-7B", "Qwen2.5-14B",
+            "Qwen2.5-32B", "Qwen2.5-72B", "Qwen3-8B", "Qwen3-14B", "Qwen3-32B"}
+    assert need <= set(MODELS)
+    assert {"H100", "H800", "H20", "H200", "A100", "B200"} <= set(load_gpus())
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_computed_params_match_published_totals(name: str) -> None:
+    spec = get_model(name)
+    assert spec.published_params is not None and spec.source
+    assert abs(spec.params / spec.published_params - 1) < 0.01
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_bytes"),
+    [("Llama-2-7B", 2 * 32 * 32 * 128 * 2), ("Qwen2.5-7B", 2 * 28 * 4 * 128 * 2), ("Qwen3-32B", 2 * 64 * 8 * 128 * 2)],
+)
+def test_kv_cache_bytes_per_token(name: str, kv_bytes: int) -> None:
+    assert get_model(name).kv_bytes_per_token == kv_bytes
+
+
+def test_lookups_are_case_insensitive_and_errors_list_the_known_names() -> None:
+    assert get_gpu("h100").name == "H100"
+    assert get_model("qwen2.5-7b").name == "Qwen2.5-7B"
+    with pytest.raises(ConfigError, match=r"unknown GPU kind 'V100' \(known: A100, B200"):
+        get_gpu("V100")
+
+
+def test_user_toml_extends_and_overrides(tmp_path: Path) -> None:
+    extra = tmp_path / "mine.toml"
+    extra.write_text(
+        '[gpus.MI300X]\nbf16_tflops = 1307.4\nhbm_gbps = 5300\nmemory_gb = 192\nnvlink_gbps = 896\n'
+        '[models.Tiny]\nhidden = 128\nlayers = 2\nheads = 2\nkv_heads = 2\nintermediate = 256\nvocab = 1000\n'
+    )
+    assert get_gpu("MI300X", extra).memory_gb == 192
+    assert get_model("Tiny", extra).params == 2 * (4 * 128 * 128 + 3 * 128 * 256 + 2 * 128) + 2 * 1000 * 128 + 128
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[gpus.X]\nbf16_tflops = -1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n")
+    with pytest.raises(ConfigError, match="bf16_tflops must be a positive number"):
+        load_gpus(bad)
+    bad.write_text("[models.X]\nhiden = 1\n")
+    with pytest.raises(ConfigError, match="unknown key 'hiden'"):
+        load_models(bad)
+    bad.write_text("not = [toml")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_models(bad)
+
+
+def test_hugging_face_config_json(tmp_path: Path) -> None:
+    cfg = {
+        "_name_or_path": "Qwen/Qwen2.5-7B", "model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+        "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+        "tie_word_embeddings": False,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert get_model(str(path)).params == get_model("Qwen2.5-7B").params
+    path.write_text(json.dumps({"hidden_size": 1}))
+    with pytest.raises(ConfigError, match="missing key 'num_hidden_layers'"):
+        get_model(str(path))

@@ -1,0 +1,57 @@
+"""The wheel: namespace layout, package data, and a clean install in an empty venv (no torch)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
+        check=True,
+        timeout=600,
+    )
+    (path,) = out.glob("rltrace-*.whl")
+    return path
+
+
+def test_wheel_installs_subpackages_inside_the_rltrace_namespace(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"rltrace"}
+    for module in ("collectors", "replay", "dashboards", "sample_traces", "catalog", "synth", "cli"):
+        assert f"rltrace/{module}/__init__.py" in names
+    assert "rltrace/sample_traces/rollpacker_qwen7b/manifest.json" in names
+    assert "rltrace/sample_traces/streamrl_qwen32b/requests.parquet" in names
+    assert "rltrace/catalog/models.toml" in names
+    assert "rltrace/synth/presets/rollpacker.toml" in names
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    torch_reqs = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: torch")]
+    assert torch_reqs == ['Requires-Dist: torch==2.13.0; extra == "torch"']
+
+
+def test_fresh_venv_install_runs_inspect_without_torch(wheel: Path, tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run([py, "-m", "pip", "install", "--quiet", str(wheel)], check=True, timeout=900)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    shown = subprocess.run([env_dir / "bin" / "rltrace", "inspect"], cwd=work, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "rollpacker_qwen7b" in shown.stdout and "max_over_median" in shown.stdout
+    ok = subprocess.run([py, "-c", "import rltrace.replay, rltrace.collectors, rltrace.dashboards"], cwd=work)
+    assert ok.returncode == 0
+    for top in ("collectors", "replay", "dashboards", "torch"):
+        missing = subprocess.run([py, "-c", f"import {top}"], cwd=work, capture_output=True, text=True)
+        assert missing.returncode != 0 and "ModuleNotFoundError" in missing.stderr, top

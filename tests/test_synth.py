@@ -1,0 +1,206 @@
+"""Synthetic workloads: determinism, length distributions, and the timing model's invariants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import rltrace
+from helpers import require_shared, small_config
+from rltrace.catalog import get_model
+from rltrace.errors import ConfigError
+from rltrace.synth import LengthConfig, length_dist, load_config, presets, synthesize
+from rltrace.synth.distributions import Empirical
+
+
+def test_same_seed_same_bytes_other_seed_other_lengths(tmp_path: Path) -> None:
+    paths = [
+        rltrace.write_bundle(tmp_path / name, r.manifest, r.tables)
+        for name, r in (("a", synthesize(small_config(seed=5))), ("b", synthesize(small_config(seed=5))))
+    ]
+    files = sorted(p.name for p in paths[0].iterdir())
+    for name in files:
+        assert (paths[0] / name).read_bytes() == (paths[1] / name).read_bytes(), name
+    other = synthesize(small_config(seed=6)).tables["requests"]["output_tokens"]
+    assert other.to_list() != rltrace.open(paths[0]).requests.collect()["output_tokens"].to_list()
+
+
+BIG = ["steps=1", "prompts_per_step=5000", "samples_per_prompt=4", "max_new_tokens=100000000", "generation.gpus=8"]
+
+DIST_CASES = [
+    # output distribution settings; tolerance on p10/p50/p90 and on p99 (relative)
+    (["output.kind=lognormal", "output.median=600.0", "output.sigma=1.0"], 0.04, 0.08),
+    (["output.kind=lognormal", "output.median=300.0", "output.sigma=0.5"], 0.03, 0.05),
+    (["output.kind=lognormal_pareto", "output.median=575.0", "output.sigma=1.0", "output.tail_fraction=0.03",
+      "output.tail_alpha=1.0"], 0.04, 0.10),
+    (["output.kind=lognormal_pareto", "output.median=1200.0", "output.sigma=0.9", "output.tail_fraction=0.1",
+      "output.tail_alpha=1.5"], 0.04, 0.10),
+]
+
+
+@pytest.mark.parametrize(("settings", "tol", "tol_p99"), DIST_CASES)
+def test_percentiles_match_the_requested_distribution(settings: list[str], tol: float, tol_p99: float) -> None:
+    cfg = load_config(sets=[*BIG, *settings], seed=1)
+    lengths = synthesize(cfg).tables["requests"]["output_tokens"].to_numpy()
+    dist = length_dist(cfg.output)
+    qs = np.array([0.1, 0.5, 0.9, 0.99])
+    expected, got = dist.quantile(qs), np.quantile(lengths, qs)
+    rel = np.abs(got / expected - 1)
+    assert (rel[:3] < tol).all(), (expected, got)
+    assert rel[3] < tol_p99, (expected, got)
+    if cfg.output.kind == "lognormal":
+        assert abs(np.median(lengths) / cfg.output.median - 1) < tol
+
+
+def test_truncation_at_max_new_tokens_matches_the_tail_mass() -> None:
+    cfg = load_config(
+        sets=[*BIG[:-2], "max_new_tokens=4096", "output.kind=lognormal_pareto", "output.median=600.0",
+              "output.tail_fraction=0.05", "output.tail_alpha=1.0"],
+        seed=2,
+    )
+    req = synthesize(cfg).tables["requests"]
+    capped = req.filter(pl.col("output_tokens") == 4096)
+    assert set(capped["finish_reason"]) == {"length"}
+    assert req["output_tokens"].max() == 4096
+    expected = 1 - float(length_dist(cfg.output).cdf(np.array([4096.0]))[0])
+    assert abs(capped.height / req.height - expected) < 0.25 * expected
+
+
+def test_samples_of_one_prompt_are_correlated_as_requested() -> None:
+    cfg = load_config(sets=[*BIG[:-1], "samples_per_prompt=2", "output.group_correlation=0.6"], seed=3)
+    logs = np.log(synthesize(cfg).tables["requests"]["output_tokens"].to_numpy()).reshape(-1, 2)
+    r = np.corrcoef(logs[:, 0], logs[:, 1])[0, 1]
+    assert abs(r - 0.6) < 0.05
+
+
+def test_empirical_lengths_follow_the_azure_code_trace() -> None:
+    # Azure LLM inference trace 2023, code (Azure/AzurePublicDataset, CC-BY-4.0): see ../shared/data/README.md
+    csv = require_shared("requests/azure_llm_2023_code.csv")
+    observed = pl.read_csv(csv)["GeneratedTokens"].to_numpy()
+    cfg = load_config(
+        sets=[*BIG, "output.kind=empirical", f"output.path='{csv}'", "output.column=GeneratedTokens"], seed=4
+    )
+    lengths = synthesize(cfg).tables["requests"]["output_tokens"].to_numpy()
+    for q in (0.5, 0.9):
+        assert abs(np.quantile(lengths, q) / np.quantile(np.maximum(observed, 1), q) - 1) < 0.06
+    assert lengths.max() <= observed.max()
+
+
+def test_empirical_source_errors_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        Empirical.from_file(tmp_path / "none.csv", "x")
+    (tmp_path / "t.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match="no column 'x'"):
+        Empirical.from_file(tmp_path / "t.csv", "x")
+    (tmp_path / "neg.csv").write_text("x\n-1\n")
+    with pytest.raises(ConfigError, match="non-negative"):
+        Empirical.from_file(tmp_path / "neg.csv", "x")
+
+
+def test_engine_slots_are_never_oversubscribed() -> None:
+    cfg = small_config("timing.max_num_seqs=4", "prompts_per_step=16")
+    req = synthesize(cfg).tables["requests"]
+    waited = req.filter(pl.col("scheduled_ns") > pl.col("arrival_ns")).height
+    assert waited > 0
+    for (_, _), group in req.group_by("step", "engine"):
+        start = np.sort(group["scheduled_ns"].to_numpy())
+        end = np.sort(group["finish_ns"].to_numpy())
+        running = np.searchsorted(start, start, side="right") - np.searchsorted(end, start, side="right")
+        assert running.max() <= 4
+
+
+def test_phases_follow_each_other_within_and_across_steps() -> None:
+    cfg = small_config()
+    result = synthesize(cfg)
+    spans = result.tables["spans"]
+    order = ["generate", "reward", "reference", "train", "optimizer", "weight_sync"]
+    bounds = (
+        spans.group_by("step", "phase")
+        .agg(pl.col("start_ns").min().alias("start"), pl.col("end_ns").max().alias("end"))
+        .sort("step")
+    )
+    previous_end = 0
+    for step in range(cfg.steps):
+        rows = {r["phase"]: r for r in bounds.filter(pl.col("step") == step).iter_rows(named=True)}
+        assert set(rows) == set(order)
+        assert rows["generate"]["start"] >= previous_end
+        for a, b in zip(order, order[1:]):
+            assert rows[a]["end"] <= rows[b]["start"], (step, a, b)
+        previous_end = rows["weight_sync"]["end"]
+
+
+def test_weight_syncs_move_the_whole_model_to_every_engine_each_step() -> None:
+    cfg = small_config()
+    result = synthesize(cfg)
+    syncs = result.tables["weight_syncs"]
+    model = get_model(cfg.model)
+    engines = cfg.generation.gpus // cfg.generation.tp
+    assert syncs.height == cfg.steps * engines
+    assert set(syncs["bytes"]) == {model.params * 2}
+    assert set(syncs["tensors"]) == {model.tensors}
+    assert sorted(set(syncs["version"])) == list(range(1, cfg.steps + 1))
+
+
+def test_fsdp_collectives_sit_inside_the_train_span() -> None:
+    cfg = small_config()
+    result = synthesize(cfg)
+    model = get_model(cfg.model)
+    coll = result.tables["collectives"]
+    assert coll.height == cfg.steps * cfg.training.gpus * 3 * model.layers
+    train = result.tables["spans"].filter(pl.col("phase") == "train")
+    joined = coll.with_columns(pl.format("trainer/rank{}", "rank").alias("actor")).join(
+        train.select("step", "actor", pl.col("start_ns").alias("t0"), pl.col("end_ns").alias("t1")), on=["step", "actor"]
+    )
+    assert joined.height == coll.height
+    assert joined.filter((pl.col("start_ns") < pl.col("t0")) | (pl.col("end_ns") > pl.col("t1"))).height == 0
+    seqs = coll.filter(pl.col("rank") == 0)["seq"].to_numpy()
+    assert (np.diff(seqs) > 0).all()
+    gathers = coll.filter(pl.col("op") == "all_gather")
+    assert (gathers["bytes_out"] == gathers["bytes_in"] * cfg.training.gpus).all()
+
+
+BAD_CONFIGS = [
+    (["steps=0"], "steps must be >= 1"),
+    (["output.kind=weird"], "output.kind 'weird' is unknown"),
+    (["generation.gpus=3", "generation.tp=2"], "generation: gpus (3) must be a positive multiple of tp (2)"),
+    (["timing.train_mfu=1.5"], "efficiencies and MFUs must be in (0, 1]"),
+    (["output.group_correlation=1.0"], "group_correlation must be in [0, 1)"),
+    (["steps='many'"], "synth.steps: expected an integer"),
+    (["output.median=-5"], "output: median and sigma must be > 0"),
+    (["output.kind=empirical"], "output: empirical lengths need path and column"),
+    (["nosuch=1"], "unknown key 'nosuch'"),
+    (["model=GPT-9"], "unknown model 'GPT-9'"),
+]
+
+
+@pytest.mark.parametrize(("sets", "fragment"), BAD_CONFIGS)
+def test_impossible_configs_are_refused(sets: list[str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        synthesize(load_config(sets=sets))
+    assert fragment in str(info.value)
+
+
+def test_presets_load_and_preset_or_config_not_both(tmp_path: Path) -> None:
+    assert presets() == ["rollpacker", "streamrl"]
+    for name in presets():
+        assert load_config(preset=name).check()
+    with pytest.raises(ConfigError, match="either --preset or --config"):
+        load_config(preset="rollpacker", path=tmp_path / "x.toml")
+
+
+def test_length_config_defaults_are_a_valid_lognormal() -> None:
+    dist = length_dist(LengthConfig())
+    assert abs(float(dist.quantile(np.array([0.5]))[0]) - 600.0) < 1e-6
+
+
+@pytest.mark.parametrize(("tail", "alpha"), [(0.03, 1.0), (0.1, 1.5), (0.01, 0.8)])
+def test_mixture_quantile_inverts_its_cdf(tail: float, alpha: float) -> None:
+    from rltrace.synth.distributions import LognormalPareto
+
+    dist = LognormalPareto(610.0, 1.0, tail, alpha)
+    u = np.concatenate([np.random.default_rng(0).random(20_000), [1e-9, 1e-6, 1 - 1e-6, 1 - 1e-10]])
+    err = np.abs(dist.cdf(dist.quantile(u)) - u) / np.minimum(u, 1 - u)
+    assert err.max() < 1e-3

@@ -1,0 +1,54 @@
+"""Older minor versions read with defaults; newer minors read; other majors are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import rltrace
+from rltrace.schema import TABLES
+
+
+def _as_version(bundle: Path, version: str, drop: dict[str, list[str]]) -> None:
+    for table, columns in drop.items():
+        path = bundle / f"{table}.parquet"
+        pq.write_table(pq.read_table(path).drop_columns(columns), path)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["format_version"] = version
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_1_0_bundle_reads_with_the_1_1_columns_defaulted(small_bundle: Path) -> None:
+    added_in_1_1 = [c.name for c in TABLES["requests"].columns if c.since == (1, 1)]
+    assert sorted(added_in_1_1) == ["cached_tokens", "num_preemptions", "turn"]
+    _as_version(small_bundle, "1.0", {"requests": added_in_1_1})
+    assert pq.read_schema(small_bundle / "requests.parquet").names.count("turn") == 0
+    frame = rltrace.open(small_bundle).requests.collect()
+    assert frame.columns == list(TABLES["requests"].names)
+    assert set(frame["turn"].to_list()) == {0}
+    assert set(frame["num_preemptions"].to_list()) == {0}
+    assert frame["cached_tokens"].null_count() == frame.height
+
+
+def test_a_newer_minor_reads_and_keeps_unknown_manifest_fields(small_bundle: Path) -> None:
+    path = small_bundle / "spans.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("gpu_util", [[0.5] * table.num_rows]), path)
+    manifest = json.loads((small_bundle / "manifest.json").read_text())
+    manifest["format_version"] = "1.7"
+    manifest["energy_joules"] = 123
+    (small_bundle / "manifest.json").write_text(json.dumps(manifest))
+    bundle = rltrace.open(small_bundle)
+    assert bundle.spans.collect().columns == list(TABLES["spans"].names)
+    assert bundle.manifest.extra["energy_joules"] == 123
+    assert json.loads(bundle.manifest.to_json())["extra"]["energy_joules"] == 123
+
+
+@pytest.mark.parametrize("version", ["0.9", "2.0", "10.1"])
+def test_other_majors_are_refused(small_bundle: Path, version: str) -> None:
+    _as_version(small_bundle, version, {})
+    with pytest.raises(rltrace.BundleError, match=f"format version {version} is not readable"):
+        rltrace.open(small_bundle)

@@ -46,9 +46,9 @@ def small_config(*extra: str, seed: int = 0):
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the installed CLI for real, in a subprocess."""
+    """Run the installed ``rltrace`` console script for real, in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "rltrace", *args],
+        [str(Path(sys.executable).parent / "rltrace"), *args],
         capture_output=True,
         text=True,
         cwd=cwd,

@@ -131,6 +131,11 @@ def test_hostile_strings_print_as_text(tmp_path: Path) -> None:
     assert "[bold red]<script>alert(1)</script>" in shown.stdout
 
 
-def test_python_m_rltrace_matches_the_console_script() -> None:
+def test_python_m_rltrace_runs_the_same_cli(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "rltrace", "schema"], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == run_cli("schema").stdout
     assert sample_path().is_dir()
-    assert run_cli("schema").stdout.startswith("Format version")

@@ -55,3 +55,15 @@ def test_fresh_venv_install_runs_inspect_without_torch(wheel: Path, tmp_path: Pa
     for top in ("collectors", "replay", "dashboards", "torch"):
         missing = subprocess.run([py, "-c", f"import {top}"], cwd=work, capture_output=True, text=True)
         assert missing.returncode != 0 and "ModuleNotFoundError" in missing.stderr, top
+
+
+def test_tests_exercise_the_installed_package() -> None:
+    """`make test` installs a wheel; importing rltrace from the source tree would hide packaging bugs."""
+    import rltrace
+    import rltrace.sample_traces
+
+    editable = (REPO / "rltrace" / "__init__.py").resolve() == Path(rltrace.__file__).resolve()
+    if editable:  # a developer's `pip install -e .`: the mapped subpackages must still resolve
+        assert Path(rltrace.sample_traces.__file__).parent == REPO / "sample_traces"
+    else:
+        assert "site-packages" in rltrace.__file__

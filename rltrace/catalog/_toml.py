@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rltrace.errors import ConfigError
 
@@ -31,3 +33,29 @@ def lookup(table: dict[str, Any], name: str, what: str) -> Any:
         if key.lower() == name.lower():
             return value
     raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(sorted(table))})")
+
+
+E = TypeVar("E")
+
+
+def build_entry(cls: type[E], name: str, raw: dict[str, Any], where: str, what: str) -> E:
+    """Construct one catalog entry (a frozen dataclass with a ``name``), rejecting unknown keys."""
+    allowed = {f.name for f in fields(cls)} - {"name"}  # type: ignore[arg-type]
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(f"{where}: {what} {name!r} has unknown key {sorted(unknown)[0]!r}")
+    try:
+        return cls(name=name, **raw)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {what} {name!r}: {e}") from None
+
+
+def load_catalog(
+    builtin: Path, section: str, extra: str | Path | None, entry: Callable[[str, dict[str, Any], str], E]
+) -> dict[str, E]:
+    """Entries of ``[section.NAME]`` tables: the built-in file, then (overriding by name) a user file."""
+    entries = {n: entry(n, raw, str(builtin)) for n, raw in load_toml(builtin)[section].items()}
+    if extra is not None:
+        for name, raw in (load_toml(extra).get(section) or {}).items():
+            entries[name] = entry(name, raw, str(extra))
+    return entries

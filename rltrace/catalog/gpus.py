@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rltrace.catalog._toml import load_toml, lookup
+from rltrace.catalog._toml import build_entry, load_catalog, lookup
 from rltrace.errors import ConfigError
 
 
@@ -33,14 +33,7 @@ class GPUSpec:
 
 
 def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
-    allowed = {f.name for f in fields(GPUSpec)} - {"name"}
-    unknown = set(raw) - allowed
-    if unknown:
-        raise ConfigError(f"{where}: gpu {name!r} has unknown key {sorted(unknown)[0]!r}")
-    try:
-        spec = GPUSpec(name=name, **raw)
-    except TypeError as e:
-        raise ConfigError(f"{where}: gpu {name!r}: {e}") from None
+    spec = build_entry(GPUSpec, name, raw, where, "gpu")
     for key in ("bf16_tflops", "hbm_gbps", "memory_gb", "nvlink_gbps"):
         value = getattr(spec, key)
         if not isinstance(value, (int, float)) or value <= 0:
@@ -48,19 +41,19 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
     return spec
 
 
-@cache
-def _builtin() -> dict[str, GPUSpec]:
-    path = Path(__file__).with_name("gpus.toml")
-    return {n: _spec(n, raw, str(path)) for n, raw in load_toml(path)["gpus"].items()}
+_BUILTIN = Path(__file__).with_name("gpus.toml")
 
 
 def load_gpus(extra: str | Path | None = None) -> dict[str, GPUSpec]:
     """Built-in GPUs plus (overriding by name) the [gpus.NAME] tables of a user TOML file."""
-    gpus = dict(_builtin())
-    if extra is not None:
-        for name, raw in (load_toml(extra).get("gpus") or {}).items():
-            gpus[name] = _spec(name, raw, str(extra))
-    return gpus
+    if extra is None:
+        return dict(_builtin())
+    return load_catalog(_BUILTIN, "gpus", extra, _spec)
+
+
+@cache
+def _builtin() -> dict[str, GPUSpec]:
+    return load_catalog(_BUILTIN, "gpus", None, _spec)
 
 
 def get_gpu(name: str, extra: str | Path | None = None) -> GPUSpec:

@@ -7,13 +7,13 @@ own with a TOML file in the same shape, or point at a Hugging Face ``config.json
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rltrace.catalog._toml import load_toml, lookup
+from rltrace.catalog._toml import build_entry, load_catalog, lookup
 from rltrace.errors import ConfigError
 from rltrace.manifest import ModelInfo
 
@@ -88,34 +88,26 @@ class ModelSpec:
 
 
 def _spec(name: str, raw: dict[str, Any], where: str) -> ModelSpec:
-    allowed = {f.name for f in fields(ModelSpec)} - {"name"}
-    unknown = set(raw) - allowed
-    if unknown:
-        raise ConfigError(f"{where}: model {name!r} has unknown key {sorted(unknown)[0]!r}")
-    try:
-        spec = ModelSpec(name=name, **raw)
-    except TypeError as e:
-        raise ConfigError(f"{where}: model {name!r}: {e}") from None
+    spec = build_entry(ModelSpec, name, raw, where, "model")
     for key in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"):
         if not isinstance(getattr(spec, key), int) or getattr(spec, key) <= 0:
             raise ConfigError(f"{where}: model {name!r}: {key} must be a positive integer")
     return spec
 
 
-@cache
-def _builtin() -> dict[str, ModelSpec]:
-    path = Path(__file__).with_name("models.toml")
-    return {n: _spec(n, raw, str(path)) for n, raw in load_toml(path)["models"].items()}
+_BUILTIN = Path(__file__).with_name("models.toml")
 
 
 def load_models(extra: str | Path | None = None) -> dict[str, ModelSpec]:
     """The built-in models, plus (overriding by name) those of a user TOML file with a [models.NAME] table."""
-    models = dict(_builtin())
-    if extra is not None:
-        data = load_toml(extra)
-        for name, raw in (data.get("models") or {}).items():
-            models[name] = _spec(name, raw, str(extra))
-    return models
+    if extra is None:
+        return dict(_builtin())
+    return load_catalog(_BUILTIN, "models", extra, _spec)
+
+
+@cache
+def _builtin() -> dict[str, ModelSpec]:
+    return load_catalog(_BUILTIN, "models", None, _spec)
 
 
 def get_model(name: str, extra: str | Path | None = None) -> ModelSpec:

@@ -139,3 +139,17 @@ def test_python_m_rltrace_runs_the_same_cli(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_cli("schema").stdout
     assert sample_path().is_dir()
+
+
+@pytest.mark.parametrize("args", [["inspect"], ["inspect", "--json"], ["schema"]])
+def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
+    import shlex
+    import subprocess
+    import sys
+
+    rltrace = str(Path(sys.executable).parent / "rltrace")
+    result = subprocess.run(
+        f"{shlex.quote(rltrace)} {' '.join(args)} | head -n 1", shell=True, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr

@@ -6,6 +6,7 @@ unknown names) prints one line on stderr and exits with code 2; no traceback rea
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -43,8 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e.format_message())
     except RltraceError as e:
         return _fail(str(e))
-    except click_exc.Abort:
+    except typer.Abort:  # Ctrl-C at a prompt
         return 130
+    except BrokenPipeError:  # `rltrace inspect --json | head`: stop quietly, as the Python docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return result if isinstance(result, int) else 0
 
 

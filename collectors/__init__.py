@@ -1,5 +1,44 @@
-"""Collectors that record a live RL job into a trace bundle (installed as ``rltrace.collectors``).
+"""Recording a live RL job into a trace bundle (installed as ``rltrace.collectors``).
 
-The torch.distributed and vLLM collectors and ``rltrace record`` arrive with the collectors issue; they will
-write shards through :class:`rltrace.TableWriter`.
+Usually through the CLI, which needs no change to the job::
+
+    rltrace record -o run -- torchrun --nproc-per-node 2 train.py
+
+For code that cannot be wrapped, the same collectors start from Python in each process, and the shards merge
+afterwards::
+
+    from rltrace import collectors
+    collectors.start("rec")          # this process records into rec/shards/<host>-<pid>-.../
+    ...                              # the job: torch.distributed, vLLM, rltrace.span(...)
+    collectors.stop()
+    collectors.merge("rec", "run")   # once every process has stopped
+
+One collector per source: ``torch_dist`` (c10d ops, optimizer steps), ``vllm_collector`` (requests, generate
+spans, weight updates), ``api`` (explicit spans, steps and flows).
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rltrace.collectors import recorder
+from rltrace.collectors.api import log_flow, set_step, span, weight_sync
+from rltrace.collectors.autostart import install_collectors
+from rltrace.collectors.shards import SHARDS, merge
+
+__all__ = ["log_flow", "merge", "set_step", "span", "start", "stop", "weight_sync"]
+
+
+def start(directory: str | Path) -> recorder.Recorder:
+    """Record this process into ``directory`` (its shard goes under ``directory/shards/``).
+
+    Collectors attach to torch and vLLM now if they are imported, or when they are.
+    """
+    rec = recorder.start(Path(directory) / SHARDS)
+    install_collectors()
+    return rec
+
+
+def stop() -> None:
+    """Flush this process's shard and stop recording it."""
+    recorder.stop()

@@ -6,33 +6,66 @@ The trace bundle is the one artifact everything passes through::
     b = rltrace.open("sample_traces/rollpacker_qwen7b")
     b.requests.select("output_tokens").collect()
 
+Recording API (no-ops unless the process records, e.g. under ``rltrace record``)::
+
+    rltrace.set_step(k)
+    with rltrace.span("reward", step=k): ...
+    with rltrace.weight_sync(version=k, src="trainer/rank0", dst="rollout/engine0", bytes=n): ...
+
 Subpackages: ``rltrace.collectors`` (recording a live job), ``rltrace.replay`` (what-if simulation),
-``rltrace.dashboards`` (HTML reports). Importing rltrace never imports torch.
+``rltrace.dashboards`` (HTML reports). Importing rltrace never imports torch, and names load lazily so that
+a recording process only pays for what it uses.
 """
 
-from rltrace.bundle import Bundle, TableWriter, open_bundle, write_bundle
-from rltrace.errors import BundleError, ConfigError, RltraceError, ValidationError
-from rltrace.manifest import Manifest, ModelInfo, Pool, RLConfig
-from rltrace.schema import FORMAT_VERSION, TABLES
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rltrace.version import __version__
 
-open = open_bundle  # noqa: A001  - `rltrace.open(path)` is the documented entry point
+_EXPORTS = {
+    "open": ("rltrace.bundle", "open_bundle"),
+    "open_bundle": ("rltrace.bundle", "open_bundle"),
+    "write_bundle": ("rltrace.bundle", "write_bundle"),
+    "Bundle": ("rltrace.bundle", "Bundle"),
+    "TableWriter": ("rltrace.bundle", "TableWriter"),
+    "BundleError": ("rltrace.errors", "BundleError"),
+    "ConfigError": ("rltrace.errors", "ConfigError"),
+    "RltraceError": ("rltrace.errors", "RltraceError"),
+    "ValidationError": ("rltrace.errors", "ValidationError"),
+    "Manifest": ("rltrace.manifest", "Manifest"),
+    "ModelInfo": ("rltrace.manifest", "ModelInfo"),
+    "Pool": ("rltrace.manifest", "Pool"),
+    "RLConfig": ("rltrace.manifest", "RLConfig"),
+    "FORMAT_VERSION": ("rltrace.schema", "FORMAT_VERSION"),
+    "TABLES": ("rltrace.schema", "TABLES"),
+    "set_step": ("rltrace.collectors.api", "set_step"),
+    "span": ("rltrace.collectors.api", "span"),
+    "weight_sync": ("rltrace.collectors.api", "weight_sync"),
+    "log_flow": ("rltrace.collectors.api", "log_flow"),
+}
 
-__all__ = [
-    "FORMAT_VERSION",
-    "TABLES",
-    "Bundle",
-    "BundleError",
-    "ConfigError",
-    "Manifest",
-    "ModelInfo",
-    "Pool",
-    "RLConfig",
-    "RltraceError",
-    "TableWriter",
-    "ValidationError",
-    "__version__",
-    "open",
-    "open_bundle",
-    "write_bundle",
-]
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+if TYPE_CHECKING:
+    from rltrace.bundle import Bundle, TableWriter, open_bundle, write_bundle
+    from rltrace.bundle import open_bundle as open  # noqa: A001
+    from rltrace.collectors.api import log_flow, set_step, span, weight_sync
+    from rltrace.errors import BundleError, ConfigError, RltraceError, ValidationError
+    from rltrace.manifest import Manifest, ModelInfo, Pool, RLConfig
+    from rltrace.schema import FORMAT_VERSION, TABLES
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'rltrace' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

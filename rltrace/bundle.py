@@ -20,11 +20,21 @@ import pyarrow.parquet as pq
 
 from rltrace.errors import BundleError, ValidationError
 from rltrace.manifest import MANIFEST_FILE, Manifest
-from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, TABLES, TableSchema, parse_version, polars_dtype
+from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, TABLES, TableSchema, parse_version
 from rltrace.validate import check_frame
 
 TableLike = Union[pl.DataFrame, pa.Table, Mapping[str, Sequence[Any]], None]
 ROW_GROUP_ROWS = 65_536
+
+
+def polars_dtype(t: pa.DataType) -> pl.DataType:
+    """The polars dtype of an Arrow type of this format."""
+    return pl.from_arrow(pa.array([], type=t)).dtype  # type: ignore[union-attr]
+
+
+def polars_schema(table: TableSchema) -> dict[str, pl.DataType]:
+    """Column name -> polars dtype of a bundle table, as the reader returns it."""
+    return {c.name: polars_dtype(c.type) for c in table.columns}
 
 
 class Bundle:

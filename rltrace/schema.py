@@ -1,6 +1,7 @@
 """Trace bundle format v1: every table's schema, defined once.
 
-Each column is declared here with its Arrow type, unit (in its name: ``*_ns`` are int64 nanoseconds since
+This module depends on pyarrow only (recording processes import it at start-up). Each column is declared
+here with its Arrow type, unit (in its name: ``*_ns`` are int64 nanoseconds since
 the Unix epoch, ``bytes*`` are bytes, ``*_tokens`` are token counts), nullability, the format minor version
 that introduced it and its value rules. Everything else derives from these declarations: the Arrow schema the
 writer casts to, the polars dtypes the reader casts to, the validation checks, and the markdown table in
@@ -21,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 
 FORMAT_MAJOR = 1
@@ -112,13 +112,6 @@ class TableSchema:
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns])
 
-    def polars_schema(self) -> dict[str, pl.DataType]:
-        return {c.name: polars_dtype(c.type) for c in self.columns}
-
-
-def polars_dtype(t: pa.DataType) -> pl.DataType:
-    """The polars dtype for an Arrow type of this format."""
-    return pl.from_arrow(pa.array([], type=t)).dtype  # type: ignore[union-attr]
 
 
 _I32, _I64 = pa.int32(), pa.int64()

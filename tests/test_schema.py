@@ -5,7 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from helpers import REPO, run_cli
-from rltrace.schema import FORMAT_VERSION, TABLES, markdown_reference, parse_version, polars_dtype
+from rltrace.bundle import polars_dtype, polars_schema
+from rltrace.schema import FORMAT_VERSION, TABLES, markdown_reference, parse_version
 
 
 def test_every_table_has_units_in_time_and_size_names() -> None:
@@ -22,7 +23,7 @@ def test_arrow_and_polars_schemas_follow_the_declaration() -> None:
         for col in table.columns:
             assert arrow.field(col.name).type == col.type
             assert arrow.field(col.name).nullable == col.nullable
-            assert table.polars_schema()[col.name] == polars_dtype(col.type)
+            assert polars_schema(table)[col.name] == polars_dtype(col.type)
 
 
 def test_orders_and_memberships_name_real_columns() -> None:

@@ -14,6 +14,7 @@ import typer
 from typer._click import exceptions as click_exc
 
 from rltrace.cli.inspect_cmd import inspect
+from rltrace.cli.record_cmd import record
 from rltrace.cli.schema_cmd import schema
 from rltrace.cli.synth_cmd import synth
 from rltrace.errors import RltraceError
@@ -28,6 +29,8 @@ app = typer.Typer(
 app.command("inspect")(inspect)
 app.command("synth")(synth)
 app.command("schema")(schema)
+# Everything after the command's first word belongs to the recorded command, never to rltrace.
+app.command("record", context_settings={"allow_interspersed_args": False})(record)
 
 EXIT_BAD_INPUT = 2
 

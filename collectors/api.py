@@ -1,0 +1,105 @@
+"""The recording API a job may call directly (all no-ops when the process is not recording).
+
+    rltrace.set_step(k)
+    with rltrace.span("reward", step=k): ...
+    with rltrace.weight_sync(version=k, src="trainer/rank0", dst="rollout/engine0", bytes=n): ...
+    rltrace.log_flow(version=k, src=..., dst=..., bytes=n, start_ns=t0, end_ns=t1, method="rdma")
+
+Steps: an explicit ``set_step`` wins; otherwise trainers count optimizer steps and generators count
+``LLM.generate`` calls (the collectors bump those counters).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rltrace.collectors import recorder
+from rltrace.schema import SYNC_METHODS
+
+SELF = "self"  # placeholder actor: the merge names the process (e.g. trainer/rank1, rollout/engine0)
+
+
+class _Steps:
+    """Process-wide step counters."""
+
+    def __init__(self) -> None:
+        self.explicit: int | None = None
+        self.optimizer = 0
+        self.generate = 0
+        self.weight_version = 0
+        self.lock = threading.Lock()
+
+    def train(self) -> int:
+        return self.explicit if self.explicit is not None else self.optimizer
+
+    def gen(self) -> int:
+        return self.explicit if self.explicit is not None else self.generate
+
+    def current(self) -> int:
+        if self.explicit is not None:
+            return self.explicit
+        return max(self.optimizer, self.generate)
+
+
+steps = _Steps()
+
+
+def set_step(step: int) -> None:
+    """Declare the RL step this process is working on (overrides the inferred step)."""
+    steps.explicit = int(step)
+
+
+@contextmanager
+def span(phase: str, *, step: int | None = None, name: str = "", actor: str = SELF) -> Iterator[None]:
+    """Record a phase span around a block (``phase``: reward, reference, environment, ...)."""
+    start = time.time_ns()
+    try:
+        yield
+    finally:
+        s = steps.current() if step is None else step
+        recorder.record("spans", (s, actor, phase, name or phase, start, time.time_ns()))
+
+
+def log_flow(
+    *,
+    version: int,
+    src: str,
+    dst: str,
+    bytes: int,  # noqa: A002 - the schema's column name
+    start_ns: int,
+    end_ns: int,
+    tensors: int = 0,
+    method: str = "other",
+) -> None:
+    """Record a weight-sync flow over a transport the collectors cannot see (CUDA IPC, RDMA, HTTP, files)."""
+    rec = recorder.current()
+    if rec is None:
+        return
+    with rec.guard("log_flow"):
+        if method not in SYNC_METHODS:
+            raise ValueError(f"method {method!r} is not one of {', '.join(SYNC_METHODS)}")
+        if end_ns < start_ns or bytes < 0:
+            raise ValueError(f"impossible flow: bytes={bytes}, start_ns={start_ns}, end_ns={end_ns}")
+        rec.add("weight_syncs", (version, src, dst, int(bytes), int(tensors), method, int(start_ns), int(end_ns)))
+
+
+@contextmanager
+def weight_sync(
+    *,
+    version: int,
+    src: str,
+    dst: str,
+    bytes: int,  # noqa: A002
+    tensors: int = 0,
+    method: str = "other",
+) -> Iterator[None]:
+    """Time a block that moves weights, and record it as one flow."""
+    start = time.time_ns()
+    try:
+        yield
+    finally:
+        log_flow(version=version, src=src, dst=dst, bytes=bytes, tensors=tensors, method=method,
+                 start_ns=start, end_ns=time.time_ns())

@@ -1,0 +1,71 @@
+"""Start recording a process from the environment (what ``rltrace record``'s injected sitecustomize runs).
+
+``RLTRACE_RECORD_DIR`` names the shard root. Every Python process the recorded command starts inherits the
+environment, so torchrun workers, multiprocessing spawn/forkserver children and vLLM's engine processes
+record too; forked children open their own shard (``os.register_at_fork``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing.util
+import os
+import signal
+import sys
+from typing import Any
+
+from rltrace.collectors import hooks, recorder
+from rltrace.collectors.vllm_collector import MODULES as VLLM_MODULES
+
+ENV_DIR = "RLTRACE_RECORD_DIR"
+
+
+def install_collectors() -> None:
+    """Attach the torch.distributed and vLLM collectors when (or if) the job imports them."""
+    hooks.when_imported("torch", _install_torch)
+    for name, install in VLLM_MODULES.items():
+        hooks.when_imported(name, install)
+
+
+def _install_torch(_module: Any) -> None:
+    rec = recorder.current()
+    if rec is None:
+        return
+    with rec.guard("torch collector install"):
+        from rltrace.collectors import torch_dist  # imports torch.distributed: only once torch is in use
+
+        torch_dist.install()
+
+
+def _flush_on_sigterm() -> None:
+    """Flush before the default SIGTERM death; a handler the job installed itself is left alone."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        recorder.stop()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _child_finalizer() -> None:
+    # Forked multiprocessing children leave through os._exit, skipping atexit: multiprocessing's own
+    # finalizers still run, so flush there.
+    multiprocessing.util.Finalize(None, recorder.stop, exitpriority=100)
+
+
+def boot() -> None:
+    """Start recording this process if ``RLTRACE_RECORD_DIR`` is set; never raises into the job."""
+    root = os.environ.get(ENV_DIR)
+    if not root:
+        return
+    try:
+        recorder.start(root)
+        install_collectors()
+        atexit.register(recorder.stop)
+        os.register_at_fork(after_in_child=_child_finalizer)
+        _flush_on_sigterm()
+    except Exception as e:  # noqa: BLE001 - recording must never stop the job from starting
+        print(f"rltrace: recording disabled in this process: {type(e).__name__}: {e}", file=sys.stderr)

@@ -1,0 +1,218 @@
+"""The per-process recorder: bounded in-memory buffers, flushed to this process's own shard every second.
+
+Every process that records writes only to its own shard directory (``<root>/<host>-<pid>-<token>/``), so no
+cross-process locks exist. A background thread flushes each table's buffer as one complete Parquet file per
+flush (temporary name, then rename): a process killed with SIGKILL loses at most the last flush interval,
+and whatever it left merges. Collector code never lets an exception reach the job: :meth:`Recorder.guard`
+reports each kind of failure once on stderr and counts it for the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rltrace.schema import TABLES
+
+FLUSH_INTERVAL_S = float(os.environ.get("RLTRACE_FLUSH_S", "1.0"))
+MAX_BUFFER_BYTES = 64 * 2**20
+ROW_BYTES_ESTIMATE = 256  # generous per-row size of a buffered tuple, to bound memory by row count
+MAX_BUFFER_ROWS = MAX_BUFFER_BYTES // ROW_BYTES_ESTIMATE
+META_FILE = "meta.json"
+
+# Columns a shard stores per table: the bundle's columns, in order. Actor-like fields may hold
+# process-local keys ("self", "engine:<n>") that the merge resolves.
+COLUMNS = {name: table.names for name, table in TABLES.items()}
+
+
+class Recorder:
+    """Buffers rows for one process and flushes them to its shard."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._errors: dict[str, int] = {}
+        self._reported: set[str] = set()
+        self.meta: dict[str, Any] = {}
+        self.flush_hooks: list[Callable[[], None]] = []  # run before each flush (e.g. resolve NCCL timings)
+        self._open_shard()
+
+    # ------------------------------------------------------------------ lifecycle
+    def _open_shard(self) -> None:
+        self.pid = os.getpid()
+        self.shard = self.root / f"{socket.gethostname()}-{self.pid}-{uuid.uuid4().hex[:6]}"
+        self._buffers: dict[str, list[tuple]] = {name: [] for name in COLUMNS}
+        self._seq = 0
+        self.dropped = 0
+        self.meta = {
+            "pid": self.pid,
+            "host": socket.gethostname(),
+            "argv": list(sys.argv),
+            "started_ns": time.time_ns(),
+            "roles": [],
+            "rank": None,
+            "world": None,
+            "engines": {},
+            "backends": {},
+        }
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="rltrace-flush", daemon=True)
+        self._thread.start()
+
+    def after_fork_in_child(self) -> None:
+        """A forked child starts its own shard (threads and buffers do not survive fork)."""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._errors, self._reported = {}, set()
+        self._open_shard()
+
+    def stop(self) -> None:
+        """Flush everything and stop the flush thread (idempotent)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        self.flush()
+
+    # ------------------------------------------------------------------ recording
+    def add(self, table: str, row: tuple) -> None:
+        """Buffer one row (a tuple in the table's column order). Never blocks on I/O."""
+        buf = self._buffers[table]
+        if len(buf) >= MAX_BUFFER_ROWS:
+            self.dropped += 1  # the flush thread is behind: drop rather than grow or stall the job
+            self._wake.set()
+            return
+        buf.append(row)
+        if len(buf) == MAX_BUFFER_ROWS // 2:
+            self._wake.set()
+
+    def note_role(self, role: str) -> None:
+        if role not in self.meta["roles"]:
+            self.meta["roles"].append(role)
+
+    @contextmanager
+    def guard(self, where: str) -> Iterator[None]:
+        """Run collector code; any exception is reported once per ``where`` and counted, never raised."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - recording must never break the job
+            self.error(where, e)
+
+    def error(self, where: str, e: BaseException) -> None:
+        self._errors[where] = self._errors.get(where, 0) + 1
+        if where not in self._reported:
+            self._reported.add(where)
+            try:
+                print(f"rltrace: collector error in {where} (recording continues): {type(e).__name__}: {e}", file=sys.stderr)
+            except Exception:  # noqa: BLE001 - stderr itself may be gone
+                pass
+
+    # ------------------------------------------------------------------ flushing
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(FLUSH_INTERVAL_S)
+            self._wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every non-empty buffer as one Parquet file and refresh meta.json."""
+        for hook in self.flush_hooks:
+            with self.guard("flush hook"):
+                hook()
+        with self._lock:
+            try:
+                self.shard.mkdir(parents=True, exist_ok=True)
+                for table, columns in COLUMNS.items():
+                    rows, self._buffers[table] = self._buffers[table], []
+                    if rows:
+                        self._seq += 1
+                        self._write(self.shard / f"{table}-{self._seq:06d}.parquet", table, columns, rows)
+                meta = {**self.meta, "errors": self._errors, "dropped": self.dropped, "flushed_ns": time.time_ns()}
+                tmp = self.shard / f".{META_FILE}.tmp"
+                tmp.write_text(json.dumps(meta))
+                os.replace(tmp, self.shard / META_FILE)
+            except Exception as e:  # noqa: BLE001 - full disk, unwritable directory: report, keep the job
+                self.error("flush", e)
+
+    @staticmethod
+    def _write(path: Path, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
+        schema = TABLES[table].arrow_schema()
+        arrays = [pa.array([r[i] for r in rows], type=schema.field(c).type) for i, c in enumerate(columns)]
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), tmp, compression="zstd")
+        os.replace(tmp, path)
+
+
+_current: Recorder | None = None
+_fork_hook_installed = False
+
+
+def current() -> Recorder | None:
+    """The recorder of this process, or None when not recording."""
+    return _current
+
+
+def start(root: str | os.PathLike[str]) -> Recorder:
+    """Start recording this process into shard directory ``root`` (idempotent per process)."""
+    global _current, _fork_hook_installed
+    if _current is not None and _current.pid == os.getpid():
+        return _current
+    _current = Recorder(root)
+    if not _fork_hook_installed:
+        os.register_at_fork(after_in_child=_after_fork)
+        _fork_hook_installed = True
+    return _current
+
+
+def stop() -> None:
+    """Flush and stop this process's recorder."""
+    global _current
+    if _current is not None:
+        _current.stop()
+        _current = None
+
+
+def _after_fork() -> None:
+    if _current is not None:
+        _current.after_fork_in_child()
+
+
+def record(table: str, row: tuple) -> None:
+    """Buffer a row if recording; a no-op otherwise."""
+    rec = _current
+    if rec is not None:
+        rec.add(table, row)
+
+
+def guarded(where: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for collector callbacks: exceptions are reported and swallowed."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - never break the job
+                if _current is not None:
+                    _current.error(where, e)
+                return None
+
+        inner.__name__ = fn.__name__
+        inner.__doc__ = fn.__doc__
+        return inner
+
+    return wrap

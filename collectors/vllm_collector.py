@@ -1,0 +1,225 @@
+"""vLLM collector: one requests row per generated sample, generate spans, weight-update entry points.
+
+Attaches by patching, once per process, the few vLLM entry points every front end goes through:
+
+- ``LLMEngine.__init__`` / ``AsyncLLM.__init__``: force ``log_stats=True``, without which vLLM leaves
+  ``RequestOutput.metrics`` empty (a server started with ``--disable-log-stats`` then logs its periodic stats);
+- ``LLMEngine.step``: finished outputs of ``LLM.generate`` / ``LLM.chat`` and of user step loops;
+- ``AsyncLLM.generate``: the async engine RL frameworks use, and the OpenAI-compatible server;
+- ``LLM.generate`` / ``LLM.chat``: a ``generate`` span each, and the generator's step count;
+- ``LLM.collective_rpc`` of weight-update methods: a timed, sized weight-sync flow into the engine.
+
+Fields are read with ``getattr`` defaults, so an older vLLM that lacks one records the rest. Engine-core
+timestamps are ``time.monotonic()`` of the engine process (shared by processes on one host) and are
+converted to wall-clock ns with this process's offset.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from rltrace.collectors import recorder
+from rltrace.collectors.api import steps
+
+WEIGHT_METHODS = ("update_weight", "update_weights", "reload_weights", "load_weights", "update_weights_from_tensor")
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+_MONO_OFFSET_NS = time.time_ns() - time.monotonic_ns()
+_engines: dict[int, str] = {}
+
+
+def engine_key(engine: object) -> str:
+    """A process-local key per engine instance; the merge turns keys into ``rollout/engine<i>``."""
+    key = _engines.get(id(engine))
+    if key is None:
+        key = _engines[id(engine)] = f"engine:{len(_engines)}"
+        rec = recorder.current()
+        if rec is not None:
+            rec.note_role("rollout")
+            rec.meta["engines"][key] = type(engine).__name__
+    return key
+
+
+def _wall_ns(monotonic_s: float) -> int | None:
+    return int(monotonic_s * 1e9) + _MONO_OFFSET_NS if monotonic_s else None
+
+
+def record_output(engine: object, out: Any) -> None:
+    """Record a finished RequestOutput: one row per completion (n > 1 gives several samples of one group)."""
+    if not getattr(out, "finished", False):
+        return
+    m = getattr(out, "metrics", None)
+    prompt = len(getattr(out, "prompt_token_ids", None) or [])
+    arrival = getattr(m, "arrival_time", 0.0)
+    arrival_ns = int(arrival * 1e9) if arrival else time.time_ns()
+    scheduled = _wall_ns(getattr(m, "scheduled_ts", 0.0))
+    first = _wall_ns(getattr(m, "first_token_ts", 0.0))
+    last = _wall_ns(getattr(m, "last_token_ts", 0.0))
+    # The frontend stamps arrival with the wall clock, the engine core the rest with the monotonic clock:
+    # keep the order the schema promises when the two clocks disagree by a hair.
+    if scheduled is not None and arrival_ns > scheduled:
+        arrival_ns = scheduled
+    finish = last if last is not None else time.time_ns()
+    completions = getattr(out, "outputs", None) or []
+    key = engine_key(engine)
+    req_id = str(getattr(out, "request_id", ""))
+    for i, c in enumerate(completions):
+        versions = getattr(c, "weight_versions", None)
+        version = max(versions) if versions else (steps.weight_version or None)
+        rid = req_id if len(completions) == 1 else f"{req_id}:{i}"
+        recorder.record(
+            "requests",
+            (
+                steps.gen(), rid, req_id, key, prompt, len(getattr(c, "token_ids", None) or []),
+                getattr(out, "num_cached_tokens", None), arrival_ns, scheduled, first, finish,
+                _FINISH.get(str(getattr(c, "finish_reason", "") or "abort"), "abort"),
+                version if isinstance(version, int) else None, 0, getattr(m, "num_preemptions", 0) or 0,
+            ),
+        )
+
+
+def _force_log_stats(init: Any) -> Any:
+    sig = inspect.signature(init)
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind_partial(self, *args, **kwargs)
+            if "log_stats" in sig.parameters:
+                bound.arguments["log_stats"] = True
+            args, kwargs = bound.args[1:], bound.kwargs
+        except Exception as e:  # noqa: BLE001
+            _report("vllm log_stats", e)
+        return init(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _step(step: Any) -> Any:
+    @functools.wraps(step)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outputs = step(self, *args, **kwargs)
+        rec = recorder.current()
+        if rec is not None:
+            with rec.guard("vllm collector"):
+                for out in outputs or ():
+                    record_output(self, out)
+        return outputs
+
+    return wrapper
+
+
+def _async_generate(gen: Any) -> Any:
+    @functools.wraps(gen)
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        async for out in gen(self, *args, **kwargs):
+            rec = recorder.current()
+            if rec is not None:
+                with rec.guard("vllm collector"):
+                    record_output(self, out)
+            yield out
+
+    return wrapper
+
+
+def _generate_span(method: Any) -> Any:
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.time_ns()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            rec = recorder.current()
+            if rec is not None:
+                with rec.guard("vllm collector"):
+                    key = engine_key(getattr(self, "llm_engine", self))
+                    rec.add("spans", (steps.gen(), key, "generate", f"LLM.{method.__name__}", start, time.time_ns()))
+                    steps.generate += 1
+
+    return wrapper
+
+
+def _payload_bytes(args: tuple, kwargs: dict) -> tuple[int, int, str]:
+    """Bytes, tensor count and transport of a weight-update call's arguments."""
+    path = kwargs.get("weights_path") or kwargs.get("path")
+    if isinstance(path, (str, Path)) and Path(path).exists():
+        files = [p for p in Path(path).rglob("*") if p.is_file() and p.suffix in (".safetensors", ".bin", ".pt")]
+        return sum(p.stat().st_size for p in files), 0, "disk"
+    tensors = [v for v in (*args, *kwargs.values()) if hasattr(v, "element_size") and hasattr(v, "numel")]
+    return sum(t.numel() * t.element_size() for t in tensors), len(tensors), "rpc"
+
+
+def _collective_rpc(rpc: Any) -> Any:
+    @functools.wraps(rpc)
+    def wrapper(self: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
+        name = method if isinstance(method, str) else getattr(method, "__name__", "")
+        if name not in WEIGHT_METHODS:
+            return rpc(self, method, *args, **kwargs)
+        start = time.time_ns()
+        result = rpc(self, method, *args, **kwargs)
+        rec = recorder.current()
+        if rec is not None:
+            with rec.guard("vllm weight update"):
+                call_args = kwargs.get("args") or (args[1] if len(args) > 1 else ())
+                call_kwargs = kwargs.get("kwargs") or (args[2] if len(args) > 2 else {}) or {}
+                size, tensors, transport = _payload_bytes(tuple(call_args), dict(call_kwargs))
+                steps.weight_version += 1
+                key = engine_key(getattr(self, "llm_engine", self))
+                src = f"{transport}:{name}"
+                rec.add("weight_syncs", (steps.weight_version, src, key, size, tensors, transport, start, time.time_ns()))
+        return result
+
+    return wrapper
+
+
+def _report(where: str, e: Exception) -> None:
+    rec = recorder.current()
+    if rec is not None:
+        rec.error(where, e)
+
+
+def _patch(cls: Any, name: str, make: Any) -> None:
+    original = getattr(cls, name, None)
+    if original is None or getattr(original, "__rltrace_wrapped__", False):
+        return
+    wrapped = make(original)
+    wrapped.__rltrace_wrapped__ = True
+    setattr(cls, name, wrapped)
+
+
+def install_llm_engine(module: Any) -> None:
+    """Patch ``vllm.v1.engine.llm_engine`` once it is imported."""
+    with _guard("vllm collector install"):
+        _patch(module.LLMEngine, "__init__", _force_log_stats)
+        _patch(module.LLMEngine, "step", _step)
+
+
+def install_async_llm(module: Any) -> None:
+    """Patch ``vllm.v1.engine.async_llm`` once it is imported."""
+    with _guard("vllm collector install"):
+        _patch(module.AsyncLLM, "__init__", _force_log_stats)
+        _patch(module.AsyncLLM, "generate", _async_generate)
+
+
+def install_llm(module: Any) -> None:
+    """Patch ``vllm.entrypoints.llm`` once it is imported."""
+    with _guard("vllm collector install"):
+        _patch(module.LLM, "generate", _generate_span)
+        _patch(module.LLM, "chat", _generate_span)
+        _patch(module.LLM, "collective_rpc", _collective_rpc)
+
+
+def _guard(where: str) -> Any:
+    rec = recorder.current()
+    return nullcontext() if rec is None else rec.guard(where)
+
+
+MODULES = {
+    "vllm.v1.engine.llm_engine": install_llm_engine,
+    "vllm.v1.engine.async_llm": install_async_llm,
+    "vllm.entrypoints.llm": install_llm,
+}

@@ -1,0 +1,72 @@
+"""`rltrace record` on a real 2-rank Gloo job: every c10d API is captured with the right facts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import rltrace
+from helpers import REPO, run_cli
+
+pytest.importorskip("torch", reason="the torch extra is installed by `make test`")
+
+JOB = REPO / "tests" / "jobs" / "collectives_job.py"
+F32, I64 = 4, 8
+
+
+def expected(rank: int) -> list[tuple]:
+    """(op, dtype, count, bytes_in, bytes_out, peer, async_op) in issue order, as collectives_job.py issues them."""
+    peer = 1 - rank
+    first_p2p = (
+        ("send", "float32", 16, 16 * F32, 0, peer, False) if rank == 0 else ("recv", "float32", 16, 0, 16 * F32, peer, False)
+    )
+    return [
+        ("all_reduce", "float32", 1024, 1024 * F32, 1024 * F32, None, False),
+        ("all_gather", "float32", 256, 256 * F32, 512 * F32, None, False),
+        ("all_gather", "float32", 512, 512 * F32, 1024 * F32, None, False),  # all_gather_into_tensor
+        ("reduce_scatter", "float32", 256, 256 * F32, 128 * F32, None, False),
+        ("broadcast", "int64", 64, 64 * I64, 64 * I64, 0, False),
+        ("all_to_all", "float32", 64, 64 * F32, 64 * F32, None, False),
+        first_p2p,
+        ("send", "float32", 8, 8 * F32, 0, peer, True),  # batch_isend_irecv
+        ("recv", "float32", 8, 0, 8 * F32, peer, True),
+        ("all_reduce", "float32", 2048, 2048 * F32, 2048 * F32, None, True),  # async_op=True + wait
+        ("all_reduce", "float32", 100, 100 * F32, 100 * F32, None, True),  # functional collective
+        ("all_gather", "float32", 32, 32 * F32, 64 * F32, None, True),  # DTensor redistribute
+    ]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("rec") / "run"
+    result = run_cli(
+        "record", "-o", str(out), "--",
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29631", str(JOB),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "collector error" not in result.stderr, result.stderr
+    return out
+
+
+def test_every_operation_is_recorded_with_its_facts(recorded: Path) -> None:
+    coll = rltrace.open(recorded).collectives.collect().sort("rank", "seq")
+    for rank in (0, 1):
+        rows = coll.filter(pl.col("rank") == rank)
+        got = list(rows.select("op", "dtype", "count", "bytes_in", "bytes_out", "peer", "async_op").iter_rows())
+        assert got == expected(rank), rank
+        assert set(rows["pg"]) == {"world"}
+        assert all(r == [0, 1] for r in rows["pg_ranks"].to_list())
+        assert rows["seq"].to_list() == list(range(len(got)))
+
+
+def test_end_times_are_real_completions(recorded: Path) -> None:
+    coll = rltrace.open(recorded).collectives.collect()
+    assert (coll["end_ns"] >= coll["start_ns"]).all()
+    first = coll.filter((pl.col("rank") == 0) & (pl.col("seq") == 0)).row(0, named=True)
+    # rank 1 sleeps 0.3 s before joining the first all_reduce: rank 0's op ends only once it has
+    assert first["end_ns"] - first["start_ns"] >= 0.25e9
+    other = coll.filter((pl.col("rank") == 1) & (pl.col("seq") == 0)).row(0, named=True)
+    assert other["end_ns"] - other["start_ns"] < 0.2e9

@@ -6,7 +6,7 @@
     rltrace.log_flow(version=k, src=..., dst=..., bytes=n, start_ns=t0, end_ns=t1, method="rdma")
 
 Steps: an explicit ``set_step`` wins; otherwise trainers count optimizer steps and generators count
-``LLM.generate`` calls (the collectors bump those counters).
+``LLM.generate`` calls (the collectors bump those counters when the next step's work begins).
 """
 
 from __future__ import annotations
@@ -23,25 +23,29 @@ SELF = "self"  # placeholder actor: the merge names the process (e.g. trainer/ra
 
 
 class _Steps:
-    """Process-wide step counters."""
+    """Process-wide step counters.
+
+    A step's work ends with what follows its update (a weight sync after step k's optimizer step belongs to
+    step k), so the inferred counters advance when the next step's work begins: a trainer's at its first
+    forward after an optimizer step, a generator's at its next generate call.
+    """
 
     def __init__(self) -> None:
         self.explicit: int | None = None
-        self.optimizer = 0
-        self.generate = 0
+        self.optimizer = 0  # optimizer steps whose step has been left (advanced at the next forward)
+        self.generate_calls = 0
         self.weight_version = 0
-        self.lock = threading.Lock()
 
     def train(self) -> int:
         return self.explicit if self.explicit is not None else self.optimizer
 
     def gen(self) -> int:
-        return self.explicit if self.explicit is not None else self.generate
+        return self.explicit if self.explicit is not None else max(self.generate_calls - 1, 0)
 
     def current(self) -> int:
         if self.explicit is not None:
             return self.explicit
-        return max(self.optimizer, self.generate)
+        return max(self.optimizer, self.gen())
 
 
 steps = _Steps()
@@ -83,7 +87,10 @@ def log_flow(
             raise ValueError(f"method {method!r} is not one of {', '.join(SYNC_METHODS)}")
         if end_ns < start_ns or bytes < 0:
             raise ValueError(f"impossible flow: bytes={bytes}, start_ns={start_ns}, end_ns={end_ns}")
-        rec.add("weight_syncs", (version, src, dst, int(bytes), int(tensors), method, int(start_ns), int(end_ns)))
+        rec.add(
+            "weight_syncs",
+            (version, src, dst, int(bytes), int(tensors), method, int(start_ns), int(end_ns), steps.current()),
+        )
 
 
 @contextmanager

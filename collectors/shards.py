@@ -100,37 +100,46 @@ def _main_world(shards: list[Shard]) -> str | None:
     return max(set(worlds), key=lambda w: (int(w.rsplit("/", 1)[1]), worlds.count(w)))
 
 
-def _flows_from_collectives(coll: pl.DataFrame, shards: list[Shard], sync_groups: set[str]) -> pl.DataFrame:
-    """Broadcasts and sends from trainer ranks to generator processes, as one flow per version and pair."""
+def _flows_from_collectives(
+    coll: pl.DataFrame, spans: pl.DataFrame, shards: list[Shard], sync_groups: set[str]
+) -> pl.DataFrame:
+    """Broadcasts, scatters and sends from trainer ranks to generator processes (or on a declared group), as
+    one flow per step and (src, dst). The version delivered counts the optimizer steps the source rank had
+    finished when the transfer began."""
     rank_actor = {s.meta["rank"]: s.actor for s in shards if s.meta.get("rank") is not None}
     trainer = {r for r, a in rank_actor.items() if a.startswith("trainer/")}
     rollout = {r for r, a in rank_actor.items() if a.startswith("rollout/")}
     backends = {k: v for s in shards for k, v in s.meta.get("backends", {}).items()}
-    candidates = coll.filter(
+    sends = coll.filter(
         pl.col("op").is_in(["broadcast", "send", "scatter"]) & pl.col("peer").is_not_null()
         & ((pl.col("op") == "send") | (pl.col("rank") == pl.col("peer")))
     )
     rows = []
-    for r in candidates.iter_rows(named=True):
+    for r in sends.iter_rows(named=True):  # only the few sending-side rows of sync candidates
         members = set(r["pg_ranks"])
-        crossing = r["rank"] in trainer and bool(members & rollout)
-        if not (crossing or r["pg"] in sync_groups):
+        declared = r["pg"] in sync_groups
+        if not (declared or (r["rank"] in trainer and members & rollout)):
             continue
         dsts = [r["peer"]] if r["op"] == "send" else sorted(members - {r["rank"]})
+        dsts = [d for d in dsts if declared or d in rollout]
         method = backends.get(r["pg"], "other")
         for d in dsts:
-            if r["op"] == "send" or d in rollout or r["pg"] in sync_groups:
-                share = r["bytes_in"] // len(dsts) if r["op"] == "scatter" else r["bytes_in"]
-                rows.append((r["step"], rank_actor.get(r["rank"], f"rank{r['rank']}"), rank_actor.get(d, f"rank{d}"),
-                             share, method if method in SYNC_METHODS else "other", r["start_ns"], r["end_ns"]))
+            share = r["bytes_in"] // len(dsts) if r["op"] == "scatter" else r["bytes_in"]
+            rows.append((r["step"], rank_actor.get(r["rank"], f"rank{r['rank']}"), rank_actor.get(d, f"rank{d}"),
+                         share, method if method in SYNC_METHODS else "other", r["start_ns"], r["end_ns"]))
     if not rows:
         return pl.DataFrame(schema=polars_schema(TABLES["weight_syncs"]))
-    flows = pl.DataFrame(rows, schema=["version", "src", "dst", "bytes", "method", "start_ns", "end_ns"], orient="row")
-    return (
-        flows.group_by("version", "src", "dst", "method", maintain_order=True)
-        .agg(pl.col("bytes").sum(), pl.len().alias("tensors"), pl.col("start_ns").min(), pl.col("end_ns").max())
-        .select(TABLES["weight_syncs"].names)
+    flows = pl.DataFrame(
+        rows, schema=["step", "src", "dst", "bytes", "method", "start_ns", "end_ns"], orient="row"
+    ).group_by("step", "src", "dst", "method", maintain_order=True).agg(
+        pl.col("bytes").sum(), pl.len().alias("tensors"), pl.col("start_ns").min(), pl.col("end_ns").max()
     )
+    updated = spans.filter(pl.col("phase") == "optimizer").group_by("actor", "step").agg(
+        pl.col("end_ns").max().alias("_opt_end")
+    )
+    flows = flows.join(updated, left_on=["src", "step"], right_on=["actor", "step"], how="left")
+    version = pl.col("step") + (pl.col("_opt_end") <= pl.col("start_ns")).fill_null(False).cast(pl.Int64)
+    return flows.with_columns(version.alias("version")).select(TABLES["weight_syncs"].names)
 
 
 def merge(
@@ -160,11 +169,11 @@ def merge(
     world = _main_world(shards)
     in_world = {s.index for s in shards if s.meta.get("world") == world}
     coll = tables["collectives"].filter(pl.col("_shard").is_in(list(in_world))).sort("start_ns", "rank")
-    flows = _flows_from_collectives(coll, shards, sync_groups or set())
+    flows = _flows_from_collectives(coll, spans, shards, sync_groups or set())
     syncs = pl.concat([syncs.drop("_shard"), flows], how="vertical_relaxed").sort("start_ns")
+    step = pl.coalesce("step", "version").cast(pl.Int32).alias("step")
     sync_spans = pl.concat(
-        [syncs.select(pl.col("version").alias("step"), pl.col(end).alias("actor"), "start_ns", "end_ns")
-         for end in ("src", "dst")]
+        [syncs.select(step, pl.col(end).alias("actor"), "start_ns", "end_ns") for end in ("src", "dst")]
     ).group_by("step", "actor").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
     sync_spans = sync_spans.with_columns(pl.lit("weight_sync").alias("phase"), pl.lit("weight sync").alias("name"))
     spans = pl.concat([spans.drop("_shard"), sync_spans.select(TABLES["spans"].names)], how="vertical_relaxed")

@@ -305,11 +305,15 @@ class _TrainSpans:
         self.forward_start: int | None = None
         self.opt_start = 0
         self.handle: Any = None
+        self.stepped = False  # an optimizer step happened since the last forward: the next forward is a new step
 
     def arm(self) -> None:
         self.handle = torch.nn.modules.module.register_module_forward_pre_hook(self.first_forward)
 
     def first_forward(self, module: Any, args: Any) -> None:
+        if self.stepped:
+            steps.optimizer += 1
+            self.stepped = False
         if self.forward_start is None:
             self.forward_start = time.time_ns()
         if self.handle is not None:
@@ -331,7 +335,7 @@ class _TrainSpans:
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         end = time.time_ns()
         recorder.record("spans", (steps.train(), SELF, "optimizer", type(optimizer).__name__ + ".step", self.opt_start, end))
-        steps.optimizer += 1
+        self.stepped = True
         if self.handle is None:
             self.arm()
 

@@ -130,6 +130,7 @@ def _generate_span(method: Any) -> Any:
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.time_ns()
+        steps.generate_calls += 1  # this call starts the generator's next step
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -138,7 +139,6 @@ def _generate_span(method: Any) -> Any:
                 with rec.guard("vllm collector"):
                     key = engine_key(getattr(self, "llm_engine", self))
                     rec.add("spans", (steps.gen(), key, "generate", f"LLM.{method.__name__}", start, time.time_ns()))
-                    steps.generate += 1
 
     return wrapper
 
@@ -170,7 +170,10 @@ def _collective_rpc(rpc: Any) -> Any:
                 steps.weight_version += 1
                 key = engine_key(getattr(self, "llm_engine", self))
                 src = f"{transport}:{name}"
-                rec.add("weight_syncs", (steps.weight_version, src, key, size, tensors, transport, start, time.time_ns()))
+                rec.add(
+                    "weight_syncs",
+                    (steps.weight_version, src, key, size, tensors, transport, start, time.time_ns(), steps.gen()),
+                )
         return result
 
     return wrapper

@@ -14,7 +14,7 @@ read too (unknown columns are dropped). A different major version is refused.
 Changelog:
     1.0  requests, collectives, weight_syncs, spans.
     1.1  requests gains ``cached_tokens``, ``turn`` and ``num_preemptions`` (prefix caching, multi-turn
-         agentic trajectories, vLLM preemptions).
+         agentic trajectories, vLLM preemptions); weight_syncs gains ``step``.
 """
 
 from __future__ import annotations
@@ -208,6 +208,15 @@ WEIGHT_SYNCS = TableSchema(
         Column("method", _STR, "transport", choices=SYNC_METHODS),
         _ns("start_ns", "start of the transfer"),
         _ns("end_ns", "end of the transfer"),
+        Column(
+            "step",
+            _I32,
+            "RL step during which the transfer ran (the sync after step k's update is in step k)",
+            nullable=True,
+            required=False,
+            since=(1, 1),
+            min_value=0,
+        ),
     ),
     orders=(Order("start_ns", "end_ns"),),
 )

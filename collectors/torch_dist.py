@@ -1,19 +1,20 @@
 """torch.distributed collector: every c10d operation, whichever API issued it.
 
-A TorchDispatchMode sees the c10d dispatcher ops behind every API on every backend: eager
-``torch.distributed.*`` calls, batched p2p, DDP's reducer, functional collectives (DTensor, FSDP2). Per op
-it records op, dtype, element count, bytes in/out, process group (name and global ranks), root/peer,
-a per-group sequence number, issue time and completion time:
+Every API ends in a c10d dispatcher op: eager ``torch.distributed.*`` calls, batched p2p, DDP's C++ reducer,
+functional collectives (DTensor, FSDP2). The collector registers a Python kernel for exactly those ops at the
+dispatcher's ``BackendSelect`` key, which every call passes through (inference-mode tensors too), records the
+op and redispatches to the real backend kernel. Other ops never reach Python, so they cost nothing extra.
+Per op: op, dtype, element count, bytes in/out, process group (name and global ranks), root/peer, a per-group
+sequence number, issue time and completion time:
 
-- ops returning a Work: completion is the Work future's callback, which Gloo fires when the op is done;
-  for CUDA tensors (NCCL) the future completes at enqueue, so completion is the issue time plus the
-  Work's CUDA-event duration (``TORCH_NCCL_ENABLE_TIMING=1``, set by ``rltrace record``), read once the
-  Work reports completion;
-- functional collectives expose no Work: completion is when the job first waits on or consumes the output.
+- ops returning a Work with a future (Gloo collectives): completion is the future's callback;
+- Gloo Works without a future (send/recv, reduce_scatter): completion is the job's ``wait()`` on it;
+- CUDA tensors (NCCL): the future completes at enqueue, so completion is the issue time plus the Work's
+  CUDA-event duration (``TORCH_NCCL_ENABLE_TIMING=1``, set by ``rltrace record``), read once it completed;
+- functional collectives expose no Work: completion is their ``wait_tensor``, which runs before any use.
 
 It also hooks torch.optim's global step hooks: each optimizer step ends a ``train`` span (from the first
-module forward after the previous step) and is itself an ``optimizer`` span; the optimizer step count is
-the trainer's step.
+module forward after the previous step) and is itself an ``optimizer`` span.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import functools
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +31,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from rltrace.collectors import recorder
 from rltrace.collectors.api import SELF, steps
@@ -99,123 +100,171 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _nbytes(ts: list[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in ts)
+@dataclass(frozen=True, slots=True)
+class _Group:
+    name: str
+    ranks: list[int]
+    backend: str
 
 
 class _Groups:
-    """Process-group name and global ranks, cached per group."""
+    """Process-group facts, cached by the group object's identity (pybind11 returns the same Python object
+    for the same C++ group, and the cache keeps it alive, so identities are never reused)."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[str, list[int], str]] = {}
+        self._cache: dict[int, tuple[Any, _Group]] = {}
 
-    def lookup(self, pg: Any) -> tuple[str, list[int], str]:
-        key = pg.group_name
-        hit = self._cache.get(key)
-        if hit is None:
-            world = dist.group.WORLD
-            name = "world" if world is not None and pg.group_name == world.group_name else f"pg{pg.group_name}"
-            try:
-                ranks = list(dist.get_process_group_ranks(pg))
-            except Exception:  # noqa: BLE001 - a group outside the default world: its own ranks
-                ranks = list(range(pg.size()))
-            try:
-                backend = str(dist.get_backend(pg))
-            except Exception:  # noqa: BLE001
-                backend = "other"
-            hit = self._cache[key] = (name, ranks, backend)
-        return hit
-
-
-class CommMode(TorchDispatchMode):
-    """Records every c10d op that passes through the dispatcher on this thread (and its autograd threads)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.groups = _Groups()
-        self.seq: dict[str, int] = {}
-        self.pending: dict[int, list] = {}  # id(output tensor) -> row of a functional op awaiting completion
-        self.cuda_pending: list[tuple[list, Any]] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        spec = _spec(func)
-        if spec is None:
-            out = func(*args, **(kwargs or {}))
-            if self.pending:
-                self._consumed(args)
-            return out
-        start = time.time_ns()
-        out = func(*args, **(kwargs or {}))
+    def lookup(self, pg: Any) -> _Group:
+        hit = self._cache.get(id(pg))
+        if hit is not None:
+            return hit[1]
+        world = dist.group.WORLD
+        name = "world" if world is not None and pg.group_name == world.group_name else f"pg{pg.group_name}"
+        try:
+            ranks = list(dist.get_process_group_ranks(pg))
+        except Exception:  # noqa: BLE001 - a group outside the default world: its own ranks
+            ranks = list(range(pg.size()))
+        try:
+            backend = str(dist.get_backend(pg))
+        except Exception:  # noqa: BLE001
+            backend = "other"
+        group = _Group(name, ranks, backend)
+        self._cache[id(pg)] = (pg, group)
         rec = recorder.current()
         if rec is not None:
-            with rec.guard("torch.distributed collector"):
-                self._record(rec, spec, args, out, start)
-        return out
+            rec.meta["backends"][name] = backend
+            if rec.meta.get("rank") is None and dist.is_initialized():
+                rec.meta["rank"] = dist.get_rank()
+                addr = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+                rec.meta["world"] = f"{addr}/{dist.get_world_size()}"
+        return group
+
+
+_DTYPES: dict[Any, str] = {}
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    name = _DTYPES.get(t.dtype)
+    if name is None:
+        name = _DTYPES[t.dtype] = str(t.dtype).removeprefix("torch.")
+    return name
+
+
+_AFTER_BACKEND_SELECT = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect)
+
+
+class Interceptor:
+    """Records the c10d ops that pass through the Python kernels registered by :func:`install`.
+
+    ``min_ranks``: groups with fewer ranks are not recorded (a one-rank group moves nothing).
+    """
+
+    def __init__(self, min_ranks: int = 2) -> None:
+        self.min_ranks = min_ranks
+        self.groups = _Groups()
+        self.seq: dict[str, int] = {}
+        # id(output tensor) -> (weak reference, row) of a functional op awaiting its wait_tensor; the reference
+        # tells a reused id from the tensor itself, without keeping the tensor alive
+        self.pending: dict[int, tuple[weakref.ref, list]] = {}
+        self.cuda_pending: list[tuple[list, Any]] = []
+        self.rank: int | None = None
+
+    def kernel(self, op: Any, spec: _Spec | None) -> Any:
+        """The Python kernel for one op overload."""
+
+        def run(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(_tls, "inside", False):  # an op issued by another c10d op (functional -> c10d): once only
+                return op.redispatch(keyset - _AFTER_BACKEND_SELECT, *args, **kwargs)
+            _tls.inside = True
+            start = time.time_ns()
+            try:
+                out = op.redispatch(keyset - _AFTER_BACKEND_SELECT, *args, **kwargs)
+            finally:
+                _tls.inside = False
+            rec = recorder.current()
+            if rec is not None:
+                try:  # inline rather than rec.guard(): this runs once per collective
+                    if spec is None:
+                        self._waited(args)
+                    else:
+                        self._record(rec, spec, args, out, start)
+                except Exception as e:  # noqa: BLE001 - recording must never break the job
+                    rec.error("torch.distributed collector", e)
+            return out
+
+        return run
+
+    def _waited(self, args: tuple) -> None:
+        entry = self.pending.pop(id(args[0]), None) if args else None
+        if entry is not None and entry[0]() is args[0]:
+            entry[1][12] = time.time_ns()
+            recorder.record("collectives", tuple(entry[1]))
 
     def _record(self, rec: recorder.Recorder, spec: _Spec, args: tuple, out: Any, start: int) -> None:
-        pg = None
         if spec.group is not None:
             pg = dist.ProcessGroup.unbox(args[spec.group])
         elif spec.group_name is not None:
             pg = torch._C._distributed_c10d._resolve_process_group(args[spec.group_name])
-        if pg is None:
+        else:
             return
-        name, ranks, backend = self.groups.lookup(pg)
-        ins = _tensors(args[spec.inputs]) if spec.inputs is not None else []
-        outs = _tensors(args[spec.outputs]) if spec.outputs is not None else []
-        if spec.functional:
-            outs = _tensors(out)
-        if spec.op == "barrier":
-            ins, outs = [], []
-        first = (ins or outs or [None])[0]
-        dtype = str(first.dtype).removeprefix("torch.") if first is not None else "none"
-        peer = None
-        if spec.peer is not None and isinstance(args[spec.peer], int) and spec.op != "barrier":
-            group_rank = args[spec.peer]
-            peer = ranks[group_rank] if 0 <= group_rank < len(ranks) else group_rank
-        bytes_in = _nbytes(ins)
-        bytes_out = _nbytes(outs) if outs else bytes_in
-        if spec.op in ("recv",):
-            bytes_in, bytes_out = 0, _nbytes(ins)
-        elif spec.op == "send":
+        group = self.groups.lookup(pg)
+        ranks = group.ranks
+        if len(ranks) < self.min_ranks:
+            return  # nothing moves in a one-rank group (vLLM's CPU worker creates one)
+        op = spec.op
+        if op == "barrier":
+            ins: list[torch.Tensor] = []
+            outs: list[torch.Tensor] = []
+        else:
+            ins = _tensors(args[spec.inputs]) if spec.inputs is not None else []
+            outs = _tensors(out) if spec.functional else _tensors(args[spec.outputs]) if spec.outputs is not None else []
+        first = ins[0] if ins else outs[0] if outs else None
+        bytes_in = ins[0].nbytes if len(ins) == 1 else sum(t.nbytes for t in ins)
+        bytes_out = (outs[0].nbytes if len(outs) == 1 else sum(t.nbytes for t in outs)) if outs else bytes_in
+        if op == "recv":
+            bytes_in, bytes_out = 0, bytes_in
+        elif op == "send":
             bytes_out = 0
-        seq = self.seq.get(name, 0)
-        self.seq[name] = seq + 1
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        if rec.meta.get("rank") is None and dist.is_initialized():
-            rec.meta["rank"] = rank
-            rec.meta["world"] = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}/{dist.get_world_size()}"
-        rec.meta["backends"][name] = backend
-        async_op = bool(getattr(_tls, "async_op", False)) or spec.functional
-        count = sum(t.numel() for t in ins) if ins else sum(t.numel() for t in outs)
-        row = [steps.current(), rank, name, ranks, spec.op, dtype, count, bytes_in, bytes_out, peer, seq, start, None, async_op]
-        work = out[-1] if isinstance(out, tuple) else out
+        peer = None
+        if spec.peer is not None and op != "barrier":
+            group_rank = args[spec.peer]
+            if isinstance(group_rank, int):
+                peer = ranks[group_rank] if 0 <= group_rank < len(ranks) else group_rank
+        seq = self.seq.get(group.name, 0)
+        self.seq[group.name] = seq + 1
+        if self.rank is None:
+            self.rank = dist.get_rank() if dist.is_initialized() else 0
+        counted = ins or outs
+        count = counted[0].numel() if len(counted) == 1 else sum(t.numel() for t in counted)
+        row = [
+            steps.current(), self.rank, group.name, ranks, op, _dtype_name(first) if first is not None else "none",
+            count, bytes_in, bytes_out, peer, seq, start, None, spec.functional or getattr(_tls, "async_op", False),
+        ]
         if spec.functional:
+            if len(self.pending) > MAX_AWAITING:
+                self.pending.clear()  # never-waited outputs: their completion time is unknown
             for t in outs:
-                self.pending[id(t)] = row
+                self.pending[id(t)] = (weakref.ref(t), row)
             return
+        sync_rows = getattr(_tls, "sync_rows", None)
+        if sync_rows is not None and not (first is not None and first.is_cuda):
+            sync_rows.append(row)  # completed when the synchronous API call returns
+            return
+        work = out[-1] if isinstance(out, tuple) else out
         if isinstance(work, torch.ScriptObject):
             work = dist.Work.unbox(work)
         if not isinstance(work, dist.Work):
             row[12] = time.time_ns()
             rec.add("collectives", tuple(row))
-            return
-        if first is not None and first.is_cuda:
+        elif first is not None and first.is_cuda:
             self.cuda_pending.append((row, work))
-            return
-        try:
-            work.get_future().then(functools.partial(_completed, row))
-        except RuntimeError:  # Gloo send/recv and reduce_scatter Works have no future: completion is their wait
-            _awaiting[id(work)] = (row, work)
-
-    def _consumed(self, args: tuple) -> None:
-        """Stamp completion of functional collectives whose output this op consumed (or waited on)."""
-        now = time.time_ns()
-        for t in _tensors(list(args)):
-            row = self.pending.pop(id(getattr(t, "elem", t)), None)
-            if row is not None and row[12] is None:
-                row[12] = now
-                recorder.record("collectives", tuple(row))
+        else:
+            try:
+                future = work.get_future()
+            except RuntimeError:  # Gloo send/recv and reduce_scatter Works have no future: completion is their wait
+                _awaiting[id(work)] = (row, work)
+                return
+            future.add_done_callback(functools.partial(_completed, row))
 
     def resolve_cuda(self) -> None:
         """Finish NCCL rows whose Work completed: end = issue + CUDA-event duration (called by the flush)."""
@@ -275,13 +324,23 @@ def _flag_async(fn: Any, always: bool) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if getattr(_tls, "depth", 0):  # an API implemented by another (send -> isend): the outer call decides
             return fn(*args, **kwargs)
-        _tls.async_op = always or bool(kwargs.get("async_op", False))
+        is_async = always or bool(kwargs.get("async_op", False))
+        _tls.async_op = is_async
         _tls.depth = 1
+        # A synchronous call waits before it returns: its ops complete then, with no Work future needed.
+        sync_rows: list[list] | None = None if is_async else []
+        _tls.sync_rows = sync_rows
         try:
             return fn(*args, **kwargs)
         finally:
             _tls.async_op = False
             _tls.depth = 0
+            _tls.sync_rows = None
+            if sync_rows:
+                now = time.time_ns()
+                for row in sync_rows:
+                    row[12] = now
+                    recorder.record("collectives", tuple(row))
 
     wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]
     return wrapper
@@ -340,65 +399,63 @@ class _TrainSpans:
             self.arm()
 
 
-_mode: CommMode | None = None
+_interceptor: Interceptor | None = None
+_libraries: list[torch.library.Library] = []
 _train: _TrainSpans | None = None
 
 
-def enter_mode() -> None:
-    """Start capturing c10d ops on this thread, once a process group of several ranks exists.
+def _register_kernels(interceptor: Interceptor) -> int:
+    """A Python kernel at BackendSelect for every known c10d op overload (and wait_tensor); returns how many."""
+    count = 0
+    for namespace in _COMM_NAMESPACES:
+        lib = torch.library.Library(namespace, "IMPL")
+        _libraries.append(lib)
+        ops = getattr(torch.ops, namespace)
+        for name in (*_OPS, "wait_tensor"):
+            try:
+                packet = getattr(ops, name)
+            except (AttributeError, RuntimeError):
+                continue
+            for overload in packet.overloads():
+                op = getattr(packet, overload)
+                spec = None if name == "wait_tensor" else _spec(op)
+                if spec is None and name != "wait_tensor":
+                    continue
+                qualified = name if overload == "default" else f"{name}.{overload}"
+                lib.impl(qualified, interceptor.kernel(op, spec), "BackendSelect", with_keyset=True)
+                count += 1
+    return count
 
-    Single-rank worlds (vLLM's CPU worker creates one) have nothing to record, and skipping them keeps the
-    dispatch mode, which sees every op, off their hot path.
-    """
-    global _mode
+
+def install(_module: Any = None, *, min_ranks: int = 2) -> None:
+    """Attach to torch in this process: the op kernels (again after :func:`uninstall`), and once per process
+    the Work.wait wrapper, async flags and optimizer hooks."""
+    global _interceptor, _train
     rec = recorder.current()
-    if _mode is not None or rec is None or not dist.is_initialized() or dist.get_world_size() < 2:
-        return
-    _mode = CommMode()
-    _mode.__enter__()
-    rec.flush_hooks.append(_mode.resolve_cuda)
-    rec.flush_hooks.append(_prune_awaiting)
-
-
-def _after_init(init: Any) -> Any:
-    @functools.wraps(init)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = init(*args, **kwargs)
-        rec = recorder.current()
-        if rec is not None:
-            with rec.guard("torch collector install"):
-                enter_mode()
-        return result
-
-    wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]
-    return wrapper
-
-
-def install(_module: Any = None) -> None:
-    """Attach to torch in this process (idempotent): async flags, optimizer hooks, and the dispatch mode
-    now if a multi-rank process group exists, else right after ``init_process_group`` creates one."""
-    global _train
-    rec = recorder.current()
-    if rec is None or _train is not None:
+    if rec is None or _interceptor is not None:
         return
     with rec.guard("torch collector install"):
-        _patch_async_flags()
-        if not getattr(dist.Work.wait, "__rltrace_wrapped__", False):
-            dist.Work.wait = _wrap_wait(dist.Work.wait)
-        if not getattr(c10d.init_process_group, "__rltrace_wrapped__", False):
-            wrapped = _after_init(c10d.init_process_group)
-            c10d.init_process_group = wrapped
-            dist.init_process_group = wrapped
-        _train = _TrainSpans()
-        _train.arm()
-        register_optimizer_step_pre_hook(_train.pre_step)
-        register_optimizer_step_post_hook(_train.post_step)
-        enter_mode()
+        _interceptor = Interceptor(min_ranks)
+        rec.meta["c10d_kernels"] = _register_kernels(_interceptor)
+        rec.flush_hooks.append(_interceptor.resolve_cuda)
+        if _train is None:
+            rec.flush_hooks.append(_prune_awaiting)
+            _patch_async_flags()
+            if not getattr(dist.Work.wait, "__rltrace_wrapped__", False):
+                dist.Work.wait = _wrap_wait(dist.Work.wait)
+            _train = _TrainSpans()
+            _train.arm()
+            register_optimizer_step_pre_hook(_train.pre_step)
+            register_optimizer_step_post_hook(_train.post_step)
 
 
 def uninstall() -> None:
-    """Leave the dispatch mode (for start()/stop() within one process)."""
-    global _mode
-    if _mode is not None:
-        _mode.__exit__(None, None, None)
-        _mode = None
+    """Remove the op kernels (the other hooks stay, inert once the process stops recording)."""
+    global _interceptor
+    for lib in _libraries:
+        lib._destroy()
+    _libraries.clear()
+    _interceptor = None
+    rec = recorder.current()
+    if rec is not None:
+        rec.flush_hooks[:] = [h for h in rec.flush_hooks if not isinstance(getattr(h, "__self__", None), Interceptor)]

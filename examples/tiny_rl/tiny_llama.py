@@ -15,7 +15,7 @@ CORPUS = [
     "weights move from the trainer to the generator after every step",
     "a group of samples shares one prompt and one baseline",
 ] * 8
-STOP_TOKENS = 4  # token ids 0..3 end a sample
+STOP_IDS = [0, 1, 2, 3]  # special tokens <s>, </s>, <pad>, <unk>: any of them ends a sample
 
 
 def build(folder: str | Path, *, vocab: int = 512, hidden: int = 128, layers: int = 2, seed: int = 0) -> Path:

@@ -47,7 +47,9 @@ def record(
 
     Example: rltrace record -o run -- torchrun --nproc-per-node 2 train.py
     """
-    info = get_model(model).info() if model else None
+    # A config.json the job writes itself is read after the run; anything else is checked now.
+    deferred = bool(model and model.endswith(".json") and not Path(model).exists())
+    info = get_model(model).info() if model and not deferred else None
     groups = set(sync_group or [])
     if merge_dir is not None:
         if command:
@@ -71,6 +73,8 @@ def record(
 
     code = _run(command, env)
     try:
+        if deferred:
+            info = get_model(str(model)).info()
         _merge(record_dir, output, command=command, model=info, groups=groups, force=force, keep=keep_shards,
                run_id=name)
     except RltraceError as e:

@@ -1,0 +1,164 @@
+"""A real, small RL job on CPU: one vLLM generator process and two DDP trainer ranks over Gloo (GRPO-style).
+
+Every step: the generator samples several responses per prompt with vLLM and scores them; it sends the batch
+to the trainers; each trainer takes half, computes group-normalised advantages and a policy-gradient loss,
+runs forward/backward (DDP all-reduces the gradients) and an AdamW step; then trainer rank 0 broadcasts every
+parameter to the generator over a process group of the two, and the generator reloads them into vLLM.
+
+The job checks that the generator really serves the synced weights: vLLM reports the log-probability of each
+sampled response, and trainer rank 0 recomputes it with its own weights before updating them. On-policy, the
+two agree to float precision (``logprob_gap``); a generator one update behind would be off by about the
+update's own effect on the same log-probability (``update_shift``).
+
+    python examples/tiny_rl/train.py [--steps 4] [--prompts 4] [--samples 4] [--model-dir DIR]
+    rltrace record -o tiny_run --model DIR/config.json -- python examples/tiny_rl/train.py --model-dir DIR
+
+Ranks: 0 and 1 train, 2 generates. Two JSON lines go to stdout: the generator's (steps, parameter bytes,
+samples per step) and trainer rank 0's (``logprob_gap``, ``update_shift`` and ``step_s`` per step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import rltrace
+import tiny_llama
+
+TRAINERS, GENERATOR = (0, 1), 2
+PROMPTS = ["the policy samples", "weights move from", "long rollouts hold", "a group of samples",
+           "the reward model", "short ones wait"]
+MAX_TOKENS = 96
+TARGET = 7  # the reward: how often the response uses this token id (any fixed id works)
+
+
+def reward(tokens: list[int]) -> float:
+    return sum(t == TARGET for t in tokens) / max(len(tokens), 1)
+
+
+def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=str(args.model_dir), dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
+    with safe_open(str(args.model_dir / "model.safetensors"), "pt") as f:
+        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
+    weights_dir = Path(tempfile.mkdtemp(prefix="tiny_rl_weights_"))
+    for step in range(args.steps):
+        prompts = [PROMPTS[(step * args.prompts + i) % len(PROMPTS)] for i in range(args.prompts)]
+        requests = [p for p in prompts for _ in range(args.samples)]
+        params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, stop_token_ids=tiny_llama.STOP_IDS,
+                                 logprobs=0, seed=step * 10_000 + i) for i in range(len(requests))]
+        outs = llm.generate(requests, params, use_tqdm=False)
+        with rltrace.span("reward", name="target_token_rate"):
+            batch = [(list(o.prompt_token_ids), list(o.outputs[0].token_ids), reward(list(o.outputs[0].token_ids)),
+                      i // args.samples, o.outputs[0].cumulative_logprob) for i, o in enumerate(outs)]
+        dist.broadcast_object_list([batch], src=GENERATOR)
+        received = {}
+        for name in sorted(shapes):  # the trainers broadcast in the same order
+            tensor = torch.empty(shapes[name], dtype=torch.float32)
+            dist.broadcast(tensor, src=TRAINERS[0], group=sync_group)
+            received[name] = tensor
+        save_file(received, str(weights_dir / "model.safetensors"))
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights_dir)})
+    llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon: without this, exit waits on it
+    param_bytes = sum(torch.Size(s).numel() * 4 for s in shapes.values())
+    return {"steps": args.steps, "param_bytes": param_bytes, "samples_per_step": args.prompts * args.samples}
+
+
+def trainer(rank: int, args: argparse.Namespace, train_group: dist.ProcessGroup, sync_group: dist.ProcessGroup) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM.from_pretrained(str(args.model_dir), dtype=torch.float32)
+    ddp = DistributedDataParallel(model, process_group=train_group)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    gaps, shifts, step_s = [], [], []
+    for _ in range(args.steps):
+        started = time.perf_counter()
+        box: list = [None]
+        dist.broadcast_object_list(box, src=GENERATOR)
+        batch = box[0]
+        rewards = torch.tensor([b[2] for b in batch])
+        groups = torch.tensor([b[3] for b in batch])
+        advantages = torch.zeros_like(rewards)
+        for g in groups.unique():  # GRPO: each response against its own prompt's group
+            mask = groups == g
+            advantages[mask] = (rewards[mask] - rewards[mask].mean()) / (rewards[mask].std(unbiased=False) + 1e-4)
+        mine = list(range(TRAINERS.index(rank), len(batch), len(TRAINERS)))
+        loss, logps = torch.zeros(()), []
+        for i in mine:
+            logp = sequence_logprob(ddp, batch[i][0], batch[i][1])
+            logps.append(float(logp))
+            loss = loss - advantages[i] * logp / len(batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if rank == TRAINERS[0]:
+            with torch.no_grad():
+                for _, tensor in sorted(model.state_dict().items()):
+                    dist.broadcast(tensor.contiguous(), src=rank, group=sync_group)
+        step_s.append(time.perf_counter() - started)  # generation wait + train + sync, as the trainer sees it
+        gaps.append(max(abs(lp - batch[i][4]) for lp, i in zip(logps, mine)))
+        with torch.no_grad():  # after the sync: rltrace counts a forward after an update as the next step's work
+            shifts.append(max(abs(float(sequence_logprob(model, batch[i][0], batch[i][1])) - lp)
+                              for lp, i in zip(logps, mine)))
+    if rank == TRAINERS[0]:
+        emit({"logprob_gap": gaps, "update_shift": shifts, "step_s": step_s})
+
+
+def sequence_logprob(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """Log-probability of ``completion`` after ``prompt`` under ``model``."""
+    ids = torch.tensor([prompt + completion])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).sum()
+
+
+def emit(summary: dict) -> None:
+    """One JSON line on stdout in a single write, so two ranks' lines never interleave on a pipe."""
+    os.write(1, (json.dumps(summary) + "\n").encode())
+
+
+def run(rank: int, args: argparse.Namespace, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=3)
+    train_group = dist.new_group(list(TRAINERS))
+    sync_group = dist.new_group([TRAINERS[0], GENERATOR])
+    if rank == GENERATOR:
+        emit(generator(args, sync_group))
+    else:
+        trainer(rank, args, train_group, sync_group)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=4, help="samples per prompt (the GRPO group)")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "rltrace_tiny_llama")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    tiny_llama.build(args.model_dir)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(run, args=(args, port), nprocs=3)
+
+
+if __name__ == "__main__":
+    main()

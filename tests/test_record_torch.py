@@ -43,7 +43,7 @@ def expected(rank: int) -> list[tuple]:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("rec") / "run"
     result = run_cli(
-        "record", "-o", str(out), "--",
+        "record", "-o", str(out), "--keep-shards", "--",
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29631", str(JOB),
     )
     assert result.returncode == 0, result.stderr
@@ -70,3 +70,16 @@ def test_end_times_are_real_completions(recorded: Path) -> None:
     assert first["end_ns"] - first["start_ns"] >= 0.25e9
     other = coll.filter((pl.col("rank") == 1) & (pl.col("seq") == 0)).row(0, named=True)
     assert other["end_ns"] - other["start_ns"] < 0.2e9
+
+
+def test_a_declared_sync_group_turns_its_sends_into_flows(recorded: Path) -> None:
+    """No trainer/generator roles in this job: declaring the group is what makes its transfers weight syncs."""
+    assert rltrace.open(recorded).weight_syncs.collect().height == 0
+    out = recorded.with_name("declared")
+    result = run_cli("record", "--merge", str(recorded.with_name("run.shards")), "-o", str(out), "--sync-group", "world")
+    assert result.returncode == 0, result.stderr
+    flows = rltrace.open(out).weight_syncs.collect().sort("src", "start_ns")
+    # rank 0: the int64 broadcast (512 B) and the two sends (64 B, then 32 B in the batch) in step 0, one flow
+    from_rank0 = flows.filter(pl.col("src") == "rank0")
+    assert from_rank0.select("dst", "bytes", "tensors", "method").rows() == [("rank1", 512 + 64 + 32, 3, "gloo")]
+    assert flows.filter(pl.col("src") == "rank1").select("dst", "bytes", "tensors").rows() == [("rank0", 32, 1)]

@@ -58,6 +58,11 @@ def test_one_weight_sync_flow_per_step_carries_the_whole_model(recorded: tuple[P
     assert set(flows["bytes"]) == {generator["param_bytes"]}
     assert set(flows["dst"]) == {"rollout/engine0"}
     assert set(flows["method"]) == {"gloo"}
+    # then the generator loads them into vLLM: LLM.collective_rpc("reload_weights") is timed and sized too
+    reloads = bundle.weight_syncs.collect().filter(pl.col("method") == "disk").sort("step")
+    assert reloads["step"].to_list() == list(range(STEPS))
+    assert reloads["src"].unique().to_list() == ["disk:reload_weights"]
+    assert (reloads["bytes"] >= generator["param_bytes"]).all()  # safetensors: the tensors plus a header
 
 
 def test_spans_show_every_phase_every_step(recorded: tuple[Path, dict, dict]) -> None:

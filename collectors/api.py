@@ -11,7 +11,6 @@ Steps: an explicit ``set_step`` wins; otherwise trainers count optimizer steps a
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager

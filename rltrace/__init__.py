@@ -46,7 +46,11 @@ _EXPORTS = {
     "log_flow": ("rltrace.collectors.api", "log_flow"),
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "FORMAT_VERSION", "TABLES", "Bundle", "BundleError", "ConfigError", "Manifest", "ModelInfo", "Pool", "RLConfig",
+    "RltraceError", "TableWriter", "ValidationError", "__version__", "log_flow", "open", "open_bundle", "set_step",
+    "span", "weight_sync", "write_bundle",
+]
 
 if TYPE_CHECKING:
     from rltrace.bundle import Bundle, TableWriter, open_bundle, write_bundle

@@ -67,3 +67,10 @@ def test_tests_exercise_the_installed_package() -> None:
         assert Path(rltrace.sample_traces.__file__).parent == REPO / "sample_traces"
     else:
         assert "site-packages" in rltrace.__file__
+
+
+def test_public_names_resolve_lazily() -> None:
+    import rltrace
+
+    for name in rltrace.__all__:
+        assert getattr(rltrace, name) is not None, name

@@ -5,6 +5,7 @@
 """
 
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -55,7 +56,6 @@ async def run_async(model: str, n: int) -> dict:
 
     counts = await asyncio.gather(*(one(i) for i in range(n)))
     engine.shutdown()
-    del engine  # vLLM's AsyncLLM.__del__ fails if it first runs at interpreter teardown
     return {"async": sorted(counts)}
 
 
@@ -63,3 +63,4 @@ if __name__ == "__main__":
     mode, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     result = offline(model, n) if mode == "offline" else asyncio.run(run_async(model, n))
     print(json.dumps(result), flush=True)
+    gc.collect()  # vLLM's AsyncLLM.__del__ fails if it first runs at interpreter teardown

@@ -50,9 +50,17 @@ def _flush_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _child_finalizer() -> None:
-    # Forked multiprocessing children leave through os._exit, skipping atexit: multiprocessing's own
-    # finalizers still run, so flush there.
+class _ForkToken:
+    """A weak-referenceable key for multiprocessing's after-fork registry."""
+
+
+_FORK_TOKEN = _ForkToken()
+
+
+def _flush_at_child_exit(_token: object) -> None:
+    # multiprocessing children started by fork (and forkserver) leave through os._exit, skipping atexit; their
+    # bootstrap clears the finalizer registry first, then runs after-fork callbacks like this one, and runs
+    # the finalizers registered here on the way out.
     multiprocessing.util.Finalize(None, recorder.stop, exitpriority=100)
 
 
@@ -65,7 +73,7 @@ def boot() -> None:
         recorder.start(root)
         install_collectors()
         atexit.register(recorder.stop)
-        os.register_at_fork(after_in_child=_child_finalizer)
+        multiprocessing.util.register_after_fork(_FORK_TOKEN, _flush_at_child_exit)
         _flush_on_sigterm()
     except Exception as e:  # noqa: BLE001 - recording must never stop the job from starting
         print(f"rltrace: recording disabled in this process: {type(e).__name__}: {e}", file=sys.stderr)

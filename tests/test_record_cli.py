@@ -25,6 +25,14 @@ def test_exit_code_and_output_pass_through(tmp_path: Path) -> None:
     assert not (tmp_path / "run.shards").exists()
 
 
+def test_children_of_every_start_method_record(tmp_path: Path) -> None:
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, JOB, "children")
+    assert result.returncode == 0, result.stderr
+    spans = rltrace.open(tmp_path / "run").spans.collect()
+    assert sorted(spans["name"].to_list()) == ["child-fork", "child-forkserver", "child-spawn", "score-0"]
+    assert spans["actor"].n_unique() == 4  # four processes, four shards
+
+
 def _start_loop(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     pidfile = tmp_path / "pid"
     proc = subprocess.Popen(

@@ -4,14 +4,21 @@
     python spans_job.py loop PIDFILE       # spans every 10 ms until killed; writes its pid first
     python spans_job.py bad-flow           # misuses the API twice (a collector error), then exits 0
     python spans_job.py api DIR            # records through rltrace.collectors.start(DIR) / stop()
+    python spans_job.py children           # one child per multiprocessing start method, each records a span
 """
 
+import multiprocessing
 import os
 import sys
 import time
 
 import rltrace
 from rltrace import collectors
+
+
+def child(method: str) -> None:
+    with rltrace.span("environment", step=0, name=f"child-{method}"):
+        time.sleep(0.01)
 
 
 def spans(n: int) -> None:
@@ -40,6 +47,13 @@ if __name__ == "__main__":
             rltrace.log_flow(version=0, src="a", dst="b", bytes=1, start_ns=0, end_ns=1, method="pigeon")
         spans(2)
         print("job finished", flush=True)
+    elif mode == "children":
+        for method in ("fork", "spawn", "forkserver"):
+            proc = multiprocessing.get_context(method).Process(target=child, args=(method,))
+            proc.start()
+            proc.join()
+            assert proc.exitcode == 0, method
+        spans(1)
     elif mode == "api":
         collectors.start(sys.argv[2])
         spans(4)

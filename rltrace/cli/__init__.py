@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import typer
 from typer._click import exceptions as click_exc
 
+from rltrace.cli.estimate_cmd import estimate
 from rltrace.cli.inspect_cmd import inspect
 from rltrace.cli.record_cmd import record
 from rltrace.cli.schema_cmd import schema
@@ -29,6 +30,7 @@ app = typer.Typer(
 app.command("inspect")(inspect)
 app.command("synth")(synth)
 app.command("schema")(schema)
+app.command("estimate")(estimate)
 # Everything after the command's first word belongs to the recorded command, never to rltrace.
 app.command("record", context_settings={"allow_interspersed_args": False})(record)
 

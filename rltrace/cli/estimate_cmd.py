@@ -1,0 +1,62 @@
+"""``rltrace estimate``: what the cost model predicts for one decode iteration, prefill or training step."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from rltrace.catalog import get_gpu, get_model
+from rltrace.replay.costmodels import Roofline
+
+
+class Kind(str, Enum):
+    decode = "decode"
+    prefill = "prefill"
+    train = "train"
+
+
+def estimate(
+    kind: Annotated[Kind, typer.Argument(help="decode (one iteration), prefill, or train (one optimizer step).")],
+    model: Annotated[str, typer.Option(help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")],
+    gpu: Annotated[str, typer.Option(help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree (decode, prefill).")] = 1,
+    batch: Annotated[int, typer.Option(help="Running sequences (decode).")] = 1,
+    context: Annotated[int, typer.Option(help="Mean context length in tokens (decode).")] = 1024,
+    tokens: Annotated[int, typer.Option(help="Tokens (prefill: prompt tokens; train: tokens per step).")] = 4096,
+    prompts: Annotated[int, typer.Option(help="Prompts the prefill tokens are split over.")] = 1,
+    gpus: Annotated[int, typer.Option(help="GPUs sharing the training step.")] = 8,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
+) -> None:
+    """Predict one iteration's time with the roofline cost model, and the bound it hit.
+
+    Hold it against your own measurements; docs/costmodels.md states the formulas and defaults.
+
+    Example: rltrace estimate decode --model Llama-2-7B --gpu H100 --batch 64 --context 2048 --json
+    """
+    cost = Roofline(model=get_model(model), gpu=get_gpu(gpu), tp=tp)
+    kv_tokens = 0
+    if kind is Kind.decode:
+        result = cost.decode(batch, context)
+        kv_tokens = batch * context
+        what = f"decode iteration, batch {batch}, mean context {context:,}"
+    elif kind is Kind.prefill:
+        result = cost.prefill(tokens, prompts)
+        kv_tokens = tokens
+        what = f"prefill of {tokens:,} tokens in {prompts} prompt(s)"
+    else:
+        result = cost.train(tokens, gpus)
+        what = f"training step of {tokens:,} tokens on {gpus} GPUs"
+    fits = kind is Kind.train or cost.fits(kv_tokens)
+    if as_json:
+        extra = {} if kind is Kind.train else {"fits": fits, "memory_needed_gb": cost.memory_needed_gb(kv_tokens)}
+        print(json.dumps({**result.to_json(), **extra}))
+        return
+    print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}): {what}")
+    print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
+          f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, tp comm {result.comm_s * 1e3:.3f} ms)")
+    if not fits:
+        print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights and KV cache; "
+              f"{cost.gpu.name} has {cost.gpu.memory_gb:g} GB (vLLM would preempt or queue)")

@@ -1,0 +1,155 @@
+"""Workload extraction: what a bundle asks the replay engine to redo, step by step, and retargeting it.
+
+``extract`` reads the samples (prompt and output tokens, grouped by prompt) and, per step, the measured
+training work (phase spans), the weight-sync volume and the collective volume. ``retarget`` draws a new
+workload of another shape from the recorded one: seeded, vectorised, and keeping each prompt's samples
+together, so the within-group length correlation of GRPO-style batches survives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import polars as pl
+
+from rltrace.bundle import Bundle
+from rltrace.errors import ConfigError
+from rltrace.manifest import ModelInfo, Pool
+
+REFERENCE_PHASES = ("reference", "old_logprob", "critic")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Per-sample and per-step work, in DataFrames (see the column lists below)."""
+
+    samples: pl.DataFrame
+    """step, group (dense per step), prompt_tokens, output_tokens, truncated: one row per sample"""
+    steps: pl.DataFrame
+    """step, samples, prompt_tokens, output_tokens, train_s, reference_s, optimizer_s, weight_sync_s,
+    sync_bytes, collective_bytes; phase times are the slowest actor's summed spans (null when not recorded)"""
+    model: ModelInfo | None
+    cluster: dict[str, Pool]
+    max_new_tokens: int | None
+
+
+def _phase_seconds(spans: pl.LazyFrame, phases: tuple[str, ...], name: str) -> pl.LazyFrame:
+    per_actor = (
+        spans.filter(pl.col("phase").is_in(list(phases)))
+        .group_by("step", "actor")
+        .agg(((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e9).alias(name))
+    )
+    return per_actor.group_by("step").agg(pl.col(name).max())  # the slowest actor bounds the phase
+
+
+def extract(bundle: Bundle) -> Workload:
+    """The workload a bundle records."""
+    req = bundle.requests
+    samples = req.sort("step", "arrival_ns", "request_id").select(
+        "step",
+        pl.col("group_id").rank("dense").over("step").cast(pl.Int32).sub(1).alias("group"),
+        "prompt_tokens",
+        "output_tokens",
+        (pl.col("finish_reason") == "length").alias("truncated"),
+    )
+    per_step = req.group_by("step").agg(
+        pl.len().alias("samples"), pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum()
+    )
+    syncs = bundle.weight_syncs.with_columns(pl.coalesce("step", pl.col("version") - 1).cast(pl.Int32).alias("step"))
+    # Trainer-sourced flows are the sync; a generator's own reload of what it received is not counted twice.
+    from_trainers = syncs.filter(pl.col("src").str.starts_with("trainer/"))
+    has_trainer_flows = from_trainers.select(pl.len()).collect().item() > 0
+    sync = (from_trainers if has_trainer_flows else syncs).group_by("step").agg(pl.col("bytes").sum().alias("sync_bytes"))
+    coll = bundle.collectives.group_by("step").agg(pl.col("bytes_in").sum().alias("collective_bytes"))
+    phases = [
+        _phase_seconds(bundle.spans, ("train",), "train_s"),
+        _phase_seconds(bundle.spans, REFERENCE_PHASES, "reference_s"),
+        _phase_seconds(bundle.spans, ("optimizer",), "optimizer_s"),
+        _phase_seconds(bundle.spans, ("weight_sync",), "weight_sync_s"),
+        sync,
+        coll,
+    ]
+    steps = per_step
+    for frame in phases:
+        steps = steps.join(frame, on="step", how="left")
+    samples_df, steps_df = pl.collect_all([samples, steps.sort("step")])
+    m = bundle.manifest
+    return Workload(
+        samples=samples_df,
+        steps=steps_df.with_columns(pl.col("sync_bytes", "collective_bytes").fill_null(0)),
+        model=m.model,
+        cluster=dict(m.cluster),
+        max_new_tokens=m.rl.max_new_tokens if m.rl else None,
+    )
+
+
+def retarget(
+    workload: Workload,
+    *,
+    steps: int | None = None,
+    prompts_per_step: int | None = None,
+    samples_per_prompt: int | None = None,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+) -> Workload:
+    """A workload of another shape drawn from the recorded one (same seed, same result).
+
+    New prompts are recorded prompts drawn with replacement; each new sample is one of its prompt's recorded
+    samples, drawn with replacement. Lengths are capped at ``max_new_tokens``; a larger cap cannot lengthen
+    samples the recording truncated (they stay at the recorded cap, marked truncated). Per-step training
+    time scales with tokens at the recorded seconds per token; optimizer and sync times and the sync and
+    collective volumes stay at their recorded per-step means.
+    """
+    rec = workload.samples.sort("step", "group", maintain_order=True)  # each prompt's samples contiguous
+    if rec.height == 0:
+        raise ConfigError("the bundle has no requests to retarget")
+    groups = rec.group_by("step", "group", maintain_order=True).agg(pl.len().alias("size"))
+    sizes = groups["size"].to_numpy().astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    steps = steps or rec["step"].n_unique()
+    prompts = prompts_per_step or int(groups.group_by("step").len()["len"].median())
+    per = samples_per_prompt or int(np.median(sizes))
+    for name, value in (("steps", steps), ("prompts_per_step", prompts), ("samples_per_prompt", per)):
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+
+    rng = np.random.default_rng(seed)
+    n_groups = steps * prompts
+    picked = rng.integers(0, len(sizes), n_groups)
+    within = np.floor(rng.random((n_groups, per)) * sizes[picked][:, None]).astype(np.int64)
+    rows = (starts[picked][:, None] + within).ravel()
+    out = rec["output_tokens"].to_numpy()[rows]
+    truncated = rec["truncated"].to_numpy()[rows]
+    if max_new_tokens is not None:
+        truncated = truncated | (out >= max_new_tokens)
+        out = np.minimum(out, max_new_tokens)
+    samples = pl.DataFrame(
+        {
+            "step": np.repeat(np.arange(steps, dtype=np.int32), prompts * per),
+            "group": np.tile(np.repeat(np.arange(prompts, dtype=np.int32), per), steps),
+            "prompt_tokens": rec["prompt_tokens"].to_numpy()[rows],
+            "output_tokens": out,
+            "truncated": truncated,
+        }
+    )
+    recorded = workload.steps
+    tokens = (recorded["prompt_tokens"] + recorded["output_tokens"]).sum()
+
+    def seconds_per_token(column: str) -> float | None:
+        measured = recorded[column]
+        return None if measured.null_count() == recorded.height else measured.sum() / tokens
+
+    rate = {c: seconds_per_token(c) for c in ("train_s", "reference_s")}
+    new_steps = samples.group_by("step").agg(
+        pl.len().alias("samples"), pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum()
+    ).sort("step")
+    step_tokens = new_steps["prompt_tokens"] + new_steps["output_tokens"]
+    keep = {c: recorded[c].mean() for c in ("optimizer_s", "weight_sync_s", "sync_bytes", "collective_bytes")}
+    new_steps = new_steps.with_columns(
+        *[(step_tokens * r if r is not None else pl.lit(None, pl.Float64)).alias(c) for c, r in rate.items()],
+        *[pl.lit(v).alias(c) for c, v in keep.items()],
+    )
+    return replace(workload, samples=samples, steps=new_steps, max_new_tokens=max_new_tokens or workload.max_new_tokens)

@@ -1,0 +1,73 @@
+"""Workload extraction from bundles, and seeded retargeting to other shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import rltrace
+from rltrace.errors import ConfigError
+from rltrace.replay.workload import extract, retarget
+from rltrace.sample_traces import sample_path
+
+
+@pytest.fixture(scope="module")
+def rollpacker():
+    return extract(rltrace.open(sample_path("rollpacker_qwen7b")))
+
+
+def test_extract_the_synthetic_sample(rollpacker) -> None:
+    w = rollpacker
+    assert w.samples.height == 12 * 1024 and w.steps.height == 12
+    assert set(w.samples.group_by("step", "group").len()["len"]) == {8}
+    assert w.max_new_tokens == 16384 and w.model is not None and w.model.name == "Qwen2.5-7B"
+    spans = rltrace.open(sample_path("rollpacker_qwen7b")).spans.collect()
+    train0 = spans.filter((pl.col("step") == 0) & (pl.col("phase") == "train") & (pl.col("actor") == "trainer/rank0"))
+    assert w.steps["train_s"][0] == pytest.approx((train0["end_ns"] - train0["start_ns"]).item() / 1e9)
+    engines = w.cluster["rollout"].count // w.cluster["rollout"].tp
+    assert set(w.steps["sync_bytes"]) == {engines * w.model.params * w.model.dtype_bytes}
+    assert (w.steps["collective_bytes"] > 0).all()
+
+
+def test_extract_the_recorded_tiny_rl_sample_counts_each_sync_once() -> None:
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    w = extract(bundle)
+    model = bundle.manifest.model
+    assert set(w.steps["sync_bytes"]) == {model.params * model.dtype_bytes}  # not also the disk reload
+    assert (w.steps["train_s"] > 0).all() and (w.steps["optimizer_s"] > 0).all()
+
+
+def test_retarget_is_seeded_and_shaped(rollpacker) -> None:
+    a = retarget(rollpacker, steps=3, prompts_per_step=16, samples_per_prompt=4, seed=5)
+    b = retarget(rollpacker, steps=3, prompts_per_step=16, samples_per_prompt=4, seed=5)
+    assert_frame_equal(a.samples, b.samples)
+    assert a.samples.height == 3 * 16 * 4
+    assert retarget(rollpacker, steps=3, seed=6).samples["output_tokens"].to_list() != \
+        retarget(rollpacker, steps=3, seed=5).samples["output_tokens"].to_list()
+    # samples of one new prompt come from one recorded prompt: their prompt length is shared
+    assert a.samples.group_by("step", "group").agg(pl.col("prompt_tokens").n_unique())["prompt_tokens"].max() == 1
+
+
+def test_retarget_keeps_the_length_distribution_and_scales_training(rollpacker) -> None:
+    big = retarget(rollpacker, steps=20, prompts_per_step=512, samples_per_prompt=8, seed=1)
+    for q in (0.5, 0.9):
+        got = np.quantile(big.samples["output_tokens"].to_numpy(), q)
+        want = np.quantile(rollpacker.samples["output_tokens"].to_numpy(), q)
+        assert abs(got / want - 1) < 0.06
+    rec = rollpacker.steps
+    rate = rec["train_s"].sum() / (rec["prompt_tokens"] + rec["output_tokens"]).sum()
+    tokens = big.steps["prompt_tokens"] + big.steps["output_tokens"]
+    assert (big.steps["train_s"] - tokens * rate).abs().max() < 1e-9
+
+
+def test_retarget_caps_lengths_and_refuses_impossible_shapes(rollpacker) -> None:
+    capped = retarget(rollpacker, max_new_tokens=2048, seed=2)
+    assert capped.samples["output_tokens"].max() == 2048
+    assert capped.samples.filter(pl.col("output_tokens") == 2048)["truncated"].all()
+    assert capped.max_new_tokens == 2048
+    with pytest.raises(ConfigError, match="prompts_per_step must be >= 1"):
+        retarget(rollpacker, prompts_per_step=-1)
+    with pytest.raises(ConfigError, match="max_new_tokens must be >= 1"):
+        retarget(rollpacker, max_new_tokens=0)

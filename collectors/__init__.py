@@ -19,14 +19,26 @@ spans, weight updates), ``api`` (explicit spans, steps and flows).
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rltrace.collectors import recorder
 from rltrace.collectors.api import log_flow, set_step, span, weight_sync
 from rltrace.collectors.autostart import install_collectors
-from rltrace.collectors.shards import SHARDS, merge
+
+if TYPE_CHECKING:
+    from rltrace.collectors.shards import merge
 
 __all__ = ["log_flow", "merge", "set_step", "span", "start", "stop", "weight_sync"]
+SHARDS = "shards"  # the shard directory under a recording directory (rltrace.collectors.shards reads it)
+
+
+def __getattr__(name: str) -> Any:
+    # The merge needs polars; recording processes import this package at start-up and must not pay for it.
+    if name == "merge":
+        return importlib.import_module("rltrace.collectors.shards").merge
+    raise AttributeError(f"module 'rltrace.collectors' has no attribute {name!r}")
 
 
 def start(directory: str | Path) -> recorder.Recorder:

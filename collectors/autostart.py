@@ -12,12 +12,14 @@ import multiprocessing.util
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from rltrace.collectors import hooks, recorder
 from rltrace.collectors.vllm_collector import MODULES as VLLM_MODULES
 
 ENV_DIR = "RLTRACE_RECORD_DIR"
+SITECUSTOMIZE_TEMPLATE = Path(__file__).with_name("sitecustomize_template.py")
 
 
 def install_collectors() -> None:

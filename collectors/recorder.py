@@ -32,9 +32,6 @@ ROW_BYTES_ESTIMATE = 256  # generous per-row size of a buffered tuple, to bound 
 MAX_BUFFER_ROWS = MAX_BUFFER_BYTES // ROW_BYTES_ESTIMATE
 META_FILE = "meta.json"
 
-# Columns a shard stores per table: the bundle's columns, in order. Actor-like fields may hold
-# process-local keys ("self", "engine:<n>") that the merge resolves.
-COLUMNS = {name: table.names for name, table in TABLES.items()}
 
 
 class Recorder:
@@ -55,7 +52,9 @@ class Recorder:
     def _open_shard(self) -> None:
         self.pid = os.getpid()
         self.shard = self.root / f"{socket.gethostname()}-{self.pid}-{uuid.uuid4().hex[:6]}"
-        self._buffers: dict[str, list[tuple]] = {name: [] for name in COLUMNS}
+        # Rows are tuples in the bundle's column order; actor-like fields may hold process-local keys
+        # ("self", "engine:<n>") that the merge resolves.
+        self._buffers: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._seq = 0
         self.dropped = 0
         self.meta = {
@@ -137,11 +136,11 @@ class Recorder:
         with self._lock:
             try:
                 self.shard.mkdir(parents=True, exist_ok=True)
-                for table, columns in COLUMNS.items():
+                for table in TABLES:
                     rows, self._buffers[table] = self._buffers[table], []
                     if rows:
                         self._seq += 1
-                        self._write(self.shard / f"{table}-{self._seq:06d}.parquet", table, columns, rows)
+                        self._write(self.shard / f"{table}-{self._seq:06d}.parquet", table, rows)
                 meta = {**self.meta, "errors": self._errors, "dropped": self.dropped, "flushed_ns": time.time_ns()}
                 tmp = self.shard / f".{META_FILE}.tmp"
                 tmp.write_text(json.dumps(meta))
@@ -150,9 +149,9 @@ class Recorder:
                 self.error("flush", e)
 
     @staticmethod
-    def _write(path: Path, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    def _write(path: Path, table: str, rows: list[tuple]) -> None:
         schema = TABLES[table].arrow_schema()
-        arrays = [pa.array([r[i] for r in rows], type=schema.field(c).type) for i, c in enumerate(columns)]
+        arrays = [pa.array([r[i] for r in rows], type=field.type) for i, field in enumerate(schema)]
         tmp = path.with_name(f".{path.name}.tmp")
         pq.write_table(pa.Table.from_arrays(arrays, schema=schema), tmp, compression="zstd")
         os.replace(tmp, path)

@@ -19,11 +19,10 @@ from typing import Any
 import polars as pl
 
 from rltrace.bundle import polars_schema, write_bundle
+from rltrace.collectors import SHARDS
 from rltrace.errors import BundleError
 from rltrace.manifest import Manifest, ModelInfo, Pool
 from rltrace.schema import SYNC_METHODS, TABLES
-
-SHARDS = "shards"
 
 
 @dataclass(slots=True)

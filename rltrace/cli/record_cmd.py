@@ -15,11 +15,9 @@ import typer
 from rltrace.bundle import open_bundle
 from rltrace.catalog import get_model
 from rltrace.collectors import shards
-from rltrace.collectors.autostart import ENV_DIR
+from rltrace.collectors.autostart import ENV_DIR, SITECUSTOMIZE_TEMPLATE
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.summary import summarize
-
-TEMPLATE = Path(shards.__file__).with_name("sitecustomize_template.py")
 
 
 def record(
@@ -65,7 +63,7 @@ def record(
         shutil.rmtree(record_dir)
     inject = record_dir / "inject"
     inject.mkdir(parents=True)
-    shutil.copyfile(TEMPLATE, inject / "sitecustomize.py")
+    shutil.copyfile(SITECUSTOMIZE_TEMPLATE, inject / "sitecustomize.py")
     env = dict(os.environ)
     env[ENV_DIR] = str((record_dir / shards.SHARDS).resolve())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(inject.resolve()), env.get("PYTHONPATH", "")) if p)

@@ -25,10 +25,14 @@ class Workload:
     """Per-sample and per-step work, in DataFrames (see the column lists below)."""
 
     samples: pl.DataFrame
-    """step, group (dense per step), prompt_tokens, output_tokens, truncated: one row per sample"""
+    """step, group (dense per step), prompt_tokens, output_tokens, truncated, engine (dense index of the
+    recording's engine, null when retargeted): one row per sample, in recorded arrival order"""
     steps: pl.DataFrame
     """step, samples, prompt_tokens, output_tokens, train_s, reference_s, optimizer_s, weight_sync_s,
-    sync_bytes, collective_bytes; phase times are the slowest actor's summed spans (null when not recorded)"""
+    reward_s, sync_bytes, collective_bytes, wall_s, generation_s. Phase times are the slowest actor's summed
+    spans (null when not recorded); wall_s is the measured step time (first arrival to the next step's first
+    arrival; the last step ends with its last recorded activity) and generation_s the first arrival to the
+    last finish"""
     model: ModelInfo | None
     cluster: dict[str, Pool]
     max_new_tokens: int | None
@@ -43,6 +47,16 @@ def _phase_seconds(spans: pl.LazyFrame, phases: tuple[str, ...], name: str) -> p
     return per_actor.group_by("step").agg(pl.col(name).max())  # the slowest actor bounds the phase
 
 
+def _last_activity(bundle: Bundle) -> pl.LazyFrame:
+    """Per step, the end of its last span, request or weight-sync flow (where the last step's time ends)."""
+    ends = [
+        bundle.spans.select("step", pl.col("end_ns")),
+        bundle.requests.select("step", pl.col("finish_ns").alias("end_ns")),
+        bundle.weight_syncs.select(pl.coalesce("step", pl.col("version") - 1).cast(pl.Int32).alias("step"), "end_ns"),
+    ]
+    return pl.concat(ends).group_by("step").agg(pl.col("end_ns").max().alias("_last_ns"))
+
+
 def extract(bundle: Bundle) -> Workload:
     """The workload a bundle records."""
     req = bundle.requests
@@ -52,9 +66,14 @@ def extract(bundle: Bundle) -> Workload:
         "prompt_tokens",
         "output_tokens",
         (pl.col("finish_reason") == "length").alias("truncated"),
+        pl.col("engine").rank("dense").cast(pl.Int32).sub(1).alias("engine"),
     )
     per_step = req.group_by("step").agg(
-        pl.len().alias("samples"), pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum()
+        pl.len().alias("samples"),
+        pl.col("prompt_tokens").sum(),
+        pl.col("output_tokens").sum(),
+        pl.col("arrival_ns").min().alias("_first_ns"),
+        ((pl.col("finish_ns").max() - pl.col("arrival_ns").min()) / 1e9).alias("generation_s"),
     )
     syncs = bundle.weight_syncs.with_columns(pl.coalesce("step", pl.col("version") - 1).cast(pl.Int32).alias("step"))
     # Trainer-sourced flows are the sync; a generator's own reload of what it received is not counted twice.
@@ -67,13 +86,18 @@ def extract(bundle: Bundle) -> Workload:
         _phase_seconds(bundle.spans, REFERENCE_PHASES, "reference_s"),
         _phase_seconds(bundle.spans, ("optimizer",), "optimizer_s"),
         _phase_seconds(bundle.spans, ("weight_sync",), "weight_sync_s"),
+        _phase_seconds(bundle.spans, ("reward",), "reward_s"),
+        _last_activity(bundle),
         sync,
         coll,
     ]
     steps = per_step
     for frame in phases:
         steps = steps.join(frame, on="step", how="left")
-    samples_df, steps_df = pl.collect_all([samples, steps.sort("step")])
+    steps = steps.sort("step").with_columns(
+        ((pl.col("_first_ns").shift(-1).fill_null(pl.col("_last_ns")) - pl.col("_first_ns")) / 1e9).alias("wall_s")
+    ).drop("_first_ns", "_last_ns")
+    samples_df, steps_df = pl.collect_all([samples, steps])
     m = bundle.manifest
     return Workload(
         samples=samples_df,
@@ -133,6 +157,7 @@ def retarget(
             "prompt_tokens": rec["prompt_tokens"].to_numpy()[rows],
             "output_tokens": out,
             "truncated": truncated,
+            "engine": pl.Series([None] * len(rows), dtype=pl.Int32),
         }
     )
     recorded = workload.steps
@@ -147,9 +172,11 @@ def retarget(
         pl.len().alias("samples"), pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum()
     ).sort("step")
     step_tokens = new_steps["prompt_tokens"] + new_steps["output_tokens"]
-    keep = {c: recorded[c].mean() for c in ("optimizer_s", "weight_sync_s", "sync_bytes", "collective_bytes")}
+    keep = {c: recorded[c].mean() for c in ("optimizer_s", "weight_sync_s", "reward_s", "sync_bytes", "collective_bytes")}
     new_steps = new_steps.with_columns(
         *[(step_tokens * r if r is not None else pl.lit(None, pl.Float64)).alias(c) for c, r in rate.items()],
-        *[pl.lit(v).alias(c) for c, v in keep.items()],
+        *[pl.lit(v, pl.Float64).alias(c) for c, v in keep.items()],
+        pl.lit(None, pl.Float64).alias("wall_s"),
+        pl.lit(None, pl.Float64).alias("generation_s"),
     )
     return replace(workload, samples=samples, steps=new_steps, max_new_tokens=max_new_tokens or workload.max_new_tokens)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rltrace.replay.costmodels.iteration import IterationModel, Linear
+
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 
@@ -106,6 +108,22 @@ class Roofline:
         memory = nbytes / (self.tp * self.gpu.hbm_bytes_per_s * self.memory_efficiency)
         bound = "compute" if compute >= memory else "memory"
         return Estimate(max(compute, memory) + comm, bound, compute, memory, comm, flops, nbytes)
+
+    def iteration_model(self) -> IterationModel:
+        """:meth:`decode` as lines in (batch, total context tokens), for the engine's closed-form sums."""
+        m, tp = self.model, self.tp
+        flop_s = tp * self.gpu.flops * self.compute_efficiency
+        byte_s = tp * self.gpu.hbm_bytes_per_s * self.memory_efficiency
+        attention = 4.0 * m.layers * m.heads * m.dim_head  # FLOPs per context token per iteration
+        comm = Linear()
+        if tp > 1:
+            ring = 2 * (tp - 1) / tp * m.hidden * m.dtype_bytes / (self.gpu.nvlink_gbps / 2 * 1e9)
+            comm = Linear(base=2 * m.layers * ALLREDUCE_LATENCY_S, per_seq=2 * m.layers * ring)
+        return IterationModel(
+            compute=Linear(per_seq=2.0 * m.params / flop_s, per_ctx=attention / flop_s),
+            memory=Linear(base=m.weight_bytes / byte_s, per_ctx=m.kv_bytes_per_token / byte_s),
+            extra=comm,
+        )
 
     def decode(self, batch: int, context: float) -> Estimate:
         """One decode iteration of ``batch`` sequences whose mean context is ``context`` tokens."""

@@ -21,6 +21,9 @@ class GPUSpec:
     memory_gb: float
     nvlink_gbps: float
     source: str = ""
+    usd_per_hour: float = 0.0
+    """on-demand rental price of one GPU (0: unknown)"""
+    price_source: str = ""
 
     @property
     def flops(self) -> float:

@@ -16,6 +16,7 @@ from typer._click import exceptions as click_exc
 from rltrace.cli.estimate_cmd import estimate
 from rltrace.cli.inspect_cmd import inspect
 from rltrace.cli.record_cmd import record
+from rltrace.cli.replay_cmd import replay
 from rltrace.cli.schema_cmd import schema
 from rltrace.cli.synth_cmd import synth
 from rltrace.errors import RltraceError
@@ -31,6 +32,7 @@ app.command("inspect")(inspect)
 app.command("synth")(synth)
 app.command("schema")(schema)
 app.command("estimate")(estimate)
+app.command("replay")(replay)
 # Everything after the command's first word belongs to the recorded command, never to rltrace.
 app.command("record", context_settings={"allow_interspersed_args": False})(record)
 

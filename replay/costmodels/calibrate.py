@@ -1,0 +1,83 @@
+"""Calibration: fit cost-model factors to what was measured, and say how well they fit.
+
+``fit_trace`` fits decode iteration time against batch size from a recording's own request timings: each
+request's time per output token (first token to finish) against the mean number of requests running on its
+engine over that interval. ``fit_kernel_tables`` fits the roofline's efficiency factors per TP to measured
+kernel tables (Vidur's and aiconfigurator's public H100 data) and writes them as a profile that
+``--profile`` loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from rltrace.replay.costmodels.generation import FittedGeneration
+from rltrace.replay.costmodels.iteration import IterationModel, Linear
+
+from rltrace.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFit:
+    """A per-token latency fit ``seconds = base + per_seq x batch`` and its error on the requests it used."""
+
+    base_s: float
+    per_seq_s: float
+    prefill_s: float
+    requests: int
+    median_abs_error: float
+    """median |predicted - measured| / measured per-request time per token"""
+
+    def __str__(self) -> str:
+        return (f"{self.base_s * 1e3:.3f} ms + {self.per_seq_s * 1e6:.2f} us x batch per token, prefill "
+                f"{self.prefill_s * 1e3:.1f} ms, from {self.requests} requests (median error "
+                f"{self.median_abs_error:.1%})")
+
+
+def _area_at(times: np.ndarray, count: np.ndarray, area: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Area under a step function (value ``count[i]`` from ``times[i]``) from its start to each t."""
+    i = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 1)
+    return area[i] + count[i] * (t - times[i])
+
+
+def _mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each interval [a, b] on its engine, the time-weighted mean count of [start, end) intervals open."""
+    out = np.empty(len(a))
+    for e in np.unique(engine):
+        mine = engine == e
+        times = np.concatenate([start[mine], end[mine]])
+        delta = np.concatenate([np.ones(mine.sum()), -np.ones(mine.sum())])
+        order = np.argsort(times, kind="stable")
+        times, count = times[order], np.cumsum(delta[order])
+        # area under the step function up to each event time
+        area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(times))])
+        span = b[mine] - a[mine]
+        out[mine] = (_area_at(times, count, area, b[mine]) - _area_at(times, count, area, a[mine])) / span
+    return out
+
+
+def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, TraceFit]:
+    """Fit per-token decode latency against running batch size from a recording's requests."""
+    r = requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns"))
+    if r.height < 2:
+        raise ConfigError("too few requests with two or more output tokens to fit decode latency from the trace")
+    t0 = r["arrival_ns"].min()
+    engine = r["engine"].rank("dense").to_numpy()
+    first = (r["first_token_ns"] - t0).to_numpy() / 1e9
+    finish = (r["finish_ns"] - t0).to_numpy() / 1e9
+    sched = (r["scheduled_ns"].fill_null(r["arrival_ns"]) - t0).to_numpy() / 1e9
+    per_token = (finish - first) / (r["output_tokens"].to_numpy() - 1)
+    batch = _mean_running(engine, first, finish, first, finish)
+    design = np.column_stack([np.ones_like(batch), batch])
+    (base, slope), *_ = np.linalg.lstsq(design, per_token, rcond=None)
+    if slope < 0 or base < 0:  # no batch effect measurable: a constant per-token time
+        base, slope = float(np.median(per_token)), 0.0
+    predicted = base + slope * batch
+    error = float(np.median(np.abs(predicted - per_token) / per_token))
+    # Prefill: the median wait from scheduling to first token (robust to a warm-up outlier).
+    prefill = float(np.median(first - sched))
+    fit = TraceFit(float(base), float(slope), max(prefill, 0.0), r.height, error)
+    model = IterationModel(compute=Linear(base=fit.base_s, per_seq=fit.per_seq_s), memory=Linear())
+    return FittedGeneration(model=model, recorded_tp=tp, prefill_base_s=fit.prefill_s), fit

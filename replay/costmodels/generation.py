@@ -1,0 +1,97 @@
+"""What a generation instance asks of a cost model, and the roofline's answer.
+
+The engine needs three things per tensor-parallel degree: the per-iteration decode model (closed form), the
+time to prefill a wave of admitted prompts, and how many tokens of KV cache fit beside the weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rltrace.replay.costmodels.iteration import IterationModel
+from rltrace.replay.costmodels.roofline import Roofline
+
+from rltrace.catalog import GPUSpec, ModelSpec
+from rltrace.errors import ConfigError
+
+
+class GenerationCost(Protocol):
+    """Per-TP decode, prefill and KV-capacity figures of one model on one GPU kind."""
+
+    def iteration_model(self, tp: int) -> IterationModel:
+        """Decode iteration time as lines in batch and context (see :mod:`.iteration`)."""
+        ...
+
+    def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
+        """Time to prefill ``tokens`` prompt tokens of ``prompts`` newly admitted requests."""
+        ...
+
+    def kv_capacity_tokens(self, tp: int) -> int:
+        """Tokens of KV cache an instance of ``tp`` GPUs holds (GPU memory left after the weights)."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RooflineGeneration:
+    """:class:`GenerationCost` from the roofline of ``model`` on ``gpu``."""
+
+    model: ModelSpec
+    gpu: GPUSpec
+    memory_efficiency: float = 0.6
+    compute_efficiency: float = 0.7
+    gpu_memory_utilization: float = 0.9
+    """vLLM's default share of GPU memory for weights plus KV cache; activations take some of the rest"""
+    _cache: dict[int, tuple[Roofline, IterationModel]] = field(default_factory=dict, repr=False, compare=False)
+
+    def _at(self, tp: int) -> tuple[Roofline, IterationModel]:
+        if tp not in self._cache:
+            roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
+                            compute_efficiency=self.compute_efficiency)
+            self._cache[tp] = (roof, roof.iteration_model())
+        return self._cache[tp]
+
+    def iteration_model(self, tp: int) -> IterationModel:
+        return self._at(tp)[1]
+
+    def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
+        return self._at(tp)[0].prefill(tokens, prompts).seconds if tokens > 0 else 0.0
+
+    def kv_capacity_tokens(self, tp: int) -> int:
+        free = tp * self.gpu.memory_gb * 1e9 * self.gpu_memory_utilization - self.model.weight_bytes
+        if free <= 0:
+            raise ConfigError(
+                f"{self.model.name} ({self.model.weight_bytes / 1e9:.1f} GB of weights) does not fit on "
+                f"{tp} x {self.gpu.name} ({self.gpu.memory_gb:g} GB each); raise tp"
+            )
+        return int(free / self.model.kv_bytes_per_token)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FittedGeneration:
+    """:class:`GenerationCost` from a per-iteration model fitted to a trace (the same at every TP it saw).
+
+    ``tp_speedup`` scales the iteration time for other TP degrees: ``time(tp) = time(recorded_tp) x
+    (recorded_tp / tp) ** tp_speedup`` (1.0 = perfect scaling; the roofline's own scaling is close to that for
+    memory-bound decode).
+    """
+
+    model: IterationModel
+    recorded_tp: int = 1
+    prefill_base_s: float = 0.0
+    prefill_per_token_s: float = 0.0
+    kv_tokens: int = 1 << 40
+    tp_speedup: float = 0.9
+
+    def iteration_model(self, tp: int) -> IterationModel:
+        if tp == self.recorded_tp:
+            return self.model
+        return self.model.scaled((self.recorded_tp / tp) ** self.tp_speedup)
+
+    def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        return (self.prefill_base_s + self.prefill_per_token_s * tokens) * (self.recorded_tp / tp) ** self.tp_speedup
+
+    def kv_capacity_tokens(self, tp: int) -> int:
+        return self.kv_tokens * tp // self.recorded_tp

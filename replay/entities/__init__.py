@@ -1,0 +1,1 @@
+"""What the replay engine simulates: requests, generation instances, and busy resources."""

@@ -1,0 +1,231 @@
+"""A generation instance batching continuously, like vLLM.
+
+State between events is a constant batch: ``batch`` running sequences, a count of decode iterations ``it``
+(every running sequence gains one token per iteration) and ``offset = sum(prompt_r - admit_iter_r)``, so
+the KV cache holds ``offset + batch x it`` tokens at any iteration. A request admitted at iteration ``a``
+with ``L`` tokens to go finishes at iteration ``a + L``; a heap keyed on that gives the next finish, and the
+iteration model turns the iterations in between into seconds in closed form.
+
+Admission follows the waiting queue's order (the scheduler sets it) while fewer than ``max_seqs`` run and
+the prompt fits in the KV cache; a wave of admissions pays one prefill. When the next iteration would
+overflow the cache, the most recently admitted sequence is preempted by recompute, as vLLM does: it goes
+back to the head of the queue and its generated tokens are prefilled again with its prompt.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from rltrace.replay.costmodels.generation import GenerationCost
+from rltrace.replay.costmodels.iteration import IterationModel
+from rltrace.replay.entities.requests import Requests, State
+
+KV_WATERMARK = 0.01  # vLLM's default: keep 1% of KV blocks free when admitting, to avoid instant preemption
+
+
+class GenerationInstance:
+    """One engine replica of ``tp`` GPUs in a pool; the simulator drives it, schedulers feed its queue."""
+
+    __slots__ = (
+        "_heap",
+        "_on_segment",
+        "_order",
+        "_planned",
+        "batch",
+        "busy_since",
+        "cost",
+        "epoch",
+        "id",
+        "it",
+        "kv_capacity",
+        "max_seqs",
+        "model",
+        "name",
+        "offset",
+        "pool",
+        "req",
+        "retired",
+        "time_s",
+        "tp",
+        "version",
+        "waiting",
+    )
+
+    def __init__(self, iid: int, name: str, pool: str, tp: int, cost: GenerationCost, max_seqs: int,
+                 requests: Requests, now_s: float, on_segment: Callable[[str, str, int, int, float, float], None]):
+        self.id, self.name, self.pool = iid, name, pool
+        self.req = requests
+        self.max_seqs = max_seqs
+        self.cost = cost
+        self.waiting: deque[int] = deque()
+        self._heap: list[tuple[int, int]] = []  # (finish iteration, request id)
+        self._order: list[int] = []  # running requests in admission order (the preemption victim is last)
+        self.batch = 0
+        self.offset = 0
+        self.it = 0
+        self.time_s = now_s
+        self.epoch = 0
+        self.version = 0
+        self.busy_since: float | None = None
+        self._planned: tuple[int, float, bool] | None = None  # (iterations, seconds, ends in a preemption)
+        self._on_segment = on_segment
+        self.retired = False
+        self.set_tp(tp)
+
+    def set_tp(self, tp: int) -> None:
+        """Use ``tp`` GPUs from now on (the caller has emptied the batch)."""
+        self.tp = tp
+        self.model: IterationModel = self.cost.iteration_model(tp)
+        self.kv_capacity = self.cost.kv_capacity_tokens(tp)
+
+    @property
+    def load(self) -> int:
+        """Requests running or queued here."""
+        return self.batch + len(self.waiting)
+
+    def kv_tokens(self) -> int:
+        return self.offset + self.batch * self.it
+
+    # ---- moving through time -------------------------------------------------------------------------------
+
+    def advance_to(self, t_s: float) -> None:
+        """Run whole iterations up to the first boundary at or after ``t_s``, short of the planned event.
+
+        New work joins a running batch at an iteration boundary, as in vLLM; a boundary that is the planned
+        event itself is left to that event.
+        """
+        planned = self._planned
+        if planned is None or t_s <= self.time_s:
+            return
+        n_max, _, _ = planned
+        ctx = self.kv_tokens()
+        n = self.model.iterations_within(self.batch, ctx, t_s - self.time_s, n_max)
+        if n < n_max and self.time_s + self.model.seconds(self.batch, ctx, n) < t_s:
+            n += 1  # the boundary after t_s
+        if n >= n_max:
+            return
+        self.time_s += self.model.seconds(self.batch, ctx, n)
+        self.it += n
+        self._planned = None
+        self.epoch += 1  # the old plan's event is stale
+
+    def plan(self, now_s: float) -> float | None:
+        """Admit what fits, then return the time of the next planned point (None when idle)."""
+        self.epoch += 1
+        self.time_s = max(self.time_s, now_s)
+        self._admit()
+        while self.batch and self.kv_tokens() + self.batch > self.kv_capacity:
+            self._preempt_last()  # not even one more iteration fits
+        if self.batch == 0:
+            self._planned = None
+            self._order.clear()
+            if self.busy_since is not None:
+                self._on_segment(self.name, "busy", -1, -1, self.busy_since, self.time_s)
+                self.busy_since = None
+            return None
+        if self.busy_since is None:
+            self.busy_since = self.time_s
+        n_finish = self._heap[0][0] - self.it
+        n_fit = (self.kv_capacity - self.offset) // self.batch - self.it  # iterations before the cache is full
+        preempt = n_fit < n_finish
+        n = n_fit if preempt else n_finish
+        dt = self.model.seconds(self.batch, self.kv_tokens(), n)
+        self._planned = (n, dt, preempt)
+        return self.time_s + dt
+
+    def fire(self, epoch: int) -> list[int] | None:
+        """Reach the planned point; return the requests that finished there (None for a stale event)."""
+        if epoch != self.epoch or self._planned is None:
+            return None
+        n, dt, preempt = self._planned
+        self._planned = None
+        self.time_s += dt
+        self.it += n
+        done: list[int] = []
+        req, heap = self.req, self._heap
+        while heap and heap[0][0] == self.it:
+            _, rid = heapq.heappop(heap)
+            self._leave(rid)
+            req.state[rid] = State.FINISHED
+            req.finish_s[rid] = self.time_s
+            done.append(rid)
+        if preempt:
+            self._preempt_last()
+        return done
+
+    # ---- admission, preemption, removal ----------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        req = self.req
+        limit = self.kv_capacity * (1 - KV_WATERMARK)
+        tokens = prompts = 0
+        while self.waiting and self.batch < self.max_seqs:
+            rid = self.waiting[0]
+            need = req.prompt[rid] + req.recompute[rid]
+            if self.batch and self.kv_tokens() + need + self.batch > limit:
+                break
+            self.waiting.popleft()
+            if req.remaining[rid] == req.output[rid]:
+                req.start_s[rid] = self.time_s
+            req.state[rid] = State.RUNNING
+            req.admit_iter[rid] = self.it
+            req.version[rid] = self.version
+            self.offset += need - self.it
+            self.batch += 1
+            heapq.heappush(self._heap, (self.it + req.remaining[rid], rid))
+            self._order.append(rid)
+            tokens += need
+            prompts += 1
+        if prompts:
+            self.time_s += self.cost.prefill_seconds(tokens, prompts, self.tp)
+            first = req.first_token_s
+            for rid in self._order[-prompts:]:
+                if first[rid] != first[rid]:  # NaN: the first admission of this attempt
+                    first[rid] = self.time_s
+
+    def _leave(self, rid: int) -> int:
+        """Take ``rid`` out of the batch's sums; return the tokens it generated in this admission."""
+        req = self.req
+        generated = self.it - req.admit_iter[rid]
+        self.offset -= req.prompt[rid] + req.recompute[rid] - req.admit_iter[rid]
+        self.batch -= 1
+        return generated
+
+    def _preempt_last(self) -> None:
+        req, order = self.req, self._order
+        while req.state[order[-1]] != State.RUNNING or req.instance[order[-1]] != self.id:
+            order.pop()  # finished or removed since
+        rid = order.pop()
+        self._heap.remove((req.admit_iter[rid] + req.remaining[rid], rid))
+        heapq.heapify(self._heap)
+        generated = self._leave(rid)
+        self._on_segment(self.name, "preempted", req.step[rid], rid, req.start_s[rid], self.time_s)
+        req.remaining[rid] -= generated
+        req.recompute[rid] += generated
+        req.preemptions[rid] += 1
+        req.state[rid] = State.WAITING
+        self.waiting.appendleft(rid)
+
+    def remove(self, rids: Iterable[int], kind: str = "aborted") -> list[int]:
+        """Take these requests off this instance (running or waiting); return the ones that were here.
+
+        Each running one leaves a timeline segment of ``kind`` ("aborted", or "migrated" when it moves)."""
+        req, gone = self.req, []
+        drop = {r for r in rids if req.instance[r] == self.id and req.state[r] in (State.RUNNING, State.WAITING)}
+        if not drop:
+            return gone
+        kept_heap = []
+        for entry in self._heap:
+            if entry[1] in drop:
+                self._leave(entry[1])
+                self._on_segment(self.name, kind, req.step[entry[1]], entry[1], req.start_s[entry[1]], self.time_s)
+            else:
+                kept_heap.append(entry)
+        heapq.heapify(kept_heap)
+        self._heap = kept_heap
+        self.waiting = deque(r for r in self.waiting if r not in drop)
+        self.epoch += 1
+        self._planned = None
+        return sorted(drop)

@@ -1,0 +1,78 @@
+"""Every replayed request's work and state, as parallel Python lists indexed by request id.
+
+Lists, not numpy arrays: the engine touches one request at a time in its hot loop, where a list index costs a
+third of a numpy scalar read. ``to_frame`` turns them into one DataFrame at the end.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+import polars as pl
+
+
+class State(IntEnum):
+    PENDING = 0
+    """not submitted, or aborted and back with the scheduler"""
+    WAITING = 1
+    RUNNING = 2
+    FINISHED = 3
+
+
+class Requests:
+    """Work (job, step, group, prompt and output tokens) and state of every request of a replay."""
+
+    def __init__(self, job: np.ndarray, step: np.ndarray, group: np.ndarray, prompt: np.ndarray,
+                 output: np.ndarray) -> None:
+        n = len(step)
+        self.n = n
+        self.job: list[int] = job.tolist()
+        self.step: list[int] = step.tolist()
+        self.group: list[int] = group.tolist()
+        self.prompt: list[int] = prompt.tolist()
+        self.output: list[int] = output.tolist()
+        self.remaining: list[int] = list(self.output)
+        """decode iterations still to run"""
+        self.recompute: list[int] = [0] * n
+        """tokens generated before a preemption, prefilled again with the prompt on readmission"""
+        self.admit_iter: list[int] = [0] * n
+        self.instance: list[int] = [-1] * n
+        self.state: list[int] = [State.PENDING] * n
+        self.start_s: list[float] = [float("nan")] * n
+        self.first_token_s: list[float] = [float("nan")] * n
+        self.finish_s: list[float] = [float("nan")] * n
+        self.version: list[int] = [-1] * n
+        """policy version of the weights the request was (last) admitted under"""
+        self.preemptions: list[int] = [0] * n
+        self.aborts: list[int] = [0] * n
+
+    def reset(self, rid: int) -> None:
+        """Back to the scheduler with nothing generated (an abort discards the partial response)."""
+        self.state[rid] = State.PENDING
+        self.remaining[rid] = self.output[rid]
+        self.recompute[rid] = 0
+        self.instance[rid] = -1
+        self.first_token_s[rid] = float("nan")
+        self.aborts[rid] += 1
+
+    def to_frame(self) -> pl.DataFrame:
+        """One row per request: its work and what happened to it."""
+        return pl.DataFrame(
+            {
+                "request": np.arange(self.n, dtype=np.int64),
+                "job": np.asarray(self.job, dtype=np.int32),
+                "step": np.asarray(self.step, dtype=np.int32),
+                "group": np.asarray(self.group, dtype=np.int32),
+                "prompt_tokens": np.asarray(self.prompt, dtype=np.int64),
+                "output_tokens": np.asarray(self.output, dtype=np.int64),
+                "instance": np.asarray(self.instance, dtype=np.int32),
+                "finished": np.asarray(self.state, dtype=np.int8) == State.FINISHED,
+                "start_s": np.asarray(self.start_s),
+                "first_token_s": np.asarray(self.first_token_s),
+                "finish_s": np.asarray(self.finish_s),
+                "version": np.asarray(self.version, dtype=np.int32),
+                "preemptions": np.asarray(self.preemptions, dtype=np.int32),
+                "aborts": np.asarray(self.aborts, dtype=np.int32),
+            }
+        )

@@ -1,0 +1,33 @@
+"""Busy resources other than generation instances: trainer pools, reward workers, weight-sync links,
+environment (CPU) workers, phase switches. Each is a FIFO server with ``slots`` parallel lanes."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Resource:
+    """Work queues FIFO onto the lane that frees first; every busy interval is kept for the timeline."""
+
+    name: str
+    pool: str
+    """the pool whose GPUs (or workers) this occupies, for utilisation and bubbles"""
+    gpus: int = 0
+    slots: int = 1
+    _free_at: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._free_at = [0.0] * self.slots
+
+    def book(self, now_s: float, seconds: float) -> tuple[float, float]:
+        """Start ``seconds`` of work as soon as a lane is free at or after ``now_s``; return (start, end)."""
+        start = max(now_s, heapq.heappop(self._free_at))
+        end = start + seconds
+        heapq.heappush(self._free_at, end)
+        return start, end
+
+    def free_at(self) -> float:
+        """When the earliest lane frees."""
+        return self._free_at[0]

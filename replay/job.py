@@ -1,0 +1,47 @@
+"""A job: one RL training run's replayable work (its requests and per-step training-side durations).
+
+Schedulers read jobs; they never see bundles. Several jobs can share pools (RollMux), each with its own
+generation cost model and step durations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rltrace.replay.costmodels.generation import GenerationCost
+
+
+@dataclass(kw_only=True, slots=True)
+class Job:
+    """Requests ``first[s]`` .. ``first[s + 1] - 1`` belong to step ``s``; per-step lists are indexed by step."""
+
+    id: int
+    name: str
+    first: list[int]
+    generation: GenerationCost
+    train_s: list[float]
+    """forward and backward of the step's samples"""
+    forward_s: list[float]
+    """forward-only passes (reference, old log-probabilities)"""
+    optimizer_s: list[float]
+    sync_s: list[float]
+    reward_s: list[float]
+    other_s: list[float]
+    """measured step time no phase accounts for (data movement, host work); 0 unless replaying a recording"""
+    engine: list[int] | None = None
+    """recorded engine index per request (as-recorded replays), None when retargeted"""
+    engines: int = 1
+    """recorded generation instances"""
+    arrival_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return len(self.first) - 1
+
+    def requests(self, step: int) -> range:
+        return range(self.first[step], self.first[step + 1])
+
+    def trainer_seconds(self, step: int) -> float:
+        """Everything the trainers do for ``step`` after its samples are in: forward-only, train, optimizer."""
+        return self.forward_s[step] + self.train_s[step] + self.optimizer_s[step]

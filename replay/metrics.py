@@ -1,0 +1,201 @@
+"""Run metrics and the timeline, computed from what the simulator recorded (DataFrames and numpy, no loops
+over requests).
+
+Bubbles, per pool, as fractions of the pool's GPU-time over the run:
+
+- generation: an instance's useful share at time t is its running batch over the largest batch it ever ran
+  (a half-empty batch in the long tail wastes half the instance). Waste inside a *tail window* is the
+  skewness bubble; waste outside is the dependency bubble (waiting for training or weight sync).
+- training: idle time of the trainers inside a tail window is the skewness bubble (waiting for the last
+  samples), idle time outside is the dependency bubble.
+
+A step's tail window runs from the time ``tail_quantile`` (default 0.8) of its samples have finished to its
+last finish: RollMux's long-tail migration fires at about 80% done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from rltrace.replay.simulator import Simulator
+
+from rltrace.catalog import get_gpu
+from rltrace.errors import ConfigError
+
+TIMELINE_COLUMNS = ("resource", "pool", "kind", "step", "id", "start_s", "end_s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MetricsConfig:
+    tail_quantile: float = 0.8
+    """a step's long tail starts when this share of its samples has finished"""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.tail_quantile < 1:
+            raise ConfigError(f"metrics.tail_quantile must be in (0, 1), got {self.tail_quantile}")
+
+
+def timeline_frame(sim: Simulator, requests: pl.DataFrame) -> pl.DataFrame:
+    """One row per busy interval: requests on instances, instance busy spans, work on resources, switches."""
+    names = {i.id: (i.name, i.pool) for i in sim.all_instances}
+    ids = np.array(list(names), dtype=np.int32)
+    lookup = pl.DataFrame({"instance": ids, "resource": [names[i][0] for i in ids],
+                           "pool": [names[i][1] for i in ids]}, schema_overrides={"instance": pl.Int32})
+    req = (
+        requests.filter(pl.col("finished"))
+        .join(lookup, on="instance", how="left")
+        .select("resource", "pool", pl.lit("request").alias("kind"), "step", pl.col("request").alias("id"),
+                "start_s", pl.col("finish_s").alias("end_s"))
+    )
+    pools = {name: pool for name, pool in names.values()} | {r.name: r.pool for r in sim.resources.values()}
+    seg = sim.segments
+    other = pl.DataFrame(
+        {
+            "resource": [s[0] for s in seg],
+            "pool": [pools.get(s[0], "") for s in seg],
+            "kind": [s[1] for s in seg],
+            "step": np.array([s[2] for s in seg], dtype=np.int32),
+            "id": np.array([s[3] for s in seg], dtype=np.int64),
+            "start_s": np.array([s[4] for s in seg], dtype=np.float64),
+            "end_s": np.array([s[5] for s in seg], dtype=np.float64),
+        },
+        schema={"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32, "id": pl.Int64,
+                "start_s": pl.Float64, "end_s": pl.Float64},
+    )
+    return pl.concat([req.cast(other.schema), other]).sort("start_s", "resource", "id")
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted disjoint (starts, ends)."""
+    if not len(starts):
+        return starts, ends
+    order = np.argsort(starts)
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    new = np.concatenate([[True], s[1:] > e[:-1]])
+    group_end = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(s) - 1]])
+    return s[new], e[group_end]
+
+
+def _covered(ws: np.ndarray, we: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Length of the disjoint windows (ws, we) that lies before each time t."""
+    if not len(ws):
+        return np.zeros_like(t)
+    before = np.concatenate([[0.0], np.cumsum(we - ws)])
+    i = np.searchsorted(ws, t, side="right")  # windows starting at or before t
+    last = np.clip(i - 1, 0, len(ws) - 1)
+    partial = np.where(i > 0, np.clip(t - ws[last], 0, (we - ws)[last]), 0.0)
+    return before[np.maximum(i - 1, 0)] * (i > 0) + partial
+
+
+def _peak_concurrency(instance: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, int]:
+    """Largest number of intervals open at once, per instance."""
+    peaks: dict[int, int] = {}
+    for inst in np.unique(instance):
+        mine = instance == inst
+        times = np.concatenate([start[mine], end[mine]])
+        delta = np.concatenate([np.ones(mine.sum(), np.int64), -np.ones(mine.sum(), np.int64)])
+        order = np.lexsort((delta, times))  # ends before starts at the same time
+        peaks[int(inst)] = int(np.cumsum(delta[order]).max())
+    return peaks
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=float)
+    if not len(a):
+        return {"mean": 0.0, "p50": 0.0, "p95": 0.0}
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
+
+
+def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFrame, config: MetricsConfig) -> dict[str, Any]:
+    """The documented metrics (docs/replay.md) of one run."""
+    ends = sorted(sim.step_end_s.items())
+    makespan = max((t for _, t in ends), default=float(timeline["end_s"].max() or 0.0))
+    step_times: list[float] = []
+    previous: dict[int, float] = {job.id: job.arrival_s for job in sim.jobs}
+    for (job, _), end in ends:
+        step_times.append(end - previous[job])
+        previous[job] = end
+    consumed = np.array(sim.consumed, dtype=np.int64).reshape(-1, 4)
+    used = requests[consumed[:, 2].tolist()] if len(consumed) else requests.clear()
+    samples, tokens = used.height, int(used["output_tokens"].sum() or 0)
+    staleness = consumed[:, 3] if len(consumed) else np.zeros(1, np.int64)
+
+    # Tail windows, per (job, step), merged.
+    done = requests.filter(pl.col("finished"))
+    tails = done.group_by("job", "step").agg(
+        pl.col("finish_s").quantile(config.tail_quantile, "lower").alias("a"), pl.col("finish_s").max().alias("b"))
+    ws, we = _merge(tails["a"].to_numpy(), tails["b"].to_numpy())
+    ws, we = np.minimum(ws, makespan), np.minimum(we, makespan)
+    tail_total = float((we - ws).sum())
+
+    pools = {p.pool: p for p in sim.pools}  # the last allocation of each pool
+    metrics: dict[str, Any] = {}
+    # Generation: useful share = batch / peak batch per instance.
+    gen = timeline.filter(pl.col("pool") == "generation", pl.col("kind").is_in(["request", "preempted", "aborted", "migrated"]))
+    inst_of = {i.name: i for i in sim.all_instances}
+    gpus_total = pools["generation"].gpus if "generation" in pools else 0
+    busy = busy_tail = 0.0
+    if gen.height:
+        names = gen["resource"].unique().sort().to_list()
+        codes = gen["resource"].replace_strict({n: i for i, n in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
+        start, end = gen["start_s"].to_numpy(), np.minimum(gen["end_s"].to_numpy(), makespan)
+        peaks = _peak_concurrency(codes, start, end)
+        per_code = np.array([inst_of[n].tp / peaks[i] for i, n in enumerate(names)])
+        weight = per_code[codes]
+        busy = float(((end - start) * weight).sum())
+        busy_tail = float(((_covered(ws, we, end) - _covered(ws, we, start)) * weight).sum())
+    capacity = gpus_total * makespan
+    metrics["generation"] = _bubbles(capacity, busy, gpus_total * tail_total - busy_tail)
+    train = timeline.filter(pl.col("kind") == "train")
+    t_gpus = pools["training"].gpus if "training" in pools else 0
+    ts, te = train["start_s"].to_numpy(), np.minimum(train["end_s"].to_numpy(), makespan)
+    t_busy = float((te - ts).sum()) * t_gpus
+    t_busy_tail = float((_covered(ws, we, te) - _covered(ws, we, ts)).sum()) * t_gpus
+    metrics["training"] = _bubbles(t_gpus * makespan, t_busy, t_gpus * tail_total - t_busy_tail)
+
+    cost = 0.0
+    for use in sim.pools:
+        if use.billed:
+            until = next((p.start_s for p in sim.pools[sim.pools.index(use) + 1:] if p.pool == use.pool), makespan)
+            cost += use.gpus * max(until - use.start_s, 0.0) / 3600 * _price(sim, use.gpu)
+    sync = timeline.filter(pl.col("kind") == "weight_sync").group_by("step").agg((pl.col("end_s") - pl.col("start_s")).sum())
+    return {
+        "throughput_samples_per_s": samples / makespan if makespan else 0.0,
+        "throughput_tokens_per_s": tokens / makespan if makespan else 0.0,
+        "step_time_s": _quantiles(step_times),
+        "makespan_s": makespan,
+        "bubble_fraction": {pool: {"dependency": m["dependency"], "skewness": m["skewness"]} for pool, m in metrics.items()},
+        "gpu_utilization": {pool: m["busy"] for pool, m in metrics.items()},
+        "staleness": {"mean": float(staleness.mean()), "max": int(staleness.max())},
+        "weight_sync_s": float(sync["end_s"].mean()) if sync.height else 0.0,
+        "cost_usd": cost,
+        "usd_per_1k_samples": cost / samples * 1000 if samples else 0.0,
+        "samples": samples,
+        "output_tokens": tokens,
+        "steps": len(ends),
+        "gpus": {p.pool: p.gpus for p in pools.values()},
+        "preemptions": int(requests["preemptions"].sum()),
+        "aborted_attempts": int(requests["aborts"].sum()),
+        "events": sim.events,
+        **({"extra": dict(sim.extra)} if sim.extra else {}),
+    }
+
+
+def _bubbles(capacity: float, busy: float, idle_in_tail: float) -> dict[str, float]:
+    if capacity <= 0:
+        return {"busy": 0.0, "dependency": 0.0, "skewness": 0.0}
+    skew = min(max(idle_in_tail, 0.0), capacity - busy)
+    return {"busy": busy / capacity, "skewness": skew / capacity, "dependency": max(capacity - busy - skew, 0.0) / capacity}
+
+
+def _price(sim: Simulator, gpu: str) -> float:
+    prices = sim.cluster.price_per_gpu_hour or {}
+    if gpu in prices:
+        return prices[gpu]
+    try:
+        return get_gpu(gpu).usd_per_hour
+    except ConfigError:
+        return 0.0  # "cpu" or an uncatalogued device: no price

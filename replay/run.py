@@ -1,0 +1,250 @@
+"""One replay: a workload, a cluster and a scheduler in; a :class:`RunResult` out (the caller writes files).
+
+``prepare`` turns a bundle's workload into jobs (requests plus per-step training-side durations) for a
+cluster; ``replay`` runs one scheduler over them and computes the metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from rltrace.replay.cluster import Cluster
+from rltrace.replay.costmodels.calibrate import fit_trace
+from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
+from rltrace.replay.costmodels.training import TrainingCost
+from rltrace.replay.entities.requests import Requests
+from rltrace.replay.job import Job
+from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
+from rltrace.replay.schedulers import create
+from rltrace.replay.simulator import Simulator
+from rltrace.replay.workload import Workload, extract, retarget
+
+from rltrace.bundle import Bundle
+from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
+from rltrace.config import to_dict
+from rltrace.errors import ConfigError
+from rltrace.manifest import ModelInfo
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CostConfig:
+    """Which cost models a replay uses, and their factors."""
+
+    generation: str = "auto"
+    """"roofline" (GPU catalog), "trace" (fitted to the bundle's own request timings) or "auto": trace when
+    the bundle is a real recording replayed on its own GPU kind and TP, else roofline"""
+
+    def __post_init__(self) -> None:
+        if self.generation not in ("auto", "roofline", "trace"):
+            raise ConfigError(f"cost.generation must be auto, roofline or trace, got {self.generation!r}")
+        for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "gpu_memory_utilization"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(f"cost.{name} must be in (0, 1], got {getattr(self, name)}")
+        if self.sync_gbps <= 0:
+            raise ConfigError(f"cost.sync_gbps must be positive, got {self.sync_gbps}")
+    memory_efficiency: float = 0.6
+    compute_efficiency: float = 0.7
+    train_mfu: float = 0.35
+    sync_gbps: float = 50.0
+    gpu_memory_utilization: float = 0.9
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayConfig:
+    """Everything a replay varies besides the scheduler's own Config (``--set cost.train_mfu=0.4`` etc.)."""
+
+    cost: CostConfig = field(default_factory=CostConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Jobs and requests ready to replay, plus what was decided on the way."""
+
+    requests_frame: pl.DataFrame
+    jobs: list[Job]
+    cluster: Cluster
+    notes: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one replay produced. ``write`` puts it in a run folder."""
+
+    scheduler: str
+    metrics: dict[str, Any]
+    timeline: pl.DataFrame
+    requests: pl.DataFrame
+    config: dict[str, Any]
+    events: int
+    wall_s: float
+
+    def write(self, folder: str | Path) -> Path:
+        """Write metrics.json, timeline.parquet, requests.parquet and config.json into ``folder``."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text(json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
+        (out / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
+        self.timeline.write_parquet(out / "timeline.parquet")
+        self.requests.write_parquet(out / "requests.parquet")
+        return out
+
+
+def model_spec(info: ModelInfo | None, override: str | None = None) -> ModelSpec | None:
+    """The catalog's spec for the bundle's model (or ``override``), else one built from the manifest."""
+    if override:
+        return get_model(override)
+    if info is None:
+        return None
+    try:
+        return get_model(info.name)
+    except ConfigError:
+        return ModelSpec(name=info.name, hidden=info.hidden, layers=info.layers, heads=info.heads,
+                         kv_heads=info.kv_heads, intermediate=info.intermediate or 4 * info.hidden,
+                         vocab=info.vocab, head_dim=info.head_dim, dtype_bytes=info.dtype_bytes)
+
+
+def _gpu(device: str | None) -> GPUSpec | None:
+    try:
+        return get_gpu(device) if device else None
+    except ConfigError:
+        return None  # "cpu" or a device the catalog lacks: measured times are used as they are
+
+
+def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording: pl.DataFrame | None = None,
+            measured: bool = False, model: str | None = None) -> Prepared:
+    """Build the job and its requests. ``recording`` is the bundle's requests frame when the workload is
+    the bundle's own (not retargeted); ``measured`` says its timings come from a real run (``rltrace record``
+    or an import), which lets "auto" fit generation costs to them."""
+    notes: list[str] = []
+    spec = model_spec(workload.model, model)
+    rollout = workload.cluster.get("rollout")
+    trainer = workload.cluster.get("trainer")
+    same_hw = rollout is not None and rollout.device == cluster.gen_gpu and rollout.tp == cluster.tp
+    use_trace = cost.generation == "trace" or (cost.generation == "auto" and measured and recording is not None
+                                               and same_hw)
+    generation: GenerationCost
+    if use_trace:
+        if recording is None:
+            raise ConfigError("cost.generation=trace needs the recorded requests (a replay of the bundle itself)")
+        generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1)
+        notes.append(f"generation cost fitted to the trace: {report}")
+    else:
+        gpu = _gpu(cluster.gen_gpu)
+        if spec is None or gpu is None:
+            raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model")
+        generation = RooflineGeneration(model=spec, gpu=gpu, memory_efficiency=cost.memory_efficiency,
+                                        compute_efficiency=cost.compute_efficiency,
+                                        gpu_memory_utilization=cost.gpu_memory_utilization)
+        notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}")
+    training = TrainingCost(model=spec, gpu=_gpu(cluster.train_gpu), gpus=cluster.train_gpus,
+                            recorded_gpus=trainer.count if trainer else cluster.train_gpus,
+                            recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
+                            sync_gbps=cost.sync_gbps)
+    samples, steps = workload.samples, workload.steps
+    counts = samples.group_by("step", maintain_order=True).len()["len"].to_numpy()
+    first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
+
+    def col(name: str) -> list[float | None]:
+        return steps[name].to_list() if name in steps.columns else [None] * steps.height
+
+    tokens = (steps["prompt_tokens"] + steps["output_tokens"]).to_list()
+    train = [training.train_seconds(m, t) for m, t in zip(col("train_s"), tokens)]
+    forward = [training.forward_seconds(m, t) for m, t in zip(col("reference_s"), tokens)]
+    optim = [training.optimizer_seconds(m) for m in col("optimizer_s")]
+    sync = [training.sync_seconds(m) for m in col("weight_sync_s")]
+    reward = [r or 0.0 for r in col("reward_s")]
+    other = [0.0] * steps.height
+    if recording is not None:
+        # Measured step time that no phase explains (host-side batch movement, saving weights, ...).
+        parts = zip(col("wall_s"), col("generation_s"), train, forward, optim, sync, reward)
+        other = [max((w or 0) - (g or 0) - a - b - c - d - e, 0.0) for w, g, a, b, c, d, e in parts]
+    engine = samples["engine"]
+    job = Job(id=0, name="job0", first=first, generation=generation, train_s=train, forward_s=forward,
+              optimizer_s=optim, sync_s=sync, reward_s=reward, other_s=other,
+              engine=None if engine.null_count() else engine.to_list(),
+              engines=rollout.count // max(rollout.tp, 1) if rollout else 1)
+    frame = samples.select("step", "group", "prompt_tokens", "output_tokens").with_columns(pl.lit(0).alias("job"))
+    return Prepared(frame, [job], cluster, notes)
+
+
+def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: dict[str, Any] | None = None,
+           *, progress: Callable[[int], None] | None = None, keep_log: bool = False) -> RunResult:
+    """Run ``scheduler`` over the prepared jobs; returns the metrics, the timeline and the resolved config."""
+    policy, policy_config = create(scheduler, settings)
+    f = prepared.requests_frame
+    requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
+                        f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy())
+    sim = Simulator(requests, prepared.jobs, prepared.cluster, keep_log=keep_log)
+    started = time.perf_counter()
+    sim.run(policy, progress)
+    wall = time.perf_counter() - started
+    req_frame = requests.to_frame()
+    timeline = timeline_frame(sim, req_frame)
+    metrics = compute_metrics(sim, req_frame, timeline, config.metrics)
+    resolved = {
+        "scheduler": {"name": scheduler, **to_dict(policy_config)},
+        "replay": to_dict(config),
+        "cluster": to_dict(prepared.cluster),
+        "notes": prepared.notes,
+    }
+    return RunResult(scheduler, metrics, timeline, req_frame, resolved, len(sim.queue.log or []) or sim.events, wall)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Shape:
+    """How to reshape the recorded workload and cluster (None keeps what the bundle recorded)."""
+
+    gen_gpus: int | None = None
+    train_gpus: int | None = None
+    gpu: str | None = None
+    """GPU kind of both pools"""
+    tp: int | None = None
+    max_seqs: int = 256
+    model: str | None = None
+    steps: int | None = None
+    prompts_per_step: int | None = None
+    samples_per_prompt: int | None = None
+    max_new_tokens: int | None = None
+    seed: int = 0
+
+
+def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None) -> Prepared:
+    """Extract, retarget (when ``shape`` asks) and prepare a bundle's workload on the cluster ``shape`` gives."""
+    workload = extract(bundle)
+    pools = workload.cluster
+    rollout, trainer = pools.get("rollout"), pools.get("trainer")
+    gen_gpu = shape.gpu or (rollout.device if rollout else None)
+    train_gpu = shape.gpu or (trainer.device if trainer else gen_gpu)
+    if gen_gpu is None or train_gpu is None:
+        raise ConfigError("the bundle records no GPU kind: give --gpu")
+    cluster = Cluster(
+        gen_gpus=shape.gen_gpus or (rollout.count if rollout else 1),
+        train_gpus=shape.train_gpus or (trainer.count if trainer else 1),
+        gen_gpu=gen_gpu,
+        train_gpu=train_gpu,
+        tp=shape.tp or (rollout.tp if rollout else 1),
+        max_seqs=shape.max_seqs,
+        price_per_gpu_hour=prices,
+    )
+    reshaped = any(v is not None for v in (shape.steps, shape.prompts_per_step, shape.samples_per_prompt,
+                                           shape.max_new_tokens, shape.model))
+    recording = None
+    if reshaped:
+        workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,
+                            samples_per_prompt=shape.samples_per_prompt, max_new_tokens=shape.max_new_tokens,
+                            seed=shape.seed)
+    else:
+        recording = bundle.requests.collect()
+    if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
+        measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
+        workload = replace(workload, steps=workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured))
+    return prepare(workload, cluster, cost, recording=recording, measured=bundle.manifest.source == "record",
+                   model=shape.model)

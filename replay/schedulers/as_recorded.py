@@ -1,0 +1,71 @@
+"""as-recorded: the recording's own pool layout, request-to-engine assignment and order; the fidelity
+baseline.
+
+Each step's requests go to the engine that served them, in recorded arrival order; then reward, training,
+optimizer and weight sync take their measured times, and the step's measured time that no phase explains
+(host-side batch movement, checkpoint writes) is added before the next step starts, as it was recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.common import (
+    Outstanding,
+    generation_pool,
+    on_training_done,
+    spread,
+    start_training,
+    training_pool,
+)
+from rltrace.replay.simulator import Notice, Simulator
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AsRecordedConfig:
+    """No knobs: everything comes from the bundle."""
+
+
+@register("as-recorded")
+class AsRecorded:
+    Config = AsRecordedConfig
+
+    def __init__(self, config: AsRecordedConfig) -> None:
+        self.config = config
+
+    def start(self, sim: Simulator) -> None:
+        job = sim.jobs[0]
+        self.instances = generation_pool(sim, job, sim.cluster.gen_gpus)
+        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        sim.add_resource("host", "cpu")
+        self.outstanding = Outstanding(sim)
+        self._launch(sim, 0)
+
+    def _launch(self, sim: Simulator, step: int) -> None:
+        job = sim.jobs[0]
+        rids = job.requests(step)
+        self.outstanding.launch(job.id, step, len(rids))
+        if job.engine is None:  # retargeted: no recorded assignment to follow
+            spread(sim, self.instances, rids)
+            return
+        by_engine: dict[int, list[int]] = {}
+        for rid in rids:
+            by_engine.setdefault(job.engine[rid] % len(self.instances), []).append(rid)
+        for engine, mine in sorted(by_engine.items()):
+            sim.submit(self.instances[engine], mine)
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        job = sim.jobs[0]
+        if notice.kind == "finished":
+            for _, step in self.outstanding.finish(notice.requests):
+                start_training(sim, job, step, version=step)
+        elif notice.tag[0] == "host":
+            step = notice.tag[2]
+            sim.end_step(job.id, step)
+            if step + 1 < job.steps:
+                self._launch(sim, step + 1)
+        elif on_training_done(sim, job, notice.tag):
+            step = notice.tag[2]
+            sim.set_version(step + 1)
+            sim.work("host", job.other_s[step], ("host", job.id, step), kind="host", step=step)

@@ -1,0 +1,59 @@
+"""disagg-sync: separate generation and training pools, strictly on-policy.
+
+Each step generates all its samples on the generation pool, scores them, trains on the training pool and
+syncs the weights back before the next step starts: the training pool idles during generation and the
+generation pool during training and sync (dependency bubbles), and both wait for the longest sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.common import (
+    Outstanding,
+    generation_pool,
+    on_training_done,
+    spread,
+    start_training,
+    training_pool,
+)
+from rltrace.replay.simulator import Notice, Simulator
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DisaggSyncConfig:
+    """No knobs: the pool split comes from the cluster (--gen-gpus / --train-gpus)."""
+
+
+@register("disagg-sync")
+class DisaggSync:
+    Config = DisaggSyncConfig
+
+    def __init__(self, config: DisaggSyncConfig) -> None:
+        self.config = config
+
+    def start(self, sim: Simulator) -> None:
+        job = sim.jobs[0]
+        self.instances = generation_pool(sim, job, sim.cluster.gen_gpus)
+        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.outstanding = Outstanding(sim)
+        self._launch(sim, 0)
+
+    def _launch(self, sim: Simulator, step: int) -> None:
+        job = sim.jobs[0]
+        rids = job.requests(step)
+        self.outstanding.launch(job.id, step, len(rids))
+        spread(sim, self.instances, rids)
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        job = sim.jobs[0]
+        if notice.kind == "finished":
+            for _, step in self.outstanding.finish(notice.requests):
+                start_training(sim, job, step, version=step)
+        elif on_training_done(sim, job, notice.tag):
+            step = notice.tag[2]
+            sim.set_version(step + 1)
+            sim.end_step(job.id, step)
+            if step + 1 < job.steps:
+                self._launch(sim, step + 1)

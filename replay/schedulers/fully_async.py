@@ -1,0 +1,87 @@
+"""fully-async (AReaL, verl fully_async): generation runs ahead, bounded only by staleness.
+
+Samples are produced continuously. A sample of nominal step s is admitted only while the generators' weight
+version v satisfies s <= v + eta (AReaL's staleness bound: its policy lags at most eta versions at
+admission). The trainer takes fixed-size batches of finished samples in finish order, as soon as a batch is
+there and the previous update is synced.
+
+With ``interruptible`` (AReaL's default), a weight update interrupts the running requests: their KV cache
+is recomputed under the new weights and they go on as samples of the new version, so long samples do not
+grow stale while they generate.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.common import REWARD, generation_pool, on_training_done, spread, training_pool
+from rltrace.replay.simulator import Notice, Simulator
+
+from rltrace.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FullyAsyncConfig:
+    eta: int = 1
+    """staleness bound: versions a sample's policy may lag when admitted"""
+    interruptible: bool = True
+    """re-prefill running requests under new weights at every update (AReaL), else they finish on old ones"""
+
+    def __post_init__(self) -> None:
+        if self.eta < 0:
+            raise ConfigError(f"fully-async eta must be >= 0, got {self.eta}")
+
+
+@register("fully-async")
+class FullyAsync:
+    Config = FullyAsyncConfig
+
+    def __init__(self, config: FullyAsyncConfig) -> None:
+        self.config = config
+
+    def start(self, sim: Simulator) -> None:
+        self.instances = generation_pool(sim, sim.jobs[0], sim.cluster.gen_gpus)
+        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.ready: deque[int] = deque()  # finished, not yet trained on
+        self.version = 0
+        self.launched = -1
+        self.training = False
+        self.trained = 0
+        self._admit(sim)
+
+    def _admit(self, sim: Simulator) -> None:
+        job = sim.jobs[0]
+        while self.launched + 1 < job.steps and self.launched + 1 <= self.version + self.config.eta:
+            self.launched += 1
+            by_load = sorted(self.instances, key=lambda i: i.load)
+            spread(sim, by_load, job.requests(self.launched))
+
+    def _train(self, sim: Simulator) -> None:
+        job = sim.jobs[0]
+        step = self.trained
+        if self.training or step >= job.steps or len(self.ready) < len(job.requests(step)):
+            return
+        batch = [self.ready.popleft() for _ in job.requests(step)]
+        self.training = True
+        sim.consume(job.id, step, batch, version=self.version)
+        sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        job = sim.jobs[0]
+        if notice.kind == "finished":
+            self.ready.extend(notice.requests)
+        elif on_training_done(sim, job, notice.tag):
+            step = notice.tag[2]
+            self.training = False
+            self.trained = step + 1
+            self.version = step + 1
+            sim.set_version(self.version)
+            if self.config.interruptible:
+                for inst in self.instances:
+                    if inst.batch:
+                        sim.reconfigure(inst)  # running requests resume under the new weights
+            sim.end_step(job.id, step)
+            self._admit(sim)
+        self._train(sim)

@@ -1,0 +1,114 @@
+"""``rltrace replay``: re-run a bundle's workload under one or more schedulers and compare them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rltrace.bundle import open_bundle
+from rltrace.catalog import load_gpus
+from rltrace.config import apply_sets, build, to_dict
+from rltrace.errors import ConfigError
+from rltrace.replay.run import ReplayConfig, RunResult, Shape, from_bundle
+from rltrace.replay.run import replay as run_replay
+from rltrace.replay.schedulers import lookup, names
+from rltrace.sample_traces import sample_path
+
+BASELINES = "colocated-sync,disagg-sync,one-step-async,fully-async"
+
+
+def _settings(schedulers: list[str], sets: list[str]) -> tuple[ReplayConfig, dict[str, dict[str, Any]], dict[str, float]]:
+    """Split ``--set`` assignments between the replay's config, prices and each scheduler's Config."""
+    tree: dict[str, Any] = to_dict(ReplayConfig())
+    tree["prices"] = {name: gpu.usd_per_hour for name, gpu in load_gpus().items()}
+    for name in schedulers:
+        tree[name] = to_dict(lookup(name).Config())
+    apply_sets(tree, sets)
+    prices = tree.pop("prices")
+    per_scheduler = {name: tree.pop(name) for name in schedulers}
+    return build(ReplayConfig, tree, "replay"), per_scheduler, prices
+
+
+def replay(
+    bundle: Annotated[Path | None, typer.Argument(help="Trace bundle (default: the RollPacker-like sample).")] = None,
+    scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="Scheduler name(s), comma-separated.")] = BASELINES,
+    gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
+    train_gpus: Annotated[int | None, typer.Option(help="Training GPUs (default: as recorded).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallelism of generation instances.")] = None,
+    max_seqs: Annotated[int, typer.Option(help="Most running sequences per instance (vLLM max_num_seqs).")] = 256,
+    model: Annotated[str | None, typer.Option(help="Replay with another catalog model.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Steps to replay (resampled from the recording).")] = None,
+    prompts: Annotated[int | None, typer.Option(help="Prompts per step (resampled).")] = None,
+    samples: Annotated[int | None, typer.Option(help="Samples per prompt (resampled).")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Cap on output tokens.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for resampling.")] = 0,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="key=value: cost.*, metrics.*, prices.GPU, SCHEDULER.*")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for one run folder per scheduler.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {scheduler: metrics} as JSON on stdout.")] = False,
+) -> None:
+    """Replay a bundle under other schedulers, pool splits, GPU kinds or batch shapes.
+
+    Writes OUT/<scheduler>/{metrics.json, timeline.parquet, requests.parquet, config.json} with -o, and prints
+    a comparison table (or JSON). Example:
+
+        rltrace replay --scheduler disagg-sync,one-step-async --gen-gpus 24 --train-gpus 8 -o runs
+    """
+    chosen = [s.strip() for s in scheduler.split(",") if s.strip()]
+    if not chosen:
+        raise ConfigError(f"--scheduler needs at least one name (known: {', '.join(names())})")
+    for name in chosen:
+        lookup(name)
+    config, per_scheduler, prices = _settings(chosen, set_ or [])
+    source = open_bundle(bundle or sample_path())
+    shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gpu=gpu, tp=tp, max_seqs=max_seqs, model=model,
+                  steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
+                  seed=seed)
+    prepared = from_bundle(source, shape, config.cost, prices)
+    total = prepared.requests_frame.height
+    results: dict[str, RunResult] = {}
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} events"),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        for name in chosen:
+            task = bar.add_task(f"replay {name}", total=total * 1.05)
+            results[name] = run_replay(prepared, name, config, per_scheduler[name],
+                                       progress=lambda n, t=task: bar.update(t, completed=n))
+            bar.update(task, completed=total * 1.05)
+    if output is not None:
+        for name, result in results.items():
+            result.write(output / name)
+    if as_json:
+        print(json.dumps({name: r.metrics for name, r in results.items()}, indent=2))
+        return
+    _print_table(results, prepared.notes, output)
+
+
+def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None) -> None:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 140  # a pipe or file gets the whole table, not 80 columns of wrapped cells
+    table = Table(title="Replay (bubbles: dependency / skewness share of each pool's GPU-time)", title_justify="left")
+    for col in ("scheduler", "samples/s", "tokens/s", "step s", "gen bubbles", "train bubbles", "stale max",
+                "$/1k samples", "replay s"):
+        table.add_column(col, justify="left" if col == "scheduler" else "right", no_wrap=True)
+    for name, r in results.items():
+        m, b = r.metrics, r.metrics["bubble_fraction"]
+        table.add_row(
+            name, f"{m['throughput_samples_per_s']:.2f}", f"{m['throughput_tokens_per_s']:,.0f}",
+            f"{m['step_time_s']['mean']:.2f}",
+            f"{b['generation']['dependency']:.0%} / {b['generation']['skewness']:.0%}",
+            f"{b['training']['dependency']:.0%} / {b['training']['skewness']:.0%}",
+            str(m["staleness"]["max"]), f"{m['usd_per_1k_samples']:.3f}", f"{r.wall_s:.2f}",
+        )
+    console.print(table)
+    for note in notes:
+        console.print(f"note: {note}", markup=False)
+    if output is not None:
+        console.print(f"wrote {len(results)} run folder(s) under {output}", markup=False)

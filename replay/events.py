@@ -32,7 +32,8 @@ class EventQueue:
     def __init__(self, keep_log: bool = False) -> None:
         self._heap: list[tuple[float, int, int, Any, Any]] = []
         self._seq = 0
-        self.log: list[tuple[float, int, int, str]] | None = [] if keep_log else None
+        self.log: list[tuple[float, int, int, str, str]] | None = [] if keep_log else None
+        """(time_s, priority, seq, target name, data) of every event popped, when kept"""
 
     def push(self, time_s: float, priority: Priority, target: Any, data: Any = None) -> None:
         self._seq += 1
@@ -41,7 +42,7 @@ class EventQueue:
     def pop(self) -> tuple[float, int, int, Any, Any]:
         event = heapq.heappop(self._heap)
         if self.log is not None:
-            self.log.append((event[0], event[1], event[2], repr(event[4])))
+            self.log.append((event[0], event[1], event[2], getattr(event[3], "name", ""), repr(event[4])))
         return event
 
     def __len__(self) -> int:

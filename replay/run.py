@@ -85,6 +85,8 @@ class RunResult:
     config: dict[str, Any]
     events: int
     wall_s: float
+    event_log: list[tuple[float, int, int, str, str]] | None = None
+    """every event fired, in order (only with ``keep_log``)"""
 
     def write(self, folder: str | Path) -> Path:
         """Write metrics.json, timeline.parquet, requests.parquet and config.json into ``folder``."""
@@ -120,20 +122,20 @@ def _gpu(device: str | None) -> GPUSpec | None:
 
 def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording: pl.DataFrame | None = None,
             measured: bool = False, model: str | None = None) -> Prepared:
-    """Build the job and its requests. ``recording`` is the bundle's requests frame when the workload is
-    the bundle's own (not retargeted); ``measured`` says its timings come from a real run (``rltrace record``
+    """Build the job and its requests. ``recording`` is the bundle's requests frame (the calibration data
+    for trace-fitted generation costs); ``measured`` says its timings come from a real run (``rltrace record``
     or an import), which lets "auto" fit generation costs to them."""
     notes: list[str] = []
     spec = model_spec(workload.model, model)
     rollout = workload.cluster.get("rollout")
     trainer = workload.cluster.get("trainer")
     same_hw = rollout is not None and rollout.device == cluster.gen_gpu and rollout.tp == cluster.tp
-    use_trace = cost.generation == "trace" or (cost.generation == "auto" and measured and recording is not None
-                                               and same_hw)
+    use_trace = cost.generation == "trace" or (cost.generation == "auto" and measured and same_hw
+                                               and model is None and recording is not None)
     generation: GenerationCost
     if use_trace:
         if recording is None:
-            raise ConfigError("cost.generation=trace needs the recorded requests (a replay of the bundle itself)")
+            raise ConfigError("cost.generation=trace needs the bundle's recorded requests")
         generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1)
         notes.append(f"generation cost fitted to the trace: {report}")
     else:
@@ -161,11 +163,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     optim = [training.optimizer_seconds(m) for m in col("optimizer_s")]
     sync = [training.sync_seconds(m) for m in col("weight_sync_s")]
     reward = [r or 0.0 for r in col("reward_s")]
-    other = [0.0] * steps.height
-    if recording is not None:
-        # Measured step time that no phase explains (host-side batch movement, saving weights, ...).
-        parts = zip(col("wall_s"), col("generation_s"), train, forward, optim, sync, reward)
-        other = [max((w or 0) - (g or 0) - a - b - c - d - e, 0.0) for w, g, a, b, c, d, e in parts]
+    other = [o or 0.0 for o in col("other_s")]
     engine = samples["engine"]
     job = Job(id=0, name="job0", first=first, generation=generation, train_s=train, forward_s=forward,
               optimizer_s=optim, sync_s=sync, reward_s=reward, other_s=other,
@@ -195,7 +193,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
         "cluster": to_dict(prepared.cluster),
         "notes": prepared.notes,
     }
-    return RunResult(scheduler, metrics, timeline, req_frame, resolved, len(sim.queue.log or []) or sim.events, wall)
+    return RunResult(scheduler, metrics, timeline, req_frame, resolved, sim.events, wall, sim.queue.log)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,6 +214,10 @@ class Shape:
     seed: int = 0
 
 
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None) -> Prepared:
     """Extract, retarget (when ``shape`` asks) and prepare a bundle's workload on the cluster ``shape`` gives."""
     workload = extract(bundle)
@@ -226,23 +228,21 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
     if gen_gpu is None or train_gpu is None:
         raise ConfigError("the bundle records no GPU kind: give --gpu")
     cluster = Cluster(
-        gen_gpus=shape.gen_gpus or (rollout.count if rollout else 1),
-        train_gpus=shape.train_gpus or (trainer.count if trainer else 1),
+        gen_gpus=_given(shape.gen_gpus, rollout.count if rollout else 1),
+        train_gpus=_given(shape.train_gpus, trainer.count if trainer else 1),
         gen_gpu=gen_gpu,
         train_gpu=train_gpu,
-        tp=shape.tp or (rollout.tp if rollout else 1),
+        tp=_given(shape.tp, rollout.tp if rollout else 1),
         max_seqs=shape.max_seqs,
         price_per_gpu_hour=prices,
     )
     reshaped = any(v is not None for v in (shape.steps, shape.prompts_per_step, shape.samples_per_prompt,
                                            shape.max_new_tokens, shape.model))
-    recording = None
     if reshaped:
         workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,
                             samples_per_prompt=shape.samples_per_prompt, max_new_tokens=shape.max_new_tokens,
                             seed=shape.seed)
-    else:
-        recording = bundle.requests.collect()
+    recording = bundle.requests.collect()
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
         workload = replace(workload, steps=workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured))

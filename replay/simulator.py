@@ -224,8 +224,9 @@ class Simulator:
         scheduler.start(self)
         self._replan()
         queue, on_event, events = self.queue, scheduler.on_event, 0
+        pop = queue.pop
         while len(queue) and not self._stopped:
-            time_s, _, _, inst, data = queue.pop()
+            time_s, _, _, inst, data = pop()
             self.now = time_s
             if inst is not None:
                 done = inst.fire(data)

@@ -29,21 +29,27 @@ class Workload:
     recording's engine, null when retargeted): one row per sample, in recorded arrival order"""
     steps: pl.DataFrame
     """step, samples, prompt_tokens, output_tokens, train_s, reference_s, optimizer_s, weight_sync_s,
-    reward_s, sync_bytes, collective_bytes, wall_s, generation_s. Phase times are the slowest actor's summed
-    spans (null when not recorded); wall_s is the measured step time (first arrival to the next step's first
+    reward_s, sync_bytes, collective_bytes, wall_s, generation_s, other_s. Phase times are the slowest actor's summed
+    spans (null when not recorded); train and reference time count only after the step's last sample
+    finished (what lies on a synchronous step's critical path); wall_s is the measured step time (first arrival to the next step's first
     arrival; the last step ends with its last recorded activity) and generation_s the first arrival to the
-    last finish"""
+    last finish; other_s is the part of wall_s that no phase explains"""
     model: ModelInfo | None
     cluster: dict[str, Pool]
     max_new_tokens: int | None
 
 
-def _phase_seconds(spans: pl.LazyFrame, phases: tuple[str, ...], name: str) -> pl.LazyFrame:
-    per_actor = (
-        spans.filter(pl.col("phase").is_in(list(phases)))
-        .group_by("step", "actor")
-        .agg(((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e9).alias(name))
-    )
+def _phase_seconds(spans: pl.LazyFrame, phases: tuple[str, ...], name: str,
+                   after: pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """Per step, the slowest actor's summed span time in ``phases``; with ``after`` (step, after_ns), only
+    the part of each span after that time counts."""
+    chosen = spans.filter(pl.col("phase").is_in(list(phases)))
+    start = pl.col("start_ns")
+    if after is not None:
+        chosen = chosen.join(after, on="step", how="left")
+        start = pl.max_horizontal("start_ns", pl.col("after_ns").fill_null(pl.col("start_ns")))
+    per_actor = chosen.group_by("step", "actor").agg(
+        ((pl.col("end_ns") - start).clip(lower_bound=0).sum() / 1e9).alias(name))
     return per_actor.group_by("step").agg(pl.col(name).max())  # the slowest actor bounds the phase
 
 
@@ -81,9 +87,13 @@ def extract(bundle: Bundle) -> Workload:
     has_trainer_flows = from_trainers.select(pl.len()).collect().item() > 0
     sync = (from_trainers if has_trainer_flows else syncs).group_by("step").agg(pl.col("bytes").sum().alias("sync_bytes"))
     coll = bundle.collectives.group_by("step").agg(pl.col("bytes_in").sum().alias("collective_bytes"))
+    # Training-side work counts from the moment the step's samples are all generated: a trainer span that
+    # opened earlier (a forward pass overlapping generation, or waiting for the batch) is not on the step's
+    # critical path before that.
+    generated = req.group_by("step").agg(pl.col("finish_ns").max().alias("after_ns"))
     phases = [
-        _phase_seconds(bundle.spans, ("train",), "train_s"),
-        _phase_seconds(bundle.spans, REFERENCE_PHASES, "reference_s"),
+        _phase_seconds(bundle.spans, ("train",), "train_s", generated),
+        _phase_seconds(bundle.spans, REFERENCE_PHASES, "reference_s", generated),
         _phase_seconds(bundle.spans, ("optimizer",), "optimizer_s"),
         _phase_seconds(bundle.spans, ("weight_sync",), "weight_sync_s"),
         _phase_seconds(bundle.spans, ("reward",), "reward_s"),
@@ -97,6 +107,10 @@ def extract(bundle: Bundle) -> Workload:
     steps = steps.sort("step").with_columns(
         ((pl.col("_first_ns").shift(-1).fill_null(pl.col("_last_ns")) - pl.col("_first_ns")) / 1e9).alias("wall_s")
     ).drop("_first_ns", "_last_ns")
+    # Measured step time that no phase explains (moving the batch to the trainers, writing weights, ...).
+    explained = pl.sum_horizontal(pl.col(c).fill_null(0) for c in (
+        "generation_s", "reward_s", "train_s", "reference_s", "optimizer_s", "weight_sync_s"))
+    steps = steps.with_columns((pl.col("wall_s") - explained).clip(lower_bound=0).alias("other_s"))
     samples_df, steps_df = pl.collect_all([samples, steps])
     m = bundle.manifest
     return Workload(
@@ -131,9 +145,9 @@ def retarget(
     groups = rec.group_by("step", "group", maintain_order=True).agg(pl.len().alias("size"))
     sizes = groups["size"].to_numpy().astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    steps = steps or rec["step"].n_unique()
-    prompts = prompts_per_step or int(groups.group_by("step").len()["len"].median())
-    per = samples_per_prompt or int(np.median(sizes))
+    steps = rec["step"].n_unique() if steps is None else steps
+    prompts = int(groups.group_by("step").len()["len"].median()) if prompts_per_step is None else prompts_per_step
+    per = int(np.median(sizes)) if samples_per_prompt is None else samples_per_prompt
     for name, value in (("steps", steps), ("prompts_per_step", prompts), ("samples_per_prompt", per)):
         if value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
@@ -172,7 +186,8 @@ def retarget(
         pl.len().alias("samples"), pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum()
     ).sort("step")
     step_tokens = new_steps["prompt_tokens"] + new_steps["output_tokens"]
-    keep = {c: recorded[c].mean() for c in ("optimizer_s", "weight_sync_s", "reward_s", "sync_bytes", "collective_bytes")}
+    keep = {c: recorded[c].mean() for c in ("optimizer_s", "weight_sync_s", "reward_s", "other_s", "sync_bytes",
+                                               "collective_bytes")}
     new_steps = new_steps.with_columns(
         *[(step_tokens * r if r is not None else pl.lit(None, pl.Float64)).alias(c) for c, r in rate.items()],
         *[pl.lit(v, pl.Float64).alias(c) for c, v in keep.items()],

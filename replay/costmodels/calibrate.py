@@ -58,6 +58,30 @@ def _mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.
     return out
 
 
+def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -> tuple[float, float]:
+    """Least squares ``per_token = base + slope x batch``, each request weighted by its token count (a
+    3-token request's time per token is mostly its prefill stall), kept only when the slope is clearly
+    measured (positive, at least three standard errors); else the token-weighted median per-token time.
+
+    On a shared CPU, contention moves per-token time by 2x at a fixed batch; a slope fitted to that noise
+    would extrapolate badly to other batch sizes.
+    """
+    w = np.sqrt(tokens.astype(float))
+    design = np.column_stack([np.ones_like(batch), batch])
+    coef, *_ = np.linalg.lstsq(design * w[:, None], per_token * w, rcond=None)
+    base, slope = float(coef[0]), float(coef[1])
+    dof = len(batch) - 2
+    spread = float(np.sum(w**2 * (batch - np.average(batch, weights=w**2)) ** 2))
+    if dof > 0 and spread > 0 and slope > 0 and base >= 0:
+        residual = (per_token - design @ coef) * w
+        stderr = float(np.sqrt(residual @ residual / dof / spread))
+        if slope >= 3 * stderr:
+            return base, slope
+    order = np.argsort(per_token)
+    cumulative = np.cumsum(tokens[order])
+    return float(per_token[order][np.searchsorted(cumulative, cumulative[-1] / 2)]), 0.0
+
+
 def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, TraceFit]:
     """Fit per-token decode latency against running batch size from a recording's requests."""
     r = requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns"))
@@ -68,12 +92,10 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, Tr
     first = (r["first_token_ns"] - t0).to_numpy() / 1e9
     finish = (r["finish_ns"] - t0).to_numpy() / 1e9
     sched = (r["scheduled_ns"].fill_null(r["arrival_ns"]) - t0).to_numpy() / 1e9
-    per_token = (finish - first) / (r["output_tokens"].to_numpy() - 1)
+    tokens = r["output_tokens"].to_numpy() - 1
+    per_token = (finish - first) / tokens
     batch = _mean_running(engine, first, finish, first, finish)
-    design = np.column_stack([np.ones_like(batch), batch])
-    (base, slope), *_ = np.linalg.lstsq(design, per_token, rcond=None)
-    if slope < 0 or base < 0:  # no batch effect measurable: a constant per-token time
-        base, slope = float(np.median(per_token)), 0.0
+    base, slope = _batch_slope(batch, per_token, tokens)
     predicted = base + slope * batch
     error = float(np.median(np.abs(predicted - per_token) / per_token))
     # Prefill: the median wait from scheduling to first token (robust to a warm-up outlier).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rltrace.replay.costmodels.iteration import IterationModel
+from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.roofline import Roofline
 
 from rltrace.catalog import GPUSpec, ModelSpec
@@ -42,20 +42,20 @@ class RooflineGeneration:
     compute_efficiency: float = 0.7
     gpu_memory_utilization: float = 0.9
     """vLLM's default share of GPU memory for weights plus KV cache; activations take some of the rest"""
-    _cache: dict[int, tuple[Roofline, IterationModel]] = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[int, tuple[IterationModel, PrefillModel]] = field(default_factory=dict, repr=False, compare=False)
 
-    def _at(self, tp: int) -> tuple[Roofline, IterationModel]:
+    def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
         if tp not in self._cache:
             roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
                             compute_efficiency=self.compute_efficiency)
-            self._cache[tp] = (roof, roof.iteration_model())
+            self._cache[tp] = (roof.iteration_model(), roof.prefill_model())
         return self._cache[tp]
 
     def iteration_model(self, tp: int) -> IterationModel:
-        return self._at(tp)[1]
+        return self._at(tp)[0]
 
     def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
-        return self._at(tp)[0].prefill(tokens, prompts).seconds if tokens > 0 else 0.0
+        return self._at(tp)[1].seconds(tokens, prompts)
 
     def kv_capacity_tokens(self, tp: int) -> int:
         free = tp * self.gpu.memory_gb * 1e9 * self.gpu_memory_utilization - self.model.weight_bytes

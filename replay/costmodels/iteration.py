@@ -10,7 +10,7 @@ the larger of two lines is then an arithmetic series on each side of their cross
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,13 @@ class IterationModel:
     compute: Linear
     memory: Linear
     extra: Linear = Linear()
+    _k: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The nine coefficients as one flat tuple: ``seconds`` runs once per engine event.
+        c, m, e = self.compute, self.memory, self.extra
+        object.__setattr__(self, "_k", (c.base, c.per_seq, c.per_ctx, m.base, m.per_seq, m.per_ctx,
+                                        e.base, e.per_seq, e.per_ctx))
 
     @classmethod
     def fixed(cls, seconds: float) -> IterationModel:
@@ -48,34 +55,29 @@ class IterationModel:
         """Every term times ``factor`` (another TP degree or GPU kind of a fitted model)."""
         return IterationModel(self.compute.scaled(factor), self.memory.scaled(factor), self.extra.scaled(factor))
 
+
     def iteration(self, batch: int, context_tokens: float) -> float:
         """Seconds for one iteration of ``batch`` sequences holding ``context_tokens`` in total."""
-        c, m, e = self.compute, self.memory, self.extra
-        return (
-            max(c.base + c.per_seq * batch + c.per_ctx * context_tokens,
-                m.base + m.per_seq * batch + m.per_ctx * context_tokens)
-            + e.base + e.per_seq * batch + e.per_ctx * context_tokens
-        )
+        return self.seconds(batch, context_tokens, 1)
 
     def seconds(self, batch: int, context_tokens: float, iterations: int) -> float:
         """Seconds for ``iterations`` iterations starting at ``context_tokens``, growing by ``batch`` each."""
-        if iterations <= 0:
-            return 0.0
-        c, m, e = self.compute, self.memory, self.extra
-        # Both terms as lines in the iteration index j: value a + b j.
-        a1, b1 = c.base + c.per_seq * batch + c.per_ctx * context_tokens, c.per_ctx * batch
-        a2, b2 = m.base + m.per_seq * batch + m.per_ctx * context_tokens, m.per_ctx * batch
         n = iterations
+        if n <= 0:
+            return 0.0
+        cb, cs, cc, mb, ms, mc, eb, es, ec = self._k
+        # Each term as a line in the iteration index j: a + b j. Sum over j < n of a + b j = n a + b n(n-1)/2.
+        a1, b1 = cb + cs * batch + cc * context_tokens, cc * batch
+        a2, b2 = mb + ms * batch + mc * context_tokens, mc * batch
+        tri = n * (n - 1) / 2
+        extra = n * (eb + es * batch + ec * context_tokens) + ec * batch * tri
         if b1 == b2:
-            total = _series(max(a1, a2), b1, 0, n)
-        else:
-            # compute - memory = (a1 - a2) + (b1 - b2) j changes sign once, at j = cross.
-            cross = (a2 - a1) / (b1 - b2)
-            k = min(max(math.ceil(cross), 0), n)
-            early, late = ((a2, b2), (a1, b1)) if b1 > b2 else ((a1, b1), (a2, b2))
-            total = _series(*early, 0, k) + _series(*late, k, n)
-        ea, eb = e.base + e.per_seq * batch + e.per_ctx * context_tokens, e.per_ctx * batch
-        return total + _series(ea, eb, 0, n)
+            return extra + n * (a1 if a1 > a2 else a2) + b1 * tri
+        # compute - memory = (a1 - a2) + (b1 - b2) j changes sign once, at j = cross.
+        k = min(max(math.ceil((a2 - a1) / (b1 - b2)), 0), n)
+        if b1 > b2:  # memory dominates before k, compute from k on
+            return extra + _series(a2, b2, 0, k) + _series(a1, b1, k, n)
+        return extra + _series(a1, b1, 0, k) + _series(a2, b2, k, n)
 
     def iterations_within(self, batch: int, context_tokens: float, seconds: float, limit: int) -> int:
         """The most iterations (at most ``limit``) that finish within ``seconds``."""
@@ -91,3 +93,23 @@ class IterationModel:
             else:
                 hi = mid
         return lo
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillModel:
+    """Prefill of T tokens in P prompts: ``max(c1 T + c2 T^2 / P, m0 + m1 T) + e0 + e1 T`` seconds
+    (linear GEMM and KV-write terms, causal attention quadratic in each prompt's length)."""
+
+    per_token: float = 0.0
+    per_token_sq_per_prompt: float = 0.0
+    memory_base: float = 0.0
+    memory_per_token: float = 0.0
+    extra_base: float = 0.0
+    extra_per_token: float = 0.0
+
+    def seconds(self, tokens: int, prompts: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        compute = self.per_token * tokens + self.per_token_sq_per_prompt * tokens * tokens / prompts
+        memory = self.memory_base + self.memory_per_token * tokens
+        return (compute if compute > memory else memory) + self.extra_base + self.extra_per_token * tokens

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.replay.costmodels.iteration import IterationModel, Linear
+from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -123,6 +123,21 @@ class Roofline:
             compute=Linear(per_seq=2.0 * m.params / flop_s, per_ctx=attention / flop_s),
             memory=Linear(base=m.weight_bytes / byte_s, per_ctx=m.kv_bytes_per_token / byte_s),
             extra=comm,
+        )
+
+    def prefill_model(self) -> PrefillModel:
+        """:meth:`prefill` with its coefficients worked out once, for the engine."""
+        m, tp = self.model, self.tp
+        flop_s = tp * self.gpu.flops * self.compute_efficiency
+        byte_s = tp * self.gpu.hbm_bytes_per_s * self.memory_efficiency
+        comm = self._tp_comm(1) - self._tp_comm(0) if tp > 1 else 0.0
+        return PrefillModel(
+            per_token=2.0 * m.params / flop_s,
+            per_token_sq_per_prompt=2.0 * m.layers * m.heads * m.dim_head / flop_s,
+            memory_base=m.weight_bytes / byte_s,
+            memory_per_token=m.kv_bytes_per_token / byte_s,
+            extra_base=self._tp_comm(0),
+            extra_per_token=comm,
         )
 
     def decode(self, batch: int, context: float) -> Estimate:

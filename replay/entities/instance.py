@@ -22,6 +22,7 @@ from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.costmodels.iteration import IterationModel
 from rltrace.replay.entities.requests import Requests, State
 
+RUNNING, WAITING, FINISHED = int(State.RUNNING), int(State.WAITING), int(State.FINISHED)  # plain ints: hot loop
 KV_WATERMARK = 0.01  # vLLM's default: keep 1% of KV blocks free when admitting, to avoid instant preemption
 
 
@@ -114,11 +115,15 @@ class GenerationInstance:
     def plan(self, now_s: float) -> float | None:
         """Admit what fits, then return the time of the next planned point (None when idle)."""
         self.epoch += 1
-        self.time_s = max(self.time_s, now_s)
-        self._admit()
-        while self.batch and self.kv_tokens() + self.batch > self.kv_capacity:
+        if self.time_s < now_s:
+            self.time_s = now_s
+        if self.waiting:
+            self._admit()
+        batch = self.batch
+        while batch and self.offset + batch * (self.it + 1) > self.kv_capacity:
             self._preempt_last()  # not even one more iteration fits
-        if self.batch == 0:
+            batch = self.batch
+        if batch == 0:
             self._planned = None
             self._order.clear()
             if self.busy_since is not None:
@@ -127,29 +132,34 @@ class GenerationInstance:
             return None
         if self.busy_since is None:
             self.busy_since = self.time_s
-        n_finish = self._heap[0][0] - self.it
-        n_fit = (self.kv_capacity - self.offset) // self.batch - self.it  # iterations before the cache is full
-        preempt = n_fit < n_finish
-        n = n_fit if preempt else n_finish
-        dt = self.model.seconds(self.batch, self.kv_tokens(), n)
+        it = self.it
+        n = self._heap[0][0] - it
+        n_fit = (self.kv_capacity - self.offset) // batch - it  # iterations before the cache is full
+        preempt = n_fit < n
+        if preempt:
+            n = n_fit
+        dt = self.model.seconds(batch, self.offset + batch * it, n)
         self._planned = (n, dt, preempt)
         return self.time_s + dt
 
     def fire(self, epoch: int) -> list[int] | None:
         """Reach the planned point; return the requests that finished there (None for a stale event)."""
-        if epoch != self.epoch or self._planned is None:
+        planned = self._planned
+        if epoch != self.epoch or planned is None:
             return None
-        n, dt, preempt = self._planned
+        n, dt, preempt = planned
         self._planned = None
-        self.time_s += dt
-        self.it += n
+        self.time_s = now = self.time_s + dt
+        self.it = it = self.it + n
         done: list[int] = []
         req, heap = self.req, self._heap
-        while heap and heap[0][0] == self.it:
-            _, rid = heapq.heappop(heap)
-            self._leave(rid)
-            req.state[rid] = State.FINISHED
-            req.finish_s[rid] = self.time_s
+        state, finish, prompt, recompute, admit = req.state, req.finish_s, req.prompt, req.recompute, req.admit_iter
+        while heap and heap[0][0] == it:
+            rid = heapq.heappop(heap)[1]
+            self.offset -= prompt[rid] + recompute[rid] - admit[rid]
+            self.batch -= 1
+            state[rid] = FINISHED
+            finish[rid] = now
             done.append(rid)
         if preempt:
             self._preempt_last()
@@ -158,32 +168,36 @@ class GenerationInstance:
     # ---- admission, preemption, removal ----------------------------------------------------------------------
 
     def _admit(self) -> None:
-        req = self.req
+        req, waiting, heap, order = self.req, self.waiting, self._heap, self._order
+        prompt, recompute, remaining, output = req.prompt, req.recompute, req.remaining, req.output
         limit = self.kv_capacity * (1 - KV_WATERMARK)
+        it, now, version = self.it, self.time_s, self.version
         tokens = prompts = 0
-        while self.waiting and self.batch < self.max_seqs:
-            rid = self.waiting[0]
-            need = req.prompt[rid] + req.recompute[rid]
-            if self.batch and self.kv_tokens() + need + self.batch > limit:
+        batch, offset = self.batch, self.offset
+        while waiting and batch < self.max_seqs:
+            rid = waiting[0]
+            need = prompt[rid] + recompute[rid]
+            if batch and offset + batch * it + need + batch > limit:
                 break
-            self.waiting.popleft()
-            if req.remaining[rid] == req.output[rid]:
-                req.start_s[rid] = self.time_s
-            req.state[rid] = State.RUNNING
-            req.admit_iter[rid] = self.it
-            req.version[rid] = self.version
-            self.offset += need - self.it
-            self.batch += 1
-            heapq.heappush(self._heap, (self.it + req.remaining[rid], rid))
-            self._order.append(rid)
+            waiting.popleft()
+            if remaining[rid] == output[rid]:
+                req.start_s[rid] = now
+            req.state[rid] = RUNNING
+            req.admit_iter[rid] = it
+            req.version[rid] = version
+            offset += need - it
+            batch += 1
+            heapq.heappush(heap, (it + remaining[rid], rid))
+            order.append(rid)
             tokens += need
             prompts += 1
+        self.batch, self.offset = batch, offset
         if prompts:
-            self.time_s += self.cost.prefill_seconds(tokens, prompts, self.tp)
+            self.time_s = now = now + self.cost.prefill_seconds(tokens, prompts, self.tp)
             first = req.first_token_s
-            for rid in self._order[-prompts:]:
+            for rid in order[-prompts:]:
                 if first[rid] != first[rid]:  # NaN: the first admission of this attempt
-                    first[rid] = self.time_s
+                    first[rid] = now
 
     def _leave(self, rid: int) -> int:
         """Take ``rid`` out of the batch's sums; return the tokens it generated in this admission."""
@@ -195,7 +209,7 @@ class GenerationInstance:
 
     def _preempt_last(self) -> None:
         req, order = self.req, self._order
-        while req.state[order[-1]] != State.RUNNING or req.instance[order[-1]] != self.id:
+        while req.state[order[-1]] != RUNNING or req.instance[order[-1]] != self.id:
             order.pop()  # finished or removed since
         rid = order.pop()
         self._heap.remove((req.admit_iter[rid] + req.remaining[rid], rid))
@@ -205,7 +219,7 @@ class GenerationInstance:
         req.remaining[rid] -= generated
         req.recompute[rid] += generated
         req.preemptions[rid] += 1
-        req.state[rid] = State.WAITING
+        req.state[rid] = WAITING
         self.waiting.appendleft(rid)
 
     def remove(self, rids: Iterable[int], kind: str = "aborted") -> list[int]:

@@ -1,0 +1,97 @@
+"""`rltrace replay` for real: the baselines on the RollPacker-like sample, run folders, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from helpers import run_cli
+
+BASELINES = ["colocated-sync", "disagg-sync", "one-step-async", "fully-async"]
+FIXED_KEYS = ["throughput_samples_per_s", "throughput_tokens_per_s", "step_time_s", "makespan_s", "bubble_fraction",
+              "gpu_utilization", "staleness", "weight_sync_s", "cost_usd", "usd_per_1k_samples", "samples",
+              "output_tokens"]
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("runs")
+    result = run_cli("replay", "--scheduler", ",".join(BASELINES), "--json", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), out
+
+
+def test_every_run_has_the_documented_metric_keys(baselines: tuple[dict, Path]) -> None:
+    metrics, _ = baselines
+    assert list(metrics) == BASELINES
+    for name, m in metrics.items():
+        assert all(k in m for k in FIXED_KEYS), name
+        assert set(m["step_time_s"]) == {"mean", "p50", "p95"}
+        assert set(m["bubble_fraction"]) == {"generation", "training"}
+        for pool in ("generation", "training"):
+            b = m["bubble_fraction"][pool]
+            assert set(b) == {"dependency", "skewness"}
+            assert 0 <= b["dependency"] and 0 <= b["skewness"]
+            assert b["dependency"] + b["skewness"] + m["gpu_utilization"][pool] == pytest.approx(1.0)
+        assert m["samples"] == 12 * 1024  # every recorded sample trained on once
+        assert m["cost_usd"] > 0 and m["usd_per_1k_samples"] == pytest.approx(m["cost_usd"] / m["samples"] * 1000)
+
+
+def test_async_beats_sync_on_the_long_tail_and_the_bubbles_say_why(baselines: tuple[dict, Path]) -> None:
+    m, _ = baselines
+    tput = {name: m[name]["throughput_samples_per_s"] for name in BASELINES}
+    assert tput["fully-async"] >= tput["one-step-async"] >= tput["disagg-sync"]
+    assert tput["one-step-async"] >= tput["colocated-sync"]
+    # overlapping the stages removes dependency bubbles: the idle time waiting for the other stage
+    for pool in ("generation", "training"):
+        dep = {name: m[name]["bubble_fraction"][pool]["dependency"] for name in BASELINES}
+        assert dep["one-step-async"] < dep["disagg-sync"], pool
+    # fully-async also stops waiting for each step's long tail
+    skew = {name: m[name]["bubble_fraction"]["training"]["skewness"] for name in BASELINES}
+    assert skew["fully-async"] < skew["disagg-sync"]
+    assert m["disagg-sync"]["staleness"]["max"] == 0 and m["one-step-async"]["staleness"]["max"] == 1
+
+
+def test_each_scheduler_gets_a_run_folder(baselines: tuple[dict, Path]) -> None:
+    metrics, out = baselines
+    for name in BASELINES:
+        folder = out / name
+        assert json.loads((folder / "metrics.json").read_text()) == metrics[name]
+        config = json.loads((folder / "config.json").read_text())
+        assert config["scheduler"]["name"] == name and config["cluster"]["gen_gpus"] == 16
+        timeline = pl.read_parquet(folder / "timeline.parquet")
+        assert timeline.columns == ["resource", "pool", "kind", "step", "id", "start_s", "end_s"]
+        assert (timeline["end_s"] >= timeline["start_s"]).all()
+        assert {"request", "train", "reward"} <= set(timeline["kind"])
+
+
+def test_the_table_compares_the_runs() -> None:
+    result = run_cli("replay", "--scheduler", "disagg-sync,one-step-async", "--steps", "3", "--gen-gpus", "8",
+                     "--train-gpus", "8", "--gpu", "H100")
+    assert result.returncode == 0, result.stderr
+    for text in ("disagg-sync", "one-step-async", "samples/s", "roofline of Qwen2.5-7B on H100"):
+        assert text in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scheduler", "nope"], "unknown scheduler 'nope'"),
+        (["--gen-gpus", "0"], "at least one GPU"),
+        (["--gen-gpus", "3", "--tp", "2"], "do not split into instances of tp 2"),
+        (["--set", "fully-async.bogus=1", "-s", "fully-async"], "unknown key 'fully-async.bogus'"),
+        (["--set", "cost.train_mfu=2"], "cost.train_mfu must be in (0, 1]"),
+        (["--set", "nokey"], "expected key=value"),
+        (["--gpu", "Z80"], "Z80"),
+        (["/no/such/bundle"], "/no/such/bundle"),
+        (["--model", "Llama-2-70B", "--gpu", "A100", "--tp", "1", "--steps", "1"], "does not fit"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run_cli("replay", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr

@@ -1,0 +1,222 @@
+"""The replay engine on hand-made workloads: closed forms, determinism, KV preemption, the scheduler verbs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rltrace.errors import ConfigError
+from rltrace.replay.cluster import Cluster
+from rltrace.replay.costmodels.generation import FittedGeneration
+from rltrace.replay.costmodels.iteration import IterationModel, Linear
+from rltrace.replay.job import Job
+from rltrace.replay.run import Prepared, ReplayConfig, replay
+from rltrace.replay.schedulers import create, names, register
+from rltrace.replay.simulator import Notice, Simulator
+
+TAU = 0.01  # seconds per decode iteration in the closed-form cases
+
+
+def make(lengths: list[list[int]], *, tau: float = TAU, train_s: float = 0.0, sync_s: float = 0.0,
+         reward_s: float = 0.0, gen_gpus: int = 1, max_seqs: int = 1_000_000, kv_tokens: int = 1 << 40,
+         prompt: int = 10, model: IterationModel | None = None) -> Prepared:
+    """A one-job workload: ``lengths[s]`` are step s's output lengths; fixed per-iteration time, no prefill."""
+    steps = len(lengths)
+    out = np.concatenate([np.asarray(x, dtype=np.int64) for x in lengths])
+    step = np.repeat(np.arange(steps, dtype=np.int32), [len(x) for x in lengths])
+    frame = pl.DataFrame({"step": step, "group": np.zeros(len(out), np.int32), "prompt_tokens": np.full(len(out), prompt),
+                          "output_tokens": out, "job": np.zeros(len(out), np.int32)})
+    first = np.concatenate([[0], np.cumsum([len(x) for x in lengths])]).astype(int).tolist()
+    gen = FittedGeneration(model=model or IterationModel.fixed(tau), kv_tokens=kv_tokens)
+    job = Job(id=0, name="job0", first=first, generation=gen, train_s=[train_s] * steps, forward_s=[0.0] * steps,
+              optimizer_s=[0.0] * steps, sync_s=[sync_s] * steps, reward_s=[reward_s] * steps,
+              other_s=[0.0] * steps)
+    cluster = Cluster(gen_gpus=gen_gpus, train_gpus=1, gen_gpu="H100", train_gpu="H100", max_seqs=max_seqs)
+    return Prepared(frame, [job], cluster, [])
+
+
+# ---- the iteration model -----------------------------------------------------------------------------------
+
+MODELS = {
+    "fixed": IterationModel.fixed(0.02),
+    "memory then compute": IterationModel(compute=Linear(0.0, 1e-4, 2e-7), memory=Linear(5e-3, 0.0, 1e-8)),
+    "compute then memory": IterationModel(compute=Linear(4e-3, 1e-5, 0.0), memory=Linear(1e-3, 0.0, 3e-7),
+                                          extra=Linear(1e-4, 1e-6, 1e-9)),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(("batch", "context", "n"), [(1, 0, 1), (7, 1000, 50), (64, 5000, 3000), (300, 12, 999)])
+def test_closed_form_sum_equals_the_iteration_by_iteration_sum(name: str, batch: int, context: int, n: int) -> None:
+    model = MODELS[name]
+    brute = math.fsum(model.iteration(batch, context + j * batch) for j in range(n))
+    assert model.seconds(batch, context, n) == pytest.approx(brute, rel=1e-11)
+    budget = brute * 0.37
+    k = model.iterations_within(batch, context, budget, n)
+    assert model.seconds(batch, context, k) <= budget < model.seconds(batch, context, k + 1)
+
+
+# ---- closed-form replays -------------------------------------------------------------------------------------
+
+LENGTHS = [[5, 40, 17, 300, 2, 99], [12, 250, 7, 31, 64, 8]]
+
+
+def test_unbounded_batch_generation_takes_the_longest_sample_times_the_token_time() -> None:
+    result = replay(make(LENGTHS[:1]), "disagg-sync", ReplayConfig())
+    gen = result.timeline.filter(pl.col("kind") == "request")
+    assert gen["end_s"].max() == pytest.approx(max(LENGTHS[0]) * TAU, rel=1e-12)
+    # every sample finishes at its own length x the token time: continuous batching, no waiting
+    req = result.requests.sort("request")
+    assert np.allclose(req["finish_s"].to_numpy(), np.array(LENGTHS[0]) * TAU, rtol=1e-12)
+
+
+def test_a_disagg_sync_step_is_generation_plus_train_plus_sync() -> None:
+    train, sync = 1.25, 0.5
+    result = replay(make(LENGTHS, train_s=train, sync_s=sync), "disagg-sync", ReplayConfig())
+    expected = [max(x) * TAU + train + sync for x in LENGTHS]
+    assert result.metrics["step_time_s"]["mean"] == pytest.approx(np.mean(expected), rel=1e-12)
+    assert result.metrics["makespan_s"] == pytest.approx(sum(expected), rel=1e-12)
+    assert result.metrics["weight_sync_s"] == pytest.approx(sync, rel=1e-12)
+    assert result.metrics["staleness"] == {"mean": 0.0, "max": 0}
+
+
+@pytest.mark.parametrize(("gen_len", "train"), [(100, 0.4), (100, 2.5)])
+def test_one_step_async_runs_one_step_per_max_of_generation_and_training(gen_len: int, train: float) -> None:
+    steps = 8
+    result = replay(make([[gen_len, gen_len // 2]] * steps, train_s=train), "one-step-async", ReplayConfig())
+    gen = gen_len * TAU
+    ends = np.array(sorted(result.timeline.filter(pl.col("kind") == "train")["end_s"].to_list()))
+    # steady state: one step per max(gen, train); throughput = samples per step / max(gen, train)
+    assert np.allclose(np.diff(ends)[2:], max(gen, train), rtol=1e-12)
+    assert result.metrics["staleness"]["max"] == 1
+    sync = replay(make([[gen_len, gen_len // 2]] * steps, train_s=train), "disagg-sync", ReplayConfig())
+    assert result.metrics["throughput_samples_per_s"] > sync.metrics["throughput_samples_per_s"]
+
+
+def test_colocated_sync_pays_both_switches_every_step() -> None:
+    result = replay(make(LENGTHS, train_s=1.0), "colocated-sync", ReplayConfig(),
+                    {"to_train_s": 2.0, "to_generate_s": 0.5})
+    expected = [max(x) * TAU + 2.0 + 1.0 + 0.5 for x in LENGTHS]
+    assert result.metrics["makespan_s"] == pytest.approx(sum(expected), rel=1e-12)
+    assert result.metrics["gpus"] == {"generation": 2, "training": 2}  # one pool, both roles
+
+
+def test_fully_async_never_admits_past_the_staleness_bound() -> None:
+    lengths = [[400, 3, 3, 3]] + [[3, 3, 3, 3]] * 7
+    for eta in (0, 1, 2):
+        result = replay(make(lengths, train_s=0.05), "fully-async", ReplayConfig(), {"eta": eta, "interruptible": True})
+        assert result.metrics["samples"] == 32
+        assert result.metrics["staleness"]["max"] <= eta, eta
+
+
+def test_the_event_log_is_identical_across_runs() -> None:
+    logs = []
+    for _ in range(2):
+        prepared = make(LENGTHS * 3, train_s=0.3, sync_s=0.1, gen_gpus=2, max_seqs=2)
+        logs.append(replay(prepared, "one-step-async", ReplayConfig(), keep_log=True).event_log)
+    assert logs[0] is not None and len(logs[0]) > 40
+    assert logs[0] == logs[1]
+    keys = [(t, p, s) for t, p, s, *_ in logs[0]]
+    assert keys == sorted(keys)  # fired in (time, priority, seq) order
+    assert len({s for _, _, s in keys}) == len(keys)  # seq is unique: no tie is left to chance
+
+
+def test_a_full_kv_cache_preempts_by_recompute_and_every_token_is_still_generated() -> None:
+    lengths = [[200] * 8]
+    tight = replay(make(lengths, kv_tokens=900, prompt=10), "disagg-sync", ReplayConfig())
+    loose = replay(make(lengths, prompt=10), "disagg-sync", ReplayConfig())
+    assert tight.metrics["preemptions"] > 0 and loose.metrics["preemptions"] == 0
+    assert tight.metrics["output_tokens"] == loose.metrics["output_tokens"] == 1600
+    assert tight.metrics["makespan_s"] > loose.metrics["makespan_s"]
+    assert tight.timeline.filter(pl.col("kind") == "preempted").height == tight.metrics["preemptions"]
+
+
+def test_max_seqs_queues_the_rest_in_order() -> None:
+    result = replay(make([[10, 10, 10, 10, 10]], max_seqs=2), "disagg-sync", ReplayConfig())
+    finish = result.requests.sort("request")["finish_s"].to_list()
+    assert finish == pytest.approx([0.1, 0.1, 0.2, 0.2, 0.3], rel=1e-12)
+
+
+# ---- registry ------------------------------------------------------------------------------------------------
+
+
+def test_the_five_baselines_are_registered_and_unknown_names_are_clear() -> None:
+    assert {"colocated-sync", "disagg-sync", "one-step-async", "fully-async", "as-recorded"} <= set(names())
+    with pytest.raises(ConfigError, match="unknown scheduler 'nope'"):
+        create("nope")
+    with pytest.raises(ConfigError, match="unknown key 'bogus'"):
+        create("fully-async", {"bogus": 1})
+
+
+def test_a_duplicate_name_is_an_error() -> None:
+    with pytest.raises(ValueError, match="registered twice"):
+
+        @register("disagg-sync")
+        class Again:  # noqa: F841
+            Config = Cluster
+
+
+# ---- the verbs a seed scheduler needs --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerbsConfig:
+    abort_at_s: float = 0.5
+
+
+@register("test-verbs")
+class Verbs:
+    """Two instances; at abort_at_s, abort the long request and resubmit it on an instance regrouped to TP 2,
+    retire the other instance, then train."""
+
+    Config = VerbsConfig
+
+    def __init__(self, config: VerbsConfig) -> None:
+        self.config = config
+
+    def start(self, sim: Simulator) -> None:
+        job = sim.jobs[0]
+        sim.allocate("generation", 2, "H100")
+        sim.allocate("training", 1, "H100")
+        sim.add_resource("trainer", "training", gpus=1)
+        self.a = sim.add_instance("generation", 1, job.generation)
+        self.b = sim.add_instance("generation", 1, job.generation)
+        sim.submit(self.a, [0, 1])
+        sim.submit(self.b, [2])
+        sim.timer(self.config.abort_at_s, "regroup")
+        self.left = 3
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        if notice.kind == "timer":
+            back = sim.abort([0])
+            assert back == [0]
+            sim.retire(self.b)  # request 2 already finished
+            sim.reconfigure(self.a, tp=2, switch_s=0.25)
+            sim.submit(self.a, back, front=True)
+        elif notice.kind == "finished":
+            self.left -= len(notice.requests)
+            if not self.left:
+                sim.consume(0, 0, [0, 1, 2], 0)
+                sim.work("trainer", 1.0, "train", kind="train", step=0)
+        else:
+            sim.end_step(0, 0)
+
+
+def test_abort_resubmit_retire_and_regroup_to_a_higher_tp() -> None:
+    # lengths: 0 is long, 1 and 2 short; TP 2 halves the iteration time (tp_speedup 1)
+    prepared = make([[100, 20, 30]])
+    job = prepared.jobs[0]
+    job.generation = FittedGeneration(model=IterationModel.fixed(TAU), tp_speedup=1.0)
+    result = replay(prepared, "test-verbs", ReplayConfig())
+    req = result.requests.sort("request")
+    assert req["aborts"].to_list() == [1, 0, 0]
+    # request 0 restarts at 0.5 + 0.25 s on TP 2 from scratch: 100 tokens x TAU / 2
+    assert req["finish_s"][0] == pytest.approx(0.5 + 0.25 + 100 * TAU / 2, rel=1e-12)
+    assert req["finish_s"][2] == pytest.approx(30 * TAU, rel=1e-12)
+    kinds = set(result.timeline["kind"])
+    assert {"aborted", "switch", "request", "train"} <= kinds
+    assert result.metrics["aborted_attempts"] == 1

@@ -18,6 +18,7 @@ import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_trace
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
+from rltrace.replay.costmodels.profile import load_profile
 from rltrace.replay.costmodels.training import TrainingCost
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
@@ -54,6 +55,8 @@ class CostConfig:
     train_mfu: float = 0.35
     sync_gbps: float = 50.0
     gpu_memory_utilization: float = 0.9
+    profile: str = ""
+    """an efficiency profile (Parquet, from `rltrace calibrate`) replacing the two efficiency factors"""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +88,8 @@ class RunResult:
     config: dict[str, Any]
     events: int
     wall_s: float
+    steps: pl.DataFrame | None = None
+    """job, step, end_s, step_time_s: when each step ended and how long it took"""
     event_log: list[tuple[float, int, int, str, str]] | None = None
     """every event fired, in order (only with ``keep_log``)"""
 
@@ -142,10 +147,13 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         gpu = _gpu(cluster.gen_gpu)
         if spec is None or gpu is None:
             raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model")
+        profile = load_profile(cost.profile) if cost.profile else None
         generation = RooflineGeneration(model=spec, gpu=gpu, memory_efficiency=cost.memory_efficiency,
                                         compute_efficiency=cost.compute_efficiency,
-                                        gpu_memory_utilization=cost.gpu_memory_utilization)
-        notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}")
+                                        gpu_memory_utilization=cost.gpu_memory_utilization, profile=profile)
+        generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
+        fitted = f", efficiencies from {cost.profile}" if profile is not None else ""
+        notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{fitted}")
     training = TrainingCost(model=spec, gpu=_gpu(cluster.train_gpu), gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
                             recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
@@ -193,7 +201,14 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
         "cluster": to_dict(prepared.cluster),
         "notes": prepared.notes,
     }
-    return RunResult(scheduler, metrics, timeline, req_frame, resolved, sim.events, wall, sim.queue.log)
+    ends = sorted(sim.step_end_s.items())
+    steps = pl.DataFrame({"job": [j for (j, _), _ in ends], "step": [s for (_, s), _ in ends],
+                          "end_s": [t for _, t in ends]}, schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64})
+    starts = {job.id: job.arrival_s for job in prepared.jobs}
+    steps = steps.with_columns(
+        (pl.col("end_s") - pl.col("end_s").shift(1).over("job").fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
+        .alias("step_time_s"))
+    return RunResult(scheduler, metrics, timeline, req_frame, resolved, sim.events, wall, steps, sim.queue.log)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -134,7 +134,8 @@ def retarget(
     """A workload of another shape drawn from the recorded one (same seed, same result).
 
     New prompts are recorded prompts drawn with replacement; each new sample is one of its prompt's recorded
-    samples, drawn with replacement. Lengths are capped at ``max_new_tokens``; a larger cap cannot lengthen
+    samples, drawn with replacement. A recording without groups (every sample alone in its group) has its
+    samples drawn independently. Lengths are capped at ``max_new_tokens``; a larger cap cannot lengthen
     samples the recording truncated (they stay at the recorded cap, marked truncated). Per-step training
     time scales with tokens at the recorded seconds per token; optimizer and sync times and the sync and
     collective volumes stay at their recorded per-step means.
@@ -156,9 +157,14 @@ def retarget(
 
     rng = np.random.default_rng(seed)
     n_groups = steps * prompts
-    picked = rng.integers(0, len(sizes), n_groups)
-    within = np.floor(rng.random((n_groups, per)) * sizes[picked][:, None]).astype(np.int64)
-    rows = (starts[picked][:, None] + within).ravel()
+    if sizes.max() == 1:
+        # No group structure recorded (every sample its own group): draw every sample on its own, or each
+        # new prompt would be one recorded sample copied ``per`` times.
+        rows = rng.integers(0, rec.height, n_groups * per)
+    else:
+        picked = rng.integers(0, len(sizes), n_groups)
+        within = np.floor(rng.random((n_groups, per)) * sizes[picked][:, None]).astype(np.int64)
+        rows = (starts[picked][:, None] + within).ravel()
     out = rec["output_tokens"].to_numpy()[rows]
     truncated = rec["truncated"].to_numpy()[rows]
     if max_new_tokens is not None:

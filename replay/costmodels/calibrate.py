@@ -61,7 +61,8 @@ def _mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.
 def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -> tuple[float, float]:
     """Least squares ``per_token = base + slope x batch``, each request weighted by its token count (a
     3-token request's time per token is mostly its prefill stall), kept only when the slope is clearly
-    measured (positive, at least three standard errors); else the token-weighted median per-token time.
+    measured (positive, at least three standard errors); else the mean per-token time over all tokens (total
+    decode time over total tokens, the estimator that keeps mean generation time right).
 
     On a shared CPU, contention moves per-token time by 2x at a fixed batch; a slope fitted to that noise
     would extrapolate badly to other batch sizes.
@@ -77,9 +78,7 @@ def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -
         stderr = float(np.sqrt(residual @ residual / dof / spread))
         if slope >= 3 * stderr:
             return base, slope
-    order = np.argsort(per_token)
-    cumulative = np.cumsum(tokens[order])
-    return float(per_token[order][np.searchsorted(cumulative, cumulative[-1] / 2)]), 0.0
+    return float(np.average(per_token, weights=tokens)), 0.0
 
 
 def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, TraceFit]:

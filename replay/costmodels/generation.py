@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
+from rltrace.replay.costmodels.profile import factors
 from rltrace.replay.costmodels.roofline import Roofline
+
+import polars as pl
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -42,12 +45,18 @@ class RooflineGeneration:
     compute_efficiency: float = 0.7
     gpu_memory_utilization: float = 0.9
     """vLLM's default share of GPU memory for weights plus KV cache; activations take some of the rest"""
+    profile: pl.DataFrame | None = field(default=None, compare=False)
+    """fitted efficiencies per TP (see :mod:`.profile`); they replace the two factors above"""
     _cache: dict[int, tuple[IterationModel, PrefillModel]] = field(default_factory=dict, repr=False, compare=False)
 
     def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
         if tp not in self._cache:
             roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
                             compute_efficiency=self.compute_efficiency)
+            if self.profile is not None:
+                f = factors(self.profile, self.gpu.name, tp)
+                roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=f.memory_efficiency,
+                                compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency)
             self._cache[tp] = (roof.iteration_model(), roof.prefill_model())
         return self._cache[tp]
 

@@ -67,6 +67,8 @@ class Roofline:
     """achieved fraction of peak BF16 FLOP/s in inference kernels (measured median, compute-bound: 0.69)"""
     train_mfu: float = 0.35
     """model FLOPs utilisation of training"""
+    attention_efficiency: float | None = None
+    """achieved fraction of HBM bandwidth reading the KV cache in decode attention (None: memory_efficiency)"""
 
     def __post_init__(self) -> None:
         # vLLM splits attention heads over TP ranks; KV heads split too, or are replicated when tp exceeds them.
@@ -77,8 +79,8 @@ class Roofline:
                 f"tp {self.tp} does not split {self.model.name}'s {self.model.heads} attention heads "
                 f"({self.model.kv_heads} KV heads) evenly"
             )
-        for name in ("memory_efficiency", "compute_efficiency", "train_mfu"):
-            if not 0 < getattr(self, name) <= 1:
+        for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "attention_efficiency"):
+            if getattr(self, name) is not None and not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")
 
     def memory_needed_gb(self, kv_tokens: float) -> float:
@@ -103,9 +105,14 @@ class Roofline:
         ring = 2 * (self.tp - 1) / self.tp * size / bandwidth
         return 2 * m.layers * (ring + ALLREDUCE_LATENCY_S)
 
-    def _combine(self, flops: float, nbytes: float, comm: float) -> Estimate:
+    @property
+    def _kv_read_efficiency(self) -> float:
+        return self.attention_efficiency or self.memory_efficiency
+
+    def _combine(self, flops: float, nbytes: float, comm: float, kv_read: float = 0.0) -> Estimate:
         compute = flops / (self.tp * self.gpu.flops * self.compute_efficiency)
-        memory = nbytes / (self.tp * self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+        bandwidth = self.tp * self.gpu.hbm_bytes_per_s
+        memory = (nbytes - kv_read) / (bandwidth * self.memory_efficiency) + kv_read / (bandwidth * self._kv_read_efficiency)
         bound = "compute" if compute >= memory else "memory"
         return Estimate(max(compute, memory) + comm, bound, compute, memory, comm, flops, nbytes)
 
@@ -121,7 +128,8 @@ class Roofline:
             comm = Linear(base=2 * m.layers * ALLREDUCE_LATENCY_S, per_seq=2 * m.layers * ring)
         return IterationModel(
             compute=Linear(per_seq=2.0 * m.params / flop_s, per_ctx=attention / flop_s),
-            memory=Linear(base=m.weight_bytes / byte_s, per_ctx=m.kv_bytes_per_token / byte_s),
+            memory=Linear(base=m.weight_bytes / byte_s,
+                          per_ctx=m.kv_bytes_per_token / (tp * self.gpu.hbm_bytes_per_s * self._kv_read_efficiency)),
             extra=comm,
         )
 
@@ -146,8 +154,8 @@ class Roofline:
             raise ConfigError(f"decode needs batch >= 1 and context >= 0, got batch={batch}, context={context}")
         m = self.model
         flops = 2.0 * m.params * batch + self._attention_flops(batch, context)
-        nbytes = float(m.weight_bytes) + batch * context * m.kv_bytes_per_token
-        return self._combine(flops, nbytes, self._tp_comm(batch))
+        kv_read = batch * context * m.kv_bytes_per_token
+        return self._combine(flops, float(m.weight_bytes) + kv_read, self._tp_comm(batch), kv_read)
 
     def prefill(self, tokens: int, prompts: int = 1) -> Estimate:
         """Prefill of ``tokens`` prompt tokens split evenly over ``prompts`` prompts (causal attention)."""

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import typer
 from typer._click import exceptions as click_exc
 
+from rltrace.cli.calibrate_cmd import calibrate
 from rltrace.cli.estimate_cmd import estimate
 from rltrace.cli.inspect_cmd import inspect
 from rltrace.cli.record_cmd import record
@@ -33,6 +34,7 @@ app.command("synth")(synth)
 app.command("schema")(schema)
 app.command("estimate")(estimate)
 app.command("replay")(replay)
+app.command("calibrate")(calibrate)
 # Everything after the command's first word belongs to the recorded command, never to rltrace.
 app.command("record", context_settings={"allow_interspersed_args": False})(record)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rltrace.catalog import get_gpu, get_model
 from rltrace.replay.costmodels import Roofline
+from rltrace.replay.costmodels.profile import factors, load_profile
 
 
 class Kind(str, Enum):
@@ -28,6 +30,7 @@ def estimate(
     tokens: Annotated[int, typer.Option(help="Tokens (prefill: prompt tokens; train: tokens per step).")] = 4096,
     prompts: Annotated[int, typer.Option(help="Prompts the prefill tokens are split over.")] = 1,
     gpus: Annotated[int, typer.Option(help="GPUs sharing the training step.")] = 8,
+    profile: Annotated[Path | None, typer.Option(help="Efficiency profile from `rltrace calibrate` (Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
 ) -> None:
     """Predict one iteration's time with the roofline cost model, and the bound it hit.
@@ -36,7 +39,12 @@ def estimate(
 
     Example: rltrace estimate decode --model Llama-2-7B --gpu H100 --batch 64 --context 2048 --json
     """
-    cost = Roofline(model=get_model(model), gpu=get_gpu(gpu), tp=tp)
+    spec = get_gpu(gpu)
+    fitted = factors(load_profile(profile), spec.name, tp) if profile else None
+    cost = Roofline(model=get_model(model), gpu=spec, tp=tp,
+                    **({} if fitted is None else {"compute_efficiency": fitted.compute_efficiency,
+                                                  "memory_efficiency": fitted.memory_efficiency,
+                                                  "attention_efficiency": fitted.attention_efficiency}))
     kv_tokens = 0
     if kind is Kind.decode:
         result = cost.decode(batch, context)

@@ -1,0 +1,141 @@
+"""Efficiency profiles: the roofline's factors fitted to measured kernel tables, stored as Parquet.
+
+``fit_kernel_tables`` reads the public H100 tables (../shared/data/kernels/h100, see its README):
+
+- Vidur's per-layer projection GEMMs of Llama-2-7B at TP 1-8 (microsoft/vidur, MIT);
+- aiconfigurator's bf16 GEMM sweep (m, n, k) and decode-attention sweep (ai-dynamo/aiconfigurator, Apache-2.0).
+
+Each kernel is held against the roofline at 100% efficiency; the bound it hits (compute or memory) names
+its regime, and the median achieved fraction per (tp, regime) is the fitted factor. The fit error is the
+median |predicted - measured| / measured latency with that factor. A profile is a Parquet table with one
+row per (gpu, tp, regime); ``load_profile`` turns it into the factors a :class:`Roofline` takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
+from rltrace.errors import ConfigError
+
+PROFILE_COLUMNS = {"gpu": pl.String, "tp": pl.Int32, "regime": pl.String, "efficiency": pl.Float64,
+                   "kernels": pl.Int64, "median_abs_error": pl.Float64, "source": pl.String}
+ATTENTION_MIN_S = 20e-6  # below this the decode-attention kernels sit at their launch floor, not HBM
+
+
+def _fit(frame: pl.DataFrame, source: str, gpu: str) -> pl.DataFrame:
+    """``frame`` has tp, regime, bound_s (roofline at 100%) and measured_s; one profile row per (tp, regime)."""
+    achieved = frame.with_columns((pl.col("bound_s") / pl.col("measured_s")).alias("eff"))
+    per = achieved.group_by("tp", "regime").agg(pl.col("eff").median().alias("efficiency"), pl.len().alias("kernels"))
+    errors = achieved.join(per, on=["tp", "regime"]).group_by("tp", "regime").agg(
+        ((pl.col("bound_s") / pl.col("efficiency") - pl.col("measured_s")).abs() / pl.col("measured_s"))
+        .median().alias("median_abs_error"))
+    return per.join(errors, on=["tp", "regime"]).select(
+        pl.lit(gpu).alias("gpu"), pl.col("tp").cast(pl.Int32), "regime", "efficiency",
+        pl.col("kernels").cast(pl.Int64), "median_abs_error", pl.lit(source).alias("source"))
+
+
+def _vidur(path: Path, model: ModelSpec, gpu: GPUSpec) -> pl.DataFrame:
+    ops = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
+    linear = model.layer_params - 2 * model.hidden  # the four projections; norms are not GEMMs
+    frame = pl.read_csv(path).select(
+        pl.col("num_tokens").alias("tokens"), pl.col("num_tensor_parallel_workers").alias("tp"),
+        (pl.sum_horizontal(*[pl.col(f"time_stats.{op}.median") for op in ops]) / 1e3).alias("measured_s"),
+    ).drop_nulls()
+    compute = 2 * linear * pl.col("tokens") / (pl.col("tp") * gpu.flops)
+    memory = linear * model.dtype_bytes / (pl.col("tp") * gpu.hbm_bytes_per_s)
+    return frame.with_columns(
+        pl.max_horizontal(compute, memory).alias("bound_s"),
+        pl.when(compute >= memory).then(pl.lit("compute")).otherwise(pl.lit("memory")).alias("regime"))
+
+
+def _aic_gemm(path: Path, gpu: GPUSpec) -> pl.DataFrame:
+    m, n, k = pl.col("m"), pl.col("n"), pl.col("k")
+    compute = 2 * m * n * k / gpu.flops
+    memory = 2 * (m * k + k * n + m * n) / gpu.hbm_bytes_per_s
+    return (
+        pl.scan_parquet(path).filter(pl.col("gemm_dtype") == "bfloat16")
+        .select((pl.col("latency") / 1e3).alias("measured_s"), pl.lit(1).alias("tp"),
+                pl.max_horizontal(compute, memory).alias("bound_s"),
+                pl.when(compute >= memory).then(pl.lit("compute")).otherwise(pl.lit("memory")).alias("regime"))
+        .collect()
+    )
+
+
+def _aic_attention(path: Path, gpu: GPUSpec) -> pl.DataFrame:
+    # decode attention reads K and V of every context token: batch x context x 2 x kv_heads x head_dim x 2 B
+    kv_bytes = pl.col("batch_size") * pl.col("step") * 2 * pl.col("num_key_value_heads") * pl.col("head_dim") * 2
+    return (
+        pl.scan_parquet(path).filter(pl.col("kv_cache_dtype") == "bfloat16", pl.col("window_size") == 0)
+        .select((pl.col("latency") / 1e3).alias("measured_s"), pl.lit(1).alias("tp"),
+                (kv_bytes / gpu.hbm_bytes_per_s).alias("bound_s"), pl.lit("attention").alias("regime"))
+        .filter(pl.col("bound_s") >= ATTENTION_MIN_S)
+        .collect()
+    )
+
+
+def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
+    """A profile fitted to the public kernel tables in ``directory`` (whichever of them it holds)."""
+    root = Path(directory)
+    spec = get_gpu(gpu)
+    parts = []
+    vidur = root / "vidur_llama-2-7b_mlp.csv"
+    if vidur.exists():
+        parts.append(_fit(_vidur(vidur, get_model("Llama-2-7B"), spec), "vidur_llama-2-7b_mlp.csv", spec.name))
+    gemm = root / "aic_gemm_perf.parquet"
+    if gemm.exists():
+        parts.append(_fit(_aic_gemm(gemm, spec), "aic_gemm_perf.parquet (bf16)", spec.name))
+    attention = root / "aic_generation_attention_perf.parquet"
+    if attention.exists():
+        parts.append(_fit(_aic_attention(attention, spec), "aic_generation_attention_perf.parquet (bf16 KV)", spec.name))
+    if not parts:
+        raise ConfigError(f"{root}: no kernel tables found (vidur_llama-2-7b_mlp.csv, aic_gemm_perf.parquet, "
+                          "aic_generation_attention_perf.parquet)")
+    return pl.concat(parts).sort("source", "tp", "regime")
+
+
+@dataclass(frozen=True, slots=True)
+class Factors:
+    """Roofline factors for one GPU kind and TP degree, from a profile."""
+
+    compute_efficiency: float
+    memory_efficiency: float
+    attention_efficiency: float | None
+
+
+def load_profile(path: str | Path) -> pl.DataFrame:
+    """Read and check a profile Parquet."""
+    try:
+        frame = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as e:
+        raise ConfigError(f"{path}: not a readable profile ({type(e).__name__})") from None
+    missing = [c for c in PROFILE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"{path}: not a profile, missing column {missing[0]!r}")
+    bad = frame.filter(~pl.col("efficiency").is_between(0, 1, closed="right"))
+    if bad.height:
+        raise ConfigError(f"{path}, column 'efficiency', row {bad.row(0, named=True)}: must be in (0, 1]")
+    return frame
+
+
+def factors(profile: pl.DataFrame, gpu: str, tp: int) -> Factors:
+    """The factors for ``gpu`` at ``tp``: GEMM rows at that TP (Vidur's, which cover TP > 1, first), else at
+    TP 1; attention at TP 1 (a TP rank's attention kernel is the same kernel on fewer heads)."""
+    rows = profile.filter(pl.col("gpu").str.to_lowercase() == gpu.lower())
+    if not rows.height:
+        raise ConfigError(f"the profile has no rows for GPU {gpu!r} (it has: {', '.join(sorted(set(profile['gpu'])))})")
+
+    def pick(regime: str) -> float | None:
+        for want in (tp, 1):
+            hit = rows.filter(pl.col("regime") == regime, pl.col("tp") == want).sort("source", descending=True)
+            if hit.height:
+                return float(hit["efficiency"][0])
+        return None
+
+    compute, memory = pick("compute"), pick("memory")
+    if compute is None or memory is None:
+        raise ConfigError(f"the profile lacks compute or memory GEMM rows for {gpu}")
+    return Factors(compute, memory, pick("attention"))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.bundle import Bundle
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
 from rltrace.replay.workload import extract
+
+from rltrace.bundle import Bundle
 
 WARMUP_STEPS = 1
 

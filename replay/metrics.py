@@ -118,10 +118,10 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     for (job, _), end in ends:
         step_times.append(end - previous[job])
         previous[job] = end
-    consumed = np.array(sim.consumed, dtype=np.int64).reshape(-1, 4)
-    used = requests[consumed[:, 2].tolist()] if len(consumed) else requests.clear()
-    samples, tokens = used.height, int(used["output_tokens"].sum() or 0)
-    staleness = consumed[:, 3] if len(consumed) else np.zeros(1, np.int64)
+    used = np.concatenate([c[2] for c in sim.consumed]) if sim.consumed else np.zeros(0, np.int64)
+    staleness = np.concatenate([c[3] for c in sim.consumed]) if sim.consumed else np.zeros(1, np.int64)
+    samples = len(used)
+    tokens = int(requests["output_tokens"].to_numpy()[used].sum())
 
     # Tail windows, per (job, step), merged.
     done = requests.filter(pl.col("finished"))

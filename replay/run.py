@@ -65,6 +65,9 @@ class ReplayConfig:
 
     cost: CostConfig = field(default_factory=CostConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    fast_path: bool = True
+    """plan whole instance queues at once when the scheduler only needs whole steps (false: one event per
+    request finish; the results are the same, a test holds them equal)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +191,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
                         f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy())
-    sim = Simulator(requests, prepared.jobs, prepared.cluster, keep_log=keep_log)
+    sim = Simulator(requests, prepared.jobs, prepared.cluster, keep_log=keep_log, fast_path=config.fast_path)
     started = time.perf_counter()
     sim.run(policy, progress)
     wall = time.perf_counter() - started

@@ -220,3 +220,99 @@ def test_abort_resubmit_retire_and_regroup_to_a_higher_tp() -> None:
     kinds = set(result.timeline["kind"])
     assert {"aborted", "switch", "request", "train"} <= kinds
     assert result.metrics["aborted_attempts"] == 1
+
+
+# ---- the fast path (whole queues planned at once) equals the per-event path ---------------------------------
+
+SLOW = ReplayConfig(fast_path=False)
+
+
+def random_lengths(seed: int, steps: int, per_step: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [np.minimum(rng.lognormal(4, 1.2, per_step).astype(int) + 1, 3000).tolist() for _ in range(steps)]
+
+
+ROOF = IterationModel(compute=Linear(0.0, 3e-5, 2e-8), memory=Linear(4e-3, 0.0, 5e-9), extra=Linear(1e-4, 1e-6))
+
+
+@pytest.mark.parametrize("scheduler", ["disagg-sync", "one-step-async", "colocated-sync", "as-recorded"])
+@pytest.mark.parametrize(("seed", "max_seqs", "gpus"), [(0, 1_000_000, 1), (1, 32, 3), (2, 7, 2)])
+def test_fast_path_gives_the_per_event_results(scheduler: str, seed: int, max_seqs: int, gpus: int) -> None:
+    def run(config: ReplayConfig):  # noqa: ANN202
+        prepared = make(random_lengths(seed, 4, 300), model=ROOF, max_seqs=max_seqs, gen_gpus=gpus, train_s=0.7,
+                        sync_s=0.2)
+        prepared.jobs[0].generation = FittedGeneration(model=ROOF, prefill_base_s=0.01, prefill_per_token_s=1e-5)
+        return replay(prepared, scheduler, config)
+
+    fast, slow = run(ReplayConfig()), run(SLOW)
+    assert fast.events < slow.events / 10  # one event per queue, not per request
+    cols = ["start_s", "first_token_s", "finish_s"]
+    assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(), rtol=1e-9, atol=1e-12)
+    assert fast.requests.select("instance", "version", "preemptions").equals(slow.requests.select("instance", "version", "preemptions"))
+    for key in ("makespan_s", "throughput_samples_per_s", "gpu_utilization", "bubble_fraction"):
+        assert json_close(fast.metrics[key], slow.metrics[key]), key
+
+
+def json_close(a: object, b: object) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(json_close(a[k], b[k]) for k in a)  # type: ignore[union-attr]
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MidDrainConfig:
+    at_s: float = 0.8
+
+
+@register("test-mid-drain")
+class MidDrain:
+    """Quiet mode, but at ``at_s`` it aborts a third of step 0's requests, resubmits them to the other
+    instance, and submits step 1 on top of step 0's tail: every drain gets cut."""
+
+    Config = MidDrainConfig
+
+    def __init__(self, config: MidDrainConfig) -> None:
+        self.config = config
+        self.generated: list[tuple[int, int]] = []
+
+    def start(self, sim: Simulator) -> None:
+        sim.quiet = True
+        sim.allocate("generation", 2, "H100")
+        self.a = sim.add_instance("generation", 1, sim.jobs[0].generation, max_seqs=40)
+        self.b = sim.add_instance("generation", 1, sim.jobs[0].generation, max_seqs=40)
+        rids = list(sim.jobs[0].requests(0))
+        sim.submit(self.a, rids[: len(rids) // 2])
+        sim.submit(self.b, rids[len(rids) // 2 :])
+        sim.timer(self.config.at_s, "meddle")
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        job = sim.jobs[0]
+        if notice.kind == "timer":
+            back = sim.abort(list(job.requests(0))[::3])
+            sim.submit(self.b, back, front=True)
+            sim.submit(self.a, job.requests(1))
+        elif notice.kind == "generated":
+            self.generated.append(notice.tag)
+            sim.end_step(0, notice.tag[1])
+            sim.consume(0, notice.tag[1], job.requests(notice.tag[1]), 0)
+        elif notice.kind == "finished":
+            for rid in notice.requests:  # per-event path: count steps by hand
+                self.left = getattr(self, "left", {0: len(job.requests(0)), 1: len(job.requests(1))})
+                step = sim.requests.step[rid]
+                self.left[step] -= 1
+                if not self.left[step]:
+                    self.on_event(sim, Notice(notice.time_s, "generated", (0, step)))
+
+
+def test_cutting_a_drain_short_matches_the_per_event_path() -> None:
+    def run(config: ReplayConfig):  # noqa: ANN202
+        prepared = make(random_lengths(5, 2, 200), model=ROOF)
+        prepared.jobs[0].generation = FittedGeneration(model=ROOF, prefill_base_s=0.01)
+        return replay(prepared, "test-mid-drain", config)
+
+    fast, slow = run(ReplayConfig()), run(SLOW)
+    cols = ["start_s", "first_token_s", "finish_s"]
+    assert fast.requests["aborts"].sum() > 0
+    assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(), rtol=1e-9)
+    assert fast.requests.select("instance", "aborts").equals(slow.requests.select("instance", "aborts"))
+    assert fast.steps["end_s"].to_list() == pytest.approx(slow.steps["end_s"].to_list(), rel=1e-9)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+import polars as pl
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.profile import factors
 from rltrace.replay.costmodels.roofline import Roofline
-
-import polars as pl
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -32,6 +32,10 @@ class GenerationCost(Protocol):
 
     def kv_capacity_tokens(self, tp: int) -> int:
         """Tokens of KV cache an instance of ``tp`` GPUs holds (GPU memory left after the weights)."""
+        ...
+
+    def prefill_seconds_array(self, tokens: np.ndarray, prompts: np.ndarray, tp: int) -> np.ndarray:
+        """:meth:`prefill_seconds` elementwise, for many admission waves at once (0 where no tokens)."""
         ...
 
 
@@ -65,6 +69,9 @@ class RooflineGeneration:
 
     def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
         return self._at(tp)[1].seconds(tokens, prompts)
+
+    def prefill_seconds_array(self, tokens: np.ndarray, prompts: np.ndarray, tp: int) -> np.ndarray:
+        return self._at(tp)[1].seconds_array(tokens, prompts)
 
     def kv_capacity_tokens(self, tp: int) -> int:
         free = tp * self.gpu.memory_gb * 1e9 * self.gpu_memory_utilization - self.model.weight_bytes
@@ -101,6 +108,10 @@ class FittedGeneration:
         if tokens <= 0:
             return 0.0
         return (self.prefill_base_s + self.prefill_per_token_s * tokens) * (self.recorded_tp / tp) ** self.tp_speedup
+
+    def prefill_seconds_array(self, tokens: np.ndarray, prompts: np.ndarray, tp: int) -> np.ndarray:
+        scale = (self.recorded_tp / tp) ** self.tp_speedup
+        return np.where(tokens > 0, (self.prefill_base_s + self.prefill_per_token_s * tokens) * scale, 0.0)
 
     def kv_capacity_tokens(self, tp: int) -> int:
         return self.kv_tokens * tp // self.recorded_tp

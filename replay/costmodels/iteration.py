@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True)
 class Linear:
@@ -72,7 +74,7 @@ class IterationModel:
         tri = n * (n - 1) / 2
         extra = n * (eb + es * batch + ec * context_tokens) + ec * batch * tri
         if b1 == b2:
-            return extra + n * (a1 if a1 > a2 else a2) + b1 * tri
+            return extra + n * (max(a2, a1)) + b1 * tri
         # compute - memory = (a1 - a2) + (b1 - b2) j changes sign once, at j = cross.
         k = min(max(math.ceil((a2 - a1) / (b1 - b2)), 0), n)
         if b1 > b2:  # memory dominates before k, compute from k on
@@ -112,4 +114,37 @@ class PrefillModel:
             return 0.0
         compute = self.per_token * tokens + self.per_token_sq_per_prompt * tokens * tokens / prompts
         memory = self.memory_base + self.memory_per_token * tokens
-        return (compute if compute > memory else memory) + self.extra_base + self.extra_per_token * tokens
+        return (max(memory, compute)) + self.extra_base + self.extra_per_token * tokens
+
+    def seconds_array(self, tokens: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        """:meth:`seconds` elementwise (0 where no tokens)."""
+        t = tokens.astype(np.float64)
+        compute = self.per_token * t + self.per_token_sq_per_prompt * t * t / np.maximum(prompts, 1)
+        memory = self.memory_base + self.memory_per_token * t
+        return np.where(t > 0, np.maximum(compute, memory) + self.extra_base + self.extra_per_token * t, 0.0)
+
+
+def seconds_array(model: IterationModel, batch: np.ndarray, context_tokens: np.ndarray, iterations: np.ndarray) -> np.ndarray:
+    """:meth:`IterationModel.seconds` for arrays of segments at once (same closed form, elementwise)."""
+    cb, cs, cc, mb, ms, mc, eb, es, ec = model._k
+    n = iterations.astype(np.float64)
+    b = batch.astype(np.float64)
+    a1, b1 = cb + cs * b + cc * context_tokens, cc * b
+    a2, b2 = mb + ms * b + mc * context_tokens, mc * b
+    tri = n * (n - 1) / 2
+    extra = n * (eb + es * b + ec * context_tokens) + ec * b * tri
+    diff = b1 - b2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = np.where(diff != 0, np.ceil((a2 - a1) / np.where(diff != 0, diff, 1.0)), 0.0)
+    k = np.clip(cross, 0, n)
+
+    def series(a: np.ndarray, s: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+        count = last - first
+        return np.where(count > 0, a * count + s * (first + last - 1) * count / 2, 0.0)
+
+    zero = np.zeros_like(n)
+    early_mem = series(a2, b2, zero, k) + series(a1, b1, k, n)  # b1 > b2: memory first, then compute
+    early_cmp = series(a1, b1, zero, k) + series(a2, b2, k, n)  # b1 < b2: compute first, then memory
+    parallel = n * np.maximum(a1, a2) + b1 * tri
+    total = np.where(diff > 0, early_mem, np.where(diff < 0, early_cmp, parallel))
+    return np.where(n > 0, extra + total, 0.0)

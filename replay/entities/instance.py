@@ -18,8 +18,11 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Iterable
 
+import numpy as np
 from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.costmodels.iteration import IterationModel
+from rltrace.replay.entities import drain as fastpath
+from rltrace.replay.entities.drain import Drain
 from rltrace.replay.entities.requests import Requests, State
 
 RUNNING, WAITING, FINISHED = int(State.RUNNING), int(State.WAITING), int(State.FINISHED)  # plain ints: hot loop
@@ -37,7 +40,9 @@ class GenerationInstance:
         "batch",
         "busy_since",
         "cost",
+        "drain",
         "epoch",
+        "fast",
         "id",
         "it",
         "kv_capacity",
@@ -73,6 +78,9 @@ class GenerationInstance:
         self._planned: tuple[int, float, bool] | None = None  # (iterations, seconds, ends in a preemption)
         self._on_segment = on_segment
         self.retired = False
+        self.fast = False
+        """plan whole queues at once (the simulator's quiet mode: nobody needs each finish as it happens)"""
+        self.drain: Drain | None = None
         self.set_tp(tp)
 
     def set_tp(self, tp: int) -> None:
@@ -115,8 +123,9 @@ class GenerationInstance:
     def plan(self, now_s: float) -> float | None:
         """Admit what fits, then return the time of the next planned point (None when idle)."""
         self.epoch += 1
-        if self.time_s < now_s:
-            self.time_s = now_s
+        self.time_s = max(self.time_s, now_s)
+        if self.fast and self.drain is None and (self.waiting or self.batch) and self._plan_drain():
+            return self.drain.end_s  # type: ignore[union-attr]
         if self.waiting:
             self._admit()
         batch = self.batch
@@ -143,7 +152,18 @@ class GenerationInstance:
         return self.time_s + dt
 
     def fire(self, epoch: int) -> list[int] | None:
-        """Reach the planned point; return the requests that finished there (None for a stale event)."""
+        """Reach the planned point; return the requests that finished there (None for a stale event).
+
+        A drain's end returns no requests: they were all written when it was planned."""
+        if self.drain is not None:
+            if epoch != self.epoch:
+                return None
+            d, self.drain = self.drain, None
+            self.it, self.time_s = int(d.iters[-1]), d.end_s
+            self._heap, self.batch, self.offset = [], 0, 0
+            self._order.clear()
+            self.waiting.clear()
+            return []
         planned = self._planned
         if epoch != self.epoch or planned is None:
             return None
@@ -164,6 +184,70 @@ class GenerationInstance:
         if preempt:
             self._preempt_last()
         return done
+
+    # ---- the fast path -------------------------------------------------------------------------------------
+
+    def _plan_drain(self) -> bool:
+        """Plan the whole queue at once and write every request's times now (see :mod:`.drain`)."""
+        req = self.req
+        d = fastpath.plan(self._heap, list(self.waiting), req, it0=self.it, t0=self.time_s, offset0=self.offset,
+                          max_seqs=self.max_seqs, kv_limit=self.kv_capacity * (1 - KV_WATERMARK), model=self.model,
+                          cost=self.cost, tp=self.tp)
+        if d is None:
+            return False
+        rids = d.rids.tolist()
+        start, first, finish, state = req.start_s, req.first_token_s, req.finish_s, req.state
+        if req.touched:
+            untouched = np.array([req.remaining[r] == req.output[r] for r in rids])
+        else:
+            untouched = np.ones(len(rids), dtype=bool)
+        lo, hi = rids[0], rids[-1] + 1
+        contiguous = hi - lo == len(rids) and bool(np.all(np.diff(d.rids) == 1))
+        if contiguous:  # the usual case (a chunk of a step on a fresh instance): slice reads and writes
+            d.prior_start_s, d.prior_first_token_s = np.array(start[lo:hi]), np.array(first[lo:hi])
+        else:
+            d.prior_start_s = np.array([start[r] for r in rids])
+            d.prior_first_token_s = np.array([first[r] for r in rids])
+        new_start = np.where(d.fresh & untouched, d.start_s, d.prior_start_s).tolist()
+        new_first = np.where(np.isnan(d.prior_first_token_s) & d.fresh, d.first_token_s, d.prior_first_token_s).tolist()
+        if contiguous:
+            start[lo:hi], first[lo:hi], finish[lo:hi] = new_start, new_first, d.finish_s.tolist()
+            state[lo:hi] = [FINISHED] * len(rids)
+        else:
+            for r, a, b, c in zip(rids, new_start, new_first, d.finish_s.tolist()):
+                start[r], first[r], finish[r], state[r] = a, b, c, FINISHED
+        version, admit = req.version, req.admit_iter
+        for r, a in zip(d.rids[d.fresh].tolist(), d.admit_iter[d.fresh].tolist()):
+            version[r], admit[r] = self.version, a
+        if self.busy_since is None:
+            self.busy_since = self.time_s
+        self.drain, self._planned = d, None
+        return True
+
+    def cut_drain(self, t_s: float) -> list[int]:
+        """Stop a planned drain at the first iteration boundary at or after ``t_s`` and take up the exact
+        state the per-event path would have there; return the requests that had not finished by then."""
+        d, self.drain = self.drain, None
+        assert d is not None
+        self.epoch += 1
+        cut = fastpath.state_at(d, t_s, self.model)
+        req = self.req
+        running, waiting = d.rids[cut.running].tolist(), d.rids[cut.waiting].tolist()
+        state, finish = req.state, req.finish_s
+        for r in running:
+            state[r], finish[r] = RUNNING, float("nan")
+        for r, a, b in zip(waiting, d.prior_start_s[cut.waiting].tolist(), d.prior_first_token_s[cut.waiting].tolist()):
+            state[r], finish[r], req.start_s[r], req.first_token_s[r] = WAITING, float("nan"), a, b
+        admits = d.admit_iter[cut.running]
+        self._heap = list(zip(d.finish_iter[cut.running].tolist(), running))
+        heapq.heapify(self._heap)
+        self._order = [running[i] for i in np.argsort(admits, kind="stable").tolist()]
+        self.batch = len(running)
+        self.offset = int((d.prompts[cut.running] - admits).sum())
+        self.it, self.time_s = cut.it, cut.time_s
+        self.waiting = deque(waiting)
+        self._planned = None
+        return running + waiting
 
     # ---- admission, preemption, removal ----------------------------------------------------------------------
 
@@ -215,6 +299,7 @@ class GenerationInstance:
         self._heap.remove((req.admit_iter[rid] + req.remaining[rid], rid))
         heapq.heapify(self._heap)
         generated = self._leave(rid)
+        req.touched = True
         self._on_segment(self.name, "preempted", req.step[rid], rid, req.start_s[rid], self.time_s)
         req.remaining[rid] -= generated
         req.recompute[rid] += generated

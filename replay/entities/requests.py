@@ -27,6 +27,13 @@ class Requests:
                  output: np.ndarray) -> None:
         n = len(step)
         self.n = n
+        self.job_arr = np.asarray(job, dtype=np.int64)
+        self.step_arr = np.asarray(step, dtype=np.int64)
+        self.prompt_arr = np.asarray(prompt, dtype=np.int64)
+        self.output_arr = np.asarray(output, dtype=np.int64)
+        self.touched = False
+        """some request was preempted, migrated or aborted: ``remaining``/``recompute`` differ from the
+        arrays above somewhere (the fast path then reads the lists)"""
         self.job: list[int] = job.tolist()
         self.step: list[int] = step.tolist()
         self.group: list[int] = group.tolist()
@@ -49,6 +56,7 @@ class Requests:
 
     def reset(self, rid: int) -> None:
         """Back to the scheduler with nothing generated (an abort discards the partial response)."""
+        self.touched = True
         self.state[rid] = State.PENDING
         self.remaining[rid] = self.output[rid]
         self.recompute[rid] = 0

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
-    Outstanding,
     generation_pool,
     on_training_done,
     spread,
@@ -36,16 +35,15 @@ class AsRecorded:
 
     def start(self, sim: Simulator) -> None:
         job = sim.jobs[0]
+        sim.quiet = True
         self.instances = generation_pool(sim, job, sim.cluster.gen_gpus)
         training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
         sim.add_resource("host", "cpu")
-        self.outstanding = Outstanding(sim)
         self._launch(sim, 0)
 
     def _launch(self, sim: Simulator, step: int) -> None:
         job = sim.jobs[0]
         rids = job.requests(step)
-        self.outstanding.launch(job.id, step, len(rids))
         if job.engine is None:  # retargeted: no recorded assignment to follow
             spread(sim, self.instances, rids)
             return
@@ -57,9 +55,8 @@ class AsRecorded:
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "finished":
-            for _, step in self.outstanding.finish(notice.requests):
-                start_training(sim, job, step, version=step)
+        if notice.kind == "generated":
+            start_training(sim, job, notice.tag[1], version=notice.tag[1])
         elif notice.tag[0] == "host":
             step = notice.tag[2]
             sim.end_step(job.id, step)

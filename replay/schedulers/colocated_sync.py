@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
-from rltrace.replay.schedulers.common import REWARD, TRAIN, Outstanding, generation_pool, spread
+from rltrace.replay.schedulers.common import REWARD, TRAIN, generation_pool, spread
 from rltrace.replay.simulator import Notice, Simulator
 
 
@@ -32,25 +32,20 @@ class ColocatedSync:
 
     def start(self, sim: Simulator) -> None:
         c, job = sim.cluster, sim.jobs[0]
+        sim.quiet = True
         gpus = c.gen_gpus + c.train_gpus
         self.instances = generation_pool(sim, job, gpus)
         sim.allocate("training", gpus, c.gen_gpu, billed=False)  # the same GPUs in their training role
         sim.add_resource("trainer", "training", gpus=gpus)
         sim.add_resource("reward", "cpu")
-        self.outstanding = Outstanding(sim)
-        self._launch(sim, 0)
-
-    def _launch(self, sim: Simulator, step: int) -> None:
-        job = sim.jobs[0]
-        self.outstanding.launch(job.id, step, len(job.requests(step)))
-        spread(sim, self.instances, job.requests(step))
+        spread(sim, self.instances, job.requests(0))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "finished":
-            for _, step in self.outstanding.finish(notice.requests):
-                sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
-                sim.consume(job.id, step, job.requests(step), version=step)
+        if notice.kind == "generated":
+            step = notice.tag[1]
+            sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
+            sim.consume(job.id, step, job.requests(step), version=step)
             return
         what, _, step = notice.tag
         if what == REWARD:
@@ -63,4 +58,4 @@ class ColocatedSync:
             sim.set_version(step + 1)
             sim.end_step(job.id, step)
             if step + 1 < job.steps:
-                self._launch(sim, step + 1)
+                spread(sim, self.instances, job.requests(step + 1))

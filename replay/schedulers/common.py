@@ -1,5 +1,5 @@
-"""Pieces the baseline schedulers share: laying out a generation pool, spreading a batch over instances,
-counting a step's outstanding samples, and the reward -> train -> weight-sync chain after generation."""
+"""Pieces the baseline schedulers share: laying out a generation pool, spreading a batch over instances, and
+the reward -> train -> weight-sync chain after generation."""
 
 from __future__ import annotations
 
@@ -34,32 +34,6 @@ def spread(sim: Simulator, instances: Sequence[GenerationInstance], rids: Sequen
         chunk = rids[i * n // k : (i + 1) * n // k]
         if len(chunk):
             sim.submit(inst, chunk)
-
-
-class Outstanding:
-    """Samples still generating per (job, step); ``finish`` reports the steps that just completed."""
-
-    __slots__ = ("_jobs", "_left")
-
-    def __init__(self, sim: Simulator) -> None:
-        self._left: dict[tuple[int, int], int] = {}
-        self._jobs = (sim.requests.job, sim.requests.step)
-
-    def launch(self, job: int, step: int, count: int) -> None:
-        self._left[(job, step)] = self._left.get((job, step), 0) + count
-
-    def finish(self, rids: Sequence[int]) -> list[tuple[int, int]]:
-        jobs, steps, left, done = self._jobs[0], self._jobs[1], self._left, []
-        for rid in rids:
-            key = (jobs[rid], steps[rid])
-            left[key] -= 1
-            if not left[key]:
-                del left[key]
-                done.append(key)
-        return done
-
-    def pending(self, job: int, step: int) -> int:
-        return self._left.get((job, step), 0)
 
 
 def start_training(sim: Simulator, job: Job, step: int, version: int) -> None:

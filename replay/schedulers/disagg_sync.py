@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
-    Outstanding,
     generation_pool,
     on_training_done,
     spread,
@@ -34,26 +33,18 @@ class DisaggSync:
         self.config = config
 
     def start(self, sim: Simulator) -> None:
-        job = sim.jobs[0]
-        self.instances = generation_pool(sim, job, sim.cluster.gen_gpus)
+        sim.quiet = True  # whole steps are enough: one "generated" notice per step
+        self.instances = generation_pool(sim, sim.jobs[0], sim.cluster.gen_gpus)
         training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
-        self.outstanding = Outstanding(sim)
-        self._launch(sim, 0)
-
-    def _launch(self, sim: Simulator, step: int) -> None:
-        job = sim.jobs[0]
-        rids = job.requests(step)
-        self.outstanding.launch(job.id, step, len(rids))
-        spread(sim, self.instances, rids)
+        spread(sim, self.instances, sim.jobs[0].requests(0))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "finished":
-            for _, step in self.outstanding.finish(notice.requests):
-                start_training(sim, job, step, version=step)
+        if notice.kind == "generated":
+            start_training(sim, job, notice.tag[1], version=notice.tag[1])
         elif on_training_done(sim, job, notice.tag):
             step = notice.tag[2]
             sim.set_version(step + 1)
             sim.end_step(job.id, step)
             if step + 1 < job.steps:
-                self._launch(sim, step + 1)
+                spread(sim, self.instances, job.requests(step + 1))

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
-    Outstanding,
     generation_pool,
     on_training_done,
     spread,
@@ -34,9 +33,9 @@ class OneStepAsync:
         self.config = config
 
     def start(self, sim: Simulator) -> None:
+        sim.quiet = True
         self.instances = generation_pool(sim, sim.jobs[0], sim.cluster.gen_gpus)
         training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
-        self.outstanding = Outstanding(sim)
         self.generated = -1  # last step whose samples are all in
         self.synced = 0  # weight version the generators hold
         self.launched = -1
@@ -47,15 +46,13 @@ class OneStepAsync:
         # Step nxt may run on weights at most one version old: it needs version nxt - 1.
         if nxt < job.steps and self.generated == self.launched and self.synced >= nxt - 1:
             self.launched = nxt
-            self.outstanding.launch(job.id, nxt, len(job.requests(nxt)))
             spread(sim, self.instances, job.requests(nxt))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "finished":
-            for _, step in self.outstanding.finish(notice.requests):
-                self.generated = step
-                start_training(sim, job, step, version=step)
+        if notice.kind == "generated":
+            self.generated = step = notice.tag[1]
+            start_training(sim, job, step, version=step)
         elif on_training_done(sim, job, notice.tag):
             step = notice.tag[2]
             self.synced = step + 1

@@ -25,6 +25,7 @@ deps:
 bench:
 	$(VENV)/bin/python benchmarks/bundle_io.py
 	$(VENV)/bin/python benchmarks/record_overhead.py
+	POLARS_MAX_THREADS=1 taskset -c 0 $(VENV)/bin/python benchmarks/replay_speed.py --scaling
 
 # Re-record the shipped sample of the tiny RL example (needs the vLLM install of `make test`).
 tiny-rl-sample:

@@ -71,3 +71,27 @@ def test_retarget_caps_lengths_and_refuses_impossible_shapes(rollpacker) -> None
         retarget(rollpacker, prompts_per_step=-1)
     with pytest.raises(ConfigError, match="max_new_tokens must be >= 1"):
         retarget(rollpacker, max_new_tokens=0)
+
+
+def test_training_time_counts_only_after_the_steps_samples_are_in() -> None:
+    """The tiny RL trainers open their train span during generation (a forward pass after the previous sync):
+    only the part after the step's last finish is on the critical path."""
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    w = extract(bundle)
+    spans = bundle.spans.collect().filter(pl.col("phase") == "train", pl.col("step") == 1)
+    last_finish = bundle.requests.collect().filter(pl.col("step") == 1)["finish_ns"].max()
+    expected = ((spans["end_ns"] - spans["start_ns"].clip(lower_bound=last_finish)) / 1e9).max()
+    assert w.steps["train_s"][1] == pytest.approx(expected)
+    assert spans["start_ns"].min() < last_finish  # the span did open during generation
+    # every step's measured time is accounted for: phases plus the unexplained remainder
+    parts = w.steps.select(pl.sum_horizontal("generation_s", "reward_s", "train_s", "optimizer_s", "weight_sync_s",
+                                             "other_s"))
+    assert (parts.to_series() >= w.steps["wall_s"] - 1e-9).all()
+
+
+def test_retarget_of_an_ungrouped_recording_draws_each_sample_independently() -> None:
+    w = extract(rltrace.open(sample_path("tiny_rl_cpu")))
+    assert set(w.samples.group_by("step", "group").len()["len"]) == {1}  # vLLM does not know GRPO groups
+    new = retarget(w, steps=4, prompts_per_step=2, samples_per_prompt=8, seed=1)
+    per_prompt = new.samples.group_by("step", "group").agg(pl.col("output_tokens").n_unique())
+    assert (per_prompt["output_tokens"] > 1).any()  # not one recorded sample copied 8 times

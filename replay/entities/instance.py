@@ -25,6 +25,8 @@ from rltrace.replay.entities import drain as fastpath
 from rltrace.replay.entities.drain import Drain
 from rltrace.replay.entities.requests import Requests, State
 
+from rltrace.errors import ConfigError
+
 RUNNING, WAITING, FINISHED = int(State.RUNNING), int(State.WAITING), int(State.FINISHED)  # plain ints: hot loop
 KV_WATERMARK = 0.01  # vLLM's default: keep 1% of KV blocks free when admitting, to avoid instant preemption
 
@@ -91,7 +93,7 @@ class GenerationInstance:
 
     @property
     def load(self) -> int:
-        """Requests running or queued here."""
+        """Requests running or queued here (during a planned drain: as they were when it was planned)."""
         return self.batch + len(self.waiting)
 
     def kv_tokens(self) -> int:
@@ -124,7 +126,9 @@ class GenerationInstance:
         """Admit what fits, then return the time of the next planned point (None when idle)."""
         self.epoch += 1
         self.time_s = max(self.time_s, now_s)
-        if self.fast and self.drain is None and (self.waiting or self.batch) and self._plan_drain():
+        if self.drain is not None:
+            return self.drain.end_s  # still draining: re-arm its end under the new epoch
+        if self.fast and (self.waiting or self.batch) and self._plan_drain():
             return self.drain.end_s  # type: ignore[union-attr]
         if self.waiting:
             self._admit()
@@ -263,6 +267,9 @@ class GenerationInstance:
             need = prompt[rid] + recompute[rid]
             if batch and offset + batch * it + need + batch > limit:
                 break
+            if need + remaining[rid] > self.kv_capacity:
+                raise ConfigError(f"request {rid} needs {need + remaining[rid]:,} tokens of KV cache; an instance "
+                                  f"of {self.name} holds {self.kv_capacity:,} (raise tp or lower max_new_tokens)")
             waiting.popleft()
             if remaining[rid] == output[rid]:
                 req.start_s[rid] = now

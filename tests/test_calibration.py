@@ -1,0 +1,91 @@
+"""Calibration: decode latency fitted from a recording, efficiency profiles from public kernel tables."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+import rltrace
+from helpers import require_shared, run_cli
+from rltrace.errors import ConfigError
+from rltrace.replay.costmodels.calibrate import _batch_slope, fit_trace
+from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, load_profile
+from rltrace.sample_traces import sample_path
+
+
+@pytest.mark.parametrize(
+    ("base", "slope", "noise", "kept"),
+    [
+        (5e-3, 2e-4, 0.02, True),   # a clear batch effect is kept
+        (5e-3, 0.0, 0.30, False),   # contention noise alone: a constant time per token
+        (5e-3, 2e-6, 0.30, False),  # an effect far below the noise is not extrapolated
+    ],
+)
+def test_the_batch_slope_is_kept_only_when_measured(base: float, slope: float, noise: float, kept: bool) -> None:
+    rng = np.random.default_rng(0)
+    batch = rng.uniform(1, 64, 400)
+    tokens = rng.integers(2, 200, 400)
+    per_token = (base + slope * batch) * rng.lognormal(0, noise, 400)
+    b, s = _batch_slope(batch, per_token, tokens)
+    if kept:
+        assert s == pytest.approx(slope, rel=0.1) and b == pytest.approx(base, rel=0.1)
+    else:
+        assert s == 0.0
+        assert b == pytest.approx(np.average(per_token, weights=tokens))
+
+
+def test_fit_from_the_recorded_tiny_rl_sample() -> None:
+    requests = rltrace.open(sample_path("tiny_rl_cpu")).requests.collect()
+    cost, fit = fit_trace(requests)
+    assert fit.requests == requests.filter(pl.col("output_tokens") >= 2).height
+    assert 1e-3 < fit.base_s + 16 * fit.per_seq_s < 0.05  # a CPU decode step of the tiny model: milliseconds
+    assert 0 <= fit.median_abs_error < 0.5
+    assert cost.iteration_model(1).iteration(16, 1000) == pytest.approx(fit.base_s + 16 * fit.per_seq_s)
+    with pytest.raises(ConfigError, match="too few requests"):
+        fit_trace(requests.head(1))
+
+
+@pytest.fixture(scope="module")
+def profile() -> pl.DataFrame:
+    return fit_kernel_tables(require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv").parent)
+
+
+def test_kernel_tables_fit_per_tp_and_regime(profile: pl.DataFrame) -> None:
+    assert set(profile["regime"]) == {"compute", "memory", "attention"}
+    assert set(profile.filter(pl.col("source").str.starts_with("vidur"))["tp"]) == {1, 2, 4, 8}
+    assert profile["efficiency"].is_between(0.2, 1.0).all()
+    vidur = profile.filter(pl.col("source").str.starts_with("vidur"), pl.col("regime") == "compute").sort("tp")
+    assert vidur["efficiency"].to_list() == sorted(vidur["efficiency"].to_list(), reverse=True)  # falls with TP
+    compute = profile.filter(pl.col("regime") == "compute")
+    assert (compute["median_abs_error"] < 0.2).all()  # one factor fits compute-bound GEMMs well
+    f1, f8 = factors(profile, "H100", 1), factors(profile, "H100", 8)
+    assert f1.compute_efficiency == pytest.approx(0.687, abs=0.01) and f8.memory_efficiency < f1.memory_efficiency
+    assert f1.attention_efficiency is not None and 0.5 < f1.attention_efficiency < 0.9
+    with pytest.raises(ConfigError, match="no rows for GPU 'H20'"):
+        factors(profile, "H20", 1)
+
+
+def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profile: pl.DataFrame) -> None:
+    out = tmp_path / "h100.parquet"
+    tables = str(require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv").parent)
+    result = run_cli("calibrate", "--tables", tables, "-o", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)) == profile.height
+    assert load_profile(out).equals(profile)
+    args = ["estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H100", "--tp", "4", "--batch", "8", "--json"]
+    default = json.loads(run_cli(*args).stdout)
+    fitted = json.loads(run_cli(*args, "--profile", str(out)).stdout)
+    assert fitted["seconds"] > default["seconds"]  # TP-4 kernels reach less of the datasheet than the defaults
+    replayed = run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H100", "--set", f"cost.profile={out}")
+    assert replayed.returncode == 0 and "efficiencies from" in replayed.stdout, replayed.stderr
+    other = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "A100", "--profile", str(out))
+    assert other.returncode == 2 and "no rows for GPU 'A100'" in other.stderr
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet")
+    bad = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H100", "--profile", str(junk))
+    assert bad.returncode == 2 and "not a readable profile" in bad.stderr
+    empty = run_cli("calibrate", "--tables", str(tmp_path), "-o", str(tmp_path / "x.parquet"))
+    assert empty.returncode == 2 and "no kernel tables found" in empty.stderr

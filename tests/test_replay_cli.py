@@ -7,7 +7,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from helpers import run_cli
 
 BASELINES = ["colocated-sync", "disagg-sync", "one-step-async", "fully-async"]

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 import pytest
-
-from rltrace.errors import ConfigError
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
@@ -17,6 +15,8 @@ from rltrace.replay.job import Job
 from rltrace.replay.run import Prepared, ReplayConfig, replay
 from rltrace.replay.schedulers import create, names, register
 from rltrace.replay.simulator import Notice, Simulator
+
+from rltrace.errors import ConfigError
 
 TAU = 0.01  # seconds per decode iteration in the closed-form cases
 
@@ -156,7 +156,7 @@ def test_a_duplicate_name_is_an_error() -> None:
     with pytest.raises(ValueError, match="registered twice"):
 
         @register("disagg-sync")
-        class Again:  # noqa: F841
+        class Again:
             Config = Cluster
 
 
@@ -238,7 +238,7 @@ ROOF = IterationModel(compute=Linear(0.0, 3e-5, 2e-8), memory=Linear(4e-3, 0.0, 
 @pytest.mark.parametrize("scheduler", ["disagg-sync", "one-step-async", "colocated-sync", "as-recorded"])
 @pytest.mark.parametrize(("seed", "max_seqs", "gpus"), [(0, 1_000_000, 1), (1, 32, 3), (2, 7, 2)])
 def test_fast_path_gives_the_per_event_results(scheduler: str, seed: int, max_seqs: int, gpus: int) -> None:
-    def run(config: ReplayConfig):  # noqa: ANN202
+    def run(config: ReplayConfig):
         prepared = make(random_lengths(seed, 4, 300), model=ROOF, max_seqs=max_seqs, gen_gpus=gpus, train_s=0.7,
                         sync_s=0.2)
         prepared.jobs[0].generation = FittedGeneration(model=ROOF, prefill_base_s=0.01, prefill_per_token_s=1e-5)
@@ -305,7 +305,7 @@ class MidDrain:
 
 
 def test_cutting_a_drain_short_matches_the_per_event_path() -> None:
-    def run(config: ReplayConfig):  # noqa: ANN202
+    def run(config: ReplayConfig):
         prepared = make(random_lengths(5, 2, 200), model=ROOF)
         prepared.jobs[0].generation = FittedGeneration(model=ROOF, prefill_base_s=0.01)
         return replay(prepared, "test-mid-drain", config)

@@ -6,11 +6,11 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from rltrace.replay.workload import extract, retarget
+from rltrace.sample_traces import sample_path
 
 import rltrace
 from rltrace.errors import ConfigError
-from rltrace.replay.workload import extract, retarget
-from rltrace.sample_traces import sample_path
 
 
 @pytest.fixture(scope="module")

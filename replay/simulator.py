@@ -176,7 +176,7 @@ class Simulator:
     def retire(self, inst: GenerationInstance) -> list[int]:
         """Remove an instance; its running and queued requests return to the scheduler (reset)."""
         self._touch(inst)
-        back = self.abort(self._held_by(inst))
+        back = self.abort(self.requests_on(inst))
         inst.plan(self.now)  # closes its busy interval
         inst.retired = True
         self.instances.remove(inst)
@@ -189,7 +189,7 @@ class Simulator:
         preempted to the head of its queue (their tokens are recomputed afterwards)."""
         self._touch(inst)
         inst.time_s = max(inst.time_s, self.now)
-        running = [r for r in self._held_by(inst) if self.requests.state[r] == State.RUNNING]
+        running = [r for r in self.requests_on(inst) if self.requests.state[r] == State.RUNNING]
         waiting = list(inst.waiting)
         inst.remove(running + waiting, kind="migrated")
         req = self.requests
@@ -209,7 +209,40 @@ class Simulator:
         inst.waiting.extend(running + waiting)
         self._dirty[inst.id] = inst
 
-    def _held_by(self, inst: GenerationInstance) -> list[int]:
+    def migrate(self, rids: Iterable[int], dst: GenerationInstance, *, front: bool = True) -> list[int]:
+        """Move waiting or running requests to ``dst`` keeping their progress: running ones are preempted by
+        recompute (their generated tokens are prefilled again on ``dst``). Returns the ones moved."""
+        req, moved = self.requests, []
+        by_inst: dict[int, list[int]] = {}
+        for rid in rids:
+            if req.instance[rid] >= 0 and req.instance[rid] != dst.id:
+                by_inst.setdefault(req.instance[rid], []).append(rid)
+        live = {i.id: i for i in self.instances}
+        for iid, group in by_inst.items():
+            src = live.get(iid)
+            if src is None:
+                continue
+            self._touch(src)
+            group = [r for r in group if req.state[r] in (State.WAITING, State.RUNNING)]
+            generated = {r: src.it - req.admit_iter[r] for r in group if req.state[r] == State.RUNNING}
+            src.remove(group, kind="migrated")  # (its batch sums use the pre-move recompute counts)
+            for rid, tokens in generated.items():
+                req.remaining[rid] -= tokens
+                req.recompute[rid] += tokens
+            req.touched = req.touched or bool(generated)
+            for rid in group:
+                req.state[rid] = State.PENDING
+            self._dirty[iid] = src
+            moved.extend(group)
+        if moved:
+            if self._quiet:
+                self._count(moved, -1)  # submit counts them again
+            self.submit(dst, moved, front=front)
+        return moved
+
+    def requests_on(self, inst: GenerationInstance) -> list[int]:
+        """Requests running or queued on an instance."""
+        self._touch(inst)
         return [e[1] for e in inst._heap] + list(inst.waiting)
 
     # ---- requests ---------------------------------------------------------------------------------------------
@@ -267,6 +300,14 @@ class Simulator:
         if self._quiet:
             self._count(gone, -1)
         return gone
+
+    def spawn(self, job: int, step: int, group: int, prompt_tokens: list[int], output_tokens: list[int]) -> range:
+        """Create requests during the run (extra responses, an agent's next turn); returns their ids, pending."""
+        return self.requests.add(job, step, group, prompt_tokens, output_tokens)
+
+    def mark(self, resource: str, kind: str, step: int, start_s: float, end_s: float, item: int = -1) -> None:
+        """Put a span of the scheduler's own on the timeline (a round, a phase, a decision)."""
+        self.segments.append((resource, kind, step, item, start_s, end_s))
 
     def reorder(self, inst: GenerationInstance, key: Callable[[int], Any]) -> None:
         """Sort an instance's waiting queue by ``key(request id)`` (running requests are not affected)."""

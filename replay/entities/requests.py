@@ -27,10 +27,8 @@ class Requests:
                  output: np.ndarray) -> None:
         n = len(step)
         self.n = n
-        self.job_arr = np.asarray(job, dtype=np.int64)
-        self.step_arr = np.asarray(step, dtype=np.int64)
-        self.prompt_arr = np.asarray(prompt, dtype=np.int64)
-        self.output_arr = np.asarray(output, dtype=np.int64)
+        self._arrays: tuple[np.ndarray, ...] = ()
+        self._arrays_n = -1
         self.touched = False
         """some request was preempted, migrated or aborted: ``remaining``/``recompute`` differ from the
         arrays above somewhere (the fast path then reads the lists)"""
@@ -53,6 +51,45 @@ class Requests:
         """policy version of the weights the request was (last) admitted under"""
         self.preemptions: list[int] = [0] * n
         self.aborts: list[int] = [0] * n
+
+    def add(self, job: int, step: int, group: int, prompt: list[int], output: list[int]) -> range:
+        """New requests (a scheduler's extra responses, or an agent's next turns); returns their ids."""
+        k = len(prompt)
+        if len(output) != k:
+            raise ValueError("prompt and output need one entry per request")
+        first = self.n
+        self.n += k
+        for name, values in (("job", [job] * k), ("step", [step] * k), ("group", [group] * k), ("prompt", prompt),
+                             ("output", output), ("remaining", output), ("recompute", [0] * k),
+                             ("admit_iter", [0] * k), ("instance", [-1] * k), ("state", [State.PENDING] * k),
+                             ("start_s", [float("nan")] * k), ("first_token_s", [float("nan")] * k),
+                             ("finish_s", [float("nan")] * k), ("version", [-1] * k), ("preemptions", [0] * k),
+                             ("aborts", [0] * k)):
+            getattr(self, name).extend(values)
+        return range(first, self.n)
+
+    def _columns(self) -> tuple[np.ndarray, ...]:
+        if self._arrays_n != self.n:  # rebuilt only after requests were added
+            self._arrays = tuple(np.asarray(getattr(self, c), dtype=np.int64) for c in ("job", "step", "prompt", "output"))
+            self._arrays_n = self.n
+        return self._arrays
+
+    @property
+    def job_arr(self) -> np.ndarray:
+        return self._columns()[0]
+
+    @property
+    def step_arr(self) -> np.ndarray:
+        return self._columns()[1]
+
+    @property
+    def prompt_arr(self) -> np.ndarray:
+        return self._columns()[2]
+
+    @property
+    def output_arr(self) -> np.ndarray:
+        """output tokens as recorded (``remaining`` differs once a request was preempted: see ``touched``)"""
+        return self._columns()[3]
 
     def reset(self, rid: int) -> None:
         """Back to the scheduler with nothing generated (an abort discards the partial response)."""

@@ -1,0 +1,96 @@
+"""The seed schedulers' rules, pinned on small hand-made workloads (one rule per test)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from rltrace.replay.cluster import Cluster
+from rltrace.replay.costmodels.generation import FittedGeneration
+from rltrace.replay.costmodels.iteration import IterationModel
+from rltrace.replay.job import Job
+from rltrace.replay.run import Prepared, ReplayConfig, replay
+
+TAU = 0.01
+
+
+def grouped(steps: list[list[list[int]]], *, gen_gpus: int = 1, max_seqs: int = 1000, train_s: float = 0.0,
+            tp_speedup: float = 1.0) -> Prepared:
+    """``steps[s][g]`` are the response lengths of prompt g of step s; fixed TAU per iteration, no prefill."""
+    rows = [(s, g, n) for s, prompts in enumerate(steps) for g, lengths in enumerate(prompts) for n in lengths]
+    step, group, out = (np.array(c) for c in zip(*rows))
+    frame = pl.DataFrame({"step": step.astype(np.int32), "group": group.astype(np.int32),
+                          "prompt_tokens": np.full(len(out), 10), "output_tokens": out, "job": np.zeros(len(out), np.int32)})
+    counts = [sum(len(p) for p in prompts) for prompts in steps]
+    first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
+    n = len(steps)
+    job = Job(id=0, name="job0", first=first, generation=FittedGeneration(model=IterationModel.fixed(TAU), tp_speedup=tp_speedup),
+              train_s=[train_s] * n, forward_s=[0.0] * n, optimizer_s=[0.0] * n, sync_s=[0.0] * n, reward_s=[0.0] * n,
+              other_s=[0.0] * n)
+    cluster = Cluster(gen_gpus=gen_gpus, train_gpus=1, gen_gpu="H100", train_gpu="H100", max_seqs=max_seqs)
+    return Prepared(frame, [job], cluster, [])
+
+
+# ---- rollpacker ----------------------------------------------------------------------------------------------
+
+ROLLPACKER = {"eta": 1.5, "prompts": 2, "responses": 2}
+#             step 0: A, B, C(long)          step 1: D, E, F(long)         step 2
+WORKLOAD = [[[5, 5], [6, 6], [100, 100]], [[4, 4], [7, 7], [90, 90]], [[3, 3], [3, 3], [3, 3]]]
+
+
+@pytest.fixture(scope="module")
+def packed():
+    return replay(grouped(WORKLOAD), "rollpacker", ReplayConfig(), ROLLPACKER)
+
+
+def test_short_rounds_over_launch_and_end_when_p0_prompts_complete(packed) -> None:
+    rounds = packed.timeline.filter(pl.col("resource") == "rollpacker").sort("start_s")
+    assert rounds["kind"].to_list() == ["short_round", "short_round", "long_round"]
+    # round 0 launches ceil(1.5 x 2) = 3 prompts x 3 responses and ends when B (6 tokens) completes: 6 x TAU
+    assert rounds["end_s"][0] == pytest.approx(6 * TAU)
+    first = packed.requests.filter(pl.col("step") == 0, pl.col("request") >= 18)  # spawned (the recorded 18 idle)
+    assert first.height == 9
+    assert first.filter(pl.col("output_tokens") == 100)["aborts"].to_list() == [1, 1, 1]  # C: aborted
+
+
+def test_surplus_responses_are_discarded(packed) -> None:
+    m = packed.metrics
+    assert m["samples"] == 3 * 2 * 2  # three rounds of P0 x R0
+    finished = packed.requests.filter(pl.col("finished"), pl.col("step") == 0)
+    assert finished.height == 6  # A's and B's third responses finished too, but only 2 + 2 are trained on
+
+
+def test_long_rounds_run_the_aborted_prompts_without_over_launch(packed) -> None:
+    long = packed.requests.filter(pl.col("step") == 2, pl.col("request") >= 18)
+    assert sorted(long["output_tokens"].to_list()) == [90, 90, 100, 100]  # C and F, R0 = 2 responses each
+    assert long["finished"].all() and (long["aborts"] == 0).all()
+    rounds = packed.timeline.filter(pl.col("kind") == "long_round")
+    assert rounds["end_s"][0] - rounds["start_s"][0] == pytest.approx(100 * TAU)
+    assert packed.metrics["staleness"]["max"] == 0  # on-policy throughout
+
+
+# ---- orchestrrl ----------------------------------------------------------------------------------------------
+
+
+def test_tail_instances_regroup_to_a_higher_tp() -> None:
+    # two TP-1 instances; instance 0 holds the long sample. After 10 iterations only it is left: the pair
+    # merges into one TP-2 instance (switch 0.5 s), which recomputes the sample and finishes it twice as fast.
+    prepared = grouped([[[10, 10, 200], [10, 10, 10]]], gen_gpus=2)
+    result = replay(prepared, "orchestrrl", ReplayConfig(), {"switch_s": 0.5, "max_tp": 2})
+    long = result.requests.filter(pl.col("output_tokens") == 200)
+    assert long["finish_s"][0] == pytest.approx(10 * TAU + 0.5 + 190 * TAU / 2)
+    assert result.metrics["extra"]["regroups"] == 1
+    switches = result.timeline.filter(pl.col("kind") == "switch")
+    assert switches.height >= 1 and switches["end_s"][0] - switches["start_s"][0] == pytest.approx(0.5)
+    sync = replay(grouped([[[10, 10, 200], [10, 10, 10]]], gen_gpus=2), "disagg-sync", ReplayConfig())
+    assert result.metrics["makespan_s"] < sync.metrics["makespan_s"]
+
+
+def test_an_idle_instance_takes_half_of_a_long_queue() -> None:
+    # max_seqs 1: instance 0 queues 4 requests, instance 1 one short one; when 1 runs dry it takes two
+    prepared = grouped([[[50, 50, 50, 50], [5]]], gen_gpus=2, max_seqs=1)
+    result = replay(prepared, "orchestrrl", ReplayConfig(), {"merge_below": 0.01})
+    assert result.requests["instance"].n_unique() == 2
+    assert result.requests.filter(pl.col("instance") == 1).height == 3  # its own plus two moved
+    # instance 1 runs its 5-token request, then two of the 50s; instance 0 the other two: 1.05 s, not 2.0 s
+    assert result.metrics["makespan_s"] == pytest.approx(5 * TAU + 2 * 50 * TAU, rel=1e-9)

@@ -94,3 +94,62 @@ def test_an_idle_instance_takes_half_of_a_long_queue() -> None:
     assert result.requests.filter(pl.col("instance") == 1).height == 3  # its own plus two moved
     # instance 1 runs its 5-token request, then two of the 50s; instance 0 the other two: 1.05 s, not 2.0 s
     assert result.metrics["makespan_s"] == pytest.approx(5 * TAU + 2 * 50 * TAU, rel=1e-9)
+
+
+# ---- streamrl ------------------------------------------------------------------------------------------------
+
+SKEWED = [[[1000]] * 4 + [[10]] * 16, [[900]] * 4 + [[20]] * 16]
+
+
+def test_streamrl_puts_the_predicted_long_tail_on_its_own_instances_longest_first() -> None:
+    result = replay(grouped(SKEWED, gen_gpus=4, train_s=0.05), "streamrl", ReplayConfig(), {"mode": "sync"})
+    req = result.requests.filter(pl.col("step") == 0)
+    long_inst = set(req.filter(pl.col("output_tokens") == 1000)["instance"])
+    short_inst = set(req.filter(pl.col("output_tokens") == 10)["instance"])
+    assert len(long_inst) == result.metrics["extra"]["long_tail_instances"] == 1
+    assert not long_inst & short_inst  # regular samples never queue behind the long tail
+    marks = result.timeline.filter(pl.col("kind").is_in(["long_tail", "regular"]), pl.col("step") == 0)
+    assert marks.filter(pl.col("kind") == "long_tail").height == 1 and marks.height == 4
+
+
+def test_streamrl_noisy_ranker_with_zero_recall_misses_the_tail() -> None:
+    config = {"mode": "sync", "ranker": "noisy", "recall": 0.0}
+    result = replay(grouped(SKEWED, gen_gpus=4, train_s=0.05), "streamrl", ReplayConfig(), config)
+    req = result.requests.filter(pl.col("step") == 0)
+    first_instance = req.filter(pl.col("instance") == req["instance"].min())
+    assert 1000 not in first_instance["output_tokens"].to_list()  # the "long-tail" instance got short samples
+
+
+def test_streamrl_trains_in_micro_batches_while_the_tail_generates() -> None:
+    result = replay(grouped(SKEWED, gen_gpus=4, train_s=0.4), "streamrl", ReplayConfig(), {"mode": "sync", "microbatches": 4})
+    step0 = result.timeline.filter(pl.col("step") == 0)
+    last_finish = step0.filter(pl.col("kind") == "request")["end_s"].max()
+    train = step0.filter(pl.col("kind") == "train").sort("start_s")
+    assert train["start_s"][0] < last_finish  # the first micro-batch trains before the long tail is done
+    assert train.height == 4 + 1  # four micro-batches, then the optimizer step
+    assert result.metrics["staleness"]["max"] == 0
+
+
+def test_streamrl_async_hides_training_under_the_next_generation() -> None:
+    lengths = [[[300]] * 2 + [[10]] * 8] * 6
+    sync = replay(grouped(lengths, gen_gpus=2, train_s=2.0), "streamrl", ReplayConfig(), {"mode": "sync"})
+    asyn = replay(grouped(lengths, gen_gpus=2, train_s=2.0), "streamrl", ReplayConfig(), {"mode": "async"})
+    assert asyn.metrics["staleness"]["max"] == 1 and sync.metrics["staleness"]["max"] == 0
+    # sync: generation (300 x TAU = 3 s), then the last micro-batch (the two long samples: 2/10 of 2 s);
+    # async: generation back to back, the training hidden under the next step's generation
+    assert sync.metrics["step_time_s"]["p50"] == pytest.approx(3.0 + 0.4)
+    assert asyn.metrics["step_time_s"]["p50"] == pytest.approx(3.0)
+
+
+def test_streamrl_stage_balancing_gives_generation_the_gpus_it_needs() -> None:
+    # training is cheap and generation queues (max_seqs 8): the balanced split moves GPUs to generation
+    def run(balance: bool):
+        prepared = grouped([[[100]] * 64] * 2, train_s=0.01)
+        cluster = Cluster(gen_gpus=2, train_gpus=6, gen_gpu="H100", train_gpu="H100", max_seqs=8)
+        return replay(Prepared(prepared.requests_frame, prepared.jobs, cluster, []), "streamrl", ReplayConfig(),
+                      {"mode": "sync", "balance": balance})
+
+    balanced, fixed = run(True), run(False)
+    gen = balanced.metrics["extra"]["gen_gpus"]
+    assert gen > 2 and balanced.metrics["gpus"] == {"generation": gen, "training": 8 - gen}
+    assert balanced.metrics["makespan_s"] < fixed.metrics["makespan_s"] / 2

@@ -1,0 +1,90 @@
+"""Paper-reproduction table: each seed scheduler against its paper's baseline, on a workload shaped like its paper's.
+
+    python benchmarks/reproduce.py [--write docs/reproduction.md]
+
+Every row replays a shipped sample (``rltrace synth`` presets shaped like the papers' workloads, see
+sample_traces/README.md) under the seed scheduler and under the baseline its paper compares against, and
+prints the throughput ratio beside the range the paper reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.sample_traces import sample_path
+
+import rltrace
+
+
+@dataclass(frozen=True)
+class Case:
+    seed: str
+    paper: str
+    sample: str
+    scheduler: str
+    settings: dict[str, Any]
+    baseline: str
+    shape: Shape
+    baseline_shape: Shape
+    reported: tuple[float, float]
+    claim: str
+    notes: list[str] = field(default_factory=list)
+
+
+CASES = [
+    Case("StreamRL (async)", "arXiv 2504.15930", "streamrl_qwen32b", "streamrl", {"mode": "async"}, "colocated-sync",
+         Shape(), Shape(gpu="H800"), (1.30, 2.66),
+         "throughput vs colocated verl; StreamRL on 32 H20 (generation) + 32 H800 (training), verl on 64 H800"),
+    Case("StreamRL (sync)", "arXiv 2504.15930", "streamrl_qwen32b", "streamrl", {"mode": "sync"}, "colocated-sync",
+         Shape(), Shape(gpu="H800"), (1.06, 2.12), "as above, StreamRL's on-policy mode"),
+    Case("RollPacker", "arXiv 2509.21009", "rollpacker_qwen7b", "rollpacker", {}, "colocated-sync",
+         Shape(), Shape(), (2.03, 2.56), "end-to-end throughput vs verl (colocated, synchronous)"),
+    Case("OrchestrRL", "arXiv 2601.01209", "streamrl_qwen32b", "orchestrrl", {"max_tp": 8}, "disagg-sync",
+         Shape(gpu="H800"), Shape(gpu="H800"), (1.40, 1.40),
+         "generation throughput vs a static-parallelism disaggregated baseline, 64 H800"),
+]
+MISSING = [
+    ("RollMux", "arXiv 2512.11306", "cluster cost 1.84x lower than solo disaggregation, 1.38x lower than colocated"),
+    ("RollArt", "arXiv 2512.22560", "1.35-2.05x end-to-end vs synchronous baselines"),
+]
+
+
+def run_case(case: Case) -> dict[str, float]:
+    bundle = rltrace.open(sample_path(case.sample))
+    seed = replay(from_bundle(bundle, case.shape, CostConfig()), case.scheduler, ReplayConfig(), case.settings)
+    base = replay(from_bundle(bundle, case.baseline_shape, CostConfig()), case.baseline, ReplayConfig())
+    return {"seed": seed.metrics["throughput_samples_per_s"], "base": base.metrics["throughput_samples_per_s"],
+            "seed_cost": seed.metrics["usd_per_1k_samples"], "base_cost": base.metrics["usd_per_1k_samples"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", type=Path, help="also write the table as Markdown here")
+    args = parser.parse_args()
+    lines = ["| system | paper | workload (sample) | baseline | rltrace ratio | paper's range | inside | what is compared |",
+             "|---|---|---|---|---|---|---|---|"]
+    started = time.perf_counter()
+    for case in CASES:
+        r = run_case(case)
+        ratio = r["seed"] / r["base"]
+        lo, hi = case.reported
+        inside = "yes" if lo <= ratio <= hi else "no"
+        span = f"{lo:.2f}x" if lo == hi else f"{lo:.2f}-{hi:.2f}x"
+        lines.append(f"| {case.seed} | {case.paper} | {case.sample} | {case.baseline} | {ratio:.2f}x | {span} | "
+                     f"{inside} | {case.claim} |")
+    for system, paper, claim in MISSING:
+        lines.append(f"| {system} | {paper} | - | - | not implemented yet | {claim} | - | - |")
+    table = "\n".join(lines)
+    print(table)
+    print(f"\n({time.perf_counter() - started:.1f} s)")
+    if args.write:
+        args.write.write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

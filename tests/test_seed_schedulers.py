@@ -9,7 +9,10 @@ from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel
 from rltrace.replay.job import Job
-from rltrace.replay.run import Prepared, ReplayConfig, replay
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
+from rltrace.sample_traces import sample_path
+
+import rltrace
 
 TAU = 0.01
 
@@ -153,3 +156,18 @@ def test_streamrl_stage_balancing_gives_generation_the_gpus_it_needs() -> None:
     gen = balanced.metrics["extra"]["gen_gpus"]
     assert gen > 2 and balanced.metrics["gpus"] == {"generation": gen, "training": 8 - gen}
     assert balanced.metrics["makespan_s"] < fixed.metrics["makespan_s"] / 2
+
+
+# ---- every seed scheduler on every shipped sample ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sample", ["rollpacker_qwen7b", "streamrl_qwen32b", "tiny_rl_cpu"])
+@pytest.mark.parametrize("scheduler", ["streamrl", "rollpacker", "orchestrrl"])
+def test_every_seed_scheduler_replays_every_sample(scheduler: str, sample: str) -> None:
+    bundle = rltrace.open(sample_path(sample))
+    prepared = from_bundle(bundle, Shape(), CostConfig())
+    result = replay(prepared, scheduler, ReplayConfig())
+    steps = prepared.jobs[0].steps
+    assert result.metrics["steps"] == steps
+    assert result.metrics["samples"] > 0 and result.metrics["makespan_s"] > 0
+    assert (result.timeline["end_s"] >= result.timeline["start_s"]).all()

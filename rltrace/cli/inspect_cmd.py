@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import polars as pl
 import typer
@@ -29,7 +29,7 @@ def resolve_bundle(path: Path | None) -> Path:
 
 def inspect(
     bundle: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Argument(help="Bundle directory or sample name (default: the bundled RollPacker-like sample)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (keys in docs/inspect.md).")] = False,

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -21,18 +21,18 @@ from rltrace.summary import summarize
 
 
 def record(
-    command: Annotated[Optional[list[str]], typer.Argument(help="The command to run, after --.")] = None,
+    command: Annotated[list[str] | None, typer.Argument(help="The command to run, after --.")] = None,
     output: Annotated[Path, typer.Option("-o", "--output", help="Bundle directory to write.")] = Path("rltrace_run"),
-    name: Annotated[Optional[str], typer.Option(help="Run id of the bundle (default: generated).")] = None,
+    name: Annotated[str | None, typer.Option(help="Run id of the bundle (default: generated).")] = None,
     model: Annotated[
-        Optional[str], typer.Option(help="Model of the job: a catalog name or a Hugging Face config.json.")
+        str | None, typer.Option(help="Model of the job: a catalog name or a Hugging Face config.json.")
     ] = None,
     sync_group: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--sync-group", help="Process group (e.g. pg1) whose broadcasts are weight syncs (repeatable)."),
     ] = None,
     merge_dir: Annotated[
-        Optional[Path], typer.Option("--merge", help="Only merge the shards left in this recording directory.")
+        Path | None, typer.Option("--merge", help="Only merge the shards left in this recording directory.")
     ] = None,
     keep_shards: Annotated[bool, typer.Option("--keep-shards", help="Keep the per-process shards.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing bundle at --output.")] = False,

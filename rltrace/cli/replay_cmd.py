@@ -15,6 +15,7 @@ from rltrace.bundle import open_bundle
 from rltrace.catalog import load_gpus
 from rltrace.config import apply_sets, build, to_dict
 from rltrace.errors import ConfigError
+from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import ReplayConfig, RunResult, Shape, from_bundle
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
@@ -50,6 +51,7 @@ def replay(
     max_new_tokens: Annotated[int | None, typer.Option(help="Cap on output tokens.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for resampling.")] = 0,
     set_: Annotated[list[str] | None, typer.Option("--set", help="key=value: cost.*, metrics.*, prices.GPU, SCHEDULER.*")] = None,
+    jobs: Annotated[Path | None, typer.Option(help="Job list (TOML [[jobs]]: bundle, arrival_s, slo, ...) for rollmux.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for one run folder per scheduler.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {scheduler: metrics} as JSON on stdout.")] = False,
 ) -> None:
@@ -66,11 +68,18 @@ def replay(
     for name in chosen:
         lookup(name)
     config, per_scheduler, prices = _settings(chosen, set_ or [])
-    source = open_bundle(bundle or sample_path())
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gpu=gpu, tp=tp, max_seqs=max_seqs, model=model,
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
                   seed=seed)
-    prepared = from_bundle(source, shape, config.cost, prices)
+    if jobs is not None:
+        if bundle is not None:
+            raise ConfigError("give a BUNDLE or --jobs, not both")
+        prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
+        single = [n for n in chosen if n != "rollmux"]
+        if single and len(prepared.jobs) > 1:
+            prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
+    else:
+        prepared = from_bundle(open_bundle(bundle or sample_path()), shape, config.cost, prices)
     total = prepared.requests_frame.height
     results: dict[str, RunResult] = {}
     err = Console(stderr=True)

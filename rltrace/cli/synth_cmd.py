@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -17,13 +17,13 @@ from rltrace.synth import load_config, presets, synthesize
 def synth(
     output: Annotated[Path, typer.Option("-o", "--output", help="Bundle directory to write.")],
     preset: Annotated[
-        Optional[str], typer.Option(help=f"Built-in workload: {', '.join(presets())}.")
+        str | None, typer.Option(help=f"Built-in workload: {', '.join(presets())}.")
     ] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with synth parameters.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML file with synth parameters.")] = None,
     set_: Annotated[
-        Optional[list[str]], typer.Option("--set", help="Override a parameter, e.g. output.median=800 (repeatable).")
+        list[str] | None, typer.Option("--set", help="Override a parameter, e.g. output.median=800 (repeatable).")
     ] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed (overrides the config's).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed (overrides the config's).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing bundle at --output.")] = False,
 ) -> None:
     """Generate a synthetic RL workload (lengths, timestamps, collectives, weight syncs) as a bundle.

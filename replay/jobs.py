@@ -1,0 +1,82 @@
+"""Several RL jobs in one replay: a job list (TOML) of bundles with arrival times and SLOs.
+
+    [[jobs]]
+    name = "qwen7b-a"
+    bundle = "rollpacker_qwen7b"   # a shipped sample's name, or a bundle path
+    arrival_s = 0.0
+    slo = 2.0                      # a step may take at most slo x its solo step time
+    steps = 6                      # optional reshaping, as on the command line
+    model = "Qwen2.5-7B"
+
+Schedulers that multiplex jobs (rollmux) read every job; the others replay the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle
+from rltrace.sample_traces import list_samples, sample_path
+
+from rltrace.bundle import open_bundle
+from rltrace.catalog._toml import load_toml
+from rltrace.config import build
+from rltrace.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    name: str
+    bundle: str
+    arrival_s: float = 0.0
+    slo: float = 2.0
+    steps: int | None = None
+    prompts_per_step: int | None = None
+    samples_per_prompt: int | None = None
+    max_new_tokens: int | None = None
+    model: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.arrival_s < 0 or self.slo < 1:
+            raise ConfigError(f"job {self.name!r}: arrival_s must be >= 0 and slo >= 1")
+
+
+def load_jobs(path: str | Path) -> list[JobSpec]:
+    """The ``[[jobs]]`` tables of a TOML file, checked."""
+    data = load_toml(path)
+    tables = data.get("jobs")
+    if not isinstance(tables, list) or not tables:
+        raise ConfigError(f"{path}: expected one or more [[jobs]] tables")
+    specs = [build(JobSpec, t, f"{path}: jobs[{i}]") for i, t in enumerate(tables)]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: job names must be unique")
+    return specs
+
+
+def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
+                 prices: dict[str, float] | None = None) -> Prepared:
+    """All jobs' requests in one table (job ids in list order) on the cluster ``cluster`` describes."""
+    frames, jobs, notes, offset = [], [], [], 0
+    prepared = None
+    for i, spec in enumerate(specs):
+        where = sample_path(spec.bundle) if spec.bundle in list_samples() else Path(spec.bundle)
+        shape = replace(cluster, steps=spec.steps, prompts_per_step=spec.prompts_per_step,
+                        samples_per_prompt=spec.samples_per_prompt, max_new_tokens=spec.max_new_tokens,
+                        model=spec.model or cluster.model, seed=spec.seed)
+        prepared = from_bundle(open_bundle(where), shape, cost, prices)
+        job = prepared.jobs[0]
+        job.id, job.name, job.arrival_s = i, spec.name, spec.arrival_s
+        job.first = (np.asarray(job.first) + offset).tolist()
+        job.engine = None
+        job.extra["slo"] = spec.slo
+        frames.append(prepared.requests_frame.with_columns(pl.lit(i, pl.Int32).alias("job")))
+        notes += [f"{spec.name}: {n}" for n in prepared.notes]
+        offset += prepared.requests_frame.height
+        jobs.append(job)
+    assert prepared is not None
+    return Prepared(pl.concat(frames, how="vertical_relaxed"), jobs, prepared.cluster, notes)

@@ -1,0 +1,246 @@
+"""rollmux (RollMux, arXiv 2512.11306): several RL jobs multiplexed on shared rollout and training pools.
+
+- **Co-execution groups, round-robin.** Jobs in a group share one rollout pool and one training pool. Each
+  job runs one rollout phase and one training phase per cycle; each pool serves its queue FIFO, so while
+  job A trains, job B generates.
+- **Context switches.** A pool switching to another job pays a warm cost when that job's state is resident
+  in host memory (at most ``resident_jobs`` per pool, least recently used evicted) and a cold cost
+  otherwise. The paper's measurements (7B: rollout 0.9 s warm / 38.8 s cold, training 4.1 / 32.7 s; 32B:
+  1.7 / 81.7 and 5.9 / 81.2) are interpolated by parameter count.
+- **Placement on arrival.** A job joins the first group where every member still meets its SLO
+  (T_coexec <= SLO x T_solo, with conservative estimates: every response at max length), or opens a new
+  group with pools of its own.
+- **Long-tail migration.** Once ``migrate_at`` (80%) of a rollout phase's requests are done, the rest are
+  consolidated on as few instances as their batch needs, and the next queued job's rollout starts on the
+  freed ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+from rltrace.replay.entities.instance import GenerationInstance
+from rltrace.replay.job import Job
+from rltrace.replay.schedulers.base import register
+from rltrace.replay.simulator import Notice, Simulator
+
+from rltrace.errors import ConfigError
+
+# (params, rollout warm, rollout cold, training warm, training cold) in seconds: RollMux, arXiv 2512.11306
+SWITCH_COSTS = ((7e9, 0.9, 38.8, 4.1, 32.7), (32e9, 1.7, 81.7, 5.9, 81.2))
+
+
+def switch_seconds(params: float, role: str, warm: bool) -> float:
+    """The paper's switch cost for a model of ``params``, interpolated (and held flat outside 7B-32B)."""
+    xs = [p for p, *_ in SWITCH_COSTS]
+    column = {("rollout", True): 1, ("rollout", False): 2, ("training", True): 3, ("training", False): 4}[(role, warm)]
+    return float(np.interp(params, xs, [row[column] for row in SWITCH_COSTS]))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RollMuxConfig:
+    resident_jobs: int = 2
+    """jobs whose state a pool keeps in host memory (warm switches)"""
+    migrate_at: float = 0.8
+    """share of a rollout phase done before its long tail is consolidated"""
+
+    def __post_init__(self) -> None:
+        if self.resident_jobs < 1 or not 0 < self.migrate_at <= 1:
+            raise ConfigError("rollmux needs resident_jobs >= 1 and 0 < migrate_at <= 1")
+
+
+@dataclass(slots=True)
+class Group:
+    index: int
+    instances: list[GenerationInstance]
+    trainer: str
+    sync: str
+    members: list[int] = field(default_factory=list)
+    rollouts: deque[tuple[int, int]] = field(default_factory=deque)
+    trainings: deque[tuple[int, int]] = field(default_factory=deque)
+    training_busy: bool = False
+    warm: dict[str, OrderedDict[int, None]] = field(default_factory=lambda: {"rollout": OrderedDict(), "training": OrderedDict()})
+    owner: dict[int, int] = field(default_factory=dict)
+    """instance id -> job generating on it"""
+
+
+@dataclass(slots=True)
+class Rollout:
+    job: int
+    step: int
+    total: int
+    done: int = 0
+    migrated: bool = False
+
+
+@register("rollmux")
+class RollMux:
+    Config = RollMuxConfig
+
+    def __init__(self, config: RollMuxConfig) -> None:
+        self.config = config
+
+    def start(self, sim: Simulator) -> None:
+        self.groups: list[Group] = []
+        self.group_of: dict[int, Group] = {}
+        self.active: dict[int, Rollout] = {}  # job -> its running rollout
+        for job in sim.jobs:
+            sim.timer(job.arrival_s, ("arrive", job.id))
+
+    # ---- placement ---------------------------------------------------------------------------------------------
+
+    def _estimate(self, sim: Simulator, job: Job) -> tuple[float, float]:
+        """Conservative (generation, training) seconds of one step: every response at max length."""
+        req = sim.requests
+        rids = job.requests(0)
+        longest = max(req.output[r] for r in rids)
+        per_instance = math.ceil(len(rids) / sim.cluster.instances)
+        batch = min(sim.max_seqs, per_instance)
+        model = job.generation.iteration_model(sim.cluster.tp)
+        rounds = math.ceil(per_instance / sim.max_seqs)
+        gen = model.seconds(batch, batch * req.prompt[rids[0]], longest) * rounds
+        return gen, job.trainer_seconds(0) + job.sync_s[0]
+
+    def _fits(self, sim: Simulator, members: list[Job]) -> bool:
+        est = [self._estimate(sim, j) for j in members]
+        cycle = max(sum(g for g, _ in est), sum(t for _, t in est))
+        return all(cycle <= j.extra.get("slo", 2.0) * (g + t) for j, (g, t) in zip(members, est))
+
+    def _place(self, sim: Simulator, job: Job) -> Group:
+        for group in self.groups:
+            if self._fits(sim, [sim.jobs[j] for j in group.members] + [job]):
+                group.members.append(job.id)
+                return group
+        return self._open(sim, job)
+
+    def _open(self, sim: Simulator, job: Job) -> Group:
+        c, k = sim.cluster, len(self.groups)
+        suffix = "" if k == 0 else f"/g{k}"
+        sim.allocate(f"generation{suffix}", c.gen_gpus, c.gen_gpu)
+        sim.allocate(f"training{suffix}", c.train_gpus, c.train_gpu)
+        trainer, sync = f"trainer{suffix}", f"sync{suffix}"
+        sim.add_resource(trainer, f"training{suffix}", gpus=c.train_gpus)
+        sim.add_resource(sync, "network")
+        if k == 0:
+            sim.add_resource("reward", "cpu")
+        instances = [sim.add_instance(f"generation{suffix}", c.tp, job.generation) for _ in range(c.instances)]
+        group = Group(k, instances, trainer, sync, [job.id])
+        self.groups.append(group)
+        sim.extra["groups"] = len(self.groups)
+        return group
+
+    # ---- the two pools -----------------------------------------------------------------------------------------
+
+    def _switch(self, sim: Simulator, group: Group, role: str, job: Job) -> float:
+        lru = group.warm[role]
+        warm = job.id in lru
+        lru[job.id] = None
+        lru.move_to_end(job.id)
+        while len(lru) > self.config.resident_jobs:
+            lru.popitem(last=False)
+        params = float(getattr(getattr(job.generation, "model", None), "params", 7e9))
+        key = "warm_switches" if warm else "cold_switches"
+        sim.extra[key] = sim.extra.get(key, 0) + 1
+        return switch_seconds(params, role, warm)
+
+    def _start_rollouts(self, sim: Simulator, group: Group) -> None:
+        free = [i for i in group.instances if i.id not in group.owner]
+        if not free:
+            return
+        if not group.rollouts:
+            self._lend(sim, group, free)
+            return
+        job_id, step = group.rollouts.popleft()
+        job = sim.jobs[job_id]
+        seconds = self._switch(sim, group, "rollout", job)
+        for inst in free:
+            sim.reconfigure(inst, cost=job.generation, switch_s=seconds)
+            group.owner[inst.id] = job_id
+        sim.set_version(step, free)  # each job's weights carry its own version
+        rids = list(job.requests(step))
+        self.active[job_id] = Rollout(job_id, step, len(rids))
+        for i, inst in enumerate(free):
+            chunk = rids[i::len(free)]
+            if chunk:
+                sim.submit(inst, chunk)
+
+    def _lend(self, sim: Simulator, group: Group, free: list[GenerationInstance]) -> None:
+        """Idle instances take queued requests of a running rollout of the same model (no switch needed)."""
+        for inst in free:
+            busiest = max((i for i in group.instances if i.id in group.owner), key=lambda i: len(i.waiting), default=None)
+            if busiest is None or len(busiest.waiting) < 2 or busiest.cost is not inst.cost:
+                return
+            queued = list(busiest.waiting)
+            inst.version = busiest.version
+            sim.migrate(queued[len(queued) // 2 :], inst, front=False)
+            group.owner[inst.id] = group.owner[busiest.id]
+
+    def _start_training(self, sim: Simulator, group: Group) -> None:
+        if group.training_busy or not group.trainings:
+            return
+        job_id, step = group.trainings.popleft()
+        job = sim.jobs[job_id]
+        group.training_busy = True
+        seconds = self._switch(sim, group, "training", job) + job.trainer_seconds(step)
+        sim.consume(job_id, step, job.requests(step), version=step)
+        sim.work(group.trainer, seconds, ("train", job_id, step), kind="train", step=step)
+
+    def _migrate_tail(self, sim: Simulator, group: Group, ro: Rollout) -> None:
+        """Consolidate a rollout's long tail on as few instances as its batch needs; free the rest."""
+        mine = [i for i in group.instances if group.owner.get(i.id) == ro.job]
+        left = sum(i.load for i in mine)
+        keep_n = max(1, math.ceil(left / sim.max_seqs))
+        if keep_n >= len(mine):
+            return
+        mine.sort(key=lambda i: -i.load)
+        keep, release = mine[:keep_n], mine[keep_n:]
+        for k, inst in enumerate(release):
+            sim.migrate(sim.requests_on(inst), keep[k % keep_n])
+            del group.owner[inst.id]
+        ro.migrated = True
+        sim.extra["tail_migrations"] = sim.extra.get("tail_migrations", 0) + 1
+
+    # ---- events ------------------------------------------------------------------------------------------------
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        if notice.kind == "timer":
+            job = sim.jobs[notice.tag[1]]
+            group = self._place(sim, job)
+            self.group_of[job.id] = group
+            group.rollouts.append((job.id, 0))
+            self._start_rollouts(sim, group)
+            return
+        if notice.kind == "finished":
+            req = sim.requests
+            for rid in notice.requests:
+                ro = self.active[req.job[rid]]
+                ro.done += 1
+                group = self.group_of[ro.job]
+                if ro.done == ro.total:
+                    del self.active[ro.job]
+                    for iid in [i for i, j in group.owner.items() if j == ro.job]:
+                        del group.owner[iid]
+                    sim.work("reward", sim.jobs[ro.job].reward_s[ro.step], ("reward", ro.job, ro.step),
+                             kind="reward", step=ro.step)
+                elif not ro.migrated and group.rollouts and ro.done >= self.config.migrate_at * ro.total:
+                    self._migrate_tail(sim, group, ro)
+            for group in self.groups:
+                self._start_rollouts(sim, group)
+            return
+        what, job_id, step = notice.tag
+        job, group = sim.jobs[job_id], self.group_of[job_id]
+        if what == "reward":
+            group.trainings.append((job_id, step))
+            self._start_training(sim, group)
+        elif what == "train":
+            group.training_busy = False
+            sim.work(group.sync, job.sync_s[step], ("sync", job_id, step), kind="weight_sync", step=step)
+            self._start_training(sim, group)
+        elif what == "sync":
+            sim.end_step(job_id, step)
+            if step + 1 < job.steps:
+                group.rollouts.append((job_id, step + 1))
+                self._start_rollouts(sim, group)

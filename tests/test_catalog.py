@@ -74,3 +74,20 @@ def test_hugging_face_config_json(tmp_path: Path) -> None:
     path.write_text(json.dumps({"hidden_size": 1}))
     with pytest.raises(ConfigError, match="missing key 'num_hidden_layers'"):
         get_model(str(path))
+
+
+def test_every_gpu_has_a_price_with_its_source() -> None:
+    from rltrace.catalog import load_gpus
+
+    for name, gpu in load_gpus().items():
+        assert gpu.usd_per_hour > 0 and gpu.price_source, name
+
+
+def test_a_stray_top_level_key_in_a_user_catalog_is_an_error(tmp_path) -> None:
+    from rltrace.catalog import load_gpus
+    from rltrace.errors import ConfigError
+
+    bad = tmp_path / "mine.toml"
+    bad.write_text('usd_per_hour = 2.0\n[gpus.X1]\nbf16_tflops = 1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n')
+    with pytest.raises(ConfigError, match="unexpected top-level key 'usd_per_hour'"):
+        load_gpus(bad)

@@ -171,3 +171,70 @@ def test_every_seed_scheduler_replays_every_sample(scheduler: str, sample: str) 
     assert result.metrics["steps"] == steps
     assert result.metrics["samples"] > 0 and result.metrics["makespan_s"] > 0
     assert (result.timeline["end_s"] >= result.timeline["start_s"]).all()
+
+
+# ---- rollmux -------------------------------------------------------------------------------------------------
+
+
+def jobs_of(*workloads: list[list[list[int]]], arrivals: list[float], slo: float = 10.0, gen_gpus: int = 2,
+            train_s: float = 1.0) -> Prepared:
+    """Several jobs (each like ``grouped``), arriving at ``arrivals``, sharing one cluster."""
+    frames, jobs, offset = [], [], 0
+    for i, (w, arrival) in enumerate(zip(workloads, arrivals)):
+        p = grouped(w, gen_gpus=gen_gpus, train_s=train_s)
+        job = p.jobs[0]
+        job.id, job.name, job.arrival_s = i, f"job{i}", arrival
+        job.first = [f + offset for f in job.first]
+        job.extra["slo"] = slo
+        frames.append(p.requests_frame.with_columns(pl.lit(i, pl.Int32).alias("job")))
+        offset += p.requests_frame.height
+        jobs.append(job)
+    return Prepared(pl.concat(frames), jobs, p.cluster, [])
+
+
+def test_rollmux_switch_costs_are_the_papers() -> None:
+    from rltrace.replay.schedulers.rollmux import switch_seconds
+
+    assert switch_seconds(7e9, "rollout", True) == 0.9 and switch_seconds(7e9, "rollout", False) == 38.8
+    assert switch_seconds(32e9, "training", True) == 5.9 and switch_seconds(32e9, "training", False) == 81.2
+    assert switch_seconds(19.5e9, "training", False) == pytest.approx((32.7 + 81.2) / 2)
+
+
+def test_rollmux_runs_one_jobs_rollout_while_the_other_trains() -> None:
+    work = [[[50]] * 4] * 3  # training (60 s) outlasts a cold rollout switch (38.8 s): the pools overlap
+    result = replay(jobs_of(work, work, arrivals=[0.0, 0.0], train_s=60.0), "rollmux", ReplayConfig())
+    tl = result.timeline
+    train_a = tl.filter(pl.col("kind") == "train", pl.col("resource") == "trainer").sort("start_s")
+    req = result.requests
+    b_gen = req.filter(pl.col("job") == 1, pl.col("step") == 0)
+    first_train = train_a.row(0, named=True)
+    # job 1 generates during job 0's first training phase: the pools are multiplexed, not idle
+    assert b_gen["start_s"].min() < first_train["end_s"] and b_gen["finish_s"].max() > first_train["start_s"]
+    assert result.metrics["extra"]["groups"] == 1 and result.metrics["samples"] == 2 * 3 * 4
+
+
+@pytest.mark.parametrize(("resident", "cold"), [(2, 4), (1, 12)])
+def test_rollmux_switches_are_warm_while_the_job_is_resident(resident: int, cold: int) -> None:
+    work = [[[20]] * 4] * 3
+    result = replay(jobs_of(work, work, arrivals=[0.0, 0.0]), "rollmux", ReplayConfig(), {"resident_jobs": resident})
+    extra = result.metrics["extra"]
+    # 2 jobs x 3 steps x 2 pools = 12 switches; with both resident only each job's first per pool is cold
+    assert extra.get("cold_switches", 0) == cold and extra.get("cold_switches", 0) + extra.get("warm_switches", 0) == 12
+
+
+def test_rollmux_opens_a_new_group_when_the_slo_cannot_hold() -> None:
+    work = [[[50]] * 4] * 2
+    tight = replay(jobs_of(work, work, arrivals=[0.0, 0.0], slo=1.0), "rollmux", ReplayConfig())
+    loose = replay(jobs_of(work, work, arrivals=[0.0, 0.0], slo=10.0), "rollmux", ReplayConfig())
+    assert tight.metrics["extra"]["groups"] == 2 and loose.metrics["extra"]["groups"] == 1
+    assert tight.metrics["cost_usd"] > loose.metrics["cost_usd"]  # a second group's pools are paid for
+
+
+def test_rollmux_consolidates_the_long_tail_and_starts_the_next_rollout_on_freed_instances() -> None:
+    long_tail = [[[5]] * 9 + [[5000]]] * 2  # 90% done early, one long sample (50 s, beyond a cold switch) left
+    result = replay(jobs_of(long_tail, long_tail, arrivals=[0.0, 0.0], gen_gpus=4), "rollmux", ReplayConfig())
+    assert result.metrics["extra"]["tail_migrations"] >= 1
+    req = result.requests
+    a_long = req.filter(pl.col("job") == 0, pl.col("step") == 0, pl.col("output_tokens") == 5000)
+    b_first = req.filter(pl.col("job") == 1, pl.col("step") == 0)
+    assert b_first["start_s"].min() < a_long["finish_s"][0]  # job 1 did not wait for job 0's tail

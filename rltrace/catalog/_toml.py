@@ -50,12 +50,22 @@ def build_entry(cls: type[E], name: str, raw: dict[str, Any], where: str, what: 
         raise ConfigError(f"{where}: {what} {name!r}: {e}") from None
 
 
+CATALOG_SECTIONS = {"gpus", "models"}  # one user file may extend both catalogs
+
+
 def load_catalog(
     builtin: Path, section: str, extra: str | Path | None, entry: Callable[[str, dict[str, Any], str], E]
 ) -> dict[str, E]:
     """Entries of ``[section.NAME]`` tables: the built-in file, then (overriding by name) a user file."""
-    entries = {n: entry(n, raw, str(builtin)) for n, raw in load_toml(builtin)[section].items()}
-    if extra is not None:
-        for name, raw in (load_toml(extra).get(section) or {}).items():
-            entries[name] = entry(name, raw, str(extra))
+    entries = {}
+    for path in (builtin, extra):
+        if path is None:
+            continue
+        data = load_toml(path)
+        stray = sorted(set(data) - CATALOG_SECTIONS)
+        if stray:  # a key outside [gpus.NAME] / [models.NAME] tables would be silently ignored
+            raise ConfigError(f"{path}: unexpected top-level key {stray[0]!r} (entries go in [gpus.NAME] or "
+                              "[models.NAME] tables)")
+        for name, raw in (data.get(section) or {}).items():
+            entries[name] = entry(name, raw, str(path))
     return entries

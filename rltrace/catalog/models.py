@@ -16,7 +16,6 @@ from rltrace.catalog._toml import build_entry, load_catalog, lookup
 from rltrace.errors import ConfigError
 from rltrace.manifest import ModelInfo
 
-
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 
 

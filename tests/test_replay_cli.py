@@ -94,3 +94,23 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_rollmux_takes_a_job_list(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nsteps = 2\n'
+        '[[jobs]]\nname = "b"\nbundle = "rollpacker_qwen7b"\narrival_s = 20.0\nsteps = 2\nseed = 1\n'
+    )
+    result = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux,disagg-sync", "--json")
+    assert result.returncode == 0, result.stderr
+    m = json.loads(result.stdout)
+    assert m["rollmux"]["samples"] == 2 * 2 * 1024 and m["disagg-sync"]["samples"] == 2 * 1024
+    assert m["rollmux"]["extra"]["groups"] >= 1
+    table = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux,disagg-sync")
+    assert "replay(s) the first job only (a)" in table.stdout
+    jobs.write_text('[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nslo = 0.5\n')
+    bad = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux")
+    assert bad.returncode == 2 and "slo >= 1" in bad.stderr
+    both = run_cli("replay", "rollpacker_qwen7b", "--jobs", str(jobs), "-s", "rollmux")
+    assert both.returncode == 2

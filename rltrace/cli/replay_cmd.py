@@ -13,13 +13,13 @@ from rich.table import Table
 
 from rltrace.bundle import open_bundle
 from rltrace.catalog import load_gpus
+from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.config import apply_sets, build, to_dict
 from rltrace.errors import ConfigError
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import ReplayConfig, RunResult, Shape, from_bundle
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
-from rltrace.sample_traces import sample_path
 
 BASELINES = "colocated-sync,disagg-sync,one-step-async,fully-async"
 
@@ -37,7 +37,7 @@ def _settings(schedulers: list[str], sets: list[str]) -> tuple[ReplayConfig, dic
 
 
 def replay(
-    bundle: Annotated[Path | None, typer.Argument(help="Trace bundle (default: the RollPacker-like sample).")] = None,
+    bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
     scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="Scheduler name(s), comma-separated.")] = BASELINES,
     gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
     train_gpus: Annotated[int | None, typer.Option(help="Training GPUs (default: as recorded).")] = None,
@@ -79,7 +79,7 @@ def replay(
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
     else:
-        prepared = from_bundle(open_bundle(bundle or sample_path()), shape, config.cost, prices)
+        prepared = from_bundle(open_bundle(resolve_bundle(bundle)), shape, config.cost, prices)
     total = prepared.requests_frame.height
     results: dict[str, RunResult] = {}
     err = Console(stderr=True)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
-from rltrace.collectors import torch_dist
 
 from rltrace import collectors
+from rltrace.collectors import torch_dist
 
 
 def timed(n: int) -> tuple[float, float, float]:

@@ -8,8 +8,11 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers import require_shared, run_cli
+from replay_helpers import make
 from rltrace.replay.costmodels.calibrate import _batch_slope, fit_trace
+from rltrace.replay.costmodels.iteration import IterationModel, Linear
 from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, load_profile
+from rltrace.replay.run import ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -90,3 +93,21 @@ def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profi
     assert bad.returncode == 2 and "not a readable profile" in bad.stderr
     empty = run_cli("calibrate", "--tables", str(tmp_path), "-o", str(tmp_path / "x.parquet"))
     assert empty.returncode == 2 and "no kernel tables found" in empty.stderr
+
+
+def test_the_trace_fit_recovers_a_known_decode_cost_from_replayed_timings() -> None:
+    """Closed loop: replay a workload with tau(B) = 2 ms + 0.1 ms x B, hand its request timings to the fit as
+    if recorded, and get tau back."""
+    rng = np.random.default_rng(3)
+    lengths = [rng.integers(20, 400, 160).tolist() for _ in range(3)]
+    truth = IterationModel(compute=Linear(2e-3, 1e-4), memory=Linear())
+    result = replay(make(lengths, model=truth, max_seqs=32, gen_gpus=1), "disagg-sync", ReplayConfig(fast_path=False))
+    r = result.requests
+    ns = lambda c: (pl.col(c) * 1e9).cast(pl.Int64)
+    recorded = r.select("step", ns("start_s").alias("arrival_ns"), ns("start_s").alias("scheduled_ns"),
+                        ns("first_token_s").alias("first_token_ns"), ns("finish_s").alias("finish_ns"),
+                        "output_tokens", pl.lit("engine0").alias("engine"))
+    # (with no prefill, first token = admission: time per token over out - 1 tokens reads 1/out high)
+    _, fit = fit_trace(recorded)
+    assert fit.base_s == pytest.approx(2e-3, rel=0.05)
+    assert fit.per_seq_s == pytest.approx(1e-4, rel=0.05)

@@ -2,7 +2,7 @@
 
 ``fit_trace`` fits decode iteration time against batch size from a recording's own request timings: each
 request's time per output token (first token to finish) against the mean number of requests running on its
-engine over that interval. ``fit_kernel_tables`` fits the roofline's efficiency factors per TP to measured
+engine over its decode iterations. ``fit_kernel_tables`` fits the roofline's efficiency factors per TP to measured
 kernel tables (Vidur's and aiconfigurator's public H100 data) and writes them as a profile that
 ``--profile`` loads.
 """
@@ -36,25 +36,30 @@ class TraceFit:
                 f"{self.median_abs_error:.1%})")
 
 
-def _area_at(times: np.ndarray, count: np.ndarray, area: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Area under a step function (value ``count[i]`` from ``times[i]``) from its start to each t."""
+def _area_at(times: np.ndarray, value: np.ndarray, area: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Area under a step function (``value[i]`` from ``times[i]``) from its start to each t."""
     i = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 1)
-    return area[i] + count[i] * (t - times[i])
+    return area[i] + value[i] * (t - times[i])
 
 
-def _mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """For each interval [a, b] on its engine, the time-weighted mean count of [start, end) intervals open."""
-    out = np.empty(len(a))
+def _mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, base: float = 1.0,
+                  slope: float = 0.0) -> np.ndarray:
+    """For each request [start, end) on its engine, the mean number of requests running on that engine,
+    averaged over its decode iterations: the integral of B / tau(B) over the integral of 1 / tau(B), with
+    tau(B) = base + slope x B the time of one iteration at batch B (slope 0: a plain time average)."""
+    out = np.empty(len(start))
     for e in np.unique(engine):
         mine = engine == e
         times = np.concatenate([start[mine], end[mine]])
         delta = np.concatenate([np.ones(mine.sum()), -np.ones(mine.sum())])
         order = np.argsort(times, kind="stable")
         times, count = times[order], np.cumsum(delta[order])
-        # area under the step function up to each event time
-        area = np.concatenate([[0.0], np.cumsum(count[:-1] * np.diff(times))])
-        span = b[mine] - a[mine]
-        out[mine] = (_area_at(times, count, area, b[mine]) - _area_at(times, count, area, a[mine])) / span
+        rate = 1.0 / (base + slope * count)  # iterations per second at each stretch's batch
+        areas = []
+        for value in (count * rate, rate):
+            area = np.concatenate([[0.0], np.cumsum(value[:-1] * np.diff(times))])
+            areas.append(_area_at(times, value, area, end[mine]) - _area_at(times, value, area, start[mine]))
+        out[mine] = areas[0] / areas[1]
     return out
 
 
@@ -102,8 +107,13 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, Tr
     sched = (r["scheduled_ns"].fill_null(r["arrival_ns"]) - t0).to_numpy() / 1e9
     tokens = r["output_tokens"].to_numpy() - 1
     per_token = (finish - first) / tokens
-    batch = _mean_running(engine, first, finish, first, finish)
+    batch = _mean_running(engine, first, finish)
     base, slope = _batch_slope(batch, per_token, tokens)
+    for _ in range(3):  # a request's time per token averages tau over its iterations, not over time: refit
+        if slope <= 0:
+            break
+        batch = _mean_running(engine, first, finish, base, slope)
+        base, slope = _batch_slope(batch, per_token, tokens)
     predicted = base + slope * batch
     error = float(np.median(np.abs(predicted - per_token) / per_token))
     # Prefill: the median wait from scheduling to first token (robust to a warm-up outlier).

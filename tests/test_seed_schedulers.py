@@ -8,6 +8,7 @@ import pytest
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel
+from rltrace.replay.costmodels.switching import switch_seconds
 from rltrace.replay.job import Job
 from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
 from rltrace.sample_traces import sample_path
@@ -193,8 +194,6 @@ def jobs_of(*workloads: list[list[list[int]]], arrivals: list[float], slo: float
 
 
 def test_rollmux_switch_costs_are_the_papers() -> None:
-    from rltrace.replay.schedulers.rollmux import switch_seconds
-
     assert switch_seconds(7e9, "rollout", True) == 0.9 and switch_seconds(7e9, "rollout", False) == 38.8
     assert switch_seconds(32e9, "training", True) == 5.9 and switch_seconds(32e9, "training", False) == 81.2
     assert switch_seconds(19.5e9, "training", False) == pytest.approx((32.7 + 81.2) / 2)

@@ -21,23 +21,13 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-import numpy as np
+from rltrace.replay.costmodels.switching import model_params, switch_seconds
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.errors import ConfigError
-
-# (params, rollout warm, rollout cold, training warm, training cold) in seconds: RollMux, arXiv 2512.11306
-SWITCH_COSTS = ((7e9, 0.9, 38.8, 4.1, 32.7), (32e9, 1.7, 81.7, 5.9, 81.2))
-
-
-def switch_seconds(params: float, role: str, warm: bool) -> float:
-    """The paper's switch cost for a model of ``params``, interpolated (and held flat outside 7B-32B)."""
-    xs = [p for p, *_ in SWITCH_COSTS]
-    column = {("rollout", True): 1, ("rollout", False): 2, ("training", True): 3, ("training", False): 4}[(role, warm)]
-    return float(np.interp(params, xs, [row[column] for row in SWITCH_COSTS]))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -141,7 +131,7 @@ class RollMux:
         lru.move_to_end(job.id)
         while len(lru) > self.config.resident_jobs:
             lru.popitem(last=False)
-        params = float(getattr(getattr(job.generation, "model", None), "params", 7e9))
+        params = model_params(job.generation)
         key = "warm_switches" if warm else "cold_switches"
         sim.extra[key] = sim.extra.get(key, 0) + 1
         return switch_seconds(params, role, warm)

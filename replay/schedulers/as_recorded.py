@@ -12,11 +12,10 @@ from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
-    generation_pool,
+    disaggregated_pools,
     on_training_done,
     spread,
     start_training,
-    training_pool,
 )
 from rltrace.replay.simulator import Notice, Simulator
 
@@ -36,8 +35,7 @@ class AsRecorded:
     def start(self, sim: Simulator) -> None:
         job = sim.jobs[0]
         sim.quiet = True
-        self.instances = generation_pool(sim, job, sim.cluster.gen_gpus)
-        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.instances = disaggregated_pools(sim, job)
         sim.add_resource("host", "cpu")
         self._launch(sim, 0)
 

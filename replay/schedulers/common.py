@@ -27,6 +27,19 @@ def training_pool(sim: Simulator, gpus: int, gpu: str, *, billed: bool = True) -
     sim.add_resource("sync", "network")
 
 
+def disaggregated_pools(sim: Simulator, job: Job) -> list[GenerationInstance]:
+    """The cluster as two pools: generation instances for ``job``'s model, and the training side."""
+    instances = generation_pool(sim, job, sim.cluster.gen_gpus)
+    training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+    return instances
+
+
+def take_half(sim: Simulator, src: GenerationInstance, dst: GenerationInstance) -> list[int]:
+    """Move the back half of ``src``'s waiting queue to ``dst`` (an idle instance relieving a straggler)."""
+    queued = list(src.waiting)
+    return sim.migrate(queued[len(queued) // 2 :], dst, front=False)
+
+
 def spread(sim: Simulator, instances: Sequence[GenerationInstance], rids: Sequence[int]) -> None:
     """Split a batch into contiguous, equal chunks, one per instance (how verl shards a batch over DP ranks)."""
     n, k = len(rids), len(instances)

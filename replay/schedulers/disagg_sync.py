@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
-    generation_pool,
+    disaggregated_pools,
     on_training_done,
     spread,
     start_training,
-    training_pool,
 )
 from rltrace.replay.simulator import Notice, Simulator
 
@@ -34,8 +33,7 @@ class DisaggSync:
 
     def start(self, sim: Simulator) -> None:
         sim.quiet = True  # whole steps are enough: one "generated" notice per step
-        self.instances = generation_pool(sim, sim.jobs[0], sim.cluster.gen_gpus)
-        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.instances = disaggregated_pools(sim, sim.jobs[0])
         spread(sim, self.instances, sim.jobs[0].requests(0))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:

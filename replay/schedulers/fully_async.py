@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
-from rltrace.replay.schedulers.common import REWARD, generation_pool, on_training_done, spread, training_pool
+from rltrace.replay.schedulers.common import REWARD, disaggregated_pools, on_training_done, spread
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.errors import ConfigError
@@ -42,8 +42,7 @@ class FullyAsync:
         self.config = config
 
     def start(self, sim: Simulator) -> None:
-        self.instances = generation_pool(sim, sim.jobs[0], sim.cluster.gen_gpus)
-        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.instances = disaggregated_pools(sim, sim.jobs[0])
         self.ready: deque[int] = deque()  # finished, not yet trained on
         self.version = 0
         self.launched = -1

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
-    generation_pool,
+    disaggregated_pools,
     on_training_done,
     spread,
     start_training,
-    training_pool,
 )
 from rltrace.replay.simulator import Notice, Simulator
 
@@ -34,8 +33,7 @@ class OneStepAsync:
 
     def start(self, sim: Simulator) -> None:
         sim.quiet = True
-        self.instances = generation_pool(sim, sim.jobs[0], sim.cluster.gen_gpus)
-        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.instances = disaggregated_pools(sim, sim.jobs[0])
         self.generated = -1  # last step whose samples are all in
         self.synced = 0  # weight version the generators hold
         self.launched = -1

@@ -16,11 +16,11 @@ from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
-    generation_pool,
+    disaggregated_pools,
     on_training_done,
     spread,
     start_training,
-    training_pool,
+    take_half,
 )
 from rltrace.replay.simulator import Notice, Simulator
 
@@ -64,8 +64,7 @@ class OrchestrRL:
     def start(self, sim: Simulator) -> None:
         job = sim.jobs[0]
         self.base_tp = sim.cluster.tp
-        self.instances = generation_pool(sim, job, sim.cluster.gen_gpus)
-        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.instances = disaggregated_pools(sim, job)
         self.left = {}
         self.regroups = 0
         self._launch(sim, 0)
@@ -102,8 +101,7 @@ class OrchestrRL:
             idle = [i for i in self.instances if i.load == 0]
             busy = sorted((i for i in self.instances if len(i.waiting) > 1), key=lambda i: -len(i.waiting))
             for free, src in zip(idle, busy):
-                queued = list(src.waiting)
-                sim.migrate(queued[len(queued) // 2 :], free, front=False)
+                take_half(sim, src, free)
 
     def _reset(self, sim: Simulator) -> None:
         """Back to base-TP instances for the next step's bulk (merged instances split, paying the switch)."""

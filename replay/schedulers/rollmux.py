@@ -25,6 +25,7 @@ from rltrace.replay.costmodels.switching import model_params, switch_seconds
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.common import take_half
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.errors import ConfigError
@@ -163,9 +164,8 @@ class RollMux:
             busiest = max((i for i in group.instances if i.id in group.owner), key=lambda i: len(i.waiting), default=None)
             if busiest is None or len(busiest.waiting) < 2 or busiest.cost is not inst.cost:
                 return
-            queued = list(busiest.waiting)
-            inst.version = busiest.version
-            sim.migrate(queued[len(queued) // 2 :], inst, front=False)
+            sim.set_version(busiest.version, [inst])
+            take_half(sim, busiest, inst)
             group.owner[inst.id] = group.owner[busiest.id]
 
     def _start_training(self, sim: Simulator, group: Group) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
-from rltrace.replay.schedulers.common import REWARD, TRAIN, generation_pool, spread, training_pool
+from rltrace.replay.schedulers.common import REWARD, TRAIN, disaggregated_pools, spread
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.errors import ConfigError
@@ -75,8 +75,7 @@ class RollPacker:
 
     def start(self, sim: Simulator) -> None:
         job = sim.jobs[0]
-        self.instances = generation_pool(sim, job, sim.cluster.gen_gpus)
-        training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
+        self.instances = disaggregated_pools(sim, job)
         prompts, r0 = self._prompts(sim, job)
         self.p0 = self.config.prompts or max(1, round(len(prompts) / job.steps))
         self.r0 = self.config.responses or r0

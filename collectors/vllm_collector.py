@@ -73,11 +73,11 @@ def record_output(engine: object, out: Any) -> None:
         rid = req_id if len(completions) == 1 else f"{req_id}:{i}"
         recorder.record(
             "requests",
-            (
+            (  # in rltrace.schema.REQUESTS column order; turn 0 and no trajectory_id: vLLM sees single requests
                 steps.gen(), rid, req_id, key, prompt, len(getattr(c, "token_ids", None) or []),
                 getattr(out, "num_cached_tokens", None), arrival_ns, scheduled, first, finish,
                 _FINISH.get(str(getattr(c, "finish_reason", "") or "abort"), "abort"),
-                version if isinstance(version, int) else None, 0, getattr(m, "num_preemptions", 0) or 0,
+                version if isinstance(version, int) else None, 0, None, getattr(m, "num_preemptions", 0) or 0,
             ),
         )
 

@@ -15,6 +15,7 @@ Changelog:
     1.0  requests, collectives, weight_syncs, spans.
     1.1  requests gains ``cached_tokens``, ``turn`` and ``num_preemptions`` (prefix caching, multi-turn
          agentic trajectories, vLLM preemptions); weight_syncs gains ``step``.
+    1.2  requests gains ``trajectory_id`` (the turns of one multi-turn trajectory share it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 FINISH_REASONS = ("stop", "length", "abort")
@@ -154,6 +155,15 @@ REQUESTS = TableSchema(
             since=(1, 1),
             default=0,
             min_value=0,
+        ),
+        Column(
+            "trajectory_id",
+            _STR,
+            "multi-turn trajectory the request is one turn of (its turns share it; null: single-turn, the "
+            "request is its own trajectory)",
+            nullable=True,
+            required=False,
+            since=(1, 2),
         ),
         Column(
             "num_preemptions",

@@ -33,6 +33,15 @@ def test_a_1_0_bundle_reads_with_the_1_1_columns_defaulted(small_bundle: Path) -
     assert frame["cached_tokens"].null_count() == frame.height
 
 
+def test_a_1_1_bundle_reads_with_single_turn_trajectories(small_bundle: Path) -> None:
+    added_in_1_2 = [c.name for c in TABLES["requests"].columns if c.since == (1, 2)]
+    assert added_in_1_2 == ["trajectory_id"]
+    _as_version(small_bundle, "1.1", {"requests": added_in_1_2})
+    frame = rltrace.open(small_bundle).requests.collect()
+    assert frame.columns == list(TABLES["requests"].names)
+    assert frame["trajectory_id"].null_count() == frame.height
+
+
 def test_a_newer_minor_reads_and_keeps_unknown_manifest_fields(small_bundle: Path) -> None:
     path = small_bundle / "spans.parquet"
     table = pq.read_table(path)

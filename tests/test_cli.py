@@ -88,7 +88,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["inspect", "--bogus"], "No such option: --bogus"),
         (["nosuchcommand"], "No such command 'nosuchcommand'"),
         (["synth"], "Missing option '-o'"),
-        (["synth", "-o", out, "--preset", "nope"], "unknown preset 'nope' (known: rollpacker, streamrl)"),
+        (["synth", "-o", out, "--preset", "nope"], "unknown preset 'nope' (known: rollart, rollpacker, streamrl)"),
         (["synth", "-o", out, "--set", "steps=0"], "steps must be >= 1, got 0"),
         (["synth", "-o", out, "--set", "nokey=1"], "--set 'nokey=1': unknown key 'nokey'"),
         (["synth", "-o", out, "--set", "steps"], "--set 'steps': expected key=value"),

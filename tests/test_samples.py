@@ -13,7 +13,7 @@ from helpers import run_cli
 from rltrace.sample_traces import DEFAULT_SAMPLE, list_samples, sample_path
 from rltrace.synth import load_config, synthesize
 
-PRESET_OF = {"rollpacker_qwen7b": "rollpacker", "streamrl_qwen32b": "streamrl"}
+PRESET_OF = {"rollpacker_qwen7b": "rollpacker", "streamrl_qwen32b": "streamrl", "rollart_qwen3_8b": "rollart"}
 
 
 def test_samples_are_shipped_and_small() -> None:

@@ -173,6 +173,8 @@ BAD_CONFIGS = [
     (["output.kind=empirical"], "output: empirical lengths need path and column"),
     (["nosuch=1"], "unknown key 'nosuch'"),
     (["model=GPT-9"], "unknown model 'GPT-9'"),
+    (["agentic.turns=0"], "agentic: turns must be >= 1"),
+    (["agentic.env_median_s=-1"], "agentic: turns must be >= 1"),
 ]
 
 
@@ -184,7 +186,7 @@ def test_impossible_configs_are_refused(sets: list[str], fragment: str) -> None:
 
 
 def test_presets_load_and_preset_or_config_not_both(tmp_path: Path) -> None:
-    assert presets() == ["rollpacker", "streamrl"]
+    assert presets() == ["rollart", "rollpacker", "streamrl"]
     for name in presets():
         assert load_config(preset=name).check()
     with pytest.raises(ConfigError, match="either --preset or --config"):

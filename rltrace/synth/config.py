@@ -63,6 +63,21 @@ class TimingConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class AgenticConfig:
+    """Multi-turn agentic trajectories: each sample is ``turns`` generation turns with environment work between
+    them. Turn k's prompt is the sample's prompt plus every earlier turn's output and observation."""
+
+    turns: int = 1
+    """generation turns per trajectory (1: single-turn, the default)"""
+    env_median_s: float = 2.0
+    """median environment time before each later turn (tool call, sandbox step), lognormal"""
+    env_sigma: float = 1.0
+    observation_median_tokens: float = 200.0
+    """median tokens the environment returns per turn (appended to the next turn's prompt), lognormal"""
+    observation_sigma: float = 0.5
+
+
+@dataclass(kw_only=True, slots=True)
 class SynthConfig:
     """A whole synthetic RL run."""
 
@@ -79,6 +94,7 @@ class SynthConfig:
     generation: PoolConfig = field(default_factory=PoolConfig)
     training: PoolConfig = field(default_factory=PoolConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    agentic: AgenticConfig = field(default_factory=AgenticConfig)
 
     def check(self) -> SynthConfig:
         """Reject impossible values with one clear message; returns self."""
@@ -97,6 +113,11 @@ class SynthConfig:
         for where, pool in (("generation", self.generation), ("training", self.training)):
             if pool.gpus < 1 or pool.tp < 1 or pool.gpus % pool.tp:
                 raise ConfigError(f"{where}: gpus ({pool.gpus}) must be a positive multiple of tp ({pool.tp})")
+        a = self.agentic
+        if a.turns < 1 or a.env_median_s < 0 or a.env_sigma < 0 or a.observation_median_tokens < 0 \
+                or a.observation_sigma < 0:
+            raise ConfigError("agentic: turns must be >= 1; env_median_s, env_sigma, observation_median_tokens "
+                              "and observation_sigma >= 0")
         t = self.timing
         if not (0 < t.decode_efficiency <= 1 and 0 < t.prefill_mfu <= 1 and 0 < t.train_mfu <= 1):
             raise ConfigError("timing: efficiencies and MFUs must be in (0, 1]")

@@ -19,6 +19,7 @@ from rltrace.synth.config import SynthConfig
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight + Adam m and v read, updated weight written (rough)
 COLLECTIVE_LATENCY_S = 10e-6  # per-collective launch/latency term
+KV_BLOCK_TOKENS = 16  # vLLM's default KV block size: prefix-cache hits are whole blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,11 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
         reduce_scatter_s=ring,
         shard_elems=shard,
     )
+
+
+def ns(seconds: np.ndarray | float) -> np.ndarray:
+    """Seconds from the run start as int64 nanoseconds."""
+    return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
 
 
 def decode_engine(

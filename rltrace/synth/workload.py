@@ -13,11 +13,10 @@ import polars as pl
 from rltrace.catalog import ModelSpec, get_gpu, get_model
 from rltrace.config import to_dict
 from rltrace.manifest import Manifest, Pool, RLConfig
+from rltrace.synth.agentic import Turns, draw_turns, generate
 from rltrace.synth.config import LengthConfig, SynthConfig
 from rltrace.synth.distributions import Empirical, LengthDist, Lognormal, LognormalPareto, correlated_uniforms
-from rltrace.synth.timing import Costs, costs, decode_engine
-
-KV_BLOCK_TOKENS = 16  # vLLM's default KV block size: prefix-cache hits are whole blocks
+from rltrace.synth.timing import KV_BLOCK_TOKENS, Costs, costs, decode_engine, ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +44,14 @@ def synthesize(cfg: SynthConfig) -> SynthResult:
     rng = np.random.default_rng(cfg.seed)
     groups, per = cfg.steps * cfg.prompts_per_step, cfg.samples_per_prompt
 
-    raw = length_dist(cfg.output).quantile(correlated_uniforms(rng, groups, per, cfg.output.group_correlation).ravel())
-    output = np.clip(np.rint(raw), 1, cfg.max_new_tokens).astype(np.int64)
-    truncated = raw >= cfg.max_new_tokens
+    turns: Turns | None = None
+    if cfg.agentic.turns > 1:
+        turns = draw_turns(cfg, rng, groups, length_dist(cfg.output))
+        output, truncated = turns.output[:, 0], turns.truncated[:, 0]
+    else:
+        raw = length_dist(cfg.output).quantile(correlated_uniforms(rng, groups, per, cfg.output.group_correlation).ravel())
+        output = np.clip(np.rint(raw), 1, cfg.max_new_tokens).astype(np.int64)
+        truncated = raw >= cfg.max_new_tokens
     prompt_u = correlated_uniforms(rng, groups, 1, 0.0).ravel()
     prompt = np.repeat(np.maximum(np.rint(length_dist(cfg.prompt).quantile(prompt_u)), 1).astype(np.int64), per)
 
@@ -58,7 +62,8 @@ def synthesize(cfg: SynthConfig) -> SynthResult:
     parts: dict[str, list[pl.DataFrame]] = {"requests": [], "collectives": [], "weight_syncs": [], "spans": []}
     for step in range(cfg.steps):
         sl = slice(step * n, (step + 1) * n)
-        frames, t = _step(cfg, c, model, step, t, prompt[sl], output[sl], truncated[sl])
+        frames, t = _step(cfg, c, model, step, t, prompt[sl], output[sl], truncated[sl],
+                          turns.rows(sl) if turns is not None else None)
         for name, frame in frames.items():
             parts[name].append(frame)
     start = cfg.timing.start_ns
@@ -66,10 +71,6 @@ def synthesize(cfg: SynthConfig) -> SynthResult:
         name: pl.concat(frames).with_columns(pl.col(r"^.*_ns$") + start) for name, frames in parts.items()
     }
     return SynthResult(_manifest(cfg, model), tables)
-
-
-def _ns(seconds: np.ndarray | float) -> np.ndarray:
-    return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
 
 
 def _step(
@@ -81,7 +82,34 @@ def _step(
     prompt: np.ndarray,
     output: np.ndarray,
     truncated: np.ndarray,
+    turns: Turns | None,
 ) -> tuple[dict[str, pl.DataFrame], float]:
+    n = len(output)
+    if turns is None:
+        requests, spans, generated_s = _generate(cfg, c, step, t0, prompt, output, truncated)
+        tokens = float((prompt + output).sum())
+    else:
+        requests, spans, generated_s, tokens = generate(cfg, c, step, t0, prompt, turns)
+    collectives, syncs, more_spans, t = _train(cfg, c, model, step, generated_s, n, tokens)
+    spans += more_spans
+    span_frame = pl.DataFrame(
+        {
+            "step": [step] * len(spans),
+            "actor": [s[0] for s in spans],
+            "phase": [s[1] for s in spans],
+            "name": [s[2] for s in spans],
+            "start_ns": ns([s[3] for s in spans]),
+            "end_ns": ns([s[4] for s in spans]),
+        }
+    )
+    frames = {"requests": requests, "collectives": collectives, "weight_syncs": syncs, "spans": span_frame}
+    return frames, t + cfg.timing.step_gap_s
+
+
+def _generate(
+    cfg: SynthConfig, c: Costs, step: int, t0: float, prompt: np.ndarray, output: np.ndarray, truncated: np.ndarray
+) -> tuple[pl.DataFrame, list[tuple[str, str, str, float, float]], float]:
+    """Single-turn generation: the requests frame, the engines' generate spans, and when the last sample finished."""
     per = cfg.samples_per_prompt
     n = len(output)
     group = np.arange(n) // per
@@ -108,10 +136,10 @@ def _step(
             "prompt_tokens": prompt.astype(np.int32),
             "output_tokens": output.astype(np.int32),
             "cached_tokens": cached.astype(np.int32),
-            "arrival_ns": np.full(n, _ns(t0), dtype=np.int64),
-            "scheduled_ns": _ns(sched),
-            "first_token_ns": _ns(first),
-            "finish_ns": _ns(finish),
+            "arrival_ns": np.full(n, ns(t0), dtype=np.int64),
+            "scheduled_ns": ns(sched),
+            "first_token_ns": ns(first),
+            "finish_ns": ns(finish),
             "finish_reason": np.where(truncated, "length", "stop"),
             "policy_version": np.full(n, step, dtype=np.int32),
         }
@@ -124,10 +152,16 @@ def _step(
         pl.exclude("step", "_group", "_sample", "_engine"),
     )
 
-    # Stages after generation run back to back: reward, reference (and critic for PPO), train, optimizer, sync.
+    return requests, spans, t0 + float(finish.max() - t0)
+
+
+def _train(
+    cfg: SynthConfig, c: Costs, model: ModelSpec, step: int, t: float, n: int, tokens: float
+) -> tuple[pl.DataFrame, pl.DataFrame, list[tuple[str, str, str, float, float]], float]:
+    """Stages after generation, back to back: reward (per sample or trajectory), reference (and critic for
+    PPO), train, optimizer, sync. Returns collectives, weight syncs, spans and the end time."""
     ranks = cfg.training.gpus
-    tokens = float((prompt + output).sum())
-    t = t0 + float(finish.max() - t0)
+    spans: list[tuple[str, str, str, float, float]] = []
     spans.append(("reward/worker0", "reward", "reward_fn", t, t + n * cfg.timing.reward_s_per_sample))
     t += n * cfg.timing.reward_s_per_sample
     trainer_phases = [("reference", "ref.compute_log_prob", tokens * c.forward_s_per_token)]
@@ -150,25 +184,13 @@ def _step(
             "bytes": [model.weight_bytes] * len(dsts),
             "tensors": [model.tensors] * len(dsts),
             "method": ["nccl"] * len(dsts),
-            "start_ns": [int(_ns(t))] * len(dsts),
-            "end_ns": [int(_ns(t + c.sync_s))] * len(dsts),
+            "start_ns": [int(ns(t))] * len(dsts),
+            "end_ns": [int(ns(t + c.sync_s))] * len(dsts),
             "step": [step] * len(dsts),
         }
     )
     spans += [(a, "weight_sync", "update_weights", t, t + c.sync_s) for a in ["trainer/rank0", *dsts]]
-    t += c.sync_s
-    span_frame = pl.DataFrame(
-        {
-            "step": [step] * len(spans),
-            "actor": [s[0] for s in spans],
-            "phase": [s[1] for s in spans],
-            "name": [s[2] for s in spans],
-            "start_ns": _ns([s[3] for s in spans]),
-            "end_ns": _ns([s[4] for s in spans]),
-        }
-    )
-    frames = {"requests": requests, "collectives": collectives, "weight_syncs": syncs, "spans": span_frame}
-    return frames, t + cfg.timing.step_gap_s
+    return collectives, syncs, spans, t + c.sync_s
 
 
 def _fsdp_collectives(
@@ -207,8 +229,8 @@ def _fsdp_collectives(
             "bytes_in": np.tile(bytes_in, ranks),
             "bytes_out": np.tile(bytes_out, ranks),
             "seq": np.tile(step * per_rank + np.arange(per_rank, dtype=np.int64), ranks),
-            "start_ns": np.tile(_ns(starts[order]), ranks),
-            "end_ns": np.tile(_ns(ends[order]), ranks),
+            "start_ns": np.tile(ns(starts[order]), ranks),
+            "end_ns": np.tile(ns(ends[order]), ranks),
         }
     ).with_columns(  # constant columns, broadcast by polars rather than built as Python lists
         pl.lit("fsdp").alias("pg"),

@@ -33,6 +33,8 @@ class Job:
     engines: int = 1
     """recorded generation instances"""
     arrival_s: float = 0.0
+    heads: list[list[int]] | None = None
+    """multi-turn jobs: per step, the first turns of its trajectories (None: every request is single-turn)"""
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -41,6 +43,11 @@ class Job:
 
     def requests(self, step: int) -> range:
         return range(self.first[step], self.first[step + 1])
+
+    def starts(self, step: int) -> range | list[int]:
+        """What a scheduler submits to start ``step``: every request, or the first turn of every trajectory
+        (the engine submits later turns as their environment work ends)."""
+        return self.requests(step) if self.heads is None else self.heads[step]
 
     def trainer_seconds(self, step: int) -> float:
         """Everything the trainers do for ``step`` after its samples are in: forward-only, train, optimizer."""

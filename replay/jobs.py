@@ -72,9 +72,13 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
         job = prepared.jobs[0]
         job.id, job.name, job.arrival_s = i, spec.name, spec.arrival_s
         job.first = (np.asarray(job.first) + offset).tolist()
+        if job.heads is not None:
+            job.heads = [[rid + offset for rid in heads] for heads in job.heads]
         job.engine = None
         job.extra["slo"] = spec.slo
-        frames.append(prepared.requests_frame.with_columns(pl.lit(i, pl.Int32).alias("job")))
+        linked = pl.col("next_turn")
+        frames.append(prepared.requests_frame.with_columns(
+            pl.lit(i, pl.Int32).alias("job"), pl.when(linked >= 0).then(linked + offset).otherwise(linked).alias("next_turn")))
         notes += [f"{spec.name}: {n}" for n in prepared.notes]
         offset += prepared.requests_frame.height
         jobs.append(job)

@@ -134,9 +134,11 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     pools = {p.pool: p for p in sim.pools}  # the last allocation of each pool
     metrics: dict[str, Any] = {}
     # Generation: useful share = batch / peak batch per instance.
-    gen = timeline.filter(pl.col("pool") == "generation", pl.col("kind").is_in(["request", "preempted", "aborted", "migrated"]))
+    # Every generation pool counts ("generation", and e.g. an affinity pool of another GPU kind "generation/...").
+    gen = timeline.filter(pl.col("pool").str.starts_with("generation"),
+                          pl.col("kind").is_in(["request", "preempted", "aborted", "migrated"]))
     inst_of = {i.name: i for i in sim.all_instances}
-    gpus_total = pools["generation"].gpus if "generation" in pools else 0
+    gpus_total = sum(p.gpus for name, p in pools.items() if name.startswith("generation"))
     busy = busy_tail = 0.0
     if gen.height:
         names = gen["resource"].unique().sort().to_list()
@@ -161,6 +163,7 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
         if use.billed:
             until = next((p.start_s for p in sim.pools[sim.pools.index(use) + 1:] if p.pool == use.pool), makespan)
             cost += use.gpus * max(until - use.start_s, 0.0) / 3600 * _price(sim, use.gpu)
+    cost += sum(r.busy_s * r.usd_per_s for r in sim.resources.values())  # serverless: per second of use
     sync = timeline.filter(pl.col("kind") == "weight_sync").group_by("step").agg((pl.col("end_s") - pl.col("start_s")).sum())
     return {
         "throughput_samples_per_s": samples / makespan if makespan else 0.0,

@@ -176,11 +176,21 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     reward = [r or 0.0 for r in col("reward_s")]
     other = [o or 0.0 for o in col("other_s")]
     engine = samples["engine"]
+    links = samples.select("step", "trajectory", "turn").with_row_index("rid").sort("step", "trajectory", "turn")
+    links = links.with_columns(pl.col("rid").shift(-1).over("step", "trajectory").fill_null(-1).alias("next_turn"))
+    links = links.sort("rid")
+    multi_turn = bool(samples["turn"].max())
+    heads = None
+    if multi_turn:
+        first_turns = links.filter(pl.col("turn") == 0).group_by("step", maintain_order=True).agg("rid")
+        by_step = dict(zip(first_turns["step"].to_list(), first_turns["rid"].to_list()))
+        heads = [by_step.get(s, []) for s in range(len(first) - 1)]
     job = Job(id=0, name="job0", first=first, generation=generation, train_s=train, forward_s=forward,
               optimizer_s=optim, sync_s=sync, reward_s=reward, other_s=other,
               engine=None if engine.null_count() else engine.to_list(),
-              engines=rollout.count // max(rollout.tp, 1) if rollout else 1)
-    frame = samples.select("step", "group", "prompt_tokens", "output_tokens").with_columns(pl.lit(0).alias("job"))
+              engines=rollout.count // max(rollout.tp, 1) if rollout else 1, heads=heads)
+    frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
+        pl.lit(0).alias("job"), links["next_turn"].cast(pl.Int64))
     return Prepared(frame, [job], cluster, notes)
 
 
@@ -190,7 +200,8 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
     policy, policy_config = create(scheduler, settings)
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
-                        f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy())
+                        f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy(),
+                        *((f["next_turn"].to_numpy(), f["env_s"].to_numpy()) if "next_turn" in f.columns else ()))
     sim = Simulator(requests, prepared.jobs, prepared.cluster, keep_log=keep_log, fast_path=config.fast_path)
     started = time.perf_counter()
     sim.run(policy, progress)

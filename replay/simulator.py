@@ -34,7 +34,9 @@ class Notice:
     time_s: float
     kind: str
     """"finished" (requests finished), "generated" (quiet mode: all of step ``tag = (job, step)`` finished),
-    "done" (work booked with ``work``) or "timer\""""
+    "done" (work booked with ``work``), "timer", or "turn" (with ``route_turns``: a trajectory's next turn is
+    ready; ``requests`` holds it, ``tag`` the previous turn's request and ``instance`` the instance that ran
+    it, None if retired)"""
     tag: Any = None
     """the tag the scheduler gave ``work`` or ``timer``"""
     instance: GenerationInstance | None = None
@@ -80,8 +82,20 @@ class Simulator:
         self._next_id = 0
         self.events = 0
         self._quiet = False
-        self.fast_path = fast_path
-        """let quiet-mode instances plan whole queues at once (off: the per-event path, same results)"""
+        self.multi_turn = any(n >= 0 for n in requests.next_turn)
+        """some requests are turns of multi-turn trajectories (see ``route_turns``)"""
+        self.fast_path = fast_path and not self.multi_turn
+        """let quiet-mode instances plan whole queues at once (off: the per-event path, same results). Off for
+        multi-turn work: each finished turn starts its trajectory's environment work at once"""
+        self.route_turns = False
+        """A finished turn with a successor books the successor's environment time on the "env" resource
+        (CPU workers, one lane per trajectory). Then, False: the engine queues the next turn on the instance
+        that ran the previous one (its prefix cache is there); True: the scheduler gets a "turn" notice and
+        places it itself"""
+        self._carried: set[int] = set()  # quiet mode: next turns that inherit their trajectory's count
+        self._dropped: set[int] = set()  # next turns aborted while their environment worked
+        if self.multi_turn:
+            self.add_resource("env", "cpu", slots=0)
         self._left: dict[tuple[int, int], int] = {}  # quiet mode: requests of (job, step) not finished
         self._last: dict[tuple[int, int], float] = {}  # ... and the latest finish among those that did
         self._token: dict[tuple[int, int], int] = {}  # bumps when a planned "generated" notice is withdrawn
@@ -112,8 +126,13 @@ class Simulator:
             left[key] = left.get(key, 0) + delta * c
 
     def _finished(self, rids: list[int], at_s: float) -> None:
-        """Quiet mode: count finishes; a step whose last request finished gets its "generated" notice."""
+        """Quiet mode: count finishes; a step whose last request finished gets its "generated" notice. A turn
+        with a successor passes its count on to it: the step is not generated until its trajectories end."""
         job, step, left, last = self.requests.job, self.requests.step, self._left, self._last
+        if self.multi_turn:
+            nxt = self.requests.next_turn
+            self._carried.update(nxt[r] for r in rids if nxt[r] >= 0)
+            rids = [r for r in rids if nxt[r] < 0]
         for rid in rids:
             key = (job[rid], step[rid])
             left[key] -= 1
@@ -267,8 +286,15 @@ class Simulator:
                     raise ConfigError(f"request {rid} is already {State(req.state[rid]).name.lower()}")
                 req.state[rid] = State.WAITING
                 req.instance[rid] = inst.id
+        if self._dropped:
+            self._dropped.difference_update(rids if isinstance(rids, list) else list(rids))
         if self._quiet:
-            self._count(rids, +1)
+            if self._carried:
+                rids = list(rids)
+                self._count([r for r in rids if r not in self._carried], +1)
+                self._carried.difference_update(rids)
+            else:
+                self._count(rids, +1)
         if front:
             inst.waiting.extendleft(reversed(rids))
         else:
@@ -277,12 +303,15 @@ class Simulator:
 
     def abort(self, rids: Iterable[int]) -> list[int]:
         """Stop these requests wherever they are; their partial responses are discarded. Returns the ones
-        that were waiting or running (now pending again, resubmittable)."""
+        that were waiting or running (now pending again, resubmittable). A trajectory's next turn that is
+        waiting on its environment work is not queued when that ends (unless submitted again)."""
         by_inst: dict[int, list[int]] = {}
         req = self.requests
         for rid in rids:
             if req.instance[rid] >= 0:
                 by_inst.setdefault(req.instance[rid], []).append(rid)
+            elif req.state[rid] == State.PENDING and self.multi_turn:
+                self._dropped.add(rid)  # a next turn waiting on its environment: its trajectory stops here
         gone: list[int] = []
         live = {i.id: i for i in self.instances}
         for iid, group in by_inst.items():
@@ -301,9 +330,11 @@ class Simulator:
             self._count(gone, -1)
         return gone
 
-    def spawn(self, job: int, step: int, group: int, prompt_tokens: list[int], output_tokens: list[int]) -> range:
-        """Create requests during the run (extra responses, an agent's next turn); returns their ids, pending."""
-        return self.requests.add(job, step, group, prompt_tokens, output_tokens)
+    def spawn(self, job: int, step: int, group: int, prompt_tokens: list[int], output_tokens: list[int],
+              env_s: list[float] | None = None) -> range:
+        """Create requests during the run (extra responses; with ``env_s``, one trajectory's turns, run again
+        from its first); returns their ids, pending."""
+        return self.requests.add(job, step, group, prompt_tokens, output_tokens, env_s)
 
     def mark(self, resource: str, kind: str, step: int, start_s: float, end_s: float, item: int = -1) -> None:
         """Put a span of the scheduler's own on the timeline (a round, a phase, a decision)."""
@@ -327,10 +358,11 @@ class Simulator:
 
     # ---- other work, timers, bookkeeping ------------------------------------------------------------------
 
-    def add_resource(self, name: str, pool: str, *, gpus: int = 0, slots: int = 1) -> Resource:
+    def add_resource(self, name: str, pool: str, *, gpus: int = 0, slots: int = 1, usd_per_s: float = 0.0) -> Resource:
+        """A FIFO server for ``work`` with ``slots`` lanes (0: unbounded), billed ``usd_per_s`` of use."""
         if name in self.resources:
             raise ConfigError(f"resource {name!r} exists")
-        self.resources[name] = res = Resource(name, pool, gpus, slots)
+        self.resources[name] = res = Resource(name, pool, gpus, slots, usd_per_s)
         return res
 
     def work(self, resource: str, seconds: float, tag: Any, *, kind: str, step: int = -1, item: int = -1) -> float:
@@ -393,10 +425,14 @@ class Simulator:
                     continue  # stale plan
                 self._dirty[inst.id] = inst
                 if done:
+                    if self.multi_turn:
+                        self._environment(done, inst)
                     if self._quiet:
                         self._finished(done, time_s)
                     else:
                         on_event(self, Notice(time_s, "finished", None, inst, done))
+            elif data[0] == "turn":
+                self._turn(data[1], data[2], data[3], on_event)
             elif data[0] == "generated":
                 if data[2] != self._token.get(data[1], 0):
                     continue  # withdrawn: a drain it counted on was cut short
@@ -409,6 +445,34 @@ class Simulator:
             if progress is not None and not events & 0x3FFF:
                 progress(events)
         self.events = events
+
+    def _environment(self, done: list[int], inst: GenerationInstance) -> None:
+        """Finished turns with a successor: the environment works, then the next turn is ready."""
+        req = self.requests
+        nxt, env, step = req.next_turn, req.env_s, req.step
+        lanes = self.resources["env"]
+        for rid in done:
+            k = nxt[rid]
+            if k >= 0:
+                start, end = lanes.book(self.now, env[k])
+                self.segments.append(("env", "environment", step[k], k, start, end))
+                self.queue.push(end, Priority.DONE, None, ("turn", k, rid, inst.id))
+
+    def _turn(self, rid: int, before: int, previous: int, on_event: Callable[[Simulator, Notice], None]) -> None:
+        """A next turn is ready: the scheduler places it (``route_turns``), or it joins its previous instance
+        (the least loaded of that pool when that one was retired)."""
+        if self.requests.state[rid] != State.PENDING or rid in self._dropped:
+            return  # the scheduler already took it elsewhere, or stopped its trajectory
+        live = [i for i in self.instances if i.id == previous]
+        if self.route_turns:
+            on_event(self, Notice(self.now, "turn", before, live[0] if live else None, [rid]))
+            return
+        if not live:
+            pool = next(i.pool for i in self.all_instances if i.id == previous)
+            live = sorted((i for i in self.instances if i.pool == pool), key=lambda i: (i.load, i.id))
+            if not live:
+                raise ConfigError(f"no instance left in pool {pool!r} for a trajectory's next turn")
+        self.submit(live[0], [rid])
 
     def _replan(self) -> None:
         push, now = self.queue.push, self.now

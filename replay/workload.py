@@ -26,7 +26,10 @@ class Workload:
 
     samples: pl.DataFrame
     """step, group (dense per step), prompt_tokens, output_tokens, truncated, engine (dense index of the
-    recording's engine, null when retargeted): one row per sample, in recorded arrival order"""
+    recording's engine, null when retargeted), turn, trajectory (dense per step; a single-turn sample is its
+    own), env_s (environment time between the trajectory's previous turn's finish and this turn's arrival; 0
+    for a first turn): one row per sample (one per turn of a multi-turn trajectory), in recorded arrival
+    order"""
     steps: pl.DataFrame
     """step, samples, prompt_tokens, output_tokens, train_s, reference_s, optimizer_s, weight_sync_s,
     reward_s, sync_bytes, collective_bytes, wall_s, generation_s, other_s. Phase times are the slowest actor's summed
@@ -66,13 +69,20 @@ def _last_activity(bundle: Bundle) -> pl.LazyFrame:
 def extract(bundle: Bundle) -> Workload:
     """The workload a bundle records."""
     req = bundle.requests
-    samples = req.sort("step", "arrival_ns", "request_id").select(
+    trajectory = pl.coalesce("trajectory_id", "request_id")
+    previous_finish = pl.col("finish_ns").sort_by("turn").shift(1).over("step", trajectory)
+    turns = req.select("request_id", (pl.col("arrival_ns").sort_by("turn") - previous_finish).over("step", trajectory)
+                       .alias("_gap_ns"))
+    samples = req.join(turns, on="request_id", how="left").sort("step", "arrival_ns", "turn", "request_id").select(
         "step",
         pl.col("group_id").rank("dense").over("step").cast(pl.Int32).sub(1).alias("group"),
         "prompt_tokens",
         "output_tokens",
         (pl.col("finish_reason") == "length").alias("truncated"),
         pl.col("engine").rank("dense").cast(pl.Int32).sub(1).alias("engine"),
+        "turn",
+        trajectory.rank("dense").over("step").cast(pl.Int32).sub(1).alias("trajectory"),
+        (pl.col("_gap_ns").fill_null(0).clip(lower_bound=0) / 1e9).alias("env_s"),
     )
     per_step = req.group_by("step").agg(
         pl.len().alias("samples"),
@@ -143,6 +153,9 @@ def retarget(
     rec = workload.samples.sort("step", "group", maintain_order=True)  # each prompt's samples contiguous
     if rec.height == 0:
         raise ConfigError("the bundle has no requests to retarget")
+    if rec["turn"].max():
+        raise ConfigError("retargeting multi-turn trajectories is not supported yet: replay the recorded shape "
+                          "(other pools, GPU kinds and schedulers work)")
     groups = rec.group_by("step", "group", maintain_order=True).agg(pl.len().alias("size"))
     sizes = groups["size"].to_numpy().astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -178,6 +191,9 @@ def retarget(
             "output_tokens": out,
             "truncated": truncated,
             "engine": pl.Series([None] * len(rows), dtype=pl.Int32),
+            "turn": np.zeros(len(rows), dtype=np.int32),
+            "trajectory": np.tile(np.arange(prompts * per, dtype=np.int32), steps),
+            "env_s": np.zeros(len(rows)),
         }
     )
     recorded = workload.steps

@@ -24,7 +24,7 @@ class Requests:
     """Work (job, step, group, prompt and output tokens) and state of every request of a replay."""
 
     def __init__(self, job: np.ndarray, step: np.ndarray, group: np.ndarray, prompt: np.ndarray,
-                 output: np.ndarray) -> None:
+                 output: np.ndarray, next_turn: np.ndarray | None = None, env_s: np.ndarray | None = None) -> None:
         n = len(step)
         self.n = n
         self._arrays: tuple[np.ndarray, ...] = ()
@@ -51,14 +51,23 @@ class Requests:
         """policy version of the weights the request was (last) admitted under"""
         self.preemptions: list[int] = [0] * n
         self.aborts: list[int] = [0] * n
+        self.next_turn: list[int] = [-1] * n if next_turn is None else next_turn.tolist()
+        """the request of the trajectory's next turn (-1: this turn ends its trajectory)"""
+        self.env_s: list[float] = [0.0] * n if env_s is None else env_s.tolist()
+        """environment time between the previous turn's finish and this turn's start (0 for a first turn)"""
 
-    def add(self, job: int, step: int, group: int, prompt: list[int], output: list[int]) -> range:
-        """New requests (a scheduler's extra responses, or an agent's next turns); returns their ids."""
+    def add(self, job: int, step: int, group: int, prompt: list[int], output: list[int],
+            env_s: list[float] | None = None) -> range:
+        """New requests (a scheduler's extra responses, or a trajectory run again); returns their ids. With
+        ``env_s`` the new requests are one trajectory's turns, in order, with that environment time before each."""
         k = len(prompt)
-        if len(output) != k:
-            raise ValueError("prompt and output need one entry per request")
+        if len(output) != k or (env_s is not None and len(env_s) != k):
+            raise ValueError("prompt, output and env_s need one entry per request")
         first = self.n
         self.n += k
+        chained = env_s is not None
+        self.next_turn.extend([first + i + 1 if chained and i + 1 < k else -1 for i in range(k)])
+        self.env_s.extend(env_s if chained else [0.0] * k)
         for name, values in (("job", [job] * k), ("step", [step] * k), ("group", [group] * k), ("prompt", prompt),
                              ("output", output), ("remaining", output), ("recompute", [0] * k),
                              ("admit_iter", [0] * k), ("instance", [-1] * k), ("state", [State.PENDING] * k),

@@ -16,6 +16,11 @@ class Resource:
     """the pool whose GPUs (or workers) this occupies, for utilisation and bubbles"""
     gpus: int = 0
     slots: int = 1
+    """parallel lanes; 0: unbounded (every booking starts at once: serverless functions, one environment
+    worker per trajectory)"""
+    usd_per_s: float = 0.0
+    """billed per second of use (serverless); pools bill GPU-hours instead"""
+    busy_s: float = 0.0
     _free_at: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -23,6 +28,9 @@ class Resource:
 
     def book(self, now_s: float, seconds: float) -> tuple[float, float]:
         """Start ``seconds`` of work as soon as a lane is free at or after ``now_s``; return (start, end)."""
+        self.busy_s += seconds
+        if not self.slots:
+            return now_s, now_s + seconds
         start = max(now_s, heapq.heappop(self._free_at))
         end = start + seconds
         heapq.heappush(self._free_at, end)
@@ -30,4 +38,4 @@ class Resource:
 
     def free_at(self) -> float:
         """When the earliest lane frees."""
-        return self._free_at[0]
+        return self._free_at[0] if self.slots else 0.0

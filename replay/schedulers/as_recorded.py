@@ -41,7 +41,7 @@ class AsRecorded:
 
     def _launch(self, sim: Simulator, step: int) -> None:
         job = sim.jobs[0]
-        rids = job.requests(step)
+        rids = job.starts(step)
         if job.engine is None:  # retargeted: no recorded assignment to follow
             spread(sim, self.instances, rids)
             return

@@ -44,7 +44,7 @@ class ColocatedSync:
         cfg = self.config
         self.to_train = switch_seconds(params, "training", warm=True) if cfg.to_train_s is None else cfg.to_train_s
         self.to_generate = switch_seconds(params, "rollout", warm=True) if cfg.to_generate_s is None else cfg.to_generate_s
-        spread(sim, self.instances, job.requests(0))
+        spread(sim, self.instances, job.starts(0))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]
@@ -64,4 +64,4 @@ class ColocatedSync:
             sim.set_version(step + 1)
             sim.end_step(job.id, step)
             if step + 1 < job.steps:
-                spread(sim, self.instances, job.requests(step + 1))
+                spread(sim, self.instances, job.starts(step + 1))

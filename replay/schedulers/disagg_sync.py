@@ -34,7 +34,7 @@ class DisaggSync:
     def start(self, sim: Simulator) -> None:
         sim.quiet = True  # whole steps are enough: one "generated" notice per step
         self.instances = disaggregated_pools(sim, sim.jobs[0])
-        spread(sim, self.instances, sim.jobs[0].requests(0))
+        spread(sim, self.instances, sim.jobs[0].starts(0))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]
@@ -45,4 +45,4 @@ class DisaggSync:
             sim.set_version(step + 1)
             sim.end_step(job.id, step)
             if step + 1 < job.steps:
-                spread(sim, self.instances, job.requests(step + 1))
+                spread(sim, self.instances, job.starts(step + 1))

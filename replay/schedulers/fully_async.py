@@ -55,7 +55,7 @@ class FullyAsync:
         while self.launched + 1 < job.steps and self.launched + 1 <= self.version + self.config.eta:
             self.launched += 1
             by_load = sorted(self.instances, key=lambda i: i.load)
-            spread(sim, by_load, job.requests(self.launched))
+            spread(sim, by_load, job.starts(self.launched))
 
     def _train(self, sim: Simulator) -> None:
         job = sim.jobs[0]

@@ -44,7 +44,7 @@ class OneStepAsync:
         # Step nxt may run on weights at most one version old: it needs version nxt - 1.
         if nxt < job.steps and self.generated == self.launched and self.synced >= nxt - 1:
             self.launched = nxt
-            spread(sim, self.instances, job.requests(nxt))
+            spread(sim, self.instances, job.starts(nxt))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]

@@ -72,7 +72,7 @@ class OrchestrRL:
     def _launch(self, sim: Simulator, step: int) -> None:
         job = sim.jobs[0]
         self.left[step] = len(job.requests(step))
-        spread(sim, self.instances, job.requests(step))
+        spread(sim, self.instances, job.starts(step))
 
     def _switch_s(self, inst: GenerationInstance, tp: int) -> float:
         if self.config.switch_s or not isinstance(inst.cost, RooflineGeneration):

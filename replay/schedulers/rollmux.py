@@ -151,8 +151,8 @@ class RollMux:
             sim.reconfigure(inst, cost=job.generation, switch_s=seconds)
             group.owner[inst.id] = job_id
         sim.set_version(step, free)  # each job's weights carry its own version
-        rids = list(job.requests(step))
-        self.active[job_id] = Rollout(job_id, step, len(rids))
+        rids = list(job.starts(step))
+        self.active[job_id] = Rollout(job_id, step, len(job.requests(step)))  # every turn finishes
         for i, inst in enumerate(free):
             chunk = rids[i::len(free)]
             if chunk:

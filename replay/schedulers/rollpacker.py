@@ -8,7 +8,9 @@ responses can run to full length together instead of holding up every short roun
 training step on P0 x R0 samples.
 
 A prompt's responses are the recorded ones (the extra eta share drawn, seeded, from the same prompt's
-recorded lengths): re-running a long prompt regenerates the same lengths from scratch.
+recorded responses): re-running a long prompt regenerates the same lengths from scratch. On a multi-turn
+workload a response is a whole trajectory (its turns with the environment work between them), complete when
+its last turn finishes.
 """
 
 from __future__ import annotations
@@ -48,10 +50,19 @@ class Prompt:
     """One prompt of the workload and what the current round did with it."""
 
     step: int
-    prompt_tokens: int
-    lengths: list[int]
-    """response lengths, the over-launch's extra ones last"""
+    responses: list[Response]
+    """the recorded responses, the over-launch's extra ones last"""
     done: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """One response's turns (a single-turn response has one): prompt and output tokens and the environment
+    seconds before each turn."""
+
+    prompt_tokens: list[int]
+    output_tokens: list[int]
+    env_s: list[float]
 
 
 @dataclass(slots=True)
@@ -86,20 +97,24 @@ class RollPacker:
         self._launch(sim)
 
     def _prompts(self, sim: Simulator, job: Job) -> tuple[list[Prompt], int]:
-        """The workload's prompts in order, each with ceil(eta x R0) response lengths."""
+        """The workload's prompts in order, each with ceil(eta x R0) responses."""
         req, rng = sim.requests, np.random.default_rng(self.config.seed)
-        by_prompt: dict[tuple[int, int], list[int]] = {}
+        by_prompt: dict[tuple[int, int], list[Response]] = {}
         for step in range(job.steps):
-            for rid in job.requests(step):
-                by_prompt.setdefault((step, req.group[rid]), []).append(rid)
+            for rid in job.starts(step):
+                turns = [rid]
+                while req.next_turn[turns[-1]] >= 0:
+                    turns.append(req.next_turn[turns[-1]])
+                response = Response([req.prompt[r] for r in turns], [req.output[r] for r in turns],
+                                    [req.env_s[r] for r in turns])
+                by_prompt.setdefault((step, req.group[rid]), []).append(response)
         r0 = self.config.responses or int(np.median([len(v) for v in by_prompt.values()]))
         want = math.ceil(self.config.eta * r0)
         prompts = []
-        for (step, _), rids in by_prompt.items():
-            recorded = [req.output[r] for r in rids]
-            lengths = (recorded * math.ceil(r0 / len(recorded)))[:r0]  # the first R0: as recorded
-            lengths += rng.choice(recorded, want - r0).tolist() if want > r0 else []
-            prompts.append(Prompt(step, req.prompt[rids[0]], lengths))
+        for (step, _), recorded in by_prompt.items():
+            responses = (recorded * math.ceil(r0 / len(recorded)))[:r0]  # the first R0: as recorded
+            extra = rng.choice(len(recorded), want - r0).tolist() if want > r0 else []
+            prompts.append(Prompt(step, responses + [recorded[i] for i in extra]))
         return prompts, r0
 
     @staticmethod
@@ -121,22 +136,25 @@ class RollPacker:
         if not chosen:
             return  # the workload's prompts are used up
         rnd = Round(self.rounds, long, chosen, target, sim.now)
-        rids: list[int] = []
-        for p in chosen:
+        firsts: list[int] = []
+        for i, p in enumerate(chosen):
             p.done = []
-            new = sim.spawn(job.id, rnd.index, len(rids), [p.prompt_tokens] * per_prompt, p.lengths[:per_prompt])
-            rnd.owner.update(dict.fromkeys(new, p))
-            rids.extend(new)
+            for r in p.responses[:per_prompt]:
+                new = sim.spawn(job.id, rnd.index, i, r.prompt_tokens, r.output_tokens,
+                                r.env_s if len(r.env_s) > 1 else None)
+                rnd.owner.update(dict.fromkeys(new, p))
+                firsts.append(new[0])
         self.round = rnd
-        spread(sim, self.instances, rids)
+        spread(sim, self.instances, firsts)
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job, rnd = sim.jobs[0], self.round
         if notice.kind == "finished":
+            next_turn = sim.requests.next_turn
             for rid in notice.requests:
                 p = rnd.owner.get(rid)
-                if p is None or len(p.done) >= self.r0:
-                    continue  # a surplus response of a completed prompt
+                if p is None or len(p.done) >= self.r0 or next_turn[rid] >= 0:
+                    continue  # a surplus response of a completed prompt, or a turn with more to come
                 p.done.append(rid)
                 if len(p.done) == self.r0:
                     rnd.completed.append(p)
@@ -155,7 +173,13 @@ class RollPacker:
             self._launch(sim)
 
     def _end_round(self, sim: Simulator, job: Job, rnd: Round) -> None:
-        batch = [rid for p in rnd.completed[: rnd.target] for rid in p.done]
+        done = {rid for p in rnd.completed[: rnd.target] for rid in p.done}
+        ends = {rid: rid for rid in rnd.owner}  # each request -> the last turn of its response
+        for rid in sorted(rnd.owner, reverse=True):  # (a chain's turns have increasing ids)
+            nxt = sim.requests.next_turn[rid]
+            if nxt >= 0:
+                ends[rid] = ends[nxt]
+        batch = [rid for rid in rnd.owner if ends[rid] in done]
         keep = set(batch)
         rest = [rid for rid in rnd.owner if rid not in keep]
         sim.abort(rest)  # surplus responses and the unfinished prompts' partial work are dropped

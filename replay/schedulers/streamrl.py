@@ -175,7 +175,7 @@ class StreamRL:
         self.generated[nxt] = 0
         self.ready[nxt] = self.booked[nxt] = 0
         self.gen_span[nxt] = (sim.now, sim.now)
-        self._dispatch(sim, job, list(job.requests(nxt)))
+        self._dispatch(sim, job, list(job.starts(nxt)))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
         job = sim.jobs[0]

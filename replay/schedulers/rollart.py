@@ -1,0 +1,229 @@
+"""rollart (RollArt, arXiv 2512.22560): hardware affinity, trajectory-level asynchrony, serverless reward.
+
+- **Hardware-affinity mapping.** Generation runs on two pools from the same GPU budget: the cluster's
+  generation GPUs (bandwidth-rich, e.g. H20) and ``prefill_gpus`` compute-rich GPUs (``prefill_gpu``, e.g.
+  H800). Each turn goes where it is estimated to finish first: its prefill on that GPU kind (nothing for the
+  part of its context cached on the instance that ran its previous turn), then the median recent output at
+  that instance's decode speed for its batch, times the rounds its queue implies. Prefill-heavy turns (a
+  multi-turn trajectory's growing context) thus gain the compute-rich GPUs and decode-heavy ones the
+  bandwidth-rich, without starving either pool. Environment work runs on CPU workers (the engine's "env"
+  resource, one lane per trajectory).
+- **Trajectory-level asynchrony.** There are no rollout phases: trajectories start as soon as the version gap
+  allows, and the trainer takes the first B finished trajectories (B = a recorded step's trajectories) as
+  one training step. Weights are updated between turns, so a trajectory may span versions. A trajectory
+  may start at most ``alpha`` batches ahead of the trainer (``alpha = 0`` is synchronous: the next batch
+  generates after the weight sync), and one whose first turn's weights fall more than ``alpha`` versions
+  behind (still running, or finished and waiting for the trainer) is aborted and run again from its first
+  turn.
+- **Statefulness-aware computation.** Reward is stateless and runs on an elastic serverless pool: every
+  trajectory is scored at once when its last turn finishes (no queue), billed per second of use
+  (``serverless_reward = false``: one reward worker, FIFO, as the baselines have).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
+from rltrace.replay.entities.instance import GenerationInstance
+from rltrace.replay.job import Job
+from rltrace.replay.schedulers.base import register
+from rltrace.replay.simulator import Notice, Simulator
+
+from rltrace.catalog import get_gpu
+from rltrace.errors import ConfigError
+
+# AWS Lambda on x86: $0.0000166667 per GB-second (aws.amazon.com/lambda/pricing, 2025); a 2 GB reward function.
+SERVERLESS_USD_PER_S = 2 * 0.0000166667
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RollArtConfig:
+    prefill_gpu: str = "H800"
+    """compute-rich GPU kind for prefill-heavy turns"""
+    prefill_gpus: int = -1
+    """GPUs of ``prefill_gpu`` taken from the generation budget (-1: half of it; 0: no affinity pool)"""
+    alpha: int = 1
+    """version gap: trajectories run at most alpha versions behind the trainer"""
+    serverless_reward: bool = True
+    reward_usd_per_s: float = SERVERLESS_USD_PER_S
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.prefill_gpus < -1 or self.reward_usd_per_s < 0:
+            raise ConfigError("rollart: alpha >= 0, prefill_gpus >= -1, reward_usd_per_s >= 0")
+
+
+@dataclass(slots=True)
+class Trajectory:
+    step: int
+    """the recorded step it comes from (its reward time share)"""
+    turns: list[int]
+    """its requests so far, first turn first"""
+    version: int
+    """the weights its first turn started under"""
+
+
+@register("rollart")
+class RollArt:
+    Config = RollArtConfig
+
+    def __init__(self, config: RollArtConfig) -> None:
+        self.config = config
+
+    def start(self, sim: Simulator) -> None:
+        job, c, cfg = sim.jobs[0], sim.cluster, self.config
+        sim.route_turns = True
+        affinity = c.gen_gpus // 2 if cfg.prefill_gpus < 0 else cfg.prefill_gpus
+        affinity -= affinity % c.tp
+        if affinity >= c.gen_gpus:
+            raise ConfigError(f"rollart: prefill_gpus ({affinity}) must leave generation GPUs "
+                              f"(of {c.gen_gpus}) for decode-heavy turns")
+        sim.allocate("generation", c.gen_gpus - affinity, c.gen_gpu)
+        self.decode = [sim.add_instance("generation", c.tp, job.generation) for _ in range((c.gen_gpus - affinity) // c.tp)]
+        self.prefill: list[GenerationInstance] = []
+        if affinity:
+            sim.allocate("generation/prefill", affinity, cfg.prefill_gpu)
+            cost = self._cost_on(job.generation, cfg.prefill_gpu)
+            self.prefill = [sim.add_instance("generation/prefill", c.tp, cost, name=f"prefill/instance{i}")
+                            for i in range(affinity // c.tp)]
+        sim.allocate("training", c.train_gpus, c.train_gpu)
+        sim.add_resource("trainer", "training", gpus=c.train_gpus)
+        sim.add_resource("sync", "network")
+        if cfg.serverless_reward:
+            sim.add_resource("reward", "serverless", slots=0, usd_per_s=cfg.reward_usd_per_s)
+        else:
+            sim.add_resource("reward", "cpu")
+        self.batch = len(job.starts(0))
+        self.queue: deque[tuple[int, int]] = deque((s, r) for s in range(job.steps) for r in job.starts(s))
+        self.of: dict[int, Trajectory] = {}  # request -> its trajectory
+        self.before: dict[int, int] = {}  # a later turn -> the turn before it
+        self.done: deque[Trajectory] = deque()  # scored, waiting for the trainer
+        self.recent: deque[int] = deque(maxlen=max(self.batch, 1))
+        self.launched = self.trained = self.version = 0
+        self.training = False
+        self._launch(sim)
+
+    @staticmethod
+    def _cost_on(cost: GenerationCost, gpu: str) -> GenerationCost:
+        """The generation cost on another GPU kind (a trace-fitted cost has no GPU to swap: kept as it is)."""
+        if isinstance(cost, RooflineGeneration):
+            return dataclasses.replace(cost, gpu=get_gpu(gpu))
+        return cost
+
+    # ---- placement -----------------------------------------------------------------------------------------
+
+    def _place(self, sim: Simulator, rid: int, previous: GenerationInstance | None) -> None:
+        """Hardware affinity: the instance, of either GPU kind, where the turn is estimated to finish first."""
+        req = sim.requests
+        output = statistics.median(self.recent) if self.recent else req.output[rid]
+        prompt = req.prompt[rid]
+        before = self.before.get(rid)  # the previous turn's context sits in its instance's prefix cache
+        cached = min(req.prompt[before] + req.output[before], prompt) if before is not None else 0
+
+        def finish_s(inst: GenerationInstance) -> float:
+            queued = inst.load + len(inst.waiting) + 1
+            batch = min(queued, inst.max_seqs)
+            rounds = -(-queued // inst.max_seqs)
+            new = prompt - cached if inst is previous else prompt
+            decode = inst.cost.iteration_model(inst.tp).seconds(batch, batch * (prompt + output / 2), int(output))
+            return inst.cost.prefill_seconds(new, 1, inst.tp) + decode * rounds
+
+        target = min(self.decode + self.prefill, key=lambda i: (finish_s(i), i.id))
+        if target in self.prefill:
+            sim.extra["prefill_pool_turns"] = sim.extra.get("prefill_pool_turns", 0) + 1
+        sim.submit(target, [rid])
+
+    def _launch(self, sim: Simulator) -> None:
+        """Start trajectories while the version gap allows (at most alpha batches ahead of the trainer)."""
+        limit = self.batch * (self.version + 1 + self.config.alpha)
+        while self.queue and self.launched < limit:
+            step, head = self.queue.popleft()
+            self.launched += 1
+            t = Trajectory(step, [head], self.version)
+            self.of[head] = t
+            self._place(sim, head, None)
+
+    # ---- events --------------------------------------------------------------------------------------------
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        job, req = sim.jobs[0], sim.requests
+        if notice.kind == "finished":
+            for rid in notice.requests:
+                self.recent.append(req.output[rid])
+                t = self.of.get(rid)
+                if t is not None and req.next_turn[rid] < 0:  # its last turn: score it
+                    share = job.reward_s[t.step] / max(len(job.starts(t.step)), 1)
+                    sim.work("reward", share, ("reward", rid), kind="reward", step=t.step, item=rid)
+        elif notice.kind == "turn":
+            rid = notice.requests[0]
+            t = self.of.get(notice.tag)  # the trajectory of the turn before it
+            if t is not None:
+                t.turns.append(rid)
+                self.of[rid] = t
+                self.before[rid] = notice.tag
+                self._place(sim, rid, notice.instance)
+        elif notice.tag[0] == "reward":
+            t = self.of.get(notice.tag[1])
+            if t is not None:
+                self.done.append(t)
+            self._train(sim, job)
+        elif notice.tag[0] == "train":
+            sim.work("sync", job.sync_s[notice.tag[1] % job.steps], ("sync", notice.tag[1]), kind="weight_sync",
+                     step=notice.tag[1])
+        elif notice.tag[0] == "sync":
+            self._synced(sim, job, notice.tag[1])
+
+    def _train(self, sim: Simulator, job: Job) -> None:
+        """Book a training step on the first B scored trajectories, when the trainer is free."""
+        if self.training or len(self.done) < self.batch or self.trained >= job.steps:
+            return
+        batch = [self.done.popleft() for _ in range(self.batch)]
+        step = self.trained
+        rids = [r for t in batch for r in t.turns]
+        for rid in rids:
+            del self.of[rid]
+            self.before.pop(rid, None)
+        sim.consume(job.id, step, rids, version=self.version)
+        self.training = True
+        recorded = step % job.steps
+        sim.work("trainer", job.trainer_seconds(recorded), ("train", step), kind="train", step=step)
+
+    def _synced(self, sim: Simulator, job: Job, step: int) -> None:
+        self.training = False
+        self.trained += 1
+        self.version = step + 1
+        sim.set_version(self.version)
+        sim.end_step(job.id, step)
+        if self.trained >= job.steps:
+            sim.stop()
+            return
+        self._abort_stale(sim)
+        self._launch(sim)
+        self._train(sim, job)
+
+    def _abort_stale(self, sim: Simulator) -> None:
+        """Trajectories whose first turn's weights lag more than alpha versions are aborted and run again,
+        whether still running or finished and waiting for the trainer."""
+        req = sim.requests
+        oldest = self.version - self.config.alpha
+        stale = {id(t): t for t in self.of.values() if t.version < oldest}
+        self.done = deque(t for t in self.done if t.version >= oldest)
+        for t in stale.values():
+            sim.abort(t.turns)
+            for rid in t.turns:
+                self.of.pop(rid, None)
+            first = t.turns[0]
+            chain = [first]
+            while req.next_turn[chain[-1]] >= 0:
+                chain.append(req.next_turn[chain[-1]])
+            again = sim.spawn(req.job[first], req.step[first], req.group[first], [req.prompt[r] for r in chain],
+                              [req.output[r] for r in chain], [req.env_s[r] for r in chain])
+            fresh = Trajectory(t.step, [again[0]], self.version)
+            self.of[again[0]] = fresh
+            sim.mark("rollart", "stale_abort", t.step, sim.now, sim.now, item=first)
+            self._place(sim, again[0], None)
+        if stale:
+            sim.extra["stale_aborts"] = sim.extra.get("stale_aborts", 0) + len(stale)

@@ -1,0 +1,145 @@
+"""Multi-turn trajectories: the engine's turn continuation, the agentic synth mode, and rollart's rules."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from helpers import run_cli
+from replay_helpers import TAU, agentic
+from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.run import ReplayConfig, replay
+from rltrace.replay.workload import extract
+from rltrace.sample_traces import sample_path
+
+import rltrace
+from rltrace.catalog import get_gpu, get_model
+from rltrace.synth import load_config, synthesize
+
+
+def _requests(result) -> pl.DataFrame:
+    return result.requests.sort("request")
+
+
+# ---- the engine ------------------------------------------------------------------------------------------------
+
+def test_a_next_turn_starts_after_its_environment_and_the_step_waits_for_the_last_turn() -> None:
+    # one trajectory: 10 tokens, 1.5 s of environment, 5 tokens
+    result = replay(agentic([[[(10, 0.0), (5, 1.5)]]]), "disagg-sync", ReplayConfig())
+    r = _requests(result)
+    assert r["finish_s"].to_list() == pytest.approx([10 * TAU, 10 * TAU + 1.5 + 5 * TAU], rel=1e-12)
+    assert r["start_s"][1] == pytest.approx(10 * TAU + 1.5, rel=1e-12)
+    env = result.timeline.filter(pl.col("kind") == "environment")
+    assert env.select("start_s", "end_s").rows() == [pytest.approx((10 * TAU, 10 * TAU + 1.5))]
+    assert result.metrics["step_time_s"]["mean"] == pytest.approx(10 * TAU + 1.5 + 5 * TAU, rel=1e-12)
+
+
+@pytest.mark.parametrize("scheduler", ["disagg-sync", "fully-async", "one-step-async", "colocated-sync"])
+def test_every_turn_of_a_trajectory_runs_on_the_instance_of_its_first(scheduler: str) -> None:
+    work = agentic([[[(10, 0.0), (20, 0.5), (5, 0.1)], [(30, 0.0), (5, 2.0)], [(7, 0.0), (7, 0.3)]]] * 2, gen_gpus=2)
+    r = _requests(replay(work, scheduler, ReplayConfig()))
+    assert r["finished"].all()
+    nxt = work.requests_frame["next_turn"].to_list()
+    inst = r["instance"].to_list()
+    assert all(inst[k] == inst[i] for i, k in enumerate(nxt) if k >= 0)
+
+
+# ---- synth's agentic mode ------------------------------------------------------------------------------------------
+
+def test_agentic_turns_grow_their_context_and_wait_for_the_environment() -> None:
+    cfg = load_config(preset="rollart", sets=["steps=2", "prompts_per_step=4", "samples_per_prompt=2"])
+    tables = synthesize(cfg).tables
+    req = tables["requests"].sort("trajectory_id", "turn")
+    assert req.group_by("trajectory_id").len()["len"].unique().to_list() == [cfg.agentic.turns]
+    grown = req.with_columns(
+        (pl.col("prompt_tokens") - pl.col("prompt_tokens").shift(1) - pl.col("output_tokens").shift(1))
+        .over("trajectory_id").alias("observation"),
+        (pl.col("arrival_ns") - pl.col("finish_ns").shift(1)).over("trajectory_id").alias("gap_ns"))
+    later = grown.filter(pl.col("turn") > 0)
+    assert (later["observation"] >= 0).all() and later["observation"].mean() > 100  # observations join the context
+    assert (later["gap_ns"] > 0).all()
+    env = tables["spans"].filter(pl.col("phase") == "environment")
+    assert env.height == later.height
+    assert sorted((env["end_ns"] - env["start_ns"]).to_list()) == sorted(later["gap_ns"].to_list())
+    # replay reads the same environment time per turn
+    workload = extract(rltrace.open(sample_path("rollart_qwen3_8b")))
+    assert workload.samples["turn"].max() == 3
+    assert workload.samples.filter(pl.col("turn") == 0)["env_s"].max() == 0.0
+    assert workload.samples.filter(pl.col("turn") > 0)["env_s"].min() > 0.0
+
+
+def test_retargeting_a_multi_turn_bundle_is_a_clear_error() -> None:
+    result = run_cli("replay", str(sample_path("rollart_qwen3_8b")), "-s", "disagg-sync", "--steps", "3")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        ("rltrace: error: retargeting multi-turn trajectories is not supported yet: replay the recorded shape "
+         "(other pools, GPU kinds and schedulers work)")]
+
+
+# ---- rollart -----------------------------------------------------------------------------------------------------
+
+ONE_POOL = {"prefill_gpus": 0}
+
+
+def test_rollart_with_alpha_0_is_synchronous() -> None:
+    work = agentic([[[(50, 0.0), (50, 0.2)], [(10, 0.0), (10, 0.1)]]] * 3, train_s=1.0)
+    result = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "alpha": 0})
+    assert result.metrics["staleness"]["max"] == 0
+    t = result.timeline
+    train = t.filter(pl.col("kind") == "train").sort("start_s")
+    requests = t.filter(pl.col("kind") == "request")
+    for start, end in train.select("start_s", "end_s").rows():  # nothing generates while the trainer trains
+        assert requests.filter((pl.col("start_s") < end) & (pl.col("end_s") > start)).height == 0
+
+
+def test_rollart_overlaps_generation_with_training_within_the_version_gap() -> None:
+    work = agentic([[[(50, 0.0), (50, 0.2)], [(10, 0.0), (10, 0.1)]]] * 3, train_s=1.0)
+    sync = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "alpha": 0})
+    overlapped = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "alpha": 1})
+    assert overlapped.metrics["makespan_s"] < sync.metrics["makespan_s"]
+    assert overlapped.metrics["staleness"]["max"] == 1
+
+
+def test_rollart_aborts_a_trajectory_that_falls_more_than_alpha_versions_behind() -> None:
+    # A (step 0) is long; B..F are short. The trainer takes the first two finished trajectories: (B, C), then
+    # (D, E); after the second update A's first turn is two versions old (> alpha = 1): it runs again.
+    short = [(5, 0.0), (5, 0.1)]
+    work = agentic([[[(1000, 0.0), (5, 0.1)], short], [short, short], [short, short]])
+    result = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "alpha": 1})
+    assert result.metrics["extra"]["stale_aborts"] == 1
+    assert result.timeline.filter(pl.col("kind") == "stale_abort").height == 1
+    assert result.metrics["staleness"]["max"] <= 1
+    r = _requests(result)
+    assert r.filter(pl.col("output_tokens") == 1000)["aborts"].to_list()[0] == 1  # the first run was stopped
+
+
+def test_rollart_sends_prefill_heavy_turns_to_compute_rich_gpus_and_decode_heavy_to_bandwidth_rich() -> None:
+    cost = RooflineGeneration(model=get_model("Qwen3-8B"), gpu=get_gpu("H20"))
+    # one trajectory whose second turn carries a 32k-token context and decodes little; one that decodes long
+    work = agentic([[[(10, 0.0), (8, 0.5)], [(2000, 0.0)]]], generation=cost, gen_gpus=2, gen_gpu="H20",
+                   prompt=100)
+    frame = work.requests_frame.with_columns(
+        pl.when(pl.col("next_turn") < 0).then(pl.col("prompt_tokens") + 32_000 * (pl.col("output_tokens") == 8))
+        .otherwise(pl.col("prompt_tokens")).alias("prompt_tokens"))
+    work = type(work)(frame, work.jobs, work.cluster, [])
+    result = replay(work, "rollart", ReplayConfig(), {"prefill_gpus": 1, "prefill_gpu": "H800"})
+    placed = result.timeline.filter(pl.col("kind") == "request").join(
+        result.requests.select(pl.col("request").alias("id"), "output_tokens", "prompt_tokens"), on="id")
+    where = dict(zip(placed["output_tokens"].to_list(), placed["pool"].to_list()))
+    assert where[8] == "generation/prefill"  # 32k-token context: prefill on H800 is ~7x faster
+    assert where[2000] == "generation"  # long decode: H20's 4.0 TB/s beats H800's 3.35 TB/s
+    assert result.metrics["gpus"] == {"generation": 1, "generation/prefill": 1, "training": 1}
+
+
+def test_serverless_reward_scores_every_trajectory_at_once_and_bills_per_second() -> None:
+    work = agentic([[[(10, 0.0)], [(10, 0.0)], [(10, 0.0)]]])
+    work.jobs[0].reward_s[0] = 3.0  # 1 s per trajectory
+    serverless = replay(work, "rollart", ReplayConfig(), ONE_POOL)
+    worker = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "serverless_reward": False})
+    def starts(run) -> list[float]:
+        return sorted(run.timeline.filter(pl.col("kind") == "reward")["start_s"].to_list())
+
+    assert starts(serverless) == pytest.approx([10 * TAU] * 3)
+    assert starts(worker) == pytest.approx([10 * TAU, 10 * TAU + 1, 10 * TAU + 2])
+    free = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "reward_usd_per_s": 0.0})
+    priced = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "reward_usd_per_s": 1.0})
+    assert priced.metrics["cost_usd"] - free.metrics["cost_usd"] == pytest.approx(3.0, rel=1e-9)

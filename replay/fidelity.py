@@ -38,24 +38,24 @@ def _measured(bundle: Bundle) -> float:
     return float(wall[WARMUP_STEPS:].mean())
 
 
-def _replayed(bundle: Bundle, shape: Shape) -> tuple[float, list[str]]:
-    prepared = from_bundle(bundle, shape, CostConfig())
+def _replayed(bundle: Bundle, shape: Shape, cost: CostConfig) -> tuple[float, list[str]]:
+    prepared = from_bundle(bundle, shape, cost)
     steps = replay(prepared, "as-recorded", ReplayConfig()).steps
     assert steps is not None
     return float(steps["step_time_s"][WARMUP_STEPS:].mean()), prepared.notes
 
 
-def as_recorded_error(bundle: Bundle) -> Fidelity:
+def as_recorded_error(bundle: Bundle, cost: CostConfig | None = None) -> Fidelity:
     """Replay ``bundle`` on its own layout and timings; compare mean steady step time."""
-    replayed, notes = _replayed(bundle, Shape())
+    replayed, notes = _replayed(bundle, Shape(), cost or CostConfig())
     return Fidelity(_measured(bundle), replayed, notes)
 
 
-def retarget_error(source: Bundle, target: Bundle) -> Fidelity:
+def retarget_error(source: Bundle, target: Bundle, cost: CostConfig | None = None) -> Fidelity:
     """Replay ``source`` reshaped to ``target``'s batch shape; compare with ``target``'s measured step time."""
     rl = extract(target).samples
     groups = rl.group_by("step", "group").len()
     shape = Shape(steps=rl["step"].n_unique(), prompts_per_step=int(groups.group_by("step").len()["len"].median()),
                   samples_per_prompt=int(groups["len"].median()))
-    replayed, notes = _replayed(source, shape)
+    replayed, notes = _replayed(source, shape, cost or CostConfig())
     return Fidelity(_measured(target), replayed, notes)

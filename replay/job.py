@@ -33,6 +33,11 @@ class Job:
     engines: int = 1
     """recorded generation instances"""
     arrival_s: float = 0.0
+    sync_bytes: list[float] | None = None
+    """bytes of the model copy each step's sync delivers to every generator (for a network model)"""
+    collective_bytes: list[float] | None = None
+    """bytes each training rank puts into collectives per step (for a network model; None: unknown)"""
+    sync_tensors: int = 1
     heads: list[list[int]] | None = None
     """multi-turn jobs: per step, the first turns of its trajectories (None: every request is single-turn)"""
     extra: dict[str, float] = field(default_factory=dict)

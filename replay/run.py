@@ -6,6 +6,7 @@ cluster; ``replay`` runs one scheduler over them and computes the metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -18,11 +19,13 @@ import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_trace
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
-from rltrace.replay.costmodels.profile import load_profile
+from rltrace.replay.costmodels.profile import device_from_profile, load_profile
 from rltrace.replay.costmodels.training import TrainingCost
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
+from rltrace.replay.network.network import NetworkConfig, link_frame, route
+from rltrace.replay.network.network import metrics as network_metrics
 from rltrace.replay.schedulers import create
 from rltrace.replay.simulator import Simulator
 from rltrace.replay.workload import Workload, extract, retarget
@@ -65,6 +68,7 @@ class ReplayConfig:
 
     cost: CostConfig = field(default_factory=CostConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     fast_path: bool = True
     """plan whole instance queues at once when the scheduler only needs whole steps (false: one event per
     request finish; the results are the same, a test holds them equal)"""
@@ -95,6 +99,8 @@ class RunResult:
     """job, step, end_s, step_time_s: when each step ended and how long it took"""
     event_log: list[tuple[float, int, int, str, str]] | None = None
     """every event fired, in order (only with ``keep_log``)"""
+    links: pl.DataFrame | None = None
+    """with a network model: bytes and utilisation per link and busy interval (see replay/network/network.py)"""
 
     def write(self, folder: str | Path) -> Path:
         """Write metrics.json, timeline.parquet, requests.parquet and config.json into ``folder``."""
@@ -104,6 +110,8 @@ class RunResult:
         (out / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
         self.timeline.write_parquet(out / "timeline.parquet")
         self.requests.write_parquet(out / "requests.parquet")
+        if self.links is not None:
+            self.links.write_parquet(out / "links.parquet")
         return out
 
 
@@ -147,10 +155,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1)
         notes.append(f"generation cost fitted to the trace: {report}")
     else:
-        gpu = _gpu(cluster.gen_gpu)
-        if spec is None or gpu is None:
-            raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model")
         profile = load_profile(cost.profile) if cost.profile else None
+        gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
+        if spec is None or gpu is None:
+            raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model, or a "
+                              "profile measured on that device (rltrace calibrate --device)")
         generation = RooflineGeneration(model=spec, gpu=gpu, memory_efficiency=cost.memory_efficiency,
                                         compute_efficiency=cost.compute_efficiency,
                                         gpu_memory_utilization=cost.gpu_memory_utilization, profile=profile)
@@ -176,6 +185,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     reward = [r or 0.0 for r in col("reward_s")]
     other = [o or 0.0 for o in col("other_s")]
     engine = samples["engine"]
+    # A sync delivers one model copy to every engine: the recorded bytes (one flow per engine) over the engines;
+    # unrecorded, the model's weights.
+    weights = float(spec.weight_bytes) if spec is not None else 0.0
+    engines = max(rollout.count // max(rollout.tp, 1), 1) if rollout else 1
+    ranks = max(trainer.count if trainer else cluster.train_gpus, 1)  # recorded collective bytes sum over ranks
     links = samples.select("step", "trajectory", "turn").with_row_index("rid").sort("step", "trajectory", "turn")
     links = links.with_columns(pl.col("rid").shift(-1).over("step", "trajectory").fill_null(-1).alias("next_turn"))
     links = links.sort("rid")
@@ -188,7 +202,10 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     job = Job(id=0, name="job0", first=first, generation=generation, train_s=train, forward_s=forward,
               optimizer_s=optim, sync_s=sync, reward_s=reward, other_s=other,
               engine=None if engine.null_count() else engine.to_list(),
-              engines=rollout.count // max(rollout.tp, 1) if rollout else 1, heads=heads)
+              engines=rollout.count // max(rollout.tp, 1) if rollout else 1, heads=heads,
+              sync_bytes=[float(b) / engines or weights for b in steps["sync_bytes"].to_list()],
+              collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
+              sync_tensors=spec.tensors if spec is not None else 1)
     frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
         pl.lit(0).alias("job"), links["next_turn"].cast(pl.Int64))
     return Prepared(frame, [job], cluster, notes)
@@ -198,17 +215,26 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
            *, progress: Callable[[int], None] | None = None, keep_log: bool = False) -> RunResult:
     """Run ``scheduler`` over the prepared jobs; returns the metrics, the timeline and the resolved config."""
     policy, policy_config = create(scheduler, settings)
+    jobs, routed = prepared.jobs, None
+    if config.network.topology:  # the network sets sync and collective times: on copies, the input stays as it is
+        jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s)) for j in prepared.jobs]
+        c = prepared.cluster
+        routed = route(jobs, c.gen_gpus, c.train_gpus, config.network)
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
                         f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy(),
                         *((f["next_turn"].to_numpy(), f["env_s"].to_numpy()) if "next_turn" in f.columns else ()))
-    sim = Simulator(requests, prepared.jobs, prepared.cluster, keep_log=keep_log, fast_path=config.fast_path)
+    sim = Simulator(requests, jobs, prepared.cluster, keep_log=keep_log, fast_path=config.fast_path)
     started = time.perf_counter()
     sim.run(policy, progress)
     wall = time.perf_counter() - started
     req_frame = requests.to_frame()
     timeline = timeline_frame(sim, req_frame)
     metrics = compute_metrics(sim, req_frame, timeline, config.metrics)
+    links = None
+    if routed is not None:
+        links = link_frame(routed, timeline)
+        metrics["network"] = network_metrics(routed, links, metrics["throughput_samples_per_s"], config.network)
     resolved = {
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
         "replay": to_dict(config),
@@ -218,11 +244,11 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
     ends = sorted(sim.step_end_s.items())
     steps = pl.DataFrame({"job": [j for (j, _), _ in ends], "step": [s for (_, s), _ in ends],
                           "end_s": [t for _, t in ends]}, schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64})
-    starts = {job.id: job.arrival_s for job in prepared.jobs}
+    starts = {job.id: job.arrival_s for job in jobs}
     steps = steps.with_columns(
         (pl.col("end_s") - pl.col("end_s").shift(1).over("job").fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
         .alias("step_time_s"))
-    return RunResult(scheduler, metrics, timeline, req_frame, resolved, sim.events, wall, steps, sim.queue.log)
+    return RunResult(scheduler, metrics, timeline, req_frame, resolved, sim.events, wall, steps, sim.queue.log, links)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -42,7 +42,7 @@ def _area_at(times: np.ndarray, value: np.ndarray, area: np.ndarray, t: np.ndarr
     return area[i] + value[i] * (t - times[i])
 
 
-def _mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, base: float = 1.0,
+def mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, base: float = 1.0,
                   slope: float = 0.0) -> np.ndarray:
     """For each request [start, end) on its engine, the mean number of requests running on that engine,
     averaged over its decode iterations: the integral of B / tau(B) over the integral of 1 / tau(B), with
@@ -107,12 +107,12 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, Tr
     sched = (r["scheduled_ns"].fill_null(r["arrival_ns"]) - t0).to_numpy() / 1e9
     tokens = r["output_tokens"].to_numpy() - 1
     per_token = (finish - first) / tokens
-    batch = _mean_running(engine, first, finish)
+    batch = mean_running(engine, first, finish)
     base, slope = _batch_slope(batch, per_token, tokens)
     for _ in range(3):  # a request's time per token averages tau over its iterations, not over time: refit
         if slope <= 0:
             break
-        batch = _mean_running(engine, first, finish, base, slope)
+        batch = mean_running(engine, first, finish, base, slope)
         base, slope = _batch_slope(batch, per_token, tokens)
     predicted = base + slope * batch
     error = float(np.median(np.abs(predicted - per_token) / per_token))

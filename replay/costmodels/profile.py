@@ -26,7 +26,7 @@ PROFILE_COLUMNS = {"gpu": pl.String, "tp": pl.Int32, "regime": pl.String, "effic
 ATTENTION_MIN_S = 20e-6  # below this the decode-attention kernels sit at their launch floor, not HBM
 
 
-def _fit(frame: pl.DataFrame, source: str, gpu: str) -> pl.DataFrame:
+def fit_rows(frame: pl.DataFrame, source: str, gpu: str) -> pl.DataFrame:
     """``frame`` has tp, regime, bound_s (roofline at 100%) and measured_s; one profile row per (tp, regime)."""
     achieved = frame.with_columns((pl.col("bound_s") / pl.col("measured_s")).alias("eff"))
     per = achieved.group_by("tp", "regime").agg(pl.col("eff").median().alias("efficiency"), pl.len().alias("kernels"))
@@ -84,13 +84,13 @@ def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
     parts = []
     vidur = root / "vidur_llama-2-7b_mlp.csv"
     if vidur.exists():
-        parts.append(_fit(_vidur(vidur, get_model("Llama-2-7B"), spec), "vidur_llama-2-7b_mlp.csv", spec.name))
+        parts.append(fit_rows(_vidur(vidur, get_model("Llama-2-7B"), spec), "vidur_llama-2-7b_mlp.csv", spec.name))
     gemm = root / "aic_gemm_perf.parquet"
     if gemm.exists():
-        parts.append(_fit(_aic_gemm(gemm, spec), "aic_gemm_perf.parquet (bf16)", spec.name))
+        parts.append(fit_rows(_aic_gemm(gemm, spec), "aic_gemm_perf.parquet (bf16)", spec.name))
     attention = root / "aic_generation_attention_perf.parquet"
     if attention.exists():
-        parts.append(_fit(_aic_attention(attention, spec), "aic_generation_attention_perf.parquet (bf16 KV)", spec.name))
+        parts.append(fit_rows(_aic_attention(attention, spec), "aic_generation_attention_perf.parquet (bf16 KV)", spec.name))
     if not parts:
         raise ConfigError(f"{root}: no kernel tables found (vidur_llama-2-7b_mlp.csv, aic_gemm_perf.parquet, "
                           "aic_generation_attention_perf.parquet)")
@@ -104,6 +104,18 @@ class Factors:
     compute_efficiency: float
     memory_efficiency: float
     attention_efficiency: float | None
+
+
+def device_from_profile(profile: pl.DataFrame, name: str) -> GPUSpec | None:
+    """The peaks a profile measured for a device the catalog lacks (``rltrace calibrate --device cpu``)."""
+    if "peak_flops" not in profile.columns:
+        return None
+    rows = profile.filter(pl.col("gpu").str.to_lowercase() == name.lower(), pl.col("peak_flops").is_not_null())
+    if not rows.height:
+        return None
+    return GPUSpec(name=name, bf16_tflops=float(rows["peak_flops"][0]) / 1e12,
+                   hbm_gbps=float(rows["peak_bytes_per_s"][0]) / 1e9, memory_gb=1.0, nvlink_gbps=1.0,
+                   source="peaks measured by rltrace calibrate --device")
 
 
 def load_profile(path: str | Path) -> pl.DataFrame:

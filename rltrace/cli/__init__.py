@@ -15,9 +15,11 @@ from typer._click import exceptions as click_exc
 
 from rltrace.cli.calibrate_cmd import calibrate
 from rltrace.cli.estimate_cmd import estimate
+from rltrace.cli.fabric_cmd import fabric
 from rltrace.cli.inspect_cmd import inspect
 from rltrace.cli.record_cmd import record
 from rltrace.cli.replay_cmd import replay
+from rltrace.cli.replay_comms_cmd import replay_comms
 from rltrace.cli.schema_cmd import schema
 from rltrace.cli.synth_cmd import synth
 from rltrace.errors import RltraceError
@@ -34,7 +36,9 @@ app.command("synth")(synth)
 app.command("schema")(schema)
 app.command("estimate")(estimate)
 app.command("replay")(replay)
+app.command("replay-comms")(replay_comms)
 app.command("calibrate")(calibrate)
+app.add_typer(fabric, name="fabric")
 # Everything after the command's first word belongs to the recorded command, never to rltrace.
 app.command("record", context_settings={"allow_interspersed_args": False})(record)
 

@@ -1,4 +1,5 @@
-"""``rltrace calibrate``: fit the cost model's efficiency factors to measured kernel tables."""
+"""``rltrace calibrate``: fit the cost model's efficiency factors to measured kernels (public tables, or this
+machine's own kernels with ``--device``)."""
 
 from __future__ import annotations
 
@@ -10,29 +11,50 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rltrace.catalog import get_model
+from rltrace.errors import ConfigError
 from rltrace.replay.costmodels.profile import fit_kernel_tables
 
 
 def calibrate(
-    tables: Annotated[Path, typer.Option(help="Folder of kernel tables (e.g. ../shared/data/kernels/h100).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile to write (Parquet).")],
-    gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
+    tables: Annotated[Path | None, typer.Option(help="Folder of kernel tables (e.g. ../shared/data/kernels/h100).")] = None,
+    device: Annotated[str | None, typer.Option(help="Measure the model's kernels here instead: cpu or cuda (needs torch).")] = None,
+    model: Annotated[str, typer.Option(help="With --device: catalog model or config.json whose kernels to measure.")] = "Qwen2.5-7B",
+    gpu: Annotated[str, typer.Option(help="With --tables: GPU kind the tables were measured on.")] = "H100",
+    kernels_out: Annotated[Path | None, typer.Option(help="With --device: also write every measured kernel (Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile rows as JSON.")] = False,
 ) -> None:
     """Fit efficiency factors per TP and regime to measured kernels and write a profile.
 
-    `--profile PROFILE` on `rltrace estimate` and `--set cost.profile=PROFILE` on `rltrace replay` load it.
-    Example:
+    `--profile PROFILE` on `rltrace estimate` and `--set cost.profile=PROFILE` on `rltrace replay` load it. A profile
+    measured with `--device cpu` also carries this CPU's measured peaks, so replays can model a `cpu` device. Example:
 
         rltrace calibrate --tables ../shared/data/kernels/h100 -o h100_profile.parquet
+        rltrace calibrate --device cpu --model my_model/config.json -o cpu_profile.parquet
     """
-    profile = fit_kernel_tables(tables, gpu)
+    if (tables is None) == (device is None):
+        raise ConfigError("give --tables DIR (public kernel tables) or --device cpu|cuda (measure here), one of them")
+    if device is not None:
+        if device not in ("cpu", "cuda"):
+            raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
+        # torch is an optional extra: only this path imports it
+        from rltrace.replay.execute.calibrate_device import calibrate_device
+
+        with Console(stderr=True).status(f"measuring {model}'s kernels on {device}"):
+            profile, kernels = calibrate_device(get_model(model), device)
+        if kernels_out is not None:
+            kernels.write_parquet(kernels_out)
+        name = profile["gpu"][0]
+    else:
+        assert tables is not None
+        profile, name = fit_kernel_tables(tables, gpu), gpu
     output.parent.mkdir(parents=True, exist_ok=True)
     profile.write_parquet(output)
     if as_json:
         print(json.dumps(profile.to_dicts(), indent=2))
         return
-    table = Table(title=f"Efficiency profile ({gpu}) -> {output}", title_justify="left")
+    table = Table(title=f"Efficiency profile ({name}) -> {output}", title_justify="left")
     for col in ("source", "tp", "regime", "efficiency", "kernels", "median error"):
         table.add_column(col, justify="left" if col in ("source", "regime") else "right")
     for row in profile.iter_rows(named=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +18,7 @@ from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.config import apply_sets, build, to_dict
 from rltrace.errors import ConfigError
 from rltrace.replay.jobs import load_jobs, prepare_jobs
-from rltrace.replay.run import ReplayConfig, RunResult, Shape, from_bundle
+from rltrace.replay.run import ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
 
@@ -51,11 +52,20 @@ def replay(
     max_new_tokens: Annotated[int | None, typer.Option(help="Cap on output tokens.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for resampling.")] = 0,
     set_: Annotated[list[str] | None, typer.Option("--set", help="key=value: cost.*, metrics.*, prices.GPU, SCHEDULER.*")] = None,
+    topology: Annotated[str | None, typer.Option(help="Route weight syncs and training collectives through a "
+                                                 "topology, e.g. fat-tree:k=16,gpu=H800 (docs/fabrics.md).")] = None,
+    sync_strategy: Annotated[str | None, typer.Option(help="Weight-sync strategy on the topology: per_tensor, "
+                                                      "bucketed, tree, two_stage.")] = None,
+    execute: Annotated[bool, typer.Option("--execute", help="Also run the replayed work as real torch kernels and "
+                                          "collectives here, measured beside the model (needs torch).")] = False,
+    device: Annotated[str, typer.Option(help="With --execute: cpu or cuda.")] = "cpu",
+    ranks: Annotated[int, typer.Option(help="With --execute: local processes for collectives and weight syncs.")] = 2,
+    layers: Annotated[int, typer.Option(help="With --execute: layers executed (times scale to the model's).")] = 2,
     jobs: Annotated[Path | None, typer.Option(help="Job list (TOML [[jobs]]: bundle, arrival_s, slo, ...) for rollmux.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for one run folder per scheduler.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {scheduler: metrics} as JSON on stdout.")] = False,
 ) -> None:
-    """Replay a bundle under other schedulers, pool splits, GPU kinds or batch shapes.
+    """Replay a bundle under other schedulers, pool splits, GPU kinds, batch shapes or network fabrics.
 
     Writes OUT/<scheduler>/{metrics.json, timeline.parquet, requests.parquet, config.json} with -o, and prints
     a comparison table (or JSON). Example:
@@ -67,7 +77,10 @@ def replay(
         raise ConfigError(f"--scheduler needs at least one name (known: {', '.join(names())})")
     for name in chosen:
         lookup(name)
-    config, per_scheduler, prices = _settings(chosen, set_ or [])
+    sets = list(set_ or [])
+    sets += [f'network.topology="{topology}"'] if topology else []
+    sets += [f'network.sync_strategy="{sync_strategy}"'] if sync_strategy else []
+    config, per_scheduler, prices = _settings(chosen, sets)
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gpu=gpu, tp=tp, max_seqs=max_seqs, model=model,
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
                   seed=seed)
@@ -80,6 +93,7 @@ def replay(
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
     else:
         prepared = from_bundle(open_bundle(resolve_bundle(bundle)), shape, config.cost, prices)
+    prepared_model = open_bundle(resolve_bundle(bundle)).manifest.model if jobs is None else None
     total = prepared.requests_frame.height
     results: dict[str, RunResult] = {}
     err = Console(stderr=True)
@@ -90,13 +104,45 @@ def replay(
             results[name] = run_replay(prepared, name, config, per_scheduler[name],
                                        progress=lambda n, t=task: bar.update(t, completed=n))
             bar.update(task, completed=total * 1.05)
+    executions = {}
+    if execute:
+        if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
+            raise ConfigError("--execute needs --device cpu|cuda, --ranks >= 1 and --layers >= 1")
+        # torch is an optional extra: only --execute imports it
+        from rltrace.replay.execute.run import execute as run_execute
+
+        spec = model_spec(prepared_model, model)
+        if spec is None:
+            raise ConfigError("--execute needs the model's shapes: the bundle records no model (give --model)")
+        source = None if jobs is not None else open_bundle(resolve_bundle(bundle))
+        for name, result in results.items():
+            with err.status(f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)"):
+                executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks, layers=layers)
+            result.metrics["execution"] = executions[name].summary()
     if output is not None:
         for name, result in results.items():
             result.write(output / name)
+            if name in executions:
+                executions[name].frame.write_parquet(output / name / "execution.parquet")
     if as_json:
         print(json.dumps({name: r.metrics for name, r in results.items()}, indent=2))
         return
     _print_table(results, prepared.notes, output)
+    for name, ex in executions.items():
+        _print_execution(name, ex.summary())
+
+
+def _print_execution(name: str, summary: dict[str, Any]) -> None:
+    table = Table(title=f"Executed vs modelled ({name}; {summary['device']}, {summary['ranks']} ranks, kernel times "
+                        f"x{summary['layer_scale']:g} for the model's depth)", title_justify="left")
+    for col in ("phase", "modelled s", "measured s", "measured / modelled"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for phase, t in summary["phases"].items():
+        modelled = t["modelled_s"]
+        known = not math.isnan(modelled) and modelled > 0  # the "kernels" rows list kernel kinds alone (NaN modelled)
+        table.add_row(phase, f"{modelled:.4g}" if known else "-", f"{t['measured_s']:.4g}",
+                      f"{t['measured_s'] / modelled:.2f}" if known else "-")
+    Console(highlight=False, width=120).print(table)
 
 
 def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None) -> None:
@@ -117,6 +163,13 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
             str(m["staleness"]["max"]), f"{m['usd_per_1k_samples']:.3f}", f"{r.wall_s:.2f}",
         )
     console.print(table)
+    for name, r in results.items():
+        net = r.metrics.get("network")
+        if net:
+            console.print(f"network ({name}): {net['topology']}, {net['sync_strategy']} weight sync "
+                          f"{net['weight_sync_s']:.3f} s, training collectives {net['collective_s']:.3f} s per step, "
+                          f"busiest link {net['max_link_utilization']:.0%}, fabric ${net['fabric']['capex_usd']:,.0f}",
+                          markup=False)
     for note in notes:
         console.print(f"note: {note}", markup=False)
     if output is not None:

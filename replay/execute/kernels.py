@@ -1,0 +1,138 @@
+"""A model's real kernels at replayed shapes: decode and prefill iterations, and training steps.
+
+One transformer layer of the model's own shapes (QKV, output, gate/up and down projections; attention with
+its KV heads) runs ``layers`` times per measurement; times are per kernel kind and scaled to the model's
+full depth by ``model.layers / layers`` (the scale factor is reported). Decode attends one query per
+sequence to a KV cache of the sequence's context; prefill runs causal attention per prompt; a training step
+is forward and backward of the layers (autograd), over at most ``max_tokens`` tokens at once and scaled
+linearly in tokens beyond that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from rltrace.replay.execute.timer import measure
+
+from rltrace.catalog import ModelSpec
+from rltrace.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """Seconds for the whole model (scaled to its depth), per kernel kind."""
+
+    gemm_s: float
+    attention_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.gemm_s + self.attention_s
+
+
+class ModelKernels:
+    """Weights of ``layers`` layers of ``model`` on ``device``; timing of its kernels at given shapes."""
+
+    def __init__(self, model: ModelSpec, device: str = "cpu", layers: int = 1, max_tokens: int | None = None):
+        self.model, self.device, self.layers = model, device, max(1, min(layers, model.layers))
+        self.dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        self.max_tokens = max_tokens or (8192 if device.startswith("cuda") else 512)
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"--device cuda: no CUDA device here (torch {torch.__version__})")
+        m, kw = model, {"device": device, "dtype": self.dtype}
+        self.hd = m.head_dim or m.hidden // m.heads
+        self.w_qkv = torch.randn(m.hidden, (m.heads + 2 * m.kv_heads) * self.hd, **kw) * 0.02
+        self.w_o = torch.randn(m.heads * self.hd, m.hidden, **kw) * 0.02
+        self.w_gu = torch.randn(m.hidden, 2 * m.intermediate, **kw) * 0.02
+        self.w_d = torch.randn(m.intermediate, m.hidden, **kw) * 0.02
+
+    @property
+    def scale(self) -> float:
+        """Measured layers -> the model's layers."""
+        return self.model.layers / self.layers
+
+    def _mlp_and_projections(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.layers):
+            x @ self.w_qkv
+            h = torch.empty(x.shape[0], self.model.heads * self.hd, device=self.device, dtype=self.dtype)
+            x = h @ self.w_o
+            gu = x @ self.w_gu
+            x = F.silu(gu[:, : self.model.intermediate]) * gu[:, self.model.intermediate:] @ self.w_d
+        return x
+
+    def decode(self, batch: int, context: int) -> Timed:
+        """One decode iteration of ``batch`` sequences, each attending to ``context`` cached tokens."""
+        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
+        x = torch.randn(batch, m.hidden, **kw)
+        q = torch.randn(batch, m.heads, 1, self.hd, **kw)
+        k = torch.randn(batch, m.kv_heads, max(context, 1), self.hd, **kw)
+        v = torch.randn_like(k)
+        gqa = m.heads != m.kv_heads
+
+        def attention() -> None:
+            for _ in range(self.layers):
+                F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+
+        gemm = measure(lambda: self._mlp_and_projections(x), self.device)
+        att = measure(attention, self.device)
+        return Timed(gemm * self.scale, att * self.scale)
+
+    def attention_only(self, batch: int, context: int) -> float:
+        """Seconds of one layer's decode attention alone (calibration grids)."""
+        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
+        q = torch.randn(batch, m.heads, 1, self.hd, **kw)
+        k = torch.randn(batch, m.kv_heads, max(context, 1), self.hd, **kw)
+        v = torch.randn_like(k)
+        return measure(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=m.heads != m.kv_heads), self.device)
+
+    def prefill(self, tokens: int, prompts: int = 1) -> Timed:
+        """One prefill of ``prompts`` prompts holding ``tokens`` tokens together (causal attention each)."""
+        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
+        chunk = min(tokens, self.max_tokens)
+        per = max(1, chunk // max(prompts, 1))
+        x = torch.randn(chunk, m.hidden, **kw)
+        q = torch.randn(max(1, chunk // per), m.heads, per, self.hd, **kw)
+        k = torch.randn(q.shape[0], m.kv_heads, per, self.hd, **kw)
+        gqa = m.heads != m.kv_heads
+
+        def attention() -> None:
+            for _ in range(self.layers):
+                F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=gqa)
+
+        factor = self.scale * tokens / chunk
+        return Timed(measure(lambda: self._mlp_and_projections(x), self.device) * factor,
+                     measure(attention, self.device) * factor)
+
+    def train(self, tokens: int, sequence: int = 1024) -> Timed:
+        """Forward and backward of a training step over ``tokens`` tokens in sequences of ``sequence``."""
+        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
+        chunk = min(tokens, self.max_tokens)
+        seq = max(1, min(sequence, chunk))
+        weights = [w.detach().clone().requires_grad_(True) for w in (self.w_qkv, self.w_o, self.w_gu, self.w_d)]
+        x0 = torch.randn(chunk // seq * seq or seq, m.hidden, **kw)
+        gqa = m.heads != m.kv_heads
+
+        def step(attend: bool) -> None:
+            x = x0
+            w_qkv, w_o, w_gu, w_d = weights
+            for _ in range(self.layers):
+                qkv = x @ w_qkv
+                if attend:
+                    q = qkv[:, : m.heads * self.hd].reshape(-1, seq, m.heads, self.hd).transpose(1, 2)
+                    kv = qkv[:, m.heads * self.hd:].reshape(-1, seq, 2 * m.kv_heads, self.hd).transpose(1, 2)
+                    a = F.scaled_dot_product_attention(q, kv[:, : m.kv_heads], kv[:, m.kv_heads:], is_causal=True,
+                                                       enable_gqa=gqa)
+                    h = a.transpose(1, 2).reshape(x.shape[0], m.heads * self.hd)
+                else:
+                    h = qkv[:, : m.heads * self.hd]
+                x = h @ w_o
+                gu = x @ w_gu
+                x = (F.silu(gu[:, : m.intermediate]) * gu[:, m.intermediate:]) @ w_d
+            x.float().sum().backward()
+
+        factor = self.scale * tokens / x0.shape[0]
+        total = measure(lambda: step(True), self.device, warmup=1, repeat=3)
+        gemm = measure(lambda: step(False), self.device, warmup=1, repeat=3)
+        return Timed(gemm * factor, max(total - gemm, 0.0) * factor)

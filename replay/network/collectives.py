@@ -1,0 +1,162 @@
+"""Collectives as flows on a topology: ring, double binary tree and hierarchical algorithms.
+
+Each algorithm is a sequence of phases; a phase is a set of concurrent flows (a pipelined ring or tree in
+steady state: every link carries its share at once) plus a latency term: NCCL's base latency once, and one
+hop latency per algorithm step (the slowest link kind on any flow's path). Bus bandwidth follows
+nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for
+all-gather, reduce-scatter and all-to-all, 1 for broadcast.
+
+Sizes: ``size`` is what nccl-tests calls the message size: all-reduce and broadcast the buffer, all-gather
+the output, reduce-scatter the input, all-to-all each rank's send buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from rltrace.replay.network.flows import run_flows
+from rltrace.replay.topologies.base import Topology
+
+from rltrace.errors import ConfigError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
+BASE_LATENCY_S = 3.6e-6  # NCCL's base latency, Ring/LL (NVIDIA/nccl src/graph/tuning.cc, baseLat)
+TREE_BELOW_BYTES = 1 << 20  # NCCL prefers its tree (latency log n) for small multi-node all-reduces
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    steps: int
+    """algorithm steps (each pays one hop latency)"""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveTime:
+    seconds: float
+    algorithm: str
+    busbw_gbps: float
+    """nccl-tests bus bandwidth, GB/s"""
+    link_bytes: np.ndarray
+    reconfig_s: float = 0.0
+
+    def to_json(self) -> dict[str, float | str]:
+        return {"seconds": self.seconds, "busbw_gbps": self.busbw_gbps, "algorithm": self.algorithm,
+                "reconfig_s": self.reconfig_s}
+
+
+def _ring(ranks: np.ndarray, nbytes: float, steps: int) -> Phase:
+    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps)
+
+
+def tree_edges(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent -> child edges of NCCL's double binary tree: two binary trees over the ranks, the second the
+    first's mirror, so every rank is a leaf in one of them."""
+    n = len(ranks)
+    parents, children = [], []
+    for order in (np.arange(n), np.arange(n)[::-1]):
+        child = np.arange(1, n)
+        parents.append(ranks[order[(child - 1) // 2]])
+        children.append(ranks[order[child]])
+    return np.concatenate(parents), np.concatenate(children)
+
+
+def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int) -> list[Phase]:
+    """The flow phases of one collective."""
+    n = len(ranks)
+    if op == "all_reduce" and algorithm == "tree":
+        up, down = tree_edges(ranks)  # each tree carries half the buffer, reduce up and broadcast down at once
+        depth = max(1, math.ceil(math.log2(n)))
+        return [Phase(np.concatenate([down, up]), np.concatenate([up, down]), np.full(2 * len(up), size / 2), 2 * depth)]
+    if op == "all_reduce" and algorithm == "hierarchical":
+        nodes = ranks // gpus_per_node
+        local = [ranks[nodes == v] for v in np.unique(nodes)]
+        g = min(len(x) for x in local)
+        if g < 2 or len(local) < 2 or any(len(x) != g for x in local):
+            return phases(op, ranks, size, "ring", gpus_per_node)
+        intra = [_ring(x, (g - 1) / g * size, g - 1) for x in local]  # reduce-scatter inside each node
+        inter = [_ring(np.array([x[i] for x in local]), 2 * (len(local) - 1) / len(local) * size / g, 2 * (len(local) - 1))
+                 for i in range(g)]  # g rings across nodes, one per local rank, on a 1/g shard each
+        merged = [_merge(intra), _merge(inter), _merge(intra)]  # ... then all-gather inside each node
+        return merged
+    if op == "all_reduce":
+        return [_ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1))]
+    if op in ("all_gather", "reduce_scatter"):
+        return [_ring(ranks, (n - 1) / n * size, n - 1)]
+    if op == "broadcast":  # pipelined along a chain from the first rank
+        return [Phase(ranks[:-1], ranks[1:], np.full(n - 1, size), n - 1)]
+    if op == "all_to_all":
+        src, dst = np.repeat(ranks, n), np.tile(ranks, n)
+        keep = src != dst
+        return [Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1)]
+    raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
+
+
+def _merge(parts: list[Phase]) -> Phase:
+    return Phase(np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
+                 np.concatenate([p.nbytes for p in parts]), max(p.steps for p in parts))
+
+
+def choose(op: str, ranks: np.ndarray, size: float, gpus_per_node: int) -> str:
+    """NCCL-like default: one node -> ring; across nodes, all-reduce by tree when small, else hierarchical."""
+    if op != "all_reduce" or len(np.unique(ranks // gpus_per_node)) == 1:
+        return "ring"
+    return "tree" if size < TREE_BELOW_BYTES else "hierarchical"
+
+
+def run_phases(topo: Topology, parts: list[Phase], key: int = 0) -> tuple[float, np.ndarray, float]:
+    """Seconds, bytes per link and reconfiguration seconds of phases run one after another."""
+    links = topo.links()
+    total, reconfig = 0.0, 0.0
+    carried = np.zeros(len(links))
+    configure = getattr(topo, "configure", None)
+    for i, p in enumerate(parts):
+        if len(p.src) == 0:
+            continue
+        if configure is not None:
+            delay = configure(p.src, p.dst, p.nbytes)
+            reconfig += delay
+            total += delay
+            links = topo.links()
+        keys = np.full(len(p.src), key + i, dtype=np.int64) + np.arange(len(p.src))
+        indptr, ids = topo.paths(p.src, p.dst, keys)
+        run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes)
+        total += run.makespan_s + p.steps * _slowest_hop(links.latency_s, indptr, ids)
+        carried += run.link_bytes
+    return total, carried, reconfig
+
+
+def _slowest_hop(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray) -> float:
+    return float(np.max(np.maximum.reduceat(latency_s[ids], indptr[:-1]))) if len(ids) else 0.0
+
+
+def phase_latency(topo: Topology, phase: Phase) -> float:
+    """The latency part of a phase alone: its steps times the slowest hop any of its flows takes."""
+    indptr, ids = topo.paths(phase.src, phase.dst, np.arange(len(phase.src), dtype=np.int64))
+    return phase.steps * _slowest_hop(topo.links().latency_s, indptr, ids)
+
+
+def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto") -> CollectiveTime:
+    """Time of one collective of ``size`` bytes over ``ranks`` (a count: GPUs 0..n-1, or GPU ids)."""
+    ranks = np.arange(ranks) if isinstance(ranks, (int, np.integer)) else np.asarray(ranks, dtype=np.int64)
+    n = len(ranks)
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+    if n < 1 or size < 0:
+        raise ConfigError("a collective needs at least one rank and a size >= 0")
+    if ranks.max() >= topo.gpus or ranks.min() < 0 or len(np.unique(ranks)) != n:
+        raise ConfigError(f"ranks must be distinct GPUs of the topology's {topo.gpus}")
+    if n == 1:
+        return CollectiveTime(0.0, "none", 0.0, np.zeros(len(topo.links())))
+    algo = choose(op, ranks, size, topo.gpus_per_node) if algorithm == "auto" else algorithm
+    seconds, carried, reconfig = run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node))
+    seconds += BASE_LATENCY_S
+    busbw = size / seconds * BUS_FACTOR[op](n) / 1e9 if seconds > 0 else 0.0
+    return CollectiveTime(seconds, algo, busbw, carried, reconfig)

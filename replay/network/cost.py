@@ -1,0 +1,47 @@
+"""Fabric capital cost: switch ports, transceivers, optical circuit switch ports, cables, interconnects.
+
+The unit prices below are rltrace's planning assumptions for 400 Gb/s parts, not quotes: no public price list
+was at hand when they were set (docs/fabrics.md says so). Override every one of them
+(``--set network.prices.transceiver_usd=650`` on replay, ``--price`` on ``rltrace fabric bench``).
+Counting: each GPU's NIC link is one switch port, two transceivers and one cable; each switch-to-switch link
+two ports, two transceivers and one cable; each optical uplink (RFabric) one electrical port, one
+transceiver, one OCS port and one cable (the OCS is passive: no transceiver on its side); a datacenter
+interconnect is priced per Gb/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rltrace.replay.topologies.base import Topology
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FabricPrices:
+    switch_port_usd: float = 1_000.0
+    transceiver_usd: float = 800.0
+    ocs_port_usd: float = 2_500.0
+    cable_usd: float = 100.0
+    dci_usd_per_gbps: float = 1_000.0
+
+
+def fabric_cost(topo: Topology, prices: FabricPrices | None = None) -> dict[str, float]:
+    """Component counts and capital cost (USD) of ``topo``'s network beyond the NVSwitch domains."""
+    p = prices or FabricPrices()
+    links = topo.links()
+    kinds = links.kind
+    nic = int((kinds == "nic").sum()) // 2  # up and down of one GPU's link
+    fabric = int((kinds == "fabric").sum()) // 2
+    ocs_pairs = int((kinds == "ocs").sum())
+    optical = 0
+    if ocs_pairs:
+        h = getattr(topo, "k", 2) // 2
+        optical = getattr(topo, "k", 0) * h * h  # every pod's optical uplinks
+    dci_gbps = float(links.capacity_Bps[kinds == "dci"].sum()) * 8 / 1e9 / 2
+    ports = nic + 2 * fabric + optical
+    transceivers = 2 * nic + 2 * fabric + optical
+    cables = nic + fabric + optical
+    usd = (ports * p.switch_port_usd + transceivers * p.transceiver_usd + optical * p.ocs_port_usd
+           + cables * p.cable_usd + dci_gbps * p.dci_usd_per_gbps)
+    return {"switch_ports": ports, "transceivers": transceivers, "ocs_ports": optical, "cables": cables,
+            "dci_gbps": dci_gbps, "capex_usd": usd}

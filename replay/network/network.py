@@ -1,0 +1,121 @@
+"""The network in a replay: weight syncs and training collectives routed through a topology.
+
+``route`` places the generation GPUs first and the training GPUs after them (so a ``cross-dc`` topology with
+``split`` = the generation nodes puts the pools in different datacenters), times each step's weight sync
+with the chosen strategy and its training collectives on the training GPUs, and writes those times into
+the jobs: the sync takes the network's time; training takes max(its compute time, the collectives' time)
+(FSDP overlaps the two, so only a network slower than compute stretches the step). ``link_frame`` turns the
+bytes each step put on each link into per-link utilisation over the replay's timeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+from rltrace.replay.job import Job
+from rltrace.replay.network.collectives import collective
+from rltrace.replay.network.cost import FabricPrices, fabric_cost
+from rltrace.replay.network.weight_sync import STRATEGIES, weight_sync
+from rltrace.replay.topologies import Topology, parse
+
+from rltrace.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NetworkConfig:
+    topology: str = ""
+    """a topology spec (``fat-tree:k=16,...``; see docs/fabrics.md); empty: no network model (weight syncs
+    take their measured time or one model copy over ``cost.sync_gbps``)"""
+    sync_strategy: str = "bucketed"
+    prices: FabricPrices = field(default_factory=FabricPrices)
+
+    def __post_init__(self) -> None:
+        if self.sync_strategy not in STRATEGIES:
+            raise ConfigError(f"network.sync_strategy must be one of {', '.join(STRATEGIES)}, got {self.sync_strategy!r}")
+
+
+@dataclass(slots=True)
+class Routed:
+    """What the network did, per (job, step): seconds and bytes per link of the sync and the collectives."""
+
+    topology: Topology
+    sync_s: dict[tuple[int, int], float]
+    collective_s: dict[tuple[int, int], float]
+    sync_bytes: dict[tuple[int, int], np.ndarray]
+    collective_bytes: dict[tuple[int, int], np.ndarray]
+    reconfig_s: float
+    cost: dict[str, float]
+
+
+def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig) -> Routed:
+    """Time every job's weight syncs and training collectives on the topology; updates the jobs' times."""
+    topo = parse(config.topology)
+    if gen_gpus + train_gpus > topo.gpus:
+        raise ConfigError(f"topology {config.topology!r} has {topo.gpus} GPUs, the replay needs "
+                          f"{gen_gpus} + {train_gpus}")
+    generators, trainers = np.arange(gen_gpus), gen_gpus + np.arange(train_gpus)
+    out = Routed(topo, {}, {}, {}, {}, 0.0, fabric_cost(topo, config.prices))
+    for job in jobs:
+        for step in range(job.steps):
+            key = (job.id, step)
+            nbytes = job.sync_bytes[step] if job.sync_bytes else 0.0
+            if nbytes > 0:
+                s = weight_sync(topo, config.sync_strategy, trainers, generators, nbytes, tensors=job.sync_tensors)
+                out.sync_s[key], out.sync_bytes[key] = s.seconds, s.link_bytes
+                out.reconfig_s += s.reconfig_s
+                job.sync_s[step] = s.seconds
+            volume = job.collective_bytes[step] if job.collective_bytes else 0.0
+            if volume > 0 and train_gpus > 1:
+                # the step's per-rank collective volume, timed as one ring all-gather over the training GPUs
+                n = train_gpus
+                c = collective(topo, "all_gather", trainers, volume * n / (n - 1), algorithm="ring")
+                out.collective_s[key], out.collective_bytes[key] = c.seconds, c.link_bytes
+                out.reconfig_s += c.reconfig_s
+                job.train_s[step] = max(job.train_s[step], c.seconds)
+    return out
+
+
+def link_frame(routed: Routed, timeline: pl.DataFrame) -> pl.DataFrame:
+    """Per link and busy interval: bytes and utilisation (bytes / (capacity x duration)) of the weight syncs
+    (during the "weight_sync" spans) and training collectives (during the "train" spans)."""
+    links = routed.topology.links()
+    rows: dict[str, list] = {"link": [], "kind": [], "what": [], "step": [], "start_s": [], "end_s": [], "bytes": []}
+    spans = timeline.filter(pl.col("kind").is_in(["weight_sync", "train"])).group_by("kind", "step").agg(
+        pl.col("start_s").min(), pl.col("end_s").max())
+    for kind, step, start, end in spans.iter_rows():
+        table = routed.sync_bytes if kind == "weight_sync" else routed.collective_bytes
+        carried = table.get((0, step))
+        if carried is None:
+            continue
+        used = np.flatnonzero(carried > 0)
+        rows["link"] += [links.names[i] for i in used]
+        rows["kind"] += links.kind[used].tolist()
+        rows["what"] += [kind] * len(used)
+        rows["step"] += [step] * len(used)
+        rows["start_s"] += [start] * len(used)
+        rows["end_s"] += [end] * len(used)
+        rows["bytes"] += carried[used].tolist()
+    frame = pl.DataFrame(rows, schema={"link": pl.String, "kind": pl.String, "what": pl.String, "step": pl.Int32,
+                                       "start_s": pl.Float64, "end_s": pl.Float64, "bytes": pl.Float64})
+    capacity = dict(zip(links.names, links.capacity_Bps.tolist()))
+    return frame.with_columns(
+        (pl.col("bytes") / (pl.col("link").replace_strict(capacity, return_dtype=pl.Float64)
+                            * (pl.col("end_s") - pl.col("start_s")).clip(lower_bound=1e-12))).clip(upper_bound=1.0)
+        .alias("utilization"))
+
+
+def metrics(routed: Routed, links: pl.DataFrame, throughput: float, config: NetworkConfig) -> dict[str, object]:
+    """The run's network figures (metrics.json key "network")."""
+    capex = routed.cost["capex_usd"]
+    return {
+        "topology": config.topology,
+        "sync_strategy": config.sync_strategy,
+        "weight_sync_s": float(np.mean(list(routed.sync_s.values()))) if routed.sync_s else 0.0,
+        "collective_s": float(np.mean(list(routed.collective_s.values()))) if routed.collective_s else 0.0,
+        "reconfig_s": routed.reconfig_s,
+        "max_link_utilization": float(links["utilization"].max()) if links.height else 0.0,
+        "fabric": routed.cost,
+        "samples_per_s_per_fabric_musd": throughput / (capex / 1e6) if capex > 0 else None,
+    }

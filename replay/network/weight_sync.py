@@ -1,0 +1,62 @@
+"""Weight-sync strategies as flows, from the trainer GPUs to the generation GPUs.
+
+- ``per_tensor`` (OpenRLHF): trainer rank 0 broadcasts every tensor on its own to all generation GPUs; each
+  broadcast pays its latency, the bytes pipeline along a chain.
+- ``bucketed``: the same, with tensors packed into ``bucket_bytes`` buckets (fewer, larger broadcasts).
+- ``tree`` (StreamRL): one pipelined binary-tree broadcast from trainer rank 0 over the generation GPUs.
+- ``two_stage`` (RollMux): trainer rank i sends its 1/n shard to one generation GPU (so exactly one model copy
+  crosses the link between the pools, spread over n senders), then the generation GPUs all-gather it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from rltrace.replay.network.collectives import BASE_LATENCY_S, Phase, phase_latency, run_phases, tree_edges
+from rltrace.replay.topologies.base import Topology
+
+from rltrace.errors import ConfigError
+
+STRATEGIES = ("per_tensor", "bucketed", "tree", "two_stage")
+BUCKET_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class SyncTime:
+    seconds: float
+    strategy: str
+    link_bytes: np.ndarray
+    reconfig_s: float
+
+
+def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators: np.ndarray, nbytes: float,
+                tensors: int = 1, bucket_bytes: int = BUCKET_BYTES) -> SyncTime:
+    """Seconds to move ``nbytes`` of weights (``tensors`` tensors) from ``trainers`` to every generator GPU."""
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown weight-sync strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+    if not len(trainers) or not len(generators) or nbytes < 0:
+        raise ConfigError("a weight sync needs trainer and generator GPUs and bytes >= 0")
+    root = trainers[:1]
+    chain = np.concatenate([root, generators])
+    if strategy in ("per_tensor", "bucketed"):
+        count = max(tensors, 1) if strategy == "per_tensor" else max(1, math.ceil(nbytes / bucket_bytes))
+        # The bytes pipeline the same however they are cut; every broadcast after the first adds its latency.
+        chain_phase = Phase(chain[:-1], chain[1:], np.full(len(chain) - 1, float(nbytes)), len(chain) - 1)
+        seconds, carried, reconfig = run_phases(topo, [chain_phase])
+        seconds += count * BASE_LATENCY_S + (count - 1) * phase_latency(topo, chain_phase)
+        return SyncTime(seconds, strategy, carried, reconfig)
+    if strategy == "tree":
+        parent, child = tree_edges(chain)
+        half = len(parent) // 2  # one binary tree (the first of the double tree) rooted at trainer rank 0
+        parts = [Phase(parent[:half], child[:half], np.full(half, float(nbytes)), max(1, math.ceil(math.log2(len(chain)))))]
+        seconds, carried, reconfig = run_phases(topo, parts)
+        return SyncTime(seconds + BASE_LATENCY_S, strategy, carried, reconfig)
+    n = len(trainers)
+    senders, receivers = trainers, generators[np.arange(n) % len(generators)]
+    scatter = Phase(senders, receivers, np.full(n, nbytes / n), 1)
+    g = len(generators)
+    gather = Phase(generators, np.roll(generators, -1), np.full(g, (g - 1) / g * nbytes), g - 1)
+    seconds, carried, reconfig = run_phases(topo, [scatter, gather] if g > 1 else [scatter])
+    return SyncTime(seconds + 2 * BASE_LATENCY_S, strategy, carried, reconfig)

@@ -1,0 +1,179 @@
+"""The topology contract, a registry by name, and the pieces most topologies share.
+
+A topology is a set of directed links (capacity in bytes/s, a latency per hop) over which GPU-to-GPU flows
+are routed. Every topology puts ``gpus_per_node`` GPUs behind one NVSwitch domain (each GPU one NVLink
+uplink and downlink at half the catalog's bidirectional NVLink figure) and, when it spans nodes, one NIC per
+GPU (GPUDirect RDMA). ``paths`` routes many flows at once: arrays in, a CSR of link ids out, ECMP by a hash
+of (source, destination, flow key).
+
+Specs are ``name:key=value,...`` (``fat-tree:k=16,gpus_per_node=8,nic_gbps=400,gpu=H100``); each topology
+module declares its parameters as a kw_only/slots dataclass and registers itself with ``@register``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from rltrace.catalog import get_gpu
+from rltrace.config import build, parse_scalar
+from rltrace.errors import ConfigError
+
+# Per-hop latency. NVLink: NCCL's own tuning model (NVIDIA/nccl src/graph/tuning.cc, hwLat, NVLink, Ring/LL:
+# 0.47 us). Network hop (NIC + switch traversal): 2 us, rltrace's assumption, the order of InfiniBand NDR
+# port-to-port plus NIC latency; not fitted to any measurement.
+NVLINK_HOP_S = 0.47e-6
+NETWORK_HOP_S = 2.0e-6
+# Share of the spec-sheet link bandwidth a NCCL ring achieves. NVLink: 0.71, the median bus bandwidth of the
+# ring-algorithm points >= 64 MB on 8 H100 in aiconfigurator's NCCL sweep (all-gather, reduce-scatter, int8
+# all-reduce: 312-334 GB/s of 450), one constant held for every size and GPU count (docs/fabrics.md shows where
+# it fails). NIC: 0.9, rltrace's assumption for NCCL over InfiniBand/RoCE (no public measurement in ../shared).
+NVLINK_EFFICIENCY = 0.71
+NIC_EFFICIENCY = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Directed links: name, kind ("nvlink", "nic", "fabric", "dci", "ocs"), capacity and latency."""
+
+    names: list[str]
+    kind: np.ndarray
+    capacity_Bps: np.ndarray
+    latency_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+class Topology(Protocol):
+    """A fabric joining ``gpus`` GPUs of kind ``gpu``."""
+
+    gpus: int
+    gpu: str
+    gpus_per_node: int
+
+    def links(self) -> Links:
+        """Every directed link (the same object on every call: capacities may change between phases)."""
+        ...
+
+    def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Route flows ``src[i] -> dst[i]``: (indptr, link ids), flow i's links are ``ids[indptr[i]:indptr[i+1]]``."""
+        ...
+
+
+T = TypeVar("T")
+_REGISTRY: dict[str, type] = {}
+
+
+def register(name: str) -> Callable[[type[T]], type[T]]:
+    """Class decorator: make a topology available as ``name`` in specs. A duplicate name is an error."""
+
+    def add(cls: type[T]) -> type[T]:
+        if name in _REGISTRY:
+            raise ValueError(f"topology name {name!r} is registered twice")
+        _REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def parse(spec: str) -> Topology:
+    """Build a topology from ``name:key=value,...``; unknown names or keys and bad values are ConfigErrors."""
+    name, _, rest = spec.strip().partition(":")
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown topology {name!r} (known: {', '.join(names())})")
+    values: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, text = item.partition("=")
+        if not eq:
+            raise ConfigError(f"topology {name}: expected key=value, got {item!r}")
+        values[key.strip()] = parse_scalar(text.strip())
+    topo = build(_REGISTRY[name], values, f"topology {name}")
+    topo.links()  # check the parameters now, with one message
+    return topo
+
+
+def ecmp(src: np.ndarray, dst: np.ndarray, key: np.ndarray, ways: int, salt: int = 0) -> np.ndarray:
+    """A deterministic hash of each flow onto one of ``ways`` equal-cost choices (splitmix64's finaliser over
+    source, destination, flow key and a salt per routing decision)."""
+    with np.errstate(over="ignore"):
+        x = (src.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + dst.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+             + (key.astype(np.uint64) + np.uint64(salt) * np.uint64(0x165667B19E3779F9)) * np.uint64(0x94D049BB133111EB))
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return (x % np.uint64(ways)).astype(np.int64)
+
+
+def csr(hops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(flows x max hops) link ids with -1 for no hop -> CSR (indptr, ids), hops kept in order."""
+    used = hops >= 0
+    indptr = np.concatenate([[0], np.cumsum(used.sum(axis=1))]).astype(np.int64)
+    return indptr, hops[used]
+
+
+@dataclass(kw_only=True, slots=True)
+class NodeFabric:
+    """Nodes of ``gpus_per_node`` GPUs on NVSwitch, one NIC per GPU; topologies add their network on top.
+
+    Link ids: NVLink up of GPU g = g, NVLink down = gpus + g, NIC up = 2 gpus + g, NIC down = 3 gpus + g,
+    then the topology's own links from ``4 gpus`` on (``_net`` holds them)."""
+
+    gpu: str = "H100"
+    gpus_per_node: int = 8
+    nic_gbps: float = 400.0
+    """NIC line rate per GPU, Gb/s (400 Gb/s: ConnectX-7 NDR)"""
+    nvlink_efficiency: float = NVLINK_EFFICIENCY
+    nic_efficiency: float = NIC_EFFICIENCY
+    _links: Links | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def nic_bytes_per_s(self) -> float:
+        """What one NIC carries per direction."""
+        return self.nic_gbps / 8 * 1e9 * self.nic_efficiency
+
+    def _check(self, gpus: int) -> None:
+        if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
+            raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
+        if not (0 < self.nvlink_efficiency <= 1 and 0 < self.nic_efficiency <= 1):
+            raise ConfigError("topology: nvlink_efficiency and nic_efficiency must be in (0, 1]")
+        get_gpu(self.gpu)
+
+    def _node_links(self, gpus: int) -> tuple[list[str], list[str], list[float], list[float]]:
+        nvl = get_gpu(self.gpu).nvlink_gbps / 2 * 1e9 * self.nvlink_efficiency  # per direction
+        nic = self.nic_bytes_per_s
+        names, kinds, cap, lat = [], [], [], []
+        for label, kind, c, hop in (("nvl_up", "nvlink", nvl, NVLINK_HOP_S), ("nvl_down", "nvlink", nvl, NVLINK_HOP_S),
+                                    ("nic_up", "nic", nic, NETWORK_HOP_S), ("nic_down", "nic", nic, 0.0)):
+            names += [f"gpu{g}/{label}" for g in range(gpus)]
+            kinds += [kind] * gpus
+            cap += [c] * gpus
+            lat += [hop] * gpus
+        return names, kinds, cap, lat
+
+    def _finish(self, gpus: int, extra: list[tuple[str, str, float, float]]) -> Links:
+        names, kinds, cap, lat = self._node_links(gpus)
+        for n, k, c, lt in extra:
+            names.append(n)
+            kinds.append(k)
+            cap.append(c)
+            lat.append(lt)
+        return Links(names, np.array(kinds), np.array(cap, dtype=np.float64), np.array(lat, dtype=np.float64))
+
+    def _local(self, src: np.ndarray, dst: np.ndarray, gpus: int) -> np.ndarray:
+        """Two-hop NVLink paths (the rows where source and destination share a node)."""
+        return np.stack([src, gpus + dst], axis=1)
+
+
+def replace_capacity(links: Links, capacity: np.ndarray) -> Links:
+    return dataclasses.replace(links, capacity_Bps=capacity)

@@ -1,0 +1,73 @@
+"""``fat-tree``: a three-tier k-ary fat-tree (Al-Fares et al., SIGCOMM 2008) of NICs, nodes of NVSwitch GPUs.
+
+    fat-tree:k=16,gpus_per_node=8,nic_gbps=400,oversub=1,gpus=1024,gpu=H100
+
+k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core switches; each edge switch takes k/2 NICs, so
+the tree holds k^3/4 (``gpus`` may populate fewer). Edge uplinks carry ``1/oversub`` of the NIC bandwidth.
+Paths go up only as far as needed; ECMP picks the aggregation switch and the core switch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from rltrace.replay.topologies.base import NETWORK_HOP_S, Links, NodeFabric, csr, ecmp, register
+
+from rltrace.errors import ConfigError
+
+
+@register("fat-tree")
+@dataclass(kw_only=True, slots=True)
+class FatTree(NodeFabric):
+    k: int = 16
+    oversub: float = 1.0
+    gpus: int = 0
+    """GPUs populated (0: all k^3/4)"""
+
+    def __post_init__(self) -> None:
+        if self.k < 2 or self.k % 2:
+            raise ConfigError(f"fat-tree: k must be an even number >= 2, got {self.k}")
+        if self.gpus == 0:
+            self.gpus = self.k ** 3 // 4
+        if self.gpus > self.k ** 3 // 4:
+            raise ConfigError(f"fat-tree k={self.k} holds {self.k ** 3 // 4} NICs, not {self.gpus}")
+
+    def links(self) -> Links:
+        if self._links is None:
+            self._check(self.gpus)
+            if self.oversub < 1:
+                raise ConfigError("fat-tree: oversub must be >= 1")
+            h = self.k // 2
+            nic = self.nic_bytes_per_s
+            edges, aggs, cores = self.k * h, self.k * h, h * h
+            extra = []
+            for label, count, width, cap in (("edge{}->agg{}", edges, h, nic / self.oversub),
+                                             ("agg{1}->edge{0}", edges, h, nic / self.oversub),
+                                             ("agg{}->core-slot{}", aggs, h, nic), ("core{}->pod{}", cores, self.k, nic)):
+                extra += [(label.format(a, b), "fabric", cap, NETWORK_HOP_S) for a in range(count) for b in range(width)]
+            self._links = self._finish(self.gpus, extra)
+        return self._links
+
+    def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        g, h, n = self.gpus, self.k // 2, len(src)
+        e2a = 4 * g                      # edge e -> its pod's agg j: e2a + e * h + j
+        a2e = e2a + self.k * h * h       # agg (pod p, j) -> edge e: a2e + e * h + j
+        a2c = a2e + self.k * h * h       # agg (p, j) -> core j * h + c: a2c + (p * h + j) * h + c
+        c2p = a2c + self.k * h * h       # core -> pod p's agg: c2p + core * k + p
+        es, ed = src // h, dst // h
+        ps, pd = es // h, ed // h
+        j = ecmp(src, dst, key, h)
+        c = ecmp(src, dst, key, h, salt=1)
+        hops = np.full((n, 6), -1, dtype=np.int64)
+        hops[:, 0], hops[:, 5] = 2 * g + src, 3 * g + dst
+        up = es != ed
+        hops[up, 1] = e2a + es[up] * h + j[up]
+        hops[up, 4] = a2e + ed[up] * h + j[up]
+        core = ps != pd
+        hops[core, 2] = a2c + (ps[core] * h + j[core]) * h + c[core]
+        hops[core, 3] = c2p + (j[core] * h + c[core]) * self.k + pd[core]
+        local = src // self.gpus_per_node == dst // self.gpus_per_node
+        hops[local] = -1
+        hops[local, :2] = self._local(src[local], dst[local], g)
+        return csr(hops)

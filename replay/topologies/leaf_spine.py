@@ -1,0 +1,62 @@
+"""``leaf-spine``: nodes of NVSwitch GPUs, one NIC per GPU into a two-tier Clos network.
+
+    leaf-spine:nodes=4,gpus_per_node=8,nic_gbps=400,leaf_down=32,spines=8,oversub=1,gpu=H100
+
+A leaf takes ``leaf_down`` NICs; every leaf has one uplink to each of ``spines`` spines, together carrying
+``leaf_down x nic / oversub``. Traffic between leaves spreads over the spines by ECMP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from rltrace.replay.topologies.base import NETWORK_HOP_S, Links, NodeFabric, csr, ecmp, register
+
+from rltrace.errors import ConfigError
+
+
+@register("leaf-spine")
+@dataclass(kw_only=True, slots=True)
+class LeafSpine(NodeFabric):
+    nodes: int = 2
+    leaf_down: int = 32
+    spines: int = 8
+    oversub: float = 1.0
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def leaves(self) -> int:
+        return -(-self.gpus // self.leaf_down)
+
+    def links(self) -> Links:
+        if self._links is None:
+            self._check(self.gpus)
+            if self.leaf_down < 1 or self.spines < 1 or self.oversub < 1:
+                raise ConfigError("leaf-spine: leaf_down and spines >= 1, oversub >= 1")
+            up = self.leaf_down * self.nic_bytes_per_s / self.oversub / self.spines
+            extra = [(f"leaf{l}->spine{s}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
+            extra += [(f"spine{s}->leaf{l}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
+            self._links = self._finish(self.gpus, extra)
+        return self._links
+
+    def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        g, n = self.gpus, len(src)
+        base, pairs = 4 * g, self.leaves * self.spines
+        hops = np.full((n, 4), -1, dtype=np.int64)
+        local = src // self.gpus_per_node == dst // self.gpus_per_node
+        hops[local, :2] = self._local(src[local], dst[local], g)
+        far = ~local
+        ls, ld = src[far] // self.leaf_down, dst[far] // self.leaf_down
+        spine = ecmp(src[far], dst[far], key[far], self.spines)
+        cross = ls != ld
+        row = np.full((far.sum(), 4), -1, dtype=np.int64)
+        row[:, 0] = 2 * g + src[far]
+        row[cross, 1] = base + ls[cross] * self.spines + spine[cross]
+        row[cross, 2] = base + pairs + ld[cross] * self.spines + spine[cross]
+        row[:, 3] = 3 * g + dst[far]
+        hops[far] = row
+        return csr(hops)

@@ -1,0 +1,46 @@
+"""``rail``: rail-optimized network: NIC i of every node joins rail switch i (one non-blocking switch per rail).
+
+    rail:nodes=4,gpus_per_node=8,nic_gbps=400,gpu=H100
+
+A flow between GPUs of different local rank first crosses NVLink to the source node's GPU on the
+destination's rail (NCCL's PXN), then that rail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from rltrace.replay.topologies.base import Links, NodeFabric, csr, register
+
+
+@register("rail")
+@dataclass(kw_only=True, slots=True)
+class Rail(NodeFabric):
+    nodes: int = 2
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def links(self) -> Links:
+        if self._links is None:
+            self._check(self.gpus)
+            self._links = self._finish(self.gpus, [])
+        return self._links
+
+    def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        g, m = self.gpus, self.gpus_per_node
+        hops = np.full((len(src), 4), -1, dtype=np.int64)
+        local = src // m == dst // m
+        hops[local, :2] = self._local(src[local], dst[local], g)
+        far = ~local
+        proxy = src[far] // m * m + dst[far] % m  # the source node's GPU on the destination's rail
+        moved = proxy != src[far]
+        row = np.full((far.sum(), 4), -1, dtype=np.int64)
+        row[moved, 0] = src[far][moved]
+        row[moved, 1] = g + proxy[moved]
+        row[:, 2] = 2 * g + proxy
+        row[:, 3] = 3 * g + dst[far]
+        hops[far] = row
+        return csr(hops)

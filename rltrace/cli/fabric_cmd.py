@@ -1,0 +1,89 @@
+"""``rltrace fabric``: time one collective on a topology, and hold the model against measured NCCL tables."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rltrace.config import apply_sets, build, to_dict
+from rltrace.errors import ConfigError
+from rltrace.replay.network.collectives import ALGORITHMS, OPS, collective
+from rltrace.replay.network.cost import FabricPrices, fabric_cost
+from rltrace.replay.network.validation import compare, summary
+from rltrace.replay.topologies import names, parse
+
+fabric = typer.Typer(help="Network fabrics: time a collective on a topology; validate against measured NCCL.\n\n"
+                          "Example: rltrace fabric bench --topology fat-tree:k=16,gpu=H100 --size 1G",
+                     no_args_is_help=True)
+UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+         "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``1048576``, ``64M``, ``64MiB`` or ``1G`` (binary units) -> bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in UNITS:
+        raise ConfigError(f"--size {text!r}: expected bytes, e.g. 1048576, 64M or 1GiB")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+@fabric.command("bench")
+def bench(
+    topology: Annotated[str, typer.Option(help=f"Topology spec NAME:key=value,... ({', '.join(names())}).")],
+    size: Annotated[str, typer.Option(help="Message size as nccl-tests counts it (bytes; K/M/G suffixes).")],
+    op: Annotated[str, typer.Option(help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
+    ranks: Annotated[int | None, typer.Option(help="Ranks (GPUs 0..N-1; default: every GPU of the topology).")] = None,
+    algorithm: Annotated[str, typer.Option(help=f"Algorithm: {', '.join(ALGORITHMS)}.")] = "auto",
+    price: Annotated[list[str] | None, typer.Option("--price", help="Override a fabric price, e.g. transceiver_usd=650.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: seconds, busbw_gbps (nccl-tests), ...")] = False,
+) -> None:
+    """Time one collective on a topology with the flow-level model, with the fabric's cost.
+
+    Example: rltrace fabric bench --topology nvswitch:gpus=8,gpu=H100 --op all_reduce --size 256M --json
+    """
+    topo = parse(topology)
+    n = topo.gpus if ranks is None else ranks
+    if not 1 <= n <= topo.gpus:
+        raise ConfigError(f"--ranks must be in 1..{topo.gpus} for this topology, got {n}")
+    prices = build(FabricPrices, apply_sets(to_dict(FabricPrices()), price or []), "--price")
+    result = collective(topo, op, n, parse_size(size), algorithm)
+    cost = fabric_cost(topo, prices)
+    out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": parse_size(size), "topology": topology,
+           "fabric_capex_usd": cost["capex_usd"]}
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    console = Console(highlight=False)
+    console.print(f"{op} of {out['size_bytes']:,} B over {n} GPUs on {topology}: {result.seconds * 1e3:.3f} ms, "
+                  f"busbw {result.busbw_gbps:.1f} GB/s ({result.algorithm}); fabric capex ${cost['capex_usd']:,.0f}",
+                  markup=False)
+
+
+@fabric.command("validate")
+def validate(
+    tables: Annotated[Path, typer.Option(help="Folder with aic_nccl_perf.parquet / vidur_h100_dgx_all_reduce.csv.")],
+    gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
+    min_size: Annotated[str, typer.Option(help="Summarise messages of at least this size.")] = "64M",
+    as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON.")] = False,
+) -> None:
+    """Hold the collective model (spec-sheet NVLink, no per-size fit) against measured NCCL timings.
+
+    Example: rltrace fabric validate --tables ../shared/data/kernels/h100
+    """
+    compared = compare(tables, gpu)
+    if as_json:
+        print(json.dumps(compared.to_dicts(), indent=2))
+        return
+    table = Table(title=f"Model vs measured NCCL on {gpu}, messages >= {min_size}", title_justify="left")
+    for col in ("source", "op", "GPUs", "points", "median |error|", "max |error|"):
+        table.add_column(col, justify="left" if col in ("source", "op") else "right")
+    for row in summary(compared, parse_size(min_size)).iter_rows(named=True):
+        table.add_row(row["source"], row["op"], str(row["gpus"]), str(row["points"]),
+                      f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
+    Console(highlight=False, width=120).print(table)

@@ -1,0 +1,112 @@
+"""Replay with real kernels on CPU: torch kernels at replayed shapes, Gloo collectives, comms replay, and
+calibration from this machine's kernels (tiny shapes; the CUDA path is the same code on another device)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from helpers import run_cli, tiny_model
+from rltrace.replay.costmodels.profile import device_from_profile, load_profile
+from rltrace.replay.execute import comms
+from rltrace.replay.execute.kernels import ModelKernels
+from rltrace.replay.execute.replay_comms import logical_ops
+from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.sample_traces import sample_path
+
+import rltrace
+from rltrace.catalog import get_model
+
+TINY = get_model("Qwen2.5-7B").__class__(name="tiny", hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256,
+                                         vocab=512, head_dim=32, dtype_bytes=4)
+
+
+def test_kernel_times_scale_to_the_models_depth_and_grow_with_the_work() -> None:
+    two = ModelKernels(TINY, "cpu", layers=2)
+    assert two.scale == 2.0  # 2 of 4 layers executed
+    small, large = two.decode(4, 64), two.decode(64, 2048)
+    assert 0 < small.gemm_s and 0 < small.attention_s
+    assert large.attention_s > small.attention_s  # 512x the KV cache read
+    assert two.train(256).seconds > 0 and two.prefill(256, 4).seconds > 0
+    capped = ModelKernels(TINY, "cpu", layers=1, max_tokens=128)
+    t = capped.train(1024)  # 8x the executed chunk: scaled linearly, not run
+    assert t.seconds > 0
+
+
+def test_comms_replay_reissues_each_operation_and_folds_ranks() -> None:
+    ops = [comms.Op("all_reduce", 1 << 16, "float32", (0, 1)), comms.Op("broadcast", 1024, "int64", (0, 1), root=1),
+           comms.Op("send", 4096, "float32", (0, 1), root=1, peer=0), comms.Op("all_gather", 100, "float32", (0, 1)),
+           comms.Op("reduce_scatter", 1000, "float32", (0, 1)), comms.Op("all_to_all", 1000, "float32", (0, 1)),
+           comms.Op("barrier", 0, "none", (0, 1)), comms.Op("all_reduce", 10, "float32", comms.fold([0, 2], 2))]
+    seconds = comms.run(ops, 2)
+    assert (seconds[:7] > 0).all()
+    assert pl.Series(seconds[7:]).is_nan().all()  # ranks 0 and 2 fold onto one rank: nothing to send
+    assert comms.fold([0, 1, 2, 3], 2) == (0, 1)
+
+
+def test_logical_ops_of_the_recorded_tiny_rl_bundle() -> None:
+    ops = logical_ops(rltrace.open(sample_path("tiny_rl_cpu")), 3)
+    recorded = rltrace.open(sample_path("tiny_rl_cpu")).collectives.collect()
+    # one operation per (step, group, sequence number); no receive is issued on its own
+    assert ops.height == recorded.filter(pl.col("op") != "recv").select("step", "pg", "seq").unique().height
+    assert ops["supported"].all() and not ops["folded"].any()
+    assert (ops["recorded_s"] > 0).all()
+
+
+def test_replay_comms_cli_prints_measured_beside_recorded() -> None:
+    result = run_cli("replay-comms", str(sample_path("tiny_rl_cpu")), "--ranks", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    recorded = rltrace.open(sample_path("tiny_rl_cpu")).collectives.collect()
+    assert len(rows) == recorded.filter(pl.col("op") != "recv").select("step", "pg", "seq").unique().height
+    assert all(r["measured_s"] > 0 and r["recorded_s"] > 0 for r in rows)
+
+
+def test_replay_execute_on_the_tiny_rl_sample(tmp_path: Path) -> None:
+    result = run_cli("replay", str(sample_path("tiny_rl_cpu")), "-s", "as-recorded", "--execute", "--ranks", "2",
+                     "--layers", "1", "-o", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "Executed vs modelled" in result.stdout
+    frame = pl.read_parquet(tmp_path / "as-recorded" / "execution.parquet")
+    steps = rltrace.open(sample_path("tiny_rl_cpu")).requests.collect()["step"].n_unique()
+    phases = set(frame["phase"])
+    assert {"generation", "prefill", "train", "weight_sync", "collectives", "kernels"} <= phases
+    assert (frame["measured_s"] > 0).all()
+    for phase in ("generation", "prefill", "train", "weight_sync"):  # one row per replayed step
+        assert frame.filter(pl.col("phase") == phase)["step"].sort().to_list() == list(range(steps))
+    metrics = json.loads((tmp_path / "as-recorded" / "metrics.json").read_text())
+    assert metrics["execution"]["layer_scale"] == 2.0 and metrics["execution"]["ranks"] == 2
+
+
+def test_calibrate_device_cpu_writes_a_profile_that_models_the_cpu(tmp_path: Path) -> None:
+    model = tiny_model(tmp_path / "model")
+    out = tmp_path / "cpu.parquet"
+    result = run_cli("calibrate", "--device", "cpu", "--model", str(model / "config.json"), "-o", str(out),
+                     "--kernels-out", str(tmp_path / "kernels.parquet"))
+    assert result.returncode == 0, result.stderr
+    profile = load_profile(out)
+    assert set(profile["regime"]) == {"compute", "memory", "attention"}
+    spec = device_from_profile(profile, "cpu")
+    assert spec is not None and spec.flops > 1e9 and spec.hbm_bytes_per_s > 1e9
+    kernels = pl.read_parquet(tmp_path / "kernels.parquet")
+    assert set(kernels["kind"]) == {"gemm", "decode_attention"} and (kernels["measured_s"] > 0).all()
+    # the recorded tiny RL bundle now replays on a roofline of this CPU
+    prepared = from_bundle(rltrace.open(sample_path("tiny_rl_cpu")), Shape(),
+                           CostConfig(generation="roofline", profile=str(out)))
+    assert "roofline of .tiny_llama on cpu" in prepared.notes[0]
+    assert replay(prepared, "as-recorded", ReplayConfig()).metrics["step_time_s"]["mean"] > 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["calibrate", "-o", "x.parquet"], "give --tables DIR (public kernel tables) or --device cpu|cuda"),
+    (["calibrate", "--device", "tpu", "-o", "x.parquet"], "--device must be cpu or cuda"),
+    (["replay-comms", "tiny_rl_cpu", "--ranks", "0"], "--ranks >= 1"),
+    (["replay", "tiny_rl_cpu", "-s", "as-recorded", "--execute", "--device", "cuda"], "--device cuda: no CUDA device"),
+])
+def test_bad_execution_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr

@@ -1,0 +1,141 @@
+"""Network fabrics: max-min sharing, paths, collectives in closed form, weight syncs, validation, replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from helpers import run_cli
+from rltrace.replay.network.collectives import BASE_LATENCY_S, collective
+from rltrace.replay.network.flows import max_min_rates, run_flows
+from rltrace.replay.network.network import NetworkConfig
+from rltrace.replay.network.validation import compare, summary
+from rltrace.replay.network.weight_sync import weight_sync
+from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.topologies import parse
+from rltrace.replay.topologies.base import NVLINK_HOP_S
+from rltrace.sample_traces import sample_path
+
+import rltrace
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "h100"
+
+
+def test_two_flows_on_one_bottleneck_get_half_each() -> None:
+    rates = max_min_rates(np.array([0, 1, 2]), np.array([0, 0]), np.array([10.0]))
+    assert rates.tolist() == [5.0, 5.0]
+
+
+def test_max_min_gives_the_leftover_to_the_unconstrained_flow() -> None:
+    # flow 1 is held to 2 by link 1, so flow 0 takes the rest of link 0
+    rates = max_min_rates(np.array([0, 1, 3, 4]), np.array([0, 0, 1, 2]), np.array([10.0, 2.0, 5.0]))
+    assert rates.tolist() == pytest.approx([8.0, 2.0, 5.0])
+    run = run_flows(np.array([0, 1, 3, 4]), np.array([0, 0, 1, 2]), np.array([10.0, 2.0, 5.0]),
+                    np.array([16.0, 4.0, 5.0]))
+    assert run.finish_s.tolist() == pytest.approx([2.0, 2.0, 1.0])
+    assert run.link_bytes.tolist() == [20.0, 4.0, 5.0]
+
+
+def test_a_ring_all_reduce_takes_2_n_minus_1_over_n_bytes_over_bandwidth_plus_latency() -> None:
+    topo = parse("nvswitch:gpus=8,gpu=H100,nvlink_efficiency=1.0")
+    b, n, bw = 1 << 30, 8, 900e9 / 2  # H100 NVLink: 900 GB/s both directions
+    expected = 2 * (n - 1) / n * b / bw + 2 * (n - 1) * NVLINK_HOP_S + BASE_LATENCY_S
+    result = collective(topo, "all_reduce", n, b, "ring")
+    assert result.seconds == pytest.approx(expected, rel=1e-12)
+    assert result.busbw_gbps == pytest.approx(2 * (n - 1) / n * b / expected / 1e9, rel=1e-12)
+
+
+def test_a_reconfiguration_adds_exactly_its_delay() -> None:
+    topo = parse("rfabric:k=4,gpus_per_node=2,reconfig_ms=10,gpu=H100")  # pods of 4 NICs
+    ranks = np.array([0, 4, 8, 12])  # one GPU in each pod: every ring flow crosses pods
+    first = collective(topo, "all_gather", ranks, 64 << 20, "ring")
+    again = collective(topo, "all_gather", ranks, 64 << 20, "ring")  # the circuits are already set
+    assert first.reconfig_s == 0.010 and again.reconfig_s == 0.0
+    assert first.seconds - again.seconds == pytest.approx(0.010, abs=1e-12)
+
+
+@pytest.mark.parametrize(("spec", "src", "dst", "hops"), [
+    ("fat-tree:k=4,gpus_per_node=1", 0, 0 + 1, ["gpu0/nic_up", "gpu1/nic_down"]),  # same edge switch
+    ("fat-tree:k=4,gpus_per_node=1", 0, 2, ["gpu0/nic_up", "edge0->agg", "->edge1", "gpu2/nic_down"]),  # same pod
+    ("fat-tree:k=4,gpus_per_node=1", 0, 15, ["gpu0/nic_up", "edge0->agg", "->core", "->pod3", "->edge7", "gpu15/nic_down"]),
+    ("fat-tree:k=4,gpus_per_node=2", 0, 1, ["gpu0/nvl_up", "gpu1/nvl_down"]),  # one node: NVLink
+    ("leaf-spine:nodes=2,gpus_per_node=4,leaf_down=4", 0, 4, ["gpu0/nic_up", "leaf0->spine", "->leaf1", "gpu4/nic_down"]),
+    ("rail:nodes=2,gpus_per_node=4", 1, 6, ["gpu1/nvl_up", "gpu2/nvl_down", "gpu2/nic_up", "gpu6/nic_down"]),  # PXN
+    ("cross-dc:nodes=2,split=1,gpus_per_node=2", 0, 3, ["gpu0/nic_up", "dc-a->dc-b", "gpu3/nic_down"]),
+])
+def test_paths(spec: str, src: int, dst: int, hops: list[str]) -> None:
+    topo = parse(spec)
+    _, ids = topo.paths(np.array([src]), np.array([dst]), np.array([0]))
+    names = [topo.links().names[i] for i in ids]
+    assert len(names) == len(hops)
+    for name, want in zip(names, hops):
+        assert want in name, (names, hops)
+
+
+def test_ecmp_spreads_cross_pod_flows_over_the_cores() -> None:
+    topo = parse("fat-tree:k=8,gpus_per_node=1")
+    src = np.arange(16)
+    _, ids = topo.paths(src, src + 64, np.zeros(16, dtype=np.int64))
+    cores = {topo.links().names[i].split("->")[0] for i in ids if topo.links().names[i].startswith("core")}
+    assert len(cores) > 4
+
+
+def test_two_stage_weight_sync_moves_exactly_one_model_copy_across_datacenters() -> None:
+    topo = parse("cross-dc:nodes=4,split=2,gpus_per_node=8,dci_gbps=10,gpu=H800")
+    generators, trainers = np.arange(16), 16 + np.arange(16)
+    nbytes = 15.2e9
+    links = topo.links()
+    dci = links.kind == "dci"
+    two = weight_sync(topo, "two_stage", trainers, generators, nbytes)
+    per_tensor = weight_sync(topo, "per_tensor", trainers, generators, nbytes, tensors=339)
+    assert two.link_bytes[dci].sum() == pytest.approx(nbytes)
+    assert two.seconds >= nbytes / (10e9 / 8)
+    assert per_tensor.seconds > two.seconds  # 339 broadcasts each pay the 5 ms interconnect latency
+
+
+def test_the_model_holds_15_percent_at_64_mb_and_up_on_4_and_8_h100() -> None:
+    s = summary(compare(DATA)).filter(pl.col("source") == "aiconfigurator", pl.col("gpus") >= 4)
+    assert s.height == 6 and (s["median_abs_error"] <= 0.15).all()
+
+
+def test_replaying_on_different_fabrics_changes_weight_sync_and_step_time(tmp_path: Path) -> None:
+    prepared = from_bundle(rltrace.open(sample_path("rollpacker_qwen7b")), Shape(steps=3), CostConfig())
+    runs = {spec: replay(prepared, "disagg-sync", ReplayConfig(network=NetworkConfig(topology=spec)))
+            for spec in ("fat-tree:k=8,gpu=H800", "rfabric:k=8,gpu=H800", "cross-dc:nodes=4,split=2,dci_gbps=10,gpu=H800")}
+    syncs = [r.metrics["network"]["weight_sync_s"] for r in runs.values()]
+    steps = [r.metrics["step_time_s"]["mean"] for r in runs.values()]
+    assert len(set(syncs)) == 3 and len(set(steps)) == 3
+    assert syncs[2] > 10 * syncs[0]  # 10 Gb/s between the pools
+    assert runs["rfabric:k=8,gpu=H800"].metrics["network"]["reconfig_s"] > 0
+    for r in runs.values():
+        assert r.links is not None and r.links.height > 0
+        assert r.links["utilization"].is_between(0, 1).all()
+    out = runs["fat-tree:k=8,gpu=H800"].write(tmp_path / "run")
+    assert pl.read_parquet(out / "links.parquet").columns == ["link", "kind", "what", "step", "start_s", "end_s",
+                                                              "bytes", "utilization"]
+    untouched = replay(prepared, "disagg-sync", ReplayConfig())
+    assert "network" not in untouched.metrics and untouched.links is None
+
+
+def test_fabric_bench_cli_prints_seconds_and_bus_bandwidth() -> None:
+    result = run_cli("fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=H100", "--op", "all_gather",
+                     "--size", "256M", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["busbw_gbps"] > 0 and out["seconds"] > 0 and out["size_bytes"] == 256 << 20
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["fabric", "bench", "--topology", "mesh:n=3", "--size", "1M"], "unknown topology 'mesh'"),
+    (["fabric", "bench", "--topology", "fat-tree:k=4,radix=9", "--size", "1M"], "unknown key 'radix'"),
+    (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"], "unknown collective 'gossip'"),
+    (["replay", "-s", "disagg-sync", "--topology", "nvswitch:gpus=8"], "has 8 GPUs, the replay needs 16 + 16"),
+])
+def test_bad_fabric_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr

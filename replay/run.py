@@ -19,7 +19,7 @@ import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_trace
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
-from rltrace.replay.costmodels.profile import device_from_profile, load_profile
+from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.costmodels.training import TrainingCost
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
@@ -166,10 +166,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
         fitted = f", efficiencies from {cost.profile}" if profile is not None else ""
         notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{fitted}")
+    measured_bw = broadcast_bytes_per_s(load_profile(cost.profile)) if cost.profile else None
     training = TrainingCost(model=spec, gpu=_gpu(cluster.train_gpu), gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
                             recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
-                            sync_gbps=cost.sync_gbps)
+                            sync_gbps=measured_bw / 1e9 if measured_bw else cost.sync_gbps)
     samples, steps = workload.samples, workload.steps
     counts = samples.group_by("step", maintain_order=True).len()["len"].to_numpy()
     first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()

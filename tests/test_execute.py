@@ -9,10 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 from helpers import run_cli, tiny_model
-from rltrace.replay.costmodels.profile import device_from_profile, load_profile
+from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.execute import comms
 from rltrace.replay.execute.kernels import ModelKernels
 from rltrace.replay.execute.replay_comms import logical_ops
+from rltrace.replay.fidelity import as_recorded_error
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
 from rltrace.sample_traces import sample_path
 
@@ -84,19 +85,29 @@ def test_calibrate_device_cpu_writes_a_profile_that_models_the_cpu(tmp_path: Pat
     model = tiny_model(tmp_path / "model")
     out = tmp_path / "cpu.parquet"
     result = run_cli("calibrate", "--device", "cpu", "--model", str(model / "config.json"), "-o", str(out),
-                     "--kernels-out", str(tmp_path / "kernels.parquet"))
+                     "--kernels-out", str(tmp_path / "kernels.parquet"), "--ranks", "2")
     assert result.returncode == 0, result.stderr
     profile = load_profile(out)
-    assert set(profile["regime"]) == {"compute", "memory", "attention"}
+    collectives = {f"collective:{op}" for op in ("all_reduce", "broadcast", "all_gather")}
+    assert set(profile["regime"]) == {"compute", "memory", "attention"} | collectives
     spec = device_from_profile(profile, "cpu")
     assert spec is not None and spec.flops > 1e9 and spec.hbm_bytes_per_s > 1e9
     kernels = pl.read_parquet(tmp_path / "kernels.parquet")
-    assert set(kernels["kind"]) == {"gemm", "decode_attention"} and (kernels["measured_s"] > 0).all()
+    assert set(kernels["kind"]) == {"gemm", "decode_attention", "all_reduce", "broadcast", "all_gather"}
+    assert (kernels["measured_s"] > 0).all()
+    bandwidth = broadcast_bytes_per_s(profile)
+    assert bandwidth is not None and bandwidth > 0
     # the recorded tiny RL bundle now replays on a roofline of this CPU
     prepared = from_bundle(rltrace.open(sample_path("tiny_rl_cpu")), Shape(),
                            CostConfig(generation="roofline", profile=str(out)))
     assert "roofline of .tiny_llama on cpu" in prepared.notes[0]
     assert replay(prepared, "as-recorded", ReplayConfig()).metrics["step_time_s"]["mean"] > 0
+    # another model: the recorded syncs no longer apply, so they take the measured broadcast bandwidth
+    config = str(model / "config.json")
+    other = from_bundle(rltrace.open(sample_path("tiny_rl_cpu")), Shape(model=config),
+                        CostConfig(generation="roofline", profile=str(out)))
+    weights = get_model(config).weight_bytes
+    assert other.jobs[0].sync_s[0] == pytest.approx(weights / bandwidth)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -110,3 +121,20 @@ def test_bad_execution_input_is_one_line_and_exit_2(args: list[str], message: st
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_an_engine_calibrated_cpu_profile_lowers_the_replay_error_on_the_tiny_rl_sample(tmp_path: Path) -> None:
+    """Kernels alone miss a CPU serving engine's per-iteration work; the profile's measured vLLM overhead adds it."""
+    model = tiny_model(tmp_path / "model")
+    out = tmp_path / "cpu.parquet"
+    result = run_cli("calibrate", "--device", "cpu", "--model", str(model / "config.json"), "--engine", "vllm",
+                     "-o", str(out), env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    profile = load_profile(out)
+    engine = profile.filter(pl.col("regime") == "engine")
+    assert engine.height == 1 and engine["overhead_base_s"][0] > 0
+    profile.filter(pl.col("regime") != "engine").write_parquet(tmp_path / "kernels.parquet")
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    before = as_recorded_error(bundle, CostConfig(generation="roofline", profile=str(tmp_path / "kernels.parquet")))
+    after = as_recorded_error(bundle, CostConfig(generation="roofline", profile=str(out)))
+    assert abs(after.error) < abs(before.error) - 0.15, (before.error, after.error)

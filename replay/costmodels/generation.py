@@ -61,7 +61,8 @@ class RooflineGeneration:
             if self.profile is not None:
                 f = factors(self.profile, self.gpu.name, tp)
                 roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=f.memory_efficiency,
-                                compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency)
+                                compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency,
+                                engine_overhead=f.engine_overhead)
             self._cache[tp] = (roof.iteration_model(), roof.prefill_model())
         return self._cache[tp]
 

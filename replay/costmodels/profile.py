@@ -13,10 +13,11 @@ row per (gpu, tp, regime); ``load_profile`` turns it into the factors a :class:`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
+from rltrace.replay.costmodels.iteration import Linear
 
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError
@@ -104,6 +105,8 @@ class Factors:
     compute_efficiency: float
     memory_efficiency: float
     attention_efficiency: float | None
+    engine_overhead: Linear = field(default_factory=Linear)
+    """per-iteration serving-engine time (an "engine" row: ``overhead_base_s + overhead_per_seq_s x batch``)"""
 
 
 def device_from_profile(profile: pl.DataFrame, name: str) -> GPUSpec | None:
@@ -116,6 +119,14 @@ def device_from_profile(profile: pl.DataFrame, name: str) -> GPUSpec | None:
     return GPUSpec(name=name, bf16_tflops=float(rows["peak_flops"][0]) / 1e12,
                    hbm_gbps=float(rows["peak_bytes_per_s"][0]) / 1e9, memory_gb=1.0, nvlink_gbps=1.0,
                    source="peaks measured by rltrace calibrate --device")
+
+
+def broadcast_bytes_per_s(profile: pl.DataFrame) -> float | None:
+    """The broadcast bandwidth a profile measured (``calibrate --device ... --ranks N``), if any."""
+    if "bytes_per_s" not in profile.columns:
+        return None
+    rows = profile.filter(pl.col("regime") == "collective:broadcast")
+    return float(rows["bytes_per_s"][0]) if rows.height else None
 
 
 def load_profile(path: str | Path) -> pl.DataFrame:
@@ -150,4 +161,8 @@ def factors(profile: pl.DataFrame, gpu: str, tp: int) -> Factors:
     compute, memory = pick("compute"), pick("memory")
     if compute is None or memory is None:
         raise ConfigError(f"the profile lacks compute or memory GEMM rows for {gpu}")
-    return Factors(compute, memory, pick("attention"))
+    engine = rows.filter(pl.col("regime") == "engine")
+    overhead = Linear()
+    if engine.height and "overhead_base_s" in engine.columns:
+        overhead = Linear(base=float(engine["overhead_base_s"][0]), per_seq=float(engine["overhead_per_seq_s"][0]))
+    return Factors(compute, memory, pick("attention"), overhead)

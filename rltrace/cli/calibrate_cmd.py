@@ -22,6 +22,10 @@ def calibrate(
     device: Annotated[str | None, typer.Option(help="Measure the model's kernels here instead: cpu or cuda (needs torch).")] = None,
     model: Annotated[str, typer.Option(help="With --device: catalog model or config.json whose kernels to measure.")] = "Qwen2.5-7B",
     gpu: Annotated[str, typer.Option(help="With --tables: GPU kind the tables were measured on.")] = "H100",
+    engine: Annotated[str | None, typer.Option(help="With --device: also measure a serving engine's per-iteration "
+                                               "overhead (vllm; --model must be a model folder's config.json).")] = None,
+    ranks: Annotated[int, typer.Option(help="With --device: also time collectives by size on this many local "
+                                         "processes (1: none).")] = 1,
     kernels_out: Annotated[Path | None, typer.Option(help="With --device: also write every measured kernel (Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile rows as JSON.")] = False,
 ) -> None:
@@ -31,7 +35,7 @@ def calibrate(
     measured with `--device cpu` also carries this CPU's measured peaks, so replays can model a `cpu` device. Example:
 
         rltrace calibrate --tables ../shared/data/kernels/h100 -o h100_profile.parquet
-        rltrace calibrate --device cpu --model my_model/config.json -o cpu_profile.parquet
+        rltrace calibrate --device cpu --model my_model/config.json --engine vllm -o cpu_profile.parquet
     """
     if (tables is None) == (device is None):
         raise ConfigError("give --tables DIR (public kernel tables) or --device cpu|cuda (measure here), one of them")
@@ -41,8 +45,13 @@ def calibrate(
         # torch is an optional extra: only this path imports it
         from rltrace.replay.execute.calibrate_device import calibrate_device
 
+        engine_dir = None
+        if engine is not None:
+            if engine != "vllm" or not Path(model).is_file():
+                raise ConfigError("--engine vllm needs --model PATH/config.json of a model folder with its weights")
+            engine_dir = Path(model).parent
         with Console(stderr=True).status(f"measuring {model}'s kernels on {device}"):
-            profile, kernels = calibrate_device(get_model(model), device)
+            profile, kernels = calibrate_device(get_model(model), device, engine_dir, ranks)
         if kernels_out is not None:
             kernels.write_parquet(kernels_out)
         name = profile["gpu"][0]

@@ -44,7 +44,8 @@ def estimate(
     cost = Roofline(model=get_model(model), gpu=spec, tp=tp,
                     **({} if fitted is None else {"compute_efficiency": fitted.compute_efficiency,
                                                   "memory_efficiency": fitted.memory_efficiency,
-                                                  "attention_efficiency": fitted.attention_efficiency}))
+                                                  "attention_efficiency": fitted.attention_efficiency,
+                                                  "engine_overhead": fitted.engine_overhead}))
     kv_tokens = 0
     if kind is Kind.decode:
         result = cost.decode(batch, context)

@@ -11,7 +11,7 @@ from helpers import require_shared, run_cli
 from replay_helpers import make
 from rltrace.replay.costmodels.calibrate import _batch_slope, fit_trace
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
-from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, load_profile
+from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, fit_rows, load_profile
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
@@ -75,10 +75,14 @@ def test_kernel_tables_fit_per_tp_and_regime(profile: pl.DataFrame) -> None:
 def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profile: pl.DataFrame) -> None:
     out = tmp_path / "h100.parquet"
     tables = str(require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv").parent)
-    result = run_cli("calibrate", "--tables", tables, "-o", str(out), "--json")
+    result = run_cli("calibrate", "--tables", tables, "-o", str(out), "--json", "--kernels-out", str(tmp_path / "k.parquet"))
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)) == profile.height
     assert load_profile(out).equals(profile)
+    # the tables converted once to measured-kernel rows fit to the same profile (the path --device takes)
+    rows = pl.read_parquet(tmp_path / "k.parquet")
+    refit = pl.concat([fit_rows(g, src, "H100") for (src,), g in rows.group_by("source", maintain_order=True)])
+    assert refit.sort("source", "tp", "regime").equals(profile)
     args = ["estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H100", "--tp", "4", "--batch", "8", "--json"]
     default = json.loads(run_cli(*args).stdout)
     fitted = json.loads(run_cli(*args, "--profile", str(out)).stdout)

@@ -78,23 +78,32 @@ def _aic_attention(path: Path, gpu: GPUSpec) -> pl.DataFrame:
     )
 
 
-def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
-    """A profile fitted to the public kernel tables in ``directory`` (whichever of them it holds)."""
+def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
+    """The public kernel tables in ``directory`` converted to measured-kernel rows (source, tp, regime,
+    bound_s, measured_s): the same rows ``rltrace calibrate --device`` measures, so both fit the same way."""
     root = Path(directory)
     spec = get_gpu(gpu)
     parts = []
-    vidur = root / "vidur_llama-2-7b_mlp.csv"
-    if vidur.exists():
-        parts.append(fit_rows(_vidur(vidur, get_model("Llama-2-7B"), spec), "vidur_llama-2-7b_mlp.csv", spec.name))
-    gemm = root / "aic_gemm_perf.parquet"
-    if gemm.exists():
-        parts.append(fit_rows(_aic_gemm(gemm, spec), "aic_gemm_perf.parquet (bf16)", spec.name))
-    attention = root / "aic_generation_attention_perf.parquet"
-    if attention.exists():
-        parts.append(fit_rows(_aic_attention(attention, spec), "aic_generation_attention_perf.parquet (bf16 KV)", spec.name))
+    for name, label, convert in (
+        ("vidur_llama-2-7b_mlp.csv", "vidur_llama-2-7b_mlp.csv", lambda p: _vidur(p, get_model("Llama-2-7B"), spec)),
+        ("aic_gemm_perf.parquet", "aic_gemm_perf.parquet (bf16)", lambda p: _aic_gemm(p, spec)),
+        ("aic_generation_attention_perf.parquet", "aic_generation_attention_perf.parquet (bf16 KV)",
+         lambda p: _aic_attention(p, spec)),
+    ):
+        if (root / name).exists():
+            rows = convert(root / name)
+            parts.append(rows.select(pl.lit(label).alias("source"), pl.col("tp").cast(pl.Int32), "regime", "bound_s",
+                                     "measured_s"))
     if not parts:
         raise ConfigError(f"{root}: no kernel tables found (vidur_llama-2-7b_mlp.csv, aic_gemm_perf.parquet, "
                           "aic_generation_attention_perf.parquet)")
+    return pl.concat(parts)
+
+
+def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
+    """A profile fitted to the public kernel tables in ``directory`` (whichever of them it holds)."""
+    rows = kernel_tables(directory, gpu)
+    parts = [fit_rows(group, source, get_gpu(gpu).name) for (source,), group in rows.group_by("source", maintain_order=True)]
     return pl.concat(parts).sort("source", "tp", "regime")
 
 

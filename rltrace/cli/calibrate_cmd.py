@@ -13,7 +13,7 @@ from rich.table import Table
 
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError
-from rltrace.replay.costmodels.profile import fit_kernel_tables
+from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables
 
 
 def calibrate(
@@ -26,7 +26,7 @@ def calibrate(
                                                "overhead (vllm; --model must be a model folder's config.json).")] = None,
     ranks: Annotated[int, typer.Option(help="With --device: also time collectives by size on this many local "
                                          "processes (1: none).")] = 1,
-    kernels_out: Annotated[Path | None, typer.Option(help="With --device: also write every measured kernel (Parquet).")] = None,
+    kernels_out: Annotated[Path | None, typer.Option(help="Also write every kernel (measured here, or the public tables converted) as Parquet.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile rows as JSON.")] = False,
 ) -> None:
     """Fit efficiency factors per TP and regime to measured kernels and write a profile.
@@ -58,6 +58,8 @@ def calibrate(
     else:
         assert tables is not None
         profile, name = fit_kernel_tables(tables, gpu), gpu
+        if kernels_out is not None:  # the public tables converted once to measured-kernel rows
+            kernel_tables(tables, gpu).write_parquet(kernels_out)
     output.parent.mkdir(parents=True, exist_ok=True)
     profile.write_parquet(output)
     if as_json:

@@ -161,6 +161,17 @@ class NodeFabric:
             lat += [hop] * gpus
         return names, kinds, cap, lat
 
+    def links(self) -> Links:
+        """The node links plus the topology's own (``_network``), built once."""
+        if self._links is None:
+            self._check(self.gpus)  # type: ignore[attr-defined]
+            self._links = self._finish(self.gpus, self._network())  # type: ignore[attr-defined]
+        return self._links
+
+    def _network(self) -> list[tuple[str, str, float, float]]:
+        """The topology's links beyond the nodes: (name, kind, bytes/s, latency s); none by default."""
+        return []
+
     def _finish(self, gpus: int, extra: list[tuple[str, str, float, float]]) -> Links:
         names, kinds, cap, lat = self._node_links(gpus)
         for n, k, c, lt in extra:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.topologies.base import Links, NodeFabric, csr, register
+from rltrace.replay.topologies.base import NodeFabric, csr, register
 
 from rltrace.errors import ConfigError
 
@@ -28,14 +28,11 @@ class CrossDC(NodeFabric):
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def links(self) -> Links:
-        if self._links is None:
-            self._check(self.gpus)
-            if not 0 < self.split < self.nodes or self.dci_gbps <= 0 or self.dci_latency_ms < 0:
-                raise ConfigError("cross-dc: 0 < split < nodes, dci_gbps > 0, dci_latency_ms >= 0")
-            cap, lat = self.dci_gbps / 8 * 1e9, self.dci_latency_ms / 1e3
-            self._links = self._finish(self.gpus, [("dc-a->dc-b", "dci", cap, lat), ("dc-b->dc-a", "dci", cap, lat)])
-        return self._links
+    def _network(self) -> list[tuple[str, str, float, float]]:
+        if not 0 < self.split < self.nodes or self.dci_gbps <= 0 or self.dci_latency_ms < 0:
+            raise ConfigError("cross-dc: 0 < split < nodes, dci_gbps > 0, dci_latency_ms >= 0")
+        cap, lat = self.dci_gbps / 8 * 1e9, self.dci_latency_ms / 1e3
+        return [("dc-a->dc-b", "dci", cap, lat), ("dc-b->dc-a", "dci", cap, lat)]
 
     def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         g, m = self.gpus, self.gpus_per_node

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.topologies.base import NETWORK_HOP_S, Links, NodeFabric, csr, ecmp, register
+from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
 
 from rltrace.errors import ConfigError
 
@@ -33,21 +33,18 @@ class FatTree(NodeFabric):
         if self.gpus > self.k ** 3 // 4:
             raise ConfigError(f"fat-tree k={self.k} holds {self.k ** 3 // 4} NICs, not {self.gpus}")
 
-    def links(self) -> Links:
-        if self._links is None:
-            self._check(self.gpus)
-            if self.oversub < 1:
-                raise ConfigError("fat-tree: oversub must be >= 1")
-            h = self.k // 2
-            nic = self.nic_bytes_per_s
-            edges, aggs, cores = self.k * h, self.k * h, h * h
-            extra = []
-            for label, count, width, cap in (("edge{}->agg{}", edges, h, nic / self.oversub),
-                                             ("agg{1}->edge{0}", edges, h, nic / self.oversub),
-                                             ("agg{}->core-slot{}", aggs, h, nic), ("core{}->pod{}", cores, self.k, nic)):
-                extra += [(label.format(a, b), "fabric", cap, NETWORK_HOP_S) for a in range(count) for b in range(width)]
-            self._links = self._finish(self.gpus, extra)
-        return self._links
+    def _network(self) -> list[tuple[str, str, float, float]]:
+        if self.oversub < 1:
+            raise ConfigError("fat-tree: oversub must be >= 1")
+        h = self.k // 2
+        nic = self.nic_bytes_per_s
+        edges, aggs, cores = self.k * h, self.k * h, h * h
+        extra = []
+        for label, count, width, cap in (("edge{}->agg{}", edges, h, nic / self.oversub),
+                                         ("agg{1}->edge{0}", edges, h, nic / self.oversub),
+                                         ("agg{}->core-slot{}", aggs, h, nic), ("core{}->pod{}", cores, self.k, nic)):
+            extra += [(label.format(a, b), "fabric", cap, NETWORK_HOP_S) for a in range(count) for b in range(width)]
+        return extra
 
     def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         g, h, n = self.gpus, self.k // 2, len(src)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.topologies.base import NETWORK_HOP_S, Links, NodeFabric, csr, ecmp, register
+from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
 
 from rltrace.errors import ConfigError
 
@@ -32,16 +32,12 @@ class LeafSpine(NodeFabric):
     def leaves(self) -> int:
         return -(-self.gpus // self.leaf_down)
 
-    def links(self) -> Links:
-        if self._links is None:
-            self._check(self.gpus)
-            if self.leaf_down < 1 or self.spines < 1 or self.oversub < 1:
-                raise ConfigError("leaf-spine: leaf_down and spines >= 1, oversub >= 1")
-            up = self.leaf_down * self.nic_bytes_per_s / self.oversub / self.spines
-            extra = [(f"leaf{l}->spine{s}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
-            extra += [(f"spine{s}->leaf{l}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
-            self._links = self._finish(self.gpus, extra)
-        return self._links
+    def _network(self) -> list[tuple[str, str, float, float]]:
+        if self.leaf_down < 1 or self.spines < 1 or self.oversub < 1:
+            raise ConfigError("leaf-spine: leaf_down and spines >= 1, oversub >= 1")
+        up = self.leaf_down * self.nic_bytes_per_s / self.oversub / self.spines
+        extra = [(f"leaf{l}->spine{s}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
+        return extra + [(f"spine{s}->leaf{l}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
 
     def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         g, n = self.gpus, len(src)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.topologies.base import Links, NodeFabric, csr, register
+from rltrace.replay.topologies.base import NodeFabric, csr, register
 
 from rltrace.errors import ConfigError
 
@@ -20,12 +20,6 @@ class NVSwitch(NodeFabric):
 
     def __post_init__(self) -> None:
         self.gpus_per_node = self.gpus
-
-    def links(self) -> Links:
-        if self._links is None:
-            self._check(self.gpus)
-            self._links = self._finish(self.gpus, [])
-        return self._links
 
     def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if np.any((src >= self.gpus) | (dst >= self.gpus)):

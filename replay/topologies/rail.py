@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.topologies.base import Links, NodeFabric, csr, register
+from rltrace.replay.topologies.base import NodeFabric, csr, register
 
 
 @register("rail")
@@ -22,12 +22,6 @@ class Rail(NodeFabric):
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
-
-    def links(self) -> Links:
-        if self._links is None:
-            self._check(self.gpus)
-            self._links = self._finish(self.gpus, [])
-        return self._links
 
     def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         g, m = self.gpus, self.gpus_per_node

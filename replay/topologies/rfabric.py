@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
-from rltrace.replay.topologies.base import NETWORK_HOP_S, Links, NodeFabric, csr, ecmp, register
+from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
 
 from rltrace.errors import ConfigError
 
@@ -46,16 +46,12 @@ class RFabric(NodeFabric):
         self.circuits = np.full((self.k, self.k), uniform, dtype=np.int64)
         np.fill_diagonal(self.circuits, 0)
 
-    def links(self) -> Links:
-        if self._links is None:
-            self._check(self.gpus)
-            h, nic = self.k // 2, self.nic_bytes_per_s
-            extra = [(f"edge{e}->agg{j}", "fabric", nic, NETWORK_HOP_S) for e in range(self.k * h) for j in range(h)]
-            extra += [(f"agg{j}->edge{e}", "fabric", nic, NETWORK_HOP_S) for e in range(self.k * h) for j in range(h)]
-            extra += [(f"pod{p}=>pod{q}", "ocs", 0.0, NETWORK_HOP_S) for p in range(self.k) for q in range(self.k)]
-            self._links = self._finish(self.gpus, extra)
-            self._set_capacity()
-        return self._links
+    def _network(self) -> list[tuple[str, str, float, float]]:
+        h, nic = self.k // 2, self.nic_bytes_per_s
+        extra = [(f"edge{e}->agg{j}", "fabric", nic, NETWORK_HOP_S) for e in range(self.k * h) for j in range(h)]
+        extra += [(f"agg{j}->edge{e}", "fabric", nic, NETWORK_HOP_S) for e in range(self.k * h) for j in range(h)]
+        return extra + [(f"pod{p}=>pod{q}", "ocs", float(self.circuits[p, q]) * nic, NETWORK_HOP_S)
+                        for p in range(self.k) for q in range(self.k)]
 
     def _set_capacity(self) -> None:
         assert self._links is not None

@@ -141,6 +141,16 @@ class Simulator:
             if not left[key]:
                 self.queue.push(last[key], Priority.DONE, None, ("generated", key, self._token.get(key, 0)))
 
+    def _release(self, rid: int) -> None:
+        """Quiet mode: a carried next turn will never run; its step may now be complete (noticed now, not
+        at its last finish, which has passed)."""
+        self._carried.discard(rid)
+        key = (self.requests.job[rid], self.requests.step[rid])
+        self._left[key] -= 1
+        if not self._left[key]:
+            at = max(self.now, self._last.get(key, self.now))
+            self.queue.push(at, Priority.DONE, None, ("generated", key, self._token.get(key, 0)))
+
     def _drained(self, inst: GenerationInstance) -> None:
         """Quiet mode: a drain was planned; count its finishes per step (vectorised)."""
         d = inst.drain
@@ -312,6 +322,8 @@ class Simulator:
                 by_inst.setdefault(req.instance[rid], []).append(rid)
             elif req.state[rid] == State.PENDING and self.multi_turn:
                 self._dropped.add(rid)  # a next turn waiting on its environment: its trajectory stops here
+                if rid in self._carried:  # quiet mode: the trajectory's count ends with it
+                    self._release(rid)
         gone: list[int] = []
         live = {i.id: i for i in self.instances}
         for iid, group in by_inst.items():

@@ -7,7 +7,9 @@ import pytest
 from helpers import run_cli
 from replay_helpers import TAU, agentic
 from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.entities.requests import Requests, State
 from rltrace.replay.run import ReplayConfig, replay
+from rltrace.replay.simulator import Simulator
 from rltrace.replay.workload import extract
 from rltrace.sample_traces import sample_path
 
@@ -143,3 +145,38 @@ def test_serverless_reward_scores_every_trajectory_at_once_and_bills_per_second(
     free = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "reward_usd_per_s": 0.0})
     priced = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "reward_usd_per_s": 1.0})
     assert priced.metrics["cost_usd"] - free.metrics["cost_usd"] == pytest.approx(3.0, rel=1e-9)
+
+
+
+class AbortDuringEnvironment:
+    """A quiet-mode policy for the test below: both trajectories start; trajectory 0's second turn is
+    aborted while its environment works."""
+
+    def __init__(self, second_turn: int) -> None:
+        self.second_turn, self.generated_at = second_turn, None
+
+    def start(self, sim: Simulator) -> None:
+        sim.quiet = True
+        inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        sim.submit(inst, sim.jobs[0].starts(0))
+        sim.timer(10 * TAU + 0.5, "abort")  # trajectory 0's first turn ended at 10 tau; its environment takes 1 s
+
+    def on_event(self, sim: Simulator, notice) -> None:
+        if notice.kind == "timer":
+            sim.abort([self.second_turn])
+        elif notice.kind == "generated":
+            self.generated_at = notice.time_s
+
+
+def test_aborting_a_turn_during_its_environment_stops_the_trajectory_and_the_step_still_ends() -> None:
+    work = agentic([[[(10, 0.0), (5, 1.0)], [(20, 0.0)]]])
+    f = work.requests_frame
+    requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(), f["prompt_tokens"].to_numpy(),
+                        f["output_tokens"].to_numpy(), f["next_turn"].to_numpy(), f["env_s"].to_numpy())
+    second_turn = int(f["next_turn"][0])
+    sim = Simulator(requests, work.jobs, work.cluster)
+    policy = AbortDuringEnvironment(second_turn)
+    sim.run(policy)
+    assert requests.state[second_turn] == State.PENDING  # never queued after its environment ended
+    # trajectory 1 ended at 20 tau; the step is complete once trajectory 0 is stopped (at the abort)
+    assert policy.generated_at == pytest.approx(10 * TAU + 0.5)

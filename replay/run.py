@@ -143,6 +143,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     or an import), which lets "auto" fit generation costs to them."""
     notes: list[str] = []
     spec = model_spec(workload.model, model)
+    profile = load_profile(cost.profile) if cost.profile else None
     rollout = workload.cluster.get("rollout")
     trainer = workload.cluster.get("trainer")
     same_hw = rollout is not None and rollout.device == cluster.gen_gpu and rollout.tp == cluster.tp
@@ -155,7 +156,6 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1)
         notes.append(f"generation cost fitted to the trace: {report}")
     else:
-        profile = load_profile(cost.profile) if cost.profile else None
         gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
         if spec is None or gpu is None:
             raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model, or a "
@@ -166,7 +166,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
         fitted = f", efficiencies from {cost.profile}" if profile is not None else ""
         notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{fitted}")
-    measured_bw = broadcast_bytes_per_s(load_profile(cost.profile)) if cost.profile else None
+    measured_bw = broadcast_bytes_per_s(profile) if profile is not None else None
     training = TrainingCost(model=spec, gpu=_gpu(cluster.train_gpu), gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
                             recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
@@ -191,13 +191,14 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     weights = float(spec.weight_bytes) if spec is not None else 0.0
     engines = max(rollout.count // max(rollout.tp, 1), 1) if rollout else 1
     ranks = max(trainer.count if trainer else cluster.train_gpus, 1)  # recorded collective bytes sum over ranks
-    links = samples.select("step", "trajectory", "turn").with_row_index("rid").sort("step", "trajectory", "turn")
-    links = links.with_columns(pl.col("rid").shift(-1).over("step", "trajectory").fill_null(-1).alias("next_turn"))
-    links = links.sort("rid")
+    # Each turn's successor within its trajectory (request ids are row numbers), and each step's first turns.
+    turns = samples.select("step", "trajectory", "turn").with_row_index("rid").sort("step", "trajectory", "turn")
+    turns = turns.with_columns(pl.col("rid").shift(-1).over("step", "trajectory").fill_null(-1).alias("next_turn"))
+    turns = turns.sort("rid")
     multi_turn = bool(samples["turn"].max())
     heads = None
     if multi_turn:
-        first_turns = links.filter(pl.col("turn") == 0).group_by("step", maintain_order=True).agg("rid")
+        first_turns = turns.filter(pl.col("turn") == 0).group_by("step", maintain_order=True).agg("rid")
         by_step = dict(zip(first_turns["step"].to_list(), first_turns["rid"].to_list()))
         heads = [by_step.get(s, []) for s in range(len(first) - 1)]
     job = Job(id=0, name="job0", first=first, generation=generation, train_s=train, forward_s=forward,
@@ -208,7 +209,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
               sync_tensors=spec.tensors if spec is not None else 1)
     frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
-        pl.lit(0).alias("job"), links["next_turn"].cast(pl.Int64))
+        pl.lit(0).alias("job"), turns["next_turn"].cast(pl.Int64))
     return Prepared(frame, [job], cluster, notes)
 
 

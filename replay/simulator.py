@@ -82,7 +82,7 @@ class Simulator:
         self._next_id = 0
         self.events = 0
         self._quiet = False
-        self.multi_turn = any(n >= 0 for n in requests.next_turn)
+        self.multi_turn = max(requests.next_turn, default=-1) >= 0
         """some requests are turns of multi-turn trajectories (see ``route_turns``)"""
         self.fast_path = fast_path and not self.multi_turn
         """let quiet-mode instances plan whole queues at once (off: the per-event path, same results). Off for

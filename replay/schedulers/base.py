@@ -10,13 +10,12 @@ TP), book training, sync, reward and environment work, run several jobs on share
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
+from rltrace.replay.registry import Registry
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.config import build
-from rltrace.errors import ConfigError
 
 
 class Scheduler(Protocol):
@@ -31,36 +30,17 @@ class Scheduler(Protocol):
         ...
 
 
-S = TypeVar("S")
-_REGISTRY: dict[str, type] = {}
+def _has_config(name: str, cls: type) -> None:
+    config = getattr(cls, "Config", None)
+    if config is None or not dataclasses.is_dataclass(config):
+        raise ValueError(f"scheduler {name!r} needs a Config dataclass attribute")
 
 
-def register(name: str) -> Callable[[type[S]], type[S]]:
-    """Class decorator: make a scheduler available as ``name``. A second class with the same name is an error."""
-
-    def add(cls: type[S]) -> type[S]:
-        if name in _REGISTRY:
-            raise ValueError(f"scheduler name {name!r} is registered twice ({_REGISTRY[name].__qualname__}, "
-                             f"{cls.__qualname__})")
-        config = getattr(cls, "Config", None)
-        if config is None or not dataclasses.is_dataclass(config):
-            raise ValueError(f"scheduler {name!r} needs a Config dataclass attribute")
-        _REGISTRY[name] = cls
-        return cls
-
-    return add
-
-
-def names() -> list[str]:
-    """Registered scheduler names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def lookup(name: str) -> type:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"unknown scheduler {name!r} (known: {', '.join(names())})") from None
+SCHEDULERS: Registry[Scheduler] = Registry("scheduler", _has_config)
+register = SCHEDULERS.register
+"""Class decorator: make a scheduler available as ``name``. A second class with the same name is an error."""
+names = SCHEDULERS.names
+lookup = SCHEDULERS.lookup
 
 
 def create(name: str, settings: dict[str, Any] | None = None) -> tuple[Scheduler, Any]:

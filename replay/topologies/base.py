@@ -13,11 +13,11 @@ module declares its parameters as a kw_only/slots dataclass and registers itself
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
+from rltrace.replay.registry import Registry
 
 from rltrace.catalog import get_gpu
 from rltrace.config import build, parse_scalar
@@ -65,38 +65,23 @@ class Topology(Protocol):
         ...
 
 
-T = TypeVar("T")
-_REGISTRY: dict[str, type] = {}
-
-
-def register(name: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator: make a topology available as ``name`` in specs. A duplicate name is an error."""
-
-    def add(cls: type[T]) -> type[T]:
-        if name in _REGISTRY:
-            raise ValueError(f"topology name {name!r} is registered twice")
-        _REGISTRY[name] = cls
-        return cls
-
-    return add
-
-
-def names() -> list[str]:
-    return sorted(_REGISTRY)
+TOPOLOGIES: Registry[Topology] = Registry("topology")
+register = TOPOLOGIES.register
+"""Class decorator: make a topology available as ``name`` in specs. A duplicate name is an error."""
+names = TOPOLOGIES.names
 
 
 def parse(spec: str) -> Topology:
     """Build a topology from ``name:key=value,...``; unknown names or keys and bad values are ConfigErrors."""
     name, _, rest = spec.strip().partition(":")
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown topology {name!r} (known: {', '.join(names())})")
+    cls = TOPOLOGIES.lookup(name)
     values: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, text = item.partition("=")
         if not eq:
             raise ConfigError(f"topology {name}: expected key=value, got {item!r}")
         values[key.strip()] = parse_scalar(text.strip())
-    topo = build(_REGISTRY[name], values, f"topology {name}")
+    topo = build(cls, values, f"topology {name}")
     topo.links()  # check the parameters now, with one message
     return topo
 

@@ -17,6 +17,15 @@ from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp,
 from rltrace.errors import ConfigError
 
 
+def k_ary_gpus(name: str, k: int, gpus: int) -> int:
+    """The GPUs a k-ary tree of NICs holds: ``gpus``, or all k^3/4 when 0; k must be even."""
+    if k < 2 or k % 2:
+        raise ConfigError(f"{name}: k must be an even number >= 2, got {k}")
+    if gpus > k ** 3 // 4:
+        raise ConfigError(f"{name} k={k} holds {k ** 3 // 4} NICs, not {gpus}")
+    return gpus or k ** 3 // 4
+
+
 @register("fat-tree")
 @dataclass(kw_only=True, slots=True)
 class FatTree(NodeFabric):
@@ -26,12 +35,7 @@ class FatTree(NodeFabric):
     """GPUs populated (0: all k^3/4)"""
 
     def __post_init__(self) -> None:
-        if self.k < 2 or self.k % 2:
-            raise ConfigError(f"fat-tree: k must be an even number >= 2, got {self.k}")
-        if self.gpus == 0:
-            self.gpus = self.k ** 3 // 4
-        if self.gpus > self.k ** 3 // 4:
-            raise ConfigError(f"fat-tree k={self.k} holds {self.k ** 3 // 4} NICs, not {self.gpus}")
+        self.gpus = k_ary_gpus("fat-tree", self.k, self.gpus)
 
     def _network(self) -> list[tuple[str, str, float, float]]:
         if self.oversub < 1:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
+from rltrace.replay.topologies.fat_tree import k_ary_gpus
 
 from rltrace.errors import ConfigError
 
@@ -34,13 +35,9 @@ class RFabric(NodeFabric):
     reconfigurations: int = 0
 
     def __post_init__(self) -> None:
-        if self.k < 2 or self.k % 2:
-            raise ConfigError(f"rfabric: k must be an even number >= 2, got {self.k}")
-        if not 0.01e-3 <= self.reconfig_ms / 1e3 <= 1.0:
+        self.gpus = k_ary_gpus("rfabric", self.k, self.gpus)
+        if not 0.01 <= self.reconfig_ms <= 1000:
             raise ConfigError(f"rfabric: reconfig_ms must be in [0.01, 1000], got {self.reconfig_ms}")
-        self.gpus = self.gpus or self.k ** 3 // 4
-        if self.gpus > self.k ** 3 // 4:
-            raise ConfigError(f"rfabric k={self.k} holds {self.k ** 3 // 4} NICs, not {self.gpus}")
         h = self.k // 2
         uniform = max(h * h // max(self.k - 1, 1), 1)  # until the first phase: an even spread over the pods
         self.circuits = np.full((self.k, self.k), uniform, dtype=np.int64)

@@ -103,13 +103,16 @@ class RunResult:
     """with a network model: bytes and utilisation per link and busy interval (see replay/network/network.py)"""
 
     def write(self, folder: str | Path) -> Path:
-        """Write metrics.json, timeline.parquet, requests.parquet and config.json into ``folder``."""
+        """Write metrics.json, config.json, timeline.parquet, requests.parquet, steps.parquet (and
+        links.parquet with a network model) into ``folder``."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").write_text(json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
         (out / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
         self.timeline.write_parquet(out / "timeline.parquet")
         self.requests.write_parquet(out / "requests.parquet")
+        if self.steps is not None:
+            self.steps.write_parquet(out / "steps.parquet")
         if self.links is not None:
             self.links.write_parquet(out / "links.parquet")
         return out

@@ -1,0 +1,63 @@
+"""Run-against-run comparison: the report's header and its bubble breakdown."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rltrace.analysis.runs import Run
+from rltrace.errors import ConfigError
+
+# (column, metrics.json path, better when higher): what the header compares, in order.
+HEADLINE = (
+    ("samples_per_s", ("throughput_samples_per_s",), True),
+    ("tokens_per_s", ("throughput_tokens_per_s",), True),
+    ("step_time_s", ("step_time_s", "mean"), False),
+    ("usd_per_1k_samples", ("usd_per_1k_samples",), False),
+)
+
+
+def baseline_index(runs: list[Run], baseline: str | None) -> int:
+    """Position of the baseline run: the one named (label or scheduler), else the first."""
+    if baseline is None:
+        return 0
+    for i, run in enumerate(runs):
+        if baseline in (run.name, run.scheduler):
+            return i
+    raise ConfigError(f"--baseline {baseline!r} is none of the runs ({', '.join(r.name for r in runs)})")
+
+
+def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
+    """One row per run: the headline figures and, for each, its ratio to the baseline run (``<col>_x``).
+
+    A ratio above 1 means more than the baseline (for step time and cost, that is worse)."""
+    rows = []
+    for run in runs:
+        row: dict[str, object] = {"run": run.name, "scheduler": run.scheduler}
+        for column, path, _ in HEADLINE:
+            value: object = run.metrics
+            for key in path:
+                value = value.get(key, 0.0) if isinstance(value, dict) else 0.0
+            row[column] = float(value)  # type: ignore[arg-type]
+        row["steps"] = int(run.metrics.get("steps", 0))
+        row["samples"] = int(run.metrics.get("samples", 0))
+        row["makespan_s"] = float(run.metrics.get("makespan_s", 0.0))
+        row["stale_max"] = int(run.metrics.get("staleness", {}).get("max", 0))
+        rows.append(row)
+    frame = pl.DataFrame(rows)
+    base = frame.row(baseline_index(runs, baseline), named=True)
+    return frame.with_columns(
+        [(pl.col(c) / base[c] if base[c] else pl.lit(None, pl.Float64)).alias(f"{c}_x") for c, _, _ in HEADLINE]
+        + [pl.col("run").eq(base["run"]).alias("baseline")])
+
+
+def bubbles(runs: list[Run]) -> pl.DataFrame:
+    """run, pool, part (busy / dependency / skewness), fraction of the pool's GPU-time (metrics.json)."""
+    rows = []
+    for run in runs:
+        busy = run.metrics.get("gpu_utilization", {})
+        for pool, parts in run.metrics.get("bubble_fraction", {}).items():
+            rows += [(run.name, pool, "busy", float(busy.get(pool, 0.0))),
+                     (run.name, pool, "dependency bubble", float(parts.get("dependency", 0.0))),
+                     (run.name, pool, "skewness bubble", float(parts.get("skewness", 0.0)))]
+    return pl.DataFrame(rows, schema={"run": pl.String, "pool": pl.String, "part": pl.String, "fraction": pl.Float64},
+                        orient="row")

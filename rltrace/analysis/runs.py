@@ -1,0 +1,110 @@
+"""A replay run as the analysis sees it: the files ``RunResult.write`` puts in a run folder, or the result
+object itself straight after a replay (``rltrace replay --dashboard``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import polars as pl
+import pyarrow as pa
+
+from rltrace.errors import ConfigError
+
+TABLES = ("timeline", "requests", "links", "steps")
+"""Parquet files of a run folder; timeline and requests are required, links and steps optional."""
+
+
+class ResultLike(Protocol):
+    """What :meth:`Run.from_result` reads (``rltrace.replay.run.RunResult`` has it)."""
+
+    metrics: dict[str, Any]
+    config: dict[str, Any]
+    timeline: pl.DataFrame
+    requests: pl.DataFrame
+    steps: pl.DataFrame | None
+    links: pl.DataFrame | None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One replayed run: its label, metrics.json, config.json and tables."""
+
+    name: str
+    metrics: dict[str, Any]
+    config: dict[str, Any]
+    timeline: pl.DataFrame
+    """resource, pool, kind, step, id, start_s, end_s (docs/replay.md)"""
+    requests: pl.DataFrame
+    """one row per replayed request: instance, start_s, first_token_s, finish_s, output_tokens, ..."""
+    links: pl.DataFrame | None = None
+    """link, kind, what, step, start_s, end_s, bytes, utilization (runs with a --topology)"""
+    steps: pl.DataFrame | None = None
+    """job, step, end_s, step_time_s"""
+
+    @property
+    def scheduler(self) -> str:
+        return str(self.config.get("scheduler", {}).get("name", self.name))
+
+    @classmethod
+    def from_result(cls, name: str, result: ResultLike) -> Run:
+        """Wrap a replay's in-memory result, without writing it."""
+        return cls(name, result.metrics, result.config, result.timeline, result.requests, result.links, result.steps)
+
+
+def load_run(folder: str | Path, name: str | None = None) -> Run:
+    """Read a run folder (``rltrace replay -o OUT`` writes one per scheduler under OUT)."""
+    root = Path(folder)
+    if not (root / "metrics.json").is_file():
+        raise ConfigError(f"{root}: not a run folder (no metrics.json)")
+    metrics, config = _json(root / "metrics.json"), _json(root / "config.json")
+    frames: dict[str, pl.DataFrame | None] = {}
+    for table in TABLES:
+        path = root / f"{table}.parquet"
+        if not path.exists():
+            if table in ("timeline", "requests"):
+                raise ConfigError(f"{path}: missing (a run folder holds timeline.parquet and requests.parquet)")
+            frames[table] = None
+            continue
+        try:
+            frames[table] = pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as e:
+            raise ConfigError(f"{path}: unreadable Parquet ({str(e).splitlines()[0]})") from None
+    return Run(name or root.name, metrics, config, frames["timeline"], frames["requests"],  # type: ignore[arg-type]
+               frames["links"], frames["steps"])
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    """Each path is a run folder, or a folder of run folders (``-o OUT`` of a multi-scheduler replay).
+
+    Runs are labelled by folder name; where two share a name, by parent/name."""
+    folders: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise ConfigError(f"{path}: no such run folder")
+        if (path / "metrics.json").is_file():
+            folders.append(path)
+            continue
+        inner = sorted(p for p in path.iterdir() if (p / "metrics.json").is_file()) if path.is_dir() else []
+        if not inner:
+            raise ConfigError(f"{path}: not a run folder (no metrics.json) and holds none")
+        folders += inner
+    names = [f.name for f in folders]
+    labels = [f"{f.parent.name}/{f.name}" if names.count(f.name) > 1 else f.name for f in folders]
+    if len(set(labels)) < len(labels):
+        raise ConfigError(f"the same run is given twice: {', '.join(sorted(str(f) for f in folders))}")
+    return [load_run(f, label) for f, label in zip(folders, labels)]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return value

@@ -1,3 +1,3 @@
-"""Plotly HTML reports and Perfetto timelines (installed as ``rltrace.dashboards``); one figure per module.
-The report builder arrives with the dashboards issue.
-"""
+"""Plotly HTML reports and Perfetto timelines (installed as ``rltrace.dashboards``): one figure per module,
+each drawing a DataFrame from ``rltrace.analysis``; ``report`` assembles the page, ``perfetto`` exports
+Chrome trace-event JSON."""

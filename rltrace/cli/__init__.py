@@ -14,7 +14,9 @@ import typer
 from typer._click import exceptions as click_exc
 
 from rltrace.cli.calibrate_cmd import calibrate
+from rltrace.cli.dashboard_cmd import dashboard
 from rltrace.cli.estimate_cmd import estimate
+from rltrace.cli.export_cmd import export
 from rltrace.cli.fabric_cmd import fabric
 from rltrace.cli.inspect_cmd import inspect
 from rltrace.cli.record_cmd import record
@@ -38,7 +40,9 @@ app.command("estimate")(estimate)
 app.command("replay")(replay)
 app.command("replay-comms")(replay_comms)
 app.command("calibrate")(calibrate)
+app.command("dashboard")(dashboard)
 app.add_typer(fabric, name="fabric")
+app.add_typer(export, name="export")
 # Everything after the command's first word belongs to the recorded command, never to rltrace.
 app.command("record", context_settings={"allow_interspersed_args": False})(record)
 

@@ -12,10 +12,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rltrace.analysis.runs import Run
 from rltrace.bundle import open_bundle
 from rltrace.catalog import load_gpus
+from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.config import apply_sets, build, to_dict
+from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import ReplayConfig, RunResult, Shape, from_bundle, model_spec
@@ -39,7 +42,7 @@ def _settings(schedulers: list[str], sets: list[str]) -> tuple[ReplayConfig, dic
 
 def replay(
     bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
-    scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="Scheduler name(s), comma-separated.")] = BASELINES,
+    scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = BASELINES,
     gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
     train_gpus: Annotated[int | None, typer.Option(help="Training GPUs (default: as recorded).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200).")] = None,
@@ -63,16 +66,24 @@ def replay(
     layers: Annotated[int, typer.Option(help="With --execute: layers executed (times scale to the model's).")] = 2,
     jobs: Annotated[Path | None, typer.Option(help="Job list (TOML [[jobs]]: bundle, arrival_s, slo, ...) for rollmux.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for one run folder per scheduler.")] = None,
+    dashboard: Annotated[Path | None, typer.Option(help="Write the HTML comparison report of these runs here "
+                                                  "(as `rltrace dashboard` would).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="With --dashboard: the run the others are compared to "
+                                                 "(default: the first scheduler).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {scheduler: metrics} as JSON on stdout.")] = False,
 ) -> None:
     """Replay a bundle under other schedulers, pool splits, GPU kinds, batch shapes or network fabrics.
 
-    Writes OUT/<scheduler>/{metrics.json, timeline.parquet, requests.parquet, config.json} with -o, and prints
-    a comparison table (or JSON). Example:
+    Writes OUT/<scheduler>/{metrics.json, timeline.parquet, requests.parquet, steps.parquet, config.json} with
+    -o, an HTML report with --dashboard, and prints a comparison table (or JSON). Example:
+
+        rltrace replay -s all --dashboard report.html
 
         rltrace replay --scheduler disagg-sync,one-step-async --gen-gpus 24 --train-gpus 8 -o runs
     """
     chosen = [s.strip() for s in scheduler.split(",") if s.strip()]
+    if chosen == ["all"]:
+        chosen = names()
     if not chosen:
         raise ConfigError(f"--scheduler needs at least one name (known: {', '.join(names())})")
     for name in chosen:
@@ -84,6 +95,7 @@ def replay(
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gpu=gpu, tp=tp, max_seqs=max_seqs, model=model,
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
                   seed=seed)
+    source = None
     if jobs is not None:
         if bundle is not None:
             raise ConfigError("give a BUNDLE or --jobs, not both")
@@ -92,8 +104,8 @@ def replay(
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
     else:
-        prepared = from_bundle(open_bundle(resolve_bundle(bundle)), shape, config.cost, prices)
-    prepared_model = open_bundle(resolve_bundle(bundle)).manifest.model if jobs is None else None
+        source = open_bundle(resolve_bundle(bundle))
+        prepared = from_bundle(source, shape, config.cost, prices)
     total = prepared.requests_frame.height
     results: dict[str, RunResult] = {}
     err = Console(stderr=True)
@@ -111,10 +123,9 @@ def replay(
         # torch is an optional extra: only --execute imports it
         from rltrace.replay.execute.run import execute as run_execute
 
-        spec = model_spec(prepared_model, model)
+        spec = model_spec(source.manifest.model if source is not None else None, model)
         if spec is None:
             raise ConfigError("--execute needs the model's shapes: the bundle records no model (give --model)")
-        source = None if jobs is not None else open_bundle(resolve_bundle(bundle))
         for name, result in results.items():
             with err.status(f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)"):
                 executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks, layers=layers)
@@ -124,10 +135,14 @@ def replay(
             result.write(output / name)
             if name in executions:
                 executions[name].frame.write_parquet(output / name / "execution.parquet")
+    if dashboard is not None:
+        runs = [Run.from_result(name, result) for name, result in results.items()]
+        with err.status(f"writing the report {dashboard}"):
+            write_text(dashboard, build_report(runs, source, baseline))
     if as_json:
         print(json.dumps({name: r.metrics for name, r in results.items()}, indent=2))
         return
-    _print_table(results, prepared.notes, output)
+    _print_table(results, prepared.notes, output, dashboard)
     for name, ex in executions.items():
         _print_execution(name, ex.summary())
 
@@ -145,7 +160,7 @@ def _print_execution(name: str, summary: dict[str, Any]) -> None:
     Console(highlight=False, width=120).print(table)
 
 
-def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None) -> None:
+def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None, dashboard: Path | None) -> None:
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = 140  # a pipe or file gets the whole table, not 80 columns of wrapped cells
@@ -174,3 +189,5 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
         console.print(f"note: {note}", markup=False)
     if output is not None:
         console.print(f"wrote {len(results)} run folder(s) under {output}", markup=False)
+    if dashboard is not None:
+        console.print(f"wrote the report {dashboard}", markup=False)

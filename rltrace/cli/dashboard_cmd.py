@@ -1,0 +1,54 @@
+"""``rltrace dashboard``: one self-contained HTML report comparing replay runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from rltrace.analysis.runs import load_runs
+from rltrace.bundle import open_bundle
+from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.dashboards.report import ReportConfig, build
+from rltrace.errors import ConfigError
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically (a reader never sees half a file); a missing folder is bad input."""
+    if not path.parent.exists():
+        raise ConfigError(f"{path}: folder {path.parent} does not exist")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write ({e.strerror})") from None
+
+
+def dashboard(
+    runs: Annotated[list[Path], typer.Argument(help="Run folders (from `rltrace replay -o OUT`), or OUT itself.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+    bundle: Annotated[Path | None, typer.Option(help="The replayed bundle (or sample name): adds what it "
+                                                "recorded (collectives, weight-sync flows, request latency).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Run (folder or scheduler name) the others are compared to "
+                                                 "(default: the first).")] = None,
+    max_segments: Annotated[int, typer.Option(help="Timeline intervals drawn per run; more are aggregated.")] = 20_000,
+    title: Annotated[str, typer.Option(help="Page title.")] = "rltrace report",
+) -> None:
+    """Compare replay runs in one HTML file that works offline: throughput and cost against a baseline,
+    bubbles, timelines, output lengths, per-instance load, network.
+
+    Example: rltrace replay -s all -o runs && rltrace dashboard runs --bundle rollpacker_qwen7b -o report.html
+    """
+    err = Console(stderr=True)
+    with err.status("reading runs"):
+        loaded = load_runs(runs)
+        source = open_bundle(resolve_bundle(bundle)) if bundle is not None else None
+    with err.status(f"building the report of {len(loaded)} run(s)"):
+        html = build(loaded, source, baseline, ReportConfig(max_segments=max_segments), title=title)
+    write_text(output, html)
+    print(f"wrote {output} ({len(html) / 1e6:.1f} MB, {len(loaded)} run(s))")

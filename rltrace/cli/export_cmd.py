@@ -1,0 +1,38 @@
+"""``rltrace export perfetto``: a run or a bundle as Chrome trace-event JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from rltrace.analysis.runs import load_run
+from rltrace.bundle import open_bundle
+from rltrace.cli.dashboard_cmd import write_text
+from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.dashboards import perfetto as perfetto_trace
+
+export = typer.Typer(help="Convert a run or a bundle for other tools. Example: rltrace export perfetto "
+                          "runs/rollpacker -o trace.json", no_args_is_help=True)
+
+
+@export.command("perfetto")
+def perfetto(
+    source: Annotated[Path, typer.Argument(help="A run folder (from `rltrace replay -o`), a bundle, or a sample name.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="JSON file to write.")] = Path("trace.json"),
+) -> None:
+    """Write Chrome trace-event JSON that opens in ui.perfetto.dev and chrome://tracing: a process per
+    actor or rank, a thread per role, counters for running/waiting requests and link utilisation.
+
+    Example: rltrace export perfetto runs/rollpacker -o rollpacker.json
+    """
+    with Console(stderr=True).status(f"converting {source}"):
+        if (source / "metrics.json").is_file():
+            trace = perfetto_trace.from_run(load_run(source))
+        else:
+            trace = perfetto_trace.from_bundle(open_bundle(resolve_bundle(source)))
+        text = trace.to_json()
+    write_text(output, text)
+    print(f"wrote {output} ({len(text) / 1e6:.1f} MB, {trace.spans.height:,} spans, {trace.counters.height:,} counter samples)")

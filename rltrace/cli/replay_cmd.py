@@ -14,30 +14,17 @@ from rich.table import Table
 
 from rltrace.analysis.runs import Run
 from rltrace.bundle import open_bundle
-from rltrace.catalog import load_gpus
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
-from rltrace.config import apply_sets, build, to_dict
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.replay.jobs import load_jobs, prepare_jobs
-from rltrace.replay.run import ReplayConfig, RunResult, Shape, from_bundle, model_spec
+from rltrace.replay.run import RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
+from rltrace.replay.settings import resolve
 
 BASELINES = "colocated-sync,disagg-sync,one-step-async,fully-async"
-
-
-def _settings(schedulers: list[str], sets: list[str]) -> tuple[ReplayConfig, dict[str, dict[str, Any]], dict[str, float]]:
-    """Split ``--set`` assignments between the replay's config, prices and each scheduler's Config."""
-    tree: dict[str, Any] = to_dict(ReplayConfig())
-    tree["prices"] = {name: gpu.usd_per_hour for name, gpu in load_gpus().items()}
-    for name in schedulers:
-        tree[name] = to_dict(lookup(name).Config())
-    apply_sets(tree, sets)
-    prices = tree.pop("prices")
-    per_scheduler = {name: tree.pop(name) for name in schedulers}
-    return build(ReplayConfig, tree, "replay"), per_scheduler, prices
 
 
 def replay(
@@ -91,7 +78,8 @@ def replay(
     sets = list(set_ or [])
     sets += [f'network.topology="{topology}"'] if topology else []
     sets += [f'network.sync_strategy="{sync_strategy}"'] if sync_strategy else []
-    config, per_scheduler, prices = _settings(chosen, sets)
+    settings = resolve(chosen, sets)
+    config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gpu=gpu, tp=tp, max_seqs=max_seqs, model=model,
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
                   seed=seed)

@@ -17,6 +17,7 @@ from rltrace.dashboards import (
     links,
     load,
     steps,
+    sweep,
     syncs,
     timeline,
 )
@@ -124,3 +125,27 @@ def _recorded(page: Page, bundle: Bundle) -> None:
         page.figure(latency.figure(lat))
     else:
         page.text("no request timings recorded")
+
+
+SWEEP_COLUMNS = ("samples_per_s", "tokens_per_s", "step_time_s", "usd_per_1k_samples", "usd_per_hour",
+                 "gen_dependency_bubble", "gen_skewness_bubble", "train_dependency_bubble", "stale_max")
+
+
+def build_sweep(frame: pl.DataFrame, axes: list[str], failed: dict[str, str] | None = None,
+                title: str = "rltrace sweep", top: int = 25) -> str:
+    """The report of a sweep: the best points, throughput against cost with its Pareto front, and what each
+    varied parameter does. ``frame`` is the sweep's Parquet (one row per point)."""
+    if not frame.height:
+        raise ConfigError("the sweep has no finished point to report")
+    page = Page(title)
+    page.section("Best points", f"the {min(top, frame.height)} highest-throughput of {frame.height} points")
+    shown = frame.sort("samples_per_s", descending=True, nulls_last=True).head(top)
+    page.table(shown.select("point_id", *axes, *[c for c in SWEEP_COLUMNS if c in frame.columns]),
+               {c: ".3g" for c in SWEEP_COLUMNS})
+    for pid, error in (failed or {}).items():
+        page.text(f"failed: {pid}: {error}")
+    page.section("Throughput against cost")
+    page.figure(sweep.frontier(frame, axes))
+    page.section("Parameters")
+    page.figure(sweep.effects(frame, axes))
+    return page.render()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import typer
 from typer._click import exceptions as click_exc
 
+from rltrace.cli.advise_cmd import advise_cmd
 from rltrace.cli.calibrate_cmd import calibrate
 from rltrace.cli.dashboard_cmd import dashboard
 from rltrace.cli.estimate_cmd import estimate
@@ -23,6 +24,7 @@ from rltrace.cli.record_cmd import record
 from rltrace.cli.replay_cmd import replay
 from rltrace.cli.replay_comms_cmd import replay_comms
 from rltrace.cli.schema_cmd import schema
+from rltrace.cli.sweep_cmd import sweep
 from rltrace.cli.synth_cmd import synth
 from rltrace.errors import RltraceError
 
@@ -40,6 +42,8 @@ app.command("estimate")(estimate)
 app.command("replay")(replay)
 app.command("replay-comms")(replay_comms)
 app.command("calibrate")(calibrate)
+app.command("sweep")(sweep)
+app.command("advise")(advise_cmd)
 app.command("dashboard")(dashboard)
 app.add_typer(fabric, name="fabric")
 app.add_typer(export, name="export")

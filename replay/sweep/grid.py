@@ -1,0 +1,101 @@
+"""A sweep grid: the replay parameters to vary (axes) and those held fixed, from TOML.
+
+    # grid.toml
+    [axes]                       # every combination of these is one point
+    scheduler = ["disagg-sync", "rollpacker", "streamrl"]
+    gen_gpus = [8, 16]
+    gpu = ["H100", "H800"]
+    topology = ["", "fat-tree:k=8,gpu=H800"]   # "" = no network model
+
+    [fixed]                      # the same for every point
+    steps = 4
+    train_gpus = 8
+    "cost.train_mfu" = 0.4       # any `rltrace replay --set` key
+
+Parameters: ``scheduler``, the reshaping options of ``rltrace replay`` (:data:`SHAPE_KEYS`), ``topology``,
+``sync_strategy``, and dotted ``--set`` keys (``cost.*``, ``metrics.*``, ``prices.<GPU>``, ``<scheduler>.*``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from rltrace.replay.run import Shape
+from rltrace.replay.schedulers import names
+from rltrace.replay.settings import resolve
+
+from rltrace.catalog._toml import load_toml
+from rltrace.errors import ConfigError
+
+SHAPE_KEYS = tuple(f.name for f in fields(Shape))
+"""gen_gpus, train_gpus, gpu, tp, max_seqs, model, steps, prompts_per_step, samples_per_prompt,
+max_new_tokens, seed"""
+NETWORK_KEYS = ("topology", "sync_strategy")
+
+Point = dict[str, Any]
+"""One replay's parameters: scheduler, shape keys, network keys and dotted set keys."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """Axes to combine and values held fixed."""
+
+    axes: dict[str, list[Any]]
+    fixed: dict[str, Any]
+
+    def points(self) -> list[Point]:
+        """Every combination, in axis order (the last axis varies fastest); fixed values added to each."""
+        keys = list(self.axes)
+        return [{**self.fixed, **dict(zip(keys, combo))} for combo in itertools.product(*self.axes.values())]
+
+
+def load_grid(path: Path) -> Grid:
+    """Read and check a grid file; every point's keys are validated before anything runs."""
+    data = load_toml(path)
+    unknown = set(data) - {"axes", "fixed"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))} (expected [axes] and [fixed])")
+    axes, fixed = data.get("axes", {}), data.get("fixed", {})
+    if not axes:
+        raise ConfigError(f"{path}: no [axes]: a grid needs at least one parameter to vary")
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{path}: axes.{key} must be a non-empty list")
+    both = set(axes) & set(fixed)
+    if both:
+        raise ConfigError(f"{path}: {', '.join(sorted(both))} both varied and fixed")
+    grid = Grid(dict(axes), dict(fixed))
+    check(grid.points(), str(path))
+    return grid
+
+
+def check(points: list[Point], where: str) -> None:
+    """Refuse unknown parameters and schedulers, and --set keys no config has, naming the first."""
+    for point in points:
+        scheduler = point.get("scheduler")
+        if scheduler is None:
+            raise ConfigError(f"{where}: every point needs a scheduler (an axis or a fixed value)")
+        if scheduler not in names():
+            raise ConfigError(f"{where}: unknown scheduler {scheduler!r} (known: {', '.join(names())})")
+        for key in point:
+            if key != "scheduler" and key not in SHAPE_KEYS and key not in NETWORK_KEYS and "." not in key:
+                raise ConfigError(f"{where}: unknown parameter {key!r} (known: scheduler, {', '.join(SHAPE_KEYS)}, "
+                                  f"{', '.join(NETWORK_KEYS)}, or a dotted --set key such as cost.train_mfu)")
+        resolve([scheduler], assignments(point))
+
+
+def assignments(point: Point) -> list[str]:
+    """The point's ``--set`` assignments (dotted keys and the network keys), as ``key=TOML value``."""
+    sets = [f"{k}={json.dumps(v)}" for k, v in point.items() if "." in k]
+    sets += [f"network.{k}={json.dumps(point[k])}" for k in NETWORK_KEYS if point.get(k)]
+    return sets
+
+
+def point_id(point: Point) -> str:
+    """A stable name for a point: a hash of its parameters (order-free), so a rerun finds its result."""
+    return hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,61 @@
+"""``rltrace sweep``: a grid of replays, locally or on Ray, into one Parquet and one report."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rltrace.bundle import open_bundle
+from rltrace.cli.dashboard_cmd import write_text
+from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.dashboards.report import build_sweep
+from rltrace.replay.sweep.grid import load_grid
+from rltrace.replay.sweep.runner import Store, run_sweep
+
+
+def sweep(
+    bundle: Annotated[Path, typer.Argument(help="Bundle directory or sample name.")],
+    grid: Annotated[Path, typer.Option(help="Grid TOML: [axes] to combine, [fixed] values (docs/sweeps.md).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Sweep folder: points/, sweep.parquet, report.html.")],
+    workers: Annotated[int, typer.Option(help="Local processes (or, with --ray and no address, Ray CPUs).")] = max(
+        1, min(os.cpu_count() or 1, 8)),
+    ray: Annotated[bool, typer.Option("--ray", help="Run the points as Ray tasks on a local Ray started for the "
+                                      "sweep (needs rltrace[ray]).")] = False,
+    ray_address: Annotated[str | None, typer.Option(help="Run on the existing Ray cluster at this address "
+                                                    "(e.g. ray://head:10001 or auto); implies --ray.")] = None,
+) -> None:
+    """Replay a bundle at every point of a grid (schedulers x pool splits x GPU kinds x fabrics x seeds...).
+
+    Finished points are kept in OUT/points and skipped on a rerun; a failed point is reported and the others
+    go on. Writes OUT/sweep.parquet (one row per point: its parameters, then its metrics) and OUT/report.html.
+    Example:
+
+        rltrace sweep rollpacker_qwen7b --grid grid.toml -o sweep --workers 2
+    """
+    points = load_grid(grid).points()
+    axes = list(load_grid(grid).axes)
+    path = str(resolve_bundle(bundle))
+    open_bundle(path)  # a bad bundle fails here, once, not in every point
+    store = Store(output)
+    err = Console(stderr=True)
+    where = f"Ray at {ray_address}" if ray_address else "a local Ray" if ray else f"{workers} local process(es)"
+    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+                  transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("sweep", total=len(points))
+        result = run_sweep(path, points, store, workers=workers, ray=ray_address or ray,
+                           progress=lambda done, total: bar.update(task, completed=done, total=total))
+    frame = store.frame(points)
+    if frame.height:
+        frame.write_parquet(output / "sweep.parquet")
+        write_text(output / "report.html", build_sweep(frame, axes, result.failed))
+    print(f"{len(points)} points on {where}: {result.ran} ran, {result.skipped} already done, "
+          f"{len(result.failed)} failed; wrote {output / 'sweep.parquet'} and {output / 'report.html'}")
+    for pid, error in result.failed.items():
+        print(f"failed {pid}: {error}")
+    if result.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,78 @@
+"""``rltrace advise``: the cheapest configurations that reach a target throughput."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rltrace.bundle import open_bundle
+from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.replay.advise import Space, advise, load_space
+from rltrace.replay.sweep.runner import Store
+
+COLUMNS = (("gpu", "GPU", "{}"), ("scheduler", "scheduler", "{}"), ("gen_gpus", "gen", "{}"), ("train_gpus", "train", "{}"),
+           ("topology", "fabric", "{}"), ("samples_per_s", "samples/s", "{:.3g}"), ("usd_per_hour", "$/h", "{:.2f}"),
+           ("usd_per_1k_samples", "$/1k samples", "{:.3f}"), ("bottleneck", "bottleneck", "{}"))
+
+
+def advise_cmd(
+    bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
+    target_throughput: Annotated[float, typer.Option("--target-throughput", help="Samples per second to reach.")] = 10.0,
+    budget: Annotated[float | None, typer.Option(help="Most USD per hour for the GPUs.")] = None,
+    space: Annotated[Path | None, typer.Option(help="Search space TOML (gpu, scheduler, gen_share, total_gpus, "
+                                               "topology lists; [fixed] replay parameters); docs/sweeps.md.")] = None,
+    top: Annotated[int, typer.Option(help="Configurations to list.")] = 5,
+    workers: Annotated[int, typer.Option(help="Local processes.")] = 2,
+    ray: Annotated[bool, typer.Option("--ray", help="Run the replays on a local Ray.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Keep every replay here (reruns skip them).")] = None,
+) -> None:
+    """Search pool split, GPU kind, scheduler and fabric for the cheapest configurations that reach a
+    throughput, and say why the others lost (bottleneck: generation, training or network).
+
+    Example: rltrace advise rollpacker_qwen7b --target-throughput 20 --budget 400
+    """
+    chosen = load_space(space) if space is not None else Space()
+    path = str(resolve_bundle(bundle))
+    open_bundle(path)
+    err = Console(stderr=True)
+    with tempfile.TemporaryDirectory() as tmp, Progress(
+            TextColumn("replays"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
+            disable=not err.is_terminal) as bar:
+        task = bar.add_task("advise")
+        advice = advise(path, target_throughput, Store(output or Path(tmp)), chosen, budget=budget, workers=workers,
+                        ray=ray, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    console = Console(highlight=False, width=None if err.is_terminal else 140)
+    title = f"Cheapest configurations reaching {target_throughput:g} samples/s" + (
+        f" within ${budget:g}/h" if budget is not None else "")
+    if advice.ranked.height:
+        console.print(_table(advice.ranked.head(top), title, "vs cheapest"))
+        best = advice.ranked.row(0, named=True)
+        console.print(f"cheapest: {best['scheduler']} on {best['gen_gpus']} + {best['train_gpus']} {best['gpu']}"
+                      f"{' over ' + best['topology'] if best['topology'] else ''}: {best['samples_per_s']:.3g} samples/s "
+                      f"for ${best['usd_per_hour']:.2f}/h", markup=False)
+    else:
+        console.print(f"no configuration in the space reaches {target_throughput:g} samples/s"
+                      + (f" within ${budget:g}/h" if budget is not None else ""), markup=False)
+    lost = pl.concat([advice.ranked.slice(top), advice.lost], how="diagonal_relaxed")
+    if lost.height:
+        console.print(_table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why"))
+        counts = advice.lost.group_by(pl.col("why").str.extract(r"^([a-z ]+)")).len().sort("len", descending=True)
+        console.print("; ".join(f"{n} {why}" for why, n in counts.iter_rows()), markup=False)
+    console.print(f"{advice.replays} replays", markup=False)
+
+
+def _table(frame: pl.DataFrame, title: str, last: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for _, header, _ in COLUMNS:
+        table.add_column(header, justify="left" if header in ("GPU", "scheduler", "fabric", "bottleneck") else "right")
+    table.add_column(last)
+    for row in frame.iter_rows(named=True):  # at most `top` or 15 rows
+        table.add_row(*(fmt.format(row[c]) if row[c] is not None else "-" for c, _, fmt in COLUMNS), row["why"])
+    return table

@@ -11,7 +11,8 @@ import pytest
 from helpers import run_cli
 from rltrace.sample_traces import sample_path
 
-COMMANDS = {"calibrate", "dashboard", "estimate", "export", "fabric", "inspect", "record", "replay", "schema", "synth"}
+COMMANDS = {"advise", "calibrate", "dashboard", "estimate", "export", "fabric", "inspect", "record", "replay", "schema",
+            "sweep", "synth"}
 
 
 def test_help_lists_exactly_the_working_commands() -> None:

@@ -1,0 +1,164 @@
+"""Sweeps and advise: grid expansion (table-driven), a 24-point grid on a local process pool and on a real
+local Ray cluster with identical metrics, resume, failure isolation, bad grids, and advise end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from browser import open_page
+from helpers import run_cli, small_config
+from rltrace.replay.advise import Space, bottleneck, point_of
+from rltrace.replay.sweep.grid import Grid, assignments, check, point_id
+
+import rltrace
+from rltrace.errors import ConfigError
+from rltrace.synth import synthesize
+
+GRID = """
+[axes]
+scheduler = ["disagg-sync", "one-step-async", "rollpacker", "streamrl"]
+gen_gpus = [2, 4]
+gpu = ["H100", "H800", "A100"]
+
+[fixed]
+train_gpus = 2
+"cost.train_mfu" = 0.4
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    result = synthesize(small_config())
+    return rltrace.write_bundle(tmp_path_factory.mktemp("sweep") / "small", result.manifest, result.tables)
+
+
+@pytest.mark.parametrize("axes, fixed, count", [
+    ({"scheduler": ["a"]}, {}, 1),
+    ({"scheduler": ["a", "b"], "seed": [0, 1, 2]}, {"steps": 2}, 6),
+    ({"scheduler": ["a", "b"], "gen_gpus": [1, 2], "gpu": ["H100", "A100"], "topology": ["", "x"]}, {}, 16),
+])
+def test_grid_expands_every_combination(axes, fixed, count):
+    points = Grid(axes, fixed).points()
+    assert len(points) == count and len({point_id(p) for p in points}) == count
+    assert all(p.items() >= fixed.items() for p in points)
+    assert points[0] == {**fixed, **{k: v[0] for k, v in axes.items()}}
+
+
+def test_point_id_ignores_key_order_and_sets_are_toml():
+    assert point_id({"a": 1, "b": "x"}) == point_id({"b": "x", "a": 1}) != point_id({"a": 2, "b": "x"})
+    assert assignments({"scheduler": "s", "cost.train_mfu": 0.4, "topology": "fat-tree:k=4", "sync_strategy": ""}) == [
+        "cost.train_mfu=0.4", 'network.topology="fat-tree:k=4"']
+
+
+@pytest.mark.parametrize("point, message", [
+    ({"gen_gpus": 2}, "needs a scheduler"),
+    ({"scheduler": "nosuch"}, "unknown scheduler 'nosuch'"),
+    ({"scheduler": "disagg-sync", "gpus": 4}, "unknown parameter 'gpus'"),
+    ({"scheduler": "disagg-sync", "cost.nosuch": 1}, "unknown key 'cost.nosuch'"),
+    ({"scheduler": "disagg-sync", "rollpacker.short_round_quantile": 0.5}, "unknown key"),  # another scheduler's key
+])
+def test_bad_points_are_refused_before_anything_runs(point, message):
+    with pytest.raises(ConfigError, match=message):
+        check([point], "grid.toml")
+
+
+def _frame(out: Path) -> pl.DataFrame:
+    return pl.read_parquet(out / "sweep.parquet").drop("replay_wall_s").sort("point_id")
+
+
+def test_a_24_point_grid_locally_and_on_ray_gives_identical_metrics(bundle: Path, tmp_path: Path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    local = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(tmp_path / "local"), "--workers", "2")
+    assert local.returncode == 0, local.stderr
+    assert "24 points on 2 local process(es): 24 ran, 0 already done, 0 failed" in local.stdout
+    on_ray = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(tmp_path / "ray"), "--ray", "--workers", "2")
+    assert on_ray.returncode == 0, on_ray.stderr
+    assert "24 points on a local Ray: 24 ran" in on_ray.stdout
+    a, b = _frame(tmp_path / "local"), _frame(tmp_path / "ray")
+    assert a.height == 24 and a.equals(b)
+    assert set(a.columns) >= {"scheduler", "gen_gpus", "gpu", "train_gpus", "cost.train_mfu", "samples_per_s",
+                              "usd_per_1k_samples", "gen_skewness_bubble", "metrics_json"}
+    # the grid's parameters reached the replay: more generation GPUs, other GPU kinds, other schedulers differ
+    assert a["samples_per_s"].n_unique() > 6
+    config = json.loads(a["metrics_json"][0])
+    assert config["samples"] == a["samples"][0]
+    rerun = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(tmp_path / "local"), "--workers", "2")
+    assert rerun.returncode == 0 and "0 ran, 24 already done" in rerun.stdout
+    assert _frame(tmp_path / "local").equals(a)
+    with open_page(tmp_path / "local" / "report.html") as loaded:
+        assert loaded.console == []
+        assert loaded.page.locator("table tbody tr").count() == 24
+
+
+def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path: Path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\ngpu = ["H100", "cpu", "A100"]\n')  # no roofline for "cpu"
+    out = tmp_path / "out"
+    done = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "2")
+    assert done.returncode == 1
+    assert "3 points on 2 local process(es): 2 ran, 0 already done, 1 failed" in done.stdout
+    assert "no roofline for 'cpu'" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert pl.read_parquet(out / "sweep.parquet")["gpu"].sort().to_list() == ["A100", "H100"]
+    errors = list((out / "points").glob("*.error.json"))
+    assert len(errors) == 1 and json.loads(errors[0].read_text())["point"]["gpu"] == "cpu"
+    again = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1")
+    assert "0 ran, 2 already done, 1 failed" in again.stdout  # only the failed point is tried again
+
+
+@pytest.mark.parametrize("grid, message", [
+    ("[axes]\nscheduler = []\n", "axes.scheduler must be a non-empty list"),
+    ('[axes]\nscheduler = ["x"]\n', "unknown scheduler 'x'"),
+    ('[axes]\nscheduler = ["disagg-sync"]\n[fixed]\nscheduler = "streamrl"\n', "both varied and fixed"),
+    ('[fixed]\nscheduler = "streamrl"\n', "no [axes]"),
+    ("[axes\n", "invalid TOML"),
+])
+def test_bad_grid_is_one_line_and_exit_2(grid, message, bundle: Path, tmp_path: Path):
+    path = tmp_path / "grid.toml"
+    path.write_text(grid)
+    done = run_cli("sweep", str(bundle), "--grid", str(path), "-o", str(tmp_path / "o"))
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"makespan_s": 10, "weight_sync_s": 1.0, "steps": 3}, "network"),
+    ({"makespan_s": 10, "train_dependency_bubble": 0.5, "train_skewness_bubble": 0.2, "gen_dependency_bubble": 0.1},
+     "generation"),
+    ({"makespan_s": 10, "train_dependency_bubble": 0.05, "gen_dependency_bubble": 0.4}, "training"),
+])
+def test_bottleneck(row, expected):
+    assert bottleneck(row) == expected
+
+
+def test_point_of_splits_the_gpus():
+    design = {"gpu": "H100", "scheduler": "disagg-sync", "gen_share": 0.75, "topology": ""}
+    assert point_of(design, 8, {"steps": 2}) == {"steps": 2, "scheduler": "disagg-sync", "gpu": "H100", "gen_gpus": 6,
+                                                 "train_gpus": 2}
+    assert point_of({**design, "gen_share": 0.99}, 4, {})["train_gpus"] == 1
+    with pytest.raises(ConfigError):
+        Space(gen_share=(1.0,))
+
+
+def test_advise_prints_the_cheapest_configuration_meeting_the_target(tmp_path: Path):
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H100", "A100", "H20"]\nscheduler = ["disagg-sync", "one-step-async", "fully-async"]\n'
+                     'gen_share = [0.5, 0.75]\ntotal_gpus = [8, 16, 32]\n[fixed]\nsteps = 3\n')
+    done = run_cli("advise", "--target-throughput", "10", "--space", str(space), "--workers", "2",
+                   "-o", str(tmp_path / "replays"))
+    assert done.returncode == 0, done.stderr
+    assert "Cheapest configurations reaching 10 samples/s" in done.stdout and "cheapest:" in done.stdout
+    cheapest = done.stdout.split("cheapest:", 1)[1].splitlines()[0]
+    rate = float(cheapest.split(": ")[1].split(" samples/s")[0])
+    assert rate >= 10
+    points = [json.loads(p.read_text()) for p in (tmp_path / "replays" / "points").glob("*.json")]
+    meeting = [p["row"]["usd_per_hour"] for p in points if p["row"] and p["row"]["samples_per_s"] >= 10]
+    price = float(cheapest.rsplit("$", 1)[1].split("/h")[0])
+    assert price == pytest.approx(min(meeting), abs=0.01)  # no replay that met the target was cheaper
+    assert "Why the other" in done.stdout
+    budget = run_cli("advise", "--target-throughput", "10", "--budget", "1", "--space", str(space),
+                     "-o", str(tmp_path / "replays"))
+    assert budget.returncode == 0 and "no configuration in the space reaches 10 samples/s within $1/h" in budget.stdout
+    assert "over budget" in budget.stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -103,11 +104,18 @@ def on_ray(bundle: str, todo: list[tuple[str, Point]], address: str | None, work
         raise ConfigError("--ray needs Ray: pip install 'rltrace[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        try:
-            ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
-        except ConnectionError as e:
-            raise ConfigError(f"--ray {address}: cannot connect ({e})") from None
+        # Ray puts the driver's working directory first on every worker's sys.path; run from a source
+        # checkout, its rltrace/ folder would shadow the installed package. Start Ray from an empty folder.
+        here = os.getcwd()
+        with tempfile.TemporaryDirectory() as neutral:
+            os.chdir(neutral)
+            try:
+                ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                         log_to_driver=False, configure_logging=False)
+            except ConnectionError as e:
+                raise ConfigError(f"--ray {address}: cannot connect ({e})") from None
+            finally:
+                os.chdir(here)
     try:
         task = ray.remote(num_cpus=1)(_guarded)
         pending = {task.remote(bundle, point): pid for pid, point in todo}
@@ -126,6 +134,7 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
     Ray cluster at that address. ``progress(done, total)`` is called as points land."""
     if workers < 1:
         raise ConfigError("--workers must be at least 1")
+    bundle = str(Path(bundle).resolve())  # workers (a pool's, Ray's) do not share this process's cwd
     result = SweepResult()
     todo = []
     for point in points:

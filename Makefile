@@ -26,11 +26,16 @@ deps:
 	$(PIP) --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
 	$(PIP) -c ci/torch-cpu-constraint.txt ".[test]"
 
+# Every benchmark, one after the other (about 15 minutes on 2 cores; the Vidur comparison installs Vidur
+# into .venv-vidur the first time). Figures go to the README and docs.
 bench:
 	$(VENV)/bin/python benchmarks/bundle_io.py
 	$(VENV)/bin/python benchmarks/record_overhead.py
 	POLARS_MAX_THREADS=1 taskset -c 0 $(VENV)/bin/python benchmarks/replay_speed.py --scaling
+	taskset -c 0 $(VENV)/bin/python benchmarks/fabric_speed.py
 	$(VENV)/bin/python benchmarks/dashboard_speed.py --browser
+	$(VENV)/bin/python benchmarks/sweep_speed.py
+	$(VENV)/bin/python benchmarks/vidur_compare.py
 
 # Re-record the shipped sample of the tiny RL example (needs the vLLM install of `make test`).
 tiny-rl-sample:

@@ -146,8 +146,10 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
     by_id = dict(todo)
     if progress:
         progress(result.skipped, len(points))
-    outcomes = local(bundle, todo, workers) if ray is False else on_ray(
-        bundle, todo, ray if isinstance(ray, str) else None, workers)
+    outcomes: Iterator[Outcome] = iter(())  # nothing to run: start no pool and no Ray
+    if todo:
+        outcomes = local(bundle, todo, workers) if ray is False else on_ray(
+            bundle, todo, ray if isinstance(ray, str) else None, workers)
     for pid, row, error in outcomes:
         store.save(pid, by_id[pid], row, error)
         if row is None:

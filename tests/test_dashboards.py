@@ -260,9 +260,10 @@ def test_bad_input_is_one_line_and_exit_2(args, message, runs_dir: Path, tmp_pat
         (corrupt / name).write_text((runs_dir / "disagg-sync" / name).read_text())
     (corrupt / "timeline.parquet").write_bytes(b"PAR1 not really")
     (corrupt / "requests.parquet").write_bytes(b"PAR1 not really")
-    done = run_cli(*(a.format(empty=empty, runs=runs_dir, corrupt=corrupt) for a in args), "-o",
-                   str(tmp_path / "x.out")) if "-o" not in args else run_cli(
-        *(a.format(empty=empty, runs=runs_dir, corrupt=corrupt) for a in args))
+    argv = [a.format(empty=empty, runs=runs_dir, corrupt=corrupt) for a in args]
+    if "-o" not in argv:
+        argv += ["-o", str(tmp_path / "x.out")]
+    done = run_cli(*argv)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 

@@ -120,7 +120,9 @@ def extract(bundle: Bundle) -> Workload:
     # Measured step time that no phase explains (moving the batch to the trainers, writing weights, ...).
     explained = pl.sum_horizontal(pl.col(c).fill_null(0) for c in (
         "generation_s", "reward_s", "train_s", "reference_s", "optimizer_s", "weight_sync_s"))
-    steps = steps.with_columns((pl.col("wall_s") - explained).clip(lower_bound=0).alias("other_s"))
+    # A request log (an import) has arrivals but no finishes: nothing was measured, so nothing is left over.
+    steps = steps.with_columns(pl.when(pl.col("generation_s").is_null()).then(0.0)
+                               .otherwise((pl.col("wall_s") - explained).clip(lower_bound=0)).alias("other_s"))
     samples_df, steps_df = pl.collect_all([samples, steps])
     m = bundle.manifest
     return Workload(

@@ -19,6 +19,7 @@ from rltrace.cli.dashboard_cmd import dashboard
 from rltrace.cli.estimate_cmd import estimate
 from rltrace.cli.export_cmd import export
 from rltrace.cli.fabric_cmd import fabric
+from rltrace.cli.import_cmd import import_cmd
 from rltrace.cli.inspect_cmd import inspect
 from rltrace.cli.record_cmd import record
 from rltrace.cli.replay_cmd import replay
@@ -44,6 +45,7 @@ app.command("replay-comms")(replay_comms)
 app.command("calibrate")(calibrate)
 app.command("sweep")(sweep)
 app.command("advise")(advise_cmd)
+app.command("import")(import_cmd)
 app.command("dashboard")(dashboard)
 app.add_typer(fabric, name="fabric")
 app.add_typer(export, name="export")

@@ -1,0 +1,111 @@
+"""The importer contract and registry, and what every importer shares (manifest, skipped-event counts)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import polars as pl
+
+from rltrace.catalog import get_model
+from rltrace.errors import ConfigError
+from rltrace.manifest import Manifest, ModelInfo, Pool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImportOptions:
+    """What the command line may add to any import (none of it is in the source files)."""
+
+    model: str | None = None
+    """catalog model the trace ran (recorded in the manifest, for replay)"""
+    gpu: str | None = None
+    """GPU kind of the pools"""
+    engines: int = 1
+    """generation instances (request traces)"""
+    window_s: float | None = None
+    """request traces: one step per window of arrival time (default: one step)"""
+    mapping: dict[str, str] = field(default_factory=dict)
+    """csv: rltrace column -> source column (arrival, prompt, output)"""
+    time_unit: str = "s"
+    """csv: unit of the arrival column: s, ms, us, ns, or datetime"""
+
+
+@dataclass(slots=True)
+class Imported:
+    """An importer's result: tables, the cluster it saw, and notes on what was inferred."""
+
+    tables: dict[str, pl.DataFrame]
+    notes: list[str] = field(default_factory=list)
+    pools: dict[str, Pool] = field(default_factory=dict)
+    skipped: Counter[str] = field(default_factory=Counter)
+    """bad events inside good files, by reason (reported, not fatal)"""
+
+    def manifest(self, kind: str, files: list[Path], options: ImportOptions) -> Manifest:
+        """The bundle's manifest: source "import", the command, the notes (and the skips, counted)."""
+        model = None
+        if options.model:
+            spec = get_model(options.model)
+            model = ModelInfo(name=spec.name, params=spec.params, layers=spec.layers, hidden=spec.hidden,
+                              heads=spec.heads, kv_heads=spec.kv_heads, vocab=spec.vocab,
+                              intermediate=spec.intermediate, head_dim=spec.head_dim)
+        pools = {name: Pool(device=options.gpu or p.device, count=p.count, tp=p.tp) for name, p in self.pools.items()}
+        notes = [f"imported by `rltrace import {kind}` from {', '.join(f.name for f in files)}", *self.notes]
+        notes += [f"skipped {n} event(s): {why}" for why, n in sorted(self.skipped.items())]
+        if options.model:
+            notes.append(f"model {options.model} given on the command line, not read from the trace")
+        if options.gpu:
+            notes.append(f"GPU kind {options.gpu} given on the command line, not read from the trace")
+        return Manifest(run_id=files[0].name.split(".")[0], source="import", command=["rltrace", "import", kind],
+                        cluster=pools, model=model, notes=notes)
+
+
+class Importer(Protocol):
+    """Turns source files into tables."""
+
+    def __call__(self, files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None) -> Imported:
+        """``progress(done, total)`` in bytes read."""
+        ...
+
+
+IMPORTERS: dict[str, Importer] = {}
+
+
+def register(name: str) -> Callable[[Importer], Importer]:
+    """Register an importer under ``name``; a second one with the same name is an error."""
+    def add(fn: Importer) -> Importer:
+        if name in IMPORTERS:
+            raise ValueError(f"importer {name!r} registered twice")
+        IMPORTERS[name] = fn
+        return fn
+    return add
+
+
+def importer(name: str) -> Importer:
+    if name not in IMPORTERS:
+        raise ConfigError(f"unknown import kind {name!r} (known: {', '.join(sorted(IMPORTERS))})")
+    return IMPORTERS[name]
+
+
+def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source: pl.DataFrame,
+                   options: ImportOptions, cached: pl.Expr | None = None) -> pl.DataFrame:
+    """A requests table from request-log columns: ids by row, engines round-robin, steps by window."""
+    frame = source.select(prompt.cast(pl.Int64).alias("prompt_tokens"), output.cast(pl.Int64).alias("output_tokens"),
+                          arrival_ns.cast(pl.Int64).alias("arrival_ns"),
+                          (cached if cached is not None else pl.lit(None, pl.Int64)).alias("cached_tokens"))
+    n = frame.height
+    t0 = frame["arrival_ns"].min() if n else 0
+    step = ((pl.col("arrival_ns") - t0) // int(options.window_s * 1e9)) if options.window_s else pl.lit(0)
+    return frame.with_columns(
+        step.cast(pl.Int32).alias("step"), pl.format("r{}", pl.int_range(n)).alias("request_id"),
+        pl.format("r{}", pl.int_range(n)).alias("group_id"),
+        pl.format("rollout/engine{}", pl.int_range(n) % options.engines).alias("engine"),
+        *(pl.lit(None, pl.Int64).alias(c) for c in ("scheduled_ns", "first_token_ns", "finish_ns")),
+        pl.lit("stop").alias("finish_reason"), pl.lit(None, pl.Int32).alias("policy_version"),
+        pl.lit(0, pl.Int32).alias("turn"), pl.lit(0, pl.Int32).alias("num_preemptions"))
+
+
+REQUEST_NOTES = ("request ids, group ids (one per request), engines (round-robin over --engines) and finish "
+                 "reasons ('stop') are inferred; the trace records no scheduling, first-token or finish times")

@@ -1,0 +1,133 @@
+"""PyTorch / Chakra host execution traces (JSON, one file per rank, or a .tar.gz of them).
+
+Read: record_param_comms nodes and the c10d collective nodes that hold them (collective name, input tensor
+numel and element size, split sizes), the process-group table of a ``process_group:init`` node when the
+trace has one. An execution trace of schema 1.0.x records no durations: collectives keep their recorded
+order, one microsecond apart from the trace's start_ts, and that is said in the manifest.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from rltrace.collectors.importers.base import Imported, ImportOptions, register
+from rltrace.collectors.importers.comms import op_of
+
+from rltrace.errors import ConfigError
+from rltrace.manifest import Pool
+
+_RANK = re.compile(r"(\d+)(?=\D*$)")  # the last number in a file name: dlrm_eg_3.json -> 3
+
+
+def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+        try:
+            with tarfile.open(path) as tar:
+                members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")),
+                                 key=lambda m: m.name)
+                if not members:
+                    raise ConfigError(f"{path}: no .json execution trace inside")
+                for m in members:
+                    yield m.name, tar.extractfile(m).read()  # type: ignore[union-attr]
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise ConfigError(f"{path}: truncated or corrupt archive ({e})") from None
+    else:
+        yield path.name, path.read_bytes()
+
+
+def _pg_table(nodes: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Process groups from a ``process_group:init`` node (newer ET schemas record the table as a JSON
+    string among its inputs): pg name -> ranks. Empty when the trace has none."""
+    for node in nodes:
+        if "process_group:init" not in str(node.get("name")):
+            continue
+        inputs = node.get("inputs")
+        values = inputs.get("values", []) if isinstance(inputs, dict) else inputs or []
+        for value in values:
+            if not (isinstance(value, str) and value.startswith("[")):
+                continue
+            try:
+                table = json.loads(value)
+            except ValueError:
+                continue
+            return {str(pg.get("pg_name")): [int(r) for r in pg.get("ranks", [])] for pg in table if isinstance(pg, dict)}
+    return {}
+
+
+def _tensor_bytes(value: Any) -> tuple[int, int]:
+    """(numel, element bytes) of an ET tensor reference [id, storage, offset, numel, elem_bytes, device], or
+    of a list of them (summed)."""
+    if isinstance(value, list) and len(value) == 6 and all(isinstance(v, int) for v in value[:5]):
+        return value[3], value[4]
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        parts = [_tensor_bytes(v) for v in value]
+        return sum(n for n, _ in parts), max((w for _, w in parts), default=0)
+    return 0, 0
+
+
+@register("et")
+def execution_trace(files: list[Path], options: ImportOptions,
+                    progress: Callable[[int, int], None] | None = None) -> Imported:
+    """Execution traces: one per rank (a file, or every .json in a tarball)."""
+    imported = Imported({}, [])
+    rows: list[dict[str, Any]] = []
+    docs = [(name, data) for path in files for name, data in _documents(path)]
+    world = len(docs)
+    for index, (name, data) in enumerate(docs):
+        try:
+            trace = json.load(io.BytesIO(data))
+        except ValueError as e:
+            raise ConfigError(f"{name}: not an execution trace (invalid JSON: {e})") from None
+        if not isinstance(trace, dict) or not isinstance(trace.get("nodes"), list):
+            raise ConfigError(f"{name}: not an execution trace (no nodes list)")
+        match = _RANK.search(Path(name).stem)
+        rank = int(match.group(1)) if match else index
+        nodes = trace["nodes"]
+        pgs = _pg_table(nodes)
+        start_ns = int(trace.get("start_ts", 0)) * 1000  # ET start_ts is in microseconds
+        seq = 0
+        for node in nodes:
+            nname = str(node.get("name", ""))
+            if not nname.startswith("c10d::"):
+                continue
+            inputs = node.get("inputs") or []
+            op = op_of(nname)
+            # c10d ops record [tensor(s), seq, pg ptr, ..., collective name, in splits, out splits]
+            named = next((v for v in inputs if isinstance(v, str) and op_of(v)), None)
+            op = op_of(named) if named else op
+            if op is None:
+                imported.skipped[f"unknown collective {nname!r}"] += 1
+                continue
+            numel, width = _tensor_bytes(inputs[0]) if inputs else (0, 0)
+            if width == 0:
+                imported.skipped["collective without a tensor size (kept, 0 bytes)"] += 1
+            pg = "0"
+            members = pgs.get(pg) or list(range(world))
+            rows.append({"step": 0, "rank": rank, "pg": pg, "pg_ranks": sorted({*members, rank}), "op": op,
+                         "dtype": f"{width}-byte", "count": numel, "bytes_in": numel * width,
+                         "bytes_out": numel * width, "peer": None, "seq": seq,
+                         "start_ns": start_ns + seq * 1000, "end_ns": start_ns + seq * 1000, "async_op": False})
+            seq += 1
+        if progress:
+            progress(index + 1, len(docs))
+    if not rows:
+        raise ConfigError(f"{files[0]}: no collectives in the execution trace(s)")
+    imported.tables = {"collectives": pl.DataFrame(rows, schema_overrides={"peer": pl.Int32,
+                                                                           "pg_ranks": pl.List(pl.Int32)})}
+    imported.pools = {"trainer": Pool(device=options.gpu or "unknown", count=world)}
+    imported.notes += [
+        ("the execution traces record no durations: collectives keep their recorded order, 1 us apart from each "
+         "trace's start_ts, with zero duration; all in step 0"),
+        ("ranks from the last number in each file name; the process group is the default one over all "
+         f"{world} files unless a process_group:init node lists the groups"),
+        "dtype is the element size the trace records (e.g. '4-byte'), not its name"]
+    return imported

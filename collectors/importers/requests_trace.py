@@ -1,0 +1,120 @@
+"""Production request traces (arrival time, input and output tokens) as requests tables.
+
+- ``azure-llm``: the Azure LLM inference traces 2023 (TIMESTAMP, ContextTokens, GeneratedTokens).
+- ``mooncake``: Mooncake's JSON lines (timestamp in ms from start, input_length, output_length, hash_ids of
+  512-token prompt blocks); a block seen in an earlier request counts as prefix-cached.
+- ``csv``: any CSV, with ``--map arrival=COL,prompt=COL,output=COL`` and ``--time-unit``.
+
+Files are read with polars (chunked, typed); several files concatenate in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+from rltrace.collectors.importers.base import REQUEST_NOTES, Imported, ImportOptions, register, requests_table
+
+from rltrace.errors import ConfigError
+from rltrace.manifest import Pool
+
+MOONCAKE_BLOCK_TOKENS = 512  # Mooncake's trace README: hash_ids are ids of 512-token prompt blocks
+UNITS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
+
+
+def _read(path: Path, reader: Callable[[Path], pl.DataFrame], what: str) -> pl.DataFrame:
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        return reader(path)
+    except (pl.exceptions.PolarsError, OSError, ValueError) as e:
+        raise ConfigError(f"{path}: not a {what} ({str(e).splitlines()[0]})") from None
+
+
+def _need(frame: pl.DataFrame, columns: list[str], path: Path, what: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"{path}: not a {what}: no column {missing[0]!r} (columns: {', '.join(frame.columns)})")
+
+
+def _result(requests: pl.DataFrame, options: ImportOptions, notes: list[str]) -> Imported:
+    ok = (pl.col("prompt_tokens") >= 0) & (pl.col("output_tokens") >= 0) & pl.col("arrival_ns").is_not_null()
+    bad = requests.filter(~ok.fill_null(False))
+    imported = Imported({"requests": requests.filter(ok.fill_null(False))}, [REQUEST_NOTES, *notes],
+                        {"rollout": Pool(device=options.gpu or "unknown", count=options.engines)})
+    if bad.height:
+        imported.skipped["negative token count or missing arrival"] = bad.height
+    if options.window_s:
+        imported.notes.append(f"steps are {options.window_s:g} s windows of arrival time")
+    else:
+        imported.notes.append("one step: every request in step 0 (give --window-s for steps by arrival time)")
+    return imported
+
+
+@register("azure-llm")
+def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
+    """Azure LLM inference trace 2023 (code or conversation)."""
+    parts = []
+    for path in files:
+        frame = _read(path, pl.read_csv, "Azure LLM trace (CSV)")
+        _need(frame, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], path, "Azure LLM trace")
+        parts.append(frame)
+    source = pl.concat(parts)
+    # 7 fractional digits, no zone: the trace's wall clock, read as UTC
+    when = pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
+    requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when.dt.epoch("ns"), source, options)
+    return _result(requests, options, ["arrival times are the trace's TIMESTAMP read as UTC"])
+
+
+@register("mooncake")
+def mooncake(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
+    """Mooncake conversation/tool/synthetic traces (JSON lines)."""
+    parts = []
+    for path in files:
+        frame = _read(path, pl.read_ndjson, "Mooncake trace (JSON lines)")
+        _need(frame, ["timestamp", "input_length", "output_length"], path, "Mooncake trace")
+        parts.append(frame)
+    source = pl.concat(parts, how="diagonal_relaxed").with_row_index("row")
+    cached = None
+    notes = ["arrival times are the trace's timestamp (ms from its start) from the epoch"]
+    if "hash_ids" in source.columns:
+        # A block is cached if an earlier request had it; a request's cached prefix is its leading run of
+        # cached blocks (prefix caching reuses only a prefix).
+        blocks = source.select("row", "hash_ids").explode("hash_ids").drop_nulls("hash_ids").with_columns(
+            pl.int_range(pl.len()).over("row").alias("pos"))
+        blocks = blocks.with_columns((pl.col("row").min().over("hash_ids") < pl.col("row")).alias("seen"))
+        prefix = blocks.sort("row", "pos").with_columns(pl.col("seen").cast(pl.Int64).cum_prod().over("row").alias("p"))
+        counts = prefix.group_by("row").agg(pl.col("p").sum().alias("cached_blocks"))
+        source = source.join(counts, on="row", how="left")
+        cached = pl.min_horizontal(pl.col("cached_blocks").fill_null(0) * MOONCAKE_BLOCK_TOKENS, pl.col("input_length"))
+        notes.append(f"cached_tokens: the leading prompt blocks ({MOONCAKE_BLOCK_TOKENS} tokens each) whose hash id an "
+                     "earlier request already had (an unbounded prefix cache)")
+    requests = requests_table(pl.col("input_length"), pl.col("output_length"),
+                              (pl.col("timestamp").cast(pl.Float64) * 1e6).round(), source, options, cached)
+    return _result(requests, options, notes)
+
+
+@register("csv")
+def csv(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
+    """Any request log in CSV: ``--map arrival=COL,prompt=COL,output=COL`` names the columns."""
+    names = {"arrival", "prompt", "output"}
+    if set(options.mapping) != names:
+        raise ConfigError(f"import csv needs --map arrival=COL,prompt=COL,output=COL (got {options.mapping or 'none'})")
+    if options.time_unit not in (*UNITS, "datetime"):
+        raise ConfigError(f"--time-unit must be one of s, ms, us, ns, datetime, got {options.time_unit!r}")
+    parts = []
+    for path in files:
+        frame = _read(path, pl.read_csv, "CSV file")
+        _need(frame, list(options.mapping.values()), path, "request log")
+        parts.append(frame)
+    source = pl.concat(parts)
+    col = pl.col(options.mapping["arrival"])
+    if options.time_unit == "datetime":
+        arrival = col.cast(pl.String).str.to_datetime(time_unit="ns", strict=False).dt.epoch("ns")
+    else:
+        arrival = (col.cast(pl.Float64) * UNITS[options.time_unit]).round()
+    requests = requests_table(pl.col(options.mapping["prompt"]), pl.col(options.mapping["output"]), arrival, source,
+                              options)
+    mapped = ", ".join(f"{k}={v}" for k, v in sorted(options.mapping.items()))
+    return _result(requests, options, [f"columns mapped: {mapped}; arrival in {options.time_unit}"])

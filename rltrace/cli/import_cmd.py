@@ -1,0 +1,57 @@
+"""``rltrace import``: traces recorded by other tools (Kineto, execution traces, request logs) as a bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rltrace.bundle import write_bundle
+from rltrace.collectors.importers import IMPORTERS, ImportOptions, importer
+from rltrace.errors import ConfigError
+
+
+def _mapping(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    pairs = [p.partition("=") for p in text.split(",") if p.strip()]
+    if any(not eq or not k.strip() or not v.strip() for k, eq, v in pairs):
+        raise ConfigError(f"--map {text!r}: expected arrival=COL,prompt=COL,output=COL")
+    return {k.strip(): v.strip() for k, _, v in pairs}
+
+
+def import_cmd(
+    kind: Annotated[str, typer.Argument(help=f"Source kind: {', '.join(sorted(IMPORTERS))}.")],
+    files: Annotated[list[Path], typer.Argument(help="Source files (several: one per rank, or concatenated logs).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Bundle directory to write.")],
+    model: Annotated[str | None, typer.Option(help="Catalog model the trace ran (for replay).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU kind of the pools (for replay).")] = None,
+    engines: Annotated[int, typer.Option(help="Request logs: generation instances to spread requests over.")] = 1,
+    window_s: Annotated[float | None, typer.Option(help="Request logs: one step per window of arrival time.")] = None,
+    map_: Annotated[str | None, typer.Option("--map", help="csv: arrival=COL,prompt=COL,output=COL.")] = None,
+    time_unit: Annotated[str, typer.Option(help="csv: unit of the arrival column: s, ms, us, ns or datetime.")] = "s",
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing bundle.")] = False,
+) -> None:
+    """Import traces recorded elsewhere into a bundle, noting in its manifest what was inferred.
+
+    Example: rltrace import azure-llm AzureLLMInferenceTrace_code.csv -o azure_code --model Llama-2-7B --gpu H100
+    """
+    chosen = importer(kind)
+    if engines < 1 or (window_s is not None and window_s <= 0):
+        raise ConfigError("--engines must be >= 1 and --window-s positive")
+    options = ImportOptions(model=model, gpu=gpu, engines=engines, window_s=window_s, mapping=_mapping(map_),
+                            time_unit=time_unit)
+    err = Console(stderr=True)
+    with Progress(TextColumn(f"import {kind}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), console=err,
+                  transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("read")
+        result = chosen(files, options, lambda done, total: bar.update(task, completed=done, total=total))
+    manifest = result.manifest(kind, files, options)
+    path = write_bundle(output, manifest, result.tables, overwrite=force)
+    rows = ", ".join(f"{n} {t}" for t, n in manifest.tables.items() if n)
+    print(f"wrote {path}: {rows or 'no rows'}")
+    for why, n in sorted(result.skipped.items()):
+        print(f"skipped {n} event(s): {why}")

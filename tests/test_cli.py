@@ -12,7 +12,7 @@ from helpers import run_cli
 from rltrace.sample_traces import sample_path
 
 COMMANDS = {"advise", "calibrate", "dashboard", "estimate", "export", "fabric", "inspect", "record", "replay", "schema",
-            "sweep", "synth"}
+            "sweep", "synth", "import"}
 
 
 def test_help_lists_exactly_the_working_commands() -> None:

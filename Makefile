@@ -36,6 +36,7 @@ bench:
 	$(VENV)/bin/python benchmarks/dashboard_speed.py --browser
 	$(VENV)/bin/python benchmarks/sweep_speed.py
 	$(VENV)/bin/python benchmarks/vidur_compare.py
+	$(VENV)/bin/python benchmarks/import_memory.py --mb 1024
 
 # Re-record the shipped sample of the tiny RL example (needs the vLLM install of `make test`).
 tiny-rl-sample:

@@ -280,6 +280,9 @@ def _given(value: int | None, default: int) -> int:
 
 def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None) -> Prepared:
     """Extract, retarget (when ``shape`` asks) and prepare a bundle's workload on the cluster ``shape`` gives."""
+    if bundle.requests.select(pl.len()).collect().item() == 0:
+        raise ConfigError(f"{bundle.path}: no requests, so no RL step to replay (an imported profiler or execution "
+                          "trace holds collectives only): `rltrace replay-comms BUNDLE --ranks N` re-issues them")
     workload = extract(bundle)
     pools = workload.cluster
     rollout, trainer = pools.get("rollout"), pools.get("trainer")

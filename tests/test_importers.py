@@ -159,6 +159,9 @@ def test_inspect_replay_and_replay_comms_on_imported_bundles(tmp_path: Path):
     hta = require_shared(f"{PROFILES}/hta_nccl_2rank_rank0.json.gz")
     _import("kineto", [hta], tmp_path / "nccl")
     assert run_cli("inspect", str(tmp_path / "nccl")).returncode == 0
+    refused = run_cli("replay", str(tmp_path / "nccl"), "--gpu", "A100")
+    assert refused.returncode == 2 and "no requests, so no RL step to replay" in refused.stderr
+    assert "replay-comms" in refused.stderr
     comms = run_cli("replay-comms", str(tmp_path / "nccl"), "--ranks", "2", timeout=600)
     assert comms.returncode == 0, comms.stderr
     assert "all_reduce" in comms.stdout

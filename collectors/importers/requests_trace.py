@@ -32,10 +32,16 @@ def _read(path: Path, reader: Callable[[Path], pl.DataFrame], what: str) -> pl.D
         raise ConfigError(f"{path}: not a {what} ({str(e).splitlines()[0]})") from None
 
 
-def _need(frame: pl.DataFrame, columns: list[str], path: Path, what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ConfigError(f"{path}: not a {what}: no column {missing[0]!r} (columns: {', '.join(frame.columns)})")
+def _read_all(files: list[Path], reader: Callable[[Path], pl.DataFrame], what: str, columns: list[str]) -> pl.DataFrame:
+    """Every file read and checked for ``columns``, concatenated in order."""
+    parts = []
+    for path in files:
+        frame = _read(path, reader, what)
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise ConfigError(f"{path}: not a {what}: no column {missing[0]!r} (columns: {', '.join(frame.columns)})")
+        parts.append(frame)
+    return pl.concat(parts, how="diagonal_relaxed")
 
 
 def _result(requests: pl.DataFrame, options: ImportOptions, notes: list[str]) -> Imported:
@@ -55,12 +61,7 @@ def _result(requests: pl.DataFrame, options: ImportOptions, notes: list[str]) ->
 @register("azure-llm")
 def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """Azure LLM inference trace 2023 (code or conversation)."""
-    parts = []
-    for path in files:
-        frame = _read(path, pl.read_csv, "Azure LLM trace (CSV)")
-        _need(frame, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], path, "Azure LLM trace")
-        parts.append(frame)
-    source = pl.concat(parts)
+    source = _read_all(files, pl.read_csv, "Azure LLM trace (CSV)", ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
     # 7 fractional digits, no zone: the trace's wall clock, read as UTC
     when = pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
     requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when.dt.epoch("ns"), source, options)
@@ -70,12 +71,8 @@ def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, in
 @register("mooncake")
 def mooncake(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """Mooncake conversation/tool/synthetic traces (JSON lines)."""
-    parts = []
-    for path in files:
-        frame = _read(path, pl.read_ndjson, "Mooncake trace (JSON lines)")
-        _need(frame, ["timestamp", "input_length", "output_length"], path, "Mooncake trace")
-        parts.append(frame)
-    source = pl.concat(parts, how="diagonal_relaxed").with_row_index("row")
+    source = _read_all(files, pl.read_ndjson, "Mooncake trace (JSON lines)",
+                       ["timestamp", "input_length", "output_length"]).with_row_index("row")
     cached = None
     notes = ["arrival times are the trace's timestamp (ms from its start) from the epoch"]
     if "hash_ids" in source.columns:
@@ -103,12 +100,7 @@ def csv(files: list[Path], options: ImportOptions, progress: Callable[[int, int]
         raise ConfigError(f"import csv needs --map arrival=COL,prompt=COL,output=COL (got {options.mapping or 'none'})")
     if options.time_unit not in (*UNITS, "datetime"):
         raise ConfigError(f"--time-unit must be one of s, ms, us, ns, datetime, got {options.time_unit!r}")
-    parts = []
-    for path in files:
-        frame = _read(path, pl.read_csv, "CSV file")
-        _need(frame, list(options.mapping.values()), path, "request log")
-        parts.append(frame)
-    source = pl.concat(parts)
+    source = _read_all(files, pl.read_csv, "request log (CSV)", list(options.mapping.values()))
     col = pl.col(options.mapping["arrival"])
     if options.time_unit == "datetime":
         arrival = col.cast(pl.String).str.to_datetime(time_unit="ns", strict=False).dt.epoch("ns")

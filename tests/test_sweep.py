@@ -1,9 +1,14 @@
 """Sweeps and advise: grid expansion (table-driven), a 24-point grid on a local process pool and on a real
-local Ray cluster with identical metrics, resume, failure isolation, bad grids, and advise end to end."""
+local Ray with identical metrics, a sweep on a cluster from `ray start`, resume, failure isolation, bad grids, and advise end to end."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -92,6 +97,37 @@ def test_a_24_point_grid_locally_and_on_ray_gives_identical_metrics(bundle: Path
     with open_page(tmp_path / "local" / "report.html") as loaded:
         assert loaded.console == []
         assert loaded.page.locator("table tbody tr").count() == 24
+
+
+@pytest.fixture()
+def ray_cluster(tmp_path: Path) -> Iterator[str]:
+    """A real Ray head started by `ray start`, as a user's cluster would be: token auth on (Ray >= 2.59's
+    default), the token in ~/.ray/auth_token."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ray = str(Path(sys.executable).with_name("ray"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    started = subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                              "--disable-usage-stats"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=180)
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_a_sweep_on_an_existing_ray_cluster_matches_the_local_pool(bundle: Path, tmp_path: Path, ray_cluster: str):
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[axes]\nscheduler = ["disagg-sync", "rollpacker"]\ngen_gpus = [2, 4]\n[fixed]\ntrain_gpus = 2\n')
+    local = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(tmp_path / "local"), "--workers", "2")
+    assert local.returncode == 0, local.stderr
+    remote = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(tmp_path / "remote"),
+                     "--ray-address", ray_cluster, env={"RAY_AUTH_MODE": "token"})
+    assert remote.returncode == 0, remote.stderr
+    assert f"4 points on Ray at {ray_cluster}: 4 ran, 0 already done, 0 failed" in remote.stdout
+    assert _frame(tmp_path / "local").equals(_frame(tmp_path / "remote"))
 
 
 def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path: Path):

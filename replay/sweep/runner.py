@@ -113,7 +113,10 @@ def on_ray(bundle: str, todo: list[tuple[str, Point]], address: str | None, work
                 ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
                          log_to_driver=False, configure_logging=False)
             except ConnectionError as e:
-                raise ConfigError(f"--ray {address}: cannot connect ({e})") from None
+                # Ray >= 2.59 turns token auth on for clusters from `ray start`; a client only sends the
+                # token when told to, and the failure then reads as a plain connection error.
+                raise ConfigError(f"--ray {address}: cannot connect ({e}); a cluster with token auth needs "
+                                  "RAY_AUTH_MODE=token here (token from RAY_AUTH_TOKEN or ~/.ray/auth_token)") from None
             finally:
                 os.chdir(here)
     try:

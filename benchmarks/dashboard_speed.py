@@ -6,7 +6,7 @@
 Retargets the default RollPacker-like sample to steps x samples-per-step requests (128 x 8,192 = 1,048,576),
 replays it (not timed here: benchmarks/replay_speed.py does), then times the report built from the in-memory
 runs (the `rltrace replay --dashboard` path), the same from run folders on disk (`rltrace dashboard`), and
-the Perfetto export. With --browser, also the time Chromium takes from load to every figure drawn.
+the Perfetto export (plain, and gzipped as `-o trace.json.gz` writes it). With --browser, also the time Chromium takes from load to every figure drawn.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 from rltrace.analysis import Run, load_runs
+from rltrace.cli.dashboard_cmd import write_text
 
 
 def main() -> None:
@@ -59,13 +60,17 @@ def main() -> None:
         started = time.perf_counter()
         trace = perfetto.from_run(runs[0]).to_json()
         export_s = time.perf_counter() - started
+        started = time.perf_counter()
+        packed = write_text(folder / "trace.json.gz", trace)  # what `export perfetto -o x.json.gz` writes
+        gzip_s = time.perf_counter() - started
         browser_s = _browser(report) if args.browser else None
     print(f"machine: {platform.machine()}, {platform.processor() or platform.system()}, Python {sys.version.split()[0]}")
     print(f"report from memory: {in_memory:.2f} s, {len(html) / 1e6:.1f} MB; from run folders: {from_disk:.2f} s, "
           f"{len(html_disk) / 1e6:.1f} MB (target: < 10 s, < 15 MB)")
     if browser_s is not None:
         print(f"headless Chromium, load to every figure drawn: {browser_s:.1f} s")
-    print(f"perfetto export of {runs[0].name}: {export_s:.2f} s, {len(trace) / 1e6:.0f} MB")
+    print(f"perfetto export of {runs[0].name}: {export_s:.2f} s, {len(trace) / 1e6:.0f} MB; "
+          f"gzipped (-o trace.json.gz): +{gzip_s:.2f} s, {packed / 1e6:.1f} MB")
 
 
 def _browser(report: Path) -> float:

@@ -4,6 +4,7 @@ test_dashboard_browser.py."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -187,11 +188,15 @@ def test_perfetto_of_a_run_follows_the_format(runs_dir: Path, tmp_path: Path):
     assert min(running) == 0 and max(running) <= 256  # back to empty; never beyond max_seqs
 
 
-def test_perfetto_of_the_recorded_tiny_rl_bundle(tmp_path: Path):
-    out = tmp_path / "tiny.json"
+@pytest.mark.parametrize("name", ["tiny.json", "tiny.json.gz"])
+def test_perfetto_of_the_recorded_tiny_rl_bundle(name: str, tmp_path: Path):
+    out = tmp_path / name
     done = run_cli("export", "perfetto", "tiny_rl_cpu", "-o", str(out))
     assert done.returncode == 0, done.stderr
-    text = out.read_text()
+    raw = out.read_bytes()
+    assert (raw[:2] == b"\x1f\x8b") == name.endswith(".gz")  # gzip magic only when asked for
+    text = (gzip.decompress(raw) if name.endswith(".gz") else raw).decode()
+    assert f"wrote {out} ({len(raw) / 1e6:.1f} MB" in done.stdout
     assert violations(text) == []
     events = json.loads(text)["traceEvents"]
     processes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}

@@ -21,12 +21,14 @@ export = typer.Typer(help="Convert a run or a bundle for other tools. Example: r
 @export.command("perfetto")
 def perfetto(
     source: Annotated[Path, typer.Argument(help="A run folder (from `rltrace replay -o`), a bundle, or a sample name.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="JSON file to write.")] = Path("trace.json"),
+    output: Annotated[Path, typer.Option("--output", "-o", help="JSON file to write; a name ending in .gz is "
+                                         "gzip-compressed (Perfetto and chrome://tracing open it as it is).")
+                      ] = Path("trace.json"),
 ) -> None:
     """Write Chrome trace-event JSON that opens in ui.perfetto.dev and chrome://tracing: a process per
     actor or rank, a thread per role, counters for running/waiting requests and link utilisation.
 
-    Example: rltrace export perfetto runs/rollpacker -o rollpacker.json
+    Example: rltrace export perfetto runs/rollpacker -o rollpacker.json.gz
     """
     with Console(stderr=True).status(f"converting {source}"):
         if (source / "metrics.json").is_file():
@@ -34,5 +36,5 @@ def perfetto(
         else:
             trace = perfetto_trace.from_bundle(open_bundle(resolve_bundle(source)))
         text = trace.to_json()
-    write_text(output, text)
-    print(f"wrote {output} ({len(text) / 1e6:.1f} MB, {trace.spans.height:,} spans, {trace.counters.height:,} counter samples)")
+    size = write_text(output, text)
+    print(f"wrote {output} ({size / 1e6:.1f} MB, {trace.spans.height:,} spans, {trace.counters.height:,} counter samples)")

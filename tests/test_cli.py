@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
-from helpers import run_cli
+from helpers import run_cli, small_config
 from rltrace.sample_traces import sample_path
+
+import rltrace
+from rltrace.synth import synthesize
 
 COMMANDS = {"advise", "calibrate", "dashboard", "estimate", "export", "fabric", "inspect", "record", "replay", "schema",
             "sweep", "synth", "import"}
@@ -18,7 +23,7 @@ COMMANDS = {"advise", "calibrate", "dashboard", "estimate", "export", "fabric", 
 def test_help_lists_exactly_the_working_commands() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
-    listed = set(re.findall(r"^│ (\w+)\s{2,}", result.stdout, flags=re.M)) - {"--help"}
+    listed = set(re.findall(r"^│ (\w+)\s{2,}", result.stdout, flags=re.MULTILINE)) - {"--help"}
     assert listed == COMMANDS, result.stdout
 
 
@@ -120,10 +125,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 def test_hostile_strings_print_as_text(tmp_path: Path) -> None:
     """Trace-supplied strings must not be interpreted as rich markup."""
-    import rltrace
-    from helpers import small_config
-    from rltrace.synth import synthesize
-
     result = synthesize(small_config())
     result.manifest.run_id = "[bold red]<script>alert(1)</script>"
     rltrace.write_bundle(tmp_path / "b", result.manifest, result.tables)
@@ -133,10 +134,7 @@ def test_hostile_strings_print_as_text(tmp_path: Path) -> None:
 
 
 def test_python_m_rltrace_runs_the_same_cli(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    result = subprocess.run([sys.executable, "-m", "rltrace", "schema"], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-m", "rltrace", "schema"], check=False, capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_cli("schema").stdout
     assert sample_path().is_dir()
@@ -144,13 +142,9 @@ def test_python_m_rltrace_runs_the_same_cli(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["inspect"], ["inspect", "--json"], ["schema"]])
 def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
-    import shlex
-    import subprocess
-    import sys
-
     rltrace = str(Path(sys.executable).parent / "rltrace")
     result = subprocess.run(
-        f"{shlex.quote(rltrace)} {' '.join(args)} | head -n 1", shell=True, capture_output=True, text=True, timeout=120
+        f"{shlex.quote(rltrace)} {' '.join(args)} | head -n 1", check=False, shell=True, capture_output=True, text=True, timeout=120
     )
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr

@@ -1,0 +1,87 @@
+"""Per-iteration decode time against running batch, measured on a real vLLM engine (examples/tiny_rl's model).
+
+    python benchmarks/cpu_decode_iterations.py [--batches 4 8 16 32 64] [--repeats 3]
+
+Why: the replay's trace fit (docs/replay.md, Fidelity) sees a request's *mean* time per token against its
+mean running batch, and on the tiny RL recordings it cannot resolve the batch slope (kept only at >= 3
+standard errors). This times each ``LLMEngine.step`` call (one engine-core iteration) with the engine's
+unfinished requests at its start, over generate() calls of each batch size, and fits
+tau(B) = a + b x B by least squares on every iteration after the first ``--warmup``. Its slope's standard
+error says whether iteration-level records would make the slope measurable. Run on an idle machine; the
+figures are this machine's, not a GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "tiny_rl"))
+import tiny_llama
+
+
+def measure(batches: list[int], repeats: int) -> tuple[np.ndarray, np.ndarray]:
+    """(running requests at the iteration's start, iteration seconds) of every engine step."""
+    from vllm import LLM, SamplingParams  # vLLM is a test extra; only this benchmark's run needs it
+
+    model = tiny_llama.build(Path(tempfile.mkdtemp(prefix="rltrace_iter_")) / "model")
+    llm = LLM(model=str(model), dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
+    engine, rows = llm.llm_engine, []
+    step = engine.step
+
+    def timed_step():  # one engine-core iteration, as examples/tiny_rl's generate() drives it
+        running = engine.get_num_unfinished_requests()
+        started = time.perf_counter()
+        out = step()
+        rows.append((running, time.perf_counter() - started))
+        return out
+
+    engine.step = timed_step
+    try:
+        for repeat in range(repeats):
+            for n in batches:
+                params = [SamplingParams(max_tokens=96, temperature=1.0, stop_token_ids=tiny_llama.STOP_IDS,
+                                         seed=repeat * 10_000 + i) for i in range(n)]
+                llm.generate(["the policy samples a response"] * n, params, use_tqdm=False)
+    finally:
+        engine.engine_core.shutdown()
+    data = np.array(rows, dtype=float)
+    return data[:, 0], data[:, 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[4, 8, 16, 32, 64])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=200, help="first iterations left out (engine warm-up)")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    running, seconds = measure(args.batches, args.repeats)
+    batch, tau = running[args.warmup:], seconds[args.warmup:]
+    keep = batch >= 1
+    batch, tau = batch[keep], tau[keep]
+    design = np.column_stack([np.ones_like(batch), batch])
+    coef, *_ = np.linalg.lstsq(design, tau, rcond=None)
+    resid = tau - design @ coef
+    cov = resid @ resid / (len(tau) - 2) * np.linalg.inv(design.T @ design)
+    se = np.sqrt(np.diag(cov))
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"{len(tau)} iterations: tau(B) = {coef[0] * 1e3:.3f} ms + {coef[1] * 1e6:.1f} us x B "
+          f"(slope standard error {se[1] * 1e6:.1f} us: {coef[1] / se[1]:.0f} standard errors)")
+    print(f"{'running':>8} {'iterations':>10} {'median ms':>10}")
+    for b in sorted({int(x) for x in batch}):
+        at = tau[batch == b]
+        if len(at) >= 20:  # the rest are transitions between batch sizes: too few to show a median
+            print(f"{b:>8} {len(at):>10} {np.median(at) * 1e3:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -163,6 +163,7 @@ def merge(
         pl.format("{}:{}", "engine", "group_id").alias("group_id"),
     ).sort("arrival_ns", "request_id")
     spans = _rename(tables["spans"], "actor", shards)
+    iterations = _rename(tables["iterations"], "engine", shards).drop("_shard").sort("start_ns", "engine")
     syncs = _rename(_rename(tables["weight_syncs"], "src", shards), "dst", shards)
 
     world = _main_world(shards)
@@ -207,7 +208,7 @@ def merge(
         out,
         manifest,
         {"requests": req.drop("_shard"), "collectives": coll.drop("_shard"), "weight_syncs": syncs,
-         "spans": spans.sort("start_ns")},
+         "spans": spans.sort("start_ns"), "iterations": iterations},
         overwrite=overwrite,
     )
     return manifest

@@ -1,10 +1,11 @@
-"""vLLM collector: one requests row per generated sample, generate spans, weight-update entry points.
+"""vLLM collector: one requests row per generated sample, engine iterations, generate spans, weight updates.
 
 Attaches by patching, once per process, the few vLLM entry points every front end goes through:
 
 - ``LLMEngine.__init__`` / ``AsyncLLM.__init__``: force ``log_stats=True``, without which vLLM leaves
   ``RequestOutput.metrics`` empty (a server started with ``--disable-log-stats`` then logs its periodic stats);
-- ``LLMEngine.step``: finished outputs of ``LLM.generate`` / ``LLM.chat`` and of user step loops;
+- ``LLMEngine.step``: finished outputs of ``LLM.generate`` / ``LLM.chat`` and of user step loops, and one
+  iterations row per call (its duration and the requests in the engine; the async engine records none);
 - ``AsyncLLM.generate``: the async engine RL frameworks use, and the OpenAI-compatible server;
 - ``LLM.generate`` / ``LLM.chat``: a ``generate`` span each, and the generator's step count;
 - ``LLM.collective_rpc`` of weight-update methods: a timed, sized weight-sync flow into the engine.
@@ -102,10 +103,19 @@ def _force_log_stats(init: Any) -> Any:
 def _step(step: Any) -> Any:
     @functools.wraps(step)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        outputs = step(self, *args, **kwargs)
         rec = recorder.current()
+        # One step call is one engine-core iteration: its duration against the requests in the engine is
+        # what resolves decode time per batch size (per-request timings only give averages over a batch).
+        in_engine = 0
         if rec is not None:
             with rec.guard("vllm collector"):
+                in_engine = int(self.get_num_unfinished_requests())
+        start_ns = time.time_ns()
+        outputs = step(self, *args, **kwargs)
+        if rec is not None:
+            with rec.guard("vllm collector"):
+                if in_engine > 0:
+                    recorder.record("iterations", (steps.gen(), engine_key(self), start_ns, time.time_ns(), in_engine))
                 for out in outputs or ():
                     record_output(self, out)
         return outputs

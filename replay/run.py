@@ -140,10 +140,10 @@ def _gpu(device: str | None) -> GPUSpec | None:
 
 
 def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording: pl.DataFrame | None = None,
-            measured: bool = False, model: str | None = None) -> Prepared:
-    """Build the job and its requests. ``recording`` is the bundle's requests frame (the calibration data
-    for trace-fitted generation costs); ``measured`` says its timings come from a real run (``rltrace record``
-    or an import), which lets "auto" fit generation costs to them."""
+            iterations: pl.DataFrame | None = None, measured: bool = False, model: str | None = None) -> Prepared:
+    """Build the job and its requests. ``recording`` is the bundle's requests frame and ``iterations`` its
+    engine iterations (the calibration data for trace-fitted generation costs); ``measured`` says its timings
+    come from a real run (``rltrace record`` or an import), which lets "auto" fit generation costs to them."""
     notes: list[str] = []
     spec = model_spec(workload.model, model)
     profile = load_profile(cost.profile) if cost.profile else None
@@ -156,7 +156,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     if use_trace:
         if recording is None:
             raise ConfigError("cost.generation=trace needs the bundle's recorded requests")
-        generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1)
+        generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1, iterations=iterations)
         notes.append(f"generation cost fitted to the trace: {report}")
     else:
         gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
@@ -309,5 +309,5 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
         workload = replace(workload, steps=workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured))
-    return prepare(workload, cluster, cost, recording=recording, measured=bundle.manifest.source == "record",
-                   model=shape.model)
+    return prepare(workload, cluster, cost, recording=recording, iterations=bundle.iterations.collect(),
+                   measured=bundle.manifest.source == "record", model=shape.model)

@@ -67,6 +67,10 @@ class Bundle:
     def spans(self) -> pl.LazyFrame:
         return self._frames["spans"]
 
+    @property
+    def iterations(self) -> pl.LazyFrame:
+        return self._frames["iterations"]
+
     def validate(self) -> None:
         """Check every value rule of every table; raises :class:`ValidationError` at the first broken one."""
         for name, frame in self._frames.items():
@@ -122,6 +126,8 @@ def _scan(root: Path, table: TableSchema, version: tuple[int, int]) -> pl.LazyFr
     path = root / table.file
     file = _rel(root, table.file)
     if not path.is_file():
+        if version < table.since:  # written before the table existed
+            return pl.LazyFrame(schema=polars_schema(table))
         raise BundleError(f"{file}: missing (every bundle holds {', '.join(t.file for t in TABLES.values())})")
     try:
         stored = pq.read_schema(path)

@@ -8,7 +8,8 @@ writer casts to, the polars dtypes the reader casts to, the validation checks, a
 docs/format.md (``rltrace schema``).
 
 Versioning: ``FORMAT_VERSION`` is ``major.minor``. A minor version only adds columns, so a reader accepts
-every older minor version and fills the columns it lacks with their declared default. A newer minor version is
+every older minor version and fills the columns it lacks with their declared default (a table newer than the
+bundle reads as empty). A newer minor version is
 read too (unknown columns are dropped). A different major version is refused.
 
 Changelog:
@@ -16,6 +17,8 @@ Changelog:
     1.1  requests gains ``cached_tokens``, ``turn`` and ``num_preemptions`` (prefix caching, multi-turn
          agentic trajectories, vLLM preemptions); weight_syncs gains ``step``.
     1.2  requests gains ``trajectory_id`` (the turns of one multi-turn trajectory share it).
+    1.3  iterations: one row per generation-engine iteration (its duration and the requests in the engine),
+         which resolves decode time against batch where per-request timings cannot.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 FINISH_REASONS = ("stop", "length", "abort")
@@ -95,6 +98,8 @@ class TableSchema:
     orders: tuple[Order, ...] = ()
     member_of: tuple[tuple[str, str], ...] = field(default=())
     """(scalar column, list column): the scalar must be an element of the list where both are set."""
+    since: tuple[int, int] = (1, 0)
+    """the format version that introduced the table (older bundles have no file for it: read as empty)"""
 
     @property
     def file(self) -> str:
@@ -245,7 +250,22 @@ SPANS = TableSchema(
     orders=(Order("start_ns", "end_ns"),),
 )
 
-TABLES: dict[str, TableSchema] = {t.name: t for t in (REQUESTS, COLLECTIVES, WEIGHT_SYNCS, SPANS)}
+ITERATIONS = TableSchema(
+    name="iterations",
+    doc="One row per iteration of a generation engine (a scheduler step: one token for every running request).",
+    columns=(
+        Column("step", _I32, "RL step the engine was generating for", min_value=0),
+        Column("engine", _STR, "generation instance, as in requests.engine"),
+        _ns("start_ns", "start of the iteration (the engine step call)"),
+        _ns("end_ns", "end of the iteration (its outputs returned)"),
+        Column("requests", _I32, "requests in the engine (running or waiting) when the iteration started",
+               min_value=1),
+    ),
+    orders=(Order("start_ns", "end_ns"),),
+    since=(1, 3),
+)
+
+TABLES: dict[str, TableSchema] = {t.name: t for t in (REQUESTS, COLLECTIVES, WEIGHT_SYNCS, SPANS, ITERATIONS)}
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -259,7 +279,8 @@ def markdown_table(table: TableSchema) -> str:
     lines = [
         f"### `{table.file}`",
         "",
-        table.doc,
+        table.doc + (f" (Since {table.since[0]}.{table.since[1]}; older bundles read as empty.)"
+                     if table.since > (1, 0) else ""),
         "",
         "| column | type | nulls | since | rule | meaning |",
         "|---|---|---|---|---|---|",
@@ -276,7 +297,7 @@ def markdown_table(table: TableSchema) -> str:
         for scalar, lst in table.member_of:
             if scalar == c.name:
                 rules.append(f"in `{lst}`")
-        since = f"{c.since[0]}.{c.since[1]}"
+        since = "{}.{}".format(*max(c.since, table.since))
         nulls = "yes" if c.nullable else "no"
         fill = "null" if c.default is None else f"`{c.default}`"
         note = ""

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from helpers import require_shared, run_cli
 from replay_helpers import make
-from rltrace.replay.costmodels.calibrate import _batch_slope, fit_trace
+from rltrace.replay.costmodels.calibrate import _batch_slope, fit_trace, iteration_slope
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
 from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, fit_rows, load_profile
 from rltrace.replay.run import ReplayConfig, replay
@@ -115,3 +115,53 @@ def test_the_trace_fit_recovers_a_known_decode_cost_from_replayed_timings() -> N
     _, fit = fit_trace(recorded)
     assert fit.base_s == pytest.approx(2e-3, rel=0.05)
     assert fit.per_seq_s == pytest.approx(1e-4, rel=0.05)
+
+
+def _iterations(batch: np.ndarray, seconds: np.ndarray, step: int | np.ndarray = 1) -> pl.DataFrame:
+    start = np.concatenate([[0.0], np.cumsum(seconds)[:-1]])
+    return pl.DataFrame({"step": np.broadcast_to(step, batch.shape).astype(np.int32), "engine": "engine0",
+                         "start_ns": (start * 1e9).astype(np.int64), "end_ns": ((start + seconds) * 1e9).astype(np.int64),
+                         "requests": batch.astype(np.int32)})
+
+
+@pytest.mark.parametrize(("rows", "slope", "warmup", "expected"), [
+    (2000, 1e-4, False, 1e-4),  # one duration per batch size resolves the slope under 40% noise
+    (2000, 0.0, False, None),   # constant iteration time: no slope to keep
+    (8, 1e-4, False, None),     # too few iterations to say
+    (2000, 1e-4, True, 1e-4),   # step 0 (warm-up, 3x slower at small batches) is left out
+])
+def test_iteration_slope(rows: int, slope: float, warmup: bool, expected: float | None) -> None:
+    rng = np.random.default_rng(1)
+    batch = rng.integers(1, 33, rows).astype(float)
+    seconds = (2e-3 + slope * batch) * rng.uniform(0.6, 1.4, rows)
+    step = np.where(np.arange(rows) < rows // 4, 0, 1 + np.arange(rows) % 3)
+    if warmup:
+        seconds = np.where(step == 0, seconds + 4e-3 * (batch < 8), seconds)
+    got = iteration_slope(_iterations(batch, seconds, step))
+    assert got is None if expected is None else got == pytest.approx(expected, rel=0.1)
+
+
+def test_recorded_iterations_give_the_slope_that_noisy_request_timings_cannot() -> None:
+    """Closed loop as above, with contention noise on every request's decode time (+-40%): the request fit
+    cannot resolve the slope; the engine's iterations (one duration per batch size) do, and the requests
+    then set the base."""
+    rng = np.random.default_rng(3)
+    lengths = [rng.integers(20, 400, 160).tolist() for _ in range(3)]
+    truth = IterationModel(compute=Linear(2e-3, 1e-4), memory=Linear())
+    result = replay(make(lengths, model=truth, max_seqs=32, gen_gpus=1), "disagg-sync", ReplayConfig(fast_path=False))
+    r = result.requests.with_columns(
+        (pl.col("first_token_s") + (pl.col("finish_s") - pl.col("first_token_s")) * rng.uniform(0.6, 1.4, 480))
+        .alias("finish_s"))
+    ns = lambda c: (pl.col(c) * 1e9).cast(pl.Int64)
+    recorded = r.select("step", ns("start_s").alias("arrival_ns"), ns("start_s").alias("scheduled_ns"),
+                        ns("first_token_s").alias("first_token_ns"), ns("finish_s").alias("finish_ns"),
+                        "output_tokens", pl.lit("engine0").alias("engine"))
+    _, alone = fit_trace(recorded)
+    assert alone.per_seq_s == 0.0 and alone.slope_from == "requests"
+    batch = rng.integers(1, 33, 3000).astype(float)
+    iterations = _iterations(batch, (2e-3 + 1e-4 * batch) * rng.uniform(0.6, 1.4, 3000))
+    cost, fit = fit_trace(recorded, iterations=iterations)
+    assert fit.slope_from == "3000 iterations" and "slope from 3000 iterations" in str(fit)
+    assert fit.per_seq_s == pytest.approx(1e-4, rel=0.1)
+    assert fit.base_s == pytest.approx(2e-3, rel=0.1)
+    assert cost.iteration_model(1).iteration(16, 1000) == pytest.approx(fit.base_s + 16 * fit.per_seq_s)

@@ -65,6 +65,14 @@ def test_offline_generate_chat_and_step_loop(model: Path, tmp_path: Path) -> Non
     assert set(req["engine"]) == {"rollout/engine0"}
     assert set(req["finish_reason"]) <= {"stop", "length"}
     assert (req["prompt_tokens"] > 0).all()
+    # one iterations row per engine step with requests in it: every request in the engine gains a token
+    # each step, so the requests summed over a step's iterations are that step's generated tokens
+    it = bundle.iterations.collect()
+    assert set(it["engine"]) == {"rollout/engine0"} and (it["start_ns"] <= it["end_ns"]).all()
+    first = it.filter(pl.col("step") == 0)
+    assert first["requests"].max() == n
+    assert first["requests"].sum() == generate["output_tokens"].sum()
+    assert first.height == generate["output_tokens"].max()
     spans = bundle.spans.collect()
     assert spans["phase"].to_list() == ["generate", "generate"]
     assert spans["name"].to_list() == ["LLM.generate", "LLM.chat"]

@@ -42,6 +42,20 @@ def test_a_1_1_bundle_reads_with_single_turn_trajectories(small_bundle: Path) ->
     assert frame["trajectory_id"].null_count() == frame.height
 
 
+@pytest.mark.parametrize("version, readable", [("1.2", True), ("1.3", False)])
+def test_a_bundle_from_before_the_iterations_table_reads_it_as_empty(small_bundle: Path, version: str,
+                                                                     readable: bool) -> None:
+    assert TABLES["iterations"].since == (1, 3)
+    _as_version(small_bundle, version, {})
+    (small_bundle / "iterations.parquet").unlink()
+    if readable:
+        frame = rltrace.open(small_bundle).iterations.collect()
+        assert frame.height == 0 and frame.columns == list(TABLES["iterations"].names)
+    else:  # written at 1.3 or later: the file is part of the bundle
+        with pytest.raises(rltrace.BundleError, match="iterations.parquet: missing"):
+            rltrace.open(small_bundle)
+
+
 def test_a_newer_minor_reads_and_keeps_unknown_manifest_fields(small_bundle: Path) -> None:
     path = small_bundle / "spans.parquet"
     table = pq.read_table(path)

@@ -2,7 +2,9 @@
 
 ``fit_trace`` fits decode iteration time against batch size from a recording's own request timings: each
 request's time per output token (first token to finish) against the mean number of requests running on its
-engine over its decode iterations. ``fit_kernel_tables`` fits the roofline's efficiency factors per TP to measured
+engine over its decode iterations. Where the recording has engine iterations (format 1.3), the batch slope
+comes from them (one duration per batch size, not an average over a request's life) and the requests set the
+level. ``fit_kernel_tables`` fits the roofline's efficiency factors per TP to measured
 kernel tables (Vidur's and aiconfigurator's public H100 data) and writes them as a profile that
 ``--profile`` loads.
 """
@@ -29,11 +31,13 @@ class TraceFit:
     requests: int
     median_abs_error: float
     """median |predicted - measured| / measured per-request time per token"""
+    slope_from: str = "requests"
+    """where the batch slope was measured: "requests", or "N iterations" when the recording has them"""
 
     def __str__(self) -> str:
-        return (f"{self.base_s * 1e3:.3f} ms + {self.per_seq_s * 1e6:.2f} us x batch per token, prefill "
-                f"{self.prefill_s * 1e3:.1f} ms, from {self.requests} requests (median error "
-                f"{self.median_abs_error:.1%})")
+        return (f"{self.base_s * 1e3:.3f} ms + {self.per_seq_s * 1e6:.2f} us x batch per token (slope from "
+                f"{self.slope_from}), prefill {self.prefill_s * 1e3:.1f} ms, from {self.requests} requests "
+                f"(median error {self.median_abs_error:.1%})")
 
 
 def _area_at(times: np.ndarray, value: np.ndarray, area: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -63,6 +67,23 @@ def mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, base: f
     return out
 
 
+def _resolved_slope(batch: np.ndarray, seconds: np.ndarray, weight: np.ndarray) -> tuple[float, float] | None:
+    """Weighted least squares ``seconds = base + slope x batch``: (base, slope) when the slope is clearly
+    measured (positive, at least three standard errors), else None."""
+    w = np.sqrt(weight.astype(float))
+    design = np.column_stack([np.ones_like(batch, dtype=float), batch])
+    coef, *_ = np.linalg.lstsq(design * w[:, None], seconds * w, rcond=None)
+    base, slope = float(coef[0]), float(coef[1])
+    dof = len(batch) - 2
+    spread = float(np.sum(w**2 * (batch - np.average(batch, weights=w**2)) ** 2))
+    if dof > 0 and spread > 0 and slope > 0 and base >= 0:
+        residual = (seconds - design @ coef) * w
+        stderr = float(np.sqrt(residual @ residual / dof / spread))
+        if slope >= 3 * stderr:
+            return base, slope
+    return None
+
+
 def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -> tuple[float, float]:
     """Least squares ``per_token = base + slope x batch``, each request weighted by its token count (a
     3-token request's time per token is mostly its prefill stall), kept only when the slope is clearly
@@ -72,28 +93,38 @@ def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -
     On a shared CPU, contention moves per-token time by 2x at a fixed batch; a slope fitted to that noise
     would extrapolate badly to other batch sizes.
     """
-    w = np.sqrt(tokens.astype(float))
-    design = np.column_stack([np.ones_like(batch), batch])
-    coef, *_ = np.linalg.lstsq(design * w[:, None], per_token * w, rcond=None)
-    base, slope = float(coef[0]), float(coef[1])
-    dof = len(batch) - 2
-    spread = float(np.sum(w**2 * (batch - np.average(batch, weights=w**2)) ** 2))
-    if dof > 0 and spread > 0 and slope > 0 and base >= 0:
-        residual = (per_token - design @ coef) * w
-        stderr = float(np.sqrt(residual @ residual / dof / spread))
-        if slope >= 3 * stderr:
-            return base, slope
-    return float(np.average(per_token, weights=tokens)), 0.0
+    fit = _resolved_slope(batch, per_token, tokens)
+    return fit if fit is not None else (float(np.average(per_token, weights=tokens)), 0.0)
+
+
+def iteration_slope(iterations: pl.DataFrame) -> float | None:
+    """The decode slope (seconds per extra request in the batch) from recorded engine iterations, or None
+    when they do not resolve it. Each iteration is one duration at one batch size, which per-request
+    timings (an average over a request's whole life) cannot give; the first step's iterations (vLLM
+    warming up) are left out when there are more than two steps, as in :func:`fit_trace`."""
+    it = iterations.filter(pl.col("requests") >= 1, pl.col("end_ns") > pl.col("start_ns"))
+    steps = it["step"].unique().sort()
+    if len(steps) > 2:
+        it = it.filter(pl.col("step") >= steps[WARMUP_STEPS])
+    if it.height < 10:
+        return None
+    seconds = (it["end_ns"] - it["start_ns"]).to_numpy() / 1e9
+    fit = _resolved_slope(it["requests"].to_numpy().astype(float), seconds, np.ones(it.height))
+    return None if fit is None else fit[1]
 
 
 WARMUP_STEPS = 1  # vLLM compiles and allocates on its first requests: decode ran 2-3x slower in step 0
 
 
-def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, TraceFit]:
+def fit_trace(requests: pl.DataFrame, tp: int = 1,
+              iterations: pl.DataFrame | None = None) -> tuple[FittedGeneration, TraceFit]:
     """Fit per-token decode latency against running batch size from a recording's requests.
 
     The first step is left out when the recording has more than two: its decode carries vLLM's start-up
-    (17.7 ms per token in step 0 against 5.7-9.7 ms later, in one CI recording of the tiny RL example)."""
+    (17.7 ms per token in step 0 against 5.7-9.7 ms later, in one CI recording of the tiny RL example).
+    With ``iterations`` that resolve the batch slope (:func:`iteration_slope`), the slope is theirs and the
+    requests set only the base: the token-weighted mean of what the slope leaves of each request's time per
+    token, which keeps the mean generation time of the recording right."""
     r = requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns"))
     steps = r["step"].unique().sort()
     if len(steps) > 2:
@@ -108,16 +139,25 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1) -> tuple[FittedGeneration, Tr
     tokens = r["output_tokens"].to_numpy() - 1
     per_token = (finish - first) / tokens
     batch = mean_running(engine, first, finish)
-    base, slope = _batch_slope(batch, per_token, tokens)
+    measured = iteration_slope(iterations) if iterations is not None and iterations.height else None
+    if measured is not None:
+        slope_from = f"{iterations.height} iterations"
+        slope, base = measured, float(np.average(per_token - measured * batch, weights=tokens))
+    else:
+        slope_from = "requests"
+        base, slope = _batch_slope(batch, per_token, tokens)
     for _ in range(3):  # a request's time per token averages tau over its iterations, not over time: refit
         if slope <= 0:
             break
         batch = mean_running(engine, first, finish, base, slope)
-        base, slope = _batch_slope(batch, per_token, tokens)
+        if measured is not None:
+            base = float(np.average(per_token - slope * batch, weights=tokens))
+        else:
+            base, slope = _batch_slope(batch, per_token, tokens)
     predicted = base + slope * batch
     error = float(np.median(np.abs(predicted - per_token) / per_token))
     # Prefill: the median wait from scheduling to first token (robust to a warm-up outlier).
     prefill = float(np.median(first - sched))
-    fit = TraceFit(float(base), float(slope), max(prefill, 0.0), r.height, error)
+    fit = TraceFit(float(base), float(slope), max(prefill, 0.0), r.height, error, slope_from)
     model = IterationModel(compute=Linear(base=fit.base_s, per_seq=fit.per_seq_s), memory=Linear())
     return FittedGeneration(model=model, recorded_tp=tp, prefill_base_s=fit.prefill_s), fit

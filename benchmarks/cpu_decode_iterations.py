@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rltrace.replay.costmodels.calibrate import fit_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "tiny_rl"))
 import tiny_llama
@@ -68,14 +69,10 @@ def main() -> None:
     batch, tau = running[args.warmup:], seconds[args.warmup:]
     keep = batch >= 1
     batch, tau = batch[keep], tau[keep]
-    design = np.column_stack([np.ones_like(batch), batch])
-    coef, *_ = np.linalg.lstsq(design, tau, rcond=None)
-    resid = tau - design @ coef
-    cov = resid @ resid / (len(tau) - 2) * np.linalg.inv(design.T @ design)
-    se = np.sqrt(np.diag(cov))
+    base, slope, stderr = fit_line(batch, tau)  # the fit the replay applies to recorded iterations
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"{len(tau)} iterations: tau(B) = {coef[0] * 1e3:.3f} ms + {coef[1] * 1e6:.1f} us x B "
-          f"(slope standard error {se[1] * 1e6:.1f} us: {coef[1] / se[1]:.0f} standard errors)")
+    print(f"{len(tau)} iterations: tau(B) = {base * 1e3:.3f} ms + {slope * 1e6:.1f} us x B "
+          f"(slope standard error {stderr * 1e6:.1f} us: {slope / stderr:.0f} standard errors)")
     print(f"{'running':>8} {'iterations':>10} {'median ms':>10}")
     for b in sorted({int(x) for x in batch}):
         at = tau[batch == b]

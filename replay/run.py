@@ -140,9 +140,9 @@ def _gpu(device: str | None) -> GPUSpec | None:
 
 
 def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording: pl.DataFrame | None = None,
-            iterations: pl.DataFrame | None = None, measured: bool = False, model: str | None = None) -> Prepared:
+            iterations: pl.LazyFrame | None = None, measured: bool = False, model: str | None = None) -> Prepared:
     """Build the job and its requests. ``recording`` is the bundle's requests frame and ``iterations`` its
-    engine iterations (the calibration data for trace-fitted generation costs); ``measured`` says its timings
+    engine iterations, read only when generation costs are fitted to the trace (the calibration data); ``measured`` says its timings
     come from a real run (``rltrace record`` or an import), which lets "auto" fit generation costs to them."""
     notes: list[str] = []
     spec = model_spec(workload.model, model)
@@ -156,7 +156,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     if use_trace:
         if recording is None:
             raise ConfigError("cost.generation=trace needs the bundle's recorded requests")
-        generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1, iterations=iterations)
+        generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1,
+                                       iterations=iterations.collect() if iterations is not None else None)
         notes.append(f"generation cost fitted to the trace: {report}")
     else:
         gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
@@ -309,5 +310,5 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
         workload = replace(workload, steps=workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured))
-    return prepare(workload, cluster, cost, recording=recording, iterations=bundle.iterations.collect(),
+    return prepare(workload, cluster, cost, recording=recording, iterations=bundle.iterations,
                    measured=bundle.manifest.source == "record", model=shape.model)

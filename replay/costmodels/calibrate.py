@@ -67,21 +67,25 @@ def mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, base: f
     return out
 
 
-def _resolved_slope(batch: np.ndarray, seconds: np.ndarray, weight: np.ndarray) -> tuple[float, float] | None:
-    """Weighted least squares ``seconds = base + slope x batch``: (base, slope) when the slope is clearly
-    measured (positive, at least three standard errors), else None."""
-    w = np.sqrt(weight.astype(float))
+def fit_line(batch: np.ndarray, seconds: np.ndarray, weight: np.ndarray | None = None) -> tuple[float, float, float]:
+    """Weighted least squares ``seconds = base + slope x batch``: (base, slope, the slope's standard error;
+    inf when the data cannot give one)."""
+    w = np.sqrt(np.ones(len(batch)) if weight is None else weight.astype(float))
     design = np.column_stack([np.ones_like(batch, dtype=float), batch])
     coef, *_ = np.linalg.lstsq(design * w[:, None], seconds * w, rcond=None)
-    base, slope = float(coef[0]), float(coef[1])
     dof = len(batch) - 2
     spread = float(np.sum(w**2 * (batch - np.average(batch, weights=w**2)) ** 2))
-    if dof > 0 and spread > 0 and slope > 0 and base >= 0:
-        residual = (seconds - design @ coef) * w
-        stderr = float(np.sqrt(residual @ residual / dof / spread))
-        if slope >= 3 * stderr:
-            return base, slope
-    return None
+    if dof <= 0 or spread <= 0:
+        return float(coef[0]), float(coef[1]), float("inf")
+    residual = (seconds - design @ coef) * w
+    return float(coef[0]), float(coef[1]), float(np.sqrt(residual @ residual / dof / spread))
+
+
+def _resolved_slope(batch: np.ndarray, seconds: np.ndarray, weight: np.ndarray | None) -> tuple[float, float] | None:
+    """(base, slope) of :func:`fit_line` when the slope is clearly measured (positive, at least three
+    standard errors, with a non-negative base), else None."""
+    base, slope, stderr = fit_line(batch, seconds, weight)
+    return (base, slope) if slope > 0 and base >= 0 and slope >= 3 * stderr else None
 
 
 def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -> tuple[float, float]:
@@ -109,7 +113,7 @@ def iteration_slope(iterations: pl.DataFrame) -> float | None:
     if it.height < 10:
         return None
     seconds = (it["end_ns"] - it["start_ns"]).to_numpy() / 1e9
-    fit = _resolved_slope(it["requests"].to_numpy().astype(float), seconds, np.ones(it.height))
+    fit = _resolved_slope(it["requests"].to_numpy().astype(float), seconds, None)
     return None if fit is None else fit[1]
 
 
@@ -140,20 +144,19 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
     per_token = (finish - first) / tokens
     batch = mean_running(engine, first, finish)
     measured = iteration_slope(iterations) if iterations is not None and iterations.height else None
-    if measured is not None:
-        slope_from = f"{iterations.height} iterations"
-        slope, base = measured, float(np.average(per_token - measured * batch, weights=tokens))
-    else:
-        slope_from = "requests"
-        base, slope = _batch_slope(batch, per_token, tokens)
+    slope_from = "requests" if measured is None else f"{iterations.height} iterations"
+
+    def refit(batch: np.ndarray) -> tuple[float, float]:
+        if measured is None:
+            return _batch_slope(batch, per_token, tokens)
+        return float(np.average(per_token - measured * batch, weights=tokens)), measured
+
+    base, slope = refit(batch)
     for _ in range(3):  # a request's time per token averages tau over its iterations, not over time: refit
         if slope <= 0:
             break
         batch = mean_running(engine, first, finish, base, slope)
-        if measured is not None:
-            base = float(np.average(per_token - slope * batch, weights=tokens))
-        else:
-            base, slope = _batch_slope(batch, per_token, tokens)
+        base, slope = refit(batch)
     predicted = base + slope * batch
     error = float(np.median(np.abs(predicted - per_token) / per_token))
     # Prefill: the median wait from scheduling to first token (robust to a warm-up outlier).

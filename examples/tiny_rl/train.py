@@ -55,14 +55,15 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
         shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
     weights_dir = Path(tempfile.mkdtemp(prefix="tiny_rl_weights_"))
     for step in range(args.steps):
+        samples = args.samples[step % len(args.samples)]
         prompts = [PROMPTS[(step * args.prompts + i) % len(PROMPTS)] for i in range(args.prompts)]
-        requests = [p for p in prompts for _ in range(args.samples)]
+        requests = [p for p in prompts for _ in range(samples)]
         params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, stop_token_ids=tiny_llama.STOP_IDS,
                                  logprobs=0, seed=step * 10_000 + i) for i in range(len(requests))]
         outs = llm.generate(requests, params, use_tqdm=False)
         with rltrace.span("reward", name="target_token_rate"):
             batch = [(list(o.prompt_token_ids), list(o.outputs[0].token_ids), reward(list(o.outputs[0].token_ids)),
-                      i // args.samples, o.outputs[0].cumulative_logprob) for i, o in enumerate(outs)]
+                      i // samples, o.outputs[0].cumulative_logprob) for i, o in enumerate(outs)]
         dist.broadcast_object_list([batch], src=GENERATOR)
         received = {}
         for name in sorted(shapes):  # the trainers broadcast in the same order
@@ -73,7 +74,7 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
         llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights_dir)})
     llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon: without this, exit waits on it
     param_bytes = sum(torch.Size(s).numel() * 4 for s in shapes.values())
-    return {"steps": args.steps, "param_bytes": param_bytes, "samples_per_step": args.prompts * args.samples}
+    return {"steps": args.steps, "param_bytes": param_bytes, "samples_per_step": [args.prompts * s for s in args.samples]}
 
 
 def trainer(rank: int, args: argparse.Namespace, train_group: dist.ProcessGroup, sync_group: dist.ProcessGroup) -> None:
@@ -127,6 +128,14 @@ def sequence_logprob(model: torch.nn.Module, prompt: list[int], completion: list
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).sum()
 
 
+def samples_list(text: str) -> list[int]:
+    """``--samples``: one count, or a comma-separated cycle (step k uses entry k mod its length)."""
+    counts = [int(x) for x in text.split(",")]
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"samples per prompt must be >= 1, got {text!r}")
+    return counts
+
+
 def emit(summary: dict) -> None:
     """One JSON line on stdout in a single write, so two ranks' lines never interleave on a pipe."""
     os.write(1, (json.dumps(summary) + "\n").encode())
@@ -149,7 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--samples", type=int, default=4, help="samples per prompt (the GRPO group)")
+    parser.add_argument("--samples", type=samples_list, default=[4],
+                        help="samples per prompt (the GRPO group); a list such as 8,4 cycles through it step by step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "rltrace_tiny_llama")
     args = parser.parse_args()

@@ -28,7 +28,7 @@ from rltrace.replay.network.network import NetworkConfig, link_frame, route
 from rltrace.replay.network.network import metrics as network_metrics
 from rltrace.replay.schedulers import create
 from rltrace.replay.simulator import Simulator
-from rltrace.replay.workload import Workload, extract, retarget
+from rltrace.replay.workload import Workload, extract, renumber_steps, retarget, select_steps
 
 from rltrace.bundle import Bundle
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
@@ -273,6 +273,8 @@ class Shape:
     samples_per_prompt: int | None = None
     max_new_tokens: int | None = None
     seed: int = 0
+    source_steps: tuple[int, ...] | None = None
+    """replay (and fit costs to) only these recorded steps, renumbered 0, 1, ...; None takes them all"""
 
 
 def _given(value: int | None, default: int) -> int:
@@ -285,6 +287,11 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         raise ConfigError(f"{bundle.path}: no requests, so no RL step to replay (an imported profiler or execution "
                           "trace holds collectives only): `rltrace replay-comms BUNDLE --ranks N` re-issues them")
     workload = extract(bundle)
+    recording, iterations = bundle.requests, bundle.iterations
+    if shape.source_steps is not None:
+        workload = select_steps(workload, shape.source_steps)
+        recording = renumber_steps(recording, shape.source_steps)
+        iterations = renumber_steps(iterations, shape.source_steps)
     pools = workload.cluster
     rollout, trainer = pools.get("rollout"), pools.get("trainer")
     gen_gpu = shape.gpu or (rollout.device if rollout else None)
@@ -306,9 +313,8 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,
                             samples_per_prompt=shape.samples_per_prompt, max_new_tokens=shape.max_new_tokens,
                             seed=shape.seed)
-    recording = bundle.requests.collect()
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
         workload = replace(workload, steps=workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured))
-    return prepare(workload, cluster, cost, recording=recording, iterations=bundle.iterations,
+    return prepare(workload, cluster, cost, recording=recording.collect(), iterations=iterations,
                    measured=bundle.manifest.source == "record", model=shape.model)

@@ -8,7 +8,9 @@ together, so the within-group length correlation of GRPO-style batches survives.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
@@ -18,6 +20,11 @@ from rltrace.errors import ConfigError
 from rltrace.manifest import ModelInfo, Pool
 
 REFERENCE_PHASES = ("reference", "old_logprob", "critic")
+# A recording's first step carries one-time start-up (vLLM compiles and allocates on its first requests: decode
+# ran 2-3x slower in step 0 of the tiny RL example, and its first training step up to 1.8x slower per token):
+# with more than two steps, rates and fits leave it out.
+WARMUP_STEPS = 1
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +141,26 @@ def extract(bundle: Bundle) -> Workload:
     )
 
 
+def renumber_steps(frame: Frame, steps: Sequence[int]) -> Frame:
+    """The rows of ``frame`` in the recorded ``steps``, with the step column renumbered 0, 1, ... in step order."""
+    wanted = sorted(set(steps))
+    return frame.filter(pl.col("step").is_in(wanted)).with_columns(
+        pl.col("step").replace_strict({s: i for i, s in enumerate(wanted)}, return_dtype=pl.Int32))
+
+
+def select_steps(workload: Workload, steps: Sequence[int]) -> Workload:
+    """Only the recorded ``steps``, renumbered 0, 1, ... in step order: for example one setting's steps of a
+    recording that alternates two settings step by step. Each step keeps what was measured in the full
+    recording (its wall time still ends where the next recorded step began)."""
+    present = set(workload.steps["step"].to_list())
+    missing = sorted(set(steps) - present)
+    if not steps or missing:
+        raise ConfigError(f"recorded steps {missing or '(none)'} are not in the bundle, whose steps are "
+                          f"{min(present)}..{max(present)}")
+    return replace(workload, samples=renumber_steps(workload.samples, steps),
+                   steps=renumber_steps(workload.steps, steps))
+
+
 def retarget(
     workload: Workload,
     *,
@@ -150,7 +177,8 @@ def retarget(
     samples drawn independently. Lengths are capped at ``max_new_tokens``; a larger cap cannot lengthen
     samples the recording truncated (they stay at the recorded cap, marked truncated). Per-step training
     time scales with tokens at the recorded seconds per token; optimizer and sync times and the sync and
-    collective volumes stay at their recorded per-step means.
+    collective volumes stay at their recorded per-step means. Rates and means leave out the first step
+    (``WARMUP_STEPS``) when more than two were recorded.
     """
     rec = workload.samples.sort("step", "group", maintain_order=True)  # each prompt's samples contiguous
     if rec.height == 0:
@@ -198,7 +226,9 @@ def retarget(
             "env_s": np.zeros(len(rows)),
         }
     )
-    recorded = workload.steps
+    recorded = workload.steps.sort("step")
+    if recorded.height > WARMUP_STEPS + 1:
+        recorded = recorded.slice(WARMUP_STEPS)
     tokens = (recorded["prompt_tokens"] + recorded["output_tokens"]).sum()
 
     def seconds_per_token(column: str) -> float | None:

@@ -8,6 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 from helpers import run_cli
+from rltrace.sample_traces import sample_path
+
+import rltrace
 
 BASELINES = ["colocated-sync", "disagg-sync", "one-step-async", "fully-async"]
 FIXED_KEYS = ["throughput_samples_per_s", "throughput_tokens_per_s", "step_time_s", "makespan_s", "bubble_fraction",
@@ -87,6 +90,9 @@ def test_the_table_compares_the_runs() -> None:
         (["--gpu", "Z80"], "Z80"),
         (["/no/such/bundle"], "/no/such/bundle"),
         (["--model", "Llama-2-70B", "--gpu", "A100", "--tp", "1", "--steps", "1"], "does not fit"),
+        (["--recorded-steps", "1:x"], "give START:STOP[:STRIDE]"),
+        (["--recorded-steps", "3:1"], "selects no step"),
+        (["--recorded-steps", "0:40"], "recorded steps [12, 13,"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -114,3 +120,12 @@ def test_rollmux_takes_a_job_list(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "slo >= 1" in bad.stderr
     both = run_cli("replay", "rollpacker_qwen7b", "--jobs", str(jobs), "-s", "rollmux")
     assert both.returncode == 2
+
+
+def test_recorded_steps_replay_only_those_steps() -> None:
+    whole = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--json")
+    odd = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--recorded-steps", "1,3", "--json")
+    assert whole.returncode == 0 and odd.returncode == 0, whole.stderr + odd.stderr
+    samples = rltrace.open(sample_path("tiny_rl_cpu")).requests.group_by("step").len().collect()
+    want = samples.filter(pl.col("step").is_in([1, 3]))["len"].sum()
+    assert json.loads(odd.stdout)["as-recorded"]["samples"] == want < json.loads(whole.stdout)["as-recorded"]["samples"]

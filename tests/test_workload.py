@@ -6,7 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from rltrace.replay.workload import extract, retarget
+from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.workload import extract, retarget, select_steps
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -56,7 +57,7 @@ def test_retarget_keeps_the_length_distribution_and_scales_training(rollpacker) 
         got = np.quantile(big.samples["output_tokens"].to_numpy(), q)
         want = np.quantile(rollpacker.samples["output_tokens"].to_numpy(), q)
         assert abs(got / want - 1) < 0.06
-    rec = rollpacker.steps
+    rec = rollpacker.steps.slice(1)  # the first step (start-up in a real recording) is left out
     rate = rec["train_s"].sum() / (rec["prompt_tokens"] + rec["output_tokens"]).sum()
     tokens = big.steps["prompt_tokens"] + big.steps["output_tokens"]
     assert (big.steps["train_s"] - tokens * rate).abs().max() < 1e-9
@@ -95,3 +96,27 @@ def test_retarget_of_an_ungrouped_recording_draws_each_sample_independently() ->
     new = retarget(w, steps=4, prompts_per_step=2, samples_per_prompt=8, seed=1)
     per_prompt = new.samples.group_by("step", "group").agg(pl.col("output_tokens").n_unique())
     assert (per_prompt["output_tokens"] > 1).any()  # not one recorded sample copied 8 times
+
+
+def test_select_steps_keeps_those_steps_renumbered_with_their_measured_times() -> None:
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    whole = extract(bundle)
+    odd = tuple(s for s in whole.steps["step"].to_list() if s % 2)
+    part = select_steps(whole, odd)
+    assert part.steps["step"].to_list() == list(range(len(odd)))
+    # each step keeps what the full recording measured, its wall time included
+    assert_frame_equal(part.steps.drop("step"), whole.steps.filter(pl.col("step").is_in(odd)).drop("step"))
+    assert_frame_equal(part.samples.drop("step"), whole.samples.filter(pl.col("step").is_in(odd)).drop("step"))
+    with pytest.raises(ConfigError, match="recorded steps \\[99\\] are not in the bundle"):
+        select_steps(whole, (1, 99))
+
+
+def test_replaying_some_recorded_steps_replays_exactly_those() -> None:
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    steps = extract(bundle).steps
+    chosen = tuple(steps["step"].to_list()[1::2])
+    prepared = from_bundle(bundle, Shape(source_steps=chosen), CostConfig())
+    assert prepared.requests_frame.height == steps.filter(pl.col("step").is_in(chosen))["samples"].sum()
+    run = replay(prepared, "as-recorded", ReplayConfig())
+    assert run.steps["step"].to_list() == list(range(len(chosen)))
+    assert run.metrics["samples"] == prepared.requests_frame.height

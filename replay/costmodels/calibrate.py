@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
+from rltrace.replay.workload import WARMUP_STEPS
 
 from rltrace.errors import ConfigError
 
@@ -115,9 +116,6 @@ def iteration_slope(iterations: pl.DataFrame) -> float | None:
     seconds = (it["end_ns"] - it["start_ns"]).to_numpy() / 1e9
     fit = _resolved_slope(it["requests"].to_numpy().astype(float), seconds, None)
     return None if fit is None else fit[1]
-
-
-WARMUP_STEPS = 1  # vLLM compiles and allocates on its first requests: decode ran 2-3x slower in step 0
 
 
 def fit_trace(requests: pl.DataFrame, tp: int = 1,

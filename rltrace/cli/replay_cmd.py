@@ -27,6 +27,24 @@ from rltrace.replay.settings import resolve
 BASELINES = "colocated-sync,disagg-sync,one-step-async,fully-async"
 
 
+def parse_steps(spec: str) -> tuple[int, ...]:
+    """``--recorded-steps``: START:STOP[:STRIDE] (a Python range) or a comma-separated list of step numbers."""
+    try:
+        if ":" in spec:
+            parts = [int(p) for p in spec.split(":")]
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1):
+                raise ValueError
+            chosen = tuple(range(*parts))
+        else:
+            chosen = tuple(int(p) for p in spec.split(","))
+    except ValueError:
+        raise ConfigError(f"--recorded-steps {spec!r}: give START:STOP[:STRIDE] (stride >= 1) or a list such as "
+                          "2,4,6") from None
+    if not chosen or min(chosen) < 0:
+        raise ConfigError(f"--recorded-steps {spec!r} selects no step (steps count from 0)")
+    return chosen
+
+
 def replay(
     bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
     scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = BASELINES,
@@ -41,6 +59,9 @@ def replay(
     samples: Annotated[int | None, typer.Option(help="Samples per prompt (resampled).")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Cap on output tokens.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for resampling.")] = 0,
+    recorded_steps: Annotated[str | None, typer.Option(help="Replay (and fit costs to) only these recorded steps: "
+                                                       "START:STOP[:STRIDE] (STOP excluded) or a list, e.g. 1:21:2 "
+                                                       "or 2,4,6.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="key=value: cost.*, metrics.*, prices.GPU, SCHEDULER.*")] = None,
     topology: Annotated[str | None, typer.Option(help="Route weight syncs and training collectives through a "
                                                  "topology, e.g. fat-tree:k=16,gpu=H800 (docs/fabrics.md).")] = None,
@@ -82,7 +103,7 @@ def replay(
     config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gpu=gpu, tp=tp, max_seqs=max_seqs, model=model,
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
-                  seed=seed)
+                  seed=seed, source_steps=parse_steps(recorded_steps) if recorded_steps else None)
     source = None
     if jobs is not None:
         if bundle is not None:

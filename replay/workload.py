@@ -177,7 +177,7 @@ def retarget(
     samples drawn independently. Lengths are capped at ``max_new_tokens``; a larger cap cannot lengthen
     samples the recording truncated (they stay at the recorded cap, marked truncated). Per-step training
     time scales with tokens at the recorded seconds per token; optimizer and sync times and the sync and
-    collective volumes stay at their recorded per-step means. Rates and means leave out the first step
+    collective volumes stay at their recorded per-step medians. Rates and medians leave out the first step
     (``WARMUP_STEPS``) when more than two were recorded.
     """
     rec = workload.samples.sort("step", "group", maintain_order=True)  # each prompt's samples contiguous
@@ -240,8 +240,10 @@ def retarget(
         pl.len().alias("samples"), pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum()
     ).sort("step")
     step_tokens = new_steps["prompt_tokens"] + new_steps["output_tokens"]
-    keep = {c: recorded[c].mean() for c in ("optimizer_s", "weight_sync_s", "reward_s", "other_s", "sync_bytes",
-                                               "collective_bytes")}
+    # Per-step constants take the median: one stalled sync (0.34 s against 35-60 ms in the other steps of a tiny
+    # RL recording) would otherwise add a tenth of itself to every step of a 10-step source.
+    keep = {c: recorded[c].median() for c in ("optimizer_s", "weight_sync_s", "reward_s", "other_s", "sync_bytes",
+                                                 "collective_bytes")}
     new_steps = new_steps.with_columns(
         *[(step_tokens * r if r is not None else pl.lit(None, pl.Float64)).alias(c) for c, r in rate.items()],
         *[pl.lit(v, pl.Float64).alias(c) for c, v in keep.items()],

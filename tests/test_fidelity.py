@@ -8,7 +8,7 @@ setting so the decode cost fitted from it covers B's batch sizes. The learning r
 with it the output lengths, stays put across steps.
 
 Why interleaved: this project's 2-core VM changes speed between two recordings made minutes apart (the same
-setting ran 0.37 s to 0.70 s of generation per step in seven recordings on 2026-11-23), which no replay of one
+setting ran 0.37 s to 0.70 s of generation per step in 12 recordings on 2026-11-23), which no replay of one
 recording can know; separate recordings gave retarget errors from -25% to +46% (docs/replay.md). Alternating the
 settings step by step puts both on the same machine at the same time. Over 13 interleaved recordings
 (2026-11-23) as-recorded held within 1.1% and A -> B landed at -4.2% to +10.9% (11 within 10%), with a bias of

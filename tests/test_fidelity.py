@@ -12,10 +12,10 @@ setting ran 0.37 s to 0.70 s of generation per step in 12 recordings on 2026-11-
 recording can know; separate recordings gave retarget errors from -25% to +46% (docs/replay.md). Alternating the
 settings step by step puts both on the same machine at the same time. Over 13 interleaved recordings
 (2026-11-23) as-recorded held within 1.1% and A -> B landed at -4.2% to +10.9% (11 within 10%), with a bias of
-about +4%: an engine iteration also costs about 10 us per request of its generate() call that has already
-finished, which one batch size folds into the fitted line (docs/replay.md). The test holds the retarget to
-RETARGET_BOUND, twice the issue's 10%, so that noise in CI does not fail it while a wrong scaling still does;
-the 10% bound stays open in the replay-engine issue with these figures.
+about +4%: B's engine iterations run faster than A's at the same running batch, for a reason not yet found
+(docs/replay.md). The test holds the retarget to RETARGET_BOUND, twice the issue's 10%, so that noise in CI does
+not fail it while a wrong scaling still does; the 10% bound stays open in the replay-engine issue with these
+figures.
 """
 
 from __future__ import annotations

@@ -141,6 +141,13 @@ def extract(bundle: Bundle) -> Workload:
     )
 
 
+def steady(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``frame`` (anything with a step column) after its first ``WARMUP_STEPS`` steps, when it holds
+    more than two steps; else all of them."""
+    steps = frame["step"].unique().sort()
+    return frame.filter(pl.col("step") >= steps[WARMUP_STEPS]) if len(steps) > WARMUP_STEPS + 1 else frame
+
+
 def renumber_steps(frame: Frame, steps: Sequence[int]) -> Frame:
     """The rows of ``frame`` in the recorded ``steps``, with the step column renumbered 0, 1, ... in step order."""
     wanted = sorted(set(steps))
@@ -226,9 +233,7 @@ def retarget(
             "env_s": np.zeros(len(rows)),
         }
     )
-    recorded = workload.steps.sort("step")
-    if recorded.height > WARMUP_STEPS + 1:
-        recorded = recorded.slice(WARMUP_STEPS)
+    recorded = steady(workload.steps)
     tokens = (recorded["prompt_tokens"] + recorded["output_tokens"]).sum()
 
     def seconds_per_token(column: str) -> float | None:

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
-from rltrace.replay.workload import WARMUP_STEPS
+from rltrace.replay.workload import steady
 
 from rltrace.errors import ConfigError
 
@@ -107,10 +107,7 @@ def iteration_slope(iterations: pl.DataFrame) -> float | None:
     when they do not resolve it. Each iteration is one duration at one batch size, which per-request
     timings (an average over a request's whole life) cannot give; the first step's iterations (vLLM
     warming up) are left out when there are more than two steps, as in :func:`fit_trace`."""
-    it = iterations.filter(pl.col("requests") >= 1, pl.col("end_ns") > pl.col("start_ns"))
-    steps = it["step"].unique().sort()
-    if len(steps) > 2:
-        it = it.filter(pl.col("step") >= steps[WARMUP_STEPS])
+    it = steady(iterations.filter(pl.col("requests") >= 1, pl.col("end_ns") > pl.col("start_ns")))
     if it.height < 10:
         return None
     seconds = (it["end_ns"] - it["start_ns"]).to_numpy() / 1e9
@@ -127,10 +124,7 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
     With ``iterations`` that resolve the batch slope (:func:`iteration_slope`), the slope is theirs and the
     requests set only the base: the token-weighted mean of what the slope leaves of each request's time per
     token, which keeps the mean generation time of the recording right."""
-    r = requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns"))
-    steps = r["step"].unique().sort()
-    if len(steps) > 2:
-        r = r.filter(pl.col("step") >= steps[WARMUP_STEPS])
+    r = steady(requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns")))
     if r.height < 2:
         raise ConfigError("too few requests with two or more output tokens to fit decode latency from the trace")
     t0 = r["arrival_ns"].min()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 
@@ -33,3 +34,14 @@ class Cluster:
     @property
     def instances(self) -> int:
         return self.gen_gpus // self.tp
+
+    def usd_per_gpu_hour(self, gpu: str) -> float:
+        """The price of one ``gpu`` per hour: ``price_per_gpu_hour``'s, else the catalog's, else 0 ("cpu" or
+        an uncatalogued device)."""
+        prices = self.price_per_gpu_hour or {}
+        if gpu in prices:
+            return prices[gpu]
+        try:
+            return get_gpu(gpu).usd_per_hour
+        except ConfigError:
+            return 0.0

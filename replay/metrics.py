@@ -22,7 +22,6 @@ import numpy as np
 import polars as pl
 from rltrace.replay.simulator import Simulator
 
-from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 TIMELINE_COLUMNS = ("resource", "pool", "kind", "step", "id", "start_s", "end_s")
@@ -162,7 +161,7 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     for use in sim.pools:
         if use.billed:
             until = next((p.start_s for p in sim.pools[sim.pools.index(use) + 1:] if p.pool == use.pool), makespan)
-            cost += use.gpus * max(until - use.start_s, 0.0) / 3600 * _price(sim, use.gpu)
+            cost += use.gpus * max(until - use.start_s, 0.0) / 3600 * sim.cluster.usd_per_gpu_hour(use.gpu)
     cost += sum(r.busy_s * r.usd_per_s for r in sim.resources.values())  # serverless: per second of use
     sync = timeline.filter(pl.col("kind") == "weight_sync").group_by("step").agg((pl.col("end_s") - pl.col("start_s")).sum())
     return {
@@ -192,13 +191,3 @@ def _bubbles(capacity: float, busy: float, idle_in_tail: float) -> dict[str, flo
         return {"busy": 0.0, "dependency": 0.0, "skewness": 0.0}
     skew = min(max(idle_in_tail, 0.0), capacity - busy)
     return {"busy": busy / capacity, "skewness": skew / capacity, "dependency": max(capacity - busy - skew, 0.0) / capacity}
-
-
-def _price(sim: Simulator, gpu: str) -> float:
-    prices = sim.cluster.price_per_gpu_hour or {}
-    if gpu in prices:
-        return prices[gpu]
-    try:
-        return get_gpu(gpu).usd_per_hour
-    except ConfigError:
-        return 0.0  # "cpu" or an uncatalogued device: no price

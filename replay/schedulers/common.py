@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
 from rltrace.replay.simulator import Simulator
+
+from rltrace.errors import ConfigError
 
 REWARD, TRAIN, SYNC = "reward", "train", "sync"
 
@@ -32,6 +35,16 @@ def disaggregated_pools(sim: Simulator, job: Job) -> list[GenerationInstance]:
     instances = generation_pool(sim, job, sim.cluster.gen_gpus)
     training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
     return instances
+
+
+def splits(cost: GenerationCost, tp: int) -> bool:
+    """Whether ``cost``'s model splits over ``tp`` GPUs (attention heads divide evenly, weights fit)."""
+    try:
+        cost.iteration_model(tp)
+        cost.kv_capacity_tokens(tp)
+    except ConfigError:
+        return False
+    return True
 
 
 def take_half(sim: Simulator, src: GenerationInstance, dst: GenerationInstance) -> list[int]:

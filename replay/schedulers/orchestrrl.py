@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.costmodels.switching import reload_seconds
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
     on_training_done,
+    splits,
     spread,
     start_training,
     take_half,
@@ -25,9 +26,6 @@ from rltrace.replay.schedulers.common import (
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.errors import ConfigError
-
-# Half of PCIe 5.0 x16's 63 GB/s per direction (PCI-SIG): weight shards reloaded from pinned host memory.
-RELOAD_GBPS = 32.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,21 +35,12 @@ class OrchestrRLConfig:
     merge_below: float = 0.25
     """merge two instances when their requests fit in this share of one instance's max_seqs"""
     switch_s: float = 0.0
-    """regroup cost in seconds; 0: the new TP's weight shard over RELOAD_GBPS (needs a catalog model)"""
+    """regroup cost in seconds; 0: the new TP's weight shard reloaded from host memory (`reload_seconds`)"""
     rebalance: bool = True
 
     def __post_init__(self) -> None:
         if self.max_tp < 1 or not 0 < self.merge_below <= 1 or self.switch_s < 0:
             raise ConfigError("orchestrrl needs max_tp >= 1, 0 < merge_below <= 1 and switch_s >= 0")
-
-
-def _splits(inst: GenerationInstance, tp: int) -> bool:
-    """Whether the instance's model splits over ``tp`` GPUs (attention heads divide evenly)."""
-    try:
-        inst.cost.iteration_model(tp)
-    except ConfigError:
-        return False
-    return True
 
 
 @register("orchestrrl")
@@ -75,9 +64,7 @@ class OrchestrRL:
         spread(sim, self.instances, job.starts(step))
 
     def _switch_s(self, inst: GenerationInstance, tp: int) -> float:
-        if self.config.switch_s or not isinstance(inst.cost, RooflineGeneration):
-            return self.config.switch_s
-        return inst.cost.model.weight_bytes / tp / (RELOAD_GBPS * 1e9)
+        return self.config.switch_s or reload_seconds(inst.cost, tp)
 
     def _regroup(self, sim: Simulator) -> None:
         """Merge pairs of same-TP instances deep in the tail; rebalance queues onto idle instances."""
@@ -86,7 +73,7 @@ class OrchestrRL:
         for inst in self.instances:
             by_tp.setdefault(inst.tp, []).append(inst)
         for tp, group in sorted(by_tp.items()):
-            if 2 * tp > self.config.max_tp or not _splits(group[0], 2 * tp):
+            if 2 * tp > self.config.max_tp or not splits(group[0].cost, 2 * tp):
                 continue
             group.sort(key=lambda i: i.load)
             while len(group) >= 2 and group[0].load + group[1].load <= limit:

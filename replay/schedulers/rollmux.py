@@ -7,9 +7,13 @@
   in host memory (at most ``resident_jobs`` per pool, least recently used evicted) and a cold cost
   otherwise. The paper's measurements (7B: rollout 0.9 s warm / 38.8 s cold, training 4.1 / 32.7 s; 32B:
   1.7 / 81.7 and 5.9 / 81.2) are interpolated by parameter count.
-- **Placement on arrival.** A job joins the first group where every member still meets its SLO
-  (T_coexec <= SLO x T_solo, with conservative estimates: every response at max length), or opens a new
-  group with pools of its own.
+- **Placement on arrival.** A group holds at most ``resident_jobs`` jobs (the paper's residency constraint:
+  every member's state stays in host memory, so its switches are warm; ``residency = false`` lifts it), and
+  every member must meet its SLO (T_coexec <= SLO x T_solo, with conservative estimates: every response at
+  max length, a switch per phase; T_solo on the configured pools). Of the options,
+  the job takes the one that adds the least $/hour: pack into a group as it is (free), scale a group's
+  rollout pool by the fewest instances that make it fit (at most doubling it, and only while cheaper than
+  a new group), or open a new group with pools of its own.
 - **Long-tail migration.** Once ``migrate_at`` (80%) of a rollout phase's requests are done, the rest are
   consolidated on as few instances as their batch needs, and the next queued job's rollout starts on the
   freed ones.
@@ -37,6 +41,10 @@ class RollMuxConfig:
     """jobs whose state a pool keeps in host memory (warm switches)"""
     migrate_at: float = 0.8
     """share of a rollout phase done before its long tail is consolidated"""
+    residency: bool = True
+    """a group holds at most ``resident_jobs`` jobs (off: more, paying cold switches)"""
+    scale_rollout: bool = True
+    """placement may grow a group's rollout pool instead of opening a new group"""
 
     def __post_init__(self) -> None:
         if self.resident_jobs < 1 or not 0 < self.migrate_at <= 1:
@@ -46,6 +54,7 @@ class RollMuxConfig:
 @dataclass(slots=True)
 class Group:
     index: int
+    pool: str
     instances: list[GenerationInstance]
     trainer: str
     sync: str
@@ -83,29 +92,57 @@ class RollMux:
 
     # ---- placement ---------------------------------------------------------------------------------------------
 
-    def _estimate(self, sim: Simulator, job: Job) -> tuple[float, float]:
-        """Conservative (generation, training) seconds of one step: every response at max length."""
+    def _estimate(self, sim: Simulator, job: Job, instances: int) -> tuple[float, float]:
+        """Conservative (generation, training) seconds of one step on ``instances`` rollout instances: every
+        response at max length."""
         req = sim.requests
         rids = job.requests(0)
         longest = max(req.output[r] for r in rids)
-        per_instance = math.ceil(len(rids) / sim.cluster.instances)
+        per_instance = math.ceil(len(rids) / instances)
         batch = min(sim.max_seqs, per_instance)
         model = job.generation.iteration_model(sim.cluster.tp)
         rounds = math.ceil(per_instance / sim.max_seqs)
         gen = model.seconds(batch, batch * req.prompt[rids[0]], longest) * rounds
         return gen, job.trainer_seconds(0) + job.sync_s[0]
 
-    def _fits(self, sim: Simulator, members: list[Job]) -> bool:
-        est = [self._estimate(sim, j) for j in members]
-        cycle = max(sum(g for g, _ in est), sum(t for _, t in est))
-        return all(cycle <= j.extra.get("slo", 2.0) * (g + t) for j, (g, t) in zip(members, est))
+    def _fits(self, sim: Simulator, members: list[Job], instances: int) -> bool:
+        """Whether every member meets its SLO sharing a group of ``instances`` rollout instances."""
+        est = [self._estimate(sim, j, instances) for j in members]
+        solo = [sum(self._estimate(sim, j, sim.cluster.instances)) for j in members]
+        resident = len(members) <= self.config.resident_jobs
+        warm = [(switch_seconds(model_params(j.generation), "rollout", resident),
+                 switch_seconds(model_params(j.generation), "training", resident)) for j in members]
+        cycle = max(sum(g + w for (g, _), (w, _) in zip(est, warm)), sum(t + w for (_, t), (_, w) in zip(est, warm)))
+        return all(cycle <= j.extra.get("slo", 2.0) * s for j, s in zip(members, solo))
 
     def _place(self, sim: Simulator, job: Job) -> Group:
+        """The cheapest placement ($/hour added) that keeps every SLO: pack, scale a rollout pool, or open."""
+        c = sim.cluster
+        instance_rate = c.tp * c.usd_per_gpu_hour(c.gen_gpu)
+        group_rate = c.gen_gpus * c.usd_per_gpu_hour(c.gen_gpu) + c.train_gpus * c.usd_per_gpu_hour(c.train_gpu)
+        best: tuple[float, Group, int] | None = None
         for group in self.groups:
-            if self._fits(sim, [sim.jobs[j] for j in group.members] + [job]):
-                group.members.append(job.id)
-                return group
-        return self._open(sim, job)
+            if self.config.residency and len(group.members) >= self.config.resident_jobs:
+                continue  # the residency constraint: every member's state stays in host memory (warm switches)
+            members = [sim.jobs[j] for j in group.members] + [job]
+            grow = c.instances if self.config.scale_rollout else 0
+            extra = next((k for k in range(grow + 1) if self._fits(sim, members, len(group.instances) + k)), None)
+            if extra is not None and (best is None or extra * instance_rate < best[0]):
+                best = (extra * instance_rate, group, extra)
+        if best is None or (best[2] and best[0] >= group_rate):
+            return self._open(sim, job)
+        _, group, extra = best
+        if extra:
+            self._scale(sim, group, extra, job)
+        group.members.append(job.id)
+        return group
+
+    def _scale(self, sim: Simulator, group: Group, extra: int, job: Job) -> None:
+        """Add ``extra`` instances to a group's rollout pool (billed from now on)."""
+        c = sim.cluster
+        group.instances += [sim.add_instance(group.pool, c.tp, job.generation) for _ in range(extra)]
+        sim.allocate(group.pool, len(group.instances) * c.tp, c.gen_gpu)
+        sim.extra["scaled_instances"] = sim.extra.get("scaled_instances", 0) + extra
 
     def _open(self, sim: Simulator, job: Job) -> Group:
         c, k = sim.cluster, len(self.groups)
@@ -118,7 +155,7 @@ class RollMux:
         if k == 0:
             sim.add_resource("reward", "cpu")
         instances = [sim.add_instance(f"generation{suffix}", c.tp, job.generation) for _ in range(c.instances)]
-        group = Group(k, instances, trainer, sync, [job.id])
+        group = Group(k, f"generation{suffix}", instances, trainer, sync, [job.id])
         self.groups.append(group)
         sim.extra["groups"] = len(self.groups)
         return group

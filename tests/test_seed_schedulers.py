@@ -19,7 +19,7 @@ TAU = 0.01
 
 
 def grouped(steps: list[list[list[int]]], *, gen_gpus: int = 1, max_seqs: int = 1000, train_s: float = 0.0,
-            tp_speedup: float = 1.0) -> Prepared:
+            tp_speedup: float = 1.0, kv_tokens: int = 1 << 40) -> Prepared:
     """``steps[s][g]`` are the response lengths of prompt g of step s; fixed TAU per iteration, no prefill."""
     rows = [(s, g, n) for s, prompts in enumerate(steps) for g, lengths in enumerate(prompts) for n in lengths]
     step, group, out = (np.array(c) for c in zip(*rows))
@@ -28,7 +28,8 @@ def grouped(steps: list[list[list[int]]], *, gen_gpus: int = 1, max_seqs: int = 
     counts = [sum(len(p) for p in prompts) for prompts in steps]
     first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
     n = len(steps)
-    job = Job(id=0, name="job0", first=first, generation=FittedGeneration(model=IterationModel.fixed(TAU), tp_speedup=tp_speedup),
+    job = Job(id=0, name="job0", first=first, generation=FittedGeneration(model=IterationModel.fixed(TAU), tp_speedup=tp_speedup,
+                                                                         kv_tokens=kv_tokens),
               train_s=[train_s] * n, forward_s=[0.0] * n, optimizer_s=[0.0] * n, sync_s=[0.0] * n, reward_s=[0.0] * n,
               other_s=[0.0] * n)
     cluster = Cluster(gen_gpus=gen_gpus, train_gpus=1, gen_gpu="H100", train_gpu="H100", max_seqs=max_seqs)
@@ -71,6 +72,46 @@ def test_long_rounds_run_the_aborted_prompts_without_over_launch(packed) -> None
     rounds = packed.timeline.filter(pl.col("kind") == "long_round")
     assert rounds["end_s"][0] - rounds["start_s"][0] == pytest.approx(100 * TAU)
     assert packed.metrics["staleness"]["max"] == 0  # on-policy throughout
+
+
+def test_tp_planner_doubles_tp_after_preemptions_and_halves_it_after_four_calm_rounds() -> None:
+    # 2 GPUs, KV for 300 tokens per GPU. Round 0 caches 4 x 110 tokens per TP-1 instance: preemptions. Rounds
+    # 1-4 run on one TP-2 instance (8 x 30 tokens fit in 600) without any; round 5 is back on two TP-1 ones.
+    work = [[[100, 100]] * 4] + [[[20, 20]] * 4] * 5
+    result = replay(grouped(work, gen_gpus=2, kv_tokens=300), "rollpacker", ReplayConfig(),
+                    {"eta": 1.0, "tp_planner": True})
+    done = result.requests.filter(pl.col("finished")).group_by("step").agg(
+        pl.col("instance").n_unique().alias("instances"), pl.col("preemptions").sum()).sort("step")
+    assert done["instances"].to_list() == [2, 1, 1, 1, 1, 2]
+    assert done["preemptions"][0] > 0 and done["preemptions"][1:].sum() == 0
+    assert result.metrics["extra"]["tp_doublings"] == 1 and result.metrics["extra"]["tp_halvings"] == 1
+    fixed = replay(grouped(work, gen_gpus=2, kv_tokens=300), "rollpacker", ReplayConfig(), {"eta": 1.0})
+    assert fixed.requests.filter(pl.col("finished"))["instance"].n_unique() == 2 and "extra" not in fixed.metrics
+
+
+def test_stream_trainer_lends_half_the_rollout_gpus_to_training_in_the_tail() -> None:
+    # 2 TP-1 instances; prompts A-D finish within 0.4 s, E's two 1000-token responses at 10 s. At 20% done
+    # (A, 0.1 s) instance 0 migrates its requests to instance 1 and, after a warm training switch (4.1 s for
+    # 7B), trains on A-D's samples (280 of 2,300 tokens: 1.22 of the step's 10 GPU-seconds) before E is in.
+    # The trainer then does the rest with both GPUs.
+    work = [[[10, 10], [20, 20], [30, 30], [40, 40], [1000, 1000]]] * 2
+    result = replay(grouped(work, gen_gpus=2, train_s=10.0), "rollpacker", ReplayConfig(),
+                    {"eta": 1.0, "stream_trainer": True})
+    tl = result.timeline
+    train = tl.filter(pl.col("kind") == "train").sort("start_s")
+    early = 10.0 * 280 / 2300
+    assert (train["end_s"] - train["start_s"]).to_list() == pytest.approx([(10.0 - early) / 2] * 2)
+    stream = tl.filter(pl.col("kind") == "stream_train").sort("start_s")
+    assert stream["start_s"][0] == pytest.approx(0.1 + switch_seconds(7e9, "training", True))
+    assert stream["end_s"][0] == pytest.approx(stream["start_s"][0] + early)
+    first = result.requests.filter(pl.col("finished"), pl.col("step") == 0)
+    assert first.filter(pl.col("output_tokens") == 1000)["finish_s"].to_list() == pytest.approx([10.0, 10.0])
+    # the lent GPU comes back for round 1 as a new instance after a warm rollout switch
+    assert result.requests.filter(pl.col("finished"), pl.col("step") == 1)["instance"].n_unique() == 2
+    assert (tl.filter(pl.col("kind") == "switch")["end_s"] - tl.filter(pl.col("kind") == "switch")["start_s"]).to_list() \
+        == pytest.approx([switch_seconds(7e9, "rollout", True)])
+    plain = replay(grouped(work, gen_gpus=2, train_s=10.0), "rollpacker", ReplayConfig(), {"eta": 1.0})
+    assert result.metrics["makespan_s"] < plain.metrics["makespan_s"]
 
 
 # ---- orchestrrl ----------------------------------------------------------------------------------------------
@@ -163,11 +204,14 @@ def test_streamrl_stage_balancing_gives_generation_the_gpus_it_needs() -> None:
 
 
 @pytest.mark.parametrize("sample", ["rollpacker_qwen7b", "streamrl_qwen32b", "tiny_rl_cpu"])
-@pytest.mark.parametrize("scheduler", ["streamrl", "rollpacker", "orchestrrl"])
-def test_every_seed_scheduler_replays_every_sample(scheduler: str, sample: str) -> None:
+@pytest.mark.parametrize(("scheduler", "settings"), [
+    ("streamrl", {}), ("rollpacker", {}), ("orchestrrl", {}),
+    ("rollpacker", {"tp_planner": True, "stream_trainer": True}),
+], ids=["streamrl", "rollpacker", "orchestrrl", "rollpacker-codesigns"])
+def test_every_seed_scheduler_replays_every_sample(scheduler: str, settings: dict[str, bool], sample: str) -> None:
     bundle = rltrace.open(sample_path(sample))
     prepared = from_bundle(bundle, Shape(), CostConfig())
-    result = replay(prepared, scheduler, ReplayConfig())
+    result = replay(prepared, scheduler, ReplayConfig(), settings)
     steps = prepared.jobs[0].steps
     assert result.metrics["steps"] == steps
     assert result.metrics["samples"] > 0 and result.metrics["makespan_s"] > 0
@@ -178,11 +222,11 @@ def test_every_seed_scheduler_replays_every_sample(scheduler: str, sample: str) 
 
 
 def jobs_of(*workloads: list[list[list[int]]], arrivals: list[float], slo: float = 10.0, gen_gpus: int = 2,
-            train_s: float = 1.0) -> Prepared:
+            train_s: float = 1.0, max_seqs: int = 1000) -> Prepared:
     """Several jobs (each like ``grouped``), arriving at ``arrivals``, sharing one cluster."""
     frames, jobs, offset = [], [], 0
     for i, (w, arrival) in enumerate(zip(workloads, arrivals)):
-        p = grouped(w, gen_gpus=gen_gpus, train_s=train_s)
+        p = grouped(w, gen_gpus=gen_gpus, train_s=train_s, max_seqs=max_seqs)
         job = p.jobs[0]
         job.id, job.name, job.arrival_s = i, f"job{i}", arrival
         job.first = [f + offset for f in job.first]
@@ -215,7 +259,8 @@ def test_rollmux_runs_one_jobs_rollout_while_the_other_trains() -> None:
 @pytest.mark.parametrize(("resident", "cold"), [(2, 4), (1, 12)])
 def test_rollmux_switches_are_warm_while_the_job_is_resident(resident: int, cold: int) -> None:
     work = [[[20]] * 4] * 3
-    result = replay(jobs_of(work, work, arrivals=[0.0, 0.0]), "rollmux", ReplayConfig(), {"resident_jobs": resident})
+    settings = {"resident_jobs": resident, "residency": False}  # one group even with one resident (loose SLO)
+    result = replay(jobs_of(work, work, arrivals=[0.0, 0.0], slo=1000.0), "rollmux", ReplayConfig(), settings)
     extra = result.metrics["extra"]
     # 2 jobs x 3 steps x 2 pools = 12 switches; with both resident only each job's first per pool is cold
     assert extra.get("cold_switches", 0) == cold and extra.get("cold_switches", 0) + extra.get("warm_switches", 0) == 12
@@ -237,3 +282,25 @@ def test_rollmux_consolidates_the_long_tail_and_starts_the_next_rollout_on_freed
     a_long = req.filter(pl.col("job") == 0, pl.col("step") == 0, pl.col("output_tokens") == 5000)
     b_first = req.filter(pl.col("job") == 1, pl.col("step") == 0)
     assert b_first["start_s"].min() < a_long["finish_s"][0]  # job 1 did not wait for job 0's tail
+
+
+def test_rollmux_keeps_a_group_within_host_memory_residency() -> None:
+    work = [[[20]] * 4] * 2
+    result = replay(jobs_of(work, work, work, arrivals=[0.0, 0.0, 0.0], slo=1000.0), "rollmux", ReplayConfig())
+    assert result.metrics["extra"]["groups"] == 2  # resident_jobs = 2: the third job opens a group
+    assert result.metrics["extra"]["cold_switches"] == 3 * 2  # each job's first switch per pool, no evictions
+
+
+def test_rollmux_scales_a_rollout_pool_when_cheaper_than_a_new_group() -> None:
+    # max_seqs 2: 8 responses on 2 instances take two rounds (2 x 1000 x TAU = 20 s each). Two jobs on 2
+    # instances: rollout cycle 2 x (20 + 0.9 warm switch) = 41.8 s > 1.5 x solo (21 s). On 4 instances each
+    # rollout is one round (10 s): 21.8 s fits. Two more H100s cost less than a new group's three.
+    work = [[[1000, 1000]] * 4] * 3
+    scaled = replay(jobs_of(work, work, arrivals=[0.0, 0.0], slo=1.5, max_seqs=2), "rollmux", ReplayConfig())
+    assert scaled.metrics["extra"]["groups"] == 1 and scaled.metrics["extra"]["scaled_instances"] == 2
+    assert scaled.requests.filter(pl.col("job") == 1)["instance"].n_unique() >= 2
+    assert scaled.requests["instance"].n_unique() == 4
+    fixed = replay(jobs_of(work, work, arrivals=[0.0, 0.0], slo=1.5, max_seqs=2), "rollmux", ReplayConfig(),
+                   {"scale_rollout": False})
+    assert fixed.metrics["extra"]["groups"] == 2 and "scaled_instances" not in fixed.metrics["extra"]
+    assert scaled.metrics["cost_usd"] < fixed.metrics["cost_usd"]

@@ -46,6 +46,10 @@ def reward(tokens: list[int]) -> float:
 
 
 def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
+    # vLLM's CPU engine runs its OpenMP threads on one core (the default binds one per core). On a small machine
+    # shared with two trainer processes, a thread that loses its core holds up every iteration's parallel
+    # region; pinned to one core the engine's iteration time stops depending on what the trainers do.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
     from safetensors import safe_open
     from safetensors.torch import save_file
     from vllm import LLM, SamplingParams

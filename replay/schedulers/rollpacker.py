@@ -17,7 +17,7 @@ Two co-designs, each off by default:
   responses are done and the KV cache of half the instances holds what all of them cache now, the other half
   moves to training (a warm training switch, RollMux's measurement): their in-flight requests migrate by
   recompute, and they train on the samples of completed prompts (GRPO needs a prompt's group whole) as they
-  arrive. After the round the trainers finish the rest with those GPUs added; the GPUs return to rollout
+  arrive (at their peak bf16 FLOP/s relative to a training GPU's). After the round the trainers finish the rest with those GPUs added; the GPUs return to rollout
   (a warm rollout switch) when the next round starts.
 
 A prompt's responses are the recorded ones (the extra eta share drawn, seeded, from the same prompt's
@@ -40,6 +40,7 @@ from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, disaggregated_pools, splits, spread
 from rltrace.replay.simulator import Notice, Simulator
 
+from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 
@@ -117,9 +118,19 @@ class Round:
 class Stream:
     """GPUs lent from rollout to training for the rest of a round."""
 
-    gpus: int
+    gpus: float
+    """in training GPUs' worth (an H20 trains at 148 / 989 of an H800's peak)"""
     from_s: float
     """when they can train (after the switch)"""
+
+
+def _training_speed(sim: Simulator) -> float:
+    """A generation GPU's training speed relative to a training GPU's (peak bf16 FLOP/s; 1 if uncatalogued)."""
+    c = sim.cluster
+    try:
+        return get_gpu(c.gen_gpu).flops / get_gpu(c.train_gpu).flops
+    except ConfigError:
+        return 1.0
 
 
 @register("rollpacker")
@@ -322,7 +333,7 @@ class RollPacker:
         self.instances = keep
         self.lent = len(lend)
         switch = switch_seconds(model_params(job.generation), "training", True)
-        self.stream = Stream(len(lend) * self.tp, sim.now + switch)
+        self.stream = Stream(len(lend) * self.tp * _training_speed(sim), sim.now + switch)
         sim.extra["stream_trainer_rounds"] = sim.extra.get("stream_trainer_rounds", 0) + 1
 
     def _streamed(self, sim: Simulator, rnd: Round, train_s: float) -> float:

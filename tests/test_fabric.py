@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers import run_cli
-from rltrace.replay.network.collectives import BASE_LATENCY_S, collective
+from rltrace.replay.network.collectives import BASE_LATENCY_S, NVLS_BASE_LATENCY_S, collective
 from rltrace.replay.network.flows import max_min_rates, run_flows
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.network.validation import compare, summary
@@ -46,6 +46,26 @@ def test_a_ring_all_reduce_takes_2_n_minus_1_over_n_bytes_over_bandwidth_plus_la
     result = collective(topo, "all_reduce", n, b, "ring")
     assert result.seconds == pytest.approx(expected, rel=1e-12)
     assert result.busbw_gbps == pytest.approx(2 * (n - 1) / n * b / expected / 1e9, rel=1e-12)
+
+
+def test_nvls_moves_1_plus_1_over_n_of_the_buffer_each_way_at_nccls_hopper_efficiency() -> None:
+    topo = parse("nvswitch:gpus=8,gpu=H100,nvlink_efficiency=1.0")
+    b, n, bw = 1 << 30, 8, 900e9 / 2 * 0.85  # NCCL's nvlsEfficiency for Hopper
+    expected = (1 + 1 / n) * b / bw + 2 * NVLINK_HOP_S + NVLS_BASE_LATENCY_S
+    result = collective(topo, "all_reduce", n, b, "nvls")
+    assert result.seconds == pytest.approx(expected, rel=1e-12)
+    assert result.link_bytes[:2 * n].tolist() == pytest.approx([(1 + 1 / n) * b] * 2 * n)  # real bytes, not inflated
+
+
+@pytest.mark.parametrize(("gpus", "gpu", "dtype", "size", "algorithm"), [
+    (8, "H100", "bfloat16", 1 << 30, "nvls"),  # 1.125 B at 0.85 beats the ring's 1.75 B
+    (8, "H100", "int8", 1 << 30, "ring"),  # the switch cannot reduce int8
+    (2, "H100", "bfloat16", 1 << 30, "ring"),  # 1.5 B at 0.85 loses to the ring's 1 B
+    (8, "A100", "bfloat16", 1 << 30, "ring"),  # Ampere's NVSwitch has no NVLS
+    (8, "H100", "bfloat16", 4 << 10, "ring"),  # NVLS's 25 us base latency loses on small messages
+])
+def test_auto_picks_nvls_where_nccl_would(gpus: int, gpu: str, dtype: str, size: int, algorithm: str) -> None:
+    assert collective(parse(f"nvswitch:gpus={gpus},gpu={gpu}"), "all_reduce", gpus, size, dtype=dtype).algorithm == algorithm
 
 
 def test_a_reconfiguration_adds_exactly_its_delay() -> None:
@@ -98,7 +118,10 @@ def test_two_stage_weight_sync_moves_exactly_one_model_copy_across_datacenters()
 
 def test_the_model_holds_15_percent_at_64_mb_and_up_on_4_and_8_h100() -> None:
     s = summary(compare(DATA)).filter(pl.col("source") == "aiconfigurator", pl.col("gpus") >= 4)
-    assert s.height == 6 and (s["median_abs_error"] <= 0.15).all()
+    # 3 ops x 2 dtypes x 2 GPU counts, with half all-reduce on 4 GPUs split between the ring and NVLS
+    assert s.height == 13 and (s["median_abs_error"] <= 0.15).all()
+    nvls = s.filter(pl.col("algorithm") == "nvls")
+    assert nvls["gpus"].to_list() == [4, 8] and (nvls["max_abs_error"] <= 0.15).all()
 
 
 def test_replaying_on_different_fabrics_changes_weight_sync_and_step_time(tmp_path: Path) -> None:
@@ -133,6 +156,8 @@ def test_fabric_bench_cli_prints_seconds_and_bus_bandwidth() -> None:
     (["fabric", "bench", "--topology", "fat-tree:k=4,radix=9", "--size", "1M"], "unknown key 'radix'"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"], "unknown collective 'gossip'"),
     (["replay", "-s", "disagg-sync", "--topology", "nvswitch:gpus=8"], "has 8 GPUs, the replay needs 16 + 16"),
+    (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=A100", "--size", "1M", "--algorithm", "nvls"],
+     "nvls needs an all-reduce inside one NVSwitch node"),
 ])
 def test_bad_fabric_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = run_cli(*args)

@@ -1,10 +1,16 @@
-"""Collectives as flows on a topology: ring, double binary tree and hierarchical algorithms.
+"""Collectives as flows on a topology: ring, double binary tree, hierarchical and NVLS algorithms.
 
 Each algorithm is a sequence of phases; a phase is a set of concurrent flows (a pipelined ring or tree in
 steady state: every link carries its share at once) plus a latency term: NCCL's base latency once, and one
-hop latency per algorithm step (the slowest link kind on any flow's path). Bus bandwidth follows
-nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for
-all-gather, reduce-scatter and all-to-all, 1 for broadcast.
+hop latency per algorithm step (the slowest link kind on any flow's path).
+
+NVLS (NVLink SHARP, one NVSwitch node of Hopper or later, a dtype the switch can reduce): each GPU's 1/n
+slice is reduced in the switch as it reads every GPU's copy (multimem.ld_reduce) and multicast back
+(multimem.st), so every GPU sends and receives (1 + 1/n) x the buffer, at the GPU's ``nvls_efficiency`` of
+what a ring reaches. The default picks it when it is faster than the ring, as NCCL's tuner does.
+
+Bus bandwidth follows nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw x 2(n-1)/n for
+all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for broadcast.
 
 Sizes: ``size`` is what nccl-tests calls the message size: all-reduce and broadcast the buffer, all-gather
 the output, reduce-scatter the input, all-to-all each rank's send buffer.
@@ -12,6 +18,7 @@ the output, reduce-scatter the input, all-to-all each rank's send buffer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -19,11 +26,15 @@ import numpy as np
 from rltrace.replay.network.flows import run_flows
 from rltrace.replay.topologies.base import Topology
 
+from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls")
 BASE_LATENCY_S = 3.6e-6  # NCCL's base latency, Ring/LL (NVIDIA/nccl src/graph/tuning.cc, baseLat)
+NVLS_BASE_LATENCY_S = 25e-6  # NCCL's base latency, NVLS/Simple (same table)
+# Dtypes an NVSwitch can reduce (multimem.ld_reduce: f16, bf16, f32); int8 and fp8 all-reduces run the ring.
+SWITCH_REDUCIBLE = ("bfloat16", "bf16", "half", "fp16", "float16", "float", "fp32", "float32")
 TREE_BELOW_BYTES = 1 << 20  # NCCL prefers its tree (latency log n) for small multi-node all-reduces
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
@@ -36,6 +47,8 @@ class Phase:
     nbytes: np.ndarray
     steps: int
     """algorithm steps (each pays one hop latency)"""
+    efficiency: float = 1.0
+    """share of the links' modelled bandwidth the algorithm reaches (NVLS: the GPU's nvls_efficiency)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +81,14 @@ def tree_edges(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(parents), np.concatenate(children)
 
 
-def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int) -> list[Phase]:
+def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int,
+           nvls_efficiency: float = 0.0) -> list[Phase]:
     """The flow phases of one collective."""
     n = len(ranks)
+    if op == "all_reduce" and algorithm == "nvls":
+        # every GPU sends and receives (1 + 1/n) x size through the switch; a ring of such flows loads each
+        # GPU's NVLink up and down exactly so (the switch itself is non-blocking)
+        return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2), efficiency=nvls_efficiency)]
     if op == "all_reduce" and algorithm == "tree":
         up, down = tree_edges(ranks)  # each tree carries half the buffer, reduce up and broadcast down at once
         depth = max(1, math.ceil(math.log2(n)))
@@ -120,6 +138,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0) -> tuple[float,
     for i, p in enumerate(parts):
         if len(p.src) == 0:
             continue
+        scale = 1 / p.efficiency
         if configure is not None:
             delay = configure(p.src, p.dst, p.nbytes)
             reconfig += delay
@@ -127,9 +146,9 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0) -> tuple[float,
             links = topo.links()
         keys = np.full(len(p.src), key + i, dtype=np.int64) + np.arange(len(p.src))
         indptr, ids = topo.paths(p.src, p.dst, keys)
-        run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes)
+        run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes * scale)  # a lower efficiency: as if more bytes
         total += run.makespan_s + p.steps * _slowest_hop(links.latency_s, indptr, ids)
-        carried += run.link_bytes
+        carried += run.link_bytes / scale
     return total, carried, reconfig
 
 
@@ -143,8 +162,22 @@ def phase_latency(topo: Topology, phase: Phase) -> float:
     return phase.steps * _slowest_hop(topo.links().latency_s, indptr, ids)
 
 
-def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto") -> CollectiveTime:
-    """Time of one collective of ``size`` bytes over ``ranks`` (a count: GPUs 0..n-1, or GPU ids)."""
+def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
+    """NVLS applies to an all-reduce inside one NVSwitch node whose GPUs have it, in a dtype the switch reduces."""
+    return (op == "all_reduce" and dtype in SWITCH_REDUCIBLE and len(ranks) > 1
+            and get_gpu(topo.gpu).nvls_efficiency > 0 and len(np.unique(ranks // topo.gpus_per_node)) == 1)
+
+
+def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str) -> tuple[float, np.ndarray, float]:
+    eff = get_gpu(topo.gpu).nvls_efficiency
+    seconds, carried, reconfig = run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node, eff))
+    return seconds + (NVLS_BASE_LATENCY_S if algo == "nvls" else BASE_LATENCY_S), carried, reconfig
+
+
+def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",
+               dtype: str = "bfloat16") -> CollectiveTime:
+    """Time of one collective of ``size`` bytes over ``ranks`` (a count: GPUs 0..n-1, or GPU ids) in ``dtype``
+    (which decides whether NVLS can reduce it in the switch)."""
     ranks = np.arange(ranks) if isinstance(ranks, (int, np.integer)) else np.asarray(ranks, dtype=np.int64)
     n = len(ranks)
     if algorithm not in ALGORITHMS:
@@ -155,8 +188,15 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         raise ConfigError(f"ranks must be distinct GPUs of the topology's {topo.gpus}")
     if n == 1:
         return CollectiveTime(0.0, "none", 0.0, np.zeros(len(topo.links())))
+    nvls = nvls_possible(topo, op, ranks, dtype)
+    if algorithm == "nvls" and not nvls:
+        raise ConfigError("nvls needs an all-reduce inside one NVSwitch node of a GPU with NVLS (nvls_efficiency > 0) "
+                          f"in a dtype the switch reduces ({', '.join(SWITCH_REDUCIBLE)})")
     algo = choose(op, ranks, size, topo.gpus_per_node) if algorithm == "auto" else algorithm
-    seconds, carried, reconfig = run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node))
-    seconds += BASE_LATENCY_S
+    seconds, carried, reconfig = _timed(topo, op, ranks, size, algo)
+    if algorithm == "auto" and nvls:  # NCCL's tuner takes the faster of its ring and NVLS
+        other = _timed(topo, op, ranks, size, "nvls")
+        if other[0] < seconds:
+            algo, (seconds, carried, reconfig) = "nvls", other
     busbw = size / seconds * BUS_FACTOR[op](n) / 1e9 if seconds > 0 else 0.0
     return CollectiveTime(seconds, algo, busbw, carried, reconfig)

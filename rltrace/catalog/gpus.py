@@ -20,6 +20,8 @@ class GPUSpec:
     hbm_gbps: float
     memory_gb: float
     nvlink_gbps: float
+    nvls_efficiency: float = 0.0
+    """share of NVLink bandwidth NVLink SHARP reaches (NCCL's nvlsEfficiency; 0: no NVLS)"""
     source: str = ""
     usd_per_hour: float = 0.0
     """on-demand rental price of one GPU (0: unknown)"""
@@ -41,6 +43,8 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
         value = getattr(spec, key)
         if not isinstance(value, (int, float)) or value <= 0:
             raise ConfigError(f"{where}: gpu {name!r}: {key} must be a positive number")
+    if not isinstance(spec.nvls_efficiency, (int, float)) or not 0 <= spec.nvls_efficiency <= 1:
+        raise ConfigError(f"{where}: gpu {name!r}: nvls_efficiency must be in [0, 1]")
     return spec
 
 

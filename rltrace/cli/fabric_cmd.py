@@ -13,7 +13,7 @@ from rich.table import Table
 
 from rltrace.config import apply_sets, build, to_dict
 from rltrace.errors import ConfigError
-from rltrace.replay.network.collectives import ALGORITHMS, OPS, collective
+from rltrace.replay.network.collectives import ALGORITHMS, OPS, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.validation import compare, summary
 from rltrace.replay.topologies import names, parse
@@ -40,6 +40,8 @@ def bench(
     op: Annotated[str, typer.Option(help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
     ranks: Annotated[int | None, typer.Option(help="Ranks (GPUs 0..N-1; default: every GPU of the topology).")] = None,
     algorithm: Annotated[str, typer.Option(help=f"Algorithm: {', '.join(ALGORITHMS)}.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="Element type; NVLS all-reduce needs one the NVSwitch reduces "
+                                            f"({', '.join(SWITCH_REDUCIBLE)}).")] = "bfloat16",
     price: Annotated[list[str] | None, typer.Option("--price", help="Override a fabric price, e.g. transceiver_usd=650.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: seconds, busbw_gbps (nccl-tests), ...")] = False,
 ) -> None:
@@ -52,7 +54,7 @@ def bench(
     if not 1 <= n <= topo.gpus:
         raise ConfigError(f"--ranks must be in 1..{topo.gpus} for this topology, got {n}")
     prices = build(FabricPrices, apply_sets(to_dict(FabricPrices()), price or []), "--price")
-    result = collective(topo, op, n, parse_size(size), algorithm)
+    result = collective(topo, op, n, parse_size(size), algorithm, dtype)
     cost = fabric_cost(topo, prices)
     out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": parse_size(size), "topology": topology,
            "fabric_capex_usd": cost["capex_usd"]}
@@ -81,9 +83,9 @@ def validate(
         print(json.dumps(compared.to_dicts(), indent=2))
         return
     table = Table(title=f"Model vs measured NCCL on {gpu}, messages >= {min_size}", title_justify="left")
-    for col in ("source", "op", "GPUs", "points", "median |error|", "max |error|"):
-        table.add_column(col, justify="left" if col in ("source", "op") else "right")
+    for col in ("source", "op", "dtype", "GPUs", "model", "points", "median |error|", "max |error|"):
+        table.add_column(col, justify="left" if col in ("source", "op", "dtype", "model") else "right")
     for row in summary(compared, parse_size(min_size)).iter_rows(named=True):
-        table.add_row(row["source"], row["op"], str(row["gpus"]), str(row["points"]),
+        table.add_row(row["source"], row["op"], row["dtype"], str(row["gpus"]), row["algorithm"], str(row["points"]),
                       f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
     Console(highlight=False, width=120).print(table)

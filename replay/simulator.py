@@ -171,11 +171,15 @@ class Simulator:
                 self.queue.push(last[key], Priority.DONE, None, ("generated", key, self._token.get(key, 0)))
 
     def _touch(self, inst: GenerationInstance) -> None:
-        """Bring an instance to now before changing it (cutting a planned drain short if it has one)."""
+        """Bring an instance to now before changing it (cutting a planned drain short if it has one). A cut
+        plan voids the instance's next event, so the instance is planned again even if nothing changes it
+        (an abort of requests that had already finished there, a scheduler only looking at its queue)."""
         if inst.drain is None:
-            inst.advance_to(self.now)
+            if inst.advance_to(self.now):
+                self._dirty[inst.id] = inst
             return
         back = inst.cut_drain(self.now)
+        self._dirty[inst.id] = inst
         job, step = self.requests.job, self.requests.step
         for key in {(job[r], step[r]) for r in back}:
             self._token[key] = self._token.get(key, 0) + 1  # its "generated" notice, if planned, is void
@@ -424,6 +428,10 @@ class Simulator:
         finally:
             if paused:
                 gc.enable()
+        stuck = [i.name for i in self.instances if i.batch or i.waiting] if not self._stopped else []
+        if stuck:  # every busy instance has a next event; a run that ran dry with work left is a bug, not a result
+            raise RuntimeError(f"replay stalled at {self.now:.3f} s: {', '.join(stuck[:3])} still hold requests "
+                               "but have no next event (an rltrace bug; please report it)")
 
     def _loop(self, queue: EventQueue, on_event: Callable[[Simulator, Notice], None],
               progress: Callable[[int], None] | None) -> None:

@@ -201,6 +201,53 @@ def test_abort_resubmit_retire_and_regroup_to_a_higher_tp() -> None:
     assert result.metrics["aborted_attempts"] == 1
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LookConfig:
+    action: str = "look"
+
+
+@register("test-look")
+class Look:
+    """One instance runs three requests; mid-run the scheduler only looks at its queue ("look") or aborts a
+    request that already finished there ("abort-finished"). Neither changes the instance, so neither may
+    delay the requests still running (both once left it without a next event)."""
+
+    Config = LookConfig
+
+    def __init__(self, config: LookConfig) -> None:
+        self.config = config
+
+    def start(self, sim: Simulator) -> None:
+        sim.allocate("generation", 1, "H100")
+        sim.allocate("training", 1, "H100")
+        sim.add_resource("trainer", "training", gpus=1)
+        self.inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        sim.submit(self.inst, [0, 1, 2])
+        sim.timer(0.255, "look")  # mid-iteration, after request 0 finished at 0.1 s
+        self.left = 3
+
+    def on_event(self, sim: Simulator, notice: Notice) -> None:
+        if notice.kind == "timer":
+            if self.config.action == "look":
+                assert sorted(sim.requests_on(self.inst)) == [1, 2]
+            else:
+                assert sim.abort([0]) == []
+        elif notice.kind == "finished":
+            self.left -= len(notice.requests)
+            if not self.left:
+                sim.consume(0, 0, [0, 1, 2], 0)
+                sim.work("trainer", 1.0, "train", kind="train", step=0)
+        else:
+            sim.end_step(0, 0)
+
+
+@pytest.mark.parametrize("action", ["look", "abort-finished"])
+def test_looking_at_or_aborting_finished_requests_does_not_stall_an_instance(action: str) -> None:
+    result = replay(make([[10, 50, 100]]), "test-look", ReplayConfig(), {"action": action})
+    assert result.requests.sort("request")["finish_s"].to_list() == pytest.approx([10 * TAU, 50 * TAU, 100 * TAU])
+    assert result.metrics["steps"] == 1
+
+
 # ---- the fast path (whole queues planned at once) equals the per-event path ---------------------------------
 
 SLOW = ReplayConfig(fast_path=False)

@@ -105,26 +105,28 @@ class GenerationInstance:
 
     # ---- moving through time -------------------------------------------------------------------------------
 
-    def advance_to(self, t_s: float) -> None:
+    def advance_to(self, t_s: float) -> bool:
         """Run whole iterations up to the first boundary at or after ``t_s``, short of the planned event.
+        Returns whether the plan was cut there (the instance must then be planned again).
 
         New work joins a running batch at an iteration boundary, as in vLLM; a boundary that is the planned
         event itself is left to that event.
         """
         planned = self._planned
         if planned is None or t_s <= self.time_s:
-            return
+            return False
         n_max, _, _ = planned
         ctx = self.kv_tokens()
         n = self.model.iterations_within(self.batch, ctx, t_s - self.time_s, n_max)
         if n < n_max and self.time_s + self.model.seconds(self.batch, ctx, n) < t_s:
             n += 1  # the boundary after t_s
         if n >= n_max:
-            return
+            return False
         self.time_s += self.model.seconds(self.batch, ctx, n)
         self.it += n
         self._planned = None
         self.epoch += 1  # the old plan's event is stale
+        return True
 
     def plan(self, now_s: float) -> float | None:
         """Admit what fits, then return the time of the next planned point (None when idle)."""

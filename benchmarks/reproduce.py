@@ -54,8 +54,8 @@ CASES = [
          "generation throughput vs a static-parallelism disaggregated baseline, 64 H800"),
     Case("RollArt", "arXiv 2512.22560", "rollart_qwen3_8b", "rollart", {}, "disagg-sync",
          Shape(), Shape(), (1.35, 2.05),
-         "end-to-end throughput vs synchronous disaggregated pools on the same GPUs: 16 H20 generation + 16 H800 "
-         "training; RollArt splits generation into 8 H20 + 8 H800 by hardware affinity"),
+         "end-to-end throughput over the sample's 8 steps vs synchronous disaggregated pools of the same GPU count: "
+         "16 H20 generation + 16 H800 training; RollArt runs generation on 8 H20 + 8 H800 by hardware affinity"),
     Case("RollArt (vs monolithic)", "arXiv 2512.22560", "rollart_qwen3_8b", "rollart", {}, "colocated-sync",
          Shape(), Shape(gpu="H800"), (1.35, 2.05),
          "as above, against a monolithic synchronous cluster (verl colocated) of 32 H800"),

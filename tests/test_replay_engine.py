@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -142,6 +143,20 @@ def test_a_duplicate_name_is_an_error() -> None:
 # ---- the verbs a seed scheduler needs --------------------------------------------------------------------
 
 
+def train_when_three_finished(self: Any, sim: Simulator, notice: Notice) -> None:
+    """``on_event`` of the one-step test schedulers below: their timer calls ``on_timer``; once requests 0-2
+    have finished, one training step."""
+    if notice.kind == "timer":
+        self.on_timer(sim)
+    elif notice.kind == "finished":
+        self.left -= len(notice.requests)
+        if not self.left:
+            sim.consume(0, 0, [0, 1, 2], 0)
+            sim.work("trainer", 1.0, "train", kind="train", step=0)
+    else:
+        sim.end_step(0, 0)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class VerbsConfig:
     abort_at_s: float = 0.5
@@ -169,20 +184,14 @@ class Verbs:
         sim.timer(self.config.abort_at_s, "regroup")
         self.left = 3
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
-        if notice.kind == "timer":
-            back = sim.abort([0])
-            assert back == [0]
-            sim.retire(self.b)  # request 2 already finished
-            sim.reconfigure(self.a, tp=2, switch_s=0.25)
-            sim.submit(self.a, back, front=True)
-        elif notice.kind == "finished":
-            self.left -= len(notice.requests)
-            if not self.left:
-                sim.consume(0, 0, [0, 1, 2], 0)
-                sim.work("trainer", 1.0, "train", kind="train", step=0)
-        else:
-            sim.end_step(0, 0)
+    def on_timer(self, sim: Simulator) -> None:
+        back = sim.abort([0])
+        assert back == [0]
+        sim.retire(self.b)  # request 2 already finished
+        sim.reconfigure(self.a, tp=2, switch_s=0.25)
+        sim.submit(self.a, back, front=True)
+
+    on_event = train_when_three_finished
 
 
 def test_abort_resubmit_retire_and_regroup_to_a_higher_tp() -> None:
@@ -226,19 +235,13 @@ class Look:
         sim.timer(0.255, "look")  # mid-iteration, after request 0 finished at 0.1 s
         self.left = 3
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
-        if notice.kind == "timer":
-            if self.config.action == "look":
-                assert sorted(sim.requests_on(self.inst)) == [1, 2]
-            else:
-                assert sim.abort([0]) == []
-        elif notice.kind == "finished":
-            self.left -= len(notice.requests)
-            if not self.left:
-                sim.consume(0, 0, [0, 1, 2], 0)
-                sim.work("trainer", 1.0, "train", kind="train", step=0)
+    def on_timer(self, sim: Simulator) -> None:
+        if self.config.action == "look":
+            assert sorted(sim.requests_on(self.inst)) == [1, 2]
         else:
-            sim.end_step(0, 0)
+            assert sim.abort([0]) == []
+
+    on_event = train_when_three_finished
 
 
 @pytest.mark.parametrize("action", ["look", "abort-finished"])

@@ -43,7 +43,7 @@ def build_entry(cls: type[E], name: str, raw: dict[str, Any], where: str, what: 
     allowed = {f.name for f in fields(cls)} - {"name"}  # type: ignore[arg-type]
     unknown = set(raw) - allowed
     if unknown:
-        raise ConfigError(f"{where}: {what} {name!r} has unknown key {sorted(unknown)[0]!r}")
+        raise ConfigError(f"{where}: {what} {name!r} has unknown key {min(unknown)!r}")
     try:
         return cls(name=name, **raw)
     except TypeError as e:

@@ -35,6 +35,7 @@ BASE_LATENCY_S = 3.6e-6  # NCCL's base latency, Ring/LL (NVIDIA/nccl src/graph/t
 NVLS_BASE_LATENCY_S = 25e-6  # NCCL's base latency, NVLS/Simple (same table)
 # Dtypes an NVSwitch can reduce (multimem.ld_reduce: f16, bf16, f32); int8 and fp8 all-reduces run the ring.
 SWITCH_REDUCIBLE = ("bfloat16", "bf16", "half", "fp16", "float16", "float", "fp32", "float32")
+DTYPES = (*SWITCH_REDUCIBLE, "int8", "uint8", "fp8", "float8")
 TREE_BELOW_BYTES = 1 << 20  # NCCL prefers its tree (latency log n) for small multi-node all-reduces
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
@@ -188,6 +189,8 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         raise ConfigError(f"ranks must be distinct GPUs of the topology's {topo.gpus}")
     if n == 1:
         return CollectiveTime(0.0, "none", 0.0, np.zeros(len(topo.links())))
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
     nvls = nvls_possible(topo, op, ranks, dtype)
     if algorithm == "nvls" and not nvls:
         raise ConfigError("nvls needs an all-reduce inside one NVSwitch node of a GPU with NVLS (nvls_efficiency > 0) "

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from rltrace.config import apply_sets, build, to_dict
 from rltrace.errors import ConfigError
-from rltrace.replay.network.collectives import ALGORITHMS, OPS, SWITCH_REDUCIBLE, collective
+from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, OPS, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.validation import compare, summary
 from rltrace.replay.topologies import names, parse
@@ -40,8 +40,8 @@ def bench(
     op: Annotated[str, typer.Option(help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
     ranks: Annotated[int | None, typer.Option(help="Ranks (GPUs 0..N-1; default: every GPU of the topology).")] = None,
     algorithm: Annotated[str, typer.Option(help=f"Algorithm: {', '.join(ALGORITHMS)}.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="Element type; NVLS all-reduce needs one the NVSwitch reduces "
-                                            f"({', '.join(SWITCH_REDUCIBLE)}).")] = "bfloat16",
+    dtype: Annotated[str, typer.Option(help=f"Element type ({', '.join(DTYPES)}); NVLS all-reduce needs one the "
+                                            f"NVSwitch reduces ({', '.join(SWITCH_REDUCIBLE)}).")] = "bfloat16",
     price: Annotated[list[str] | None, typer.Option("--price", help="Override a fabric price, e.g. transceiver_usd=650.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: seconds, busbw_gbps (nccl-tests), ...")] = False,
 ) -> None:

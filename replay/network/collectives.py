@@ -87,6 +87,8 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
     """The flow phases of one collective."""
     n = len(ranks)
     if op == "all_reduce" and algorithm == "nvls":
+        if not nvls_efficiency > 0:
+            raise ConfigError("nvls needs the GPU's nvls_efficiency > 0")
         # every GPU sends and receives (1 + 1/n) x size through the switch; a ring of such flows loads each
         # GPU's NVLink up and down exactly so (the switch itself is non-blocking)
         return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2), efficiency=nvls_efficiency)]

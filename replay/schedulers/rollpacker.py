@@ -17,8 +17,8 @@ Two co-designs, each off by default:
   responses are done and the KV cache of half the instances holds what all of them cache now, the other half
   moves to training (a warm training switch, RollMux's measurement): their in-flight requests migrate by
   recompute, and they train on the samples of completed prompts (GRPO needs a prompt's group whole) as they
-  arrive (at their peak bf16 FLOP/s relative to a training GPU's). After the round the trainers finish the rest with those GPUs added; the GPUs return to rollout
-  (a warm rollout switch) when the next round starts.
+  arrive (at their peak bf16 FLOP/s relative to a training GPU's). After the round the trainers finish the
+  rest with those GPUs added; the GPUs return to rollout (a warm rollout switch) when the next round starts.
 
 A prompt's responses are the recorded ones (the extra eta share drawn, seeded, from the same prompt's
 recorded responses): re-running a long prompt regenerates the same lengths from scratch. On a multi-turn

@@ -130,7 +130,7 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     ws, we = np.minimum(ws, makespan), np.minimum(we, makespan)
     tail_total = float((we - ws).sum())
 
-    pools = {p.pool: p for p in sim.pools}  # the last allocation of each pool
+    pools = {p.pool: p for p in sim.pools if p.gpus}  # the last allocation of each pool (before any release)
     metrics: dict[str, Any] = {}
     # Generation: useful share = batch / peak batch per instance.
     # Every generation pool counts ("generation", and e.g. an affinity pool of another GPU kind "generation/...").

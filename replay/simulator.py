@@ -194,6 +194,11 @@ class Simulator:
             raise ConfigError(f"pool {pool!r} cannot hold {gpus} GPUs")
         self.pools.append(PoolUse(pool, gpu, gpus, self.now, billed))
 
+    def release(self, pool: str) -> None:
+        """From now on ``pool`` holds no GPUs: they go back to the cluster and billing stops."""
+        last = next(p for p in reversed(self.pools) if p.pool == pool)
+        self.allocate(pool, 0, last.gpu, billed=last.billed)
+
     def add_instance(self, pool: str, tp: int, cost: GenerationCost, *, name: str | None = None,
                      max_seqs: int | None = None) -> GenerationInstance:
         """A new, empty generation instance of ``tp`` GPUs, ready now."""

@@ -57,8 +57,12 @@ class Group:
     pool: str
     instances: list[GenerationInstance]
     trainer: str
+    trainer_pool: str
     sync: str
     members: list[int] = field(default_factory=list)
+    """jobs placed here and not yet done"""
+    closed: bool = False
+    """every member is done and the pools were released"""
     rollouts: deque[tuple[int, int]] = field(default_factory=deque)
     trainings: deque[tuple[int, int]] = field(default_factory=deque)
     training_busy: bool = False
@@ -122,6 +126,8 @@ class RollMux:
         group_rate = c.gen_gpus * c.usd_per_gpu_hour(c.gen_gpu) + c.train_gpus * c.usd_per_gpu_hour(c.train_gpu)
         best: tuple[float, Group, int] | None = None
         for group in self.groups:
+            if group.closed:
+                continue
             if self.config.residency and len(group.members) >= self.config.resident_jobs:
                 continue  # the residency constraint: every member's state stays in host memory (warm switches)
             members = [sim.jobs[j] for j in group.members] + [job]
@@ -155,7 +161,7 @@ class RollMux:
         if k == 0:
             sim.add_resource("reward", "cpu")
         instances = [sim.add_instance(f"generation{suffix}", c.tp, job.generation) for _ in range(c.instances)]
-        group = Group(k, f"generation{suffix}", instances, trainer, sync, [job.id])
+        group = Group(k, f"generation{suffix}", instances, trainer, f"training{suffix}", sync, [job.id])
         self.groups.append(group)
         sim.extra["groups"] = len(self.groups)
         return group
@@ -175,6 +181,14 @@ class RollMux:
         return switch_seconds(params, role, warm)
 
     def _start_rollouts(self, sim: Simulator, group: Group) -> None:
+        if group.rollouts:
+            # FIFO per pool: the next rollout takes the pool once the running one has finished or had its long
+            # tail consolidated; starting it on the odd instance a finished tail left free would run a whole
+            # rollout on one instance.
+            for ro in [self.active[j] for j in set(group.owner.values()) if not self.active[j].migrated]:
+                if ro.done < self.config.migrate_at * ro.total:
+                    return
+                self._migrate_tail(sim, group, ro)
         free = [i for i in group.instances if i.id not in group.owner]
         if not free:
             return
@@ -252,8 +266,6 @@ class RollMux:
                         del group.owner[iid]
                     sim.work("reward", sim.jobs[ro.job].reward_s[ro.step], ("reward", ro.job, ro.step),
                              kind="reward", step=ro.step)
-                elif not ro.migrated and group.rollouts and ro.done >= self.config.migrate_at * ro.total:
-                    self._migrate_tail(sim, group, ro)
             for group in self.groups:
                 self._start_rollouts(sim, group)
             return
@@ -271,3 +283,9 @@ class RollMux:
             if step + 1 < job.steps:
                 group.rollouts.append((job_id, step + 1))
                 self._start_rollouts(sim, group)
+                return
+            group.members.remove(job_id)
+            if not group.members:  # the group's last job is done: its pools go back to the cluster
+                group.closed = True
+                sim.release(group.pool)
+                sim.release(group.trainer_pool)

@@ -38,6 +38,8 @@ class Job:
     collective_bytes: list[float] | None = None
     """bytes each training rank puts into collectives per step (for a network model; None: unknown)"""
     sync_tensors: int = 1
+    max_new_tokens: int | None = None
+    """the generation length cap, known before any response is (None: the source records none)"""
     heads: list[list[int]] | None = None
     """multi-turn jobs: per step, the first turns of its trajectories (None: every request is single-turn)"""
     extra: dict[str, float] = field(default_factory=dict)

@@ -209,6 +209,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               optimizer_s=optim, sync_s=sync, reward_s=reward, other_s=other,
               engine=None if engine.null_count() else engine.to_list(),
               engines=rollout.count // max(rollout.tp, 1) if rollout else 1, heads=heads,
+              max_new_tokens=workload.max_new_tokens,
               sync_bytes=[float(b) / engines or weights for b in steps["sync_bytes"].to_list()],
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
               sync_tensors=spec.tensors if spec is not None else 1)

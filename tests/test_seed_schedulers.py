@@ -310,6 +310,20 @@ def test_rollmux_releases_a_groups_pools_when_its_last_job_is_done() -> None:
     assert result.metrics["gpus"] == {"generation": 2, "training": 1, "generation/g1": 2, "training/g1": 1}
 
 
+@pytest.mark.parametrize(("cap", "groups"), [(None, 2), (5000, 1)])
+def test_rollmux_places_jobs_by_their_length_cap_not_by_the_lengths_to_come(cap: int | None, groups: int) -> None:
+    # Responses are 200 tokens (2 s), training 10 s. Estimated at the cap (5000 tokens, 50 s) the pair is
+    # rollout-bound: 2 x (50 + 0.9 warm) <= 2 x (50 + 10), so it shares a group. Without a cap placement falls
+    # back to the recorded longest: the pair is training-bound, 2 x (10 + 4.1) > 2 x (2 + 10), and splits.
+    work = [[[200]] * 4] * 2
+    prepared = jobs_of(work, work, arrivals=[0.0, 0.0], slo=2.0, train_s=10.0)
+    for job in prepared.jobs:
+        job.max_new_tokens = cap
+    result = replay(prepared, "rollmux", ReplayConfig())
+    assert result.metrics["extra"]["groups"] == groups
+    assert result.requests["output_tokens"].max() == 200  # what is generated does not change
+
+
 def test_rollmux_keeps_a_group_within_host_memory_residency() -> None:
     work = [[[20]] * 4] * 2
     result = replay(jobs_of(work, work, work, arrivals=[0.0, 0.0, 0.0], slo=1000.0), "rollmux", ReplayConfig())

@@ -98,10 +98,11 @@ class RollMux:
 
     def _estimate(self, sim: Simulator, job: Job, instances: int) -> tuple[float, float]:
         """Conservative (generation, training) seconds of one step on ``instances`` rollout instances: every
-        response at max length."""
+        response at max length (the job's length cap, which placement knows before any response is generated;
+        the longest recorded response where the source records no cap)."""
         req = sim.requests
         rids = job.requests(0)
-        longest = max(req.output[r] for r in rids)
+        longest = job.max_new_tokens or max(req.output[r] for r in rids)
         per_instance = math.ceil(len(rids) / instances)
         batch = min(sim.max_seqs, per_instance)
         model = job.generation.iteration_model(sim.cluster.tp)

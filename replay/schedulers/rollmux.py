@@ -10,13 +10,15 @@
 - **Placement on arrival.** A group holds at most ``resident_jobs`` jobs (the paper's residency constraint:
   every member's state stays in host memory, so its switches are warm; ``residency = false`` lifts it), and
   every member must meet its SLO (T_coexec <= SLO x T_solo, with conservative estimates: every response at
-  max length, a switch per phase; T_solo on the configured pools). Of the options, the job takes the one
+  the job's length cap, a switch per phase; T_solo on the configured pools). Of the options, the job takes the one
   that adds the least $/hour: pack into a group as it is (free), scale a group's rollout pool by the fewest
   instances that make it fit (at most doubling it, and only while cheaper than a new group), or open a new
   group with pools of its own.
-- **Long-tail migration.** Once ``migrate_at`` (80%) of a rollout phase's requests are done, the rest are
-  consolidated on as few instances as their batch needs, and the next queued job's rollout starts on the
-  freed ones.
+- **Long-tail migration.** Once ``migrate_at`` (80%) of a rollout phase's requests are done and another job's
+  rollout is queued, the rest are consolidated on as few instances as their batch needs, and the queued
+  rollout starts on the freed ones (not before: it would otherwise start whole on whatever one instance an
+  earlier tail left free).
+- **Departure.** When a group's last job is done its pools go back to the cluster, and billing stops.
 """
 
 from __future__ import annotations

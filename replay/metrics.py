@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from rltrace.replay.simulator import Simulator
+from rltrace.replay.simulator import PoolUse, Simulator
 
 from rltrace.errors import ConfigError
 
@@ -101,6 +101,25 @@ def _peak_concurrency(instance: np.ndarray, start: np.ndarray, end: np.ndarray) 
     return peaks
 
 
+def _held(sim: Simulator, makespan: float) -> list[tuple[PoolUse, float, float]]:
+    """Each allocation with the span it held its GPUs: until the pool's next allocation (a resize or a
+    release), else until the end of the run."""
+    spans = []
+    for i, use in enumerate(sim.pools):
+        until = next((p.start_s for p in sim.pools[i + 1:] if p.pool == use.pool), makespan)
+        spans.append((use, min(use.start_s, makespan), min(until, makespan)))
+    return spans
+
+
+def _capacity(held: list[tuple[PoolUse, float, float]], prefix: str, ws: np.ndarray, we: np.ndarray) -> tuple[float, float]:
+    """GPU-seconds the pools named ``prefix...`` held, in all and within the tail windows (ws, we)."""
+    uses = [(u.gpus, a, b) for u, a, b in held if u.pool.startswith(prefix) and u.gpus and b > a]
+    if not uses:
+        return 0.0, 0.0
+    gpus, a, b = (np.array(c, dtype=float) for c in zip(*uses))
+    return float((gpus * (b - a)).sum()), float((gpus * (_covered(ws, we, b) - _covered(ws, we, a))).sum())
+
+
 def _quantiles(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
     if not len(a):
@@ -128,7 +147,6 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
         pl.col("finish_s").quantile(config.tail_quantile, "lower").alias("a"), pl.col("finish_s").max().alias("b"))
     ws, we = _merge(tails["a"].to_numpy(), tails["b"].to_numpy())
     ws, we = np.minimum(ws, makespan), np.minimum(we, makespan)
-    tail_total = float((we - ws).sum())
 
     pools = {p.pool: p for p in sim.pools if p.gpus}  # the last allocation of each pool (before any release)
     metrics: dict[str, Any] = {}
@@ -137,7 +155,6 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     gen = timeline.filter(pl.col("pool").str.starts_with("generation"),
                           pl.col("kind").is_in(["request", "preempted", "aborted", "migrated"]))
     inst_of = {i.name: i for i in sim.all_instances}
-    gpus_total = sum(p.gpus for name, p in pools.items() if name.startswith("generation"))
     busy = busy_tail = 0.0
     if gen.height:
         names = gen["resource"].unique().sort().to_list()
@@ -148,20 +165,18 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
         weight = per_code[codes]
         busy = float(((end - start) * weight).sum())
         busy_tail = float(((_covered(ws, we, end) - _covered(ws, we, start)) * weight).sum())
-    capacity = gpus_total * makespan
-    metrics["generation"] = _bubbles(capacity, busy, gpus_total * tail_total - busy_tail)
+    held = _held(sim, makespan)  # pools can grow (scaling) or be released (a finished group) mid-run
+    capacity, capacity_tail = _capacity(held, "generation", ws, we)
+    metrics["generation"] = _bubbles(capacity, busy, capacity_tail - busy_tail)
     train = timeline.filter(pl.col("kind") == "train")
     t_gpus = pools["training"].gpus if "training" in pools else 0
     ts, te = train["start_s"].to_numpy(), np.minimum(train["end_s"].to_numpy(), makespan)
     t_busy = float((te - ts).sum()) * t_gpus
     t_busy_tail = float((_covered(ws, we, te) - _covered(ws, we, ts)).sum()) * t_gpus
-    metrics["training"] = _bubbles(t_gpus * makespan, t_busy, t_gpus * tail_total - t_busy_tail)
+    t_capacity, t_capacity_tail = _capacity(held, "training", ws, we)
+    metrics["training"] = _bubbles(t_capacity, t_busy, t_capacity_tail - t_busy_tail)
 
-    cost = 0.0
-    for use in sim.pools:
-        if use.billed:
-            until = next((p.start_s for p in sim.pools[sim.pools.index(use) + 1:] if p.pool == use.pool), makespan)
-            cost += use.gpus * max(until - use.start_s, 0.0) / 3600 * sim.cluster.usd_per_gpu_hour(use.gpu)
+    cost = sum(u.gpus * (b - a) / 3600 * sim.cluster.usd_per_gpu_hour(u.gpu) for u, a, b in held if u.billed)
     cost += sum(r.busy_s * r.usd_per_s for r in sim.resources.values())  # serverless: per second of use
     sync = timeline.filter(pl.col("kind") == "weight_sync").group_by("step").agg((pl.col("end_s") - pl.col("start_s")).sum())
     return {

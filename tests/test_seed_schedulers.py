@@ -308,6 +308,10 @@ def test_rollmux_releases_a_groups_pools_when_its_last_job_is_done() -> None:
     assert ends[1] < ends[0] == pytest.approx(result.metrics["makespan_s"])
     assert result.metrics["cost_usd"] == pytest.approx(rate * (ends[0] + ends[1]))
     assert result.metrics["gpus"] == {"generation": 2, "training": 1, "generation/g1": 2, "training/g1": 1}
+    # utilisation divides by the GPU-seconds the pools were held: both trainers, each until its release
+    train = result.timeline.filter(pl.col("kind") == "train")
+    trained_s = float((train["end_s"] - train["start_s"]).sum())
+    assert result.metrics["gpu_utilization"]["training"] == pytest.approx(trained_s / (ends[0] + ends[1]))
 
 
 @pytest.mark.parametrize(("cap", "groups"), [(None, 2), (5000, 1)])

@@ -266,6 +266,10 @@ class Shape:
     train_gpus: int | None = None
     gpu: str | None = None
     """GPU kind of both pools"""
+    gen_gpu: str | None = None
+    """GPU kind of the generation pool (overrides ``gpu``)"""
+    train_gpu: str | None = None
+    """GPU kind of the training pool (overrides ``gpu``)"""
     tp: int | None = None
     max_seqs: int = 256
     model: str | None = None
@@ -295,8 +299,11 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         iterations = renumber_steps(iterations, shape.source_steps)
     pools = workload.cluster
     rollout, trainer = pools.get("rollout"), pools.get("trainer")
-    gen_gpu = shape.gpu or (rollout.device if rollout else None)
-    train_gpu = shape.gpu or (trainer.device if trainer else gen_gpu)
+    for asked in (shape.gpu, shape.gen_gpu, shape.train_gpu):  # a recorded device may be uncatalogued, a request not
+        if asked is not None:
+            get_gpu(asked)
+    gen_gpu = shape.gen_gpu or shape.gpu or (rollout.device if rollout else None)
+    train_gpu = shape.train_gpu or shape.gpu or (trainer.device if trainer else gen_gpu)
     if gen_gpu is None or train_gpu is None:
         raise ConfigError("the bundle records no GPU kind: give --gpu")
     cluster = Cluster(

@@ -78,6 +78,14 @@ def test_the_table_compares_the_runs() -> None:
         assert text in result.stdout
 
 
+def test_gpu_gives_each_pool_its_kind(tmp_path: Path) -> None:
+    result = run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H20,H800", "-o", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    cluster = json.loads((tmp_path / "disagg-sync" / "config.json").read_text())["cluster"]
+    assert (cluster["gen_gpu"], cluster["train_gpu"]) == ("H20", "H800")
+    assert "roofline of Qwen2.5-7B on H20" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -88,6 +96,9 @@ def test_the_table_compares_the_runs() -> None:
         (["--set", "cost.train_mfu=2"], "cost.train_mfu must be in (0, 1]"),
         (["--set", "nokey"], "expected key=value"),
         (["--gpu", "Z80"], "Z80"),
+        (["--gpu", "H20,Z80", "--steps", "1"], "unknown GPU kind 'Z80'"),
+        (["--gpu", "H20,"], "give one GPU kind, or two as GENERATION,TRAINING"),
+        (["--gpu", "H20,H800,H100"], "give one GPU kind, or two as GENERATION,TRAINING"),
         (["/no/such/bundle"], "/no/such/bundle"),
         (["--model", "Llama-2-70B", "--gpu", "A100", "--tp", "1", "--steps", "1"], "does not fit"),
         (["--recorded-steps", "1:x"], "give START:STOP[:STRIDE]"),

@@ -120,3 +120,17 @@ def test_replaying_some_recorded_steps_replays_exactly_those() -> None:
     run = replay(prepared, "as-recorded", ReplayConfig())
     assert run.steps["step"].to_list() == list(range(len(chosen)))
     assert run.metrics["samples"] == prepared.requests_frame.height
+
+
+@pytest.mark.parametrize(
+    ("shape", "kinds"),
+    [
+        (Shape(), ("H20", "H800")),  # as recorded
+        (Shape(gpu="H100"), ("H100", "H100")),
+        (Shape(gen_gpu="H800"), ("H800", "H800")),
+        (Shape(gpu="H100", train_gpu="B200"), ("H100", "B200")),  # a pool's own kind overrides gpu
+    ],
+)
+def test_each_pool_takes_its_own_gpu_kind(shape: Shape, kinds: tuple[str, str]) -> None:
+    cluster = from_bundle(rltrace.open(sample_path("streamrl_qwen32b")), shape, CostConfig()).cluster
+    assert (cluster.gen_gpu, cluster.train_gpu) == kinds

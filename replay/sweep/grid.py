@@ -33,8 +33,8 @@ from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
 
 SHAPE_KEYS = tuple(f.name for f in fields(Shape))
-"""gen_gpus, train_gpus, gpu, tp, max_seqs, model, steps, prompts_per_step, samples_per_prompt,
-max_new_tokens, seed"""
+"""gen_gpus, train_gpus, gpu, gen_gpu, train_gpu, tp, max_seqs, model, steps, prompts_per_step,
+samples_per_prompt, max_new_tokens, seed, source_steps"""
 NETWORK_KEYS = ("topology", "sync_strategy")
 
 Point = dict[str, Any]

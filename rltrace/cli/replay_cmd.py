@@ -45,12 +45,23 @@ def parse_steps(spec: str) -> tuple[int, ...]:
     return chosen
 
 
+def _gpu_kinds(spec: str | None) -> tuple[str | None, str | None]:
+    """``--gpu``: one kind for both pools, or ``GENERATION,TRAINING``."""
+    if spec is None:
+        return None, None
+    kinds = [k.strip() for k in spec.split(",")]
+    if len(kinds) > 2 or not all(kinds):
+        raise ConfigError(f"--gpu {spec!r}: give one GPU kind, or two as GENERATION,TRAINING (e.g. H20,H800)")
+    return kinds[0], kinds[-1]
+
+
 def replay(
     bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
     scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = BASELINES,
     gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
     train_gpus: Annotated[int | None, typer.Option(help="Training GPUs (default: as recorded).")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200), or "
+                                                 "GENERATION,TRAINING (e.g. H20,H800).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor parallelism of generation instances.")] = None,
     max_seqs: Annotated[int, typer.Option(help="Most running sequences per instance (vLLM max_num_seqs).")] = 256,
     model: Annotated[str | None, typer.Option(help="Replay with another catalog model.")] = None,
@@ -101,7 +112,9 @@ def replay(
     sets += [f'network.sync_strategy="{sync_strategy}"'] if sync_strategy else []
     settings = resolve(chosen, sets)
     config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
-    shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gpu=gpu, tp=tp, max_seqs=max_seqs, model=model,
+    gen_gpu, train_gpu = _gpu_kinds(gpu)
+    shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gen_gpu=gen_gpu, train_gpu=train_gpu, tp=tp,
+                  max_seqs=max_seqs, model=model,
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
                   seed=seed, source_steps=parse_steps(recorded_steps) if recorded_steps else None)
     source = None

@@ -299,8 +299,9 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         iterations = renumber_steps(iterations, shape.source_steps)
     pools = workload.cluster
     rollout, trainer = pools.get("rollout"), pools.get("trainer")
-    for asked in (shape.gpu, shape.gen_gpu, shape.train_gpu):  # a recorded device may be uncatalogued, a request not
-        if asked is not None:
+    recorded = {p.device for p in (rollout, trainer) if p is not None}
+    for asked in (shape.gpu, shape.gen_gpu, shape.train_gpu):  # a recorded device may be uncatalogued ("cpu")
+        if asked is not None and asked not in recorded:
             get_gpu(asked)
     gen_gpu = shape.gen_gpu or shape.gpu or (rollout.device if rollout else None)
     train_gpu = shape.train_gpu or shape.gpu or (trainer.device if trainer else gen_gpu)

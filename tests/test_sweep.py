@@ -133,12 +133,12 @@ def test_a_sweep_on_an_existing_ray_cluster_matches_the_local_pool(bundle: Path,
 
 def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path: Path):
     grid = tmp_path / "grid.toml"
-    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\ngpu = ["H100", "cpu", "A100"]\n')  # no roofline for "cpu"
+    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\ngpu = ["H100", "cpu", "A100"]\n')  # "cpu" is no GPU kind
     out = tmp_path / "out"
     done = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "2")
     assert done.returncode == 1
     assert "3 points on 2 local process(es): 2 ran, 0 already done, 1 failed" in done.stdout
-    assert "no roofline for 'cpu'" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert "unknown GPU kind 'cpu'" in done.stdout and "Traceback" not in done.stdout + done.stderr
     assert pl.read_parquet(out / "sweep.parquet")["gpu"].sort().to_list() == ["A100", "H100"]
     errors = list((out / "points").glob("*.error.json"))
     assert len(errors) == 1 and json.loads(errors[0].read_text())["point"]["gpu"] == "cpu"

@@ -123,14 +123,20 @@ def test_replaying_some_recorded_steps_replays_exactly_those() -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "kinds"),
+    ("sample", "shape", "kinds"),
     [
-        (Shape(), ("H20", "H800")),  # as recorded
-        (Shape(gpu="H100"), ("H100", "H100")),
-        (Shape(gen_gpu="H800"), ("H800", "H800")),
-        (Shape(gpu="H100", train_gpu="B200"), ("H100", "B200")),  # a pool's own kind overrides gpu
+        ("streamrl_qwen32b", Shape(), ("H20", "H800")),  # as recorded
+        ("streamrl_qwen32b", Shape(gpu="H100"), ("H100", "H100")),
+        ("streamrl_qwen32b", Shape(gen_gpu="H800"), ("H800", "H800")),
+        ("streamrl_qwen32b", Shape(gpu="H100", train_gpu="B200"), ("H100", "B200")),  # a pool's kind overrides gpu
+        ("tiny_rl_cpu", Shape(gpu="cpu"), ("cpu", "cpu")),  # the recorded device, though no catalog GPU
     ],
 )
-def test_each_pool_takes_its_own_gpu_kind(shape: Shape, kinds: tuple[str, str]) -> None:
-    cluster = from_bundle(rltrace.open(sample_path("streamrl_qwen32b")), shape, CostConfig()).cluster
+def test_each_pool_takes_its_own_gpu_kind(sample: str, shape: Shape, kinds: tuple[str, str]) -> None:
+    cluster = from_bundle(rltrace.open(sample_path(sample)), shape, CostConfig()).cluster
     assert (cluster.gen_gpu, cluster.train_gpu) == kinds
+
+
+def test_a_requested_gpu_kind_must_be_in_the_catalog() -> None:
+    with pytest.raises(ConfigError, match="unknown GPU kind 'cpu'"):
+        from_bundle(rltrace.open(sample_path("streamrl_qwen32b")), Shape(train_gpu="cpu"), CostConfig())

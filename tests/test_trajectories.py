@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import polars as pl
 import pytest
 from helpers import run_cli
@@ -112,6 +114,21 @@ def test_rollart_aborts_a_trajectory_that_falls_more_than_alpha_versions_behind(
     assert result.metrics["staleness"]["max"] <= 1
     r = _requests(result)
     assert r.filter(pl.col("output_tokens") == 1000)["aborts"].to_list()[0] == 1  # the first run was stopped
+
+
+def test_rollart_runs_a_stale_trajectory_again_as_a_new_response_to_its_prompt() -> None:
+    # As above, but A shares its prompt with a short sibling S: the rerun is a new response to that prompt, so
+    # it takes the next recorded trajectory's turns (S's), not A's 1000 tokens again.
+    short = [(5, 0.0), (5, 0.1)]
+    work = agentic([[[(1000, 0.0), (5, 0.1)], short], [short, short], [short, short]])
+    recorded = work.requests_frame.height
+    frame = work.requests_frame.with_columns(  # step 0's two trajectories answer one prompt
+        pl.when(pl.col("step") == 0).then(0).otherwise(pl.col("group")).alias("group"))
+    result = replay(dataclasses.replace(work, requests_frame=frame), "rollart", ReplayConfig(), {**ONE_POOL, "alpha": 1})
+    assert result.metrics["extra"]["stale_aborts"] == 1
+    r = _requests(result)
+    assert r.filter(pl.col("output_tokens") == 1000).height == 1  # only the aborted first run
+    assert r.filter(pl.col("request") >= recorded)["output_tokens"].to_list() == [5, 5]
 
 
 def test_rollart_sends_prefill_heavy_turns_to_compute_rich_gpus_and_decode_heavy_to_bandwidth_rich() -> None:

@@ -14,7 +14,9 @@
   may start at most ``alpha`` batches ahead of the trainer (``alpha = 0`` is synchronous: the next batch
   generates after the weight sync), and one whose first turn's weights fall more than ``alpha`` versions
   behind (still running, or finished and waiting for the trainer) is aborted and run again from its first
-  turn.
+  turn. The new run is a new response to the same prompt: it takes the lengths and environment times of
+  the next recorded trajectory of that prompt (rotating on each rerun), not the aborted one's again, which
+  would keep a straggler a straggler.
 - **Statefulness-aware computation.** Reward is stateless and runs on an elastic serverless pool: every
   trajectory is scored at once when its last turn finishes (no queue), billed per second of use
   (``serverless_reward = false``: one reward worker, FIFO, as the baselines have).
@@ -64,6 +66,8 @@ class Trajectory:
     """its requests so far, first turn first"""
     version: int
     """the weights its first turn started under"""
+    origin: int = -1
+    """the recorded first turn it runs (again), -1: its own"""
 
 
 @register("rollart")
@@ -98,6 +102,12 @@ class RollArt:
             sim.add_resource("reward", "cpu")
         self.batch = len(job.starts(0))
         self.queue: deque[tuple[int, int]] = deque((s, r) for s in range(job.steps) for r in job.starts(s))
+        req = sim.requests
+        self.prompt_heads: dict[tuple[int, int], list[int]] = {}  # (step, prompt) -> its recorded trajectories
+        for s in range(job.steps):
+            for head in job.starts(s):
+                self.prompt_heads.setdefault((s, int(req.group[head])), []).append(head)
+        self.reruns: dict[int, int] = {}  # recorded first turn -> times its trajectory ran again
         self.of: dict[int, Trajectory] = {}  # request -> its trajectory
         self.before: dict[int, int] = {}  # a later turn -> the turn before it
         self.done: deque[Trajectory] = deque()  # scored, waiting for the trainer
@@ -216,12 +226,15 @@ class RollArt:
             for rid in t.turns:
                 self.of.pop(rid, None)
             first = t.turns[0]
-            chain = [first]
+            origin = t.origin if t.origin >= 0 else first
+            self.reruns[origin] = self.reruns.get(origin, 0) + 1
+            siblings = self.prompt_heads.get((int(req.step[origin]), int(req.group[origin])), [origin])
+            chain = [siblings[(siblings.index(origin) + self.reruns[origin]) % len(siblings)]]
             while req.next_turn[chain[-1]] >= 0:
                 chain.append(req.next_turn[chain[-1]])
             again = sim.spawn(req.job[first], req.step[first], req.group[first], [req.prompt[r] for r in chain],
                               [req.output[r] for r in chain], [req.env_s[r] for r in chain])
-            fresh = Trajectory(t.step, [again[0]], self.version)
+            fresh = Trajectory(t.step, [again[0]], self.version, origin)
             self.of[again[0]] = fresh
             sim.mark("rollart", "stale_abort", t.step, sim.now, sim.now, item=first)
             self._place(sim, again[0], None)

@@ -10,10 +10,10 @@
 - **Placement on arrival.** A group holds at most ``resident_jobs`` jobs (the paper's residency constraint:
   every member's state stays in host memory, so its switches are warm; ``residency = false`` lifts it), and
   every member must meet its SLO (T_coexec <= SLO x T_solo, with conservative estimates: every response at
-  the job's length cap, a switch per phase; T_solo on the configured pools). Of the options, the job takes the one
-  that adds the least $/hour: pack into a group as it is (free), scale a group's rollout pool by the fewest
-  instances that make it fit (at most doubling it, and only while cheaper than a new group), or open a new
-  group with pools of its own.
+  the job's length cap, a switch per phase; T_solo on the configured pools). Of the options, the job takes
+  the one that adds the least $/hour: pack into a group as it is (free), scale a group's rollout pool by the
+  fewest instances that make it fit (at most doubling it, and only while cheaper than a new group), or open
+  a new group with pools of its own.
 - **Long-tail migration.** Once ``migrate_at`` (80%) of a rollout phase's requests are done and another job's
   rollout is queued, the rest are consolidated on as few instances as their batch needs, and the queued
   rollout starts on the freed ones (not before: it would otherwise start whole on whatever one instance an
@@ -116,10 +116,11 @@ class RollMux:
         """Whether every member meets its SLO sharing a group of ``instances`` rollout instances."""
         est = [self._estimate(sim, j, instances) for j in members]
         solo = [sum(self._estimate(sim, j, sim.cluster.instances)) for j in members]
-        resident = len(members) <= self.config.resident_jobs
-        warm = [(switch_seconds(model_params(j.generation), "rollout", resident),
-                 switch_seconds(model_params(j.generation), "training", resident)) for j in members]
-        cycle = max(sum(g + w for (g, _), (w, _) in zip(est, warm)), sum(t + w for (_, t), (_, w) in zip(est, warm)))
+        resident = len(members) <= self.config.resident_jobs  # warm switches, else cold
+        switch = [(switch_seconds(model_params(j.generation), "rollout", resident),
+                   switch_seconds(model_params(j.generation), "training", resident)) for j in members]
+        cycle = max(sum(g + w for (g, _), (w, _) in zip(est, switch)),
+                    sum(t + w for (_, t), (_, w) in zip(est, switch)))
         return all(cycle <= j.extra.get("slo", 2.0) * s for j, s in zip(members, solo))
 
     def _place(self, sim: Simulator, job: Job) -> Group:

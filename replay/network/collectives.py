@@ -1,8 +1,10 @@
 """Collectives as flows on a topology: ring, double binary tree, hierarchical and NVLS algorithms.
 
 Each algorithm is a sequence of phases; a phase is a set of concurrent flows (a pipelined ring or tree in
-steady state: every link carries its share at once) plus a latency term: NCCL's base latency once, and one
-hop latency per algorithm step (the slowest link kind on any flow's path).
+steady state: every link carries its share at once), a latency term (one hop latency per algorithm step, the
+slowest link on any flow's path) and, for a ring, one pass over its own shard through local memory. Like
+NCCL's tuner, a collective runs under whichever wire protocol (LL, LL128, Simple) finishes first: each has its
+base latency, its NVLink hop latency and its share of the bandwidth left for payload.
 
 NVLS (NVLink SHARP, one NVSwitch node of Hopper or later, a dtype the switch can reduce): each GPU's 1/n
 slice is reduced in the switch as it reads every GPU's copy (multimem.ld_reduce) and multicast back
@@ -24,21 +26,44 @@ from dataclasses import dataclass
 
 import numpy as np
 from rltrace.replay.network.flows import run_flows
-from rltrace.replay.topologies.base import Topology
+from rltrace.replay.topologies.base import Links, Topology
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls")
-BASE_LATENCY_S = 3.6e-6  # NCCL's base latency, Ring/LL (NVIDIA/nccl src/graph/tuning.cc, baseLat)
-NVLS_BASE_LATENCY_S = 25e-6  # NCCL's base latency, NVLS/Simple (same table)
 # Dtypes an NVSwitch can reduce (multimem.ld_reduce: f16, bf16, f32); int8 and fp8 all-reduces run the ring.
 SWITCH_REDUCIBLE = ("bfloat16", "bf16", "half", "fp16", "float16", "float", "fp32", "float32")
 DTYPES = (*SWITCH_REDUCIBLE, "int8", "uint8", "fp8", "float8")
 TREE_BELOW_BYTES = 1 << 20  # NCCL prefers its tree (latency log n) for small multi-node all-reduces
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    """One of NCCL's wire protocols: what a collective pays once and per NVLink step, and the share of the
+    link bandwidth left for payload."""
+
+    name: str
+    base_s: float
+    nvlink_hop_s: float
+    payload: float
+
+
+# NVIDIA/nccl src/graph/tuning.cc (2.2x releases; the H100 data is NCCL 2.29.2): baseLat Ring {LL 6.6, LL128 14.0,
+# Simple 8.4} us and hwLat NVLink Ring {0.6, 1.9, 3.4} us; payload: LL sends 4 flag bytes with every 4 data bytes
+# (NCCL: busBw x 0.5), LL128 8 of every 128 (NCCL: x 0.92), Simple none. Network hops keep the topology's latency.
+LL = Protocol("LL", 6.6e-6, 0.6e-6, 0.5)
+LL128 = Protocol("LL128", 14.0e-6, 1.9e-6, 0.92)
+SIMPLE = Protocol("Simple", 8.4e-6, 3.4e-6, 1.0)
+PROTOCOLS = (LL, LL128, SIMPLE)
+# NVLS runs Simple only; NCCL charges it one latency, hwLat NVLink NVLS (25 us), and no per-step term.
+NVLS = Protocol("Simple", 25e-6, 0.0, 1.0)
+# NCCL's NVLS bandwidth is bwIntra x nvlsEfficiency x (nChannels - 1) / nChannels (src/tuning/nvls.cc), with 16
+# NVLS channels on Hopper (NCCL's log: "NVLS multicast support is available on dev N (NVLS_NCHANNELS 16)").
+NVLS_CHANNELS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +75,19 @@ class Phase:
     """algorithm steps (each pays one hop latency)"""
     efficiency: float = 1.0
     """share of the links' modelled bandwidth the algorithm reaches (NVLS: the GPU's nvls_efficiency)"""
+    local_bytes: float = 0.0
+    """bytes every rank passes through its own memory outside the link pipeline (a ring: its own shard, which
+    all-gather copies into the output and reduce-scatter reduces into), at the topology's copy rate"""
+
+
+@dataclass(frozen=True, slots=True)
+class PhasesTime:
+    """Phases run one after another under the fastest protocol."""
+
+    seconds: float
+    link_bytes: np.ndarray
+    reconfig_s: float
+    protocol: Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +98,15 @@ class CollectiveTime:
     """nccl-tests bus bandwidth, GB/s"""
     link_bytes: np.ndarray
     reconfig_s: float = 0.0
+    protocol: str = ""
 
     def to_json(self) -> dict[str, float | str]:
         return {"seconds": self.seconds, "busbw_gbps": self.busbw_gbps, "algorithm": self.algorithm,
-                "reconfig_s": self.reconfig_s}
+                "protocol": self.protocol, "reconfig_s": self.reconfig_s}
 
 
-def _ring(ranks: np.ndarray, nbytes: float, steps: int) -> Phase:
-    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps)
+def _ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float) -> Phase:
+    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, local_bytes=shard)
 
 
 def tree_edges(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +130,7 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
             raise ConfigError("nvls needs the GPU's nvls_efficiency > 0")
         # every GPU sends and receives (1 + 1/n) x size through the switch; a ring of such flows loads each
         # GPU's NVLink up and down exactly so (the switch itself is non-blocking)
-        return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2), efficiency=nvls_efficiency)]
+        return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2, 0.0), efficiency=nvls_efficiency)]
     if op == "all_reduce" and algorithm == "tree":
         up, down = tree_edges(ranks)  # each tree carries half the buffer, reduce up and broadcast down at once
         depth = max(1, math.ceil(math.log2(n)))
@@ -102,15 +141,16 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
         g = min(len(x) for x in local)
         if g < 2 or len(local) < 2 or any(len(x) != g for x in local):
             return phases(op, ranks, size, "ring", gpus_per_node)
-        intra = [_ring(x, (g - 1) / g * size, g - 1) for x in local]  # reduce-scatter inside each node
-        inter = [_ring(np.array([x[i] for x in local]), 2 * (len(local) - 1) / len(local) * size / g, 2 * (len(local) - 1))
+        m = len(local)
+        intra = [_ring(x, (g - 1) / g * size, g - 1, size / g) for x in local]  # reduce-scatter inside each node
+        inter = [_ring(np.array([x[i] for x in local]), 2 * (m - 1) / m * size / g, 2 * (m - 1), size / g / m)
                  for i in range(g)]  # g rings across nodes, one per local rank, on a 1/g shard each
         merged = [_merge(intra), _merge(inter), _merge(intra)]  # ... then all-gather inside each node
         return merged
     if op == "all_reduce":
-        return [_ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1))]
+        return [_ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1), size / n)]
     if op in ("all_gather", "reduce_scatter"):
-        return [_ring(ranks, (n - 1) / n * size, n - 1)]
+        return [_ring(ranks, (n - 1) / n * size, n - 1, size / n)]
     if op == "broadcast":  # pipelined along a chain from the first rank
         return [Phase(ranks[:-1], ranks[1:], np.full(n - 1, size), n - 1)]
     if op == "all_to_all":
@@ -122,7 +162,8 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
 
 def _merge(parts: list[Phase]) -> Phase:
     return Phase(np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
-                 np.concatenate([p.nbytes for p in parts]), max(p.steps for p in parts))
+                 np.concatenate([p.nbytes for p in parts]), max(p.steps for p in parts),
+                 local_bytes=max(p.local_bytes for p in parts))
 
 
 def choose(op: str, ranks: np.ndarray, size: float, gpus_per_node: int) -> str:
@@ -132,37 +173,48 @@ def choose(op: str, ranks: np.ndarray, size: float, gpus_per_node: int) -> str:
     return "tree" if size < TREE_BELOW_BYTES else "hierarchical"
 
 
-def run_phases(topo: Topology, parts: list[Phase], key: int = 0) -> tuple[float, np.ndarray, float]:
-    """Seconds, bytes per link and reconfiguration seconds of phases run one after another."""
+def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
+               protocols: tuple[Protocol, ...] = PROTOCOLS) -> PhasesTime:
+    """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
+
+    A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
+    time alike: the flows run once, and each protocol's time is computed from that one run."""
     links = topo.links()
-    total, reconfig = 0.0, 0.0
+    flow_s, reconfig, local_s = 0.0, 0.0, 0.0
+    steps_at = np.zeros(len(protocols))
     carried = np.zeros(len(links))
     configure = getattr(topo, "configure", None)
     for i, p in enumerate(parts):
         if len(p.src) == 0:
             continue
-        scale = 1 / p.efficiency
         if configure is not None:
-            delay = configure(p.src, p.dst, p.nbytes)
-            reconfig += delay
-            total += delay
+            reconfig += configure(p.src, p.dst, p.nbytes)
             links = topo.links()
         keys = np.full(len(p.src), key + i, dtype=np.int64) + np.arange(len(p.src))
         indptr, ids = topo.paths(p.src, p.dst, keys)
-        run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes * scale)  # a lower efficiency: as if more bytes
-        total += run.makespan_s + p.steps * _slowest_hop(links.latency_s, indptr, ids)
-        carried += run.link_bytes / scale
-    return total, carried, reconfig
+        run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # a lower efficiency: as if more bytes
+        flow_s += run.makespan_s
+        local_s += p.local_bytes / topo.copy_bytes_per_s
+        steps_at += p.steps * np.array([_slowest_hop(_hop_latency(links, proto), indptr, ids) for proto in protocols])
+        carried += run.link_bytes * p.efficiency
+    totals = [proto.base_s + flow_s / proto.payload + steps_at[j] + local_s + reconfig for j, proto in enumerate(protocols)]
+    best = int(np.argmin(totals))
+    return PhasesTime(totals[best], carried, reconfig, protocols[best])
+
+
+def _hop_latency(links: Links, protocol: Protocol) -> np.ndarray:
+    """Per-link hop latency under ``protocol``: NVLink hops take the protocol's figure, others the link's own."""
+    return np.where(links.kind == "nvlink", protocol.nvlink_hop_s, links.latency_s)
 
 
 def _slowest_hop(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray) -> float:
     return float(np.max(np.maximum.reduceat(latency_s[ids], indptr[:-1]))) if len(ids) else 0.0
 
 
-def phase_latency(topo: Topology, phase: Phase) -> float:
-    """The latency part of a phase alone: its steps times the slowest hop any of its flows takes."""
+def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
+    """The latency part of a phase alone under ``protocol``: its steps times the slowest hop of its flows."""
     indptr, ids = topo.paths(phase.src, phase.dst, np.arange(len(phase.src), dtype=np.int64))
-    return phase.steps * _slowest_hop(topo.links().latency_s, indptr, ids)
+    return phase.steps * _slowest_hop(_hop_latency(topo.links(), protocol), indptr, ids)
 
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
@@ -171,10 +223,10 @@ def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> boo
             and get_gpu(topo.gpu).nvls_efficiency > 0 and len(np.unique(ranks // topo.gpus_per_node)) == 1)
 
 
-def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str) -> tuple[float, np.ndarray, float]:
-    eff = get_gpu(topo.gpu).nvls_efficiency
-    seconds, carried, reconfig = run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node, eff))
-    return seconds + (NVLS_BASE_LATENCY_S if algo == "nvls" else BASE_LATENCY_S), carried, reconfig
+def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str) -> PhasesTime:
+    eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
+    return run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node, eff),
+                      protocols=(NVLS,) if algo == "nvls" else PROTOCOLS)
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",
@@ -198,10 +250,11 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         raise ConfigError("nvls needs an all-reduce inside one NVSwitch node of a GPU with NVLS (nvls_efficiency > 0) "
                           f"in a dtype the switch reduces ({', '.join(SWITCH_REDUCIBLE)})")
     algo = choose(op, ranks, size, topo.gpus_per_node) if algorithm == "auto" else algorithm
-    seconds, carried, reconfig = _timed(topo, op, ranks, size, algo)
+    timed = _timed(topo, op, ranks, size, algo)
     if algorithm == "auto" and nvls:  # NCCL's tuner takes the faster of its ring and NVLS
         other = _timed(topo, op, ranks, size, "nvls")
-        if other[0] < seconds:
-            algo, (seconds, carried, reconfig) = "nvls", other
+        if other.seconds < timed.seconds:
+            algo, timed = "nvls", other
+    seconds = timed.seconds
     busbw = size / seconds * BUS_FACTOR[op](n) / 1e9 if seconds > 0 else 0.0
-    return CollectiveTime(seconds, algo, busbw, carried, reconfig)
+    return CollectiveTime(seconds, algo, busbw, timed.link_bytes, timed.reconfig_s, timed.protocol.name)

@@ -7,8 +7,9 @@
   dtype is not in the table; Vidur's profiler allocates float16 (GraphedCollective's default dtype in
   vidur/profiling/collectives/collectives_impl.py), so it is taken as half.
 
-The model uses only spec-sheet figures (the GPU catalog's NVLink bandwidth), NCCL's own NVLS efficiency and
-the one NVLink efficiency constant, nothing fitted per size.
+The model uses only spec-sheet figures (the GPU catalog's NVLink and HBM bandwidth), NCCL's own latencies and
+NVLS efficiency, and two efficiency constants (NVLink and local copy, rltrace.replay.topologies.base), nothing
+fitted per size.
 """
 
 from __future__ import annotations

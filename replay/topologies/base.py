@@ -23,16 +23,23 @@ from rltrace.catalog import get_gpu
 from rltrace.config import build, parse_scalar
 from rltrace.errors import ConfigError
 
-# Per-hop latency. NVLink: NCCL's own tuning model (NVIDIA/nccl src/graph/tuning.cc, hwLat, NVLink, Ring/LL:
-# 0.47 us). Network hop (NIC + switch traversal): 2 us, rltrace's assumption, the order of InfiniBand NDR
-# port-to-port plus NIC latency; not fitted to any measurement.
-NVLINK_HOP_S = 0.47e-6
+# Per-hop latency the links carry. NVLink: NCCL's hwLat for NVLink, Ring/LL (NVIDIA/nccl src/graph/tuning.cc,
+# 0.6 us); a collective replaces it by its protocol's figure (rltrace.replay.network.collectives.PROTOCOLS).
+# Network hop (NIC + switch traversal): 2 us, rltrace's assumption, the order of InfiniBand NDR port-to-port
+# plus NIC latency; not fitted to any measurement.
+NVLINK_HOP_S = 0.6e-6
 NETWORK_HOP_S = 2.0e-6
-# Share of the spec-sheet link bandwidth a NCCL ring achieves. NVLink: 0.71, the median bus bandwidth of the
-# ring-algorithm points >= 64 MB on 8 H100 in aiconfigurator's NCCL sweep (all-gather, reduce-scatter, int8
-# all-reduce: 312-334 GB/s of 450), one constant held for every size and GPU count (docs/fabrics.md shows where
-# it fails). NIC: 0.9, rltrace's assumption for NCCL over InfiniBand/RoCE (no public measurement in ../shared).
-NVLINK_EFFICIENCY = 0.71
+# Share of the spec-sheet bandwidth NCCL reaches. Two constants, derived from the marginal bus bandwidth
+# (256 -> 512 MB) of aiconfigurator's half-precision all-gather on 4 and 8 H100 (NCCL 2.29.2: 327.6 and
+# 346.6 GB/s), and held for every other size, GPU count, op and dtype (docs/fabrics.md):
+# - NVLink: 0.805 of 450 GB/s per direction (362 GB/s): what the ring's link transfers reach;
+# - local copy: 0.68 of the HBM copy rate (3.35 TB/s / 2, a copy reads and writes each byte: 1.14 TB/s): a
+#   ring also passes its own shard through local memory once (all-gather: copies it into the output;
+#   reduce-scatter: reduces into it), outside the link pipeline, which is why fewer GPUs reach less bus
+#   bandwidth on the same links (2 GPUs: 268 GB/s).
+# NIC: 0.9, rltrace's assumption for NCCL over InfiniBand/RoCE (no public measurement in ../shared).
+NVLINK_EFFICIENCY = 0.805
+COPY_EFFICIENCY = 0.68
 NIC_EFFICIENCY = 0.9
 
 
@@ -55,6 +62,11 @@ class Topology(Protocol):
     gpus: int
     gpu: str
     gpus_per_node: int
+
+    @property
+    def copy_bytes_per_s(self) -> float:
+        """How fast one GPU copies within its own memory (a ring's local pass over its shard)."""
+        ...
 
     def links(self) -> Links:
         """Every directed link (the same object on every call: capacities may change between phases)."""
@@ -120,6 +132,7 @@ class NodeFabric:
     """NIC line rate per GPU, Gb/s (400 Gb/s: ConnectX-7 NDR)"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY
     nic_efficiency: float = NIC_EFFICIENCY
+    copy_efficiency: float = COPY_EFFICIENCY
     _links: Links | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -127,11 +140,16 @@ class NodeFabric:
         """What one NIC carries per direction."""
         return self.nic_gbps / 8 * 1e9 * self.nic_efficiency
 
+    @property
+    def copy_bytes_per_s(self) -> float:
+        """What one GPU copies within its own HBM per second (every byte read once and written once)."""
+        return get_gpu(self.gpu).hbm_bytes_per_s / 2 * self.copy_efficiency
+
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
-        if not (0 < self.nvlink_efficiency <= 1 and 0 < self.nic_efficiency <= 1):
-            raise ConfigError("topology: nvlink_efficiency and nic_efficiency must be in (0, 1]")
+        if not all(0 < e <= 1 for e in (self.nvlink_efficiency, self.nic_efficiency, self.copy_efficiency)):
+            raise ConfigError("topology: nvlink_efficiency, nic_efficiency and copy_efficiency must be in (0, 1]")
         get_gpu(self.gpu)
 
     def _node_links(self, gpus: int) -> tuple[list[str], list[str], list[float], list[float]]:

@@ -41,9 +41,10 @@ def test_max_min_gives_the_leftover_to_the_unconstrained_flow() -> None:
 def test_a_ring_all_reduce_takes_2_n_minus_1_over_n_bytes_over_bandwidth_plus_latency() -> None:
     topo = parse("nvswitch:gpus=8,gpu=H100,nvlink_efficiency=1.0,copy_efficiency=1.0")
     b, n, bw = 1 << 30, 8, 900e9 / 2  # H100 NVLink: 900 GB/s both directions
-    copy = 3350e9 / 2  # H100 HBM3: 3.35 TB/s, a copy reads and writes each byte
-    # the link term, one NVLink hop per step and the base latency (Simple at 1 GiB), and one local pass over a shard
-    expected = 2 * (n - 1) / n * b / bw + 2 * (n - 1) * SIMPLE.nvlink_hop_s + SIMPLE.base_s + b / n / copy
+    hbm = 3350e9  # H100 HBM3: 3.35 TB/s
+    # the link term, one NVLink hop per step and the base latency (Simple at 1 GiB), and one local reduction of a
+    # shard (two operands read, one written)
+    expected = 2 * (n - 1) / n * b / bw + 2 * (n - 1) * SIMPLE.nvlink_hop_s + SIMPLE.base_s + 3 * b / n / hbm
     result = collective(topo, "all_reduce", n, b, "ring")
     assert result.protocol == "Simple"
     assert result.seconds == pytest.approx(expected, rel=1e-12)
@@ -60,7 +61,7 @@ def test_the_fastest_protocol_runs_each_size(size: int, protocol: object) -> Non
     result = collective(topo, "all_gather", 8, size, "ring")
     assert result.protocol == protocol.name  # type: ignore[attr-defined]
     link_s = 7 / 8 * size / (450e9 * topo.nvlink_efficiency)  # type: ignore[attr-defined]
-    local_s = size / 8 / topo.copy_bytes_per_s
+    local_s = 2 * size / 8 / topo.memory_bytes_per_s  # all-gather copies its own shard: read and write
     for other in (LL, LL128, SIMPLE):
         assert result.seconds <= other.base_s + 7 * other.nvlink_hop_s + link_s / other.payload + local_s + 1e-15
 
@@ -70,9 +71,8 @@ def test_fewer_gpus_reach_less_bus_bandwidth_because_each_passes_a_bigger_shard_
     busbw = [collective(parse(f"nvswitch:gpus={g},gpu=H100"), "all_gather", g, 512 << 20).busbw_gbps for g in (2, 4, 8)]
     assert busbw == sorted(busbw)
     assert busbw == pytest.approx([258, 317, 336], rel=0.06)
-    same = [collective(parse(f"nvswitch:gpus={g},gpu=H100,copy_efficiency=1.0"), "all_gather", g, 512 << 20).busbw_gbps
-            for g in (2, 8)]
-    assert same[0] > busbw[0]  # a faster local copy narrows the gap
+    faster = collective(parse("nvswitch:gpus=2,gpu=H100,copy_efficiency=1.0"), "all_gather", 2, 512 << 20).busbw_gbps
+    assert faster > busbw[0]  # a faster local copy narrows the gap
 
 
 def test_nvls_moves_1_plus_1_over_n_of_the_buffer_each_way_at_nccls_hopper_efficiency() -> None:
@@ -144,16 +144,16 @@ def test_two_stage_weight_sync_moves_exactly_one_model_copy_across_datacenters()
     assert per_tensor.seconds > two.seconds  # 339 broadcasts each pay the 5 ms interconnect latency
 
 
-def test_the_model_holds_15_percent_at_64_mb_and_up_on_h100_except_2_gpu_reduce_scatter() -> None:
-    s = summary(compare(DATA)).filter(pl.col("source") == "aiconfigurator")
-    # 3 ops x 2 dtypes x 3 GPU counts; half all-reduce runs NVLS on 4 and 8 GPUs
-    assert s.height == 18
-    held = s.filter((pl.col("gpus") >= 4) | (pl.col("op") != "reduce_scatter"))
-    assert held.height == 16 and (held["median_abs_error"] <= 0.15).all()
+def test_the_model_holds_15_percent_at_64_mb_and_up_on_2_4_and_8_h100() -> None:
+    s = summary(compare(DATA))
+    # aiconfigurator: 3 ops x 2 dtypes x 3 GPU counts (half all-reduce runs NVLS on 4 and 8); Vidur: 3 GPU counts
+    assert s.height == 21 and (s["median_abs_error"] <= 0.15).all()
     nvls = s.filter(pl.col("algorithm") == "nvls")
-    assert nvls["gpus"].to_list() == [4, 8] and (nvls["max_abs_error"] <= 0.15).all()
-    # the one slice still outside: 2-GPU reduce-scatter, 16-21% (docs/fabrics.md)
-    assert (s.filter(pl.col("gpus") == 2, pl.col("op") == "reduce_scatter")["median_abs_error"] < 0.25).all()
+    assert sorted(nvls["gpus"].to_list()) == [4, 4, 8, 8] and (nvls["max_abs_error"] <= 0.15).all()
+    # the points still outside are three 64 MB points on 2 GPUs, at most 17.3% (docs/fabrics.md)
+    big = compare(DATA).filter(pl.col("bytes") >= 64 << 20)
+    outside = big.filter(pl.col("error").abs() > 0.15)
+    assert outside.height <= 3 and (outside["gpus"] == 2).all() and (outside["error"].abs() < 0.18).all()
 
 
 def test_replaying_on_different_fabrics_changes_weight_sync_and_step_time(tmp_path: Path) -> None:

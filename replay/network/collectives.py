@@ -2,7 +2,7 @@
 
 Each algorithm is a sequence of phases; a phase is a set of concurrent flows (a pipelined ring or tree in
 steady state: every link carries its share at once), a latency term (one hop latency per algorithm step, the
-slowest link on any flow's path) and, for a ring, one pass over its own shard through local memory. Like
+slowest link on any flow's path) and, for a ring, one pass over a shard in local memory. Like
 NCCL's tuner, a collective runs under whichever wire protocol (LL, LL128, Simple) finishes first: each has its
 base latency, its NVLink hop latency and its share of the bandwidth left for payload.
 
@@ -76,8 +76,9 @@ class Phase:
     efficiency: float = 1.0
     """share of the links' modelled bandwidth the algorithm reaches (NVLS: the GPU's nvls_efficiency)"""
     local_bytes: float = 0.0
-    """bytes every rank passes through its own memory outside the link pipeline (a ring: its own shard, which
-    all-gather copies into the output and reduce-scatter reduces into), at the topology's copy rate"""
+    """local memory traffic of every rank outside the link pipeline, at the topology's ``memory_bytes_per_s``:
+    a ring's one pass over a shard, a copy (all-gather: its own shard into the output; reads and writes each
+    byte, 2 x shard) or a reduction (reduce-scatter, all-reduce: two operands in, one out, 3 x shard)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +106,11 @@ class CollectiveTime:
                 "protocol": self.protocol, "reconfig_s": self.reconfig_s}
 
 
-def _ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float) -> Phase:
-    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, local_bytes=shard)
+COPY_TRAFFIC, REDUCE_TRAFFIC = 2, 3  # local memory bytes per shard byte: copy (read, write), reduce (2 reads, write)
+
+
+def _ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float, traffic: int) -> Phase:
+    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, local_bytes=traffic * shard)
 
 
 def tree_edges(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +134,7 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
             raise ConfigError("nvls needs the GPU's nvls_efficiency > 0")
         # every GPU sends and receives (1 + 1/n) x size through the switch; a ring of such flows loads each
         # GPU's NVLink up and down exactly so (the switch itself is non-blocking)
-        return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2, 0.0), efficiency=nvls_efficiency)]
+        return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2, 0.0, 0), efficiency=nvls_efficiency)]
     if op == "all_reduce" and algorithm == "tree":
         up, down = tree_edges(ranks)  # each tree carries half the buffer, reduce up and broadcast down at once
         depth = max(1, math.ceil(math.log2(n)))
@@ -142,15 +146,15 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
         if g < 2 or len(local) < 2 or any(len(x) != g for x in local):
             return phases(op, ranks, size, "ring", gpus_per_node)
         m = len(local)
-        intra = [_ring(x, (g - 1) / g * size, g - 1, size / g) for x in local]  # reduce-scatter inside each node
-        inter = [_ring(np.array([x[i] for x in local]), 2 * (m - 1) / m * size / g, 2 * (m - 1), size / g / m)
-                 for i in range(g)]  # g rings across nodes, one per local rank, on a 1/g shard each
-        merged = [_merge(intra), _merge(inter), _merge(intra)]  # ... then all-gather inside each node
-        return merged
+        scatter = [_ring(x, (g - 1) / g * size, g - 1, size / g, REDUCE_TRAFFIC) for x in local]  # inside each node
+        inter = [_ring(np.array([x[i] for x in local]), 2 * (m - 1) / m * size / g, 2 * (m - 1), size / g / m,
+                       REDUCE_TRAFFIC) for i in range(g)]  # g rings across nodes, one per local rank, on a 1/g shard
+        gather = [_ring(x, (g - 1) / g * size, g - 1, size / g, COPY_TRAFFIC) for x in local]  # inside each node
+        return [_merge(scatter), _merge(inter), _merge(gather)]
     if op == "all_reduce":
-        return [_ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1), size / n)]
+        return [_ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1), size / n, REDUCE_TRAFFIC)]
     if op in ("all_gather", "reduce_scatter"):
-        return [_ring(ranks, (n - 1) / n * size, n - 1, size / n)]
+        return [_ring(ranks, (n - 1) / n * size, n - 1, size / n, COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC)]
     if op == "broadcast":  # pipelined along a chain from the first rank
         return [Phase(ranks[:-1], ranks[1:], np.full(n - 1, size), n - 1)]
     if op == "all_to_all":
@@ -194,7 +198,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         indptr, ids = topo.paths(p.src, p.dst, keys)
         run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # a lower efficiency: as if more bytes
         flow_s += run.makespan_s
-        local_s += p.local_bytes / topo.copy_bytes_per_s
+        local_s += p.local_bytes / topo.memory_bytes_per_s
         steps_at += p.steps * np.array([_slowest_hop(_hop_latency(links, proto), indptr, ids) for proto in protocols])
         carried += run.link_bytes * p.efficiency
     totals = [proto.base_s + flow_s / proto.payload + steps_at[j] + local_s + reconfig for j, proto in enumerate(protocols)]

@@ -33,10 +33,10 @@ NETWORK_HOP_S = 2.0e-6
 # (256 -> 512 MB) of aiconfigurator's half-precision all-gather on 4 and 8 H100 (NCCL 2.29.2: 327.6 and
 # 346.6 GB/s), and held for every other size, GPU count, op and dtype (docs/fabrics.md):
 # - NVLink: 0.805 of 450 GB/s per direction (362 GB/s): what the ring's link transfers reach;
-# - local copy: 0.68 of the HBM copy rate (3.35 TB/s / 2, a copy reads and writes each byte: 1.14 TB/s): a
-#   ring also passes its own shard through local memory once (all-gather: copies it into the output;
-#   reduce-scatter: reduces into it), outside the link pipeline, which is why fewer GPUs reach less bus
-#   bandwidth on the same links (2 GPUs: 268 GB/s).
+# - local memory: 0.68 of HBM bandwidth (3.35 TB/s: 2.28 TB/s; a copy reads and writes each byte, so 1.14 TB/s
+#   copied): a ring also passes one shard through local memory, outside the link pipeline (all-gather copies
+#   its own shard into the output; reduce-scatter and all-reduce reduce into it, 3 bytes of traffic per byte),
+#   which is why fewer GPUs reach less bus bandwidth on the same links (2 GPUs: 268 GB/s).
 # NIC: 0.9, rltrace's assumption for NCCL over InfiniBand/RoCE (no public measurement in ../shared).
 NVLINK_EFFICIENCY = 0.805
 COPY_EFFICIENCY = 0.68
@@ -64,8 +64,8 @@ class Topology(Protocol):
     gpus_per_node: int
 
     @property
-    def copy_bytes_per_s(self) -> float:
-        """How fast one GPU copies within its own memory (a ring's local pass over its shard)."""
+    def memory_bytes_per_s(self) -> float:
+        """Local memory traffic one GPU's collective kernels reach (a ring's local pass over a shard)."""
         ...
 
     def links(self) -> Links:
@@ -141,9 +141,9 @@ class NodeFabric:
         return self.nic_gbps / 8 * 1e9 * self.nic_efficiency
 
     @property
-    def copy_bytes_per_s(self) -> float:
-        """What one GPU copies within its own HBM per second (every byte read once and written once)."""
-        return get_gpu(self.gpu).hbm_bytes_per_s / 2 * self.copy_efficiency
+    def memory_bytes_per_s(self) -> float:
+        """HBM traffic (bytes read plus written) per second one GPU's collective kernels reach."""
+        return get_gpu(self.gpu).hbm_bytes_per_s * self.copy_efficiency
 
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:

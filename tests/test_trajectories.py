@@ -40,11 +40,15 @@ def test_a_next_turn_starts_after_its_environment_and_the_step_waits_for_the_las
 @pytest.mark.parametrize("scheduler", ["disagg-sync", "fully-async", "one-step-async", "colocated-sync"])
 def test_every_turn_of_a_trajectory_runs_on_the_instance_of_its_first(scheduler: str) -> None:
     work = agentic([[[(10, 0.0), (20, 0.5), (5, 0.1)], [(30, 0.0), (5, 2.0)], [(7, 0.0), (7, 0.3)]]] * 2, gen_gpus=2)
-    r = _requests(replay(work, scheduler, ReplayConfig()))
-    assert r["finished"].all()
-    nxt = work.requests_frame["next_turn"].to_list()
+    result = replay(work, scheduler, ReplayConfig())
+    r = _requests(result)
+    assert result.metrics["samples"] == work.requests_frame.height  # every step trained on a full batch
+    # fully-async goes on generating past the record until training ends: what is still running is dropped
+    assert r["finished"].sum() >= work.requests_frame.height
+    nxt = work.requests_frame["next_turn"].to_list()  # the recorded trajectories' turns
     inst = r["instance"].to_list()
-    assert all(inst[k] == inst[i] for i, k in enumerate(nxt) if k >= 0)
+    pairs = [(i, k) for i, k in enumerate(nxt) if k >= 0 and inst[k] >= 0]
+    assert pairs and all(inst[k] == inst[i] for i, k in pairs)
 
 
 # ---- synth's agentic mode ------------------------------------------------------------------------------------------
@@ -127,8 +131,23 @@ def test_rollart_runs_a_stale_trajectory_again_as_a_new_response_to_its_prompt()
     result = replay(dataclasses.replace(work, requests_frame=frame), "rollart", ReplayConfig(), {**ONE_POOL, "alpha": 1})
     assert result.metrics["extra"]["stale_aborts"] == 1
     r = _requests(result)
-    assert r.filter(pl.col("output_tokens") == 1000).height == 1  # only the aborted first run
-    assert r.filter(pl.col("request") >= recorded)["output_tokens"].to_list() == [5, 5]
+    assert r.filter(pl.col("request") < recorded, pl.col("output_tokens") == 1000)["aborts"].to_list() == [1]
+    # the rerun is the first trajectory spawned (before any drawn past the record, which the abort precedes)
+    assert r.filter(pl.col("request") >= recorded)["output_tokens"].head(2).to_list() == [5, 5]
+
+
+@pytest.mark.parametrize(("scheduler", "settings"), [("rollart", ONE_POOL), ("fully-async", {})])
+def test_async_training_ends_on_the_first_to_finish_not_on_the_records_last_straggler(scheduler: str,
+                                                                                       settings: dict) -> None:
+    # Step 1 holds a 1,000-token straggler. A real run keeps generating until training ends, so the last step
+    # takes the first trajectories to finish and the straggler is dropped unfinished.
+    short = [(5, 0.0)]
+    work = agentic([[short, short], [[(1000, 0.0)], short]])
+    result = replay(work, scheduler, ReplayConfig(), settings)
+    assert result.metrics["samples"] == 4
+    assert result.metrics["makespan_s"] < 100 * TAU
+    r = _requests(result)
+    assert not r.filter(pl.col("output_tokens") == 1000)["finished"].any()
 
 
 def test_rollart_sends_prefill_heavy_turns_to_compute_rich_gpus_and_decode_heavy_to_bandwidth_rich() -> None:
@@ -140,7 +159,8 @@ def test_rollart_sends_prefill_heavy_turns_to_compute_rich_gpus_and_decode_heavy
         pl.when(pl.col("next_turn") < 0).then(pl.col("prompt_tokens") + 32_000 * (pl.col("output_tokens") == 8))
         .otherwise(pl.col("prompt_tokens")).alias("prompt_tokens"))
     work = type(work)(frame, work.jobs, work.cluster, [])
-    result = replay(work, "rollart", ReplayConfig(), {"prefill_gpus": 1, "prefill_gpu": "H800"})
+    # alpha = 0: one step, nothing drawn past it (alpha = 1 would start the next step's trajectories at once)
+    result = replay(work, "rollart", ReplayConfig(), {"prefill_gpus": 1, "prefill_gpu": "H800", "alpha": 0})
     placed = result.timeline.filter(pl.col("kind") == "request").join(
         result.requests.select(pl.col("request").alias("id"), "output_tokens", "prompt_tokens"), on="id")
     where = dict(zip(placed["output_tokens"].to_list(), placed["pool"].to_list()))
@@ -152,15 +172,16 @@ def test_rollart_sends_prefill_heavy_turns_to_compute_rich_gpus_and_decode_heavy
 def test_serverless_reward_scores_every_trajectory_at_once_and_bills_per_second() -> None:
     work = agentic([[[(10, 0.0)], [(10, 0.0)], [(10, 0.0)]]])
     work.jobs[0].reward_s[0] = 3.0  # 1 s per trajectory
-    serverless = replay(work, "rollart", ReplayConfig(), ONE_POOL)
-    worker = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "serverless_reward": False})
+    one = {**ONE_POOL, "alpha": 0}  # one step, nothing drawn past it
+    serverless = replay(work, "rollart", ReplayConfig(), one)
+    worker = replay(work, "rollart", ReplayConfig(), {**one, "serverless_reward": False})
     def starts(run) -> list[float]:
         return sorted(run.timeline.filter(pl.col("kind") == "reward")["start_s"].to_list())
 
     assert starts(serverless) == pytest.approx([10 * TAU] * 3)
     assert starts(worker) == pytest.approx([10 * TAU, 10 * TAU + 1, 10 * TAU + 2])
-    free = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "reward_usd_per_s": 0.0})
-    priced = replay(work, "rollart", ReplayConfig(), {**ONE_POOL, "reward_usd_per_s": 1.0})
+    free = replay(work, "rollart", ReplayConfig(), {**one, "reward_usd_per_s": 0.0})
+    priced = replay(work, "rollart", ReplayConfig(), {**one, "reward_usd_per_s": 1.0})
     assert priced.metrics["cost_usd"] - free.metrics["cost_usd"] == pytest.approx(3.0, rel=1e-9)
 
 

@@ -47,6 +47,26 @@ def splits(cost: GenerationCost, tp: int) -> bool:
     return True
 
 
+def run_like(sim: Simulator, recorded: int, step: int, group: int) -> int:
+    """Spawn a new trajectory with the lengths (and, for later turns, environment times) of the recorded one
+    starting at request ``recorded``, as a response to ``group`` of ``step``; returns its first turn, pending."""
+    req = sim.requests
+    chain = [recorded]
+    while req.next_turn[chain[-1]] >= 0:
+        chain.append(req.next_turn[chain[-1]])
+    return sim.spawn(req.job[recorded], step, group, [req.prompt[r] for r in chain], [req.output[r] for r in chain],
+                     [req.env_s[r] for r in chain])[0]
+
+
+def siblings(sim: Simulator, job: Job) -> dict[tuple[int, int], list[int]]:
+    """(step, group) -> the recorded first turns answering that prompt, in order."""
+    heads: dict[tuple[int, int], list[int]] = {}
+    for s in range(job.steps):
+        for head in job.starts(s):
+            heads.setdefault((s, int(sim.requests.group[head])), []).append(head)
+    return heads
+
+
 def take_half(sim: Simulator, src: GenerationInstance, dst: GenerationInstance) -> list[int]:
     """Move the back half of ``src``'s waiting queue to ``dst`` (an idle instance relieving a straggler)."""
     queued = list(src.waiting)

@@ -8,6 +8,10 @@ there and the previous update is synced.
 With ``interruptible`` (AReaL's default), a weight update interrupts the running requests: their KV cache
 is recomputed under the new weights and they go on as samples of the new version, so long samples do not
 grow stale while they generate.
+
+Past the recorded steps, generation goes on as a real run's would, until training ends: each further batch
+answers a recorded step's prompts again, every sample taking the lengths of the next recorded response to its
+prompt. So the last steps take the first samples to finish, not every straggler left in the record.
 """
 
 from __future__ import annotations
@@ -15,8 +19,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
-from rltrace.replay.schedulers.common import REWARD, disaggregated_pools, on_training_done, spread
+from rltrace.replay.schedulers.common import (
+    REWARD,
+    disaggregated_pools,
+    on_training_done,
+    run_like,
+    siblings,
+    spread,
+)
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.errors import ConfigError
@@ -43,6 +55,7 @@ class FullyAsync:
 
     def start(self, sim: Simulator) -> None:
         self.instances = disaggregated_pools(sim, sim.jobs[0])
+        self.answers = siblings(sim, sim.jobs[0])  # (step, prompt) -> its recorded responses
         self.ready: deque[int] = deque()  # finished, not yet trained on
         self.version = 0
         self.launched = -1
@@ -52,10 +65,21 @@ class FullyAsync:
 
     def _admit(self, sim: Simulator) -> None:
         job = sim.jobs[0]
-        while self.launched + 1 < job.steps and self.launched + 1 <= self.version + self.config.eta:
+        while self.trained < job.steps and self.launched + 1 <= self.version + self.config.eta:
             self.launched += 1
             by_load = sorted(self.instances, key=lambda i: i.load)
-            spread(sim, by_load, job.starts(self.launched))
+            spread(sim, by_load, job.starts(self.launched) if self.launched < job.steps else self._again(sim, job))
+
+    def _again(self, sim: Simulator, job: Job) -> list[int]:
+        """A batch past the record: recorded step ``launched mod steps`` answered again, each sample taking the
+        lengths of the next recorded response to its prompt (one further on each round)."""
+        step, rounds = self.launched % job.steps, self.launched // job.steps
+        fresh = []
+        for head in job.starts(step):
+            group = int(sim.requests.group[head])
+            answers = self.answers[(step, group)]
+            fresh.append(run_like(sim, answers[(answers.index(head) + rounds) % len(answers)], step, group))
+        return fresh
 
     def _train(self, sim: Simulator) -> None:
         job = sim.jobs[0]
@@ -82,5 +106,8 @@ class FullyAsync:
                     if inst.batch:
                         sim.reconfigure(inst)  # running requests resume under the new weights
             sim.end_step(job.id, step)
+            if self.trained >= job.steps:
+                sim.stop()  # what is still generating is discarded, as when a real run ends
+                return
             self._admit(sim)
         self._train(sim)

@@ -16,7 +16,9 @@
   behind (still running, or finished and waiting for the trainer) is aborted and run again from its first
   turn. The new run is a new response to the same prompt: it takes the lengths and environment times of
   the next recorded trajectory of that prompt (rotating on each rerun), not the aborted one's again, which
-  would keep a straggler a straggler.
+  would keep a straggler a straggler. Past the recorded trajectories, new ones are drawn the same way (the
+  record's prompts again, in order) until training ends, so the last step takes the first B to finish, as a
+  real run's would, not every straggler left in the record.
 - **Statefulness-aware computation.** Reward is stateless and runs on an elastic serverless pool: every
   trajectory is scored at once when its last turn finishes (no queue), billed per second of use
   (``serverless_reward = false``: one reward worker, FIFO, as the baselines have).
@@ -33,6 +35,7 @@ from rltrace.replay.costmodels.generation import GenerationCost, RooflineGenerat
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.common import run_like, siblings
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.catalog import get_gpu
@@ -102,12 +105,10 @@ class RollArt:
             sim.add_resource("reward", "cpu")
         self.batch = len(job.starts(0))
         self.queue: deque[tuple[int, int]] = deque((s, r) for s in range(job.steps) for r in job.starts(s))
-        req = sim.requests
-        self.prompt_heads: dict[tuple[int, int], list[int]] = {}  # (step, prompt) -> its recorded trajectories
-        for s in range(job.steps):
-            for head in job.starts(s):
-                self.prompt_heads.setdefault((s, int(req.group[head])), []).append(head)
+        self.prompt_heads = siblings(sim, job)  # (step, prompt) -> its recorded trajectories
         self.reruns: dict[int, int] = {}  # recorded first turn -> times its trajectory ran again
+        self.heads = [head for s in range(job.steps) for head in job.starts(s)]  # prompts to draw past the record
+        self.extra = 0
         self.of: dict[int, Trajectory] = {}  # request -> its trajectory
         self.before: dict[int, int] = {}  # a later turn -> the turn before it
         self.done: deque[Trajectory] = deque()  # scored, waiting for the trainer
@@ -149,12 +150,15 @@ class RollArt:
     def _launch(self, sim: Simulator) -> None:
         """Start trajectories while the version gap allows (at most alpha batches ahead of the trainer)."""
         limit = self.batch * (self.version + 1 + self.config.alpha)
-        while self.queue and self.launched < limit:
-            step, head = self.queue.popleft()
+        while self.launched < limit:
             self.launched += 1
-            t = Trajectory(step, [head], self.version)
-            self.of[head] = t
-            self._place(sim, head, None)
+            if self.queue:
+                step, head = self.queue.popleft()
+                self.of[head] = Trajectory(step, [head], self.version)
+                self._place(sim, head, None)
+            else:  # past the recorded trajectories: a real run keeps drawing prompts until training ends
+                self._run_again(sim, self.heads[self.extra % len(self.heads)])
+                self.extra += 1
 
     # ---- events --------------------------------------------------------------------------------------------
 
@@ -214,10 +218,19 @@ class RollArt:
         self._launch(sim)
         self._train(sim, job)
 
+    def _run_again(self, sim: Simulator, origin: int) -> None:
+        """A new response to ``origin``'s prompt: the turns of that prompt's next recorded trajectory (rotating
+        on each run), started now under the current weights."""
+        step, group = int(sim.requests.step[origin]), int(sim.requests.group[origin])
+        self.reruns[origin] = self.reruns.get(origin, 0) + 1
+        answers = self.prompt_heads.get((step, group), [origin])
+        first = run_like(sim, answers[(answers.index(origin) + self.reruns[origin]) % len(answers)], step, group)
+        self.of[first] = Trajectory(step, [first], self.version, origin)
+        self._place(sim, first, None)
+
     def _abort_stale(self, sim: Simulator) -> None:
         """Trajectories whose first turn's weights lag more than alpha versions are aborted and run again,
         whether still running or finished and waiting for the trainer."""
-        req = sim.requests
         oldest = self.version - self.config.alpha
         stale = {id(t): t for t in self.of.values() if t.version < oldest}
         self.done = deque(t for t in self.done if t.version >= oldest)
@@ -225,18 +238,7 @@ class RollArt:
             sim.abort(t.turns)
             for rid in t.turns:
                 self.of.pop(rid, None)
-            first = t.turns[0]
-            origin = t.origin if t.origin >= 0 else first
-            self.reruns[origin] = self.reruns.get(origin, 0) + 1
-            siblings = self.prompt_heads.get((int(req.step[origin]), int(req.group[origin])), [origin])
-            chain = [siblings[(siblings.index(origin) + self.reruns[origin]) % len(siblings)]]
-            while req.next_turn[chain[-1]] >= 0:
-                chain.append(req.next_turn[chain[-1]])
-            again = sim.spawn(req.job[first], req.step[first], req.group[first], [req.prompt[r] for r in chain],
-                              [req.output[r] for r in chain], [req.env_s[r] for r in chain])
-            fresh = Trajectory(t.step, [again[0]], self.version, origin)
-            self.of[again[0]] = fresh
-            sim.mark("rollart", "stale_abort", t.step, sim.now, sim.now, item=first)
-            self._place(sim, again[0], None)
+            sim.mark("rollart", "stale_abort", t.step, sim.now, sim.now, item=t.turns[0])
+            self._run_again(sim, t.origin if t.origin >= 0 else t.turns[0])
         if stale:
             sim.extra["stale_aborts"] = sim.extra.get("stale_aborts", 0) + len(stale)

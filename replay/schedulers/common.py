@@ -47,14 +47,17 @@ def splits(cost: GenerationCost, tp: int) -> bool:
     return True
 
 
-def run_like(sim: Simulator, recorded: int, step: int, group: int) -> int:
-    """Spawn a new trajectory with the lengths (and, for later turns, environment times) of the recorded one
-    starting at request ``recorded``, as a response to ``group`` of ``step``; returns its first turn, pending."""
+def answer_again(sim: Simulator, answers: dict[tuple[int, int], list[int]], head: int, k: int) -> int:
+    """A new response to the prompt of recorded trajectory ``head``: a trajectory spawned with the lengths (and,
+    for later turns, environment times) of the k-th next recorded response to that prompt (cyclic; ``answers``
+    from ``siblings``); returns its first turn, pending."""
     req = sim.requests
-    chain = [recorded]
+    step, group = int(req.step[head]), int(req.group[head])
+    same = answers.get((step, group), [head])
+    chain = [same[(same.index(head) + k) % len(same)]]
     while req.next_turn[chain[-1]] >= 0:
         chain.append(req.next_turn[chain[-1]])
-    return sim.spawn(req.job[recorded], step, group, [req.prompt[r] for r in chain], [req.output[r] for r in chain],
+    return sim.spawn(req.job[head], step, group, [req.prompt[r] for r in chain], [req.output[r] for r in chain],
                      [req.env_s[r] for r in chain])[0]
 
 

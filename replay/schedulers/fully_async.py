@@ -23,9 +23,9 @@ from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
     REWARD,
+    answer_again,
     disaggregated_pools,
     on_training_done,
-    run_like,
     siblings,
     spread,
 )
@@ -73,13 +73,8 @@ class FullyAsync:
     def _again(self, sim: Simulator, job: Job) -> list[int]:
         """A batch past the record: recorded step ``launched mod steps`` answered again, each sample taking the
         lengths of the next recorded response to its prompt (one further on each round)."""
-        step, rounds = self.launched % job.steps, self.launched // job.steps
-        fresh = []
-        for head in job.starts(step):
-            group = int(sim.requests.group[head])
-            answers = self.answers[(step, group)]
-            fresh.append(run_like(sim, answers[(answers.index(head) + rounds) % len(answers)], step, group))
-        return fresh
+        rounds = self.launched // job.steps
+        return [answer_again(sim, self.answers, head, rounds) for head in job.starts(self.launched % job.steps)]
 
     def _train(self, sim: Simulator) -> None:
         job = sim.jobs[0]

@@ -35,7 +35,7 @@ from rltrace.replay.costmodels.generation import GenerationCost, RooflineGenerat
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
-from rltrace.replay.schedulers.common import run_like, siblings
+from rltrace.replay.schedulers.common import answer_again, siblings
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.catalog import get_gpu
@@ -104,11 +104,11 @@ class RollArt:
         else:
             sim.add_resource("reward", "cpu")
         self.batch = len(job.starts(0))
-        self.queue: deque[tuple[int, int]] = deque((s, r) for s in range(job.steps) for r in job.starts(s))
+        self.heads = [head for s in range(job.steps) for head in job.starts(s)]  # recorded trajectories, in order
+        self.queue: deque[int] = deque(self.heads)  # not started yet
         self.prompt_heads = siblings(sim, job)  # (step, prompt) -> its recorded trajectories
         self.reruns: dict[int, int] = {}  # recorded first turn -> times its trajectory ran again
-        self.heads = [head for s in range(job.steps) for head in job.starts(s)]  # prompts to draw past the record
-        self.extra = 0
+        self.extra = 0  # trajectories drawn past the record
         self.of: dict[int, Trajectory] = {}  # request -> its trajectory
         self.before: dict[int, int] = {}  # a later turn -> the turn before it
         self.done: deque[Trajectory] = deque()  # scored, waiting for the trainer
@@ -153,8 +153,8 @@ class RollArt:
         while self.launched < limit:
             self.launched += 1
             if self.queue:
-                step, head = self.queue.popleft()
-                self.of[head] = Trajectory(step, [head], self.version)
+                head = self.queue.popleft()
+                self.of[head] = Trajectory(int(sim.requests.step[head]), [head], self.version)
                 self._place(sim, head, None)
             else:  # past the recorded trajectories: a real run keeps drawing prompts until training ends
                 self._run_again(sim, self.heads[self.extra % len(self.heads)])
@@ -221,11 +221,9 @@ class RollArt:
     def _run_again(self, sim: Simulator, origin: int) -> None:
         """A new response to ``origin``'s prompt: the turns of that prompt's next recorded trajectory (rotating
         on each run), started now under the current weights."""
-        step, group = int(sim.requests.step[origin]), int(sim.requests.group[origin])
         self.reruns[origin] = self.reruns.get(origin, 0) + 1
-        answers = self.prompt_heads.get((step, group), [origin])
-        first = run_like(sim, answers[(answers.index(origin) + self.reruns[origin]) % len(answers)], step, group)
-        self.of[first] = Trajectory(step, [first], self.version, origin)
+        first = answer_again(sim, self.prompt_heads, origin, self.reruns[origin])
+        self.of[first] = Trajectory(int(sim.requests.step[origin]), [first], self.version, origin)
         self._place(sim, first, None)
 
     def _abort_stale(self, sim: Simulator) -> None:

@@ -124,21 +124,30 @@ def _iterations(batch: np.ndarray, seconds: np.ndarray, step: int | np.ndarray =
                          "requests": batch.astype(np.int32)})
 
 
-@pytest.mark.parametrize(("rows", "slope", "warmup", "expected"), [
-    (2000, 1e-4, False, 1e-4),  # one duration per batch size resolves the slope under 40% noise
-    (2000, 0.0, False, None),   # constant iteration time: no slope to keep
-    (8, 1e-4, False, None),     # too few iterations to say
-    (2000, 1e-4, True, 1e-4),   # step 0 (warm-up, 3x slower at small batches) is left out
+@pytest.mark.parametrize(("rows", "slope", "warmup", "noise", "expected"), [
+    (2000, 1e-4, False, 0.4, 1e-4),  # one duration per batch size resolves the slope under 40% noise
+    (2000, 0.0, False, 0.4, 0.0),    # constant iteration time: nothing, or a slope within noise of zero
+    (8, 1e-4, False, 0.4, None),     # too few iterations to say
+    (2000, 1e-4, True, 0.4, 1e-4),   # step 0 (warm-up, 3x slower at small batches) is left out
+    # few iterations under contention as bad as a shared CPU's (+-95%): the slope is 1.6 standard errors,
+    # and kept, since zero is further off than the estimate
+    (28, 1e-4, False, 0.95, 1e-4),
 ])
-def test_iteration_slope(rows: int, slope: float, warmup: bool, expected: float | None) -> None:
+def test_iteration_slope(rows: int, slope: float, warmup: bool, noise: float, expected: float | None) -> None:
     rng = np.random.default_rng(1)
     batch = rng.integers(1, 33, rows).astype(float)
-    seconds = (2e-3 + slope * batch) * rng.uniform(0.6, 1.4, rows)
+    seconds = (2e-3 + slope * batch) * rng.uniform(1 - noise, 1 + noise, rows)
     step = np.where(np.arange(rows) < rows // 4, 0, 1 + np.arange(rows) % 3)
     if warmup:
         seconds = np.where(step == 0, seconds + 4e-3 * (batch < 8), seconds)
     got = iteration_slope(_iterations(batch, seconds, step))
-    assert got is None if expected is None else got == pytest.approx(expected, rel=0.1)
+    if expected is None:
+        assert got is None
+    elif expected == 0.0:
+        assert got is None or got[0] < 3 * got[1] < 1e-5
+    else:
+        assert got is not None and got[0] == pytest.approx(expected, rel=0.25 if noise > 0.5 else 0.1)
+        assert (got[0] >= 3 * got[1]) == (noise < 0.5)
 
 
 def test_recorded_iterations_give_the_slope_that_noisy_request_timings_cannot() -> None:
@@ -161,7 +170,7 @@ def test_recorded_iterations_give_the_slope_that_noisy_request_timings_cannot() 
     batch = rng.integers(1, 33, 3000).astype(float)
     iterations = _iterations(batch, (2e-3 + 1e-4 * batch) * rng.uniform(0.6, 1.4, 3000))
     cost, fit = fit_trace(recorded, iterations=iterations)
-    assert fit.slope_from == "3000 iterations" and "slope from 3000 iterations" in str(fit)
+    assert fit.slope_from.startswith("3000 iterations, +-") and "slope from 3000 iterations" in str(fit)
     assert fit.per_seq_s == pytest.approx(1e-4, rel=0.1)
     assert fit.base_s == pytest.approx(2e-3, rel=0.1)
     assert cost.iteration_model(1).iteration(16, 1000) == pytest.approx(fit.base_s + 16 * fit.per_seq_s)

@@ -33,7 +33,8 @@ class TraceFit:
     median_abs_error: float
     """median |predicted - measured| / measured per-request time per token"""
     slope_from: str = "requests"
-    """where the batch slope was measured: "requests", or "N iterations" when the recording has them"""
+    """where the batch slope was measured: "requests", or "N iterations, +-SE us" (its standard error) when
+    the recording has them"""
 
     def __str__(self) -> str:
         return (f"{self.base_s * 1e3:.3f} ms + {self.per_seq_s * 1e6:.2f} us x batch per token (slope from "
@@ -82,13 +83,6 @@ def fit_line(batch: np.ndarray, seconds: np.ndarray, weight: np.ndarray | None =
     return float(coef[0]), float(coef[1]), float(np.sqrt(residual @ residual / dof / spread))
 
 
-def _resolved_slope(batch: np.ndarray, seconds: np.ndarray, weight: np.ndarray | None) -> tuple[float, float] | None:
-    """(base, slope) of :func:`fit_line` when the slope is clearly measured (positive, at least three
-    standard errors, with a non-negative base), else None."""
-    base, slope, stderr = fit_line(batch, seconds, weight)
-    return (base, slope) if slope > 0 and base >= 0 and slope >= 3 * stderr else None
-
-
 def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -> tuple[float, float]:
     """Least squares ``per_token = base + slope x batch``, each request weighted by its token count (a
     3-token request's time per token is mostly its prefill stall), kept only when the slope is clearly
@@ -98,21 +92,29 @@ def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -
     On a shared CPU, contention moves per-token time by 2x at a fixed batch; a slope fitted to that noise
     would extrapolate badly to other batch sizes.
     """
-    fit = _resolved_slope(batch, per_token, tokens)
-    return fit if fit is not None else (float(np.average(per_token, weights=tokens)), 0.0)
+    base, slope, stderr = fit_line(batch, per_token, tokens)
+    if slope > 0 and base >= 0 and slope >= 3 * stderr:
+        return base, slope
+    return float(np.average(per_token, weights=tokens)), 0.0
 
 
-def iteration_slope(iterations: pl.DataFrame) -> float | None:
-    """The decode slope (seconds per extra request in the batch) from recorded engine iterations, or None
-    when they do not resolve it. Each iteration is one duration at one batch size, which per-request
-    timings (an average over a request's whole life) cannot give; the first step's iterations (vLLM
-    warming up) are left out when there are more than two steps, as in :func:`fit_trace`."""
+def iteration_slope(iterations: pl.DataFrame) -> tuple[float, float] | None:
+    """The decode slope (seconds per extra request in the batch) from recorded engine iterations and its
+    standard error, or None when they cannot give a positive one. Each iteration is one duration at one batch
+    size, which per-request timings (an average over a request's whole life) cannot give; the first step's
+    iterations (vLLM warming up) are left out when there are more than two steps, as in :func:`fit_trace`.
+
+    Unlike the request fit, a positive slope is kept however noisy: an iteration's batch is exact, so the
+    estimate is unbiased but for contention late in a generate() call (small batches slowed down), which
+    biases it low. Either way it is nearer the truth than the zero slope a significance rule falls back to,
+    which over-predicts a smaller batch by the whole batch effect (one CI recording: +23% for 32 -> 16
+    requests, where the slope was about 60 +- 25 us)."""
     it = steady(iterations.filter(pl.col("requests") >= 1, pl.col("end_ns") > pl.col("start_ns")))
     if it.height < 10:
         return None
     seconds = (it["end_ns"] - it["start_ns"]).to_numpy() / 1e9
-    fit = _resolved_slope(it["requests"].to_numpy().astype(float), seconds, None)
-    return None if fit is None else fit[1]
+    _, slope, stderr = fit_line(it["requests"].to_numpy().astype(float), seconds)
+    return (slope, stderr) if slope > 0 and np.isfinite(stderr) else None
 
 
 def fit_trace(requests: pl.DataFrame, tp: int = 1,
@@ -121,7 +123,7 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
 
     The first step is left out when the recording has more than two: its decode carries vLLM's start-up
     (17.7 ms per token in step 0 against 5.7-9.7 ms later, in one CI recording of the tiny RL example).
-    With ``iterations`` that resolve the batch slope (:func:`iteration_slope`), the slope is theirs and the
+    With ``iterations`` that give a positive batch slope (:func:`iteration_slope`), the slope is theirs and the
     requests set only the base: the token-weighted mean of what the slope leaves of each request's time per
     token, which keeps the mean generation time of the recording right."""
     r = steady(requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns")))
@@ -135,8 +137,10 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
     tokens = r["output_tokens"].to_numpy() - 1
     per_token = (finish - first) / tokens
     batch = mean_running(engine, first, finish)
-    measured = iteration_slope(iterations) if iterations is not None and iterations.height else None
-    slope_from = "requests" if measured is None else f"{iterations.height} iterations"
+    from_iterations = iteration_slope(iterations) if iterations is not None and iterations.height else None
+    measured = None if from_iterations is None else from_iterations[0]
+    slope_from = ("requests" if from_iterations is None
+                  else f"{iterations.height} iterations, +-{from_iterations[1] * 1e6:.2f} us")
 
     def refit(batch: np.ndarray) -> tuple[float, float]:
         if measured is None:

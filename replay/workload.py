@@ -180,20 +180,24 @@ def retarget(
     """A workload of another shape drawn from the recorded one (same seed, same result).
 
     New prompts are recorded prompts drawn with replacement; each new sample is one of its prompt's recorded
-    samples, drawn with replacement. A recording without groups (every sample alone in its group) has its
-    samples drawn independently. Lengths are capped at ``max_new_tokens``; a larger cap cannot lengthen
-    samples the recording truncated (they stay at the recorded cap, marked truncated). Per-step training
-    time scales with tokens at the recorded seconds per token; optimizer and sync times and the sync and
-    collective volumes stay at their recorded per-step medians. Rates and medians leave out the first step
-    (``WARMUP_STEPS``) when more than two were recorded.
+    samples, drawn with replacement. A sample of a multi-turn recording is a whole trajectory: its turns,
+    their lengths and the environment time between them travel together. A recording without groups (every
+    sample alone in its group) has its samples drawn independently. Lengths are capped at
+    ``max_new_tokens`` (per turn); a larger cap cannot lengthen samples the recording truncated (they stay at
+    the recorded cap, marked truncated). Per-step training time scales with tokens at the recorded seconds
+    per token; optimizer and sync times and the sync and collective volumes stay at their recorded per-step
+    medians. Rates and medians leave out the first step (``WARMUP_STEPS``) when more than two were recorded.
     """
-    rec = workload.samples.sort("step", "group", maintain_order=True)  # each prompt's samples contiguous
+    # Each prompt's trajectories contiguous in recorded order (of their first turns), each trajectory's turns
+    # contiguous and in order; single-turn samples keep their recorded order.
+    rec = (workload.samples.with_row_index("first").with_columns(pl.col("first").min().over("step", "trajectory"))
+           .sort("step", "group", "first", "turn", maintain_order=True).drop("first"))
     if rec.height == 0:
         raise ConfigError("the bundle has no requests to retarget")
-    if rec["turn"].max():
-        raise ConfigError("retargeting multi-turn trajectories is not supported yet: replay the recorded shape "
-                          "(other pools, GPU kinds and schedulers work)")
-    groups = rec.group_by("step", "group", maintain_order=True).agg(pl.len().alias("size"))
+    trajectories = rec.group_by("step", "group", "trajectory", maintain_order=True).agg(pl.len().alias("turns"))
+    turns = trajectories["turns"].to_numpy().astype(np.int64)
+    first_row = np.concatenate([[0], np.cumsum(turns)[:-1]])
+    groups = trajectories.group_by("step", "group", maintain_order=True).agg(pl.len().alias("size"))
     sizes = groups["size"].to_numpy().astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     steps = rec["step"].n_unique() if steps is None else steps
@@ -210,11 +214,15 @@ def retarget(
     if sizes.max() == 1:
         # No group structure recorded (every sample its own group): draw every sample on its own, or each
         # new prompt would be one recorded sample copied ``per`` times.
-        rows = rng.integers(0, rec.height, n_groups * per)
+        drawn = rng.integers(0, len(turns), n_groups * per)
     else:
         picked = rng.integers(0, len(sizes), n_groups)
         within = np.floor(rng.random((n_groups, per)) * sizes[picked][:, None]).astype(np.int64)
-        rows = (starts[picked][:, None] + within).ravel()
+        drawn = (starts[picked][:, None] + within).ravel()
+    # Expand each drawn trajectory into its turns' rows (no per-sample loop): row = its first row + turn index.
+    count = turns[drawn]
+    offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    rows = np.repeat(first_row[drawn], count) + offset
     out = rec["output_tokens"].to_numpy()[rows]
     truncated = rec["truncated"].to_numpy()[rows]
     if max_new_tokens is not None:
@@ -222,17 +230,17 @@ def retarget(
         out = np.minimum(out, max_new_tokens)
     samples = pl.DataFrame(
         {
-            "step": np.repeat(np.arange(steps, dtype=np.int32), prompts * per),
-            "group": np.tile(np.repeat(np.arange(prompts, dtype=np.int32), per), steps),
+            "step": np.repeat(np.repeat(np.arange(steps, dtype=np.int32), prompts * per), count),
+            "group": np.repeat(np.tile(np.repeat(np.arange(prompts, dtype=np.int32), per), steps), count),
             "prompt_tokens": rec["prompt_tokens"].to_numpy()[rows],
             "output_tokens": out,
             "truncated": truncated,
             "engine": pl.Series([None] * len(rows), dtype=pl.Int32),
-            "turn": np.zeros(len(rows), dtype=np.int32),
-            "trajectory": np.tile(np.arange(prompts * per, dtype=np.int32), steps),
-            "env_s": np.zeros(len(rows)),
+            "turn": rec["turn"].to_numpy()[rows],
+            "trajectory": np.repeat(np.tile(np.arange(prompts * per, dtype=np.int32), steps), count),
+            "env_s": rec["env_s"].to_numpy()[rows],
         }
-    )
+    ).sort("step", "turn", maintain_order=True)  # arrival order: a step's first turns, then its later ones
     recorded = steady(workload.steps)
     tokens = (recorded["prompt_tokens"] + recorded["output_tokens"]).sum()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import polars as pl
 import pytest
@@ -12,7 +13,7 @@ from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.entities.requests import Requests, State
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.replay.simulator import Simulator
-from rltrace.replay.workload import extract
+from rltrace.replay.workload import extract, retarget
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -75,12 +76,52 @@ def test_agentic_turns_grow_their_context_and_wait_for_the_environment() -> None
     assert workload.samples.filter(pl.col("turn") > 0)["env_s"].min() > 0.0
 
 
-def test_retargeting_a_multi_turn_bundle_is_a_clear_error() -> None:
-    result = run_cli("replay", str(sample_path("rollart_qwen3_8b")), "-s", "disagg-sync", "--steps", "3")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        ("rltrace: error: retargeting multi-turn trajectories is not supported yet: replay the recorded shape "
-         "(other pools, GPU kinds and schedulers work)")]
+def _trajectories(samples: pl.DataFrame) -> pl.DataFrame:
+    """One row per trajectory: its group and its turns' (prompt tokens, output tokens, environment seconds)."""
+    return (samples.sort("step", "trajectory", "turn")
+            .group_by("step", "trajectory", maintain_order=True)
+            .agg("group", "turn", "prompt_tokens", "output_tokens", "truncated", "env_s"))
+
+
+def test_retargeting_a_multi_turn_bundle_draws_whole_trajectories_of_recorded_prompts() -> None:
+    recorded = extract(rltrace.open(sample_path("rollart_qwen3_8b")))
+    out = retarget(recorded, steps=3, prompts_per_step=5, samples_per_prompt=3, max_new_tokens=1000, seed=7)
+    assert out.samples.equals(retarget(recorded, steps=3, prompts_per_step=5, samples_per_prompt=3,
+                                       max_new_tokens=1000, seed=7).samples)  # same seed, same workload
+    new, old = _trajectories(out.samples), _trajectories(recorded.samples)
+    assert new.group_by("step").len().sort("step").rows() == [(0, 15), (1, 15), (2, 15)]
+    assert all(t == list(range(len(t))) for t in new["turn"].to_list())  # every trajectory whole, in order
+    # each new trajectory is a recorded one (lengths capped per turn at 1,000), and a new prompt's three are
+    # trajectories of one recorded prompt
+    capped = old.with_columns(pl.col("output_tokens").list.eval(pl.element().clip(upper_bound=1000)))
+    sources: dict[tuple, set[tuple[int, int]]] = {}
+    for step, group, prompt, output, env in capped.select("step", pl.col("group").list.first(), "prompt_tokens",
+                                                          "output_tokens", "env_s").rows():
+        sources.setdefault((tuple(prompt), tuple(output), tuple(env)), set()).add((step, group))
+    drawn = new.select("step", pl.col("group").list.first(), "prompt_tokens", "output_tokens", "env_s").rows()
+    assert all((tuple(p), tuple(o), tuple(e)) in sources for _, _, p, o, e in drawn)
+    for (step, group), rows in pl.DataFrame(drawn, schema=["step", "group", "p", "o", "e"], orient="row") \
+            .group_by("step", "group").agg("p", "o", "e").rows_by_key(["step", "group"]).items():
+        (prompts, outputs, envs), = rows
+        assert set.intersection(*(sources[(tuple(p), tuple(o), tuple(e))]
+                                  for p, o, e in zip(prompts, outputs, envs, strict=True)))
+    lengths = out.samples["output_tokens"]
+    assert lengths.max() == 1000 and (out.samples["truncated"] == (lengths >= 1000)).all()
+    # arrival order: a step's first turns before its later ones
+    assert out.samples.select(pl.col("turn").diff().over("step").fill_null(0).min()).item() >= 0
+
+
+def test_a_retargeted_multi_turn_bundle_replays_from_the_cli(tmp_path) -> None:
+    result = run_cli("replay", str(sample_path("rollart_qwen3_8b")), "-s", "disagg-sync,rollart", "--steps", "2",
+                     "--prompts", "4", "--samples", "2", "-o", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    # 2 steps x 4 prompts x 2 trajectories, 4 turns each as recorded: 64 turns, 3 environment steps each
+    requests = pl.read_parquet(tmp_path / "disagg-sync" / "requests.parquet")
+    timeline = pl.read_parquet(tmp_path / "disagg-sync" / "timeline.parquet")
+    assert requests.height == requests["finished"].sum() == 64
+    assert timeline.filter(pl.col("kind") == "environment").height == 48
+    metrics = json.loads((tmp_path / "rollart" / "metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["samples"] == 64  # two batches of 8 trajectories (32 turns) trained
 
 
 # ---- rollart -----------------------------------------------------------------------------------------------------

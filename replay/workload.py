@@ -80,9 +80,12 @@ def extract(bundle: Bundle) -> Workload:
     previous_finish = pl.col("finish_ns").sort_by("turn").shift(1).over("step", trajectory)
     turns = req.select("request_id", (pl.col("arrival_ns").sort_by("turn") - previous_finish).over("step", trajectory)
                        .alias("_gap_ns"))
+    # A trajectory's prompt is its first turn's: later turns' prompts grow with the conversation, so a
+    # collector that names groups by prompt gives each turn its own.
+    prompt_group = pl.col("group_id").sort_by("turn").first().over("step", trajectory)
     samples = req.join(turns, on="request_id", how="left").sort("step", "arrival_ns", "turn", "request_id").select(
         "step",
-        pl.col("group_id").rank("dense").over("step").cast(pl.Int32).sub(1).alias("group"),
+        prompt_group.rank("dense").over("step").cast(pl.Int32).sub(1).alias("group"),
         "prompt_tokens",
         "output_tokens",
         (pl.col("finish_reason") == "length").alias("truncated"),

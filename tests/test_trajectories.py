@@ -17,7 +17,9 @@ from rltrace.replay.workload import extract, retarget
 from rltrace.sample_traces import sample_path
 
 import rltrace
+from rltrace.bundle import write_bundle
 from rltrace.catalog import get_gpu, get_model
+from rltrace.schema import TABLES
 from rltrace.synth import load_config, synthesize
 
 
@@ -74,6 +76,19 @@ def test_agentic_turns_grow_their_context_and_wait_for_the_environment() -> None
     assert workload.samples["turn"].max() == 3
     assert workload.samples.filter(pl.col("turn") == 0)["env_s"].max() == 0.0
     assert workload.samples.filter(pl.col("turn") > 0)["env_s"].min() > 0.0
+
+
+def test_a_trajectory_belongs_to_its_first_turns_prompt_group(tmp_path) -> None:
+    """The vLLM collector names a request's group by its prompt's tokens, and a later turn's prompt holds the
+    conversation so far: every turn of a recorded trajectory gets its own group_id. Extraction groups each
+    trajectory by its first turn's."""
+    sample = rltrace.open(sample_path("rollart_qwen3_8b"))
+    tables = {name: sample.table(name).collect() for name in TABLES}
+    tables["requests"] = tables["requests"].with_columns(
+        pl.when(pl.col("turn") > 0).then(pl.concat_str(pl.lit("grown-"), "request_id"))
+        .otherwise("group_id").alias("group_id"))
+    write_bundle(tmp_path / "recorded", sample.manifest, tables)
+    assert extract(rltrace.open(tmp_path / "recorded")).samples.equals(extract(sample).samples)
 
 
 def _trajectories(samples: pl.DataFrame) -> pl.DataFrame:

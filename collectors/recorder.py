@@ -31,6 +31,9 @@ MAX_BUFFER_BYTES = 64 * 2**20
 ROW_BYTES_ESTIMATE = 256  # generous per-row size of a buffered tuple, to bound memory by row count
 MAX_BUFFER_ROWS = MAX_BUFFER_BYTES // ROW_BYTES_ESTIMATE
 META_FILE = "meta.json"
+# A shard's requests group_id that names its own request (no prompt to group by): the merge scopes it to its
+# engine, as it does request ids; a prompt digest is the same on every engine and stays as it is.
+REQUEST_GROUP = "request:"
 
 
 

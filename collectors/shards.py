@@ -20,6 +20,7 @@ import polars as pl
 
 from rltrace.bundle import polars_schema, write_bundle
 from rltrace.collectors import SHARDS
+from rltrace.collectors.recorder import REQUEST_GROUP
 from rltrace.errors import BundleError
 from rltrace.manifest import Manifest, ModelInfo, Pool
 from rltrace.schema import SYNC_METHODS, TABLES
@@ -141,6 +142,18 @@ def _flows_from_collectives(
     return flows.with_columns(version.alias("version")).select(TABLES["weight_syncs"].names)
 
 
+def engine_scoped_ids(requests: pl.DataFrame) -> pl.DataFrame:
+    """Request ids made unique across engines (each engine numbers its own), and so are the groups that name
+    their own request; a group named by its prompt (a digest, the same on every engine) spans engines, as a
+    prompt's samples do when a framework spreads them over several."""
+    own = pl.col("group_id").str.starts_with(REQUEST_GROUP)
+    return requests.with_columns(
+        pl.format("{}:{}", "engine", "request_id").alias("request_id"),
+        pl.when(own).then(pl.format("{}:{}", "engine", pl.col("group_id").str.strip_prefix(REQUEST_GROUP)))
+        .otherwise("group_id").alias("group_id"),
+    )
+
+
 def merge(
     record_dir: str | Path,
     out: str | Path,
@@ -157,11 +170,7 @@ def merge(
     _name_actors(shards)
     tables = {name: _read(shards, name) for name in TABLES}
 
-    req = _rename(tables["requests"], "engine", shards)
-    req = req.with_columns(
-        pl.format("{}:{}", "engine", "request_id").alias("request_id"),
-        pl.format("{}:{}", "engine", "group_id").alias("group_id"),
-    ).sort("arrival_ns", "request_id")
+    req = engine_scoped_ids(_rename(tables["requests"], "engine", shards)).sort("arrival_ns", "request_id")
     spans = _rename(tables["spans"], "actor", shards)
     iterations = _rename(tables["iterations"], "engine", shards).drop("_shard").sort("start_ns", "engine")
     syncs = _rename(_rename(tables["weight_syncs"], "src", shards), "dst", shards)

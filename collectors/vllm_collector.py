@@ -53,10 +53,10 @@ def _wall_ns(monotonic_s: float) -> int | None:
 
 def group_of(request_id: str, prompt_ids: Any) -> str:
     """The GRPO group of a request: its prompt's tokens, digested. RL frameworks send a prompt's samples as n > 1
-    completions of one request or as one request each (verl, OpenRLHF repeat the prompt); both share the prompt.
-    Without prompt tokens, the request is its own group."""
+    completions of one request or as one request each (verl, OpenRLHF repeat the prompt), to one engine or to
+    several; all share the prompt. Without prompt tokens, the request is its own group."""
     if not prompt_ids:
-        return request_id
+        return recorder.REQUEST_GROUP + request_id
     return "p" + hashlib.blake2b(array("q", prompt_ids).tobytes(), digest_size=8).hexdigest()
 
 

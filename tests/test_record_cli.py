@@ -9,8 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import polars as pl
+import pytest
 import rltrace
 from helpers import RLTRACE, REPO, run_cli
+from rltrace.collectors.shards import engine_scoped_ids
 
 JOB = str(REPO / "tests" / "jobs" / "spans_job.py")
 
@@ -106,3 +109,20 @@ def test_bad_record_input_is_one_line(tmp_path: Path) -> None:
         assert result.returncode == 2, (args, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0], (args, result.stderr)
+
+
+@pytest.mark.parametrize(("rows", "groups"), [
+    # a prompt's samples spread over two engines stay one group (its digest is the same on both)
+    ([("rollout/engine0", "0", "p1f"), ("rollout/engine1", "0", "p1f")], ["p1f", "p1f"]),
+    # requests without prompt tokens are their own groups; two engines may both number one "0"
+    ([("rollout/engine0", "0", "request:0"), ("rollout/engine1", "0", "request:0")],
+     ["rollout/engine0:0", "rollout/engine1:0"]),
+    # n > 1 completions of one such request share it
+    ([("rollout/engine0", "7:0", "request:7"), ("rollout/engine0", "7:1", "request:7")],
+     ["rollout/engine0:7", "rollout/engine0:7"]),
+])
+def test_the_merge_scopes_request_ids_and_request_groups_to_their_engine(rows, groups) -> None:
+    requests = pl.DataFrame(rows, schema=["engine", "request_id", "group_id"], orient="row")
+    merged = engine_scoped_ids(requests)
+    assert merged["group_id"].to_list() == groups
+    assert merged["request_id"].to_list() == [f"{e}:{r}" for e, r, _ in rows]

@@ -9,7 +9,15 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers import run_cli
-from rltrace.replay.network.collectives import LL, LL128, NVLS, NVLS_CHANNELS, SIMPLE, collective
+from rltrace.replay.network.collectives import (
+    LL,
+    LL128,
+    NVLS,
+    NVLS_CHANNELS,
+    SIMPLE,
+    TREE_PROTOCOLS,
+    collective,
+)
 from rltrace.replay.network.flows import max_min_rates, run_flows
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.network.validation import compare, summary
@@ -63,7 +71,42 @@ def test_the_fastest_protocol_runs_each_size(size: int, protocol: object) -> Non
     link_s = 7 / 8 * size / (450e9 * topo.nvlink_efficiency)  # type: ignore[attr-defined]
     local_s = 2 * size / 8 / topo.memory_bytes_per_s  # all-gather copies its own shard: read and write
     for other in (LL, LL128, SIMPLE):
-        assert result.seconds <= other.base_s + 7 * other.nvlink_hop_s + link_s / other.payload + local_s + 1e-15
+        assert result.seconds <= _closed_form(other, 7, [other.nvlink_hop_s], link_s, local_s) + 1e-15
+
+
+def _closed_form(protocol: object, steps: int, hops: list[float], link_s: float, local_s: float) -> float:
+    """NCCL's cost model: base + steps x one step's latency + the link time at the protocol's payload + local."""
+    p = protocol
+    return p.base_s + steps * float(np.mean(hops)) + link_s / p.payload + local_s  # type: ignore[attr-defined]
+
+
+def test_a_ring_across_nodes_pays_the_network_figure_on_its_inter_node_hops_only() -> None:
+    # two nodes of four GPUs on one leaf, one ring of 8: 6 NVLink hops and 2 NIC hops; a chunk passes them in turn, so a
+    # step costs the mean hop (NCCL: intra steps x hwLat NVLink + inter-node steps x hwLat NET)
+    topo = parse("leaf-spine:nodes=2,gpus_per_node=4,leaf_down=8,gpu=H100")
+    size = 4 << 10
+    result = collective(topo, "all_gather", 8, size, "ring")
+    nic_s = 7 / 8 * size / topo.nic_bytes_per_s  # the NIC is the slowest link of the ring
+    local_s = 2 * size / 8 / topo.memory_bytes_per_s
+    times = {p.name: _closed_form(p, 7, [p.nvlink_hop_s] * 6 + [p.net_hop_s] * 2, nic_s, local_s)
+             for p in (LL, LL128, SIMPLE)}
+    assert result.protocol == "LL" == min(times, key=times.get)
+    assert result.seconds == pytest.approx(times["LL"], rel=1e-9)
+
+
+def test_a_small_multi_node_all_reduce_runs_nccls_tree_with_the_trees_latencies() -> None:
+    topo = parse("leaf-spine:nodes=2,gpus_per_node=4,leaf_down=8,gpu=H100")
+    result = collective(topo, "all_reduce", 8, 4 << 10)
+    assert (result.algorithm, result.protocol) == ("tree", "LL")
+    # 2 x depth 3 steps at the slowest hop, a NIC one: NCCL's Tree/LL hwLat NET 5.0 us, baseLat 6.8 us
+    latency = TREE_PROTOCOLS[0].base_s + 6 * TREE_PROTOCOLS[0].net_hop_s
+    assert TREE_PROTOCOLS[0].net_hop_s == 5.0e-6 and latency < result.seconds < latency + 1e-6
+
+
+def test_a_cross_datacenter_hop_keeps_its_own_latency_over_the_protocols_network_figure() -> None:
+    topo = parse("cross-dc:nodes=2,split=1,gpus_per_node=1,dci_latency_ms=5,gpu=H100")
+    result = collective(topo, "all_gather", 2, 4 << 10, "ring")
+    assert 5e-3 < result.seconds < 5e-3 + 50e-6  # one step, both hops cross: 5 ms each way, not 2.7-14 us
 
 
 def test_fewer_gpus_reach_less_bus_bandwidth_because_each_passes_a_bigger_shard_locally() -> None:

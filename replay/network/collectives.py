@@ -44,25 +44,30 @@ BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (
 
 @dataclass(frozen=True, slots=True)
 class Protocol:
-    """One of NCCL's wire protocols: what a collective pays once and per NVLink step, and the share of the
-    link bandwidth left for payload."""
+    """One of NCCL's wire protocols under one algorithm: what a collective pays once, per NVLink step and per
+    step that leaves the node, and the share of the link bandwidth left for payload."""
 
     name: str
     base_s: float
     nvlink_hop_s: float
+    net_hop_s: float
     payload: float
 
 
-# NVIDIA/nccl src/graph/tuning.cc (2.2x releases; the H100 data is NCCL 2.29.2): baseLat Ring {LL 6.6, LL128 14.0,
-# Simple 8.4} us and hwLat NVLink Ring {0.6, 1.9, 3.4} us; payload: LL sends 4 flag bytes with every 4 data bytes
-# (NCCL: busBw x 0.5), LL128 8 of every 128 (NCCL: x 0.92), Simple none. Network hops keep the topology's latency;
-# the tree uses the ring's figures too (NCCL's tree ones differ by at most 0.65 us per hop, 0.2 us of base).
-LL = Protocol("LL", 6.6e-6, 0.6e-6, 0.5)
-LL128 = Protocol("LL128", 14.0e-6, 1.9e-6, 0.92)
-SIMPLE = Protocol("Simple", 8.4e-6, 3.4e-6, 1.0)
+# NVIDIA/nccl src/graph/tuning.cc (2.2x releases; the H100 data is NCCL 2.29.2), in us, {LL, LL128, Simple}:
+# baseLat Ring {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}; hwLat NVLink Ring {0.6, 1.9, 3.4}, Tree {0.6, 1.25, 4.0};
+# hwLat NET Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14}. Payload: LL sends 4 flag bytes with every 4 data bytes
+# (NCCL: busBw x 0.5), LL128 8 of every 128 (NCCL: x 0.92), Simple none. A NET figure replaces a flow's NIC hop;
+# links beyond it (a cross-datacenter link's milliseconds) keep their own latency when it is longer.
+LL = Protocol("LL", 6.6e-6, 0.6e-6, 2.7e-6, 0.5)
+LL128 = Protocol("LL128", 14.0e-6, 1.9e-6, 4.0e-6, 0.92)
+SIMPLE = Protocol("Simple", 8.4e-6, 3.4e-6, 14.0e-6, 1.0)
 PROTOCOLS = (LL, LL128, SIMPLE)
-# NVLS runs Simple only; NCCL charges it one latency, hwLat NVLink NVLS (25 us), and no per-step term.
-NVLS = Protocol("Simple", 25e-6, 0.0, 1.0)
+TREE_PROTOCOLS = (Protocol("LL", 6.8e-6, 0.6e-6, 5.0e-6, 0.5), Protocol("LL128", 14.0e-6, 1.25e-6, 8.5e-6, 0.92),
+                  Protocol("Simple", 8.4e-6, 4.0e-6, 14.0e-6, 1.0))
+# NVLS runs Simple only; NCCL charges it one latency, hwLat NVLink NVLS (25 us), and no per-step term. It stays
+# inside one node here (nvls_possible), so it has no NET figure.
+NVLS = Protocol("Simple", 25e-6, 0.0, 0.0, 1.0)
 # NCCL's NVLS bandwidth is bwIntra x nvlsEfficiency x (nChannels - 1) / nChannels (src/tuning/nvls.cc), with 16
 # NVLS channels on Hopper (NCCL's log: "NVLS multicast support is available on dev N (NVLS_NCHANNELS 16)").
 NVLS_CHANNELS = 16
@@ -75,6 +80,10 @@ class Phase:
     nbytes: np.ndarray
     steps: int
     """algorithm steps (each pays one hop latency)"""
+    pipelined: bool = False
+    """a ring or chain: a chunk passes its hops one after another, so a step costs the mean hop's latency (NCCL:
+    (steps - inter-node steps) x intra + inter-node steps x inter); else the slowest hop's (a tree level, an
+    all-to-all)"""
     efficiency: float = 1.0
     """share of the links' modelled bandwidth the algorithm reaches (NVLS: NCCL's, with its channel factor)"""
     local_bytes: float = 0.0
@@ -112,7 +121,8 @@ COPY_TRAFFIC, REDUCE_TRAFFIC = 2, 3  # local memory bytes per shard byte: copy (
 
 
 def _ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float, traffic: int) -> Phase:
-    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, local_bytes=traffic * shard)
+    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, pipelined=True,
+                 local_bytes=traffic * shard)
 
 
 def tree_edges(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +168,7 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
     if op in ("all_gather", "reduce_scatter"):
         return [_ring(ranks, (n - 1) / n * size, n - 1, size / n, COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC)]
     if op == "broadcast":  # pipelined along a chain from the first rank
-        return [Phase(ranks[:-1], ranks[1:], np.full(n - 1, size), n - 1)]
+        return [Phase(ranks[:-1], ranks[1:], np.full(n - 1, size), n - 1, pipelined=True)]
     if op == "all_to_all":
         src, dst = np.repeat(ranks, n), np.tile(ranks, n)
         keep = src != dst
@@ -169,7 +179,7 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
 def _merge(parts: list[Phase]) -> Phase:
     return Phase(np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
                  np.concatenate([p.nbytes for p in parts]), max(p.steps for p in parts),
-                 local_bytes=max(p.local_bytes for p in parts))
+                 pipelined=all(p.pipelined for p in parts), local_bytes=max(p.local_bytes for p in parts))
 
 
 def choose(op: str, ranks: np.ndarray, size: float, gpus_per_node: int) -> str:
@@ -201,7 +211,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # a lower efficiency: as if more bytes
         flow_s += run.makespan_s
         local_s += p.local_bytes / topo.memory_bytes_per_s
-        steps_at += p.steps * np.array([_slowest_hop(_hop_latency(links, proto), indptr, ids) for proto in protocols])
+        steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto), indptr, ids, p.pipelined)
+                                        for proto in protocols])
         carried += run.link_bytes * p.efficiency
     totals = [proto.base_s + flow_s / proto.payload + steps_at[j] + local_s + reconfig for j, proto in enumerate(protocols)]
     best = int(np.argmin(totals))
@@ -209,18 +220,26 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
 
 
 def _hop_latency(links: Links, protocol: Protocol) -> np.ndarray:
-    """Per-link hop latency under ``protocol``: NVLink hops take the protocol's figure, others the link's own."""
-    return np.where(links.kind == "nvlink", protocol.nvlink_hop_s, links.latency_s)
+    """Per-link hop latency under ``protocol``: NVLink hops take the protocol's figure, a NIC's way out of its
+    node the protocol's network figure (its way in carries none), other links their own."""
+    nic_out = (links.kind == "nic") & (links.latency_s > 0)
+    return np.where(links.kind == "nvlink", protocol.nvlink_hop_s,
+                    np.where(nic_out, protocol.net_hop_s, links.latency_s))
 
 
-def _slowest_hop(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray) -> float:
-    return float(np.max(np.maximum.reduceat(latency_s[ids], indptr[:-1]))) if len(ids) else 0.0
+def _step_latency(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray, pipelined: bool) -> float:
+    """One step's latency: each flow's slowest link, then the mean over a pipelined phase's flows (its hops
+    in turn) or the slowest of the others'."""
+    if not len(ids):
+        return 0.0
+    per_flow = np.maximum.reduceat(latency_s[ids], indptr[:-1])
+    return float(per_flow.mean() if pipelined else per_flow.max())
 
 
 def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
-    """The latency part of a phase alone under ``protocol``: its steps times the slowest hop of its flows."""
+    """The latency part of a phase alone under ``protocol``: its steps times one step's latency."""
     indptr, ids = topo.paths(phase.src, phase.dst, np.arange(len(phase.src), dtype=np.int64))
-    return phase.steps * _slowest_hop(_hop_latency(topo.links(), protocol), indptr, ids)
+    return phase.steps * _step_latency(_hop_latency(topo.links(), protocol), indptr, ids, phase.pipelined)
 
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
@@ -231,8 +250,8 @@ def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> boo
 
 def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str) -> PhasesTime:
     eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
-    return run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node, eff),
-                      protocols=(NVLS,) if algo == "nvls" else PROTOCOLS)
+    protocols = {"nvls": (NVLS,), "tree": TREE_PROTOCOLS}.get(algo, PROTOCOLS)
+    return run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node, eff), protocols=protocols)
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",

@@ -26,7 +26,8 @@ from rltrace.errors import ConfigError
 # Per-hop latency the links carry. NVLink: NCCL's hwLat for NVLink, Ring/LL (NVIDIA/nccl src/graph/tuning.cc,
 # 0.6 us); a collective replaces it by its protocol's figure (rltrace.replay.network.collectives.PROTOCOLS).
 # Network hop (NIC + switch traversal): 2 us, rltrace's assumption, the order of InfiniBand NDR port-to-port
-# plus NIC latency; not fitted to any measurement.
+# plus NIC latency; not fitted to any measurement. Collectives and weight syncs replace a NIC's way out by their
+# protocol's NET figure (NCCL's hwLat NET, 2.7-14 us, which counts the proxy and network stack too).
 NVLINK_HOP_S = 0.6e-6
 NETWORK_HOP_S = 2.0e-6
 # Share of the spec-sheet bandwidth NCCL reaches. Two constants, derived from the marginal bus bandwidth

@@ -57,14 +57,17 @@ class Protocol:
 # NVIDIA/nccl src/graph/tuning.cc (2.2x releases; the H100 data is NCCL 2.29.2), in us, {LL, LL128, Simple}:
 # baseLat Ring {6.6, 14.0, 8.4}, Tree {6.8, 14.0, 8.4}; hwLat NVLink Ring {0.6, 1.9, 3.4}, Tree {0.6, 1.25, 4.0};
 # hwLat NET Ring {2.7, 4.0, 14.0}, Tree {5.0, 8.5, 14}. Payload: LL sends 4 flag bytes with every 4 data bytes
-# (NCCL: busBw x 0.5), LL128 8 of every 128 (NCCL: x 0.92), Simple none. A NET figure replaces a flow's NIC hop;
-# links beyond it (a cross-datacenter link's milliseconds) keep their own latency when it is longer.
+# (NCCL: busBw x 0.5), LL128 8 of every 128 (NCCL: x 0.92), Simple none; the tree's all-reduce, NCCL's tree
+# refinements: x 0.92 for every protocol, then LL x 1/3.8 and LL128 x 120/128 (across nodes, where the tree runs).
+# A NET figure replaces a flow's NIC hop; links beyond it (a cross-datacenter link's milliseconds) keep their own
+# latency when it is longer.
 LL = Protocol("LL", 6.6e-6, 0.6e-6, 2.7e-6, 0.5)
 LL128 = Protocol("LL128", 14.0e-6, 1.9e-6, 4.0e-6, 0.92)
 SIMPLE = Protocol("Simple", 8.4e-6, 3.4e-6, 14.0e-6, 1.0)
 PROTOCOLS = (LL, LL128, SIMPLE)
-TREE_PROTOCOLS = (Protocol("LL", 6.8e-6, 0.6e-6, 5.0e-6, 0.5), Protocol("LL128", 14.0e-6, 1.25e-6, 8.5e-6, 0.92),
-                  Protocol("Simple", 8.4e-6, 4.0e-6, 14.0e-6, 1.0))
+TREE_PROTOCOLS = (Protocol("LL", 6.8e-6, 0.6e-6, 5.0e-6, 0.92 / 3.8),
+                  Protocol("LL128", 14.0e-6, 1.25e-6, 8.5e-6, 0.92 * 120 / 128),
+                  Protocol("Simple", 8.4e-6, 4.0e-6, 14.0e-6, 0.92))
 # NVLS runs Simple only; NCCL charges it one latency, hwLat NVLink NVLS (25 us), and no per-step term. It stays
 # inside one node here (nvls_possible), so it has no NET figure.
 NVLS = Protocol("Simple", 25e-6, 0.0, 0.0, 1.0)

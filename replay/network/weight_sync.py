@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.collectives import TREE_PROTOCOLS, Phase, phase_latency, run_phases, tree_edges
+from rltrace.replay.network.collectives import Phase, phase_latency, run_phases, tree_edges
 from rltrace.replay.topologies.base import Topology
 
 from rltrace.errors import ConfigError
@@ -52,7 +52,7 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
         parent, child = tree_edges(chain)
         half = len(parent) // 2  # one binary tree (the first of the double tree) rooted at trainer rank 0
         parts = [Phase(parent[:half], child[:half], np.full(half, float(nbytes)), max(1, math.ceil(math.log2(len(chain)))))]
-        t = run_phases(topo, parts, protocols=TREE_PROTOCOLS)
+        t = run_phases(topo, parts)  # a broadcast tree of point-to-point sends, not NCCL's all-reduce tree
         return SyncTime(t.seconds, strategy, t.link_bytes, t.reconfig_s)
     n = len(trainers)
     senders, receivers = trainers, generators[np.arange(n) % len(generators)]

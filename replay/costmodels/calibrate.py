@@ -123,9 +123,9 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
 
     The first step is left out when the recording has more than two: its decode carries vLLM's start-up
     (17.7 ms per token in step 0 against 5.7-9.7 ms later, in one CI recording of the tiny RL example).
-    With ``iterations`` that give a positive batch slope (:func:`iteration_slope`), the slope is theirs and the
-    requests set only the base: the token-weighted mean of what the slope leaves of each request's time per
-    token, which keeps the mean generation time of the recording right."""
+    With ``iterations`` that give a positive batch slope (:func:`iteration_slope`), the slope is theirs and
+    the requests set only the base: the token-weighted mean of what the slope leaves of each request's time
+    per token, which keeps the mean generation time of the recording right."""
     r = steady(requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns")))
     if r.height < 2:
         raise ConfigError("too few requests with two or more output tokens to fit decode latency from the trace")

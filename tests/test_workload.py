@@ -11,7 +11,9 @@ from rltrace.replay.workload import extract, retarget, select_steps
 from rltrace.sample_traces import sample_path
 
 import rltrace
+from rltrace.bundle import write_bundle
 from rltrace.errors import ConfigError
+from rltrace.schema import TABLES
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +92,21 @@ def test_training_time_counts_only_after_the_steps_samples_are_in() -> None:
     assert (parts.to_series() >= w.steps["wall_s"] - 1e-9).all()
 
 
-def test_retarget_of_an_ungrouped_recording_draws_each_sample_independently() -> None:
+def test_the_real_recording_groups_each_prompts_samples() -> None:
+    # the tiny RL example sends each prompt's 4 samples as 4 requests: the vLLM collector groups them by prompt
     w = extract(rltrace.open(sample_path("tiny_rl_cpu")))
-    assert set(w.samples.group_by("step", "group").len()["len"]) == {1}  # vLLM does not know GRPO groups
+    sizes = w.samples.group_by("step", "group").len().group_by("step").agg(pl.col("len").sort()).sort("step")
+    assert sizes.rows() == [(s, [4, 4, 4, 4]) for s in range(4)]
+
+
+def test_retarget_of_an_ungrouped_recording_draws_each_sample_independently(tmp_path) -> None:
+    # a recording made before the collector grouped by prompt: every request its own group
+    sample = rltrace.open(sample_path("tiny_rl_cpu"))
+    tables = {name: sample.table(name).collect() for name in TABLES}
+    tables["requests"] = tables["requests"].with_columns(pl.col("request_id").alias("group_id"))
+    write_bundle(tmp_path / "ungrouped", sample.manifest, tables)
+    w = extract(rltrace.open(tmp_path / "ungrouped"))
+    assert set(w.samples.group_by("step", "group").len()["len"]) == {1}
     new = retarget(w, steps=4, prompts_per_step=2, samples_per_prompt=8, seed=1)
     per_prompt = new.samples.group_by("step", "group").agg(pl.col("output_tokens").n_unique())
     assert (per_prompt["output_tokens"] > 1).any()  # not one recorded sample copied 8 times

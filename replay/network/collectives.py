@@ -84,9 +84,9 @@ class Phase:
     steps: int
     """algorithm steps (each pays one hop latency)"""
     pipelined: bool = False
-    """a ring or chain: a chunk passes its hops one after another, so a step costs the mean hop's latency (NCCL:
-    (steps - inter-node steps) x intra + inter-node steps x inter); else the slowest hop's (a tree level, an
-    all-to-all)"""
+    """a ring or chain: a chunk passes its hops one after another, so a step costs the mean hop's latency (about
+    NCCL's (steps - inter-node steps) x intra + inter-node steps x inter); else the slowest hop's (a tree level,
+    an all-to-all)"""
     efficiency: float = 1.0
     """share of the links' modelled bandwidth the algorithm reaches (NVLS: NCCL's, with its channel factor)"""
     local_bytes: float = 0.0

@@ -1,10 +1,10 @@
-"""Collectives as flows on a topology: ring, double binary tree, hierarchical and NVLS algorithms.
+"""Collectives as flows on a topology: ring, NCCL's tree, hierarchical and NVLS algorithms.
 
 Each algorithm is a sequence of phases; a phase is a set of concurrent flows (a pipelined ring or tree in
-steady state: every link carries its share at once), a latency term (one hop latency per algorithm step, the
-slowest link on any flow's path) and, for a ring, one pass over a shard in local memory. Like
-NCCL's tuner, a collective runs under whichever wire protocol (LL, LL128, Simple) finishes first: each has its
-base latency, its NVLink hop latency and its share of the bandwidth left for payload.
+steady state: every link carries its share at once), a latency term (per algorithm step, the mean over the
+phase's pipeline levels of each level's slowest hop) and, for a ring, one pass over a shard in local memory.
+Like NCCL's tuner, a collective runs under whichever wire protocol (LL, LL128, Simple) finishes first: each has
+its base latency, its NVLink and network hop latencies and its share of the bandwidth left for payload.
 
 NVLS (NVLink SHARP, one NVSwitch node of Hopper or later, a dtype the switch can reduce): each GPU's 1/n
 slice is reduced in the switch as it reads every GPU's copy (multimem.ld_reduce) and multicast back
@@ -22,7 +22,6 @@ the output, reduce-scatter the input, all-to-all each rank's send buffer.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,10 +82,11 @@ class Phase:
     nbytes: np.ndarray
     steps: int
     """algorithm steps (each pays one hop latency)"""
-    pipelined: bool = False
-    """a ring or chain: a chunk passes its hops one after another, so a step costs the mean hop's latency (about
-    NCCL's (steps - inter-node steps) x intra + inter-node steps x inter); else the slowest hop's (a tree level,
-    an all-to-all)"""
+    levels: np.ndarray | None = None
+    """each flow's place along the pipeline: a chunk passes the levels one after another, each at its slowest
+    flow's hop, so a step costs the mean over levels (a ring's or chain's hops are a level each: about NCCL's
+    (steps - inter-node steps) x intra + inter-node steps x inter); None: one level, the slowest flow's (an
+    all-to-all)"""
     efficiency: float = 1.0
     """share of the links' modelled bandwidth the algorithm reaches (NVLS: NCCL's, with its channel factor)"""
     local_bytes: float = 0.0
@@ -124,7 +124,7 @@ COPY_TRAFFIC, REDUCE_TRAFFIC = 2, 3  # local memory bytes per shard byte: copy (
 
 
 def _ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float, traffic: int) -> Phase:
-    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, pipelined=True,
+    return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, levels=np.arange(len(ranks)),
                  local_bytes=traffic * shard)
 
 
@@ -140,6 +140,37 @@ def tree_edges(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(parents), np.concatenate(children)
 
 
+def chain(ranks: np.ndarray, size: float) -> Phase:
+    """A pipelined chain from the first rank: every hop carries ``size``, one after another."""
+    n = len(ranks)
+    return Phase(ranks[:-1], ranks[1:], np.full(n - 1, float(size)), n - 1, levels=np.arange(n - 1))
+
+
+def _tree(ranks: np.ndarray, size: float, gpus_per_node: int) -> Phase:
+    """NCCL's all-reduce tree: a chain through each node's GPUs to its first, and the double binary tree over
+    the nodes' first GPUs; reduce up and broadcast down at once. Each of the two trees takes half the buffer,
+    so an inter-node edge (in one tree) carries half each way and a chain hop (in both) all of it. A chain hop
+    is a level per position, a tree edge one per depth below the root: 2 x levels steps, which is NCCL's
+    latency 2 x ((GPUs per node - 1) x intra + log2(nodes) x inter)."""
+    order = np.argsort(ranks // gpus_per_node, kind="stable")  # each node's ranks together, in rank order
+    r = ranks[order]
+    node = r // gpus_per_node
+    same = node[1:] == node[:-1]
+    position = np.arange(len(r)) - np.searchsorted(node, node)  # index within its node
+    child, parent = r[1:][same], r[:-1][same]
+    chain_level = position[1:][same] - 1
+    leaders = r[~np.r_[False, same]]
+    t_parent, t_child = tree_edges(leaders)
+    m = len(leaders)
+    depth = np.floor(np.log2(np.arange(1, m) + 1)).astype(np.int64) - 1  # heap depth of each child, from 0
+    tree_level = np.tile(depth, 2) + (chain_level.max() + 1 if len(chain_level) else 0)
+    src = np.concatenate([child, parent, t_child, t_parent])
+    dst = np.concatenate([parent, child, t_parent, t_child])
+    nbytes = np.concatenate([np.full(2 * len(child), float(size)), np.full(2 * len(t_child), size / 2)])
+    levels = np.concatenate([chain_level, chain_level, tree_level, tree_level])
+    return Phase(src, dst, nbytes, 2 * len(np.unique(levels)), levels=levels)
+
+
 def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int,
            nvls_efficiency: float = 0.0) -> list[Phase]:
     """The flow phases of one collective."""
@@ -151,9 +182,7 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
         # GPU's NVLink up and down exactly so (the switch itself is non-blocking)
         return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2, 0.0, 0), efficiency=nvls_efficiency)]
     if op == "all_reduce" and algorithm == "tree":
-        up, down = tree_edges(ranks)  # each tree carries half the buffer, reduce up and broadcast down at once
-        depth = max(1, math.ceil(math.log2(n)))
-        return [Phase(np.concatenate([down, up]), np.concatenate([up, down]), np.full(2 * len(up), size / 2), 2 * depth)]
+        return [_tree(ranks, size, gpus_per_node)]
     if op == "all_reduce" and algorithm == "hierarchical":
         nodes = ranks // gpus_per_node
         local = [ranks[nodes == v] for v in np.unique(nodes)]
@@ -171,7 +200,7 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
     if op in ("all_gather", "reduce_scatter"):
         return [_ring(ranks, (n - 1) / n * size, n - 1, size / n, COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC)]
     if op == "broadcast":  # pipelined along a chain from the first rank
-        return [Phase(ranks[:-1], ranks[1:], np.full(n - 1, size), n - 1, pipelined=True)]
+        return [chain(ranks, size)]
     if op == "all_to_all":
         src, dst = np.repeat(ranks, n), np.tile(ranks, n)
         keep = src != dst
@@ -182,7 +211,14 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
 def _merge(parts: list[Phase]) -> Phase:
     return Phase(np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
                  np.concatenate([p.nbytes for p in parts]), max(p.steps for p in parts),
-                 pipelined=all(p.pipelined for p in parts), local_bytes=max(p.local_bytes for p in parts))
+                 levels=_levels(parts), local_bytes=max(p.local_bytes for p in parts))
+
+
+def _levels(parts: list[Phase]) -> np.ndarray | None:
+    """Concurrent phases' levels side by side (level k of each is one level): None if any has none."""
+    if any(p.levels is None for p in parts):
+        return None
+    return np.concatenate([p.levels for p in parts])  # type: ignore[misc]
 
 
 def choose(op: str, ranks: np.ndarray, size: float, gpus_per_node: int) -> str:
@@ -214,7 +250,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # a lower efficiency: as if more bytes
         flow_s += run.makespan_s
         local_s += p.local_bytes / topo.memory_bytes_per_s
-        steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto), indptr, ids, p.pipelined)
+        steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto), indptr, ids, p.levels)
                                         for proto in protocols])
         carried += run.link_bytes * p.efficiency
     totals = [proto.base_s + flow_s / proto.payload + steps_at[j] + local_s + reconfig for j, proto in enumerate(protocols)]
@@ -230,19 +266,23 @@ def _hop_latency(links: Links, protocol: Protocol) -> np.ndarray:
                     np.where(nic_out, protocol.net_hop_s, links.latency_s))
 
 
-def _step_latency(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray, pipelined: bool) -> float:
-    """One step's latency: each flow's slowest link, then the mean over a pipelined phase's flows (its hops
-    in turn) or the slowest of the others'."""
+def _step_latency(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray, levels: np.ndarray | None) -> float:
+    """One step's latency: each flow's slowest link, each level's slowest flow, the mean over the levels."""
     if not len(ids):
         return 0.0
     per_flow = np.maximum.reduceat(latency_s[ids], indptr[:-1])
-    return float(per_flow.mean() if pipelined else per_flow.max())
+    if levels is None:
+        return float(per_flow.max())
+    dense, inverse = np.unique(levels, return_inverse=True)
+    worst = np.zeros(len(dense))
+    np.maximum.at(worst, inverse, per_flow)
+    return float(worst.mean())
 
 
 def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
     """The latency part of a phase alone under ``protocol``: its steps times one step's latency."""
     indptr, ids = topo.paths(phase.src, phase.dst, np.arange(len(phase.src), dtype=np.int64))
-    return phase.steps * _step_latency(_hop_latency(topo.links(), protocol), indptr, ids, phase.pipelined)
+    return phase.steps * _step_latency(_hop_latency(topo.links(), protocol), indptr, ids, phase.levels)
 
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.collectives import Phase, phase_latency, run_phases, tree_edges
+from rltrace.replay.network.collectives import Phase, chain, phase_latency, run_phases, tree_edges
 from rltrace.replay.topologies.base import Topology
 
 from rltrace.errors import ConfigError
@@ -39,25 +39,24 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
     if not len(trainers) or not len(generators) or nbytes < 0:
         raise ConfigError("a weight sync needs trainer and generator GPUs and bytes >= 0")
     root = trainers[:1]
-    chain = np.concatenate([root, generators])
+    path = np.concatenate([root, generators])
     if strategy in ("per_tensor", "bucketed"):
         count = max(tensors, 1) if strategy == "per_tensor" else max(1, math.ceil(nbytes / bucket_bytes))
         # The bytes pipeline the same however they are cut; every broadcast after the first adds its latency.
-        chain_phase = Phase(chain[:-1], chain[1:], np.full(len(chain) - 1, float(nbytes)), len(chain) - 1,
-                            pipelined=True)
+        chain_phase = chain(path, nbytes)
         t = run_phases(topo, [chain_phase])
         again = (count - 1) * (t.protocol.base_s + phase_latency(topo, chain_phase, t.protocol))
         return SyncTime(t.seconds + again, strategy, t.link_bytes, t.reconfig_s)
     if strategy == "tree":
-        parent, child = tree_edges(chain)
+        parent, child = tree_edges(path)
         half = len(parent) // 2  # one binary tree (the first of the double tree) rooted at trainer rank 0
-        parts = [Phase(parent[:half], child[:half], np.full(half, float(nbytes)), max(1, math.ceil(math.log2(len(chain)))))]
+        parts = [Phase(parent[:half], child[:half], np.full(half, float(nbytes)), max(1, math.ceil(math.log2(len(path)))))]
         t = run_phases(topo, parts)  # a broadcast tree of point-to-point sends, not NCCL's all-reduce tree
         return SyncTime(t.seconds, strategy, t.link_bytes, t.reconfig_s)
     n = len(trainers)
     senders, receivers = trainers, generators[np.arange(n) % len(generators)]
     scatter = Phase(senders, receivers, np.full(n, nbytes / n), 1)
     g = len(generators)
-    gather = Phase(generators, np.roll(generators, -1), np.full(g, (g - 1) / g * nbytes), g - 1, pipelined=True)
+    gather = Phase(generators, np.roll(generators, -1), np.full(g, (g - 1) / g * nbytes), g - 1, levels=np.arange(g))
     t = run_phases(topo, [scatter, gather] if g > 1 else [scatter])
     return SyncTime(t.seconds + t.protocol.base_s, strategy, t.link_bytes, t.reconfig_s)  # two collectives

@@ -208,6 +208,25 @@ def test_the_model_holds_15_percent_at_64_mb_and_up_on_2_4_and_8_h100() -> None:
     assert outside.height <= 3 and (outside["gpus"] == 2).all() and (outside["error"].abs() < 0.18).all()
 
 
+def test_a_multi_job_replay_puts_every_jobs_traffic_on_the_links_in_its_own_spans(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text('[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nsteps = 2\n[[jobs]]\nname = "b"\n'
+                    'bundle = "rollpacker_qwen7b"\narrival_s = 20.0\nsteps = 2\nseed = 1\n')
+    done = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux", "--topology", "fat-tree:k=8,gpu=H800",
+                   "-o", str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stderr
+    links = pl.read_parquet(tmp_path / "runs" / "rollmux" / "links.parquet")
+    timeline = pl.read_parquet(tmp_path / "runs" / "rollmux" / "timeline.parquet")
+    for what in ("weight_sync", "train"):
+        spans = (timeline.filter(pl.col("kind") == what)
+                 .group_by(pl.col("id").cast(pl.Int32).alias("job"), "step")
+                 .agg(pl.col("start_s").min(), pl.col("end_s").max()).sort("job", "step"))
+        used = links.filter(pl.col("what") == what).group_by("job", "step").agg(
+            pl.col("start_s").min(), pl.col("end_s").max()).sort("job", "step")
+        assert spans["job"].unique().to_list() == [0, 1]
+        assert used.rows() == spans.rows()  # each job's own spans, not job 0's bytes over both jobs' spans
+
+
 def test_replaying_on_different_fabrics_changes_weight_sync_and_step_time(tmp_path: Path) -> None:
     prepared = from_bundle(rltrace.open(sample_path("rollpacker_qwen7b")), Shape(steps=3), CostConfig())
     runs = {spec: replay(prepared, "disagg-sync", ReplayConfig(network=NetworkConfig(topology=spec)))
@@ -221,8 +240,8 @@ def test_replaying_on_different_fabrics_changes_weight_sync_and_step_time(tmp_pa
         assert r.links is not None and r.links.height > 0
         assert r.links["utilization"].is_between(0, 1).all()
     out = runs["fat-tree:k=8,gpu=H800"].write(tmp_path / "run")
-    assert pl.read_parquet(out / "links.parquet").columns == ["link", "kind", "what", "step", "start_s", "end_s",
-                                                              "bytes", "utilization"]
+    columns = ["link", "kind", "what", "job", "step", "start_s", "end_s", "bytes", "utilization"]
+    assert pl.read_parquet(out / "links.parquet").columns == columns
     untouched = replay(prepared, "disagg-sync", ReplayConfig())
     assert "network" not in untouched.metrics and untouched.links is None
 

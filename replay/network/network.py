@@ -78,27 +78,32 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
 
 
 def link_frame(routed: Routed, timeline: pl.DataFrame) -> pl.DataFrame:
-    """Per link and busy interval: bytes and utilisation (bytes / (capacity x duration)) of the weight syncs
-    (during the "weight_sync" spans) and training collectives (during the "train" spans)."""
+    """Per link and busy interval: bytes and utilisation (bytes / (capacity x duration)) of each job's weight
+    syncs (during its "weight_sync" spans) and training collectives (during its "train" spans). A scheduler
+    that runs several jobs names the job in those spans' ``id``; the others leave it at -1, job 0."""
     links = routed.topology.links()
-    rows: dict[str, list] = {"link": [], "kind": [], "what": [], "step": [], "start_s": [], "end_s": [], "bytes": []}
-    spans = timeline.filter(pl.col("kind").is_in(["weight_sync", "train"])).group_by("kind", "step").agg(
-        pl.col("start_s").min(), pl.col("end_s").max())
-    for kind, step, start, end in spans.iter_rows():
+    columns = ("link", "kind", "what", "job", "step", "start_s", "end_s", "bytes")
+    rows: dict[str, list] = {c: [] for c in columns}
+    spans = (timeline.filter(pl.col("kind").is_in(["weight_sync", "train"]))
+             .with_columns(pl.col("id").clip(lower_bound=0).cast(pl.Int32).alias("job"))
+             .group_by("kind", "job", "step").agg(pl.col("start_s").min(), pl.col("end_s").max())
+             .sort("job", "step", "kind"))
+    for kind, job, step, start, end in spans.iter_rows():
         table = routed.sync_bytes if kind == "weight_sync" else routed.collective_bytes
-        carried = table.get((0, step))
+        carried = table.get((job, step))
         if carried is None:
             continue
         used = np.flatnonzero(carried > 0)
         rows["link"] += [links.names[i] for i in used]
         rows["kind"] += links.kind[used].tolist()
         rows["what"] += [kind] * len(used)
+        rows["job"] += [job] * len(used)
         rows["step"] += [step] * len(used)
         rows["start_s"] += [start] * len(used)
         rows["end_s"] += [end] * len(used)
         rows["bytes"] += carried[used].tolist()
-    frame = pl.DataFrame(rows, schema={"link": pl.String, "kind": pl.String, "what": pl.String, "step": pl.Int32,
-                                       "start_s": pl.Float64, "end_s": pl.Float64, "bytes": pl.Float64})
+    types = (pl.String, pl.String, pl.String, pl.Int32, pl.Int32, pl.Float64, pl.Float64, pl.Float64)
+    frame = pl.DataFrame(rows, schema=dict(zip(columns, types, strict=True)))
     capacity = dict(zip(links.names, links.capacity_Bps.tolist()))
     return frame.with_columns(
         (pl.col("bytes") / (pl.col("link").replace_strict(capacity, return_dtype=pl.Float64)

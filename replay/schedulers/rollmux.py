@@ -231,7 +231,7 @@ class RollMux:
         group.training_busy = True
         seconds = self._switch(sim, group, "training", job) + job.trainer_seconds(step)
         sim.consume(job_id, step, job.requests(step), version=step)
-        sim.work(group.trainer, seconds, ("train", job_id, step), kind="train", step=step)
+        sim.work(group.trainer, seconds, ("train", job_id, step), kind="train", step=step, item=job_id)
 
     def _migrate_tail(self, sim: Simulator, group: Group, ro: Rollout) -> None:
         """Consolidate a rollout's long tail on as few instances as its batch needs; free the rest."""
@@ -280,7 +280,8 @@ class RollMux:
             self._start_training(sim, group)
         elif what == "train":
             group.training_busy = False
-            sim.work(group.sync, job.sync_s[step], ("sync", job_id, step), kind="weight_sync", step=step)
+            sim.work(group.sync, job.sync_s[step], ("sync", job_id, step), kind="weight_sync", step=step,
+                     item=job_id)
             self._start_training(sim, group)
         elif what == "sync":
             sim.end_step(job_id, step)

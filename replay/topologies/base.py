@@ -37,7 +37,8 @@ NETWORK_HOP_S = 2.0e-6
 # - local memory: 0.68 of HBM bandwidth (3.35 TB/s: 2.28 TB/s; a copy reads and writes each byte, so 1.14 TB/s
 #   copied): a ring also passes one shard through local memory, outside the link pipeline (all-gather copies
 #   its own shard into the output; reduce-scatter and all-reduce reduce into it, 3 bytes of traffic per byte),
-#   which is why fewer GPUs reach less bus bandwidth on the same links (2 GPUs: 268 GB/s).
+#   which is why fewer GPUs reach less bus bandwidth on the same links (2-GPU all-gather at 512 MB: 272 GB/s,
+#   against 338 on 8).
 # NIC: 0.9, rltrace's assumption for NCCL over InfiniBand/RoCE (no public measurement in ../shared).
 NVLINK_EFFICIENCY = 0.805
 COPY_EFFICIENCY = 0.68

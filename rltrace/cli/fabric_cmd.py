@@ -63,7 +63,8 @@ def bench(
         return
     console = Console(highlight=False)
     console.print(f"{op} of {out['size_bytes']:,} B over {n} GPUs on {topology}: {result.seconds * 1e3:.3f} ms, "
-                  f"busbw {result.busbw_gbps:.1f} GB/s ({result.algorithm}, {result.protocol}); fabric capex ${cost['capex_usd']:,.0f}",
+                  f"busbw {result.busbw_gbps:.1f} GB/s ({result.algorithm}, {result.protocol}); "
+                  f"fabric capex ${cost['capex_usd']:,.0f}",
                   markup=False, soft_wrap=True)
 
 

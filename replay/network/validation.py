@@ -5,11 +5,17 @@
   in ms;
 - Vidur's h100_dgx all-reduce profile (microsoft/vidur, MIT): ``size`` in bytes, time in ms, 2/4/8 GPUs; its
   dtype is not in the table; Vidur's profiler allocates float16 (GraphedCollective's default dtype in
-  vidur/profiling/collectives/collectives_impl.py), so it is taken as half.
+  vidur/profiling/collectives/collectives_impl.py), so it is taken as half;
+- Vidur's h100_dgx send/recv profile: one GPU sends to another, in one node (``devices_per_node`` 2: NVLink) or
+  on two nodes (``devices_per_node`` 1: each node's NIC; vidur/profiling/utils.py places num_workers /
+  devices_per_node nodes). rltrace has no point-to-point op; a weight sync to one generator is a broadcast over
+  two ranks, one hop, so that is what the model times, on one NVSwitch node or on two nodes of one GPU and one
+  400 Gb/s NIC each (the profile's name says DGX H100, whose datasheet gives each GPU its own 400 Gb/s
+  ConnectX-7).
 
-The model uses only spec-sheet figures (the GPU catalog's NVLink and HBM bandwidth), NCCL's own latencies and
-NVLS efficiency, and two efficiency constants (NVLink and local copy, rltrace.replay.topologies.base), nothing
-fitted per size.
+The model uses only spec-sheet figures (the GPU catalog's NVLink and HBM bandwidth, the NIC's line rate), NCCL's
+own latencies and NVLS efficiency, two efficiency constants (NVLink and local copy) and the NIC's assumed one
+(rltrace.replay.topologies.base), nothing fitted per size.
 """
 
 from __future__ import annotations
@@ -19,14 +25,16 @@ from pathlib import Path
 import polars as pl
 from rltrace.replay.network.collectives import collective
 from rltrace.replay.topologies import parse
+from rltrace.replay.topologies.base import Topology
 
 from rltrace.errors import ConfigError
 
 DTYPE_BYTES = {"half": 2, "int8": 1, "float": 4, "bfloat16": 2}
+MODELLED_AS = {"send_recv": "broadcast"}  # one sender, one receiver: a two-rank broadcast is one hop
 
 
 def measured(directory: str | Path) -> pl.DataFrame:
-    """source, op, dtype, gpus, bytes, measured_s from whichever tables ``directory`` holds."""
+    """source, op, dtype, gpus, nodes, bytes, measured_s from whichever tables ``directory`` holds."""
     root, parts = Path(directory), []
     aic = root / "aic_nccl_perf.parquet"
     if aic.exists():
@@ -34,36 +42,49 @@ def measured(directory: str | Path) -> pl.DataFrame:
                                             pl.col("op_name").is_in(["all_gather", "reduce_scatter", "all_reduce"]))
         parts.append(frame.select(
             pl.lit("aiconfigurator").alias("source"), pl.col("op_name").alias("op"),
-            pl.col("nccl_dtype").alias("dtype"), pl.col("num_gpus").alias("gpus"),
+            pl.col("nccl_dtype").alias("dtype"), pl.col("num_gpus").alias("gpus"), pl.lit(1).alias("nodes"),
             (pl.col("message_size") * pl.col("nccl_dtype").replace_strict(DTYPE_BYTES, return_dtype=pl.Int64)).alias("bytes"),
             (pl.col("latency") / 1e3).alias("measured_s")))
-    vidur = root / "vidur_h100_dgx_all_reduce.csv"
-    if vidur.exists():
-        parts.append(pl.read_csv(vidur).select(
-            pl.lit("vidur").alias("source"), pl.lit("all_reduce").alias("op"), pl.lit("half").alias("dtype"),
-            pl.col("num_workers").alias("gpus"),
-            pl.col("size").alias("bytes"), (pl.col("time_stats.all_reduce.median") / 1e3).alias("measured_s")))
+    for op in ("all_reduce", "send_recv"):
+        vidur = root / f"vidur_h100_dgx_{op}.csv"
+        if vidur.exists():
+            parts.append(pl.read_csv(vidur).select(
+                pl.lit("vidur").alias("source"), pl.lit(op).alias("op"), pl.lit("half").alias("dtype"),
+                pl.col("num_workers").alias("gpus"), (pl.col("num_workers") // pl.col("devices_per_node")).alias("nodes"),
+                pl.col("size").alias("bytes"), (pl.col(f"time_stats.{op}.median") / 1e3).alias("measured_s")))
     if not parts:
-        raise ConfigError(f"{root}: no NCCL tables (aic_nccl_perf.parquet, vidur_h100_dgx_all_reduce.csv)")
-    return pl.concat(parts).group_by("source", "op", "dtype", "gpus", "bytes").agg(pl.col("measured_s").median())
+        raise ConfigError(f"{root}: no NCCL tables (aic_nccl_perf.parquet, vidur_h100_dgx_all_reduce.csv, "
+                          "vidur_h100_dgx_send_recv.csv)")
+    return (pl.concat(parts, how="vertical_relaxed")
+            .group_by("source", "op", "dtype", "gpus", "nodes", "bytes").agg(pl.col("measured_s").median()))
 
 
 def compare(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
-    """Every measured point beside the model's time (and the algorithm it picked) on an NVSwitch node of ``gpu``;
-    error = model / measured - 1."""
+    """Every measured point beside the model's time (and the algorithm it picked) on NVSwitch nodes of ``gpu``
+    (several: a leaf-spine of 400 Gb/s NICs); error = model / measured - 1."""
     rows = measured(directory)
-    keys = rows.select("op", "dtype", "gpus", "bytes").unique()
-    topos = {g: parse(f"nvswitch:gpus={g},gpu={gpu}") for g in keys["gpus"].unique().to_list()}
-    modelled = [collective(topos[g], op, g, b, dtype=dtype) for op, dtype, g, b in keys.iter_rows()]
-    keys = keys.with_columns(pl.Series("model_s", [m.seconds for m in modelled]),
-                             pl.Series("algorithm", [m.algorithm for m in modelled]))
-    return rows.join(keys, on=["op", "dtype", "gpus", "bytes"]).with_columns(
-        (pl.col("model_s") / pl.col("measured_s") - 1).alias("error")).sort("source", "op", "dtype", "gpus", "bytes")
+    keys = rows.select("op", "dtype", "gpus", "nodes", "bytes").unique()
+    topos = {(g, m): _topology(g, m, gpu) for g, m in keys.select("gpus", "nodes").unique().iter_rows()}
+    modelled = [collective(topos[g, m], MODELLED_AS.get(op, op), g, b, dtype=dtype)
+                for op, dtype, g, m, b in keys.iter_rows()]
+    keys = keys.with_columns(pl.Series("model_s", [r.seconds for r in modelled]),
+                             pl.Series("algorithm", [r.algorithm for r in modelled]))
+    return rows.join(keys, on=["op", "dtype", "gpus", "nodes", "bytes"]).with_columns(
+        (pl.col("model_s") / pl.col("measured_s") - 1).alias("error")).sort("source", "op", "dtype", "gpus", "nodes",
+                                                                            "bytes")
+
+
+def _topology(gpus: int, nodes: int, gpu: str) -> Topology:
+    if nodes == 1:
+        return parse(f"nvswitch:gpus={gpus},gpu={gpu}")
+    return parse(f"leaf-spine:nodes={nodes},gpus_per_node={gpus // nodes},nic_gbps=400,gpu={gpu}")
 
 
 def summary(compared: pl.DataFrame, min_bytes: int = 64 << 20) -> pl.DataFrame:
-    """Per source, op, dtype, GPU count and modelled algorithm: median and worst |error| at messages >= ``min_bytes``."""
+    """Per source, op, dtype, GPU and node count and modelled algorithm: median and worst |error| at messages >=
+    ``min_bytes``."""
+    keys = ("source", "op", "dtype", "gpus", "nodes", "algorithm")
     big = compared.filter(pl.col("bytes") >= min_bytes)
-    return big.group_by("source", "op", "dtype", "gpus", "algorithm").agg(
+    return big.group_by(*keys).agg(
         pl.len().alias("points"), pl.col("error").abs().median().alias("median_abs_error"),
-        pl.col("error").abs().max().alias("max_abs_error")).sort("source", "op", "dtype", "gpus", "algorithm")
+        pl.col("error").abs().max().alias("max_abs_error")).sort(*keys)

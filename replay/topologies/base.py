@@ -39,7 +39,11 @@ NETWORK_HOP_S = 2.0e-6
 #   its own shard into the output; reduce-scatter and all-reduce reduce into it, 3 bytes of traffic per byte),
 #   which is why fewer GPUs reach less bus bandwidth on the same links (2-GPU all-gather at 512 MB: 272 GB/s,
 #   against 338 on 8).
-# NIC: 0.9, rltrace's assumption for NCCL over InfiniBand/RoCE (no public measurement in ../shared).
+# NIC: 0.9, rltrace's assumption for NCCL collectives over InfiniBand/RoCE. The one public measurement across
+# H100 nodes in ../shared is point-to-point (Vidur's h100_dgx send/recv): about 0.7 of a 400 Gb/s NIC (33.8
+# GB/s marginal from 16 MB up, 35.9 at 64 MB). NCCL's send/recv has its own network path, so that figure is
+# not taken for collectives; with nic_efficiency=0.7 in the spec the model is within 6% of it (median, each
+# size band; docs/fabrics.md).
 NVLINK_EFFICIENCY = 0.805
 COPY_EFFICIENCY = 0.68
 NIC_EFFICIENCY = 0.9

@@ -70,7 +70,8 @@ def bench(
 
 @fabric.command("validate")
 def validate(
-    tables: Annotated[Path, typer.Option(help="Folder with aic_nccl_perf.parquet / vidur_h100_dgx_all_reduce.csv.")],
+    tables: Annotated[Path, typer.Option(
+        help="Folder with aic_nccl_perf.parquet / vidur_h100_dgx_{all_reduce,send_recv}.csv.")],
     gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
     min_size: Annotated[str, typer.Option(help="Summarise messages of at least this size.")] = "64M",
     as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON.")] = False,
@@ -84,9 +85,9 @@ def validate(
         print(json.dumps(compared.to_dicts(), indent=2))
         return
     table = Table(title=f"Model vs measured NCCL on {gpu}, messages >= {min_size}", title_justify="left")
-    for col in ("source", "op", "dtype", "GPUs", "model", "points", "median |error|", "max |error|"):
+    for col in ("source", "op", "dtype", "GPUs", "nodes", "model", "points", "median |error|", "max |error|"):
         table.add_column(col, justify="left" if col in ("source", "op", "dtype", "model") else "right")
     for row in summary(compared, parse_size(min_size)).iter_rows(named=True):
-        table.add_row(row["source"], row["op"], row["dtype"], str(row["gpus"]), row["algorithm"], str(row["points"]),
-                      f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
+        table.add_row(row["source"], row["op"], row["dtype"], str(row["gpus"]), str(row["nodes"]), row["algorithm"],
+                      str(row["points"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
     Console(highlight=False, width=120).print(table)

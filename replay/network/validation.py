@@ -50,7 +50,8 @@ def measured(directory: str | Path) -> pl.DataFrame:
         if vidur.exists():
             parts.append(pl.read_csv(vidur).select(
                 pl.lit("vidur").alias("source"), pl.lit(op).alias("op"), pl.lit("half").alias("dtype"),
-                pl.col("num_workers").alias("gpus"), (pl.col("num_workers") // pl.col("devices_per_node")).alias("nodes"),
+                pl.col("num_workers").alias("gpus"),
+                (pl.col("num_workers") // pl.col("devices_per_node")).alias("nodes"),
                 pl.col("size").alias("bytes"), (pl.col(f"time_stats.{op}.median") / 1e3).alias("measured_s")))
     if not parts:
         raise ConfigError(f"{root}: no NCCL tables (aic_nccl_perf.parquet, vidur_h100_dgx_all_reduce.csv, "

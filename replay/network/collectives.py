@@ -123,7 +123,9 @@ class CollectiveTime:
 COPY_TRAFFIC, REDUCE_TRAFFIC = 2, 3  # local memory bytes per shard byte: copy (read, write), reduce (2 reads, write)
 
 
-def _ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float, traffic: int) -> Phase:
+def ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float = 0.0, traffic: int = 0) -> Phase:
+    """A pipelined ring: each rank sends ``nbytes`` to the next over ``steps`` steps, its hops a level each, and
+    passes ``traffic`` x ``shard`` bytes through local memory."""
     return Phase(ranks, np.roll(ranks, -1), np.full(len(ranks), nbytes), steps, levels=np.arange(len(ranks)),
                  local_bytes=traffic * shard)
 
@@ -180,7 +182,7 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
             raise ConfigError("nvls needs the GPU's nvls_efficiency > 0")
         # every GPU sends and receives (1 + 1/n) x size through the switch; a ring of such flows loads each
         # GPU's NVLink up and down exactly so (the switch itself is non-blocking)
-        return [dataclasses.replace(_ring(ranks, (1 + 1 / n) * size, 2, 0.0, 0), efficiency=nvls_efficiency)]
+        return [dataclasses.replace(ring(ranks, (1 + 1 / n) * size, 2, 0.0, 0), efficiency=nvls_efficiency)]
     if op == "all_reduce" and algorithm == "tree":
         return [_tree(ranks, size, gpus_per_node)]
     if op == "all_reduce" and algorithm == "hierarchical":
@@ -190,15 +192,15 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
         if g < 2 or len(local) < 2 or any(len(x) != g for x in local):
             return phases(op, ranks, size, "ring", gpus_per_node)
         m = len(local)
-        scatter = [_ring(x, (g - 1) / g * size, g - 1, size / g, REDUCE_TRAFFIC) for x in local]  # inside each node
-        inter = [_ring(np.array([x[i] for x in local]), 2 * (m - 1) / m * size / g, 2 * (m - 1), size / g / m,
+        scatter = [ring(x, (g - 1) / g * size, g - 1, size / g, REDUCE_TRAFFIC) for x in local]  # inside each node
+        inter = [ring(np.array([x[i] for x in local]), 2 * (m - 1) / m * size / g, 2 * (m - 1), size / g / m,
                        REDUCE_TRAFFIC) for i in range(g)]  # g rings across nodes, one per local rank, on a 1/g shard
-        gather = [_ring(x, (g - 1) / g * size, g - 1, size / g, COPY_TRAFFIC) for x in local]  # inside each node
+        gather = [ring(x, (g - 1) / g * size, g - 1, size / g, COPY_TRAFFIC) for x in local]  # inside each node
         return [_merge(scatter), _merge(inter), _merge(gather)]
     if op == "all_reduce":
-        return [_ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1), size / n, REDUCE_TRAFFIC)]
+        return [ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1), size / n, REDUCE_TRAFFIC)]
     if op in ("all_gather", "reduce_scatter"):
-        return [_ring(ranks, (n - 1) / n * size, n - 1, size / n, COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC)]
+        return [ring(ranks, (n - 1) / n * size, n - 1, size / n, COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC)]
     if op == "broadcast":  # pipelined along a chain from the first rank
         return [chain(ranks, size)]
     if op == "all_to_all":

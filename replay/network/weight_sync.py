@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.collectives import Phase, chain, phase_latency, run_phases, tree_edges
+from rltrace.replay.network.collectives import Phase, chain, phase_latency, ring, run_phases, tree_edges
 from rltrace.replay.topologies.base import Topology
 
 from rltrace.errors import ConfigError
@@ -57,6 +57,6 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
     senders, receivers = trainers, generators[np.arange(n) % len(generators)]
     scatter = Phase(senders, receivers, np.full(n, nbytes / n), 1)
     g = len(generators)
-    gather = Phase(generators, np.roll(generators, -1), np.full(g, (g - 1) / g * nbytes), g - 1, levels=np.arange(g))
+    gather = ring(generators, (g - 1) / g * nbytes, g - 1)
     t = run_phases(topo, [scatter, gather] if g > 1 else [scatter])
     return SyncTime(t.seconds + t.protocol.base_s, strategy, t.link_bytes, t.reconfig_s)  # two collectives

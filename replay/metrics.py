@@ -24,7 +24,10 @@ from rltrace.replay.simulator import PoolUse, Simulator
 
 from rltrace.errors import ConfigError
 
-TIMELINE_COLUMNS = ("resource", "pool", "kind", "step", "id", "start_s", "end_s")
+TIMELINE_SCHEMA = {"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32, "job": pl.Int32,
+                   "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}
+"""timeline.parquet: one row per busy interval. ``job``: the job (in job-list order; 0 in a one-job run) whose
+work it is, -1 for none in particular (an instance's busy span while it serves several jobs)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,25 +49,27 @@ def timeline_frame(sim: Simulator, requests: pl.DataFrame) -> pl.DataFrame:
     req = (
         requests.filter(pl.col("finished"))
         .join(lookup, on="instance", how="left")
-        .select("resource", "pool", pl.lit("request").alias("kind"), "step", pl.col("request").alias("id"),
+        .select("resource", "pool", pl.lit("request").alias("kind"), "step", "job", pl.col("request").alias("id"),
                 "start_s", pl.col("finish_s").alias("end_s"))
     )
     pools = {name: pool for name, pool in names.values()} | {r.name: r.pool for r in sim.resources.values()}
     seg = sim.segments
+    # One job: every span is its work, busy spans and switches included.
+    job = np.array([s[6] for s in seg], dtype=np.int32) if len(sim.jobs) > 1 else np.zeros(len(seg), np.int32)
     other = pl.DataFrame(
         {
             "resource": [s[0] for s in seg],
             "pool": [pools.get(s[0], "") for s in seg],
             "kind": [s[1] for s in seg],
             "step": np.array([s[2] for s in seg], dtype=np.int32),
+            "job": job,
             "id": np.array([s[3] for s in seg], dtype=np.int64),
             "start_s": np.array([s[4] for s in seg], dtype=np.float64),
             "end_s": np.array([s[5] for s in seg], dtype=np.float64),
         },
-        schema={"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32, "id": pl.Int64,
-                "start_s": pl.Float64, "end_s": pl.Float64},
+        schema=TIMELINE_SCHEMA,
     )
-    return pl.concat([req.cast(other.schema), other]).sort("start_s", "resource", "id")
+    return pl.concat([req.cast(TIMELINE_SCHEMA), other]).sort("start_s", "resource", "id")  # type: ignore[arg-type]
 
 
 def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -69,8 +69,9 @@ class Simulator:
         """every instance ever added, retired ones too (the timeline names them)"""
         self.resources: dict[str, Resource] = {}
         self.pools: list[PoolUse] = []
-        self.segments: list[tuple[str, str, int, int, float, float]] = []
-        """timeline rows besides the requests: (resource, kind, step, id, start_s, end_s)"""
+        self.segments: list[tuple[str, str, int, int, float, float, int]] = []
+        """timeline rows besides the requests: (resource, kind, step, id, start_s, end_s, job); job -1: no one
+        job's (an instance's busy span, a switch no job asked for)"""
         self.consumed: list[tuple[int, int, np.ndarray, np.ndarray]] = []
         """per training step: (job, train step, requests, their staleness in versions)"""
         self.step_end_s: dict[tuple[int, int], float] = {}
@@ -222,9 +223,10 @@ class Simulator:
         return back
 
     def reconfigure(self, inst: GenerationInstance, *, tp: int | None = None, cost: GenerationCost | None = None,
-                    switch_s: float = 0.0) -> None:
-        """Change an instance's TP degree or model; it is busy ``switch_s``, and its running requests are
-        preempted to the head of its queue (their tokens are recomputed afterwards)."""
+                    switch_s: float = 0.0, job: int = -1) -> None:
+        """Change an instance's TP degree or model; it is busy ``switch_s`` (a switch span of ``job``, the one it
+        switches to), and its running requests are preempted to the head of its queue (their tokens are
+        recomputed afterwards)."""
         self._touch(inst)
         inst.time_s = max(inst.time_s, self.now)
         running = [r for r in self.requests_on(inst) if self.requests.state[r] == State.RUNNING]
@@ -240,7 +242,7 @@ class Simulator:
             inst.cost = cost
         inst.set_tp(tp or inst.tp)
         if switch_s > 0:
-            self._segment(inst.name, "switch", -1, -1, inst.time_s, inst.time_s + switch_s)
+            self.segments.append((inst.name, "switch", -1, -1, inst.time_s, inst.time_s + switch_s, job))
             inst.time_s += switch_s
         for rid in running + waiting:
             req.state[rid] = State.WAITING
@@ -357,9 +359,10 @@ class Simulator:
         from its first); returns their ids, pending."""
         return self.requests.add(job, step, group, prompt_tokens, output_tokens, env_s)
 
-    def mark(self, resource: str, kind: str, step: int, start_s: float, end_s: float, item: int = -1) -> None:
+    def mark(self, resource: str, kind: str, step: int, start_s: float, end_s: float, item: int = -1,
+             job: int = -1) -> None:
         """Put a span of the scheduler's own on the timeline (a round, a phase, a decision)."""
-        self.segments.append((resource, kind, step, item, start_s, end_s))
+        self.segments.append((resource, kind, step, item, start_s, end_s, job))
 
     def reorder(self, inst: GenerationInstance, key: Callable[[int], Any]) -> None:
         """Sort an instance's waiting queue by ``key(request id)`` (running requests are not affected)."""
@@ -386,12 +389,14 @@ class Simulator:
         self.resources[name] = res = Resource(name, pool, gpus, slots, usd_per_s)
         return res
 
-    def work(self, resource: str, seconds: float, tag: Any, *, kind: str, step: int = -1, item: int = -1) -> float:
-        """Book ``seconds`` on a resource (FIFO); a "done" notice with ``tag`` comes at the end, returned."""
+    def work(self, resource: str, seconds: float, tag: Any, *, kind: str, step: int = -1, item: int = -1,
+             job: int = -1) -> float:
+        """Book ``seconds`` on a resource (FIFO); a "done" notice with ``tag`` comes at the end, returned. The
+        timeline span carries ``job`` (-1: a run's only job, or none in particular)."""
         if seconds < 0:
             raise ConfigError(f"{kind} on {resource} cannot take {seconds} s")
         start, end = self.resources[resource].book(self.now, seconds)
-        self.segments.append((resource, kind, step, item, start, end))
+        self.segments.append((resource, kind, step, item, start, end, job))
         self.queue.push(end, Priority.DONE, None, ("done", tag))
         return end
 
@@ -415,7 +420,8 @@ class Simulator:
         self._stopped = True
 
     def _segment(self, resource: str, kind: str, step: int, item: int, start_s: float, end_s: float) -> None:
-        self.segments.append((resource, kind, step, item, start_s, end_s))
+        """An instance's span; its ``item`` is a request (the span is that request's job's) or -1."""
+        self.segments.append((resource, kind, step, item, start_s, end_s, self.requests.job[item] if item >= 0 else -1))
 
     # ---- the loop ---------------------------------------------------------------------------------------------
 
@@ -480,7 +486,7 @@ class Simulator:
             k = nxt[rid]
             if k >= 0:
                 start, end = lanes.book(self.now, env[k])
-                self.segments.append(("env", "environment", step[k], k, start, end))
+                self.segments.append(("env", "environment", step[k], k, start, end, req.job[k]))
                 self.queue.push(end, Priority.DONE, None, ("turn", k, rid, inst.id))
 
     def _turn(self, rid: int, before: int, previous: int, on_event: Callable[[Simulator, Notice], None]) -> None:

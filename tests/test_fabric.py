@@ -230,7 +230,7 @@ def test_a_multi_job_replay_puts_every_jobs_traffic_on_the_links_in_its_own_span
     timeline = pl.read_parquet(tmp_path / "runs" / "rollmux" / "timeline.parquet")
     for what in ("weight_sync", "train"):
         spans = (timeline.filter(pl.col("kind") == what)
-                 .group_by(pl.col("id").cast(pl.Int32).alias("job"), "step")
+                 .group_by("job", "step")
                  .agg(pl.col("start_s").min(), pl.col("end_s").max()).sort("job", "step"))
         used = links.filter(pl.col("what") == what).group_by("job", "step").agg(
             pl.col("start_s").min(), pl.col("end_s").max()).sort("job", "step")

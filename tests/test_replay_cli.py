@@ -65,7 +65,7 @@ def test_each_scheduler_gets_a_run_folder(baselines: tuple[dict, Path]) -> None:
         config = json.loads((folder / "config.json").read_text())
         assert config["scheduler"]["name"] == name and config["cluster"]["gen_gpus"] == 16
         timeline = pl.read_parquet(folder / "timeline.parquet")
-        assert timeline.columns == ["resource", "pool", "kind", "step", "id", "start_s", "end_s"]
+        assert timeline.columns == ["resource", "pool", "kind", "step", "job", "id", "start_s", "end_s"]
         assert (timeline["end_s"] >= timeline["start_s"]).all()
         assert {"request", "train", "reward"} <= set(timeline["kind"])
 

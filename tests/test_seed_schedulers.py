@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import polars as pl
 import pytest
@@ -254,6 +256,25 @@ def test_rollmux_runs_one_jobs_rollout_while_the_other_trains() -> None:
     # job 1 generates during job 0's first training phase: the pools are multiplexed, not idle
     assert b_gen["start_s"].min() < first_train["end_s"] and b_gen["finish_s"].max() > first_train["start_s"]
     assert result.metrics["extra"]["groups"] == 1 and result.metrics["samples"] == 2 * 3 * 4
+
+
+def test_the_timeline_names_each_spans_job_and_rollmux_interleaves_them_on_the_trainer() -> None:
+    work = [[[50]] * 4] * 3
+    result = replay(jobs_of(work, work, arrivals=[0.0, 0.0], train_s=60.0), "rollmux", ReplayConfig())
+    tl = result.timeline
+    trained = tl.filter(pl.col("kind") == "train").sort("start_s")["job"].to_list()
+    assert sorted(trained) == [0, 0, 0, 1, 1, 1] and all(a != b for a, b in itertools.pairwise(trained))
+    for kind in ("weight_sync", "reward"):
+        assert sorted(tl.filter(pl.col("kind") == kind)["job"].to_list()) == [0, 0, 0, 1, 1, 1]
+    # a request's span is its job's; an instance switching to a job's rollout is that job's switch
+    requests = tl.filter(pl.col("kind") == "request").join(
+        result.requests.select(pl.col("request").alias("id"), pl.col("job").alias("owner")), on="id")
+    assert requests.height == 24 and (requests["job"] == requests["owner"]).all()
+    assert set(tl.filter(pl.col("kind") == "switch")["job"].to_list()) == {0, 1}
+    # one job: every span is its own, busy spans and switches included
+    alone = replay(grouped(work, gen_gpus=2, train_s=60.0), "disagg-sync", ReplayConfig()).timeline
+    assert alone.columns[:6] == ["resource", "pool", "kind", "step", "job", "id"]
+    assert alone["job"].unique().to_list() == [0]
 
 
 @pytest.mark.parametrize(("resident", "cold"), [(2, 4), (1, 12)])

@@ -79,13 +79,12 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
 
 def link_frame(routed: Routed, timeline: pl.DataFrame) -> pl.DataFrame:
     """Per link and busy interval: bytes and utilisation (bytes / (capacity x duration)) of each job's weight
-    syncs (during its "weight_sync" spans) and training collectives (during its "train" spans). A scheduler
-    that runs several jobs names the job in those spans' ``id``; the others leave it at -1, job 0."""
+    syncs (during its "weight_sync" spans) and training collectives (during its "train" spans), by the spans'
+    ``job``."""
     links = routed.topology.links()
     columns = ("link", "kind", "what", "job", "step", "start_s", "end_s", "bytes")
     rows: dict[str, list] = {c: [] for c in columns}
     spans = (timeline.filter(pl.col("kind").is_in(["weight_sync", "train"]))
-             .with_columns(pl.col("id").clip(lower_bound=0).cast(pl.Int32).alias("job"))
              .group_by("kind", "job", "step").agg(pl.col("start_s").min(), pl.col("end_s").max())
              .sort("job", "step", "kind"))
     for kind, job, step, start, end in spans.iter_rows():

@@ -203,7 +203,7 @@ class RollMux:
         job = sim.jobs[job_id]
         seconds = self._switch(sim, group, "rollout", job)
         for inst in free:
-            sim.reconfigure(inst, cost=job.generation, switch_s=seconds)
+            sim.reconfigure(inst, cost=job.generation, switch_s=seconds, job=job_id)
             group.owner[inst.id] = job_id
         sim.set_version(step, free)  # each job's weights carry its own version
         rids = list(job.starts(step))
@@ -231,7 +231,7 @@ class RollMux:
         group.training_busy = True
         seconds = self._switch(sim, group, "training", job) + job.trainer_seconds(step)
         sim.consume(job_id, step, job.requests(step), version=step)
-        sim.work(group.trainer, seconds, ("train", job_id, step), kind="train", step=step, item=job_id)
+        sim.work(group.trainer, seconds, ("train", job_id, step), kind="train", step=step, job=job_id)
 
     def _migrate_tail(self, sim: Simulator, group: Group, ro: Rollout) -> None:
         """Consolidate a rollout's long tail on as few instances as its batch needs; free the rest."""
@@ -269,7 +269,7 @@ class RollMux:
                     for iid in [i for i, j in group.owner.items() if j == ro.job]:
                         del group.owner[iid]
                     sim.work("reward", sim.jobs[ro.job].reward_s[ro.step], ("reward", ro.job, ro.step),
-                             kind="reward", step=ro.step)
+                             kind="reward", step=ro.step, job=ro.job)
             for group in self.groups:
                 self._start_rollouts(sim, group)
             return
@@ -281,7 +281,7 @@ class RollMux:
         elif what == "train":
             group.training_busy = False
             sim.work(group.sync, job.sync_s[step], ("sync", job_id, step), kind="weight_sync", step=step,
-                     item=job_id)
+                     job=job_id)
             self._start_training(sim, group)
         elif what == "sync":
             sim.end_step(job_id, step)

@@ -20,7 +20,8 @@ TEMPLATE = "plotly_white"
 COLORS = {
     "busy": "#4c78a8", "dependency bubble": "#f58518", "skewness bubble": "#e45756",
     "request": "#4c78a8", "train": "#54a24b", "weight_sync": "#b279a2", "reward": "#9d755d", "switch": "#bab0ac",
-    "queue": "#bab0ac", "prefill": "#72b7b2", "decode": "#4c78a8",
+    "queue": "#bab0ac", "prefill": "#72b7b2", "decode": "#4c78a8", "migrated": "#ff9da6", "preempted": "#eeca3b",
+    "aborted": "#e45756",
 }
 """one colour per kind or part, the same in every figure"""
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d", "#eeca3b",

@@ -91,10 +91,12 @@ def from_run(run: Run) -> Trace:
     """A replay run: its timeline (requests in batch-slot lanes, phases), links' busy intervals, running
     requests per instance and link utilisation as counters."""
     t = run.timeline.filter(pl.col("kind") != "busy")  # instance busy spans only repeat their requests
+    name = pl.when(pl.col("kind") == "request").then(pl.format("request {}", "id")).otherwise(pl.col("kind"))
+    if t.filter(pl.col("job") >= 0)["job"].n_unique() > 1:  # several jobs share the pools: say whose each span is
+        name = pl.when(pl.col("job") >= 0).then(pl.format("{} (job {})", name, "job")).otherwise(name)
     spans = t.select(pl.col("resource").alias("process"), pl.when(pl.col("kind") == "request").then(pl.lit("requests"))
-                     .otherwise(pl.col("kind")).alias("role"),
-                     pl.when(pl.col("kind") == "request").then(pl.format("request {}", "id")).otherwise(pl.col("kind"))
-                     .alias("name"), (pl.col("start_s") * 1e6).alias("start_us"), (pl.col("end_s") * 1e6).alias("end_us"),
+                     .otherwise(pl.col("kind")).alias("role"), name.alias("name"),
+                     (pl.col("start_s") * 1e6).alias("start_us"), (pl.col("end_s") * 1e6).alias("end_us"),
                      pl.col("step").cast(pl.Int64))
     reqs = t.filter(pl.col("kind") == "request")
     counters = [_occupancy(pl.col("resource"), pl.col("start_s") * 1e6, pl.col("end_s") * 1e6, "running requests", reqs)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
-from rltrace.dashboards.page import color, esc, esc_all, layout
+from rltrace.dashboards.page import PALETTE, color, esc, esc_all, layout
 
 from rltrace.analysis.timeline import Gantt
 
@@ -22,13 +22,25 @@ def _segments(starts: np.ndarray, ends: np.ndarray, ys: np.ndarray, extra: np.nd
     return x, y, c
 
 
+BY_JOB = ("request", "train", "weight_sync", "reward")
+"""kinds drawn in their job's colour in a run of several jobs (switches, preemptions... keep their kind's)"""
+
+
 def figure(run_name: str, gantt: Gantt) -> go.Figure:
-    """One line trace per kind (a single SVG path each, cheap to draw at 20k segments)."""
+    """One line trace per kind (a single SVG path each, cheap to draw at 20k segments); in a run of several
+    jobs, one per kind and job, its requests and phases coloured by job, so their interleaving on the shared
+    pools shows."""
     row = {name: i for i, name in enumerate(gantt.resources)}
     f = gantt.frame.with_columns(pl.col("resource").replace_strict(row, return_dtype=pl.Float64).alias("y"))
+    multi = f.filter(pl.col("job") >= 0)["job"].n_unique() > 1
+    parts = f.partition_by(["kind", "job"] if multi else ["kind"], as_dict=True)
+    kinds = sorted(f["kind"].unique().to_list())
     fig = go.Figure()
-    for i, kind in enumerate(f["kind"].unique().sort().to_list()):
-        k = f.filter(pl.col("kind") == kind)
+    for key in sorted(parts):
+        k, kind = parts[key], str(key[0])
+        job = int(key[1]) if multi else -1  # type: ignore[misc]
+        name = f"{kind}, job {job}" if job >= 0 else kind
+        colour = PALETTE[job % len(PALETTE)] if job >= 0 and kind in BY_JOB else color(kind, kinds.index(kind))
         y = k["y"].to_numpy()
         if kind == "request":  # lanes spread over the row's height
             y = y - 0.4 + 0.8 * (k["lane"].to_numpy() + 0.5) / k["lanes"].to_numpy()
@@ -37,14 +49,15 @@ def figure(run_name: str, gantt: Gantt) -> go.Figure:
         # Phases can be far shorter than a pixel (a 0.3 s sync in a 30 min run): markers at their ends keep
         # them visible; requests and busy spans are many and long enough as lines alone.
         marked = kind not in ("request", "busy") and k.height <= 5_000
-        fig.add_scatter(x=x, y=ys, customdata=step, mode="lines+markers" if marked else "lines", name=esc(kind),
-                        connectgaps=False, line={"width": 2 if kind == "request" else 14, "color": color(kind, i)},
-                        marker={"symbol": "square", "size": 8, "color": color(kind, i)},
-                        hovertemplate=esc(kind) + " %{x:.3f} s, step %{customdata}<extra></extra>")
+        fig.add_scatter(x=x, y=ys, customdata=step, mode="lines+markers" if marked else "lines", name=esc(name),
+                        connectgaps=False, line={"width": 2 if kind == "request" else 14, "color": colour},
+                        marker={"symbol": "square", "size": 8, "color": colour},
+                        hovertemplate=esc(name) + " %{x:.3f} s, step %{customdata}<extra></extra>")
     fig.update_yaxes(tickvals=list(range(len(gantt.resources))), ticktext=esc_all(gantt.resources),
                      autorange="reversed", range=[len(gantt.resources) - 0.5, -0.5], zeroline=False)
     fig.update_xaxes(title_text="time (s)", rangeslider={"visible": False})
     shown = f"{gantt.frame.height:,} of {gantt.total:,} intervals" if gantt.method != "all intervals" \
         else f"{gantt.total:,} intervals"
+    # A legend of kinds x jobs takes rows: below the plot it cannot cover the title.
     return layout(fig, f"Timeline: {esc(run_name)}", f"{shown}; {esc(gantt.method)}; drag to zoom, double-click to reset",
-                  height=max(320, 90 + 22 * len(gantt.resources)))
+                  height=max(320, 90 + 22 * len(gantt.resources)) + (60 if multi else 0), legend_below=multi)

@@ -15,6 +15,8 @@ import pytest
 from helpers import run_cli, small_config
 from rltrace.dashboards import bubbles, links, perfetto, timeline
 from rltrace.dashboards.page import esc
+from rltrace.replay.jobs import JobSpec, prepare_jobs
+from rltrace.replay.run import CostConfig, ReplayConfig, Shape, replay
 from rltrace.sample_traces import sample_path
 from trace_event_rules import violations
 
@@ -43,6 +45,7 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run(name: str, timeline_rows: list[tuple], requests: dict | None = None, **metrics: object) -> Run:
     t = pl.DataFrame(timeline_rows, schema={"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32,
                                             "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}, orient="row")
+    t = t.with_columns(pl.lit(0, pl.Int32).alias("job"))
     r = pl.DataFrame(requests or {"request": [0], "step": [0], "instance": [0], "output_tokens": [1], "finished": [True]})
     return Run(name, dict(metrics), {"scheduler": {"name": name}}, t, r)
 
@@ -62,11 +65,15 @@ def test_lanes(intervals, expected_lanes, expected_count):
     assert lane.tolist() == expected_lanes and count.tolist() == expected_count
 
 
-def test_merge_close_joins_gaps_below_the_threshold():
-    f = pl.DataFrame({"resource": ["r"] * 4, "kind": ["train"] * 4, "step": [0, 1, 2, 3], "id": [0, 1, 2, 3],
+@pytest.mark.parametrize("jobs, expected", [
+    ([0, 0, 0, 0], [(0.0, 2.0), (5.0, 6.0)]),
+    ([0, 1, 0, 0], [(0.0, 1.0), (1.05, 2.0), (5.0, 6.0)]),  # another job's span is never merged into one's own
+])
+def test_merge_close_joins_gaps_below_the_threshold(jobs, expected):
+    f = pl.DataFrame({"resource": ["r"] * 4, "kind": ["train"] * 4, "step": [0, 1, 2, 3], "job": jobs, "id": [0, 1, 2, 3],
                       "start_s": [0.0, 1.05, 5.0, 5.5], "end_s": [1.0, 2.0, 6.0, 5.8], "lane": [0] * 4, "lanes": [1] * 4})
     merged = merge_close(f, gap_s=0.1)
-    assert merged.select("start_s", "end_s").rows() == [(0.0, 2.0), (5.0, 6.0)]
+    assert merged.sort("start_s").select("start_s", "end_s").rows() == expected
 
 
 def test_gantt_stays_within_its_budget_and_says_how(runs_dir: Path):
@@ -166,6 +173,28 @@ def test_figures_escape_names_and_draw_one_trace_per_kind(runs_dir: Path):
     grid, method = network.link_utilization(run)
     heat = links.figure(grid, run.name, method)
     assert heat.data[0].z.shape == (grid["link"].n_unique(), 200)
+
+
+def test_a_run_of_several_jobs_draws_and_names_each_jobs_spans(tmp_path: Path):
+    specs = [JobSpec(name=n, bundle="rollpacker_qwen7b", arrival_s=a, steps=2, seed=i)
+             for i, (n, a) in enumerate((("a", 0.0), ("b", 20.0)))]
+    run = Run.from_result("rollmux", replay(prepare_jobs(specs, Shape(), CostConfig()), "rollmux", ReplayConfig()))
+    names = {t.name for t in timeline.figure(run.name, gantt(run)).data}
+    assert {"train, job 0", "train, job 1", "request, job 0", "request, job 1", "switch, job 1"} <= names
+    text = perfetto.from_run(run).to_json()
+    assert violations(text) == []
+    spans = [e["name"] for e in json.loads(text)["traceEvents"] if e["ph"] == "X"]
+    assert {"train (job 0)", "train (job 1)", "weight_sync (job 1)"} <= set(spans)
+    # a run folder written before timelines named jobs still loads: one job, so job 0
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "metrics.json").write_text("{}")
+    (folder / "config.json").write_text("{}")
+    single = Run.from_result("one", replay(prepare_jobs(specs[:1], Shape(), CostConfig()), "disagg-sync",
+                                           ReplayConfig()))
+    single.timeline.drop("job").write_parquet(folder / "timeline.parquet")
+    single.requests.write_parquet(folder / "requests.parquet")
+    assert load_run(folder).timeline["job"].unique().to_list() == [0]
 
 
 # ---- Perfetto --------------------------------------------------------------------------------------------------

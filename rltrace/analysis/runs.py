@@ -72,8 +72,12 @@ def load_run(folder: str | Path, name: str | None = None) -> Run:
             frames[table] = pl.read_parquet(path)
         except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as e:
             raise ConfigError(f"{path}: unreadable Parquet ({str(e).splitlines()[0]})") from None
-    return Run(name or root.name, metrics, config, frames["timeline"], frames["requests"],  # type: ignore[arg-type]
-               frames["links"], frames["steps"])
+    timeline, requests = frames["timeline"], frames["requests"]
+    assert timeline is not None and requests is not None
+    if "job" not in timeline.columns:  # an older run folder (no job column): its one job, or unknown
+        one = "job" not in requests.columns or requests["job"].n_unique() <= 1
+        timeline = timeline.with_columns(pl.lit(0 if one else -1, pl.Int32).alias("job"))
+    return Run(name or root.name, metrics, config, timeline, requests, frames["links"], frames["steps"])
 
 
 def load_runs(paths: list[Path]) -> list[Run]:

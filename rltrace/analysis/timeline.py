@@ -25,8 +25,8 @@ from rltrace.analysis.runs import Run
 PIXELS = 2000
 """merge gaps below makespan / PIXELS"""
 
-COLUMNS = {"resource": pl.String, "kind": pl.String, "step": pl.Int32, "id": pl.Int64, "start_s": pl.Float64,
-           "end_s": pl.Float64, "lane": pl.Int32, "lanes": pl.Int32}
+COLUMNS = {"resource": pl.String, "kind": pl.String, "step": pl.Int32, "job": pl.Int32, "id": pl.Int64,
+           "start_s": pl.Float64, "end_s": pl.Float64, "lane": pl.Int32, "lanes": pl.Int32}
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Gantt:
     """Rows to draw, their order, and how they were reduced."""
 
     frame: pl.DataFrame
-    """resource, kind, step, id, start_s, end_s, lane, lanes (request lanes within the row; 0/1 otherwise)"""
+    """resource, kind, step, job, id, start_s, end_s, lane, lanes (request lanes within the row; 0/1 otherwise)"""
     resources: list[str]
     """row order, top to bottom"""
     method: str
@@ -80,9 +80,9 @@ def row_order(names: list[str]) -> list[str]:
 
 
 def merge_close(frame: pl.DataFrame, gap_s: float) -> pl.DataFrame:
-    """Merge intervals of one (resource, kind, lane) whose gap is below ``gap_s`` (overlaps merge too)."""
-    f = frame.sort("resource", "kind", "lane", "start_s")
-    keys = ["resource", "kind", "lane"]
+    """Merge intervals of one (resource, kind, job, lane) whose gap is below ``gap_s`` (overlaps merge too)."""
+    f = frame.sort("resource", "kind", "job", "lane", "start_s")
+    keys = ["resource", "kind", "job", "lane"]
     f = f.with_columns(pl.col("end_s").cum_max().over(keys).alias("_reach"))
     f = f.with_columns(
         (pl.col("start_s") > pl.col("_reach").shift(1).over(keys) + gap_s).fill_null(True).cum_sum().alias("_run"))
@@ -94,7 +94,7 @@ def merge_close(frame: pl.DataFrame, gap_s: float) -> pl.DataFrame:
 
 def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_links: int = 12) -> Gantt:
     """The run's timeline (and its busiest links' busy intervals) as Gantt rows within the budget."""
-    t = run.timeline.select("resource", "kind", "step", "id", "start_s", "end_s")
+    t = run.timeline.select("resource", "kind", "step", "job", "id", "start_s", "end_s")
     notes: list[str] = []
     if run.links is not None and run.links.height:
         busiest = run.links.group_by("link").agg(pl.col("bytes").sum()).sort("bytes", "link", descending=[True, False])
@@ -102,7 +102,7 @@ def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_
             notes.append(f"busiest {max_links} of {busiest.height} links")
         chosen = run.links.filter(pl.col("link").is_in(busiest.head(max_links)["link"].to_list()))
         t = pl.concat([t, chosen.select(("link/" + pl.col("link")).alias("resource"), pl.col("what").alias("kind"),
-                                        "step", pl.lit(-1, pl.Int64).alias("id"), "start_s", "end_s")
+                                        "step", "job", pl.lit(-1, pl.Int64).alias("id"), "start_s", "end_s")
                        .cast(t.schema)])  # type: ignore[arg-type]
     total = t.height
     requests = t.filter(pl.col("kind") == "request")

@@ -38,7 +38,7 @@ def figure(run_name: str, gantt: Gantt) -> go.Figure:
     fig = go.Figure()
     for key in sorted(parts):
         k, kind = parts[key], str(key[0])
-        job = int(key[1]) if multi else -1  # type: ignore[misc]
+        job = int(key[1]) if multi else -1
         name = f"{kind}, job {job}" if job >= 0 else kind
         colour = PALETTE[job % len(PALETTE)] if job >= 0 and kind in BY_JOB else color(kind, kinds.index(kind))
         y = k["y"].to_numpy()

@@ -421,7 +421,8 @@ class Simulator:
 
     def _segment(self, resource: str, kind: str, step: int, item: int, start_s: float, end_s: float) -> None:
         """An instance's span; its ``item`` is a request (the span is that request's job's) or -1."""
-        self.segments.append((resource, kind, step, item, start_s, end_s, self.requests.job[item] if item >= 0 else -1))
+        job = self.requests.job[item] if item >= 0 else -1
+        self.segments.append((resource, kind, step, item, start_s, end_s, job))
 
     # ---- the loop ---------------------------------------------------------------------------------------------
 

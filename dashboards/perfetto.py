@@ -19,7 +19,7 @@ import polars as pl
 
 from rltrace.analysis.recorded import time_origin_ns
 from rltrace.analysis.runs import Run
-from rltrace.analysis.timeline import lanes, row_order
+from rltrace.analysis.timeline import lanes, row_order, several_jobs
 from rltrace.bundle import Bundle
 
 SPANS = {"process": pl.String, "role": pl.String, "name": pl.String, "start_us": pl.Float64, "end_us": pl.Float64,
@@ -92,7 +92,7 @@ def from_run(run: Run) -> Trace:
     requests per instance and link utilisation as counters."""
     t = run.timeline.filter(pl.col("kind") != "busy")  # instance busy spans only repeat their requests
     name = pl.when(pl.col("kind") == "request").then(pl.format("request {}", "id")).otherwise(pl.col("kind"))
-    if t.filter(pl.col("job") >= 0)["job"].n_unique() > 1:  # several jobs share the pools: say whose each span is
+    if several_jobs(t):  # several jobs share the pools: say whose each span is
         name = pl.when(pl.col("job") >= 0).then(pl.format("{} (job {})", name, "job")).otherwise(name)
     spans = t.select(pl.col("resource").alias("process"), pl.when(pl.col("kind") == "request").then(pl.lit("requests"))
                      .otherwise(pl.col("kind")).alias("role"), name.alias("name"),

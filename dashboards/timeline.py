@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import polars as pl
 from rltrace.dashboards.page import PALETTE, color, esc, esc_all, layout
 
-from rltrace.analysis.timeline import Gantt
+from rltrace.analysis.timeline import Gantt, several_jobs
 
 
 def _segments(starts: np.ndarray, ends: np.ndarray, ys: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -32,7 +32,7 @@ def figure(run_name: str, gantt: Gantt) -> go.Figure:
     pools shows."""
     row = {name: i for i, name in enumerate(gantt.resources)}
     f = gantt.frame.with_columns(pl.col("resource").replace_strict(row, return_dtype=pl.Float64).alias("y"))
-    multi = f.filter(pl.col("job") >= 0)["job"].n_unique() > 1
+    multi = several_jobs(f)
     parts = f.partition_by(["kind", "job"] if multi else ["kind"], as_dict=True)
     kinds = sorted(f["kind"].unique().to_list())
     fig = go.Figure()

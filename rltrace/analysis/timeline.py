@@ -43,6 +43,11 @@ class Gantt:
     """intervals before reduction"""
 
 
+def several_jobs(timeline: pl.DataFrame) -> bool:
+    """Whether the timeline holds the work of more than one job (a multi-job run: rollmux)."""
+    return timeline.filter(pl.col("job") >= 0)["job"].n_unique() > 1
+
+
 def lanes(resource: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Greedy interval partitioning per resource: each interval's lane (no two overlapping intervals share
     one) and the lane count of its resource. Input in any order; O(n log n)."""

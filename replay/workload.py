@@ -96,8 +96,8 @@ def extract(bundle: Bundle) -> Workload:
     )
     per_step = req.group_by("step").agg(
         pl.len().alias("samples"),
-        pl.col("prompt_tokens").sum(),
-        pl.col("output_tokens").sum(),
+        pl.col("prompt_tokens").cast(pl.Int64).sum(),  # int32 columns: an int32 sum would wrap
+        pl.col("output_tokens").cast(pl.Int64).sum(),
         pl.col("arrival_ns").min().alias("_first_ns"),
         ((pl.col("finish_ns").max() - pl.col("arrival_ns").min()) / 1e9).alias("generation_s"),
     )
@@ -105,8 +105,8 @@ def extract(bundle: Bundle) -> Workload:
     # Trainer-sourced flows are the sync; a generator's own reload of what it received is not counted twice.
     from_trainers = syncs.filter(pl.col("src").str.starts_with("trainer/"))
     has_trainer_flows = from_trainers.select(pl.len()).collect().item() > 0
-    sync = (from_trainers if has_trainer_flows else syncs).group_by("step").agg(pl.col("bytes").sum().alias("sync_bytes"))
-    coll = bundle.collectives.group_by("step").agg(pl.col("bytes_in").sum().alias("collective_bytes"))
+    sync = (from_trainers if has_trainer_flows else syncs).group_by("step").agg(pl.col("bytes").cast(pl.Float64).sum().alias("sync_bytes"))
+    coll = bundle.collectives.group_by("step").agg(pl.col("bytes_in").cast(pl.Float64).sum().alias("collective_bytes"))
     # Training-side work counts from the moment the step's samples are all generated: a trainer span that
     # opened earlier (a forward pass overlapping generation, or waiting for the batch) is not on the step's
     # critical path before that.
@@ -253,7 +253,8 @@ def retarget(
 
     rate = {c: seconds_per_token(c) for c in ("train_s", "reference_s")}
     new_steps = samples.group_by("step").agg(
-        pl.len().alias("samples"), pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum()
+        pl.len().alias("samples"), pl.col("prompt_tokens").cast(pl.Int64).sum(),
+        pl.col("output_tokens").cast(pl.Int64).sum(),
     ).sort("step")
     step_tokens = new_steps["prompt_tokens"] + new_steps["output_tokens"]
     # Per-step constants take the median: one stalled sync (0.34 s against 35-60 ms in the other steps of a tiny

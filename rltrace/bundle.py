@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rltrace.errors import BundleError, ValidationError
-from rltrace.manifest import MANIFEST_FILE, Manifest
+from rltrace.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, Manifest
 from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, TABLES, TableSchema, parse_version
 from rltrace.validate import check_frame
 
@@ -72,10 +72,12 @@ class Bundle:
         return self._frames["iterations"]
 
     def validate(self) -> None:
-        """Check every value rule of every table; raises :class:`ValidationError` at the first broken one."""
+        """Check every page checksum, row count and value rule of every table; raises :class:`BundleError`
+        (:class:`ValidationError` for a value) at the first problem."""
         for name, frame in self._frames.items():
             file = _rel(self.path, TABLES[name].file)
             try:
+                verify_pages(self.path / TABLES[name].file, file, self.manifest.tables.get(name))
                 check_frame(frame, TABLES[name], file)
             except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
                 raise BundleError(f"{file}: cannot be read ({_first_line(e)})") from None
@@ -100,13 +102,38 @@ def open_bundle(path: str | os.PathLike[str], *, validate: bool = True) -> Bundl
     mpath = root / MANIFEST_FILE
     if not mpath.is_file():
         raise BundleError(f"{root}: not a trace bundle (no {MANIFEST_FILE})")
-    manifest = Manifest.from_json(mpath.read_text(encoding="utf-8"), file=_rel(root, MANIFEST_FILE))
-    version = _check_version(manifest.format_version, _rel(root, MANIFEST_FILE))
+    mfile = _rel(root, MANIFEST_FILE)
+    try:
+        if mpath.stat().st_size > MAX_MANIFEST_BYTES:  # before reading it whole
+            raise ValidationError(f"{mpath.stat().st_size:,} bytes: too large for a manifest", file=mfile)
+        text = mpath.read_bytes()
+    except OSError as e:
+        raise BundleError(f"{mfile}: cannot be read ({e.strerror})") from None
+    manifest = Manifest.from_json(text, file=mfile)
+    version = _check_version(manifest.format_version, mfile)
     frames = {name: _scan(root, schema, version) for name, schema in TABLES.items()}
     bundle = Bundle(root, manifest, frames)
     if validate:
         bundle.validate()
     return bundle
+
+
+def verify_pages(path: Path, file: str, rows: int | None = None) -> None:
+    """Read every page of a Parquet file with its CRC checked (where the writer stored one), row group by row
+    group, and compare its row count with the manifest's ``rows``: a flipped byte in a page, or a footer that
+    lost rows, is a :class:`BundleError` naming the file. A missing file (a table newer than the bundle) passes.
+    """
+    if not path.is_file():
+        return
+    try:
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+        if rows is not None and pf.metadata.num_rows != rows:
+            raise BundleError(f"{file}: holds {pf.metadata.num_rows:,} rows, the manifest says {rows:,} (a damaged "
+                              "or replaced file)")
+        for i in range(pf.num_row_groups):
+            pf.read_row_group(i)  # one row group in memory at a time
+    except (pa.ArrowException, OSError) as e:
+        raise BundleError(f"{file}: corrupt ({_first_line(e)})") from None
 
 
 def _check_version(text: str, file: str) -> tuple[int, int]:
@@ -133,6 +160,9 @@ def _scan(root: Path, table: TableSchema, version: tuple[int, int]) -> pl.LazyFr
         stored = pq.read_schema(path)
     except (pa.ArrowException, OSError) as e:
         raise BundleError(f"{file}: not a valid Parquet file ({_first_line(e)})") from None
+    duplicated = sorted({n for n in stored.names if stored.names.count(n) > 1})
+    if duplicated:
+        raise ValidationError("appears more than once in the file", file=file, column=duplicated[0])
     exprs: list[pl.Expr] = []
     for col in table.columns:
         dtype = polars_dtype(col.type)
@@ -145,7 +175,7 @@ def _scan(root: Path, table: TableSchema, version: tuple[int, int]) -> pl.LazyFr
         if problem:
             raise ValidationError(problem, file=file, column=col.name)
         exprs.append(pl.col(col.name).cast(dtype))
-    return pl.scan_parquet(path).select(exprs)
+    return pl.scan_parquet(path, glob=False).select(exprs)  # a path, never a pattern: 'run[1]' is a folder name
 
 
 def _family(t: pa.DataType) -> str:
@@ -228,7 +258,9 @@ class TableWriter:
         self.rows = 0
         self._row_group_rows = row_group_rows
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:8]}")
-        self._writer = pq.ParquetWriter(self._tmp, table.arrow_schema(), compression="zstd")
+        # page checksums (CRC32 of every page): the reader verifies them, so a flipped byte is an error, not a
+        # silently changed value
+        self._writer = pq.ParquetWriter(self._tmp, table.arrow_schema(), compression="zstd", write_page_checksum=True)
 
     def write(self, data: TableLike) -> None:
         """Append rows (converted to the exact schema; raises ValidationError if they do not fit)."""

@@ -42,3 +42,30 @@ class ValidationError(BundleError):
 
 class ConfigError(RltraceError):
     """A configuration value, option or parameter is unknown or impossible."""
+
+
+MAX_ERROR_CHARS = 400
+"""An error line is at most this many characters (plus the ``rltrace: error: `` prefix): a 10^6-character
+value in a trace must not become a megabyte on stderr."""
+
+
+def clean(text: object, limit: int | None = None) -> str:
+    """``text`` as a string safe for a terminal, optionally cut to ``limit`` characters.
+
+    Control characters (ESC, OSC's BEL, C1 codes, DEL, ...) and lone surrogates are written as Python escapes
+    (``\\x1b``), so a trace string can neither move the cursor, retitle the window nor crash an encoder; rich
+    markup is a separate concern (print data with ``markup=False`` or as :class:`rich.text.Text`).
+    """
+    s = str(text)
+    if limit is not None and len(s) > limit:
+        s = f"{s[:limit]}... ({len(s) - limit:,} more characters)"
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() or c == " " else _escape(c) for c in s)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -16,6 +16,29 @@ from rltrace.schema import FORMAT_VERSION
 from rltrace.version import __version__
 
 MANIFEST_FILE = "manifest.json"
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+"""A manifest is a few kilobytes; anything this large is not one (and would be parsed into memory whole)."""
+MAX_DEPTH = 64
+"""Deepest nesting of objects and lists a manifest may hold (JSON nested 100,000 deep is refused, not a
+RecursionError)."""
+MAX_INT = 2**63 - 1
+MAX_GPUS = 1_000_000
+"""Most devices in one pool: more than any cluster built; a larger count is a corrupt manifest, not a cluster
+to lay out (replay would allocate per device)."""
+# (class, field) -> inclusive bounds, checked before anything is built from the manifest. Model dimensions are
+# divided by (heads, hidden) and allocated (execute), so they must be positive and plausible.
+_BOUNDS: dict[tuple[str, str], tuple[int, int]] = {
+    ("Pool", "count"): (0, MAX_GPUS),
+    ("Pool", "tp"): (1, MAX_GPUS),
+    **{("ModelInfo", f): (1, 1 << 20) for f in ("hidden", "heads", "kv_heads", "head_dim", "intermediate")},
+    ("ModelInfo", "layers"): (1, 100_000),
+    ("ModelInfo", "vocab"): (1, 1 << 24),
+    ("ModelInfo", "dtype_bytes"): (1, 16),
+    ("ModelInfo", "params"): (1, 10**15),
+    ("RLConfig", "prompts_per_step"): (1, 10**7),
+    ("RLConfig", "samples_per_prompt"): (1, 10**7),
+    ("RLConfig", "max_new_tokens"): (0, 1 << 31),
+}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -76,21 +99,71 @@ class Manifest:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, *, file: str = MANIFEST_FILE) -> Manifest:
-        """Parse and type-check a manifest; errors name the file and the offending field."""
+    def from_json(cls, text: str | bytes, *, file: str = MANIFEST_FILE) -> Manifest:
+        """Parse and type-check a manifest; errors name the file and the offending field.
+
+        Bytes must be UTF-8. Refused with a :class:`ValidationError`: invalid JSON or UTF-8, NaN/Infinity,
+        nesting deeper than ``MAX_DEPTH``, lone surrogates (``"\\ud800"``, not Unicode), a field of the wrong
+        type, and numbers outside their field's bounds.
+        """
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise ValidationError(f"{len(text):,} bytes: too large for a manifest (at most {MAX_MANIFEST_BYTES:,})",
+                                  file=file)
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValidationError(f"not UTF-8 (byte 0x{text[e.start]:02x} at offset {e.start})", file=file) from None
         try:
-            raw = json.loads(text)
+            raw = json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as e:
             raise ValidationError(f"not valid JSON ({e.msg} at line {e.lineno})", file=file) from None
+        except RecursionError:
+            raise ValidationError(f"nested too deeply (at most {MAX_DEPTH} levels)", file=file) from None
+        except ValueError as e:  # parse_constant's refusal
+            raise ValidationError(str(e), file=file) from None
         if not isinstance(raw, dict):
             raise ValidationError("must be a JSON object", file=file)
+        _check_tree(raw, file)
         return _build(cls, raw, file, "")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_tree(raw: Any, file: str) -> None:
+    """Depth and Unicode of every value, iteratively (no recursion to exhaust)."""
+    stack: list[tuple[Any, str, int]] = [(raw, "", 1)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValidationError(f"nested too deeply at '{where}' (at most {MAX_DEPTH} levels)", file=file)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                key = f"{where}.{k}" if where else k
+                _unicode(k, key, file)
+                stack.append((v, key, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
+        elif isinstance(value, str):
+            _unicode(value, where, file)
+
+
+def _unicode(text: str, key: str, file: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValidationError(f"field '{key}' holds a lone surrogate (\\u{ord(text[e.start]):04x}), which is not "
+                              "Unicode", file=file) from None
 
 
 def _build(cls: type, raw: dict[str, Any], file: str, prefix: str) -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
-    extra = dict(raw.get("extra") or {}) if "extra" in known else {}
+    extra: dict[str, Any] = {}
+    if "extra" in known and raw.get("extra") is not None:
+        extra = dict(_obj(raw["extra"], file, f"{prefix}extra"))
     for key, value in raw.items():
         if key not in known:
             extra[key] = value  # a newer writer's field: keep it
@@ -98,6 +171,10 @@ def _build(cls: type, raw: dict[str, Any], file: str, prefix: str) -> Any:
         if key == "extra":
             continue
         kwargs[key] = _coerce(known[key].type, value, file, f"{prefix}{key}")
+        bounds = _BOUNDS.get((cls.__name__, key))
+        if bounds is not None and kwargs[key] is not None and not bounds[0] <= kwargs[key] <= bounds[1]:
+            raise ValidationError(f"field '{prefix}{key}' must be in {bounds[0]:,}..{bounds[1]:,}, got "
+                                  f"{kwargs[key]:,}", file=file)
     missing = [
         n
         for n, f in known.items()
@@ -132,26 +209,38 @@ def _coerce(type_text: Any, value: Any, file: str, key: str) -> Any:
             return _build(nested, _obj(value, file, key), file, f"{key}.")
     if t.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValidationError(f"field '{key}' must be an integer, got {value!r}", file=file)
+            raise ValidationError(f"field '{key}' must be an integer, got {_short(value)}", file=file)
         if value < 0:
-            raise ValidationError(f"field '{key}' must be >= 0, got {value}", file=file)
+            raise ValidationError(f"field '{key}' must be >= 0, got {_short(value)}", file=file)
+        if value > MAX_INT:
+            raise ValidationError(f"field '{key}' must be <= 2^63-1, got {_short(value)}", file=file)
         return value
     if t.startswith("str"):
         if not isinstance(value, str):
-            raise ValidationError(f"field '{key}' must be a string, got {value!r}", file=file)
+            raise ValidationError(f"field '{key}' must be a string, got {_short(value)}", file=file)
         return value
     if t.startswith("list[str]"):
         if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
             raise ValidationError(f"field '{key}' must be a list of strings", file=file)
         return value
     if t.startswith("dict[str, int]"):
-        if not isinstance(value, dict) or not all(isinstance(x, int) for x in value.values()):
-            raise ValidationError(f"field '{key}' must map names to integers", file=file)
+        if not isinstance(value, dict) or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_INT for x in value.values()
+        ):
+            raise ValidationError(f"field '{key}' must map names to integers in 0..2^63-1", file=file)
         return value
     return value
 
 
 def _obj(value: Any, file: str, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ValidationError(f"field '{key}' must be an object, got {value!r}", file=file)
+        raise ValidationError(f"field '{key}' must be an object, got {_short(value)}", file=file)
     return value
+
+
+def _short(value: Any) -> str:
+    """A value for an error line: repr, cut (a 10^6-element list must not become the message)."""
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'object'} of {len(value):,} items"
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 80 else text[:80] + "..."

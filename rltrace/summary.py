@@ -28,7 +28,8 @@ class Summary:
     output_tokens: dict[str, float | None]
     """mean, p50, p90, p99, max and max_over_median of output tokens per sample"""
     collectives_by_op: pl.DataFrame
-    """op, count, bytes (message size max(bytes_in, bytes_out) summed over rows, as nccl-tests sizes)"""
+    """op, count, bytes (message size max(bytes_in, bytes_out) summed over rows, as nccl-tests sizes; Int128,
+    so no sum wraps)"""
     weight_syncs: dict[str, int]
     """count and bytes of weight-sync flows"""
     spans_by_phase: pl.DataFrame
@@ -70,7 +71,7 @@ def summarize(bundle: Bundle) -> Summary:
         bundle.requests.group_by("step")
         .agg(
             pl.len().alias("requests"),
-            pl.col("output_tokens").sum().alias("output_tokens"),
+            pl.col("output_tokens").cast(pl.Int64).sum().alias("output_tokens"),  # int32 would wrap
             pl.col("output_tokens").max().alias("max_output_tokens"),
             (pl.col("finish_reason") == "length").sum().alias("truncated"),
             ((pl.col("finish_ns").max() - pl.col("arrival_ns").min()) / 1e9).alias("generate_s"),
@@ -85,13 +86,13 @@ def summarize(bundle: Bundle) -> Summary:
     )
     by_op = (
         bundle.collectives.group_by("op")
-        .agg(pl.len().alias("count"), pl.max_horizontal("bytes_in", "bytes_out").sum().alias("bytes"))
+        .agg(pl.len().alias("count"), pl.max_horizontal("bytes_in", "bytes_out").cast(pl.Int128).sum().alias("bytes"))
         .sort("bytes", descending=True)
     )
-    syncs = bundle.weight_syncs.select(pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"))
+    syncs = bundle.weight_syncs.select(pl.len().alias("count"), pl.col("bytes").cast(pl.Int128).sum().alias("bytes"))  # int64 rows may sum past 2^63
     by_phase = (
         bundle.spans.group_by("phase")
-        .agg(pl.len().alias("spans"), ((pl.col("end_ns") - pl.col("start_ns")).sum() / 1e9).alias("seconds"))
+        .agg(pl.len().alias("spans"), ((pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64).sum() / 1e9).alias("seconds"))
         .sort("seconds", descending=True)
     )
     per_step_df, stats_df, by_op_df, syncs_df, by_phase_df = pl.collect_all([per_step, stats, by_op, syncs, by_phase])

@@ -27,8 +27,13 @@ class Rule:
     explain: Callable[[dict], str]
 
 
+MAX_VALUE_CHARS = 80
+"""A value quoted in an error is cut to this many characters (a 10^6-character enum value is one short line)."""
+
+
 def _fmt(v: object) -> str:
-    return repr(v) if isinstance(v, str) else str(v)
+    text = repr(v) if isinstance(v, str) else str(v)
+    return text if len(text) <= MAX_VALUE_CHARS else f"{text[:MAX_VALUE_CHARS]}... ({len(text):,} characters)"
 
 
 def rules_for(table: TableSchema) -> list[Rule]:
@@ -40,7 +45,7 @@ def rules_for(table: TableSchema) -> list[Rule]:
             rules.append(Rule(c.name, col.is_null(), lambda r: "null value in a column that allows none"))
         if c.min_value is not None:
             lo = c.min_value
-            rules.append(Rule(c.name, col < lo, lambda r, n=c.name, lo=lo: f"{n}={r[n]} is below {lo}"))
+            rules.append(Rule(c.name, col < lo, lambda r, n=c.name, lo=lo: f"{n}={_fmt(r[n])} is below {lo}"))
         if c.choices:
             allowed = ", ".join(c.choices)
             rules.append(
@@ -55,7 +60,7 @@ def rules_for(table: TableSchema) -> list[Rule]:
                 Rule(
                     c.name,
                     (col.list.len() == 0) | col.list.eval(pl.element().is_null() | (pl.element() < 0)).list.any(),
-                    lambda r, n=c.name: f"{n}={r[n]} must be a non-empty list of ranks >= 0",
+                    lambda r, n=c.name: f"{n}={_fmt(r[n])} must be a non-empty list of ranks >= 0",
                 )
             )
     for o in table.orders:
@@ -64,7 +69,7 @@ def rules_for(table: TableSchema) -> list[Rule]:
             Rule(
                 o.later,
                 pl.col(o.later) < pl.col(o.earlier),
-                lambda r, o=o, w=word: f"{o.later}={r[o.later]} {w} {o.earlier}={r[o.earlier]}",
+                lambda r, o=o, w=word: f"{o.later}={_fmt(r[o.later])} {w} {o.earlier}={_fmt(r[o.earlier])}",
             )
         )
     for scalar, lst in table.member_of:
@@ -72,7 +77,7 @@ def rules_for(table: TableSchema) -> list[Rule]:
             Rule(
                 scalar,
                 pl.col(scalar).is_not_null() & ~pl.col(lst).list.contains(pl.col(scalar)).fill_null(False),
-                lambda r, s=scalar, l=lst: f"{s}={r[s]} is not a member of {l}={r[l]}",
+                lambda r, s=scalar, l=lst: f"{s}={_fmt(r[s])} is not a member of {l}={_fmt(r[l])}",
             )
         )
     if table.name == "requests":

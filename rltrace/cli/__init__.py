@@ -27,7 +27,7 @@ from rltrace.cli.replay_comms_cmd import replay_comms
 from rltrace.cli.schema_cmd import schema
 from rltrace.cli.sweep_cmd import sweep
 from rltrace.cli.synth_cmd import synth
-from rltrace.errors import RltraceError
+from rltrace.errors import MAX_ERROR_CHARS, RltraceError, clean
 
 app = typer.Typer(
     name="rltrace",
@@ -76,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
-    line = " ".join(message.split())  # one line, whatever the message
+    # one line, whatever the message, bounded in length and with no terminal control sequences from the data
+    line = clean(" ".join(message.split()), MAX_ERROR_CHARS)
     print(f"rltrace: error: {line}", file=sys.stderr)
     return EXIT_BAD_INPUT
 

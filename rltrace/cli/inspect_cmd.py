@@ -9,13 +9,18 @@ from typing import Annotated
 import polars as pl
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from rltrace.bundle import open_bundle
+from rltrace.errors import clean
 from rltrace.sample_traces import list_samples, sample_path
 from rltrace.summary import Summary, summarize
 
 MAX_STEP_ROWS = 24
+MAX_CELL_CHARS = 200
+"""A trace string longer than this is cut in a table cell (a 10^6-character phase name stays one line)."""
 
 
 def resolve_bundle(path: Path | None) -> Path:
@@ -46,15 +51,15 @@ def inspect(
 
 
 def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"):
+        if abs(n) < 1024 or unit == "ZiB":
             return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     raise AssertionError("unreachable")
 
 
 def _table(title: str, frame: pl.DataFrame, formats: dict[str, str] | None = None) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold")
+    table = Table(title=Text(title), title_justify="left", title_style="bold")
     formats = formats or {}
     for name, dtype in frame.schema.items():
         table.add_column(name, justify="right" if dtype.is_numeric() else "left")
@@ -70,17 +75,18 @@ def _table(title: str, frame: pl.DataFrame, formats: dict[str, str] | None = Non
                 cells.append(format(value, fmt))
             else:
                 cells.append(str(value))
-        table.add_row(*cells)
+        # cells are Text, never markup: a phase named '[/x]' is printed as it is, control characters escaped
+        table.add_row(*(Text(clean(c, MAX_CELL_CHARS)) for c in cells))
     return table
 
 
 def render(s: Summary, console: Console) -> None:
     """Print a summary for people; every trace-supplied string is printed as text, never as markup."""
     m = s.manifest
-    console.print(f"[bold]{s.path}[/bold]", markup=True, highlight=False)
+    console.print(f"[bold]{escape(clean(s.path))}[/bold]", markup=True, highlight=False)
     facts = [("run", m.run_id), ("source", m.source), ("format", m.format_version)]
     if m.model:
-        facts.append(("model", f"{m.model.name} ({m.model.params / 1e9:.2f}B params)"))
+        facts.append(("model", f"{clean(m.model.name, MAX_CELL_CHARS)} ({m.model.params / 1e9:.2f}B params)"))
     if m.cluster:
         facts.append(("cluster", ", ".join(f"{k}: {p.count} x {p.device} (tp {p.tp})" for k, p in m.cluster.items())))
     if m.rl:
@@ -93,7 +99,7 @@ def render(s: Summary, console: Console) -> None:
         )
     for key, value in facts:
         console.print(f"  {key:8s} ", end="", highlight=False)
-        console.print(value, markup=False, highlight=False)
+        console.print(clean(value, MAX_CELL_CHARS), markup=False, highlight=False)
 
     console.print(_table("Tables", pl.DataFrame({"table": list(s.table_rows), "rows": list(s.table_rows.values())}),
                          {"rows": ","}))

@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rltrace.errors import BundleError, ValidationError
+from rltrace.errors import BundleError, ValidationError, clean
 from rltrace.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, Manifest
 from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, TABLES, TableSchema, parse_version
 from rltrace.validate import check_frame
@@ -81,6 +81,10 @@ class Bundle:
                 check_frame(frame, TABLES[name], file)
             except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
                 raise BundleError(f"{file}: cannot be read ({_first_line(e)})") from None
+            except BaseException as e:  # polars' Rust panic on a damaged file is a BaseException (pyo3)
+                if type(e).__name__ != "PanicException":
+                    raise
+                raise BundleError(f"{file}: cannot be read (damaged: the Parquet reader gave up)") from None
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, run_id={self.manifest.run_id!r})"
@@ -130,9 +134,16 @@ def verify_pages(path: Path, file: str, rows: int | None = None) -> None:
         if rows is not None and pf.metadata.num_rows != rows:
             raise BundleError(f"{file}: holds {pf.metadata.num_rows:,} rows, the manifest says {rows:,} (a damaged "
                               "or replaced file)")
-        for i in range(pf.num_row_groups):
-            pf.read_row_group(i)  # one row group in memory at a time
-    except (pa.ArrowException, OSError) as e:
+        read = 0
+        for i in range(pf.num_row_groups):  # one row group in memory at a time
+            got, declared = pf.read_row_group(i).num_rows, pf.metadata.row_group(i).num_rows
+            if got != declared:
+                raise BundleError(f"{file}: row group {i} holds {got:,} rows, its footer says {declared:,} (damaged)")
+            read += got
+        if read != pf.metadata.num_rows:
+            raise BundleError(f"{file}: its row groups hold {read:,} rows, its footer says {pf.metadata.num_rows:,} "
+                              "(damaged)")
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         raise BundleError(f"{file}: corrupt ({_first_line(e)})") from None
 
 
@@ -158,11 +169,19 @@ def _scan(root: Path, table: TableSchema, version: tuple[int, int]) -> pl.LazyFr
         raise BundleError(f"{file}: missing (every bundle holds {', '.join(t.file for t in TABLES.values())})")
     try:
         stored = pq.read_schema(path)
-    except (pa.ArrowException, OSError) as e:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a column name that is not UTF-8
         raise BundleError(f"{file}: not a valid Parquet file ({_first_line(e)})") from None
     duplicated = sorted({n for n in stored.names if stored.names.count(n) > 1})
     if duplicated:
         raise ValidationError("appears more than once in the file", file=file, column=duplicated[0])
+    if version <= (FORMAT_MAJOR, FORMAT_MINOR):
+        # Only a newer minor version adds columns; an unknown one in a file of a version this reader knows is
+        # damage (a flipped byte in the footer renames 'step' to 'stfp', and the optional column would silently
+        # read as its default).
+        unknown = [n for n in stored.names if n not in table.names]
+        if unknown:
+            raise ValidationError(f"unknown column in a format {version[0]}.{version[1]} file", file=file,
+                                  column=clean(unknown[0], 80))
     exprs: list[pl.Expr] = []
     for col in table.columns:
         dtype = polars_dtype(col.type)

@@ -4,7 +4,8 @@
 bundle B's batch (prompts and samples per prompt, steps) and holds it against B's measurement. Both
 compare mean step time over the steady steps: step 0 of a recording carries one-time start-up (vLLM's
 first-request compilation and allocation) that no steady-state model reproduces, so the first step of each
-side is left out.
+side is left out. Each comes with the 90% interval of its replicates (replay/uncertainty.py): seeds of the
+retargeted draw and bootstrap draws of the steps the generation cost is fitted to.
 
 A and B may also be two sets of steps of one recording that alternates two settings step by step
 (``settings`` finds them): interleaved, both settings see the same machine, so a drift in the machine's
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.uncertainty import DEFAULT_REPLICATES, replicate
 from rltrace.replay.workload import WARMUP_STEPS, extract, renumber_steps
 
 from rltrace.bundle import Bundle
@@ -28,13 +30,23 @@ class Fidelity:
     measured_s: float
     """mean measured step time over the steady steps"""
     replayed_s: float
-    """mean replayed step time over the same steps"""
+    """mean replayed step time over the same steps: the median over the replicates when there are any (the
+    point estimate a retarget should be judged by, not one seed's draw), else the single replay's"""
     notes: list[str]
+    low_s: float = float("nan")
+    """5% quantile of the replicates' mean steady step time (NaN without replicates)"""
+    high_s: float = float("nan")
+    """95% quantile of the same"""
 
     @property
     def error(self) -> float:
         """(replayed - measured) / measured"""
         return self.replayed_s / self.measured_s - 1
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """the replicates' 90% interval as errors against the measurement"""
+        return self.low_s / self.measured_s - 1, self.high_s / self.measured_s - 1
 
 
 def settings(bundle: Bundle) -> dict[int, tuple[int, ...]]:
@@ -50,11 +62,16 @@ def _measured(bundle: Bundle, steps: Sequence[int] | None) -> float:
     return float(recorded["wall_s"][WARMUP_STEPS:].mean())
 
 
-def _replayed(bundle: Bundle, shape: Shape, cost: CostConfig) -> tuple[float, list[str]]:
+def _replayed(bundle: Bundle, shape: Shape, cost: CostConfig, measured: float, replicates: int) -> Fidelity:
     prepared = from_bundle(bundle, shape, cost)
-    steps = replay(prepared, "as-recorded", ReplayConfig()).steps
-    assert steps is not None
-    return float(steps["step_time_s"][WARMUP_STEPS:].mean()), prepared.notes
+    config = ReplayConfig()
+    point = float(replay(prepared, "as-recorded", config).metrics["step_time_s"]["steady_mean"])
+    spread = replicate(bundle, shape, cost, prepared, {"as-recorded": {}}, config, count=replicates)
+    if not spread:
+        return Fidelity(measured, point, prepared.notes)
+    summary = spread["as-recorded"].summary()["step_time_s.steady_mean"]
+    median = summary["median"] if "seed" in spread["as-recorded"].sources else point
+    return Fidelity(measured, median, prepared.notes, summary["p05"], summary["p95"])
 
 
 def _tuple(steps: Sequence[int] | None) -> tuple[int, ...] | None:
@@ -62,22 +79,25 @@ def _tuple(steps: Sequence[int] | None) -> tuple[int, ...] | None:
 
 
 def as_recorded_error(bundle: Bundle, cost: CostConfig | None = None, *,
-                      steps: Sequence[int] | None = None) -> Fidelity:
+                      steps: Sequence[int] | None = None, replicates: int = DEFAULT_REPLICATES) -> Fidelity:
     """Replay ``bundle`` (only its recorded ``steps`` when given) on its own layout and timings; compare mean
-    steady step time."""
-    replayed, notes = _replayed(bundle, Shape(source_steps=_tuple(steps)), cost or CostConfig())
-    return Fidelity(_measured(bundle, steps), replayed, notes)
+    steady step time. The point estimate is the replay with the full fit; ``replicates`` bootstrap draws of
+    the fitted steps give its interval."""
+    return _replayed(bundle, Shape(source_steps=_tuple(steps)), cost or CostConfig(), _measured(bundle, steps),
+                     replicates)
 
 
 def retarget_error(source: Bundle, target: Bundle, cost: CostConfig | None = None, *,
-                   source_steps: Sequence[int] | None = None, target_steps: Sequence[int] | None = None) -> Fidelity:
+                   source_steps: Sequence[int] | None = None, target_steps: Sequence[int] | None = None,
+                   replicates: int = DEFAULT_REPLICATES) -> Fidelity:
     """Replay ``source`` reshaped to ``target``'s batch shape; compare with ``target``'s measured step time.
-    ``source_steps`` and ``target_steps`` restrict either side to some of its recorded steps."""
+    ``source_steps`` and ``target_steps`` restrict either side to some of its recorded steps. The estimate is
+    the median over ``replicates`` seeds (each with its own bootstrap of the fitted steps), with their 90%
+    interval."""
     rl = extract(target).samples
     if target_steps is not None:
         rl = renumber_steps(rl, target_steps)
     groups = rl.group_by("step", "group").len()
     shape = Shape(steps=rl["step"].n_unique(), prompts_per_step=int(groups.group_by("step").len()["len"].median()),
                   samples_per_prompt=int(groups["len"].median()), source_steps=_tuple(source_steps))
-    replayed, notes = _replayed(source, shape, cost or CostConfig())
-    return Fidelity(_measured(target, target_steps), replayed, notes)
+    return _replayed(source, shape, cost or CostConfig(), _measured(target, target_steps), replicates)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from rltrace.replay.simulator import PoolUse, Simulator
+from rltrace.replay.workload import WARMUP_STEPS
 
 from rltrace.errors import ConfigError
 
@@ -137,9 +138,12 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     ends = sorted(sim.step_end_s.items())
     makespan = max((t for _, t in ends), default=float(timeline["end_s"].max() or 0.0))
     step_times: list[float] = []
+    steady: list[float] = []  # after each job's warm-up step: what fidelity checks compare (replay/fidelity.py)
     previous: dict[int, float] = {job.id: job.arrival_s for job in sim.jobs}
-    for (job, _), end in ends:
+    for (job, step), end in ends:
         step_times.append(end - previous[job])
+        if step >= WARMUP_STEPS:
+            steady.append(step_times[-1])
         previous[job] = end
     used = np.concatenate([c[2] for c in sim.consumed]) if sim.consumed else np.zeros(0, np.int64)
     staleness = np.concatenate([c[3] for c in sim.consumed]) if sim.consumed else np.zeros(1, np.int64)
@@ -187,7 +191,7 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     return {
         "throughput_samples_per_s": samples / makespan if makespan else 0.0,
         "throughput_tokens_per_s": tokens / makespan if makespan else 0.0,
-        "step_time_s": _quantiles(step_times),
+        "step_time_s": {**_quantiles(step_times), "steady_mean": float(np.mean(steady or step_times or [0.0]))},
         "makespan_s": makespan,
         "bubble_fraction": {pool: {"dependency": m["dependency"], "skewness": m["skewness"]} for pool, m in metrics.items()},
         "gpu_utilization": {pool: m["busy"] for pool, m in metrics.items()},

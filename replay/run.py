@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
-from rltrace.replay.costmodels.calibrate import fit_trace
+from rltrace.replay.costmodels.calibrate import fit_generation
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.costmodels.training import TrainingCost
@@ -26,6 +26,7 @@ from rltrace.replay.job import Job
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
 from rltrace.replay.network.network import NetworkConfig, link_frame, route
 from rltrace.replay.network.network import metrics as network_metrics
+from rltrace.replay.network.weight_sync import local_fabric, reprice_syncs
 from rltrace.replay.schedulers import create
 from rltrace.replay.simulator import Simulator
 from rltrace.replay.workload import Workload, extract, renumber_steps, retarget, select_steps
@@ -82,6 +83,9 @@ class Prepared:
     jobs: list[Job]
     cluster: Cluster
     notes: list[str]
+    fitted_steps: tuple[int, ...] = ()
+    """the recorded steps (renumbered) whose timings the generation cost was fitted to; empty when it was not
+    fitted to the trace (the replay's uncertainty bootstraps over them, replay/uncertainty.py)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +144,12 @@ def _gpu(device: str | None) -> GPUSpec | None:
 
 
 def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording: pl.DataFrame | None = None,
-            iterations: pl.LazyFrame | None = None, measured: bool = False, model: str | None = None) -> Prepared:
+            iterations: pl.LazyFrame | None = None, measured: bool = False, model: str | None = None,
+            step_weights: dict[int, float] | None = None) -> Prepared:
     """Build the job and its requests. ``recording`` is the bundle's requests frame and ``iterations`` its
     engine iterations, read only when generation costs are fitted to the trace (the calibration data); ``measured`` says its timings
-    come from a real run (``rltrace record`` or an import), which lets "auto" fit generation costs to them."""
+    come from a real run (``rltrace record`` or an import), which lets "auto" fit generation costs to them;
+    ``step_weights`` weighs the recorded steps in that fit (a bootstrap draw, see replay/uncertainty.py)."""
     notes: list[str] = []
     spec = model_spec(workload.model, model)
     profile = load_profile(cost.profile) if cost.profile else None
@@ -156,9 +162,9 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     if use_trace:
         if recording is None:
             raise ConfigError("cost.generation=trace needs the bundle's recorded requests")
-        generation, report = fit_trace(recording, tp=rollout.tp if rollout else 1,
-                                       iterations=iterations.collect() if iterations is not None else None)
-        notes.append(f"generation cost fitted to the trace: {report}")
+        generation, report = fit_generation(recording, iterations.collect() if iterations is not None else None,
+                                            tp=rollout.tp if rollout else 1, step_weights=step_weights)
+        notes.append(f"generation cost fitted to the trace, {report}")
     else:
         gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
         if spec is None or gpu is None:
@@ -212,10 +218,17 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               max_new_tokens=workload.max_new_tokens,
               sync_bytes=[float(b) / engines or weights for b in steps["sync_bytes"].to_list()],
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
-              sync_tensors=spec.tensors if spec is not None else 1)
+              sync_tensors=spec.tensors if spec is not None else 1,
+              extra={"params": float(spec.params), "weight_bytes": weights} if spec is not None else {})
+    if (rollout and rollout.device != cluster.gen_gpu) or (trainer and trainer.device != cluster.train_gpu):
+        # syncs measured on other hardware: the network model prices them on the replay's GPUs
+        job.sync_s = reprice_syncs(job.sync_bytes or [], cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu,
+                                   tensors=job.sync_tensors)
+        notes.append(f"weight syncs priced on {local_fabric(cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu)}")
     frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
         pl.lit(0).alias("job"), turns["next_turn"].cast(pl.Int64))
-    return Prepared(frame, [job], cluster, notes)
+    fitted = tuple(sorted(recording["step"].unique().to_list())) if use_trace and recording is not None else ()
+    return Prepared(frame, [job], cluster, notes, fitted)
 
 
 def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: dict[str, Any] | None = None,
@@ -286,8 +299,10 @@ def _given(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
-def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None) -> Prepared:
-    """Extract, retarget (when ``shape`` asks) and prepare a bundle's workload on the cluster ``shape`` gives."""
+def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None, *,
+                step_weights: dict[int, float] | None = None) -> Prepared:
+    """Extract, retarget (when ``shape`` asks) and prepare a bundle's workload on the cluster ``shape`` gives;
+    ``step_weights`` weighs the (renumbered) recorded steps in a generation-cost fit to the trace."""
     if bundle.requests.select(pl.len()).collect().item() == 0:
         raise ConfigError(f"{bundle.path}: no requests, so no RL step to replay (an imported profiler or execution "
                           "trace holds collectives only): `rltrace replay-comms BUNDLE --ranks N` re-issues them")
@@ -326,4 +341,4 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
         workload = replace(workload, steps=workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured))
     return prepare(workload, cluster, cost, recording=recording.collect(), iterations=iterations,
-                   measured=bundle.manifest.source == "record", model=shape.model)
+                   measured=bundle.manifest.source == "record", model=shape.model, step_weights=step_weights)

@@ -1,10 +1,9 @@
 """Calibration: fit cost-model factors to what was measured, and say how well they fit.
 
-``fit_trace`` fits decode iteration time against batch size from a recording's own request timings: each
-request's time per output token (first token to finish) against the mean number of requests running on its
-engine over its decode iterations. Where the recording has engine iterations (format 1.3), the batch slope
-comes from them (one duration per batch size, not an average over a request's life) and the requests set the
-level. ``fit_kernel_tables`` fits the roofline's efficiency factors per TP to measured
+``fit_generation`` fits a recording's generation cost: per engine iteration where the recording has them
+(format 1.3; :mod:`.iteration_fit`), else from its request timings (``fit_trace``: each request's time per
+output token, first token to finish, against the mean number of requests running on its engine over its
+decode iterations). ``fit_kernel_tables`` fits the roofline's efficiency factors per TP to measured
 kernel tables (Vidur's and aiconfigurator's public H100 data) and writes them as a profile that
 ``--profile`` loads.
 """
@@ -17,6 +16,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
+from rltrace.replay.costmodels.iteration_fit import fit_iterations, iteration_features
 from rltrace.replay.workload import steady
 
 from rltrace.errors import ConfigError
@@ -32,13 +32,10 @@ class TraceFit:
     requests: int
     median_abs_error: float
     """median |predicted - measured| / measured per-request time per token"""
-    slope_from: str = "requests"
-    """where the batch slope was measured: "requests", or "N iterations, +-SE us" (its standard error) when
-    the recording has them"""
 
     def __str__(self) -> str:
-        return (f"{self.base_s * 1e3:.3f} ms + {self.per_seq_s * 1e6:.2f} us x batch per token (slope from "
-                f"{self.slope_from}), prefill {self.prefill_s * 1e3:.1f} ms, from {self.requests} requests "
+        return (f"{self.base_s * 1e3:.3f} ms + {self.per_seq_s * 1e6:.2f} us x batch per token (from "
+                f"requests: no engine iterations recorded), prefill {self.prefill_s * 1e3:.1f} ms, from {self.requests} requests "
                 f"(median error {self.median_abs_error:.1%})")
 
 
@@ -98,34 +95,27 @@ def _batch_slope(batch: np.ndarray, per_token: np.ndarray, tokens: np.ndarray) -
     return float(np.average(per_token, weights=tokens)), 0.0
 
 
-def iteration_slope(iterations: pl.DataFrame) -> tuple[float, float] | None:
-    """The decode slope (seconds per extra request in the batch) from recorded engine iterations and its
-    standard error, or None when they cannot give a positive one. Each iteration is one duration at one batch
-    size, which per-request timings (an average over a request's whole life) cannot give; the first step's
-    iterations (vLLM warming up) are left out when there are more than two steps, as in :func:`fit_trace`.
-
-    Unlike the request fit, a positive slope is kept however noisy: an iteration's batch is exact, so the
-    estimate is unbiased but for contention late in a generate() call (small batches slowed down), which
-    biases it low. Either way it is nearer the truth than the zero slope a significance rule falls back to,
-    which over-predicts a smaller batch by the whole batch effect (one CI recording: +23% for 32 -> 16
-    requests, where the slope was about 60 +- 25 us)."""
-    it = steady(iterations.filter(pl.col("requests") >= 1, pl.col("end_ns") > pl.col("start_ns")))
-    if it.height < 10:
-        return None
-    seconds = (it["end_ns"] - it["start_ns"]).to_numpy() / 1e9
-    _, slope, stderr = fit_line(it["requests"].to_numpy().astype(float), seconds)
-    return (slope, stderr) if slope > 0 and np.isfinite(stderr) else None
+def fit_generation(requests: pl.DataFrame, iterations: pl.DataFrame | None = None, tp: int = 1,
+                   step_weights: dict[int, float] | None = None) -> tuple[FittedGeneration, str]:
+    """A recording's generation cost and a one-line account of the fit: per engine iteration when the
+    recording has at least ten steady ones (:func:`.iteration_fit.fit_iterations`), else from its requests
+    (:func:`fit_trace`). ``step_weights`` weighs steps (a bootstrap draw; absent steps weigh 0)."""
+    if iterations is not None and iterations.height:
+        fit = fit_iterations(iteration_features(iterations, requests), step_weights)
+        if fit is not None:
+            return fit.generation(tp), f"per engine iteration: {fit}"
+    cost, report = fit_trace(requests, tp, step_weights)
+    return cost, str(report)
 
 
 def fit_trace(requests: pl.DataFrame, tp: int = 1,
-              iterations: pl.DataFrame | None = None) -> tuple[FittedGeneration, TraceFit]:
-    """Fit per-token decode latency against running batch size from a recording's requests.
+              step_weights: dict[int, float] | None = None) -> tuple[FittedGeneration, TraceFit]:
+    """Fit per-token decode latency against running batch size from a recording's requests (the fallback of
+    :func:`fit_generation` for a recording without engine iterations).
 
     The first step is left out when the recording has more than two: its decode carries vLLM's start-up
     (17.7 ms per token in step 0 against 5.7-9.7 ms later, in one CI recording of the tiny RL example).
-    With ``iterations`` that give a positive batch slope (:func:`iteration_slope`), the slope is theirs and
-    the requests set only the base: the token-weighted mean of what the slope leaves of each request's time
-    per token, which keeps the mean generation time of the recording right."""
+    ``step_weights`` weighs each step's requests (a bootstrap draw of steps; absent steps weigh 0)."""
     r = steady(requests.filter(pl.col("output_tokens") >= 2, pl.col("finish_ns") > pl.col("first_token_ns")))
     if r.height < 2:
         raise ConfigError("too few requests with two or more output tokens to fit decode latency from the trace")
@@ -137,15 +127,12 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
     tokens = r["output_tokens"].to_numpy() - 1
     per_token = (finish - first) / tokens
     batch = mean_running(engine, first, finish)
-    from_iterations = iteration_slope(iterations) if iterations is not None and iterations.height else None
-    measured = None if from_iterations is None else from_iterations[0]
-    slope_from = ("requests" if from_iterations is None
-                  else f"{iterations.height} iterations, +-{from_iterations[1] * 1e6:.2f} us")
+    weight = tokens.astype(np.float64)
+    if step_weights is not None:  # the batch above still counts every request: they all ran
+        weight = weight * r["step"].replace_strict(step_weights, default=0.0, return_dtype=pl.Float64).to_numpy()
 
     def refit(batch: np.ndarray) -> tuple[float, float]:
-        if measured is None:
-            return _batch_slope(batch, per_token, tokens)
-        return float(np.average(per_token - measured * batch, weights=tokens)), measured
+        return _batch_slope(batch, per_token, weight)
 
     base, slope = refit(batch)
     for _ in range(3):  # a request's time per token averages tau over its iterations, not over time: refit
@@ -154,9 +141,9 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
         batch = mean_running(engine, first, finish, base, slope)
         base, slope = refit(batch)
     predicted = base + slope * batch
-    error = float(np.median(np.abs(predicted - per_token) / per_token))
+    error = float(np.median((np.abs(predicted - per_token) / per_token)[weight > 0]))
     # Prefill: the median wait from scheduling to first token (robust to a warm-up outlier).
     prefill = float(np.median(first - sched))
-    fit = TraceFit(float(base), float(slope), max(prefill, 0.0), r.height, error, slope_from)
+    fit = TraceFit(float(base), float(slope), max(prefill, 0.0), r.height, error)
     model = IterationModel(compute=Linear(base=fit.base_s, per_seq=fit.per_seq_s), memory=Linear())
     return FittedGeneration(model=model, recorded_tp=tp, prefill_base_s=fit.prefill_s), fit

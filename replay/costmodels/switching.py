@@ -1,8 +1,28 @@
 """Phase and job switch costs: what it takes a pool to go from one role or job to another.
 
-RollMux (arXiv 2512.11306) measured them on H800 for a 7B and a 32B model: bringing up rollout takes 0.9 s
-warm (state resident in host memory) and 38.8 s cold; training 4.1 s warm and 32.7 s cold; for 32B 1.7 /
-81.7 s and 5.9 / 81.2 s. Other model sizes interpolate linearly in parameter count, held flat outside.
+A switch moves model state between GPU memory and host memory over each GPU's host link, and pays a fixed
+engine floor:
+
+    seconds = FLOOR_S + max(bytes onto each GPU, bytes off each GPU) / (host link per GPU)
+
+(PCIe is full duplex: what goes off and what comes on overlap.) The state is the model's parameter bytes:
+
+- rollout: the serving weights, ``weight_bytes / tp`` per GPU of an instance;
+- training: weights plus mixed-precision Adam state (fp32 master weight, two moments, the gradient:
+  ``ADAM_BYTES_PER_PARAM`` per parameter), sharded over the training GPUs (FSDP / ZeRO-3).
+
+The host link is the GPU kind's datasheet PCIe figure per direction (``host_link_gbps`` in the GPU catalog),
+times ``HOST_LINK_SHARE``: every GPU of a pool switches at once, and on HGX/DGX baseboards two GPUs sit
+behind each PCIe switch's x16 uplink to the CPU (DGX H100 and DGX A100 user guides), so each gets half.
+
+``FLOOR_S`` is vLLM's measured wake-up of a small model from sleep mode level 1 (weights offloaded to host
+memory): about 0.1 s (blog.vllm.ai, "Zero-Reload Model Switching with vLLM Sleep Mode", 2025: "wake a model
+in ~0.1-0.4 s"). A cold switch (state not in host memory: the engine starts again) adds ``COLD_START_S``, the
+low end of the same source's 30-100+ s "reload models on-demand".
+
+RollMux (arXiv 2512.11306) measured warm/cold switches on H800: 7B rollout 0.9 / 38.8 s, training 4.1 /
+32.7 s; 32B rollout 1.7 / 81.7 s, training 5.9 / 81.2 s. They are a validation check of this model (tests
+and docs/schedulers.md), not its inputs: no figure here is fitted to them.
 
 A TP change within rollout (OrchestrRL's regrouping, RollPacker's TP planner) reloads each GPU's new weight
 shard from pinned host memory: :func:`reload_seconds`.
@@ -10,28 +30,80 @@ shard from pinned host memory: :func:`reload_seconds`.
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
+from functools import cache
 
-# (params, rollout warm, rollout cold, training warm, training cold), seconds: RollMux, arXiv 2512.11306
-SWITCH_COSTS = ((7e9, 0.9, 38.8, 4.1, 32.7), (32e9, 1.7, 81.7, 5.9, 81.2))
-# Half of PCIe 5.0 x16's 63 GB/s per direction (PCI-SIG): weight shards reloaded from pinned host memory.
-RELOAD_GBPS = 32.0
-_COLUMN = {("rollout", True): 1, ("rollout", False): 2, ("training", True): 3, ("training", False): 4}
+from rltrace.replay.costmodels.training import ADAM_BYTES_PER_PARAM
+
+from rltrace.catalog import get_gpu
+from rltrace.errors import ConfigError
+
+FLOOR_S = 0.1
+COLD_START_S = 30.0
+HOST_LINK_SHARE = 0.5
+# A device the catalog lacks ("cpu" recordings): the slowest catalogued host link (A100's PCIe Gen4, 32 GB/s
+# a direction), so an unknown device is never priced faster than a known one.
+UNKNOWN_HOST_LINK_GBPS = 32.0
+ROLES = ("rollout", "training")
+# RollMux's measurements (arXiv 2512.11306, H800): (params, rollout warm, rollout cold, training warm, training
+# cold) seconds. Validation only.
+ROLLMUX_MEASURED = ((7e9, 0.9, 38.8, 4.1, 32.7), (32e9, 1.7, 81.7, 5.9, 81.2))
 
 
-def switch_seconds(params: float, role: str, warm: bool) -> float:
-    """Seconds to bring a pool up in ``role`` ("rollout" or "training") for a model of ``params``."""
-    column = _COLUMN[(role, warm)]
-    return float(np.interp(params, [row[0] for row in SWITCH_COSTS], [row[column] for row in SWITCH_COSTS]))
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    """What a switch moves: a model's parameter count and its serving weights' bytes."""
+
+    params: float = 0.0
+    weight_bytes: float = 0.0
+
+    def rollout_bytes(self, tp: int = 1) -> float:
+        """Serving weights on each GPU of a ``tp``-way instance."""
+        return self.weight_bytes / max(tp, 1)
+
+    def training_bytes(self, gpus: int = 1) -> float:
+        """Weights and optimizer state on each of ``gpus`` training GPUs (fully sharded)."""
+        return (self.weight_bytes + ADAM_BYTES_PER_PARAM * self.params) / max(gpus, 1)
 
 
-def model_params(cost: object, default: float = 7e9) -> float:
-    """Parameter count of a generation cost model's model, when it has one (a trace fit has none)."""
-    return float(getattr(getattr(cost, "model", None), "params", default))
+def job_state(job: object) -> ModelState:
+    """A job's model state: its generation cost's catalog model, else what ``prepare`` put in ``job.extra``
+    (``params``, ``weight_bytes`` from the bundle's model), else nothing known (a switch is its floor)."""
+    model = getattr(getattr(job, "generation", None), "model", None)
+    if hasattr(model, "weight_bytes") and hasattr(model, "params"):
+        return ModelState(float(model.params), float(model.weight_bytes))
+    extra = getattr(job, "extra", None) or {}
+    return ModelState(float(extra.get("params", 0.0)), float(extra.get("weight_bytes", 0.0)))
+
+
+@cache
+def host_link_bytes_per_s(gpu: str) -> float:
+    """Bytes/s one GPU of a switching pool gets over its host link (uncatalogued: ``UNKNOWN_HOST_LINK_GBPS``)."""
+    try:
+        gbps = get_gpu(gpu).host_link_gbps or UNKNOWN_HOST_LINK_GBPS
+    except ConfigError:
+        gbps = UNKNOWN_HOST_LINK_GBPS
+    return gbps * 1e9 * HOST_LINK_SHARE
+
+
+def move_seconds(onload_bytes: float, offload_bytes: float, gpu: str, *, warm: bool = True) -> float:
+    """Seconds for each GPU to take ``onload_bytes`` in and put ``offload_bytes`` out (full duplex)."""
+    floor = FLOOR_S if warm else COLD_START_S
+    return floor + max(onload_bytes, offload_bytes, 0.0) / host_link_bytes_per_s(gpu)
+
+
+def switch_seconds(state: ModelState, role: str, gpu: str, *, tp: int = 1, gpus: int = 1, warm: bool = True) -> float:
+    """Seconds to bring a pool of ``gpu`` up in ``role`` ("rollout": instances of ``tp``; "training": ``gpus``
+    sharding the state) for a model of ``state``, its state in host memory (``warm``) or not."""
+    if role not in ROLES:
+        raise ConfigError(f"switch role must be one of {', '.join(ROLES)}, got {role!r}")
+    onload = state.rollout_bytes(tp) if role == "rollout" else state.training_bytes(gpus)
+    return move_seconds(onload, 0.0, gpu, warm=warm)
 
 
 def reload_seconds(cost: object, tp: int) -> float:
     """Seconds for an instance to load its weight shard at ``tp`` from host memory (0 without a catalog model:
     a trace fit does not know its weight bytes)."""
-    weight_bytes = getattr(getattr(cost, "model", None), "weight_bytes", 0.0)
-    return float(weight_bytes) / tp / (RELOAD_GBPS * 1e9)
+    weight_bytes = float(getattr(getattr(cost, "model", None), "weight_bytes", 0.0))
+    gpu = getattr(getattr(cost, "gpu", None), "name", "")
+    return weight_bytes / max(tp, 1) / host_link_bytes_per_s(gpu) if weight_bytes else 0.0

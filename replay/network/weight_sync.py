@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from rltrace.replay.network.collectives import Phase, chain, phase_latency, ring, run_phases, tree_edges
+from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import Topology
 
 from rltrace.errors import ConfigError
@@ -60,3 +61,24 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
     gather = ring(generators, (g - 1) / g * nbytes, g - 1)
     t = run_phases(topo, [scatter, gather] if g > 1 else [scatter])
     return SyncTime(t.seconds + t.protocol.base_s, strategy, t.link_bytes, t.reconfig_s)  # two collectives
+
+
+def local_fabric(gen_gpus: int, train_gpus: int, gpu: str) -> str:
+    """The fabric a replay assumes when it moves a recording to another GPU kind without ``--topology``: one
+    NVSwitch node of ``gpu`` for up to 8 GPUs, else rail-optimised nodes of 8 (docs/fabrics.md)."""
+    gpus = gen_gpus + train_gpus
+    return f"nvswitch:gpus={gpus},gpu={gpu}" if gpus <= 8 else f"rail:nodes={math.ceil(gpus / 8)},gpu={gpu}"
+
+
+def reprice_syncs(sync_bytes: list[float], gen_gpus: int, train_gpus: int, gpu: str, *, tensors: int = 1,
+                  strategy: str = "bucketed") -> list[float]:
+    """Seconds of each step's weight sync (``sync_bytes``: one model copy to every generator) on
+    :func:`local_fabric`: what a sync measured on other hardware takes on the replay's GPUs."""
+    topo = parse(local_fabric(gen_gpus, train_gpus, gpu))
+    generators, trainers = np.arange(gen_gpus), gen_gpus + np.arange(train_gpus)
+    priced: dict[float, float] = {}  # a sync's time depends only on its bytes: one routing per distinct size
+    for nbytes in sync_bytes:
+        if nbytes not in priced:
+            sync = weight_sync(topo, strategy, trainers, generators, nbytes, tensors) if nbytes > 0 else None
+            priced[nbytes] = float(sync.seconds) if sync is not None else 0.0
+    return [priced[b] for b in sync_bytes]

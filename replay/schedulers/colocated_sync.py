@@ -1,17 +1,17 @@
 """colocated-sync (verl's hybrid engine): every GPU generates, then every GPU trains.
 
 One pool of ``gen_gpus + train_gpus`` GPUs alternates roles. Switching costs time both ways: to training
-(free the KV cache, offload the inference engine, load optimizer state) and back to generation (reshard the
-new weights into the inference engine, which replaces a network weight sync). By default these are RollMux's
-measured warm switch costs for the model's size (7B: training 4.1 s, rollout 0.9 s; 32B: 5.9 s, 1.7 s;
-see :mod:`rltrace.replay.costmodels.switching`).
+(free the KV cache, drop the inference weights, load weights and optimizer state from host memory) and back
+to generation (reshard the new weights into the inference engine, which replaces a network weight sync, while
+the training state goes back to host memory). By default both are the model's bytes over the GPU's host link
+plus an engine floor (:mod:`rltrace.replay.costmodels.switching`); a switch span on the trainer shows each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.replay.costmodels.switching import model_params, switch_seconds
+from rltrace.replay.costmodels.switching import job_state, move_seconds
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, generation_pool, spread
 from rltrace.replay.simulator import Notice, Simulator
@@ -20,9 +20,10 @@ from rltrace.replay.simulator import Notice, Simulator
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ColocatedSyncConfig:
     to_train_s: float | None = None
-    """switch from generation to training (None: RollMux's warm training switch for the model's size)"""
+    """switch from generation to training (None: the training state onto each GPU over its host link)"""
     to_generate_s: float | None = None
-    """switch back, weights resharded into the inference engine (None: RollMux's warm rollout switch)"""
+    """switch back, weights resharded into the inference engine (None: the training state off each GPU, the
+    serving weights on, over its host link)"""
 
 
 @register("colocated-sync")
@@ -40,10 +41,11 @@ class ColocatedSync:
         sim.allocate("training", gpus, c.gen_gpu, billed=False)  # the same GPUs in their training role
         sim.add_resource("trainer", "training", gpus=gpus)
         sim.add_resource("reward", "cpu")
-        params = model_params(job.generation)
-        cfg = self.config
-        self.to_train = switch_seconds(params, "training", warm=True) if cfg.to_train_s is None else cfg.to_train_s
-        self.to_generate = switch_seconds(params, "rollout", warm=True) if cfg.to_generate_s is None else cfg.to_generate_s
+        state, cfg = job_state(job), self.config
+        train_bytes, serve_bytes = state.training_bytes(gpus), state.rollout_bytes(c.tp)
+        self.to_train = move_seconds(train_bytes, 0.0, c.gen_gpu) if cfg.to_train_s is None else cfg.to_train_s
+        self.to_generate = (move_seconds(serve_bytes, train_bytes, c.gen_gpu) if cfg.to_generate_s is None
+                            else cfg.to_generate_s)
         spread(sim, self.instances, job.starts(0))
 
     def on_event(self, sim: Simulator, notice: Notice) -> None:
@@ -55,9 +57,12 @@ class ColocatedSync:
             return
         what, _, step = notice.tag
         if what == REWARD:
-            # Trainer GPUs are the generators: the switch, then forward/backward/optimizer, then back.
-            seconds = self.to_train + job.trainer_seconds(step)
-            sim.work("trainer", seconds, (TRAIN, job.id, step), kind="train", step=step)
+            # Trainer GPUs are the generators: the switch, then forward/backward/optimizer (FIFO on the
+            # trainer: the train span starts when the switch ends), then back.
+            sim.work("trainer", self.to_train, ("to_train", job.id, step), kind="switch", step=step)
+            sim.work("trainer", job.trainer_seconds(step), (TRAIN, job.id, step), kind="train", step=step)
+        elif what == "to_train":
+            return
         elif what == TRAIN:
             sim.work("trainer", self.to_generate, ("resharded", job.id, step), kind="switch", step=step)
         else:

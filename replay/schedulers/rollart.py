@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.entities.instance import GenerationInstance
+from rltrace.replay.entities.requests import State
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import answer_again, siblings
@@ -232,11 +233,21 @@ class RollArt:
         oldest = self.version - self.config.alpha
         stale = {id(t): t for t in self.of.values() if t.version < oldest}
         self.done = deque(t for t in self.done if t.version >= oldest)
+        for inst in self.decode + self.prefill:
+            sim.requests_on(inst)  # brings each instance to now: a planned drain may run ahead of it
+        state = sim.requests.state
         for t in stale.values():
+            # Each turn of an aborted trajectory was running (an "aborted" span), queued (never started: an
+            # aborted attempt without a span) or finished (its span stays; the work is thrown away); a next
+            # turn still waiting on its environment is none of them.
+            running = sum(state[r] == State.RUNNING for r in t.turns)
+            queued = sum(state[r] == State.WAITING for r in t.turns)
+            finished = sum(state[r] == State.FINISHED for r in t.turns)
             sim.abort(t.turns)
             for rid in t.turns:
                 self.of.pop(rid, None)
             sim.mark("rollart", "stale_abort", t.step, sim.now, sim.now, item=t.turns[0])
+            for key, n in (("stale_aborts", 1), ("stale_running_turns", running), ("stale_queued_turns", queued),
+                           ("stale_finished_turns", finished)):
+                sim.extra[key] = sim.extra.get(key, 0) + n
             self._run_again(sim, t.origin if t.origin >= 0 else t.turns[0])
-        if stale:
-            sim.extra["stale_aborts"] = sim.extra.get("stale_aborts", 0) + len(stale)

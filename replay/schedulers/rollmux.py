@@ -5,8 +5,11 @@
   job A trains, job B generates.
 - **Context switches.** A pool switching to another job pays a warm cost when that job's state is resident
   in host memory (at most ``resident_jobs`` per pool, least recently used evicted) and a cold cost
-  otherwise. The paper's measurements (7B: rollout 0.9 s warm / 38.8 s cold, training 4.1 / 32.7 s; 32B:
-  1.7 / 81.7 and 5.9 / 81.2) are interpolated by parameter count.
+  otherwise: the job's model state over each GPU's host link plus an engine floor
+  (:mod:`rltrace.replay.costmodels.switching`; RollMux's measured 7B/32B figures are its validation). A
+  pool whose GPUs still hold the job (it ran the job's last phase there) does not switch, and a job's first
+  load on a pool is its start-up, which no scheduler charges. Each switch is a ``switch`` span (one per
+  instance, one on the trainer), counted in ``metrics.extra`` ``warm_switches``/``cold_switches``.
 - **Placement on arrival.** A group holds at most ``resident_jobs`` jobs (the paper's residency constraint:
   every member's state stays in host memory, so its switches are warm; ``residency = false`` lifts it), and
   every member must meet its SLO (T_coexec <= SLO x T_solo, with conservative estimates: every response at
@@ -27,7 +30,7 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from rltrace.replay.costmodels.switching import model_params, switch_seconds
+from rltrace.replay.costmodels.switching import job_state, switch_seconds
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
@@ -71,6 +74,10 @@ class Group:
     warm: dict[str, OrderedDict[int, None]] = field(default_factory=lambda: {"rollout": OrderedDict(), "training": OrderedDict()})
     owner: dict[int, int] = field(default_factory=dict)
     """instance id -> job generating on it"""
+    held: dict[int, int] = field(default_factory=dict)
+    """instance id (-1: the trainer) -> the job whose state its GPUs hold now"""
+    started: dict[str, set[int]] = field(default_factory=lambda: {"rollout": set(), "training": set()})
+    """role -> jobs whose first load (start-up) the pool has done"""
 
 
 @dataclass(slots=True)
@@ -117,8 +124,10 @@ class RollMux:
         est = [self._estimate(sim, j, instances) for j in members]
         solo = [sum(self._estimate(sim, j, sim.cluster.instances)) for j in members]
         resident = len(members) <= self.config.resident_jobs  # warm switches, else cold
-        switch = [(switch_seconds(model_params(j.generation), "rollout", resident),
-                   switch_seconds(model_params(j.generation), "training", resident)) for j in members]
+        c = sim.cluster
+        switch = [(switch_seconds(job_state(j), "rollout", c.gen_gpu, tp=c.tp, warm=resident),
+                   switch_seconds(job_state(j), "training", c.train_gpu, gpus=c.train_gpus, warm=resident))
+                  for j in members]
         cycle = max(sum(g + w for (g, _), (w, _) in zip(est, switch)),
                     sum(t + w for (_, t), (_, w) in zip(est, switch)))
         return all(cycle <= j.extra.get("slo", 2.0) * s for j, s in zip(members, solo))
@@ -172,17 +181,27 @@ class RollMux:
 
     # ---- the two pools -----------------------------------------------------------------------------------------
 
-    def _switch(self, sim: Simulator, group: Group, role: str, job: Job) -> float:
+    def _switch(self, sim: Simulator, group: Group, role: str, job: Job, count: int) -> float:
+        """Seconds for ``count`` instances (or the trainer) of a pool whose GPUs do not hold ``job`` to take it
+        up in ``role`` (0: none to switch, or the job's start-up); each is a switch span, counted in
+        ``metrics.extra``."""
         lru = group.warm[role]
         warm = job.id in lru
         lru[job.id] = None
         lru.move_to_end(job.id)
         while len(lru) > self.config.resident_jobs:
             lru.popitem(last=False)
-        params = model_params(job.generation)
+        if count == 0:
+            return 0.0  # the job's state never left these GPUs
+        if job.id not in group.started[role]:
+            group.started[role].add(job.id)  # its first load: start-up, as in every other scheduler
+            return 0.0
         key = "warm_switches" if warm else "cold_switches"
-        sim.extra[key] = sim.extra.get(key, 0) + 1
-        return switch_seconds(params, role, warm)
+        sim.extra[key] = sim.extra.get(key, 0) + count
+        c = sim.cluster
+        if role == "rollout":
+            return switch_seconds(job_state(job), role, c.gen_gpu, tp=c.tp, warm=warm)
+        return switch_seconds(job_state(job), role, c.train_gpu, gpus=c.train_gpus, warm=warm)
 
     def _start_rollouts(self, sim: Simulator, group: Group) -> None:
         if group.rollouts:
@@ -201,10 +220,11 @@ class RollMux:
             return
         job_id, step = group.rollouts.popleft()
         job = sim.jobs[job_id]
-        seconds = self._switch(sim, group, "rollout", job)
+        other = [i for i in free if group.held.get(i.id) != job_id]
+        seconds = self._switch(sim, group, "rollout", job, len(other))
         for inst in free:
-            sim.reconfigure(inst, cost=job.generation, switch_s=seconds, job=job_id)
-            group.owner[inst.id] = job_id
+            sim.reconfigure(inst, cost=job.generation, switch_s=seconds if inst in other else 0.0, job=job_id)
+            group.owner[inst.id] = group.held[inst.id] = job_id
         sim.set_version(step, free)  # each job's weights carry its own version
         rids = list(job.starts(step))
         self.active[job_id] = Rollout(job_id, step, len(job.requests(step)))  # every turn finishes
@@ -229,9 +249,13 @@ class RollMux:
         job_id, step = group.trainings.popleft()
         job = sim.jobs[job_id]
         group.training_busy = True
-        seconds = self._switch(sim, group, "training", job) + job.trainer_seconds(step)
+        switch = self._switch(sim, group, "training", job, int(group.held.get(-1) != job_id))
+        group.held[-1] = job_id
         sim.consume(job_id, step, job.requests(step), version=step)
-        sim.work(group.trainer, seconds, ("train", job_id, step), kind="train", step=step, job=job_id)
+        if switch > 0:  # FIFO on the trainer: training starts when the switch ends
+            sim.work(group.trainer, switch, ("switched", job_id, step), kind="switch", step=step, job=job_id)
+        sim.work(group.trainer, job.trainer_seconds(step), ("train", job_id, step), kind="train", step=step,
+                 job=job_id)
 
     def _migrate_tail(self, sim: Simulator, group: Group, ro: Rollout) -> None:
         """Consolidate a rollout's long tail on as few instances as its batch needs; free the rest."""

@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-from rltrace.replay.costmodels.switching import model_params, reload_seconds, switch_seconds
+from rltrace.replay.costmodels.switching import job_state, reload_seconds, switch_seconds
 from rltrace.replay.entities.instance import KV_WATERMARK
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
@@ -305,7 +305,7 @@ class RollPacker:
     def _restore(self, sim: Simulator, job: Job) -> None:
         """Before a round: lent GPUs back to rollout, and the TP the planner chose."""
         if self.lent:
-            back = switch_seconds(model_params(job.generation), "rollout", True)
+            back = switch_seconds(job_state(job), "rollout", sim.cluster.gen_gpu, tp=self.tp)
             for _ in range(self.lent):
                 inst = sim.add_instance("generation", self.tp, job.generation)
                 sim.reconfigure(inst, switch_s=back)
@@ -332,7 +332,7 @@ class RollPacker:
             sim.retire(inst)
         self.instances = keep
         self.lent = len(lend)
-        switch = switch_seconds(model_params(job.generation), "training", True)
+        switch = switch_seconds(job_state(job), "training", sim.cluster.gen_gpu, gpus=len(lend) * self.tp)
         self.stream = Stream(len(lend) * self.tp * _training_speed(sim), sim.now + switch)
         sim.extra["stream_trainer_rounds"] = sim.extra.get("stream_trainer_rounds", 0) + 1
 

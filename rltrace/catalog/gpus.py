@@ -26,6 +26,9 @@ class GPUSpec:
     usd_per_hour: float = 0.0
     """on-demand rental price of one GPU (0: unknown)"""
     price_source: str = ""
+    host_link_gbps: float = 0.0
+    """host interface (PCIe) bandwidth per direction in GB/s, the datasheet's figure (0: unknown)"""
+    host_link_source: str = ""
 
     @property
     def flops(self) -> float:
@@ -36,6 +39,11 @@ class GPUSpec:
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_gbps * 1e9
 
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        """Host interface bandwidth per direction, bytes/s (0: unknown)."""
+        return self.host_link_gbps * 1e9
+
 
 def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
     spec = build_entry(GPUSpec, name, raw, where, "gpu")
@@ -45,6 +53,8 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
             raise ConfigError(f"{where}: gpu {name!r}: {key} must be a positive number")
     if not isinstance(spec.nvls_efficiency, (int, float)) or not 0 <= spec.nvls_efficiency <= 1:
         raise ConfigError(f"{where}: gpu {name!r}: nvls_efficiency must be in [0, 1]")
+    if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
+        raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec
 
 

@@ -32,7 +32,7 @@ from rltrace.errors import ConfigError
 
 SUMMARY_FORMATS = {"samples_per_s": ".3g", "tokens_per_s": ",.0f", "step_time_s": ".3g", "usd_per_1k_samples": ".3f",
                    "makespan_s": ".4g", "samples_per_s_x": ".2f", "tokens_per_s_x": ".2f", "step_time_s_x": ".2f",
-                   "usd_per_1k_samples_x": ".2f"}
+                   "usd_per_1k_samples_x": ".2f", "samples_per_s_p05": ".3g", "samples_per_s_p95": ".3g"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

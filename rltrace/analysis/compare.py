@@ -29,7 +29,8 @@ def baseline_index(runs: list[Run], baseline: str | None) -> int:
 def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     """One row per run: the headline figures and, for each, its ratio to the baseline run (``<col>_x``).
 
-    A ratio above 1 means more than the baseline (for step time and cost, that is worse)."""
+    A ratio above 1 means more than the baseline (for step time and cost, that is worse). Runs with a spread
+    (replay/uncertainty.py) add the 5% and 95% quantiles of their samples/s over the replicates."""
     rows = []
     for run in runs:
         row: dict[str, object] = {"run": run.name, "scheduler": run.scheduler}
@@ -42,6 +43,10 @@ def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
         row["samples"] = int(run.metrics.get("samples", 0))
         row["makespan_s"] = float(run.metrics.get("makespan_s", 0.0))
         row["stale_max"] = int(run.metrics.get("staleness", {}).get("max", 0))
+        rate = run.metrics.get("spread", {}).get("throughput_samples_per_s")
+        if any("spread" in r.metrics for r in runs):  # a replay from a recording: its 90% interval beside it
+            row["samples_per_s_p05"] = float(rate["p05"]) if rate else None
+            row["samples_per_s_p95"] = float(rate["p95"]) if rate else None
         rows.append(row)
     frame = pl.DataFrame(rows)
     base = frame.row(baseline_index(runs, baseline), named=True)

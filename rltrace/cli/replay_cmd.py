@@ -13,18 +13,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rltrace.analysis.runs import Run
-from rltrace.bundle import open_bundle
+from rltrace.bundle import Bundle, open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.replay.jobs import load_jobs, prepare_jobs
-from rltrace.replay.run import RunResult, Shape, from_bundle, model_spec
+from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
 from rltrace.replay.settings import resolve
+from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, replicate, sources
 
 BASELINES = "colocated-sync,disagg-sync,one-step-async,fully-async"
+MAX_REPLICATES = 1000
 
 
 def parse_steps(spec: str) -> tuple[int, ...]:
@@ -90,6 +92,9 @@ def replay(
     baseline: Annotated[str | None, typer.Option(help="With --dashboard: the run the others are compared to "
                                                  "(default: the first scheduler).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {scheduler: metrics} as JSON on stdout.")] = False,
+    replicates: Annotated[int, typer.Option(help="Replicates behind the spread of a replay from a recording or a "
+                                            "resampled workload (seeds, and a bootstrap of the steps its costs "
+                                            "are fitted to); 0 turns it off.")] = DEFAULT_REPLICATES,
 ) -> None:
     """Replay a bundle under other schedulers, pool splits, GPU kinds, batch shapes or network fabrics.
 
@@ -138,6 +143,13 @@ def replay(
             results[name] = run_replay(prepared, name, config, per_scheduler[name],
                                        progress=lambda n, t=task: bar.update(t, completed=n))
             bar.update(task, completed=total * 1.05)
+    if replicates and (replicates < 2 or replicates > MAX_REPLICATES):
+        raise ConfigError(f"--replicates must be 0 (off) or 2..{MAX_REPLICATES}, got {replicates}")
+    if source is not None and replicates:
+        spreads = _spread(source, shape, config, prepared, {n: per_scheduler[n] for n in chosen}, prices, replicates,
+                          err)
+        for name, spread in spreads.items():
+            results[name].metrics["spread"] = spread.summary()
     executions = {}
     if execute:
         if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
@@ -167,6 +179,22 @@ def replay(
     _print_table(results, prepared.notes, output, dashboard)
     for name, ex in executions.items():
         _print_execution(name, ex.summary())
+
+
+def _spread(source: Bundle, shape: Shape, config: ReplayConfig, prepared: Prepared,
+            schedulers: dict[str, dict[str, Any]], prices: dict[str, float] | None, count: int,
+            err: Console) -> dict[str, Spread]:
+    """The replicates behind each run's spread, with progress on a terminal and one line when piped."""
+    if not sources(prepared, shape):
+        return {}
+    total = count * len(schedulers)
+    if not err.is_terminal:
+        err.print(f"rltrace: {total} replicate replays for the spread", markup=False, highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("spread (replicates)", total=total)
+        return replicate(source, shape, config.cost, prepared, schedulers, config, prices, count=count,
+                         progress=lambda done, _: bar.update(task, completed=done))
 
 
 def _print_execution(name: str, summary: dict[str, Any]) -> None:
@@ -200,6 +228,13 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
             str(m["staleness"]["max"]), f"{m['usd_per_1k_samples']:.3f}", f"{r.wall_s:.2f}",
         )
     console.print(table)
+    for name, r in results.items():
+        spread = r.metrics.get("spread")
+        if spread:
+            rate, step = spread["throughput_samples_per_s"], spread["step_time_s.mean"]
+            console.print(f"spread ({name}, {spread['replicates']} replicates over {' and '.join(spread['sources'])}): "
+                          f"samples/s median {rate['median']:.3g}, 90% {rate['p05']:.3g}-{rate['p95']:.3g}; "
+                          f"step s median {step['median']:.3g}, 90% {step['p05']:.3g}-{step['p95']:.3g}", markup=False)
     for name, r in results.items():
         net = r.metrics.get("network")
         if net:

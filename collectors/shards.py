@@ -20,6 +20,7 @@ import polars as pl
 
 from rltrace.bundle import polars_schema, write_bundle
 from rltrace.collectors import SHARDS
+from rltrace.collectors.labels import align_collectives, fill_policy_versions
 from rltrace.collectors.recorder import REQUEST_GROUP
 from rltrace.errors import BundleError
 from rltrace.manifest import Manifest, ModelInfo, Pool
@@ -180,6 +181,11 @@ def merge(
     coll = tables["collectives"].filter(pl.col("_shard").is_in(list(in_world))).sort("start_ns", "rank")
     flows = _flows_from_collectives(coll, spans, shards, sync_groups or set())
     syncs = pl.concat([syncs.drop("_shard"), flows], how="vertical_relaxed").sort("start_ns")
+    # after the flows, which version a sync by its sender's own step; then one step and seq per operation
+    coll, label_notes = align_collectives(coll)
+    engines_of = {s.actor: [v for k, v in s.names.items() if k.startswith("engine:")] for s in shards}
+    engines_of.update({e: [e] for names in engines_of.values() for e in names})
+    req = fill_policy_versions(req, syncs, engines_of)
     step = pl.coalesce("step", "version").cast(pl.Int32).alias("step")
     sync_spans = pl.concat(
         [syncs.select(step, pl.col(end).alias("actor"), "start_ns", "end_ns") for end in ("src", "dst")]
@@ -201,6 +207,7 @@ def merge(
         cluster["rollout"] = Pool(device="cpu", count=len(engines))
     notes = [f"recorded by `rltrace record`: {len(shards)} process shards"]
     other_worlds = {s.meta.get("world") for s in shards} - {world, None}
+    notes += label_notes
     if other_worlds:
         notes.append(f"collectives of other process-group worlds left out: {', '.join(sorted(other_worlds))}")
     manifest = Manifest(

@@ -8,7 +8,8 @@ Attaches by patching, once per process, the few vLLM entry points every front en
   iterations row per call (its duration and the requests in the engine; the async engine records none);
 - ``AsyncLLM.generate``: the async engine RL frameworks use, and the OpenAI-compatible server;
 - ``LLM.generate`` / ``LLM.chat``: a ``generate`` span each, and the generator's step count;
-- ``LLM.collective_rpc`` of weight-update methods: a timed, sized weight-sync flow into the engine.
+- ``LLM.collective_rpc``, any method: a timed, sized weight-sync flow into the engine when the call carries
+  weights (a known method name, weight files or tensors in its arguments), else an ``engine_rpc`` span.
 
 Fields are read with ``getattr`` defaults, so an older vLLM that lacks one records the rest. Engine-core
 timestamps are ``time.monotonic()`` of the engine process (shared by processes on one host) and are
@@ -166,37 +167,57 @@ def _generate_span(method: Any) -> Any:
     return wrapper
 
 
+_WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def _weight_files(value: Any) -> list[Path]:
+    """Weight files a call argument names: a folder holding them, or one such file (other values: none)."""
+    if not isinstance(value, (str, Path)) or len(str(value)) > 4096:
+        return []
+    try:
+        path = Path(value)
+        if path.is_file():
+            return [path] if path.suffix in _WEIGHT_FILES else []
+        if path.is_dir():
+            return [p for p in path.rglob("*") if p.is_file() and p.suffix in _WEIGHT_FILES]
+    except (OSError, ValueError):  # not a path at all (embedded NUL, too long for the file system)
+        pass
+    return []
+
+
 def _payload_bytes(args: tuple, kwargs: dict) -> tuple[int, int, str]:
-    """Bytes, tensor count and transport of a weight-update call's arguments."""
-    path = kwargs.get("weights_path") or kwargs.get("path")
-    if isinstance(path, (str, Path)) and Path(path).exists():
-        files = [p for p in Path(path).rglob("*") if p.is_file() and p.suffix in (".safetensors", ".bin", ".pt")]
-        return sum(p.stat().st_size for p in files), 0, "disk"
+    """Bytes, tensor count and transport of a collective_rpc call's arguments: weight files any argument
+    names (a worker extension's own reload method names its folder however it likes), else tensors."""
+    files = [f for v in (*kwargs.values(), *args) for f in _weight_files(v)]
+    if files:
+        return sum(p.stat().st_size for p in dict.fromkeys(files)), 0, "disk"
     tensors = [v for v in (*args, *kwargs.values()) if hasattr(v, "element_size") and hasattr(v, "numel")]
     return sum(t.numel() * t.element_size() for t in tensors), len(tensors), "rpc"
 
 
 def _collective_rpc(rpc: Any) -> Any:
+    """Time every ``collective_rpc``: it is generator work whatever the method. A call that carries weights
+    (a known weight-update method, or any method given weight files or tensors) is a weight sync into the
+    engine and advances its policy version; any other call is an ``engine_rpc`` span."""
+
     @functools.wraps(rpc)
     def wrapper(self: Any, method: Any, *args: Any, **kwargs: Any) -> Any:
-        name = method if isinstance(method, str) else getattr(method, "__name__", "")
-        if name not in WEIGHT_METHODS:
-            return rpc(self, method, *args, **kwargs)
         start = time.time_ns()
         result = rpc(self, method, *args, **kwargs)
         rec = recorder.current()
         if rec is not None:
-            with rec.guard("vllm weight update"):
+            with rec.guard("vllm collective_rpc"):
+                name = method if isinstance(method, str) else getattr(method, "__name__", "") or "callable"
                 call_args = kwargs.get("args") or (args[1] if len(args) > 1 else ())
                 call_kwargs = kwargs.get("kwargs") or (args[2] if len(args) > 2 else {}) or {}
                 size, tensors, transport = _payload_bytes(tuple(call_args), dict(call_kwargs))
-                steps.weight_version += 1
                 key = engine_key(getattr(self, "llm_engine", self))
-                src = f"{transport}:{name}"
-                rec.add(
-                    "weight_syncs",
-                    (steps.weight_version, src, key, size, tensors, transport, start, time.time_ns(), steps.gen()),
-                )
+                if name in WEIGHT_METHODS or size > 0:
+                    steps.weight_version += 1
+                    rec.add("weight_syncs", (steps.weight_version, f"{transport}:{name}", key, size, tensors,
+                                             transport, start, time.time_ns(), steps.gen()))
+                else:
+                    rec.add("spans", (steps.gen(), key, "engine_rpc", f"collective_rpc:{name}", start, time.time_ns()))
         return result
 
     return wrapper

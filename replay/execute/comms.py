@@ -2,8 +2,9 @@
 
 Every rank creates the same process groups up front (torch.distributed requires all ranks to create every
 group, in one order), then runs the operations one by one: a barrier on the operation's group, the
-operation, a device synchronisation; rank 0's wall time of the operation is the measurement (on CUDA the
-operation ends with a synchronize, so the wall clock covers the GPU's work). Recorded ranks beyond N fold onto
+operation, a device synchronisation; the wall time of the operation on its group's first rank is the
+measurement, whichever rank that is (on CUDA the operation ends with a synchronize, so the wall clock covers
+the GPU's work). Recorded ranks beyond N fold onto
 ``rank % N``; an operation whose group folds to one rank, or a send to itself, is skipped and reported.
 """
 
@@ -58,10 +59,11 @@ def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1) -> np.n
     if device.startswith("cuda") and torch.cuda.device_count() < world:
         raise ConfigError(f"{world} ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "seconds.npy"
+        out = Path(tmp) / "seconds"
         mp.start_processes(_worker, args=(world, ops, device, warmup, tmp, str(out)), nprocs=world, join=True,
                            start_method="spawn")
-        return np.load(out)
+        # each operation is timed by its group's first rank, which may be any rank: every rank's file counts
+        return np.fmax.reduce([np.load(f"{out}{r}.npy") for r in range(world)], axis=0)
 
 
 def _worker(rank: int, world: int, ops: list[Op], device: str, warmup: int, tmp: str, out: str) -> None:
@@ -88,8 +90,7 @@ def _worker(rank: int, world: int, ops: list[Op], device: str, warmup: int, tmp:
                 torch.cuda.synchronize(dev)
             if attempt == warmup and rank == o.ranks[0]:
                 seconds[i] = time.perf_counter() - t0
-    if rank == 0:
-        np.save(out, seconds)
+    np.save(f"{out}{rank}.npy", seconds)
     dist.barrier()
     dist.destroy_process_group()
 

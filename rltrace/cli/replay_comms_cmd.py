@@ -24,7 +24,8 @@ def replay_comms(
 ) -> None:
     """Re-issue every recorded collective (group, dtype, size, order) on local ranks (needs torch).
 
-    Prints measured beside recorded latency per operation kind and size. Example:
+    Prints measured beside recorded latency per operation kind and size, then what was run, folded onto the
+    local ranks and skipped (with the reason), overall and per process group. Example:
 
         rltrace replay-comms tiny_rl_cpu --ranks 2
     """
@@ -32,28 +33,33 @@ def replay_comms(
         raise ConfigError("replay-comms needs --device cpu|cuda and --ranks >= 1")
     # torch is an optional extra: only this command imports it
     from rltrace.replay.execute import comms
-    from rltrace.replay.execute.replay_comms import logical_ops
+    from rltrace.replay.execute.replay_comms import logical_ops, report
 
     source = open_bundle(resolve_bundle(bundle))
     ops = logical_ops(source, ranks)
     if ops.height == 0:
         raise ConfigError(f"{source.path}: the bundle records no collectives")
-    runnable = ops.filter(pl.col("supported"))
+    runnable = ops.filter(pl.col("skip").is_null())
     with Console(stderr=True).status(f"re-issuing {runnable.height} collectives on {ranks} {device} ranks"):
         seconds = comms.run(runnable["op_spec"].to_list(), ranks, device)
-    done = runnable.drop("op_spec").with_columns(pl.Series("measured_s", seconds))
-    skipped_folded = int(done["measured_s"].is_nan().sum())
-    notes = [(f"{ops.height} recorded operations; {int(ops['folded'].sum())} on recorded ranks folded onto {ranks} "
-              f"(rank % {ranks}); {skipped_folded} folded onto one rank and not run; "
-              f"{ops.height - runnable.height} of unsupported kinds skipped")]
+    measured = pl.Series("measured_s", [float("nan")] * ops.height)
+    measured = measured.scatter(ops.with_row_index("i").filter(pl.col("skip").is_null())["i"], seconds)
+    done = ops.drop("op_spec").with_columns(measured)
+    notes = report(ops, ranks)
+    unmeasured = int(done.filter(pl.col("skip").is_null())["measured_s"].is_nan().sum())
+    if unmeasured:
+        notes.append(f"{unmeasured} operations ran but returned no timing")
     if as_json:
         for row in done.iter_rows(named=True):
-            print(json.dumps({**row, "ranks": list(row["ranks"])}))
+            skipped = row["measured_s"] != row["measured_s"]  # NaN: not run (its skip says why)
+            print(json.dumps({**row, "ranks": list(row["ranks"]), "measured_s": None if skipped else row["measured_s"]}))
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
         return
     table = Table(title=f"Recorded vs re-issued on {ranks} local {device} ranks (median per operation)", title_justify="left")
     for col in ("op", "dtype", "bytes", "count", "recorded us", "measured us", "measured / recorded"):
         table.add_column(col, justify="left" if col in ("op", "dtype") else "right")
-    grouped = done.filter(~pl.col("measured_s").is_nan()).group_by("op", "dtype", "bytes").agg(
+    grouped = done.filter(pl.col("skip").is_null()).group_by("op", "dtype", "bytes").agg(
         pl.len().alias("n"), pl.col("recorded_s").median(), pl.col("measured_s").median()).sort("op", "bytes")
     for r in grouped.iter_rows(named=True):
         table.add_row(r["op"], r["dtype"], f"{r['bytes']:,}", str(r["n"]), f"{r['recorded_s'] * 1e6:,.1f}",

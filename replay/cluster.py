@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_GPUS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -26,6 +27,9 @@ class Cluster:
         if self.gen_gpus < 1 or self.train_gpus < 1:
             raise ConfigError(f"pools need at least one GPU each, got {self.gen_gpus} generation and "
                               f"{self.train_gpus} training GPUs")
+        if max(self.gen_gpus, self.train_gpus) > MAX_GPUS:  # a recorded pool may be larger than --gen-gpus allows
+            raise ConfigError(f"pools of {self.gen_gpus:,} generation and {self.train_gpus:,} training GPUs: above "
+                              f"the limit of {MAX_GPUS:,} GPUs in a pool")
         if self.tp < 1 or self.gen_gpus % self.tp:
             raise ConfigError(f"{self.gen_gpus} generation GPUs do not split into instances of tp {self.tp}")
         if self.max_seqs < 1:

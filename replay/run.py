@@ -35,6 +35,7 @@ from rltrace.bundle import Bundle
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.config import to_dict
 from rltrace.errors import ConfigError
+from rltrace.limits import check_shape
 from rltrace.manifest import ModelInfo
 
 
@@ -52,8 +53,8 @@ class CostConfig:
         for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "gpu_memory_utilization"):
             if not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"cost.{name} must be in (0, 1], got {getattr(self, name)}")
-        if self.sync_gbps <= 0:
-            raise ConfigError(f"cost.sync_gbps must be positive, got {self.sync_gbps}")
+        if not 1e-3 <= self.sync_gbps <= 1e6:  # also refuses NaN and 1e-300 (a sync of 10^300 seconds)
+            raise ConfigError(f"cost.sync_gbps must be in 0.001..1,000,000 GB/s, got {self.sync_gbps}")
     memory_efficiency: float = 0.6
     compute_efficiency: float = 0.7
     train_mfu: float = 0.35
@@ -293,6 +294,9 @@ class Shape:
     seed: int = 0
     source_steps: tuple[int, ...] | None = None
     """replay (and fit costs to) only these recorded steps, renumbered 0, 1, ...; None takes them all"""
+
+    def __post_init__(self) -> None:
+        check_shape(self)  # types and limits (rltrace.limits) before any resampling allocates
 
 
 def _given(value: int | None, default: int) -> int:

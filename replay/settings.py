@@ -12,6 +12,7 @@ from rltrace.replay.schedulers import lookup
 
 from rltrace.catalog import load_gpus
 from rltrace.config import apply_sets, build, to_dict
+from rltrace.limits import check_price
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,6 @@ def resolve(schedulers: list[str], sets: list[str]) -> Settings:
     for name in schedulers:
         tree[name] = to_dict(lookup(name).Config())
     apply_sets(tree, sets)
-    prices = tree.pop("prices")
+    prices = {gpu: check_price(f"prices.{gpu}", usd) for gpu, usd in tree.pop("prices").items()}
     per_scheduler = {name: tree.pop(name) for name in schedulers}
     return Settings(build(ReplayConfig, tree, "replay"), per_scheduler, prices)

@@ -31,6 +31,7 @@ from rltrace.replay.settings import resolve
 
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
+from rltrace.limits import check_grid_size
 
 SHAPE_KEYS = tuple(f.name for f in fields(Shape))
 """gen_gpus, train_gpus, gpu, gen_gpu, train_gpu, tp, max_seqs, model, steps, prompts_per_step,
@@ -69,6 +70,7 @@ def load_grid(path: Path) -> Grid:
     both = set(axes) & set(fixed)
     if both:
         raise ConfigError(f"{path}: {', '.join(sorted(both))} both varied and fixed")
+    check_grid_size(axes, str(path))  # before the points are built
     grid = Grid(dict(axes), dict(fixed))
     check(grid.points(), str(path))
     return grid
@@ -87,6 +89,10 @@ def check(points: list[Point], where: str) -> None:
                 raise ConfigError(f"{where}: unknown parameter {key!r} (known: scheduler, {', '.join(SHAPE_KEYS)}, "
                                   f"{', '.join(NETWORK_KEYS)}, or a dotted --set key such as cost.train_mfu)")
         resolve([scheduler], assignments(point))
+        try:  # types and limits of the shape keys (steps = "two" is named here, not a TypeError later)
+            Shape(**{k: v for k, v in point.items() if k in SHAPE_KEYS and k != "source_steps"})
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
 
 
 def assignments(point: Point) -> list[str]:

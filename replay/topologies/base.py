@@ -22,6 +22,7 @@ from rltrace.replay.registry import Registry
 from rltrace.catalog import get_gpu
 from rltrace.config import build, parse_scalar
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_GPUS
 
 # Per-hop latency the links carry. NVLink: NCCL's hwLat for NVLink, Ring/LL (NVIDIA/nccl src/graph/tuning.cc,
 # 0.6 us); a collective replaces it by its protocol's figure (rltrace.replay.network.collectives.PROTOCOLS).
@@ -154,6 +155,8 @@ class NodeFabric:
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
+        if gpus > MAX_GPUS:  # before any per-GPU link is allocated
+            raise ConfigError(f"topology: {gpus:,} GPUs is above the limit of {MAX_GPUS:,} GPUs in a topology")
         if not all(0 < e <= 1 for e in (self.nvlink_efficiency, self.nic_efficiency, self.copy_efficiency)):
             raise ConfigError("topology: nvlink_efficiency, nic_efficiency and copy_efficiency must be in (0, 1]")
         get_gpu(self.gpu)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +15,8 @@ from rich.table import Table
 
 from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.errors import ConfigError
+from rltrace.limits import check_output
 from rltrace.replay.advise import Space, advise, load_space
 from rltrace.replay.sweep.runner import Store
 
@@ -38,6 +41,13 @@ def advise_cmd(
 
     Example: rltrace advise rollpacker_qwen7b --target-throughput 20 --budget 400
     """
+    if budget is not None and not 0 < budget < math.inf:  # also refuses NaN
+        raise ConfigError(f"--budget must be a positive number of USD per hour, got {budget:g}")
+    if not 0 < target_throughput < math.inf:
+        raise ConfigError(f"--target-throughput must be a positive number of samples per second, got "
+                          f"{target_throughput:g}")
+    if output is not None:
+        check_output(output, "--output", folder=True)
     chosen = load_space(space) if space is not None else Space()
     path = str(resolve_bundle(bundle))
     open_bundle(path)

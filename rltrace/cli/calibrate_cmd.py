@@ -13,6 +13,7 @@ from rich.table import Table
 
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError
+from rltrace.limits import check_output
 from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables
 
 
@@ -37,6 +38,9 @@ def calibrate(
         rltrace calibrate --tables ../shared/data/kernels/h100 -o h100_profile.parquet
         rltrace calibrate --device cpu --model my_model/config.json --engine vllm -o cpu_profile.parquet
     """
+    check_output(output, "--output", make_parents=True)
+    if kernels_out is not None:
+        check_output(kernels_out, "--kernels-out")
     if (tables is None) == (device is None):
         raise ConfigError("give --tables DIR (public kernel tables) or --device cpu|cuda (measure here), one of them")
     if device is not None:

@@ -15,6 +15,7 @@ from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.dashboards.report import ReportConfig, build
 from rltrace.errors import ConfigError
+from rltrace.limits import check_output
 
 
 def write_text(path: Path, text: str) -> int:
@@ -51,6 +52,7 @@ def dashboard(
 
     Example: rltrace replay -s all -o runs && rltrace dashboard runs --bundle rollpacker_qwen7b -o report.html
     """
+    check_output(output, "--output")
     err = Console(stderr=True)
     with err.status("reading runs"):
         loaded = load_runs(runs)

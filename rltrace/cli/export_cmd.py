@@ -13,6 +13,7 @@ from rltrace.bundle import open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.dashboards import perfetto as perfetto_trace
+from rltrace.limits import check_output
 
 export = typer.Typer(help="Convert a run or a bundle for other tools. Example: rltrace export perfetto "
                           "runs/rollpacker -o trace.json", no_args_is_help=True)
@@ -30,6 +31,7 @@ def perfetto(
 
     Example: rltrace export perfetto runs/rollpacker -o rollpacker.json.gz
     """
+    check_output(output, "--output")
     with Console(stderr=True).status(f"converting {source}"):
         if (source / "metrics.json").is_file():
             trace = perfetto_trace.from_run(load_run(source))

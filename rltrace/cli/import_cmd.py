@@ -12,6 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 from rltrace.bundle import write_bundle
 from rltrace.collectors.importers import IMPORTERS, ImportOptions, importer
 from rltrace.errors import ConfigError
+from rltrace.limits import check_output
 
 
 def _mapping(text: str | None) -> dict[str, str]:
@@ -40,6 +41,7 @@ def import_cmd(
     Example: rltrace import azure-llm AzureLLMInferenceTrace_code.csv -o azure_code --model Llama-2-7B --gpu H100
     """
     chosen = importer(kind)
+    check_output(output, "--output", folder=True)
     if engines < 1 or (window_s is not None and window_s <= 0):
         raise ConfigError("--engines must be >= 1 and --window-s positive")
     options = ImportOptions(model=model, gpu=gpu, engines=engines, window_s=window_s, mapping=_mapping(map_),

@@ -18,6 +18,7 @@ from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
+from rltrace.limits import check_output
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
@@ -112,6 +113,12 @@ def replay(
         raise ConfigError(f"--scheduler needs at least one name (known: {', '.join(names())})")
     for name in chosen:
         lookup(name)
+    if len(set(chosen)) < len(chosen):
+        raise ConfigError(f"--scheduler {scheduler!r} names a scheduler twice")
+    if output is not None:  # outputs checked before any replay runs
+        check_output(output, "--output", folder=True)
+    if dashboard is not None:
+        check_output(dashboard, "--dashboard")
     sets = list(set_ or [])
     sets += [f'network.topology="{topology}"'] if topology else []
     sets += [f'network.sync_strategy="{sync_strategy}"'] if sync_strategy else []

@@ -14,6 +14,7 @@ from rltrace.bundle import open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.dashboards.report import build_sweep
+from rltrace.limits import check_output
 from rltrace.replay.sweep.grid import load_grid
 from rltrace.replay.sweep.runner import Store, run_sweep
 
@@ -37,6 +38,7 @@ def sweep(
 
         rltrace sweep rollpacker_qwen7b --grid grid.toml -o sweep --workers 2
     """
+    check_output(output, "--output", folder=True)
     points = load_grid(grid).points()
     axes = list(load_grid(grid).axes)
     path = str(resolve_bundle(bundle))

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from rltrace.bundle import write_bundle
+from rltrace.limits import check_output
 from rltrace.synth import load_config, presets, synthesize
 
 
@@ -32,6 +33,7 @@ def synth(
 
     Example: rltrace synth --preset rollpacker --set steps=20 --seed 3 -o my_trace
     """
+    check_output(output, "--output", folder=True)
     err = Console(stderr=True)
     started = time.perf_counter()
     cfg = load_config(preset=preset, path=config, sets=set_ or [], seed=seed)

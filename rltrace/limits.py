@@ -1,0 +1,116 @@
+"""Limits on what a replay, sweep or topology may ask for, and output paths checked before any work starts.
+
+Every limit is checked before anything is allocated, and a request beyond it is a :class:`ConfigError` that
+names the limit: ``--steps 1000000000`` or ``--topology fat-tree:k=100000`` is one line and exit 2, not an
+out-of-memory kill an hour later. The limits are far above anything measured (docs/format.md, "Integrity"):
+131,072 GPUs replay in 6.5 s and 430 MiB on a 2-core VM, 10M requests are a few GB.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from rltrace.errors import ConfigError, clean
+
+MAX_GPUS = 131_072
+"""GPUs in one replayed pool or one topology (a fat-tree of k=64 holds 65,536)."""
+MAX_STEPS = 100_000
+"""RL steps one replay resamples."""
+MAX_PER_STEP = 10_000_000
+"""prompts per step, samples per prompt, and their product."""
+MAX_REQUESTS = 20_000_000
+"""steps x prompts x samples: the requests one replay holds in memory."""
+MAX_NEW_TOKENS = 2**31 - 1
+"""output tokens are int32 in the format"""
+MAX_SEED = 2**32 - 1
+"""numpy's seeds are unsigned 32-bit here"""
+MAX_GRID_POINTS = 100_000
+"""replays in one sweep grid (each is a whole replay)."""
+MAX_PRICE = 10_000.0
+"""USD per GPU-hour."""
+
+
+def check_int(name: str, value: Any, lo: int, hi: int, *, what: str = "") -> int:
+    """``value`` as an int in ``lo..hi``, or a ConfigError naming ``name`` and the limit."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {clean(repr(value), 60)}")
+    if value < lo:
+        raise ConfigError(f"{name} must be >= {lo:,}, got {value:,}")
+    if value > hi:
+        raise ConfigError(f"{name}={value:,} is above the limit of {hi:,}{what}")
+    return value
+
+
+def check_shape(shape: Any) -> None:
+    """The reshaping options of a replay (:class:`rltrace.replay.run.Shape`): types and limits, before any
+    resampling allocates. ``None`` keeps what the bundle recorded."""
+    for name, hi in (("gen_gpus", MAX_GPUS), ("train_gpus", MAX_GPUS), ("tp", MAX_GPUS), ("max_seqs", 10_000_000),
+                     ("steps", MAX_STEPS), ("prompts_per_step", MAX_PER_STEP),
+                     ("samples_per_prompt", MAX_PER_STEP), ("max_new_tokens", MAX_NEW_TOKENS)):
+        value = getattr(shape, name)
+        if value is not None:
+            check_int(name, value, 1, hi, what=_WHY.get(name, ""))
+    check_int("seed", shape.seed, 0, MAX_SEED)
+    for name in ("gpu", "gen_gpu", "train_gpu", "model"):
+        value = getattr(shape, name)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{name} must be a name, got {clean(repr(value), 60)}")
+    per_step = (shape.prompts_per_step or 1) * (shape.samples_per_prompt or 1)
+    if per_step > MAX_PER_STEP:
+        raise ConfigError(f"prompts_per_step x samples_per_prompt = {per_step:,} is above the limit of "
+                          f"{MAX_PER_STEP:,} samples per step")
+    if shape.steps is not None and shape.steps * per_step > MAX_REQUESTS:
+        raise ConfigError(f"steps x prompts x samples = {shape.steps * per_step:,} requests is above the limit of "
+                          f"{MAX_REQUESTS:,} in one replay")
+
+
+_WHY = {
+    "gen_gpus": " GPUs in a pool",
+    "train_gpus": " GPUs in a pool",
+    "steps": " steps in one replay",
+    "max_new_tokens": " (int32 tokens)",
+}
+
+
+def check_price(name: str, value: Any) -> float:
+    """A price in USD per GPU-hour: a finite number in 0..MAX_PRICE."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number of USD per GPU-hour, got {clean(repr(value), 60)}")
+    if not 0 <= value <= MAX_PRICE:
+        raise ConfigError(f"{name} must be in 0..{MAX_PRICE:,.0f} USD per GPU-hour, got {value:g}")
+    return float(value)
+
+
+def check_grid_size(axes: dict[str, list[Any]], where: str) -> int:
+    """The number of points a grid's axes make, refused above MAX_GRID_POINTS before any point is built."""
+    n = math.prod(len(v) for v in axes.values())
+    if n > MAX_GRID_POINTS:
+        raise ConfigError(f"{where}: the axes make {n:,} points, above the limit of {MAX_GRID_POINTS:,} replays "
+                          "in one grid")
+    return n
+
+
+def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_parents: bool | None = None) -> Path:
+    """Refuse, before any work, an output that cannot be written: under an existing file, a file where a
+    folder is needed (or the reverse), or in a folder this user cannot write. ``folder``: the output is a
+    folder the command creates with its parents; otherwise a file, whose folder must exist unless
+    ``make_parents`` (default: ``folder``) says the command creates it."""
+    path = Path(path)
+    if path.exists():
+        if folder and not path.is_dir():
+            raise ConfigError(f"{option} {clean(path)}: exists and is not a folder")
+        if not folder and path.is_dir():
+            raise ConfigError(f"{option} {clean(path)}: is a folder, expected a file name")
+    parent = path.parent
+    if not (folder if make_parents is None else make_parents) and not parent.exists() and not any(p.exists() and not p.is_dir() for p in parent.parents):
+        raise ConfigError(f"{option} {clean(path)}: folder {clean(parent)} does not exist")
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{option} {clean(path)}: {clean(parent)} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {clean(path)}: folder {clean(parent)} is not writable")
+    return path

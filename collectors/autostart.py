@@ -2,7 +2,8 @@
 
 ``RLTRACE_RECORD_DIR`` names the shard root. Every Python process the recorded command starts inherits the
 environment, so torchrun workers, multiprocessing spawn/forkserver children and vLLM's engine processes
-record too; forked children open their own shard (``os.register_at_fork``).
+record too; forked children open their own shard (``os.register_at_fork``). Ray workers, which the raylet
+starts with the job's ``runtime_env``, record through Ray's worker setup hook (``ray_hook``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def install_collectors() -> None:
     hooks.when_imported("torch", _install_torch)
     for name, install in VLLM_MODULES.items():
         hooks.when_imported(name, install)
+    hooks.when_imported("ray", _install_ray)
 
 
 def _install_torch(_module: Any) -> None:
@@ -37,6 +39,16 @@ def _install_torch(_module: Any) -> None:
         from rltrace.collectors import torch_dist  # imports torch.distributed: only once torch is in use
 
         torch_dist.install()
+
+
+def _install_ray(module: Any) -> None:
+    rec = recorder.current()
+    if rec is None:
+        return
+    with rec.guard("ray hook install"):
+        from rltrace.collectors import ray_hook  # a driver's ray.init then makes every Ray worker record
+
+        ray_hook.install(module)
 
 
 def _flush_on_sigterm() -> None:

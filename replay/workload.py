@@ -171,6 +171,23 @@ def select_steps(workload: Workload, steps: Sequence[int]) -> Workload:
                    steps=renumber_steps(workload.steps, steps))
 
 
+def _whole_steps(rng: np.random.Generator, per_step: np.ndarray, sizes: np.ndarray, starts: np.ndarray,
+                 steps: int, per: int) -> np.ndarray:
+    """Trajectory indices for ``steps`` new steps made of whole recorded steps (see :func:`retarget`)."""
+    recorded = len(per_step)
+    order = np.concatenate([rng.permutation(recorded) for _ in range(-(-steps // recorded))])[:steps]
+    first_group = np.concatenate([[0], np.cumsum(per_step)[:-1]]).astype(np.int64)
+    picked = (first_group[order][:, None] + np.arange(per_step[0])).ravel()  # every group of each chosen step
+    size = sizes[picked][:, None]
+    # Without replacement: the first ``per`` of a random permutation of each group (keys past its size sort
+    # last); a group smaller than ``per`` draws with replacement instead.
+    keys = np.where(np.arange(size.max()) < size, rng.random((len(picked), int(size.max()))), 2.0)
+    distinct = np.argsort(keys, axis=1)[:, :per] if per <= keys.shape[1] else np.zeros((len(picked), per), np.int64)
+    repeated = np.floor(rng.random((len(picked), per)) * size).astype(np.int64)
+    within = np.where(size >= per, distinct, repeated)
+    return (starts[picked][:, None] + within).ravel()
+
+
 def retarget(
     workload: Workload,
     *,
@@ -182,8 +199,13 @@ def retarget(
 ) -> Workload:
     """A workload of another shape drawn from the recorded one (same seed, same result).
 
-    New prompts are recorded prompts drawn with replacement; each new sample is one of its prompt's recorded
-    samples, drawn with replacement. A sample of a multi-turn recording is a whole trajectory: its turns,
+    With the recorded number of prompts per step, each new step is a whole recorded step (its prompts
+    together: a step's batch is one draw of the dataset, and with long tails which prompts share a step sets
+    its time), the recorded steps taken in a seeded order, each once before any twice; each of its prompts
+    gets ``samples_per_prompt`` of its recorded samples, drawn without replacement while there are enough (so
+    4 of a prompt's 8 recorded responses are 4 distinct responses, as 4 fresh ones would be). With another
+    number of prompts, new prompts are recorded prompts drawn with replacement and each new sample one of its
+    prompt's recorded samples, drawn with replacement. A sample of a multi-turn recording is a whole trajectory: its turns,
     their lengths and the environment time between them travel together. A recording without groups (every
     sample alone in its group) has its samples drawn independently. Lengths are capped at
     ``max_new_tokens`` (per turn); a larger cap cannot lengthen samples the recording truncated (they stay at
@@ -214,10 +236,13 @@ def retarget(
 
     rng = np.random.default_rng(seed)
     n_groups = steps * prompts
+    per_step = groups.group_by("step", maintain_order=True).len()["len"].to_numpy()
     if sizes.max() == 1:
         # No group structure recorded (every sample its own group): draw every sample on its own, or each
         # new prompt would be one recorded sample copied ``per`` times.
         drawn = rng.integers(0, len(turns), n_groups * per)
+    elif (per_step == prompts).all():
+        drawn = _whole_steps(rng, per_step, sizes, starts, steps, per)
     else:
         picked = rng.integers(0, len(sizes), n_groups)
         within = np.floor(rng.random((n_groups, per)) * sizes[picked][:, None]).astype(np.int64)

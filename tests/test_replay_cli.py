@@ -31,7 +31,7 @@ def test_every_run_has_the_documented_metric_keys(baselines: tuple[dict, Path]) 
     assert list(metrics) == BASELINES
     for name, m in metrics.items():
         assert all(k in m for k in FIXED_KEYS), name
-        assert set(m["step_time_s"]) == {"mean", "p50", "p95"}
+        assert set(m["step_time_s"]) == {"mean", "p50", "p95", "steady_mean"}
         assert set(m["bubble_fraction"]) == {"generation", "training"}
         for pool in ("generation", "training"):
             b = m["bubble_fraction"][pool]

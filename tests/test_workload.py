@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
-from rltrace.replay.workload import extract, retarget, select_steps
+from rltrace.replay.workload import _whole_steps, extract, retarget, select_steps
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -63,6 +63,33 @@ def test_retarget_keeps_the_length_distribution_and_scales_training(rollpacker) 
     rate = rec["train_s"].sum() / (rec["prompt_tokens"] + rec["output_tokens"]).sum()
     tokens = big.steps["prompt_tokens"] + big.steps["output_tokens"]
     assert (big.steps["train_s"] - tokens * rate).abs().max() < 1e-9
+
+
+@pytest.mark.parametrize("per", [4, 8, 11])
+def test_retarget_with_the_recorded_prompt_count_keeps_whole_steps(rollpacker, per: int) -> None:
+    """Fewer (or more) samples per prompt, same prompts per step: each new step is one recorded step's prompts,
+    each recorded step used once before any twice, and a prompt's samples distinct while it has enough."""
+    recorded = rollpacker.samples.with_columns(
+        pl.int_range(pl.len()).over("step", "group").alias("k"))  # a sample's place in its recorded group
+    keyed = recorded.with_columns((pl.col("output_tokens") * 1_000_003 + pl.col("prompt_tokens")).alias("key"))
+    new = retarget(rollpacker, samples_per_prompt=per, seed=3)
+    steps, prompts = rollpacker.steps.height, 1024 // 8
+    assert new.samples.height == steps * prompts * per
+    by_step = {s: set(g["key"].to_list()) for (s,), g in keyed.group_by(["step"])}
+    used = []
+    for (step,), g in new.samples.with_columns(
+            (pl.col("output_tokens") * 1_000_003 + pl.col("prompt_tokens")).alias("key")).group_by(["step"]):
+        source = [s for s, keys in by_step.items() if set(g["key"].to_list()) <= keys]
+        assert source, f"new step {step} is not one recorded step"
+        used.append(source[0])
+    assert sorted(used) == sorted(by_step)  # as many new steps as recorded: each recorded step once
+    # The draw itself: trajectory indices per new group, distinct while the group has enough samples.
+    sizes = np.full(steps * prompts, 8)
+    drawn = _whole_steps(np.random.default_rng(3), np.full(steps, prompts), sizes,
+                         np.arange(steps * prompts) * 8, steps, per).reshape(steps * prompts, per)
+    distinct = np.array([len(set(row)) for row in drawn])
+    assert (distinct == min(per, 8)).all() if per <= 8 else (distinct <= 8).all()
+    assert ((drawn // 8) == drawn[:, :1] // 8).all()  # every sample from its own group
 
 
 def test_retarget_caps_lengths_and_refuses_impossible_shapes(rollpacker) -> None:

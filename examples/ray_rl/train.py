@@ -195,8 +195,9 @@ def main() -> None:
     env_vars = dict(ENV)
     if args.runtime_env_pythonpath:
         env_vars["PYTHONPATH"] = args.runtime_env_pythonpath
+    joining = bool(args.address or os.environ.get("RAY_ADDRESS"))
     ray.init(address=args.address, runtime_env={"env_vars": env_vars}, log_to_driver=False,
-             **({} if args.address else {"num_cpus": 2, "include_dashboard": False}))
+             **({} if joining else {"num_cpus": 2, "include_dashboard": False}))
     pins = [{r: 0.01} for r in args.pin.split(",")] if args.pin else [{}] * 3
     started = time.perf_counter()
     generator = Generator.options(resources=pins[0]).remote(str(args.model_dir))

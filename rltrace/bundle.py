@@ -151,10 +151,10 @@ def _check_version(text: str, file: str) -> tuple[int, int]:
     try:
         version = parse_version(text)
     except ValueError:
-        raise ValidationError(f"format_version {text!r} is not 'major.minor'", file=file) from None
+        raise ValidationError(f"format_version {clean(repr(text), 40)} is not 'major.minor'", file=file) from None
     if version[0] != FORMAT_MAJOR:
         raise BundleError(
-            f"{file}: format version {text} is not readable by this rltrace, which reads "
+            f"{file}: format version {clean(text, 40)} is not readable by this rltrace, which reads "
             f"{FORMAT_MAJOR}.0 to {FORMAT_MAJOR}.{FORMAT_MINOR} (newer minors too)"
         )
     return version

@@ -11,8 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rltrace.errors import ValidationError
-from rltrace.schema import FORMAT_VERSION
+from rltrace.errors import ValidationError, clean
+from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, FORMAT_VERSION, parse_version
 from rltrace.version import __version__
 
 MANIFEST_FILE = "manifest.json"
@@ -125,7 +125,16 @@ class Manifest:
         if not isinstance(raw, dict):
             raise ValidationError("must be a JSON object", file=file)
         _check_tree(raw, file)
-        return _build(cls, raw, file, "")
+        return _build(cls, raw, file, "", strict=_known_version(raw.get("format_version")))
+
+
+def _known_version(text: Any) -> bool:
+    """Whether the manifest is of a version this reader knows: then a field it does not know is damage (a
+    flipped byte renamed it), not a newer writer's addition, and is refused rather than dropped."""
+    try:
+        return parse_version(text) <= (FORMAT_MAJOR, FORMAT_MINOR)
+    except (TypeError, ValueError):
+        return False  # the version check names it
 
 
 def _no_constant(name: str) -> Any:
@@ -158,7 +167,7 @@ def _unicode(text: str, key: str, file: str) -> None:
                               "Unicode", file=file) from None
 
 
-def _build(cls: type, raw: dict[str, Any], file: str, prefix: str) -> Any:
+def _build(cls: type, raw: dict[str, Any], file: str, prefix: str, *, strict: bool = False) -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
@@ -166,11 +175,14 @@ def _build(cls: type, raw: dict[str, Any], file: str, prefix: str) -> Any:
         extra = dict(_obj(raw["extra"], file, f"{prefix}extra"))
     for key, value in raw.items():
         if key not in known:
+            if strict:
+                raise ValidationError(f"unknown field '{prefix}{clean(key, 60)}' in a format "
+                                      f"{FORMAT_MAJOR}.{FORMAT_MINOR} or older manifest", file=file)
             extra[key] = value  # a newer writer's field: keep it
             continue
         if key == "extra":
             continue
-        kwargs[key] = _coerce(known[key].type, value, file, f"{prefix}{key}")
+        kwargs[key] = _coerce(known[key].type, value, file, f"{prefix}{key}", strict)
         bounds = _BOUNDS.get((cls.__name__, key))
         if bounds is not None and kwargs[key] is not None and not bounds[0] <= kwargs[key] <= bounds[1]:
             raise ValidationError(f"field '{prefix}{key}' must be in {bounds[0]:,}..{bounds[1]:,}, got "
@@ -193,7 +205,7 @@ def _build(cls: type, raw: dict[str, Any], file: str, prefix: str) -> Any:
 _NESTED = {"ModelInfo": ModelInfo, "Pool": Pool, "RLConfig": RLConfig}
 
 
-def _coerce(type_text: Any, value: Any, file: str, key: str) -> Any:
+def _coerce(type_text: Any, value: Any, file: str, key: str, strict: bool = False) -> Any:
     t = str(type_text)
     optional = "None" in t
     if value is None:
@@ -204,9 +216,10 @@ def _coerce(type_text: Any, value: Any, file: str, key: str) -> Any:
         if t.startswith(f"dict[str, {name}]"):
             if not isinstance(value, dict):
                 raise ValidationError(f"field '{key}' must be an object", file=file)
-            return {k: _build(nested, _obj(v, file, f"{key}.{k}"), file, f"{key}.{k}.") for k, v in value.items()}
+            return {k: _build(nested, _obj(v, file, f"{key}.{k}"), file, f"{key}.{k}.", strict=strict)
+                    for k, v in value.items()}
         if t.startswith(name):
-            return _build(nested, _obj(value, file, key), file, f"{key}.")
+            return _build(nested, _obj(value, file, key), file, f"{key}.", strict=strict)
     if t.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(f"field '{key}' must be an integer, got {_short(value)}", file=file)

@@ -52,14 +52,20 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_operation_is_recorded_with_its_facts(recorded: Path) -> None:
-    coll = rltrace.open(recorded).collectives.collect().sort("rank", "seq")
+    coll = rltrace.open(recorded).collectives.collect().sort("rank", "start_ns")  # each rank's issue order
     for rank in (0, 1):
         rows = coll.filter(pl.col("rank") == rank)
         got = list(rows.select("op", "dtype", "count", "bytes_in", "bytes_out", "peer", "async_op").iter_rows())
         assert got == expected(rank), rank
         assert set(rows["pg"]) == {"world"}
         assert all(r == [0, 1] for r in rows["pg_ranks"].to_list())
-        assert rows["seq"].to_list() == list(range(len(got)))
+        assert sorted(rows["seq"]) == list(range(len(got)))
+    # one seq names one operation on both ranks: a collective on each, or a send with its receive. The two
+    # ranks' batch_isend_irecv cross (each sends, then receives), so no numbering keeps both issue orders:
+    # the operation issued first anywhere is numbered first.
+    ops = coll.group_by("seq").agg(pl.col("op").sort().str.join(","), pl.col("count").n_unique(), pl.len())
+    assert (ops["len"] == 2).all() and (ops["count"] == 1).all()
+    assert sorted(ops.filter(pl.col("op").str.contains("send"))["op"]) == ["recv,send"] * 3
 
 
 def test_end_times_are_real_completions(recorded: Path) -> None:

@@ -62,15 +62,20 @@ def steps(recording: rltrace.Bundle) -> dict[str, tuple[int, ...]]:
 @pytest.mark.parametrize("setting", ["A", "B"])
 def test_as_recorded_replay_predicts_the_measured_step_time_within_5_percent(recording, steps, setting) -> None:
     fid = as_recorded_error(recording, steps=steps[setting])
+    low, high = fid.interval
     print(f"as-recorded {setting} ({SAMPLES[setting]} samples/prompt): measured {fid.measured_s:.3f} s, "
-          f"replayed {fid.replayed_s:.3f} s, error {fid.error:+.1%}; {fid.notes}")
+          f"replayed {fid.replayed_s:.3f} s, error {fid.error:+.1%} (90% of replicates {low:+.1%} to {high:+.1%}); "
+          f"{fid.notes}")
     assert abs(fid.error) <= 0.05
+    assert low <= fid.error <= high  # the point estimate (the full fit) lies inside its bootstrap's spread
 
 
 def test_retargeted_replay_predicts_the_other_setting(recording, steps) -> None:
     fid = retarget_error(recording, recording, source_steps=steps["A"], target_steps=steps["B"])
-    print(f"A -> B (8 -> 4 samples/prompt): measured {fid.measured_s:.3f} s, replayed {fid.replayed_s:.3f} s, "
-          f"error {fid.error:+.1%}; {fid.notes}")
+    low, high = fid.interval
+    print(f"A -> B (8 -> 4 samples/prompt): measured {fid.measured_s:.3f} s, replayed {fid.replayed_s:.3f} s "
+          f"(median of 10 seeds), error {fid.error:+.1%} (90% of replicates {low:+.1%} to {high:+.1%}); {fid.notes}")
+    assert low <= fid.error <= high
     other = retarget_error(recording, recording, source_steps=steps["B"], target_steps=steps["A"])
     print(f"(B -> A extrapolates the decode fit: error {other.error:+.1%}, reported, not bounded)")
     assert abs(fid.error) <= RETARGET_BOUND

@@ -80,6 +80,7 @@ def fill_policy_versions(requests: pl.DataFrame, syncs: pl.DataFrame, engines_of
     versioned = requests.with_row_index("_row").with_columns(started).sort("_started").join_asof(
         received.select("engine", "end_ns", "_version").sort("end_ns"),
         left_on="_started", right_on="end_ns", by="engine", strategy="backward",
+        check_sortedness=False,  # both sides are sorted on their keys above; polars cannot check it per group
     )
     version = pl.coalesce("policy_version", "_version", pl.lit(0)).cast(requests.schema["policy_version"])
     return versioned.with_columns(version.alias("policy_version")).sort("_row").select(requests.columns)

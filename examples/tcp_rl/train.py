@@ -17,7 +17,9 @@ non-zero exit code of its ranks.
   own worker extension (``weight_loader.py``).
 
 ``--samples 8,4`` alternates samples per prompt step by step. The generator prints one JSON line: per step,
-the samples per prompt and every sample's new-token count, plus the weight buckets sent per step.
+the samples per prompt and every sample's new-token count, the weight buckets sent per step, and the sum of
+the engine's parameters before the first step and after each reload (``collective_rpc("weights_checksum")``:
+each reload changes it).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ def generator(args: argparse.Namespace) -> None:
     plan = buckets(shapes)
     weights_dir = Path(tempfile.mkdtemp(prefix="tcp_rl_weights_"))
     tokens: list[list[int]] = []
+    checksums = [llm.collective_rpc("weights_checksum")[0]]
     for step in range(args.steps):
         samples = args.samples[step % len(args.samples)]
         prompts = [PROMPTS[(step * args.prompts + i) % len(PROMPTS)] for i in range(args.prompts)]
@@ -99,9 +102,10 @@ def generator(args: argparse.Namespace) -> None:
                 received[name] = part.view(shapes[name]).clone()
         save_file(received, str(weights_dir / "model.safetensors"))
         llm.collective_rpc("swap_in_weights", kwargs={"folder": str(weights_dir)})
+        checksums.append(llm.collective_rpc("weights_checksum")[0])  # the engine serves the new weights
     llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon: without this, exit waits on it
     summary = {"samples": [args.samples[s % len(args.samples)] for s in range(args.steps)],
-               "output_tokens": tokens, "buckets_per_step": len(plan)}
+               "output_tokens": tokens, "buckets_per_step": len(plan), "weights_checksum": checksums}
     os.write(1, (json.dumps(summary) + "\n").encode())
 
 

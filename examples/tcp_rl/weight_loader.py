@@ -19,3 +19,10 @@ class WeightLoader:
         tensors = load_file(str(Path(folder) / "model.safetensors"))
         self.model_runner.reload_weights(weights_iterator=iter(tensors.items()))  # type: ignore[attr-defined]
         return len(tensors)
+
+    def weights_checksum(self) -> float:
+        """Sum of every parameter of the running model: the generator checks that each reload changed it."""
+        import torch
+
+        with torch.no_grad():
+            return float(sum(p.double().sum() for p in self.model_runner.get_model().parameters()))  # type: ignore[attr-defined]

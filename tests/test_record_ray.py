@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -143,6 +144,7 @@ def cluster() -> Iterator[tuple[str, str]]:
         yield address, root
     finally:
         _kill_tree_of(root)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_attached_two_node_cluster_collects_every_node(tmp: Path, cluster: tuple[str, str]) -> None:

@@ -67,4 +67,4 @@ def replay_comms(
     console = Console(highlight=False, width=120)
     console.print(table)
     for note in notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(f"note: {note}", markup=False, soft_wrap=True)

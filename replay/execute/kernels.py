@@ -32,6 +32,12 @@ class Timed:
         return self.gemm_s + self.attention_s
 
 
+def require_device(device: str) -> None:
+    """Refuse a device this machine lacks (one line, before any work)."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device cuda: no CUDA device here (torch {torch.__version__})")
+
+
 class ModelKernels:
     """Weights of ``layers`` layers of ``model`` on ``device``; timing of its kernels at given shapes."""
 
@@ -39,8 +45,7 @@ class ModelKernels:
         self.model, self.device, self.layers = model, device, max(1, min(layers, model.layers))
         self.dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         self.max_tokens = max_tokens or (8192 if device.startswith("cuda") else 512)
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError(f"--device cuda: no CUDA device here (torch {torch.__version__})")
+        require_device(device)
         m, kw = model, {"device": device, "dtype": self.dtype}
         self.hd = m.head_dim or m.hidden // m.heads
         self.w_qkv = torch.randn(m.hidden, (m.heads + 2 * m.kv_heads) * self.hd, **kw) * 0.02

@@ -106,6 +106,12 @@ def replay(
 
         rltrace replay --scheduler disagg-sync,one-step-async --gen-gpus 24 --train-gpus 8 -o runs
     """
+    if execute:  # refuse what cannot run before any replay does
+        if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
+            raise ConfigError("--execute needs --device cpu|cuda, --ranks >= 1 and --layers >= 1")
+        from rltrace.replay.execute.kernels import require_device
+
+        require_device(device)
     chosen = [s.strip() for s in scheduler.split(",") if s.strip()]
     if chosen == ["all"]:
         chosen = names()
@@ -159,8 +165,6 @@ def replay(
             results[name].metrics["spread"] = spread.summary()
     executions = {}
     if execute:
-        if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
-            raise ConfigError("--execute needs --device cpu|cuda, --ranks >= 1 and --layers >= 1")
         # torch is an optional extra: only --execute imports it
         from rltrace.replay.execute.run import execute as run_execute
 

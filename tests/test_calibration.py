@@ -172,6 +172,21 @@ def test_the_iteration_fit_recovers_the_engine_cost_terms(noise: float, rel: flo
     assert fit.prefills_per_wave == pytest.approx(3.0, abs=0.2)  # admissions over three iterations a step
 
 
+@pytest.mark.parametrize("stagger", [1, 3])
+def test_a_wave_admitted_over_several_iterations_runs_past_its_longest_request(stagger: int) -> None:
+    """Requests admitted an iteration or two late finish that much later: the engine runs more iterations a
+    step than its longest request has tokens, and the fit carries that time into the wave's prefill."""
+    iterations, requests = engine_run(8, 24, 0.0, stagger=stagger)
+    fit = fit_iterations(iteration_features(iterations, requests))
+    assert fit is not None
+    if stagger == 1:
+        assert fit.beyond_longest_s == 0.0 and fit.prefills_per_wave == 1.0
+    else:  # about (stagger - 1) tail iterations of a few requests each, ~2.2 ms apiece
+        assert 1e-3 < fit.beyond_longest_s < (stagger - 1) * 3e-3
+        assert fit.generation(1).prefill_seconds(10, 1, 1) == pytest.approx(
+            fit.coef["prefill_base"] * fit.prefills_per_wave + fit.beyond_longest_s + 10 * fit.coef["prefill_per_token"])
+
+
 def test_iteration_cycles_add_up_to_the_recorded_generation_time() -> None:
     iterations, requests = engine_run(4, 16, 0.1)
     features = iteration_features(iterations, requests)
@@ -189,12 +204,12 @@ def test_small_batches_are_right_where_a_per_request_fit_is_short() -> None:
     fit = fit_iterations(iteration_features(iterations, requests))
     assert fit is not None and abs(fit.small_batch_error) < 0.03
     cost, report = fit_generation(requests, iterations)
-    assert report.startswith("per engine iteration:") and "admitting iterations a wave" in report
+    assert report.startswith("per engine iteration:") and "past the longest request a wave" in report
     model = cost.iteration_model(1)
     assert model.iteration(3, 100.0) == pytest.approx(fit.coef["base"] + 3 * fit.coef["per_seq"]
                                                       + 100 * fit.coef["per_ctx"])
     assert cost.prefill_seconds(100, 4, 1) == pytest.approx(
-        (fit.coef["prefill_base"] * fit.prefills_per_wave + 100 * fit.coef["prefill_per_token"]))
+        (fit.coef["prefill_base"] * fit.prefills_per_wave + fit.beyond_longest_s + 100 * fit.coef["prefill_per_token"]))
 
 
 def test_without_iterations_the_fit_falls_back_to_the_requests() -> None:

@@ -58,20 +58,26 @@ class IterationFit:
     """mean number of iterations that admitted requests, per step and engine: a step's prompts reach the
     engine over a few iterations (vLLM's engine core steps while the front end is still adding requests:
     3 per step in the tiny RL example), where the replay admits them as one wave"""
+    beyond_longest_s: float = 0.0
+    """mean seconds a wave ran past as many iterations as its longest request has tokens (the requests
+    admitted an iteration or two late finish that much later: 2-3 iterations a step in the tiny RL example),
+    which the replay, admitting the wave at once, adds to the wave's prefill"""
 
     def __str__(self) -> str:
         c = self.coef
         return (f"{c['base'] * 1e3:.3f} ms + {c['per_seq'] * 1e6:.2f} us x batch + {c['per_ctx'] * 1e9:.1f} ns x "
                 f"context per iteration, prefill {c['prefill_base'] * 1e3:.2f} ms + "
                 f"{c['prefill_per_token'] * 1e6:.2f} us x token, from {self.iterations} iterations of "
-                f"{self.steps} steps, {self.prefills_per_wave:.1f} admitting iterations a wave (median error {self.median_abs_error:.1%} per iteration, "
+                f"{self.steps} steps, {self.prefills_per_wave:.1f} admitting iterations and "
+                f"{self.beyond_longest_s * 1e3:.1f} ms past the longest request a wave (median error {self.median_abs_error:.1%} per iteration, "
                 f"{self.small_batch_error:+.1%} summed over batches <= 4)")
 
     def generation(self, tp: int) -> FittedGeneration:
         """The replay engine's cost model for this fit, at the recorded tensor parallelism ``tp``."""
         c = self.coef
         model = IterationModel(compute=Linear(c["base"], c["per_seq"], c["per_ctx"]), memory=Linear())
-        return FittedGeneration(model=model, recorded_tp=tp, prefill_base_s=c["prefill_base"] * self.prefills_per_wave,
+        return FittedGeneration(model=model, recorded_tp=tp,
+                                prefill_base_s=c["prefill_base"] * self.prefills_per_wave + self.beyond_longest_s,
                                 prefill_per_token_s=c["prefill_per_token"])
 
 
@@ -109,7 +115,8 @@ def iteration_features(iterations: pl.DataFrame, requests: pl.DataFrame) -> pl.D
         np.add.at(admits, first, 1.0)
         # Cycle time: to the next iteration's start in the same step; a step's first cycle from its first
         # arrival, its last to its last finish (submission before, and output handling after, are generation).
-        arrivals = mine.group_by("step").agg(pl.col("arrival_ns").min().alias("a"), pl.col("finish_ns").max().alias("f"))
+        arrivals = mine.group_by("step").agg(pl.col("arrival_ns").min().alias("a"), pl.col("finish_ns").max().alias("f"),
+                                             pl.col("output_tokens").max().alias("longest"))
         frame = it.select("step", "engine", "start_ns", "end_ns").with_columns(
             pl.Series("batch", batch), pl.Series("context_tokens", context),
             pl.Series("prefill_tokens", prefill_tokens), pl.Series("prefills", (admits > 0).astype(np.float64)))
@@ -119,13 +126,18 @@ def iteration_features(iterations: pl.DataFrame, requests: pl.DataFrame) -> pl.D
             pl.when(pl.int_range(pl.len()).over("step") == 0).then(pl.min_horizontal("a", "start_ns"))
             .otherwise("start_ns").alias("from_ns"),
             pl.col("start_ns").shift(-1).over("step").fill_null(pl.max_horizontal("f", "start_ns")).alias("to_ns"))
+        # The replay runs a wave in as many iterations as its longest request has tokens; the engine ran more
+        # (requests admitted one or two iterations late finish that much later): mark those last iterations.
+        position = pl.int_range(pl.len()).over("step")
+        extra = (pl.len().over("step") - pl.col("longest")).clip(lower_bound=0)
         frames.append(frame.select(
             "step", "engine", ((pl.col("to_ns") - pl.col("from_ns")) / 1e9).alias("seconds"),
-            "batch", "context_tokens", "prefill_tokens", "prefills"))
+            "batch", "context_tokens", "prefill_tokens", "prefills",
+            (position >= pl.len().over("step") - extra).cast(pl.Float64).alias("beyond")))
     if not frames:
         return pl.DataFrame(schema={"step": pl.Int32, "engine": pl.String, "seconds": pl.Float64,
                                     "batch": pl.Float64, "context_tokens": pl.Float64,
-                                    "prefill_tokens": pl.Float64, "prefills": pl.Float64})
+                                    "prefill_tokens": pl.Float64, "prefills": pl.Float64, "beyond": pl.Float64})
     return pl.concat(frames)
 
 
@@ -163,10 +175,12 @@ def fit_iterations(features: pl.DataFrame, step_weights: dict[int, float] | None
     predicted = design @ coef
     small = f["batch"].to_numpy() <= 4
     small_error = float(predicted[small].sum() / y[small].sum() - 1) if small.any() and y[small].sum() > 0 else 0.0
-    waves = f.group_by("step", "engine").agg(pl.col("prefills").sum(), pl.col("_w").first() if "_w" in f.columns
-                                              else pl.lit(1.0).alias("_w"))
+    waves = f.group_by("step", "engine").agg(pl.col("prefills").sum(), (pl.col("seconds") * pl.col("beyond")).sum(),
+                                              pl.col("_w").first() if "_w" in f.columns else pl.lit(1.0).alias("_w"))
     per_wave = float(np.average(waves["prefills"].to_numpy(), weights=waves["_w"].to_numpy()))
+    beyond = float(np.average(waves["seconds"].to_numpy(), weights=waves["_w"].to_numpy()))
     return IterationFit(coef=dict(zip(TERMS, (float(c) for c in coef))), iterations=f.height,
                         steps=f["step"].n_unique(),
                         median_abs_error=float(np.median(np.abs(predicted - y) / np.maximum(y, 1e-12))),
-                        small_batch_error=small_error, prefills_per_wave=max(per_wave, 1.0))
+                        small_batch_error=small_error, prefills_per_wave=max(per_wave, 1.0),
+                        beyond_longest_s=beyond)

@@ -32,11 +32,10 @@ from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree")
 # Dtypes an NVSwitch can reduce (multimem.ld_reduce: f16, bf16, f32); int8 and fp8 all-reduces run the ring.
 SWITCH_REDUCIBLE = ("bfloat16", "bf16", "half", "fp16", "float16", "float", "fp32", "float32")
 DTYPES = (*SWITCH_REDUCIBLE, "int8", "uint8", "fp8", "float8")
-TREE_BELOW_BYTES = 1 << 20  # NCCL prefers its tree (latency log n) for small multi-node all-reduces
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
@@ -73,6 +72,15 @@ NVLS = Protocol("Simple", 25e-6, 0.0, 0.0, 1.0)
 # NCCL's NVLS bandwidth is bwIntra x nvlsEfficiency x (nChannels - 1) / nChannels (src/tuning/nvls.cc), with 16
 # NVLS channels on Hopper (NCCL's log: "NVLS multicast support is available on dev N (NVLS_NCHANNELS 16)").
 NVLS_CHANNELS = 16
+# NVLSTree (across nodes: NVLS inside each node, NCCL's tree between them) runs Simple only; tuning.cc charges it
+# baseLat 0 + hwLat NVLink NVLSTree (25 us) + 2 x log2(nodes) x hwLat NET NVLSTree (20.9 us): the base here, and
+# the NET figure per tree step (a tree stage has 2 x its levels steps).
+NVLS_TREE = Protocol("Simple", 25e-6, 0.0, 20.9e-6, 1.0)
+# A pipelined schedule (hierarchical, NVLSTree) moves the bytes in chunks through its stages at once: the slowest
+# stage sets the time, and each other stage adds its time for one chunk (the pipeline's fill). NCCL's Simple
+# protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
+# DEFAULT_BUFFSIZE, src/include/device.h NCCL_STEPS).
+PIPELINE_CHUNK_BYTES = 512 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +138,35 @@ def ring(ranks: np.ndarray, nbytes: float, steps: int, shard: float = 0.0, traff
                  local_bytes=traffic * shard)
 
 
+def btree_parents(n: int) -> np.ndarray:
+    """NCCL's binary tree over ranks 0..n-1 (src/graph/trees.cc, ncclGetBtree): the parent of ranks 1..n-1. Rank
+    r's parent clears r's lowest set bit and sets the next one up, or only clears it when that is past the end."""
+    r = np.arange(1, n)
+    bit = r & -r
+    up = (r ^ bit) | (bit << 1)
+    return np.where(up >= n, r ^ bit, up)
+
+
+def dtree(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """NCCL's double binary tree (ncclGetDtree): the btree, and a second tree, its mirror (n even) or its shift
+    by one (n odd), so that no rank is inside both. (parent, child, depth of the child from 0) index arrays, the
+    first tree's n-1 edges then the second's."""
+    parent = btree_parents(n)
+    child = np.arange(1, n)
+    depth = np.zeros(n, dtype=np.int64)
+    for _ in range(max(1, int(np.ceil(np.log2(max(n, 2)))) + 1)):  # parents first: a few passes settle it
+        depth[child] = depth[parent] + 1
+    second = (lambda x: n - 1 - x) if n % 2 == 0 else (lambda x: (x + 1) % n)
+    parents = np.concatenate([parent, second(parent)])
+    children = np.concatenate([child, second(child)])
+    return parents, children, np.tile(depth[1:] - 1, 2)
+
+
 def tree_edges(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Parent -> child edges of NCCL's double binary tree: two binary trees over the ranks, the second the
-    first's mirror, so every rank is a leaf in one of them."""
-    n = len(ranks)
-    parents, children = [], []
-    for order in (np.arange(n), np.arange(n)[::-1]):
-        child = np.arange(1, n)
-        parents.append(ranks[order[(child - 1) // 2]])
-        children.append(ranks[order[child]])
-    return np.concatenate(parents), np.concatenate(children)
+    """Parent -> child edges of NCCL's double binary tree over ``ranks`` (:func:`dtree`): two binary trees, the
+    first rooted at ranks[0], every rank a leaf in one of them."""
+    parents, children, _ = dtree(len(ranks))
+    return ranks[parents], ranks[children]
 
 
 def chain(ranks: np.ndarray, size: float) -> Phase:
@@ -163,9 +190,7 @@ def _tree(ranks: np.ndarray, size: float, gpus_per_node: int) -> Phase:
     chain_level = position[1:][same] - 1
     leaders = r[~np.r_[False, same]]
     t_parent, t_child = tree_edges(leaders)
-    m = len(leaders)
-    depth = np.floor(np.log2(np.arange(1, m) + 1)).astype(np.int64) - 1  # heap depth of each child, from 0
-    tree_level = np.tile(depth, 2) + (chain_level.max() + 1 if len(chain_level) else 0)
+    tree_level = dtree(len(leaders))[2] + (chain_level.max() + 1 if len(chain_level) else 0)
     src = np.concatenate([child, parent, t_child, t_parent])
     dst = np.concatenate([parent, child, t_parent, t_child])
     nbytes = np.concatenate([np.full(2 * len(child), float(size)), np.full(2 * len(t_child), size / 2)])
@@ -174,9 +199,13 @@ def _tree(ranks: np.ndarray, size: float, gpus_per_node: int) -> Phase:
 
 
 def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int,
-           nvls_efficiency: float = 0.0) -> list[Phase]:
-    """The flow phases of one collective."""
+           nvls_efficiency: float = 0.0, nics: int = 0) -> list[Phase]:
+    """The flow phases of one collective. Across nodes, ``nics`` (NICs per node, 0: one per GPU) channels each
+    cross between nodes through their own NIC (:mod:`.multinode`)."""
     n = len(ranks)
+    nodes = ranks // gpus_per_node
+    if len(np.unique(nodes)) > 1 and algorithm != "hierarchical":
+        return _across_nodes(op, ranks, size, algorithm, gpus_per_node, nvls_efficiency, nics or gpus_per_node)
     if op == "all_reduce" and algorithm == "nvls":
         if not nvls_efficiency > 0:
             raise ConfigError("nvls needs the GPU's nvls_efficiency > 0")
@@ -210,6 +239,38 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
     raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
 
 
+def _across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int,
+                  nvls_efficiency: float, nics: int) -> list[Phase]:
+    """Ring, tree, NVLSTree, broadcast and all-to-all over several nodes, with one channel per NIC."""
+    from rltrace.replay.network import multinode as mn  # it builds on this module's Phase
+
+    n = len(ranks)
+    local = mn.node_major(ranks, gpus_per_node)
+    per = len(local[0])
+    uniform = all(len(x) == per for x in local)
+    orders = mn.channel_orders(ranks, gpus_per_node, None, min(nics, per) if uniform else 1)
+    if op == "all_to_all":
+        src, dst = np.repeat(ranks, n), np.tile(ranks, n)
+        keep = src != dst
+        return [Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1)]
+    if op == "broadcast":
+        return [mn.channel_chain(orders, size)]
+    if op == "all_reduce" and algorithm in ("tree", "nvls_tree") and uniform and per > 1:
+        if algorithm == "tree":
+            return [mn.channel_tree(orders, size, per)]
+        if not nvls_efficiency > 0:
+            raise ConfigError("nvls_tree needs the GPU's nvls_efficiency > 0")
+        return mn.nvls_tree(orders, size, per, nvls_efficiency)
+    if op == "all_reduce" and algorithm == "tree":  # one GPU per node (or uneven nodes): the tree over all ranks
+        return [_tree(ranks, size, gpus_per_node)]
+    if op == "all_reduce":
+        return [mn.channel_ring(orders, 2 * (n - 1) / n * size, 2 * (n - 1), REDUCE_TRAFFIC * size / n)]
+    if op in ("all_gather", "reduce_scatter"):
+        traffic = COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC
+        return [mn.channel_ring(orders, (n - 1) / n * size, n - 1, traffic * size / n)]
+    raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
+
+
 def _merge(parts: list[Phase]) -> Phase:
     return Phase(np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
                  np.concatenate([p.nbytes for p in parts]), max(p.steps for p in parts),
@@ -223,21 +284,29 @@ def _levels(parts: list[Phase]) -> np.ndarray | None:
     return np.concatenate([p.levels for p in parts])  # type: ignore[misc]
 
 
-def choose(op: str, ranks: np.ndarray, size: float, gpus_per_node: int) -> str:
-    """NCCL-like default: one node -> ring; across nodes, all-reduce by tree when small, else hierarchical."""
-    if op != "all_reduce" or len(np.unique(ranks // gpus_per_node)) == 1:
-        return "ring"
-    return "tree" if size < TREE_BELOW_BYTES else "hierarchical"
+def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool) -> tuple[str, ...]:
+    """The algorithms NCCL's tuner weighs for ``op`` (src/graph/tuning.cc): inside one node the ring, and NVLS for
+    an all-reduce the switch can reduce; across nodes the ring, and for an all-reduce also the tree and, on GPUs
+    with NVLS, NVLSTree. All-gather, reduce-scatter, broadcast and all-to-all have one schedule here."""
+    if op != "all_reduce":
+        return ("ring",)
+    if len(np.unique(ranks // gpus_per_node)) == 1:
+        return ("ring", "nvls") if nvls else ("ring",)
+    return ("ring", "tree", "nvls_tree") if nvls else ("ring", "tree")
 
 
 def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
-               protocols: tuple[Protocol, ...] = PROTOCOLS) -> PhasesTime:
+               protocols: tuple[Protocol, ...] = PROTOCOLS, pipelined: bool = False, size: float = 0.0,
+               channels: int = 1) -> PhasesTime:
     """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
+    ``pipelined``: the phases are stages that ``size`` bytes pass in chunks of PIPELINE_CHUNK_BYTES per
+    channel, so the flows take the slowest stage's time plus every other stage's time for one chunk.
 
     A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
     time alike: the flows run once, and each protocol's time is computed from that one run."""
     links = topo.links()
     flow_s, reconfig, local_s = 0.0, 0.0, 0.0
+    stage_s: list[float] = []
     steps_at = np.zeros(len(protocols))
     carried = np.zeros(len(links))
     configure = getattr(topo, "configure", None)
@@ -251,10 +320,14 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         indptr, ids = topo.paths(p.src, p.dst, keys)
         run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # a lower efficiency: as if more bytes
         flow_s += run.makespan_s
+        stage_s.append(run.makespan_s + p.local_bytes / topo.memory_bytes_per_s)
         local_s += p.local_bytes / topo.memory_bytes_per_s
         steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto), indptr, ids, p.levels)
                                         for proto in protocols])
         carried += run.link_bytes * p.efficiency
+    if pipelined and stage_s:  # the slowest stage, plus the others' time for one chunk (local passes included)
+        chunks = max(1.0, size / (PIPELINE_CHUNK_BYTES * channels))
+        flow_s, local_s = max(stage_s) + (sum(stage_s) - max(stage_s)) / chunks, 0.0
     totals = [proto.base_s + flow_s / proto.payload + steps_at[j] + local_s + reconfig for j, proto in enumerate(protocols)]
     best = int(np.argmin(totals))
     return PhasesTime(totals[best], carried, reconfig, protocols[best])
@@ -288,21 +361,32 @@ def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
 
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
-    """NVLS applies to an all-reduce inside one NVSwitch node whose GPUs have it, in a dtype the switch reduces."""
+    """NVLS applies to an all-reduce on NVSwitch nodes whose GPUs have it (several GPUs in each node), in a dtype
+    the switch reduces: NVLS inside one node, NVLSTree across nodes."""
+    _, per_node = np.unique(ranks // topo.gpus_per_node, return_counts=True)
     return (op == "all_reduce" and dtype in SWITCH_REDUCIBLE and len(ranks) > 1
-            and get_gpu(topo.gpu).nvls_efficiency > 0 and len(np.unique(ranks // topo.gpus_per_node)) == 1)
+            and get_gpu(topo.gpu).nvls_efficiency > 0 and bool((per_node > 1).all()))
 
 
-def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str) -> PhasesTime:
+def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, protocol: str = "auto") -> PhasesTime:
     eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
-    protocols = {"nvls": (NVLS,), "tree": TREE_PROTOCOLS}.get(algo, PROTOCOLS)
-    return run_phases(topo, phases(op, ranks, size, algo, topo.gpus_per_node, eff), protocols=protocols)
+    protocols = {"nvls": (NVLS,), "tree": TREE_PROTOCOLS, "nvls_tree": (NVLS_TREE,)}.get(algo, PROTOCOLS)
+    if protocol != "auto":  # NCCL_PROTO-style override
+        protocols = tuple(p for p in protocols if p.name.lower() == protocol.lower())
+        if not protocols:
+            raise ConfigError(f"algorithm {algo} does not run protocol {protocol!r}")
+    nics = int(getattr(topo, "nics", 0))
+    parts = phases(op, ranks, size, algo, topo.gpus_per_node, eff, nics)
+    pipelined = algo in ("hierarchical", "nvls_tree")
+    return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1))
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",
-               dtype: str = "bfloat16") -> CollectiveTime:
+               dtype: str = "bfloat16", protocol: str = "auto") -> CollectiveTime:
     """Time of one collective of ``size`` bytes over ``ranks`` (a count: GPUs 0..n-1, or GPU ids) in ``dtype``
-    (which decides whether NVLS can reduce it in the switch)."""
+    (which decides whether NVLS can reduce it in the switch). ``algorithm`` and ``protocol`` ("auto", or one of
+    ALGORITHMS / LL, LL128, Simple) override NCCL's choice as NCCL_ALGO and NCCL_PROTO do; "auto" takes the
+    fastest modelled algorithm x protocol of NCCL's candidates, as NCCL's tuner takes its lowest estimate."""
     ranks = np.arange(ranks) if isinstance(ranks, (int, np.integer)) else np.asarray(ranks, dtype=np.int64)
     n = len(ranks)
     if algorithm not in ALGORITHMS:
@@ -315,16 +399,24 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         return CollectiveTime(0.0, "none", 0.0, np.zeros(len(topo.links())))
     if dtype not in DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    if protocol.lower() not in ("auto", "ll", "ll128", "simple"):
+        raise ConfigError(f"unknown protocol {protocol!r} (known: auto, LL, LL128, Simple)")
     nvls = nvls_possible(topo, op, ranks, dtype)
-    if algorithm == "nvls" and not nvls:
+    multi = len(np.unique(ranks // topo.gpus_per_node)) > 1
+    if algorithm == "nvls" and (not nvls or multi):
         raise ConfigError("nvls needs an all-reduce inside one NVSwitch node of a GPU with NVLS (nvls_efficiency > 0) "
-                          f"in a dtype the switch reduces ({', '.join(SWITCH_REDUCIBLE)})")
-    algo = choose(op, ranks, size, topo.gpus_per_node) if algorithm == "auto" else algorithm
-    timed = _timed(topo, op, ranks, size, algo)
-    if algorithm == "auto" and nvls:  # NCCL's tuner takes the faster of its ring and NVLS
-        other = _timed(topo, op, ranks, size, "nvls")
-        if other.seconds < timed.seconds:
-            algo, timed = "nvls", other
+                          f"in a dtype the switch reduces ({', '.join(SWITCH_REDUCIBLE)}); across nodes: nvls_tree")
+    if algorithm == "nvls_tree" and not (nvls and multi):
+        raise ConfigError("nvls_tree needs an all-reduce across nodes of GPUs with NVLS in a dtype the switch reduces")
+    tried = candidates(op, ranks, topo.gpus_per_node, nvls) if algorithm == "auto" else (algorithm,)
+    if protocol.lower() in ("ll", "ll128"):
+        tried = tuple(a for a in tried if a not in ("nvls", "nvls_tree")) or tried  # NVLS runs Simple only
+    algo, timed = "", None
+    for name in tried:  # NCCL's tuner: the lowest estimated time over algorithm x protocol
+        t = _timed(topo, op, ranks, size, name, protocol)
+        if timed is None or t.seconds < timed.seconds:
+            algo, timed = name, t
+    assert timed is not None
     seconds = timed.seconds
     busbw = size / seconds * BUS_FACTOR[op](n) / 1e9 if seconds > 0 else 0.0
     return CollectiveTime(seconds, algo, busbw, timed.link_bytes, timed.reconfig_s, timed.protocol.name)

@@ -89,3 +89,50 @@ def summary(compared: pl.DataFrame, min_bytes: int = 64 << 20) -> pl.DataFrame:
     return big.group_by(*keys).agg(
         pl.len().alias("points"), pl.col("error").abs().median().alias("median_abs_error"),
         pl.col("error").abs().max().alias("max_abs_error")).sort(*keys)
+
+
+# Public multi-node nccl-tests runs (replay/network/data/multinode_nccl.csv): each row its source, the cluster as
+# the source states it, and the out-of-place time and busbw it printed. Nothing here is fitted to them.
+MULTINODE_CSV = Path(__file__).resolve().parent / "data" / "multinode_nccl.csv"
+SIZE_BANDS = ((0, 64 << 20, "< 64 MB"), (64 << 20, 1 << 30, "64 MB - 1 GB"), (1 << 30, 1 << 62, ">= 1 GB"))
+
+
+def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
+    """The multi-node validation rows (see the CSV's columns); ConfigError when the file is missing."""
+    if not Path(path).exists():
+        raise ConfigError(f"{path}: no multi-node validation table")
+    return pl.read_csv(path)
+
+
+def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_gbps: float, gpu: str) -> Topology:
+    """A cluster as a source states it: nodes of NVSwitch GPUs, their NICs on one non-blocking switch (no source
+    describes its switches, and at 2-8 nodes one leaf holds them all)."""
+    return parse(f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},nics_per_node={nics_per_node},"
+                 f"nic_gbps={nic_gbps},leaf_down={nodes * gpus_per_node},gpu={gpu}")
+
+
+def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
+    """Every multi-node point beside the model's time, algorithm and protocol, under the algorithm the run
+    forced (NCCL_ALGO) or NCCL-like auto selection; error = model_s / measured_s - 1."""
+    rows = multinode_measured(path)
+    model_s, algos, protos, bands = [], [], [], []
+    for r in rows.iter_rows(named=True):
+        topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"])
+        c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"], r["dtype"])
+        model_s.append(c.seconds)
+        algos.append(c.algorithm)
+        protos.append(c.protocol)
+        bands.append(next(name for lo, hi, name in SIZE_BANDS if lo <= r["size_bytes"] < hi))
+    return rows.with_columns(
+        (pl.col("time_us") / 1e6).alias("measured_s"), pl.Series("model_s", model_s),
+        pl.Series("model_algorithm", algos), pl.Series("model_protocol", protos), pl.Series("size_band", bands),
+    ).with_columns((pl.col("model_s") / pl.col("measured_s") - 1).alias("error"))
+
+
+def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
+    """Median and worst |error| by op, node count and size band."""
+    keys = ("op", "nodes", "size_band")
+    return compared.group_by(*keys).agg(
+        pl.len().alias("points"), pl.col("cluster").n_unique().alias("clusters"),
+        pl.col("error").abs().median().alias("median_abs_error"),
+        pl.col("error").abs().max().alias("max_abs_error")).sort(*keys)

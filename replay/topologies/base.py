@@ -100,9 +100,22 @@ def parse(spec: str) -> Topology:
         if not eq:
             raise ConfigError(f"topology {name}: expected key=value, got {item!r}")
         values[key.strip()] = parse_scalar(text.strip())
+    user = user_keys(cls)
+    unknown = sorted(set(values) - set(user))
+    if unknown:  # before build, whose message would list internal fields (links, circuits) too
+        raise ConfigError(f"topology {name}: unknown key {unknown[0]!r} (known: {', '.join(user)})")
     topo = build(cls, values, f"topology {name}")
     topo.links()  # check the parameters now, with one message
     return topo
+
+
+def user_keys(cls: type) -> list[str]:
+    """The keys a user may set in a spec: the dataclass's init fields, not its internal state."""
+    return sorted(f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")
+                  and f.name not in INTERNAL_KEYS)
+
+
+INTERNAL_KEYS = frozenset({"circuits", "reconfigurations"})  # rfabric's optical state, set by the model itself
 
 
 def ecmp(src: np.ndarray, dst: np.ndarray, key: np.ndarray, ways: int, salt: int = 0) -> np.ndarray:
@@ -136,7 +149,9 @@ class NodeFabric:
     gpu: str = "H100"
     gpus_per_node: int = 8
     nic_gbps: float = 400.0
-    """NIC line rate per GPU, Gb/s (400 Gb/s: ConnectX-7 NDR)"""
+    """line rate of one NIC, Gb/s (400 Gb/s: ConnectX-7 NDR)"""
+    nics_per_node: int = 0
+    """NICs per node (0: one per GPU); GPU i of a node uses NIC i x nics / gpus_per_node"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY
     nic_efficiency: float = NIC_EFFICIENCY
     copy_efficiency: float = COPY_EFFICIENCY
@@ -152,9 +167,23 @@ class NodeFabric:
         """HBM traffic (bytes read plus written) per second one GPU's collective kernels reach."""
         return get_gpu(self.gpu).hbm_bytes_per_s * self.copy_efficiency
 
+    @property
+    def nics(self) -> int:
+        """NICs per node."""
+        return self.nics_per_node or self.gpus_per_node
+
+    def nic_of(self, gpu: np.ndarray) -> np.ndarray:
+        """The GPU slot whose NIC links ``gpu`` uses: the first GPU of the group of ``gpus_per_node / nics`` GPUs
+        sharing one NIC (each GPU its own when there is one NIC per GPU)."""
+        per = self.gpus_per_node // self.nics
+        return gpu - (gpu % self.gpus_per_node) % per
+
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
+        if self.nics_per_node < 0 or self.gpus_per_node % self.nics:
+            raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}), "
+                              f"got {self.nics_per_node}")
         if gpus > MAX_GPUS:  # before any per-GPU link is allocated
             raise ConfigError(f"topology: {gpus:,} GPUs is above the limit of {MAX_GPUS:,} GPUs in a topology")
         if not all(0 < e <= 1 for e in (self.nvlink_efficiency, self.nic_efficiency, self.copy_efficiency)):
@@ -165,11 +194,17 @@ class NodeFabric:
         nvl = get_gpu(self.gpu).nvlink_gbps / 2 * 1e9 * self.nvlink_efficiency  # per direction
         nic = self.nic_bytes_per_s
         names, kinds, cap, lat = [], [], [], []
+        # a NIC's links sit in the slot of the first GPU that uses it; a slot without a NIC has none (no capacity)
+        owner = (self.nic_of(np.arange(gpus)) == np.arange(gpus)).tolist()
         for label, kind, c, hop in (("nvl_up", "nvlink", nvl, NVLINK_HOP_S), ("nvl_down", "nvlink", nvl, NVLINK_HOP_S),
                                     ("nic_up", "nic", nic, NETWORK_HOP_S), ("nic_down", "nic", nic, 0.0)):
             names += [f"gpu{g}/{label}" for g in range(gpus)]
-            kinds += [kind] * gpus
-            cap += [c] * gpus
+            if kind == "nic":
+                kinds += [kind if o else "none" for o in owner]
+                cap += [c if o else 0.0 for o in owner]
+            else:
+                kinds += [kind] * gpus
+                cap += [c] * gpus
             lat += [hop] * gpus
         return names, kinds, cap, lat
 

@@ -43,8 +43,8 @@ class CrossDC(NodeFabric):
         in_b = src[far] // m >= self.split
         cross = in_b != (dst[far] // m >= self.split)
         row = np.full((far.sum(), 3), -1, dtype=np.int64)
-        row[:, 0] = 2 * g + src[far]
+        row[:, 0] = 2 * g + self.nic_of(src[far])
         row[cross, 1] = 4 * g + in_b[cross].astype(np.int64)
-        row[:, 2] = 3 * g + dst[far]
+        row[:, 2] = 3 * g + self.nic_of(dst[far])
         hops[far] = row
         return csr(hops)

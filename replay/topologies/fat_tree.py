@@ -56,12 +56,12 @@ class FatTree(NodeFabric):
         a2e = e2a + self.k * h * h       # agg (pod p, j) -> edge e: a2e + e * h + j
         a2c = a2e + self.k * h * h       # agg (p, j) -> core j * h + c: a2c + (p * h + j) * h + c
         c2p = a2c + self.k * h * h       # core -> pod p's agg: c2p + core * k + p
-        es, ed = src // h, dst // h
+        es, ed = self.nic_of(src) // h, self.nic_of(dst) // h  # the edge switch of each flow's NICs
         ps, pd = es // h, ed // h
         j = ecmp(src, dst, key, h)
         c = ecmp(src, dst, key, h, salt=1)
         hops = np.full((n, 6), -1, dtype=np.int64)
-        hops[:, 0], hops[:, 5] = 2 * g + src, 3 * g + dst
+        hops[:, 0], hops[:, 5] = 2 * g + self.nic_of(src), 3 * g + self.nic_of(dst)
         up = es != ed
         hops[up, 1] = e2a + es[up] * h + j[up]
         hops[up, 4] = a2e + ed[up] * h + j[up]

@@ -46,13 +46,13 @@ class LeafSpine(NodeFabric):
         local = src // self.gpus_per_node == dst // self.gpus_per_node
         hops[local, :2] = self._local(src[local], dst[local], g)
         far = ~local
-        ls, ld = src[far] // self.leaf_down, dst[far] // self.leaf_down
+        ls, ld = self.nic_of(src[far]) // self.leaf_down, self.nic_of(dst[far]) // self.leaf_down
         spine = ecmp(src[far], dst[far], key[far], self.spines)
         cross = ls != ld
         row = np.full((far.sum(), 4), -1, dtype=np.int64)
-        row[:, 0] = 2 * g + src[far]
+        row[:, 0] = 2 * g + self.nic_of(src[far])
         row[cross, 1] = base + ls[cross] * self.spines + spine[cross]
         row[cross, 2] = base + pairs + ld[cross] * self.spines + spine[cross]
-        row[:, 3] = 3 * g + dst[far]
+        row[:, 3] = 3 * g + self.nic_of(dst[far])
         hops[far] = row
         return csr(hops)

@@ -29,12 +29,13 @@ class Rail(NodeFabric):
         local = src // m == dst // m
         hops[local, :2] = self._local(src[local], dst[local], g)
         far = ~local
-        proxy = src[far] // m * m + dst[far] % m  # the source node's GPU on the destination's rail
-        moved = proxy != src[far]
+        # the source node's NIC on the destination's rail (the slot of its first GPU)
+        proxy = src[far] // m * m + self.nic_of(dst[far]) % m
+        moved = proxy != self.nic_of(src[far])
         row = np.full((far.sum(), 4), -1, dtype=np.int64)
         row[moved, 0] = src[far][moved]
         row[moved, 1] = g + proxy[moved]
         row[:, 2] = 2 * g + proxy
-        row[:, 3] = 3 * g + dst[far]
+        row[:, 3] = 3 * g + self.nic_of(dst[far])
         hops[far] = row
         return csr(hops)

@@ -60,11 +60,11 @@ class RFabric(NodeFabric):
         g, h, n = self.gpus, self.k // 2, len(src)
         e2a, a2e = 4 * g, 4 * g + self.k * h * h
         ocs = a2e + self.k * h * h
-        es, ed = src // h, dst // h
+        es, ed = self.nic_of(src) // h, self.nic_of(dst) // h
         ps, pd = es // h, ed // h
         j = ecmp(src, dst, key, h)
         hops = np.full((n, 5), -1, dtype=np.int64)
-        hops[:, 0], hops[:, 4] = 2 * g + src, 3 * g + dst
+        hops[:, 0], hops[:, 4] = 2 * g + self.nic_of(src), 3 * g + self.nic_of(dst)
         up = es != ed
         hops[up, 1] = e2a + es[up] * h + j[up]
         hops[up, 3] = a2e + ed[up] * h + j[up]

@@ -1,0 +1,108 @@
+"""NCCL's algorithms across nodes, as flows: channels, each leaving the node through its own NIC.
+
+NCCL (NVIDIA/nccl, src/graph/search.cc and rings.cc, 2.2x-2.30 releases) searches one ring or tree per channel
+and places the channels so that each crosses between nodes through a different NIC (``NET/0`` .. ``NET/k-1``);
+with PXN the GPU that closes a node's part of a ring hands its data over NVLink to the GPU beside the NIC. A
+multi-node collective therefore reaches about the node's whole NIC bandwidth, not one NIC's. Here a node with
+``k`` NICs gets ``k`` channels, channel ``c`` entering each node at the GPU that owns NIC ``c`` and carrying
+``1/k`` of the bytes; NCCL's extra channels per NIC (two or more) only split the same bytes further, so they
+change no link's load.
+
+- ring: each channel a ring over all ranks, node after node; inside a node it starts at NIC ``c``'s GPU;
+- tree (NCCL_ALGO=Tree): per channel, a chain through each node's GPUs to NIC ``c``'s GPU, and the double
+  binary tree (src/graph/trees.cc) over those heads; reduce up and broadcast down at once, each binary tree on
+  half of the channel's bytes;
+- nvls_tree (NCCL_ALGO=NVLSTree, Hopper and later): NVLS inside each node (every GPU sends and receives
+  ``(1 + 1/g) x size`` through the switch at NCCL's NVLS efficiency) and the double binary tree between the
+  nodes' heads, one per NIC; the two stages run pipelined in chunks, so the slower one sets the time;
+- broadcast: per channel a chain, node after node, from the root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from rltrace.replay.network.collectives import Phase, dtree, tree_edges
+
+
+def node_major(ranks: np.ndarray, gpus_per_node: int) -> list[np.ndarray]:
+    """The ranks of each node, nodes in order of their first rank, each node's ranks in rank order."""
+    nodes = ranks // gpus_per_node
+    _, first = np.unique(nodes, return_index=True)
+    return [ranks[nodes == nodes[i]] for i in np.sort(first)]
+
+
+def channel_orders(ranks: np.ndarray, gpus_per_node: int, nic_of: object, nics: int) -> list[np.ndarray]:
+    """One rank order per channel: node after node, each node's ranks rotated to start at the rank that owns
+    (or comes first after) channel ``c``'s NIC."""
+    local = node_major(ranks, gpus_per_node)
+    per = gpus_per_node // nics
+    orders = []
+    for c in range(nics):
+        parts = []
+        for x in local:
+            start = int(np.searchsorted(x % gpus_per_node, c * per)) % len(x)
+            parts.append(np.roll(x, -start))
+        orders.append(np.concatenate(parts))
+    return orders
+
+
+def channel_ring(orders: list[np.ndarray], nbytes: float, steps: int, local_bytes: float) -> Phase:
+    """Rings over ``orders`` (one per channel), each carrying ``nbytes / channels``; hop j of every channel is
+    level j (a chunk passes the hops in turn)."""
+    k = len(orders)
+    src = np.concatenate(orders)
+    dst = np.concatenate([np.roll(o, -1) for o in orders])
+    levels = np.tile(np.arange(len(orders[0])), k)
+    return Phase(src, dst, np.full(len(src), nbytes / k), steps, levels=levels, local_bytes=local_bytes)
+
+
+def channel_chain(orders: list[np.ndarray], size: float) -> Phase:
+    """Broadcast: per channel a pipelined chain along its order, ``size / channels`` over every hop."""
+    k = len(orders)
+    src = np.concatenate([o[:-1] for o in orders])
+    dst = np.concatenate([o[1:] for o in orders])
+    levels = np.tile(np.arange(len(orders[0]) - 1), k)
+    return Phase(src, dst, np.full(len(src), size / k), len(orders[0]) - 1, levels=levels)
+
+
+def _heads_tree(heads: np.ndarray, nbytes: float, first_level: int) -> tuple[np.ndarray, ...]:
+    """NCCL's double binary tree over ``heads``, reduce up and broadcast down: each binary tree carries half of
+    ``nbytes`` each way; a child's level is its heap depth."""
+    parent, child = tree_edges(heads)
+    level = dtree(len(heads))[2] + first_level
+    src = np.concatenate([child, parent])
+    dst = np.concatenate([parent, child])
+    return src, dst, np.full(len(src), nbytes / 2), np.concatenate([level, level])
+
+
+def channel_tree(orders: list[np.ndarray], size: float, per_node: int) -> Phase:
+    """NCCL's all-reduce tree per channel: a chain through each node's ranks to the channel's head (the rank on
+    its NIC), the double binary tree over the heads; ``size / channels`` per channel. 2 x levels steps."""
+    k = len(orders)
+    parts: list[tuple[np.ndarray, ...]] = []
+    for order in orders:
+        nodes = order.reshape(-1, per_node)
+        heads = nodes[:, 0]
+        child, parent = nodes[:, 1:].ravel(), nodes[:, :-1].ravel()  # chain: each rank to the one before it
+        chain_level = np.tile(np.arange(per_node - 1), len(nodes))
+        tsrc, tdst, tbytes, tlevel = _heads_tree(heads, size / k, per_node - 1)
+        chain_bytes = np.full(2 * len(child), size / k)  # a chain hop carries the channel's bytes both ways
+        parts.append((np.concatenate([child, parent, tsrc]), np.concatenate([parent, child, tdst]),
+                      np.concatenate([chain_bytes, tbytes]), np.concatenate([chain_level, chain_level, tlevel])))
+    src, dst, nbytes, levels = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    return Phase(src, dst, nbytes, 2 * len(np.unique(levels)), levels=levels)
+
+
+def nvls_tree(orders: list[np.ndarray], size: float, per_node: int, nvls_efficiency: float) -> list[Phase]:
+    """NVLSTree's two pipelined stages: NVLS inside every node, the double binary tree between the heads."""
+    ranks = orders[0]
+    g = per_node
+    intra = Phase(ranks, ranks.reshape(-1, g)[:, np.r_[1:g, 0]].ravel(), np.full(len(ranks), (1 + 1 / g) * size),
+                  1, levels=np.zeros(len(ranks), dtype=np.int64), efficiency=nvls_efficiency)
+    k = len(orders)
+    parts = [_heads_tree(o.reshape(-1, g)[:, 0], size / k, 0) for o in orders]
+    src, dst, nbytes, levels = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    inter = Phase(src, dst, nbytes, 2 * len(np.unique(levels)), levels=levels)
+    return [dataclasses.replace(intra), inter]

@@ -5,6 +5,13 @@ cross-process locks exist. A background thread flushes each table's buffer as on
 flush (temporary name, then rename): a process killed with SIGKILL loses at most the last flush interval,
 and whatever it left merges. Collector code never lets an exception reach the job: :meth:`Recorder.guard`
 reports each kind of failure once on stderr and counts it for the manifest.
+
+Losses are counted, never silent: rows a full buffer dropped, rows a failed flush could not write (after one
+retry at the next flush), and collectives a collector skipped by design (one-rank groups). The counts go to
+``meta.json`` and to ``counts.json``, a small file reserved (written full size) when the shard opens and then
+overwritten in place: on a full disk, where no new file can be made, it still receives the counts, so a later
+merge reports what was lost instead of claiming nothing was. A process that lost rows also says so on stderr
+when it stops.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ MAX_BUFFER_BYTES = 64 * 2**20
 ROW_BYTES_ESTIMATE = 256  # generous per-row size of a buffered tuple, to bound memory by row count
 MAX_BUFFER_ROWS = MAX_BUFFER_BYTES // ROW_BYTES_ESTIMATE
 META_FILE = "meta.json"
+COUNTS_FILE = "counts.json"
+COUNTS_BYTES = 4096  # reserved size of counts.json: overwritten in place, so it needs no new space
 # A shard's requests group_id that names its own request (no prompt to group by): the merge scopes it to its
 # engine, as it does request ids; a prompt digest is the same on every engine and stays as it is.
 REQUEST_GROUP = "request:"
@@ -60,6 +69,10 @@ class Recorder:
         self._buffers: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._seq = 0
         self.dropped = 0
+        self.lost: dict[str, int] = {}  # table -> rows a failed flush could not write
+        self.skipped: dict[str, int] = {}  # why -> events a collector left out by design
+        self._retry: dict[str, list[tuple]] = {}  # rows of a failed flush, tried once more at the next one
+        self._counted: str | None = None  # the counts last written to counts.json
         self.meta = {
             "pid": self.pid,
             "host": socket.gethostname(),
@@ -84,12 +97,27 @@ class Recorder:
         self._open_shard()
 
     def stop(self) -> None:
-        """Flush everything and stop the flush thread (idempotent)."""
+        """Flush everything and stop the flush thread (idempotent); say on stderr what could not be kept."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
-        self.flush()
+        self.flush(final=True)
+        lost = sum(self.lost.values()) + self.dropped
+        if lost and "lost" not in self._reported:
+            self._reported.add("lost")
+            why = ", ".join([f"{n:,} {t} rows a flush could not write" for t, n in self.lost.items()]
+                            + ([f"{self.dropped:,} dropped (buffer full)"] if self.dropped else []))
+            last = self._last_flush_error
+            try:
+                print(f"rltrace: warning: the recording of pid {self.pid} lost {lost:,} events: {why}"
+                      f"{f' ({last})' if last else ''}", file=sys.stderr)
+            except Exception:  # noqa: BLE001 - stderr itself may be gone
+                pass
+
+    def skip(self, why: str) -> None:
+        """Count one event a collector leaves out by design (e.g. a collective of a one-rank group)."""
+        self.skipped[why] = self.skipped.get(why, 0) + 1
 
     # ------------------------------------------------------------------ recording
     def add(self, table: str, row: tuple) -> None:
@@ -125,39 +153,102 @@ class Recorder:
                 pass
 
     # ------------------------------------------------------------------ flushing
+    _last_flush_error = ""
+
     def _loop(self) -> None:
+        with self.guard("flush"):
+            self._reserve_counts()  # first, while there is room: the counts file must exist before a disk fills
         while not self._stop.is_set():
             self._wake.wait(FLUSH_INTERVAL_S)
             self._wake.clear()
             self.flush()
 
-    def flush(self) -> None:
-        """Write every non-empty buffer as one Parquet file and refresh meta.json."""
+    def flush(self, final: bool = False) -> None:
+        """Write every non-empty buffer as one Parquet file and refresh meta.json and counts.json. Rows whose
+        write failed are tried once more at the next flush, then counted as lost (``final``: no next flush)."""
         for hook in self.flush_hooks:
             with self.guard("flush hook"):
                 hook()
         with self._lock:
+            for table in TABLES:
+                retry = self._retry.pop(table, [])
+                rows, self._buffers[table] = self._buffers[table], []
+                if retry:
+                    rows = retry + rows
+                if not rows:
+                    continue
+                try:
+                    self.shard.mkdir(parents=True, exist_ok=True)
+                    self._seq += 1
+                    self._write(self.shard / f"{table}-{self._seq:06d}.parquet", table, rows)
+                except Exception as e:  # noqa: BLE001 - full disk, unwritable directory: count, keep the job
+                    self._last_flush_error = f"{type(e).__name__}: {e}"
+                    self.error("flush", e)
+                    if retry or final:
+                        self.lost[table] = self.lost.get(table, 0) + len(rows)
+                    else:
+                        self._retry[table] = rows
             try:
                 self.shard.mkdir(parents=True, exist_ok=True)
-                for table in TABLES:
-                    rows, self._buffers[table] = self._buffers[table], []
-                    if rows:
-                        self._seq += 1
-                        self._write(self.shard / f"{table}-{self._seq:06d}.parquet", table, rows)
-                meta = {**self.meta, "errors": self._errors, "dropped": self.dropped, "flushed_ns": time.time_ns()}
+                meta = {**self.meta, "errors": self._errors, "dropped": self.dropped, "lost": self.lost,
+                        "skipped": self.skipped, "flushed_ns": time.time_ns()}
                 tmp = self.shard / f".{META_FILE}.tmp"
                 tmp.write_text(json.dumps(meta))
                 os.replace(tmp, self.shard / META_FILE)
-            except Exception as e:  # noqa: BLE001 - full disk, unwritable directory: report, keep the job
+            except Exception as e:  # noqa: BLE001
+                self._last_flush_error = self._last_flush_error or f"{type(e).__name__}: {e}"
                 self.error("flush", e)
+            self._write_counts()
+
+    def _counts(self) -> str:
+        return json.dumps({"dropped": self.dropped, "lost": self.lost, "skipped": self.skipped,
+                           "errors": self._errors}, separators=(",", ":"))
+
+    def _reserve_counts(self) -> None:
+        """Create counts.json at its full reserved size (spaces pad the JSON), so later updates need no space."""
+        path = self.shard / COUNTS_FILE
+        if path.exists():
+            return
+        self.shard.mkdir(parents=True, exist_ok=True)
+        text = self._counts()
+        tmp = self.shard / f".{COUNTS_FILE}.tmp"
+        tmp.write_bytes(text.encode().ljust(COUNTS_BYTES))
+        os.replace(tmp, path)
+        self._counted = text
+
+    def _write_counts(self) -> None:
+        """Overwrite counts.json in place when the counts changed (one write of a reserved block)."""
+        text = self._counts()
+        if text == self._counted:
+            return
+        try:
+            if not (self.shard / COUNTS_FILE).exists():
+                self._reserve_counts()
+                return
+            data = text.encode()
+            if len(data) > COUNTS_BYTES:  # too many kinds of error to fit: keep the totals
+                data = json.dumps({"dropped": self.dropped, "lost": self.lost,
+                                   "skipped": self.skipped}).encode()[:COUNTS_BYTES]
+            fd = os.open(self.shard / COUNTS_FILE, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data.ljust(COUNTS_BYTES), 0)
+            finally:
+                os.close(fd)
+            self._counted = text
+        except Exception as e:  # noqa: BLE001
+            self.error("flush", e)
 
     @staticmethod
     def _write(path: Path, table: str, rows: list[tuple]) -> None:
         schema = TABLES[table].arrow_schema()
         arrays = [pa.array([r[i] for r in rows], type=field.type) for i, field in enumerate(schema)]
         tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), tmp, compression="zstd")
-        os.replace(tmp, path)
+        try:
+            pq.write_table(pa.Table.from_arrays(arrays, schema=schema), tmp, compression="zstd")
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a partial file of a full disk would hold the space it lacks
+            raise
 
 
 _current: Recorder | None = None

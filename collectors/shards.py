@@ -5,11 +5,19 @@ Shards hold process-local names; the merge turns them into the bundle's actors (
 cross from trainer ranks to generator processes, adds ``weight_sync`` spans for every flow, and writes the
 bundle through the validating writer. Shards of a killed process merge like any other: each flush is a
 complete Parquet file, and half-written ones are hidden temporaries the merge never reads.
+
+The collectives, the table that grows with a job's length, are streamed (:mod:`rltrace.collectors.stream_merge`):
+peak memory does not grow with their number. What could not be kept is counted in the manifest's ``extra``:
+``lost`` (rows dropped by a full buffer, rows a failed flush could not write, shard files that cannot be
+read) and ``left_out`` (collectives of one-rank groups and of other process-group worlds, by design);
+``dropped_events`` is the number of events known lost.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -17,13 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from rltrace.bundle import polars_schema, write_bundle
-from rltrace.collectors import SHARDS
-from rltrace.collectors.labels import align_collectives, fill_policy_versions
-from rltrace.collectors.recorder import REQUEST_GROUP
+from rltrace.bundle import TableWriter, polars_schema, to_arrow
+from rltrace.collectors import SHARDS, stream_merge
+from rltrace.collectors.labels import fill_policy_versions
+from rltrace.collectors.recorder import COUNTS_FILE, REQUEST_GROUP
 from rltrace.errors import BundleError
-from rltrace.manifest import Manifest, ModelInfo, Pool
+from rltrace.manifest import MANIFEST_FILE, Manifest, ModelInfo, Pool
+from rltrace.validate import check_frame
 from rltrace.schema import SYNC_METHODS, TABLES
 
 
@@ -76,15 +87,53 @@ def _name_actors(shards: list[Shard]) -> None:
         s.names["self"] = s.actor
 
 
-def _read(shards: list[Shard], table: str) -> pl.DataFrame:
-    files = [f for s in shards for f in sorted(s.path.glob(f"{table}-*.parquet"))]
+def _files(shards: list[Shard], table: str) -> list[tuple[Path, int]]:
+    return [(f, s.index) for s in shards for f in sorted(s.path.glob(f"{table}-*.parquet"))]
+
+
+def _read(shards: list[Shard], table: str, unreadable: list[Path]) -> pl.DataFrame:
+    """A small table, whole, with each row's ``_shard``; files that cannot be read are listed, not fatal."""
     schema = polars_schema(TABLES[table])
-    if not files:
+    frames = []
+    for path, index in _files(shards, table):
+        try:
+            frame = pl.from_arrow(pq.read_table(path))  # a path, never a pattern: 'r[1]' is a folder name
+        except (pa.ArrowException, OSError) as e:
+            unreadable.append(path)
+            continue
+        assert isinstance(frame, pl.DataFrame)
+        frames.append(frame.with_columns(pl.lit(index, dtype=pl.Int64).alias("_shard")))
+    if not frames:
         return pl.DataFrame(schema=schema).with_columns(pl.lit(0, dtype=pl.Int64).alias("_shard"))
-    index = {str(s.path): s.index for s in shards}
-    frame = pl.scan_parquet(files, include_file_paths="_file").collect()
-    shard_of = pl.col("_file").str.replace(r"/[^/]+$", "").replace_strict(index, return_dtype=pl.Int64)
-    return frame.with_columns(shard_of.alias("_shard")).drop("_file")
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def _counts(s: Shard) -> dict[str, Any]:
+    """A shard's loss counts: counts.json (kept current on a full disk) or meta.json, whichever is larger."""
+    counts: dict[str, Any] = {}
+    try:
+        counts = json.loads((s.path / COUNTS_FILE).read_bytes().decode().strip() or "{}")
+    except (OSError, ValueError):
+        pass
+    out: dict[str, Any] = {"dropped": max(int(counts.get("dropped") or 0), int(s.meta.get("dropped") or 0))}
+    for key in ("lost", "skipped", "errors"):
+        merged: dict[str, int] = {}
+        for source in (counts.get(key) or {}, s.meta.get(key) or {}):
+            for k, n in source.items():
+                merged[k] = max(merged.get(k, 0), int(n))
+        out[key] = merged
+    return out
+
+
+def _rows_in(paths: list[Path]) -> int | None:
+    """Rows the footers of ``paths`` declare (None when a footer cannot be read either)."""
+    total = 0
+    for p in paths:
+        try:
+            total += pq.ParquetFile(p).metadata.num_rows
+        except (pa.ArrowException, OSError):
+            return None
+    return total
 
 
 def _rename(frame: pl.DataFrame, column: str, shards: list[Shard]) -> pl.DataFrame:
@@ -99,6 +148,15 @@ def _main_world(shards: list[Shard]) -> str | None:
     if not worlds:
         return None
     return max(set(worlds), key=lambda w: (int(w.rsplit("/", 1)[1]), worlds.count(w)))
+
+
+def _sync_rows(shards: list[Shard], sync_groups: set[str]) -> pl.Expr:
+    """The collective rows that may be weight syncs (see :func:`_flows_from_collectives`): on a declared group,
+    or from a trainer rank on a group with a generator rank. Only these are held in memory by the merge."""
+    trainer = [s.meta["rank"] for s in shards if s.meta.get("rank") is not None and s.actor.startswith("trainer/")]
+    rollout = [s.meta["rank"] for s in shards if s.meta.get("rank") is not None and s.actor.startswith("rollout/")]
+    to_rollout = pl.col("pg_ranks").list.eval(pl.element().is_in(rollout)).list.any()
+    return pl.col("pg").is_in(list(sync_groups)) | (pl.col("rank").is_in(trainer) & to_rollout)
 
 
 def _flows_from_collectives(
@@ -167,9 +225,11 @@ def merge(
 ) -> Manifest:
     """Merge ``record_dir``'s shards into the bundle ``out``; returns the manifest written."""
     record_dir, out = Path(record_dir), Path(out)
+    _check_target(out, overwrite)
     shards = load_shards(record_dir)
     _name_actors(shards)
-    tables = {name: _read(shards, name) for name in TABLES}
+    unreadable: list[Path] = []
+    tables = {name: _read(shards, name, unreadable) for name in TABLES if name != "collectives"}
 
     req = engine_scoped_ids(_rename(tables["requests"], "engine", shards)).sort("arrival_ns", "request_id")
     spans = _rename(tables["spans"], "actor", shards)
@@ -178,11 +238,18 @@ def merge(
 
     world = _main_world(shards)
     in_world = {s.index for s in shards if s.meta.get("world") == world}
-    coll = tables["collectives"].filter(pl.col("_shard").is_in(list(in_world))).sort("start_ns", "rank")
-    flows = _flows_from_collectives(coll, spans, shards, sync_groups or set())
+    coll_files = _files(shards, "collectives")
+    other = _rows_in([f for f, i in coll_files if i not in in_world]) or 0
+    coll_files = [(f, i) for f, i in coll_files if i in in_world]
+    index, candidates, bad = stream_merge.build_index(coll_files, _sync_rows(shards, sync_groups or set()))
+    unreadable += bad
+    coll_files = [(f, i) for f, i in coll_files if f not in set(bad)]
+    flows = _flows_from_collectives(candidates, spans, shards, sync_groups or set())
     syncs = pl.concat([syncs.drop("_shard"), flows], how="vertical_relaxed").sort("start_ns")
     # after the flows, which version a sync by its sender's own step; then one step and seq per operation
-    coll, label_notes = align_collectives(coll)
+    stream_merge.gather_operations(index, coll_files)
+    stream_merge.number_operations(index)
+    label_notes = stream_merge.broken_notes(index)
     engines_of = {s.actor: [v for k, v in s.names.items() if k.startswith("engine:")] for s in shards}
     engines_of.update({e: [e] for names in engines_of.values() for e in names})
     req = fill_policy_versions(req, syncs, engines_of)
@@ -194,10 +261,26 @@ def merge(
     spans = pl.concat([spans.drop("_shard"), sync_spans.select(TABLES["spans"].names)], how="vertical_relaxed")
 
     errors: dict[str, int] = {}
+    lost: dict[str, int] = {}
+    left_out: dict[str, int] = {}
     for s in shards:
-        for where, n in s.meta.get("errors", {}).items():
+        c = _counts(s)
+        for where, n in c["errors"].items():
             errors[where] = errors.get(where, 0) + n
-    dropped = sum(s.meta.get("dropped", 0) for s in shards)
+        if c["dropped"]:
+            lost["dropped: buffer full"] = lost.get("dropped: buffer full", 0) + c["dropped"]
+        for table, n in c["lost"].items():
+            lost[f"flush failed: {table}"] = lost.get(f"flush failed: {table}", 0) + n
+        for why, n in c["skipped"].items():
+            left_out[why] = left_out.get(why, 0) + n
+    if unreadable:
+        lost["unreadable shard files"] = len(unreadable)
+        rows = _rows_in(unreadable)
+        if rows:
+            lost["rows in unreadable shard files"] = rows
+    if other:
+        left_out["collectives of other process-group worlds"] = other
+    dropped = sum(n for k, n in lost.items() if k != "unreadable shard files")
     trainers = sorted({s.actor for s in shards if s.actor.startswith("trainer/")})
     engines = sorted({v for s in shards for k, v in s.names.items() if k.startswith("engine:")})
     cluster = {}
@@ -210,6 +293,8 @@ def merge(
     notes += label_notes
     if other_worlds:
         notes.append(f"collectives of other process-group worlds left out: {', '.join(sorted(other_worlds))}")
+    if lost:
+        notes.append("the recording lost events: " + ", ".join(f"{k} {n:,}" for k, n in lost.items()))
     manifest = Manifest(
         run_id=run_id or f"record-{uuid.uuid4().hex[:10]}",
         source="record",
@@ -218,13 +303,49 @@ def merge(
         cluster=cluster,
         model=model,
         notes=notes,
-        extra={"collector_errors": errors, "dropped_events": dropped, "shards": len(shards)},
+        extra={"collector_errors": errors, "dropped_events": dropped, "shards": len(shards), "lost": lost,
+               "left_out": left_out},
     )
-    write_bundle(
-        out,
-        manifest,
-        {"requests": req.drop("_shard"), "collectives": coll.drop("_shard"), "weight_syncs": syncs,
-         "spans": spans.sort("start_ns"), "iterations": iterations},
-        overwrite=overwrite,
-    )
+    small = {"requests": req.drop("_shard"), "weight_syncs": syncs, "spans": spans.sort("start_ns"),
+             "iterations": iterations}
+    _write(out, manifest, small, index, coll_files, overwrite)
     return manifest
+
+
+def _check_target(final: Path, overwrite: bool) -> None:
+    if final.exists():
+        if not overwrite:
+            raise BundleError(f"{final}: already exists (pass --force to replace it)")
+        if not final.is_dir() or (not (final / MANIFEST_FILE).is_file() and any(final.iterdir())):
+            raise BundleError(f"{final}: exists and is not a trace bundle; refusing to replace it")
+
+
+def _write(final: Path, manifest: Manifest, small: dict[str, pl.DataFrame], index: stream_merge.Index,
+           coll_files: list[tuple[Path, int]], overwrite: bool) -> None:
+    """Write the bundle as write_bundle does (validated, atomic rename into place), the collectives streamed."""
+    _check_target(final, overwrite)
+    arrow = {name: to_arrow(TABLES[name], frame) for name, frame in small.items()}
+    for name, data in arrow.items():
+        check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        for name in TABLES:
+            with TableWriter(tmp / TABLES[name].file, TABLES[name]) as w:
+                if name == "collectives":
+                    stream_merge.write_aligned(index, coll_files, w, TABLES[name].file)
+                else:
+                    w.write(arrow[name])
+            manifest.tables[name] = w.rows
+        (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no partial bundle
+        raise

@@ -210,7 +210,8 @@ class Interceptor:
         group = self.groups.lookup(pg)
         ranks = group.ranks
         if len(ranks) < self.min_ranks:
-            return  # nothing moves in a one-rank group (vLLM's CPU worker creates one)
+            rec.skip("collectives of one-rank process groups")  # nothing moves (vLLM's CPU worker makes one): counted
+            return
         op = spec.op
         if op == "barrier":
             ins: list[torch.Tensor] = []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -15,15 +17,18 @@ import typer
 
 from rltrace.bundle import open_bundle
 from rltrace.catalog import get_model
-from rltrace.collectors import reach, shards
+from rltrace.collectors import owner, reach, shards
 from rltrace.collectors.autostart import ENV_DIR, SITECUSTOMIZE_TEMPLATE
 from rltrace.collectors.ray_hook import ENV_SESSION
-from rltrace.errors import ConfigError, RltraceError
+from rltrace.errors import ConfigError, RltraceError, clean
+from rltrace.limits import check_output
 from rltrace.summary import summarize
 
 # rltrace record's own exit code when the job exited 0 but recording missed processes that ran torch or vLLM
 # (a failing job's own code always passes through instead).
 EXIT_UNRECORDED = 3
+# What `record` was asked for, kept beside the shards so that a later `--merge` writes the same bundle.
+RECORD_FILE = "record.json"
 
 
 def record(
@@ -61,21 +66,85 @@ def record(
     deferred = bool(model and model.endswith(".json") and not Path(model).exists())
     info = get_model(model).info() if model and not deferred else None
     groups = set(sync_group or [])
+    check_output(output, "-o", folder=True)  # before any work: under a file, not writable
     if merge_dir is not None:
         if command:
             raise ConfigError("give either a command or --merge, not both")
-        _merge(merge_dir, output, command=[], model=info, groups=groups, force=force, keep=True, run_id=name)
-        return 0
+        return _merge_only(merge_dir, output, info, groups, force, name)
     if not command:
         raise ConfigError("nothing to record: give a command after --, e.g. rltrace record -- python train.py")
     if output.exists() and not force:
-        raise ConfigError(f"{output}: already exists (pass --force to replace it)")
+        raise ConfigError(f"{clean(output)}: already exists (pass --force to replace it)")
     record_dir = output.with_name(output.name + ".shards")
-    if record_dir.exists():
-        shutil.rmtree(record_dir)
+    held = owner.take(record_dir)  # a second recording into this folder stops here, touching nothing
+    try:
+        env, session = _prepare(held, record_dir, output, force, ray_address,
+                                {"command": command, "name": name, "model": model, "sync_groups": sorted(groups)})
+    except BaseException:
+        held.release(remove=False)
+        raise
+
+    watcher = reach.ReachWatcher(0, record_dir / shards.SHARDS)
+    try:
+        code = _run(command, env, watcher)
+    except BaseException:
+        held.release(remove=False)
+        raise
+    try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
+        missed = _unreached(watcher)
+        if ray_address and session:
+            nodes = _collect_ray(ray_address, session, record_dir / shards.SHARDS)
+            if nodes is not None and not any(n.shards for n in nodes):
+                missed.append(f"the job's Ray workers on all {len(nodes)} node(s) of {ray_address} "
+                              "(no shard came back)")
+        if missed:
+            print(f"rltrace: warning: recording did not reach {len(missed)} process(es) that ran torch or "
+                  f"vLLM; the bundle lacks their work: {'; '.join(missed)}", file=sys.stderr)
+            if code == 0:
+                code = EXIT_UNRECORDED
+        if deferred:
+            info = get_model(str(model)).info()
+        _merge(record_dir, output, command=command, model=info, groups=groups, force=force, run_id=name)
+    except Exception as e:  # noqa: BLE001 - disk full, read-only, a bad model: say so, keep the shards
+        held.release(remove=False)
+        print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards are kept in "
+              f"{clean(record_dir)} (finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
+        return code
+    held.release(remove=not keep_shards)
+    return code
+
+
+def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool, ray_address: str | None,
+             request: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """Set up an owned recording folder: earlier shards moved aside (or removed with --force), the injected
+    sitecustomize, what was asked (for a later --merge), and the job's environment."""
+    if held.previous_pid:
+        print(f"rltrace: note: {clean(record_dir)} was owned by a recording (pid {held.previous_pid}) that is no "
+              "longer running; taking it over", file=sys.stderr)
+    left = record_dir / shards.SHARDS
+    if left.exists() and any(left.iterdir()):
+        if force:
+            shutil.rmtree(left)
+        else:  # the shards of a recording whose merge failed, or of a killed one: never deleted unasked
+            n = 1
+            while (aside := record_dir.with_name(f"{record_dir.name}.{n}")).exists():
+                n += 1
+            aside.mkdir()
+            os.rename(left, aside / shards.SHARDS)
+            old = record_dir / RECORD_FILE
+            if old.exists():
+                os.rename(old, aside / RECORD_FILE)
+            print(f"rltrace: note: shards of an earlier recording were in {clean(record_dir)}; moved to "
+                  f"{clean(aside)} (merge them: {_merge_command(aside, output.with_name(output.name + f'.{n}'))})",
+                  file=sys.stderr)
+    shutil.rmtree(record_dir / "inject", ignore_errors=True)
     inject = record_dir / "inject"
-    inject.mkdir(parents=True)
-    shutil.copyfile(SITECUSTOMIZE_TEMPLATE, inject / "sitecustomize.py")
+    try:
+        inject.mkdir(parents=True)
+        shutil.copyfile(SITECUSTOMIZE_TEMPLATE, inject / "sitecustomize.py")
+        (record_dir / RECORD_FILE).write_text(json.dumps(request))
+    except OSError as e:
+        raise ConfigError(f"-o: cannot write in the recording folder {clean(record_dir)}: {e.strerror}") from None
     env = dict(os.environ)
     env[ENV_DIR] = str((record_dir / shards.SHARDS).resolve())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(inject.resolve()), env.get("PYTHONPATH", "")) if p)
@@ -85,28 +154,44 @@ def record(
         session = uuid.uuid4().hex[:12]
         env["RAY_ADDRESS"] = ray_address  # the job's ray.init() joins the cluster
         env[ENV_SESSION] = session  # its workers keep their shards on their own node until collected
+    return env, session
 
-    watcher = reach.ReachWatcher(0, record_dir / shards.SHARDS)
-    code = _run(command, env, watcher)
-    missed = _unreached(watcher)
-    if ray_address and session:
-        nodes = _collect_ray(ray_address, session, record_dir / shards.SHARDS)
-        if nodes is not None and not any(n.shards for n in nodes):
-            missed.append(f"the job's Ray workers on all {len(nodes)} node(s) of {ray_address} (no shard came back)")
-    if missed:
-        print(f"rltrace: warning: recording did not reach {len(missed)} process(es) that ran torch or "
-              f"vLLM; the bundle lacks their work: {'; '.join(missed)}", file=sys.stderr)
-        if code == 0:
-            code = EXIT_UNRECORDED
+
+def _merge_only(merge_dir: Path, output: Path, model: Any, groups: set[str], force: bool, name: str | None) -> int:
+    """``--merge``: the shards a recording left (with what that recording was asked, where it wrote it)."""
+    busy = owner.held_by_other(merge_dir)
+    if busy:
+        raise ConfigError(f"{clean(merge_dir)}: a recording (pid {busy}) is still writing here; merge when it ends")
+    asked: dict[str, Any] = {}
     try:
-        if deferred:
-            info = get_model(str(model)).info()
-        _merge(record_dir, output, command=command, model=info, groups=groups, force=force, keep=keep_shards,
-               run_id=name)
-    except RltraceError as e:
-        print(f"rltrace: error: could not write the bundle: {e}; shards kept in {record_dir} "
-              f"(retry: rltrace record --merge {record_dir} -o {output})", file=sys.stderr)
-    return code
+        asked = json.loads((merge_dir / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        pass
+    if model is None and isinstance(asked.get("model"), str):
+        try:
+            model = get_model(asked["model"]).info()
+        except RltraceError:
+            model = None
+    command = [str(c) for c in asked.get("command") or []] if isinstance(asked.get("command"), list) else []
+    groups = groups or {str(g) for g in asked.get("sync_groups") or [] if isinstance(g, str)}
+    run_id = name or (asked.get("name") if isinstance(asked.get("name"), str) else None)
+    try:
+        _merge(merge_dir, output, command=command, model=model, groups=groups, force=force, run_id=run_id)
+    except OSError as e:
+        print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards in "
+              f"{clean(merge_dir)} are untouched", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}{f' ({clean(e.filename, 200)})' if e.filename else ''}"
+    return clean(" ".join(str(e).split()) or type(e).__name__, 300)
+
+
+def _merge_command(record_dir: Path, output: Path) -> str:
+    return f"rltrace record --merge {shlex.quote(str(record_dir))} -o {shlex.quote(str(output))}"
 
 
 def _unreached(watcher: reach.ReachWatcher) -> list[str]:
@@ -172,23 +257,31 @@ def _merge(
     model: Any,
     groups: set[str],
     force: bool,
-    keep: bool,
     run_id: str | None = None,
 ) -> None:
     manifest = shards.merge(record_dir, output, command=command, model=model, sync_groups=groups,
-                               overwrite=force, run_id=run_id)
-    if not keep:
-        shutil.rmtree(record_dir, ignore_errors=True)
-    s = summarize(open_bundle(output))
-    rows = ", ".join(f"{n:,} {t}" for t, n in s.table_rows.items())
-    lines = [f"rltrace: recorded {output}: {rows}"]
-    ot = s.output_tokens
-    if ot["max"] is not None:
-        lines.append(f"rltrace:   output tokens p50 {ot['p50']:.0f}, max {ot['max']:.0f} over {s.per_step.height} steps")
-    if s.collectives_by_op.height:
-        ops = ", ".join(f"{r['op']} x{r['count']}" for r in s.collectives_by_op.iter_rows(named=True))
-        lines.append(f"rltrace:   collectives: {ops}")
+                            overwrite=force, run_id=run_id)
+    lines = []
+    try:
+        s = summarize(open_bundle(output, validate=False))  # the merge validated every row it wrote
+        rows = ", ".join(f"{n:,} {t}" for t, n in s.table_rows.items())
+        lines.append(f"rltrace: recorded {output}: {rows}")
+        ot = s.output_tokens
+        if ot["max"] is not None:
+            lines.append(f"rltrace:   output tokens p50 {ot['p50']:.0f}, max {ot['max']:.0f} over {s.per_step.height} steps")
+        if s.collectives_by_op.height:
+            ops = ", ".join(f"{r['op']} x{r['count']}" for r in s.collectives_by_op.iter_rows(named=True))
+            lines.append(f"rltrace:   collectives: {ops}")
+    except RltraceError as e:  # the bundle is written; only its summary failed
+        lines.append(f"rltrace: recorded {output} (no summary: {_why(e)})")
     errors = manifest.extra.get("collector_errors") or {}
     if errors:
         lines.append(f"rltrace:   collector errors (job unaffected): {errors}")
+    left_out = manifest.extra.get("left_out") or {}
+    if left_out:
+        lines.append("rltrace:   left out by design: " + ", ".join(f"{n:,} {why}" for why, n in left_out.items()))
+    lost = manifest.extra.get("lost") or {}
+    if lost:
+        lines.append(f"rltrace: warning: the recording lost {manifest.extra.get('dropped_events', 0):,} events: "
+                     + ", ".join(f"{why} {n:,}" for why, n in lost.items()))
     print("\n".join(lines), file=sys.stderr)

@@ -120,7 +120,9 @@ def _communication(prepared: Prepared, bundle: Bundle | None, device: str, ranks
             ops.append(comms.Op("broadcast", int(moved) // 4, "float32", tuple(range(ranks))))
             meta.append((step, "weight_sync", "broadcast", job.sync_s[step], f"bytes={nbytes:.0f}", nbytes / moved))
     if bundle is not None:
-        logical = logical_ops(bundle, ranks)
+        # Only what replay-comms would run: an op it cannot issue (no local rank pair, an unsupported kind)
+        # is left out here as it is there (its ``skip`` says why).
+        logical = logical_ops(bundle, ranks).filter(pl.col("skip").is_null())
         for row, op in zip(logical.iter_rows(named=True), logical["op_spec"].to_list()):
             ops.append(op)
             meta.append((row["step"], "collectives", row["op"], row["recorded_s"], f"bytes={row['bytes']}", 1.0))

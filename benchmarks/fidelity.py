@@ -9,7 +9,8 @@ separate recordings does not enter). Each is split into its two settings (rltrac
 replayed four ways: A (8 per prompt) and B (4 per prompt) as recorded, A's steps reshaped to B's shape, and
 B's to A's. Each row gives the error of the point estimate against the measured mean steady step time and,
 in brackets, the 90% interval of its replicates (seeds of the reshaped draw and bootstrap draws of the steps
-the generation cost is fitted to, replay/uncertainty.py). The summary gives, per check, the median error, the
+the generation cost is fitted to, replay/uncertainty.py), then the standard error of the measured mean
+(``se``: the measurement's own noise). The summary gives, per check, the median error, the
 worst |error|, how many recordings fall within the issue's bound, and the median interval.
 
 The three shapes (none written for rltrace; none imports it but tiny_rl's optional spans):
@@ -73,7 +74,7 @@ def checks(bundle: rltrace.Bundle, replicates: int) -> dict[str, Fidelity]:
 def cell(f: Fidelity) -> str:
     low, high = f.interval
     band = "" if np.isnan(low) else f" [{low:+.1%}, {high:+.1%}]"
-    return f"{f.error:+.1%}{band}"
+    return f"{f.error:+.1%}{band} se {f.measured_se:.1%}"
 
 
 def main() -> None:
@@ -87,14 +88,14 @@ def main() -> None:
     args = parser.parse_args()
     print(f"job {args.job}; machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
-    print(f"{'rec':>3} " + " ".join(f"{name:>26}" for _, name, _ in CHECKS), flush=True)
+    print(f"{'rec':>3} " + " ".join(f"{name:>34}" for _, name, _ in CHECKS), flush=True)
     rows: list[dict[str, Fidelity]] = []
     for k in range(args.recordings):
         out = args.out / args.job / f"rec{k}"
         if not (args.reuse and (out / "manifest.json").exists()):
             record(args.job, out, args.steps, args.out / "model", seed=k)
         rows.append(checks(rltrace.open(out), args.replicates))
-        print(f"{k:>3} " + " ".join(f"{cell(rows[-1][key]):>26}" for key, _, _ in CHECKS), flush=True)
+        print(f"{k:>3} " + " ".join(f"{cell(rows[-1][key]):>34}" for key, _, _ in CHECKS), flush=True)
     summary = {}
     for key, name, bound in CHECKS:
         errors = np.array([r[key].error for r in rows])
@@ -106,7 +107,8 @@ def main() -> None:
         width = "-" if s["median_interval_width"] is None else f"{s['median_interval_width']:.1%}"
         print(f"{name}: median {s['median']:+.1%}, worst |error| {s['worst_abs']:.1%}, within {bound:.0%} in "
               f"{s['within']}/{len(rows)}, median 90% interval width {width}", flush=True)
-    rows_json = [{key: {"error": r[key].error, "interval": list(r[key].interval), "measured_s": r[key].measured_s}
+    rows_json = [{key: {"error": r[key].error, "interval": list(r[key].interval), "measured_s": r[key].measured_s,
+                        "measured_se": r[key].measured_se}
                   for key, _, _ in CHECKS} for r in rows]
     (args.out / args.job).mkdir(parents=True, exist_ok=True)
     (args.out / args.job / "fidelity.json").write_text(json.dumps({"rows": rows_json, "summary": summary}, indent=1))

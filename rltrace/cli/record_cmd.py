@@ -141,6 +141,7 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
     inject = record_dir / "inject"
     try:
         inject.mkdir(parents=True)
+        (record_dir / shards.SHARDS).mkdir(exist_ok=True)  # a job that starts no Python still gets a bundle
         shutil.copyfile(SITECUSTOMIZE_TEMPLATE, inject / "sitecustomize.py")
         (record_dir / RECORD_FILE).write_text(json.dumps(request))
     except OSError as e:

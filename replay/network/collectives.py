@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.flows import run_flows
+from rltrace.replay.network.flows import FlowRun, run_flows
 from rltrace.replay.topologies.base import Links, Topology
 
 from rltrace.catalog import get_gpu
@@ -248,7 +248,7 @@ def _across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_
     local = mn.node_major(ranks, gpus_per_node)
     per = len(local[0])
     uniform = all(len(x) == per for x in local)
-    orders = mn.channel_orders(ranks, gpus_per_node, None, min(nics, per) if uniform else 1)
+    orders = mn.channel_orders(ranks, gpus_per_node, min(nics, per) if uniform else 1)
     if op == "all_to_all":
         src, dst = np.repeat(ranks, n), np.tile(ranks, n)
         keep = src != dst
@@ -318,7 +318,10 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
             links = topo.links()
         keys = np.full(len(p.src), key + i, dtype=np.int64) + np.arange(len(p.src))
         indptr, ids = topo.paths(p.src, p.dst, keys)
-        run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # a lower efficiency: as if more bytes
+        if p.levels is not None:  # a pipelined ring, chain or tree: chunks advance in step, the busiest link sets it
+            run = _pipelined(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)
+        else:  # independent flows (all-to-all, point-to-point): max-min sharing, each flow to its end
+            run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # lower efficiency: more bytes
         flow_s += run.makespan_s
         stage_s.append(run.makespan_s + p.local_bytes / topo.memory_bytes_per_s)
         local_s += p.local_bytes / topo.memory_bytes_per_s
@@ -331,6 +334,19 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
     totals = [proto.base_s + flow_s / proto.payload + steps_at[j] + local_s + reconfig for j, proto in enumerate(protocols)]
     best = int(np.argmin(totals))
     return PhasesTime(totals[best], carried, reconfig, protocols[best])
+
+
+def _pipelined(indptr: np.ndarray, ids: np.ndarray, capacity: np.ndarray, nbytes: np.ndarray) -> FlowRun:
+    """A pipelined schedule's flows: every chunk passes every hop, so all flows move at the pace of the most loaded
+    link, which takes its bytes over its capacity (under max-min sharing a flow off the bottleneck would finish
+    early, which a pipeline cannot). One pass over the flows, however unequal their bytes."""
+    per_hop = np.repeat(np.asarray(nbytes, dtype=np.float64), np.diff(indptr))
+    load = np.bincount(ids, weights=per_hop, minlength=len(capacity))
+    used = load > 0
+    if np.any(capacity[used] <= 0):
+        raise ConfigError("a flow crosses a link with no capacity (an optical circuit that is not set up?)")
+    makespan = float((load[used] / capacity[used]).max()) if used.any() else 0.0
+    return FlowRun(np.full(len(nbytes), makespan), load, 1)
 
 
 def _hop_latency(links: Links, protocol: Protocol) -> np.ndarray:

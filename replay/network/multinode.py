@@ -29,21 +29,31 @@ from rltrace.replay.network.collectives import Phase, dtree, tree_edges
 def node_major(ranks: np.ndarray, gpus_per_node: int) -> list[np.ndarray]:
     """The ranks of each node, nodes in order of their first rank, each node's ranks in rank order."""
     nodes = ranks // gpus_per_node
-    _, first = np.unique(nodes, return_index=True)
-    return [ranks[nodes == nodes[i]] for i in np.sort(first)]
+    _, first, inverse = np.unique(nodes, return_index=True, return_inverse=True)
+    rank_of_node = np.argsort(np.argsort(first))  # nodes numbered by their first rank
+    order = np.lexsort((ranks, rank_of_node[inverse]))
+    counts = np.bincount(rank_of_node[inverse])
+    return np.split(ranks[order], np.cumsum(counts)[:-1])
 
 
-def channel_orders(ranks: np.ndarray, gpus_per_node: int, nic_of: object, nics: int) -> list[np.ndarray]:
-    """One rank order per channel: node after node, each node's ranks rotated to start at the rank that owns
-    (or comes first after) channel ``c``'s NIC."""
+def channel_orders(ranks: np.ndarray, gpus_per_node: int, nics: int) -> list[np.ndarray]:
+    """One rank order per channel: node after node, each node's ranks rotated to start at the first rank on or
+    after channel ``c``'s NIC (the NIC's GPU when it is a rank)."""
     local = node_major(ranks, gpus_per_node)
     per = gpus_per_node // nics
+    if all(len(x) == len(local[0]) for x in local):  # every node alike: one array operation per channel
+        grid = np.stack(local)
+        slot = grid % gpus_per_node
+        orders = []
+        for c in range(nics):
+            after = slot >= c * per
+            start = np.where(after.any(axis=1), after.argmax(axis=1), 0)
+            cols = (start[:, None] + np.arange(grid.shape[1])) % grid.shape[1]
+            orders.append(np.take_along_axis(grid, cols, axis=1).ravel())
+        return orders
     orders = []
     for c in range(nics):
-        parts = []
-        for x in local:
-            start = int(np.searchsorted(x % gpus_per_node, c * per)) % len(x)
-            parts.append(np.roll(x, -start))
+        parts = [np.roll(x, -int(np.searchsorted(x % gpus_per_node, c * per)) % len(x)) for x in local]
         orders.append(np.concatenate(parts))
     return orders
 

@@ -15,7 +15,7 @@ from rltrace.config import apply_sets, build, to_dict
 from rltrace.errors import ConfigError
 from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, OPS, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
-from rltrace.replay.network.validation import compare, summary
+from rltrace.replay.network.validation import compare, multinode_compare, multinode_summary, summary
 from rltrace.replay.topologies import names, parse
 
 fabric = typer.Typer(help="Network fabrics: time a collective on a topology; validate against measured NCCL.\n\n"
@@ -39,7 +39,8 @@ def bench(
     size: Annotated[str, typer.Option(help="Message size as nccl-tests counts it (bytes; K/M/G suffixes).")],
     op: Annotated[str, typer.Option(help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
     ranks: Annotated[int | None, typer.Option(help="Ranks (GPUs 0..N-1; default: every GPU of the topology).")] = None,
-    algorithm: Annotated[str, typer.Option(help=f"Algorithm: {', '.join(ALGORITHMS)}.")] = "auto",
+    algorithm: Annotated[str, typer.Option(help=f"Algorithm (NCCL_ALGO): {', '.join(ALGORITHMS)}.")] = "auto",
+    protocol: Annotated[str, typer.Option(help="Protocol (NCCL_PROTO): auto, LL, LL128, Simple.")] = "auto",
     dtype: Annotated[str, typer.Option(help=f"Element type ({', '.join(DTYPES)}); NVLS all-reduce needs one the "
                                             f"NVSwitch reduces ({', '.join(SWITCH_REDUCIBLE)}).")] = "bfloat16",
     price: Annotated[list[str] | None, typer.Option("--price", help="Override a fabric price, e.g. transceiver_usd=650.")] = None,
@@ -54,7 +55,7 @@ def bench(
     if not 1 <= n <= topo.gpus:
         raise ConfigError(f"--ranks must be in 1..{topo.gpus} for this topology, got {n}")
     prices = build(FabricPrices, apply_sets(to_dict(FabricPrices()), price or []), "--price")
-    result = collective(topo, op, n, parse_size(size), algorithm, dtype)
+    result = collective(topo, op, n, parse_size(size), algorithm, dtype, protocol)
     cost = fabric_cost(topo, prices)
     out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": parse_size(size), "topology": topology,
            "fabric_capex_usd": cost["capex_usd"]}
@@ -70,19 +71,30 @@ def bench(
 
 @fabric.command("validate")
 def validate(
-    tables: Annotated[Path, typer.Option(
-        help="Folder with aic_nccl_perf.parquet / vidur_h100_dgx_{all_reduce,send_recv}.csv.")],
+    tables: Annotated[Path | None, typer.Option(
+        help="Folder with aic_nccl_perf.parquet / vidur_h100_dgx_{all_reduce,send_recv}.csv (one node).")] = None,
+    multinode: Annotated[bool, typer.Option(help="Also hold it against the packaged public multi-node runs.")] = True,
     gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
     min_size: Annotated[str, typer.Option(help="Summarise messages of at least this size.")] = "64M",
-    as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON (the one-node tables' "
+                                                         "with --tables, else the multi-node runs').")] = False,
 ) -> None:
-    """Hold the collective model (spec-sheet NVLink, no per-size fit) against measured NCCL timings.
+    """Hold the collective model (spec-sheet NVLink and NICs, NCCL's constants, no per-size fit) against measured
+    NCCL timings: one-node tables (--tables) and the packaged public multi-node nccl-tests runs.
 
     Example: rltrace fabric validate --tables ../shared/data/kernels/h100
     """
-    compared = compare(tables, gpu)
-    if as_json:
-        print(json.dumps(compared.to_dicts(), indent=2))
+    if tables is None and not multinode:
+        raise ConfigError("nothing to validate: give --tables or leave --multinode on")
+    compared = compare(tables, gpu) if tables is not None else None
+    across = multinode_compare() if multinode else None
+    if as_json:  # the one-node points when --tables is given, else the multi-node points
+        print(json.dumps((compared if compared is not None else across).to_dicts(), indent=2))  # type: ignore[union-attr]
+        return
+    console = Console(highlight=False, width=120)
+    if across is not None:
+        _print_multinode(console, across)
+    if compared is None:
         return
     table = Table(title=f"Model vs measured NCCL on {gpu}, messages >= {min_size}", title_justify="left")
     for col in ("source", "op", "dtype", "GPUs", "nodes", "model", "points", "median |error|", "max |error|"):
@@ -90,4 +102,23 @@ def validate(
     for row in summary(compared, parse_size(min_size)).iter_rows(named=True):
         table.add_row(row["source"], row["op"], row["dtype"], str(row["gpus"]), str(row["nodes"]), row["algorithm"],
                       str(row["points"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
-    Console(highlight=False, width=120).print(table)
+    console.print(table)
+
+
+def _print_multinode(console: Console, across: "object") -> None:
+    """The multi-node table: median and worst |error| by op, node count and size band."""
+    import polars as pl
+
+    assert isinstance(across, pl.DataFrame)
+    table = Table(title="Model vs public multi-node nccl-tests runs (replay/network/data/multinode_nccl.csv)",
+                  title_justify="left")
+    for col in ("op", "nodes", "size band", "points", "clusters", "median |error|", "max |error|"):
+        table.add_column(col, justify="left" if col in ("op", "size band") else "right")
+    for row in multinode_summary(across).iter_rows(named=True):
+        table.add_row(row["op"], str(row["nodes"]), row["size_band"], str(row["points"]), str(row["clusters"]),
+                      f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
+    console.print(table)
+    big = across.filter(pl.col("size_bytes") >= 64 << 20)["error"].abs()
+    small = across.filter(pl.col("size_bytes") < 64 << 20)["error"].abs()
+    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {big.median():.1%}, worst {big.max():.1%}; "
+                  f"< 64 MB: {small.len()} points, median {small.median():.1%}", markup=False)

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 import rltrace
-from helpers import RLTRACE, run_cli
+from helpers import REPO, RLTRACE, run_cli
+
+SPANS_JOB = str(REPO / "tests" / "jobs" / "spans_job.py")
 
 # A 2-rank Gloo job: each rank all-reduces N times (a few ms apart), optionally fills the disk holding FILL
 # halfway (then keeps going, so its later flushes fail), writes its pid to PIDDIR, and the job exits CODE.
@@ -103,18 +105,18 @@ def test_a_disk_that_fills_mid_run_keeps_the_code_the_shards_and_the_count(tmp_p
     _mount_tmpfs(disk, "size=3m")
     try:
         n = 300
-        result = run_cli("record", "-o", str(disk / "run"), "--", *_job(tmp_path, n, code=3, fill=str(disk / "fill")))
+        result = run_cli("record", "-o", str(disk / "r[1]"), "--", *_job(tmp_path, n, code=3, fill=str(disk / "fill")))
         assert result.returncode == 3, result.stderr  # the job's code, not rltrace's failure
         assert "lost" in result.stderr and "events" in result.stderr  # the ranks said what they could not keep
         line = next(x for x in result.stderr.splitlines() if "could not write the bundle" in x)
-        assert "No space left on device" in line and (disk / "run.shards" / "shards").is_dir()
-        assert not (disk / "run").exists()
+        assert "No space left on device" in line and (disk / "r[1].shards" / "shards").is_dir()
+        assert not (disk / "r[1]").exists()
         command = shlex.split(line.split("finish later: ", 1)[1].rstrip(")"))
         (disk / "fill").unlink()  # space again: the --merge it named finishes the job
         merged = subprocess.run([RLTRACE, *command[1:]], capture_output=True, text=True, timeout=120)
         assert merged.returncode == 0, merged.stderr
         assert "the recording lost" in merged.stderr
-        bundle = rltrace.open(disk / "run")
+        bundle = rltrace.open(disk / "r[1]")
         extra = bundle.manifest.extra
         kept = bundle.collectives.collect().height
         assert extra["dropped_events"] > 0 and kept > 0
@@ -146,13 +148,13 @@ def test_an_output_that_cannot_work_is_refused_before_the_job(tmp_path: Path) ->
 
 
 def test_a_bracket_in_the_output_path_is_a_path(tmp_path: Path) -> None:
-    n = 200
-    result = run_cli("record", "--keep-shards", "-o", str(tmp_path / "r[1]"), "--", *_job(tmp_path, n))
+    # (the disk-full test records Gloo collectives into 'r[1]' and merges them by the printed --merge too)
+    result = run_cli("record", "--keep-shards", "-o", str(tmp_path / "r[1]"), "--", sys.executable, SPANS_JOB, "exit", "0")
     assert result.returncode == 0, result.stderr
-    assert rltrace.open(tmp_path / "r[1]").collectives.collect().height == 2 * n
+    assert rltrace.open(tmp_path / "r[1]").spans.collect().height == 3
     again = run_cli("record", "--merge", str(tmp_path / "r[1].shards"), "-o", str(tmp_path / "r[2]"))
     assert again.returncode == 0, again.stderr
-    assert rltrace.open(tmp_path / "r[2]").collectives.collect().height == 2 * n
+    assert rltrace.open(tmp_path / "r[2]").spans.collect().height == 3
     assert run_cli("inspect", str(tmp_path / "r[2]")).returncode == 0
 
 

@@ -391,7 +391,7 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         protocols = tuple(p for p in protocols if p.name.lower() == protocol.lower())
         if not protocols:
             raise ConfigError(f"algorithm {algo} does not run protocol {protocol!r}")
-    nics = int(getattr(topo, "nics", 0))
+    nics = min(int(getattr(topo, "nics", 0)), topo.gpus_per_node)  # channels: one per NIC slot
     parts = phases(op, ranks, size, algo, topo.gpus_per_node, eff, nics)
     pipelined = algo in ("hierarchical", "nvls_tree")
     return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1))

@@ -151,7 +151,8 @@ class NodeFabric:
     nic_gbps: float = 400.0
     """line rate of one NIC, Gb/s (400 Gb/s: ConnectX-7 NDR)"""
     nics_per_node: int = 0
-    """NICs per node (0: one per GPU); GPU i of a node uses NIC i x nics / gpus_per_node"""
+    """NICs per node (0: one per GPU); fewer than GPUs: GPU i of a node uses NIC i x nics / gpus_per_node; more
+    (a multiple): each GPU has nics / gpus_per_node of them (one link of their summed speed)"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY
     nic_efficiency: float = NIC_EFFICIENCY
     copy_efficiency: float = COPY_EFFICIENCY
@@ -159,8 +160,8 @@ class NodeFabric:
 
     @property
     def nic_bytes_per_s(self) -> float:
-        """What one NIC carries per direction."""
-        return self.nic_gbps / 8 * 1e9 * self.nic_efficiency
+        """What one GPU slot's NIC link carries per direction (several NICs per GPU: their sum)."""
+        return self.nic_gbps / 8 * 1e9 * self.nic_efficiency * max(1, self.nics // self.gpus_per_node)
 
     @property
     def memory_bytes_per_s(self) -> float:
@@ -175,14 +176,14 @@ class NodeFabric:
     def nic_of(self, gpu: np.ndarray) -> np.ndarray:
         """The GPU slot whose NIC links ``gpu`` uses: the first GPU of the group of ``gpus_per_node / nics`` GPUs
         sharing one NIC (each GPU its own when there is one NIC per GPU)."""
-        per = self.gpus_per_node // self.nics
+        per = max(1, self.gpus_per_node // self.nics)
         return gpu - (gpu % self.gpus_per_node) % per
 
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
-        if self.nics_per_node < 0 or self.gpus_per_node % self.nics:
-            raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}), "
+        if self.nics_per_node < 0 or (self.gpus_per_node % self.nics and self.nics % self.gpus_per_node):
+            raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}) or be a multiple, "
                               f"got {self.nics_per_node}")
         if gpus > MAX_GPUS:  # before any per-GPU link is allocated
             raise ConfigError(f"topology: {gpus:,} GPUs is above the limit of {MAX_GPUS:,} GPUs in a topology")

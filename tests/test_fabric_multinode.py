@@ -1,0 +1,164 @@
+"""Across nodes: NCCL's channels, tree, NVLSTree and tuner in closed form, and the public multi-node validation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from helpers import run_cli
+from rltrace.replay.network.collectives import NVLS_TREE, SIMPLE, TREE_PROTOCOLS, btree_parents, collective, dtree
+from rltrace.replay.network.validation import multinode_compare, multinode_summary
+from rltrace.replay.topologies import parse
+
+GIB = 1 << 30
+
+
+def _leaf(nodes: int, per_node: int, nics: int = 0, nic_gbps: float = 400, gpu: str = "H100", **extra: object) -> object:
+    keys = "".join(f",{k}={v}" for k, v in extra.items())
+    return parse(f"leaf-spine:nodes={nodes},gpus_per_node={per_node},nics_per_node={nics},nic_gbps={nic_gbps},"
+                 f"leaf_down={nodes * per_node},gpu={gpu}{keys}")
+
+
+def test_nccls_binary_tree_is_trees_cc() -> None:
+    # ncclGetBtree: rank r's parent clears its lowest set bit and sets the next (or only clears it past the end)
+    assert btree_parents(8).tolist() == [2, 4, 2, 0, 6, 4, 6]
+    assert btree_parents(5).tolist() == [2, 4, 2, 0]
+    parents, children, depth = dtree(4)  # even: the second tree is the mirror
+    assert list(zip(parents[:3].tolist(), children[:3].tolist())) == [(2, 1), (0, 2), (2, 3)]
+    assert list(zip(parents[3:].tolist(), children[3:].tolist())) == [(1, 2), (3, 1), (1, 0)]
+    assert depth.tolist() == [1, 0, 1, 1, 0, 1]
+    inner_first = set(parents[:3].tolist())
+    assert not inner_first & set(parents[3:].tolist())  # no rank is inside both trees
+
+
+def test_a_2x2_ring_runs_one_channel_per_nic_in_closed_form() -> None:
+    # 2 nodes x 2 GPUs, 2 NICs a node: channel c enters each node at NIC c's GPU; each NIC sends 1/2 of the ring's
+    # bytes, each NVLink 1/2, and the NIC is the slower; hops alternate NVLink, NIC (a level each)
+    topo = _leaf(2, 2, nics=2, nvlink_efficiency=1.0, copy_efficiency=1.0)
+    n, size = 4, GIB
+    ring_bytes = 2 * (n - 1) / n * size
+    nic_s = ring_bytes / 2 / topo.nic_bytes_per_s  # type: ignore[attr-defined]
+    local_s = 3 * size / n / topo.memory_bytes_per_s  # type: ignore[attr-defined]
+    hop = (2 * SIMPLE.nvlink_hop_s + 2 * SIMPLE.net_hop_s) / 4
+    expected = SIMPLE.base_s + 2 * (n - 1) * hop + nic_s + local_s
+    result = collective(topo, "all_reduce", n, size, "ring", protocol="Simple")
+    assert result.seconds == pytest.approx(expected, rel=1e-9)
+    nic_up = np.array([name.endswith("nic_up") for name in topo.links().names])  # type: ignore[attr-defined]
+    assert result.link_bytes[nic_up].tolist() == pytest.approx([ring_bytes / 2] * 4)
+
+
+def test_a_2x2_tree_is_a_chain_to_each_nics_gpu_and_nccls_double_tree_between_nodes() -> None:
+    # per channel a chain hop carries the channel's half both ways and each node's head sends the channel's half
+    # over the network (two binary trees, a quarter each); Simple's tree payload 0.92 and NCCL's tree latency
+    # 2 x ((GPUs per node - 1) x NVLink + log2(nodes) x NET)
+    topo = _leaf(2, 2, nics=2)
+    simple = TREE_PROTOCOLS[2]
+    link_s = max(GIB / 2 / topo.nic_bytes_per_s, GIB / (450e9 * topo.nvlink_efficiency))  # type: ignore[attr-defined]
+    latency = 2 * (1 * simple.nvlink_hop_s + 1 * simple.net_hop_s)
+    expected = simple.base_s + latency + link_s / simple.payload
+    result = collective(topo, "all_reduce", 4, GIB, "tree", protocol="Simple")
+    assert result.seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_nvls_tree_runs_its_two_stages_pipelined() -> None:
+    # 2 x 8 H100: the switch stage moves (1 + 1/8) x size per GPU at NCCL's NVLS efficiency, the tree stage a
+    # node's size over its 8 NICs; the slower sets the time, the other adds one chunk per channel (the fill)
+    for gbps, bound in ((400, "nvls"), (200, "nic"), (100, "nic")):
+        topo = _leaf(2, 8, nic_gbps=gbps)
+        nvls_s = 1.125 * GIB / (450e9 * topo.nvlink_efficiency * 0.85 * 15 / 16)  # type: ignore[attr-defined]
+        nic_s = GIB / (8 * topo.nic_bytes_per_s)  # type: ignore[attr-defined]
+        slow, fast = max(nvls_s, nic_s), min(nvls_s, nic_s)
+        fill = fast / (GIB / ((512 << 10) * 8))
+        expected = NVLS_TREE.base_s + 2 * NVLS_TREE.net_hop_s + slow + fill
+        result = collective(topo, "all_reduce", 16, GIB, "nvls_tree")
+        assert result.seconds == pytest.approx(expected, rel=1e-9)
+        assert (nvls_s > nic_s) == (bound == "nvls")
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_a_multi_node_ring_grows_with_the_nics_per_node(nodes: int) -> None:
+    busbw = [collective(_leaf(nodes, 8, nics=k), "all_reduce", nodes * 8, 8 * GIB, "ring").busbw_gbps
+             for k in (1, 2, 4, 8)]
+    assert busbw == sorted(busbw) and busbw[-1] > 6 * busbw[0]
+    # 8 NICs of 400 Gb/s at 0.9: the node's 360 GB/s, within the ring's latency and local pass
+    assert busbw[-1] == pytest.approx(360, rel=0.03)
+
+
+def test_a_4x8_ring_is_the_nodes_nic_bandwidth_in_closed_form() -> None:
+    topo = _leaf(4, 8, nvlink_efficiency=1.0, copy_efficiency=1.0)
+    n, size = 32, 8 * GIB
+    nic_s = 2 * (n - 1) / n * size / (8 * topo.nic_bytes_per_s)  # type: ignore[attr-defined]
+    local_s = 3 * size / n / topo.memory_bytes_per_s  # type: ignore[attr-defined]
+    hop = (28 * SIMPLE.nvlink_hop_s + 4 * SIMPLE.net_hop_s) / 32  # 7 NVLink hops and 1 NIC hop a node
+    expected = SIMPLE.base_s + 2 * (n - 1) * hop + nic_s + local_s
+    assert collective(topo, "all_reduce", n, size, "ring", protocol="Simple").seconds == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(("spec", "size", "algorithm", "protocol"), [
+    (dict(nodes=2, per_node=8), 4 << 10, "tree", "LL"),  # latency: 2 x (7 NVLink + 1 NET) tree hops beat 30 ring hops
+    (dict(nodes=2, per_node=8), 16 << 20, "tree", "LL128"),
+    (dict(nodes=2, per_node=8), GIB, "nvls_tree", "Simple"),  # the switch reduces, the tree halves the network bytes
+    (dict(nodes=2, per_node=8, gpu="A100", nics=16, nic_gbps=100), GIB, "tree", "Simple"),  # no NVLS on Ampere
+    (dict(nodes=4, per_node=8), 8 * GIB, "ring", "Simple"),  # beyond 2 nodes the trees' inner nodes send twice
+    (dict(nodes=8, per_node=8), 64 << 20, "tree", "LL128"),
+])
+def test_the_tuner_picks_the_fastest_algorithm_and_protocol(spec: dict, size: int, algorithm: str, protocol: str) -> None:
+    args = dict(spec)
+    topo = _leaf(args.pop("nodes"), args.pop("per_node"), **{k: args[k] for k in ("nics", "nic_gbps", "gpu") if k in args})
+    n = topo.gpus  # type: ignore[attr-defined]
+    chosen = collective(topo, "all_reduce", n, size, dtype="float")
+    assert (chosen.algorithm, chosen.protocol) == (algorithm, protocol)
+    for other in ("ring", "tree"):  # NCCL's candidates (hierarchical is rltrace's, not NCCL's: never auto)
+        assert chosen.seconds <= collective(topo, "all_reduce", n, size, other, dtype="float").seconds + 1e-15
+
+
+def test_a_forced_protocol_is_kept() -> None:
+    topo = _leaf(2, 8)
+    assert collective(topo, "all_reduce", 16, GIB, "ring", protocol="LL128").protocol == "LL128"
+    assert collective(topo, "all_gather", 16, 4 << 10, protocol="Simple").protocol == "Simple"
+
+
+def test_the_public_two_node_h100_run_with_8x200g_lands_from_1_gb() -> None:
+    # GCP A3 Mega (8 x 200 Gb/s per node): measured 297.9 and 338.8 GB/s busbw at 1 and 8 GiB
+    topo = _leaf(2, 8, nic_gbps=200)
+    for size, measured in ((GIB, 297.86), (8 * GIB, 338.82)):
+        assert collective(topo, "all_reduce", 16, size, dtype="float").busbw_gbps == pytest.approx(measured, rel=0.15)
+
+
+def test_the_multi_node_validation_holds_from_1_gb_and_names_its_sources() -> None:
+    compared = multinode_compare()
+    assert compared["source"].str.starts_with("https://github.com/").all()
+    assert compared["cluster"].n_unique() >= 5 and set(compared["gpu"]) == {"H100", "A100"}
+    assert set(compared["network"]) == {"ib", "roce", "gpudirect-tcpxo"}
+    large = compared.filter(pl.col("size_bytes") >= GIB)["error"].abs()
+    assert large.median() <= 0.10 and large.max() <= 0.30
+    summary = multinode_summary(compared)
+    assert summary.filter(pl.col("size_band") == ">= 1 GB")["median_abs_error"].max() <= 0.10
+
+
+def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
+    table = run_cli("fabric", "validate")
+    assert table.returncode == 0, table.stderr
+    assert "multi-node" in table.stdout and ">= 1 GB" in table.stdout and "all_reduce" in table.stdout
+    points = run_cli("fabric", "validate", "--json")
+    assert points.returncode == 0, points.stderr
+    rows = pl.DataFrame(json.loads(points.stdout))
+    assert {"source", "cluster", "size_bytes", "measured_s", "model_s", "model_algorithm", "error"} <= set(rows.columns)
+    assert rows.height == multinode_compare().height
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, gpu,"),
+    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"], "unknown protocol 'LL64'"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
+    (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--algorithm", "nvls_tree"],
+     "nvls_tree needs an all-reduce across nodes"),
+])
+def test_bad_multi_node_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "_links" not in lines[0] and "circuits" not in lines[0]

@@ -253,8 +253,11 @@ def _across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_
         src, dst = np.repeat(ranks, n), np.tile(ranks, n)
         keep = src != dst
         return [Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1)]
-    if op == "broadcast":
-        return [mn.channel_chain(orders, size)]
+    if op == "broadcast":  # chains need no even nodes; every channel starts at the root (the first rank)
+        orders = mn.channel_orders(ranks, gpus_per_node, max(1, min(nics, gpus_per_node)))
+        first = local[0]
+        head = np.roll(first, -int(np.flatnonzero(first == ranks[0])[0]))
+        return [mn.channel_chain([np.concatenate([head, o[len(first):]]) for o in orders], size)]
     if op == "all_reduce" and algorithm in ("tree", "nvls_tree") and uniform and per > 1:
         if algorithm == "tree":
             return [mn.channel_tree(orders, size, per)]

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.collectives import Phase, chain, phase_latency, ring, run_phases, tree_edges
+from rltrace.replay.network.collectives import Phase, phase_latency, phases, run_phases, tree_edges
 from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import Topology
 
@@ -44,7 +44,9 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
     if strategy in ("per_tensor", "bucketed"):
         count = max(tensors, 1) if strategy == "per_tensor" else max(1, math.ceil(nbytes / bucket_bytes))
         # The bytes pipeline the same however they are cut; every broadcast after the first adds its latency.
-        chain_phase = chain(path, nbytes)
+        # NCCL's broadcast: a pipelined chain per channel, each channel's chain crossing nodes on its own NIC
+        chain_phase = phases("broadcast", path, nbytes, "ring", topo.gpus_per_node, 0.0,
+                             min(int(getattr(topo, "nics", 1)), topo.gpus_per_node))[0]
         t = run_phases(topo, [chain_phase])
         again = (count - 1) * (t.protocol.base_s + phase_latency(topo, chain_phase, t.protocol))
         return SyncTime(t.seconds + again, strategy, t.link_bytes, t.reconfig_s)
@@ -58,7 +60,9 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
     senders, receivers = trainers, generators[np.arange(n) % len(generators)]
     scatter = Phase(senders, receivers, np.full(n, nbytes / n), 1)
     g = len(generators)
-    gather = ring(generators, (g - 1) / g * nbytes, g - 1)
+    # NCCL's all-gather of the shards among the generators: across nodes, one ring per NIC (channels)
+    gather = phases("all_gather", generators, nbytes, "ring", topo.gpus_per_node, 0.0,
+                    min(int(getattr(topo, "nics", 1)), topo.gpus_per_node))[0] if g > 1 else scatter
     t = run_phases(topo, [scatter, gather] if g > 1 else [scatter])
     return SyncTime(t.seconds + t.protocol.base_s, strategy, t.link_bytes, t.reconfig_s)  # two collectives
 

@@ -150,7 +150,7 @@ def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, gpu,"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, cpu, gpu,"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"], "unknown protocol 'LL64'"),
     (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--algorithm", "nvls_tree"],

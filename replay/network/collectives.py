@@ -76,6 +76,10 @@ NVLS_CHANNELS = 16
 # baseLat 0 + hwLat NVLink NVLSTree (25 us) + 2 x log2(nodes) x hwLat NET NVLSTree (20.9 us): the base here, and
 # the NET figure per tree step (a tree stage has 2 x its levels steps).
 NVLS_TREE = Protocol("Simple", 25e-6, 0.0, 20.9e-6, 1.0)
+# NCCL's tuner caps LL's bus bandwidth across nodes by host CPU (tuning.cc llMaxBws, multi-node rows: Intel N2 39.0,
+# N4+ 20.4 GB/s; AMD 22.5, 19.0): LL moves 8-byte flag-data pairs the CPU-side proxy and PCIe cannot pipeline
+# faster. One node's figure (Hopper 141 GB/s) is not applied: tried on 2026-11-23, it worsened the one-node fit.
+LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
 # A pipelined schedule (hierarchical, NVLSTree) moves the bytes in chunks through its stages at once: the slowest
 # stage sets the time, and each other stage adds its time for one chunk (the pipeline's fill). NCCL's Simple
 # protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
@@ -300,7 +304,7 @@ def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool) -> tu
 
 def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
                protocols: tuple[Protocol, ...] = PROTOCOLS, pipelined: bool = False, size: float = 0.0,
-               channels: int = 1) -> PhasesTime:
+               channels: int = 1, floor_s: dict[str, float] | None = None) -> PhasesTime:
     """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
     ``pipelined``: the phases are stages that ``size`` bytes pass in chunks of PIPELINE_CHUNK_BYTES per
     channel, so the flows take the slowest stage's time plus every other stage's time for one chunk.
@@ -334,7 +338,9 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
     if pipelined and stage_s:  # the slowest stage, plus the others' time for one chunk (local passes included)
         chunks = max(1.0, size / (PIPELINE_CHUNK_BYTES * channels))
         flow_s, local_s = max(stage_s) + (sum(stage_s) - max(stage_s)) / chunks, 0.0
-    totals = [proto.base_s + flow_s / proto.payload + steps_at[j] + local_s + reconfig for j, proto in enumerate(protocols)]
+    floor = floor_s or {}  # a protocol's least time for the bytes (NCCL's bandwidth caps)
+    totals = [proto.base_s + max(flow_s / proto.payload, floor.get(proto.name, 0.0)) + steps_at[j] + local_s + reconfig
+              for j, proto in enumerate(protocols)]
     best = int(np.argmin(totals))
     return PhasesTime(totals[best], carried, reconfig, protocols[best])
 
@@ -397,7 +403,13 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     nics = min(int(getattr(topo, "nics", 0)), topo.gpus_per_node)  # channels: one per NIC slot
     parts = phases(op, ranks, size, algo, topo.gpus_per_node, eff, nics)
     pipelined = algo in ("hierarchical", "nvls_tree")
-    return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1))
+    nodes = len(np.unique(ranks // topo.gpus_per_node))
+    floor = {}
+    if nodes > 1 and op in BUS_FACTOR:  # LL's cap, on the bus bandwidth: the least time for this size
+        cap = LL_MAX_BUSBW[getattr(topo, "cpu", "intel")][0 if nodes <= 2 else 1]
+        floor["LL"] = size * BUS_FACTOR[op](len(ranks)) / cap
+    return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1),
+                      floor_s=floor)
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",

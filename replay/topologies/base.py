@@ -153,6 +153,8 @@ class NodeFabric:
     nics_per_node: int = 0
     """NICs per node (0: one per GPU); fewer than GPUs: GPU i of a node uses NIC i x nics / gpus_per_node; more
     (a multiple): each GPU has nics / gpus_per_node of them (one link of their summed speed)"""
+    cpu: str = "intel"
+    """host CPU vendor, intel or amd: NCCL's tuner caps the LL protocol across nodes lower on AMD hosts"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY
     nic_efficiency: float = NIC_EFFICIENCY
     copy_efficiency: float = COPY_EFFICIENCY
@@ -182,6 +184,8 @@ class NodeFabric:
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
+        if self.cpu not in ("intel", "amd"):
+            raise ConfigError(f"topology: cpu must be intel or amd, got {self.cpu!r}")
         if self.nics_per_node < 0 or (self.gpus_per_node % self.nics and self.nics % self.gpus_per_node):
             raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}) or be a multiple, "
                               f"got {self.nics_per_node}")

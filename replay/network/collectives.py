@@ -209,7 +209,9 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
     n = len(ranks)
     nodes = ranks // gpus_per_node
     if len(np.unique(nodes)) > 1 and algorithm != "hierarchical":
-        return _across_nodes(op, ranks, size, algorithm, gpus_per_node, nvls_efficiency, nics or gpus_per_node)
+        from rltrace.replay.network.multinode import across_nodes  # it builds on this module's Phase
+
+        return across_nodes(op, ranks, size, algorithm, gpus_per_node, nvls_efficiency, nics or gpus_per_node)
     if op == "all_reduce" and algorithm == "nvls":
         if not nvls_efficiency > 0:
             raise ConfigError("nvls needs the GPU's nvls_efficiency > 0")
@@ -240,41 +242,6 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
         src, dst = np.repeat(ranks, n), np.tile(ranks, n)
         keep = src != dst
         return [Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1)]
-    raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
-
-
-def _across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int,
-                  nvls_efficiency: float, nics: int) -> list[Phase]:
-    """Ring, tree, NVLSTree, broadcast and all-to-all over several nodes, with one channel per NIC."""
-    from rltrace.replay.network import multinode as mn  # it builds on this module's Phase
-
-    n = len(ranks)
-    local = mn.node_major(ranks, gpus_per_node)
-    per = len(local[0])
-    uniform = all(len(x) == per for x in local)
-    orders = mn.channel_orders(ranks, gpus_per_node, min(nics, per) if uniform else 1)
-    if op == "all_to_all":
-        src, dst = np.repeat(ranks, n), np.tile(ranks, n)
-        keep = src != dst
-        return [Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1)]
-    if op == "broadcast":  # chains need no even nodes; every channel starts at the root (the first rank)
-        orders = mn.channel_orders(ranks, gpus_per_node, max(1, min(nics, gpus_per_node)))
-        first = local[0]
-        head = np.roll(first, -int(np.flatnonzero(first == ranks[0])[0]))
-        return [mn.channel_chain([np.concatenate([head, o[len(first):]]) for o in orders], size)]
-    if op == "all_reduce" and algorithm in ("tree", "nvls_tree") and uniform and per > 1:
-        if algorithm == "tree":
-            return [mn.channel_tree(orders, size, per)]
-        if not nvls_efficiency > 0:
-            raise ConfigError("nvls_tree needs the GPU's nvls_efficiency > 0")
-        return mn.nvls_tree(orders, size, per, nvls_efficiency)
-    if op == "all_reduce" and algorithm == "tree":  # one GPU per node (or uneven nodes): the tree over all ranks
-        return [_tree(ranks, size, gpus_per_node)]
-    if op == "all_reduce":
-        return [mn.channel_ring(orders, 2 * (n - 1) / n * size, 2 * (n - 1), REDUCE_TRAFFIC * size / n)]
-    if op in ("all_gather", "reduce_scatter"):
-        traffic = COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC
-        return [mn.channel_ring(orders, (n - 1) / n * size, n - 1, traffic * size / n)]
     raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
 
 

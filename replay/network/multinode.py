@@ -23,7 +23,17 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from rltrace.replay.network.collectives import Phase, dtree, tree_edges
+from rltrace.replay.network.collectives import (
+    COPY_TRAFFIC,
+    OPS,
+    REDUCE_TRAFFIC,
+    Phase,
+    _tree,
+    dtree,
+    tree_edges,
+)
+
+from rltrace.errors import ConfigError
 
 
 def node_major(ranks: np.ndarray, gpus_per_node: int) -> list[np.ndarray]:
@@ -116,3 +126,36 @@ def nvls_tree(orders: list[np.ndarray], size: float, per_node: int, nvls_efficie
     src, dst, nbytes, levels = (np.concatenate([p[i] for p in parts]) for i in range(4))
     inter = Phase(src, dst, nbytes, 2 * len(np.unique(levels)), levels=levels)
     return [dataclasses.replace(intra), inter]
+
+
+def across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int,
+                  nvls_efficiency: float, nics: int) -> list[Phase]:
+    """Ring, tree, NVLSTree, broadcast and all-to-all over several nodes, with one channel per NIC."""
+    n = len(ranks)
+    local = node_major(ranks, gpus_per_node)
+    per = len(local[0])
+    uniform = all(len(x) == per for x in local)
+    orders = channel_orders(ranks, gpus_per_node, min(nics, per) if uniform else 1)
+    if op == "all_to_all":
+        src, dst = np.repeat(ranks, n), np.tile(ranks, n)
+        keep = src != dst
+        return [Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1)]
+    if op == "broadcast":  # chains need no even nodes; every channel starts at the root (the first rank)
+        orders = channel_orders(ranks, gpus_per_node, max(1, min(nics, gpus_per_node)))
+        first = local[0]
+        head = np.roll(first, -int(np.flatnonzero(first == ranks[0])[0]))
+        return [channel_chain([np.concatenate([head, o[len(first):]]) for o in orders], size)]
+    if op == "all_reduce" and algorithm in ("tree", "nvls_tree") and uniform and per > 1:
+        if algorithm == "tree":
+            return [channel_tree(orders, size, per)]
+        if not nvls_efficiency > 0:
+            raise ConfigError("nvls_tree needs the GPU's nvls_efficiency > 0")
+        return nvls_tree(orders, size, per, nvls_efficiency)
+    if op == "all_reduce" and algorithm == "tree":  # one GPU per node (or uneven nodes): the tree over all ranks
+        return [_tree(ranks, size, gpus_per_node)]
+    if op == "all_reduce":
+        return [channel_ring(orders, 2 * (n - 1) / n * size, 2 * (n - 1), REDUCE_TRAFFIC * size / n)]
+    if op in ("all_gather", "reduce_scatter"):
+        traffic = COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC
+        return [channel_ring(orders, (n - 1) / n * size, n - 1, traffic * size / n)]
+    raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")

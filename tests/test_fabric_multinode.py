@@ -162,3 +162,17 @@ def test_bad_multi_node_input_is_one_line_and_exit_2(args: list[str], message: s
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert "_links" not in lines[0] and "circuits" not in lines[0]
+
+
+def test_a_spec_forces_nccl_algo_and_proto_where_they_can_run() -> None:
+    forced = parse("rail:nodes=2,gpu=H100,nccl_algo=ring,nccl_proto=Simple")
+    free = parse("rail:nodes=2,gpu=H100")
+    across = collective(forced, "all_reduce", 16, GIB)
+    assert (across.algorithm, across.protocol) == ("ring", "Simple")
+    assert across.seconds == collective(free, "all_reduce", 16, GIB, "ring", protocol="Simple").seconds
+    assert collective(free, "all_reduce", 16, GIB).algorithm == "nvls_tree"  # what the tuner takes unforced
+    # an algorithm that cannot run a collective falls back to the tuner's choice, as NCCL does: NVLSTree in one node
+    inside = collective(parse("rail:nodes=2,gpu=H100,nccl_algo=nvls_tree"), "all_reduce", 8, GIB)
+    assert inside.algorithm == collective(free, "all_reduce", 8, GIB).algorithm == "nvls"
+    # a call that names an algorithm wins over the spec
+    assert collective(forced, "all_reduce", 16, GIB, "tree").algorithm == "tree"

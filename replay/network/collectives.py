@@ -26,13 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from rltrace.replay.network.flows import FlowRun, run_flows
-from rltrace.replay.topologies.base import Links, Topology
+from rltrace.replay.topologies.base import NCCL_ALGOS, Links, Topology
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree")
+ALGORITHMS = NCCL_ALGOS  # auto, ring, tree, hierarchical, nvls, nvls_tree
 # Dtypes an NVSwitch can reduce (multimem.ld_reduce: f16, bf16, f32); int8 and fp8 all-reduces run the ring.
 SWITCH_REDUCIBLE = ("bfloat16", "bf16", "half", "fp16", "float16", "float", "fp32", "float32")
 DTYPES = (*SWITCH_REDUCIBLE, "int8", "uint8", "fp8", "float8")
@@ -387,6 +387,12 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     fastest modelled algorithm x protocol of NCCL's candidates, as NCCL's tuner takes its lowest estimate."""
     ranks = np.arange(ranks) if isinstance(ranks, (int, np.integer)) else np.asarray(ranks, dtype=np.int64)
     n = len(ranks)
+    spec_algo = algorithm == "auto" and op == "all_reduce" and getattr(topo, "nccl_algo", "auto") != "auto"
+    if spec_algo:  # the spec's NCCL_ALGO, where a call leaves it to the tuner
+        algorithm = getattr(topo, "nccl_algo")
+    spec_proto = protocol == "auto" and getattr(topo, "nccl_proto", "auto") != "auto"
+    if spec_proto:  # the spec's NCCL_PROTO
+        protocol = getattr(topo, "nccl_proto")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
     if n < 1 or size < 0:
@@ -401,6 +407,11 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         raise ConfigError(f"unknown protocol {protocol!r} (known: auto, LL, LL128, Simple)")
     nvls = nvls_possible(topo, op, ranks, dtype)
     multi = len(np.unique(ranks // topo.gpus_per_node)) > 1
+    if spec_algo and ((algorithm == "nvls" and (not nvls or multi)) or (algorithm == "nvls_tree" and not (nvls and multi))
+                      or (algorithm in ("tree", "hierarchical") and not multi)):
+        algorithm = "auto"  # as NCCL does with an NCCL_ALGO that cannot run this collective: its own choice
+    if spec_proto and algorithm in ("nvls", "nvls_tree") and protocol.lower() != "simple":
+        protocol = "auto"
     if algorithm == "nvls" and (not nvls or multi):
         raise ConfigError("nvls needs an all-reduce inside one NVSwitch node of a GPU with NVLS (nvls_efficiency > 0) "
                           f"in a dtype the switch reduces ({', '.join(SWITCH_REDUCIBLE)}); across nodes: nvls_tree")

@@ -70,7 +70,7 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
             if volume > 0 and train_gpus > 1:
                 # the step's per-rank collective volume, timed as one ring all-gather over the training GPUs
                 n = train_gpus
-                c = collective(topo, "all_gather", trainers, volume * n / (n - 1), algorithm="ring")
+                c = collective(topo, "all_gather", trainers, volume * n / (n - 1))  # NCCL's ring; one per NIC
                 out.collective_s[key], out.collective_bytes[key] = c.seconds, c.link_bytes
                 out.reconfig_s += c.reconfig_s
                 job.train_s[step] = max(job.train_s[step], c.seconds)

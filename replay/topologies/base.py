@@ -45,6 +45,9 @@ NETWORK_HOP_S = 2.0e-6
 # GB/s marginal from 16 MB up, 35.9 at 64 MB). NCCL's send/recv has its own network path, so that figure is
 # not taken for collectives; with nic_efficiency=0.7 in the spec the model is within 6% of it (median, each
 # size band; docs/fabrics.md).
+# What a spec may force, as NCCL_ALGO / NCCL_PROTO do (rltrace.replay.network.collectives uses the same names).
+NCCL_ALGOS = ("auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree")
+NCCL_PROTOS = ("auto", "LL", "LL128", "Simple")
 NVLINK_EFFICIENCY = 0.805
 COPY_EFFICIENCY = 0.68
 NIC_EFFICIENCY = 0.9
@@ -155,6 +158,10 @@ class NodeFabric:
     (a multiple): each GPU has nics / gpus_per_node of them (one link of their summed speed)"""
     cpu: str = "intel"
     """host CPU vendor, intel or amd: NCCL's tuner caps the LL protocol across nodes lower on AMD hosts"""
+    nccl_algo: str = "auto"
+    """the all-reduce algorithm every collective on this fabric runs unless a call names one (NCCL_ALGO)"""
+    nccl_proto: str = "auto"
+    """the protocol every collective runs unless a call names one (NCCL_PROTO): LL, LL128 or Simple"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY
     nic_efficiency: float = NIC_EFFICIENCY
     copy_efficiency: float = COPY_EFFICIENCY
@@ -184,6 +191,9 @@ class NodeFabric:
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
+        if self.nccl_algo not in NCCL_ALGOS or self.nccl_proto not in NCCL_PROTOS:
+            raise ConfigError(f"topology: nccl_algo must be one of {', '.join(NCCL_ALGOS)} and nccl_proto one of "
+                              f"{', '.join(NCCL_PROTOS)}, got {self.nccl_algo!r}, {self.nccl_proto!r}")
         if self.cpu not in ("intel", "amd"):
             raise ConfigError(f"topology: cpu must be intel or amd, got {self.cpu!r}")
         if self.nics_per_node < 0 or (self.gpus_per_node % self.nics and self.nics % self.gpus_per_node):

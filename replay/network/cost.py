@@ -30,7 +30,8 @@ def fabric_cost(topo: Topology, prices: FabricPrices | None = None) -> dict[str,
     p = prices or FabricPrices()
     links = topo.links()
     kinds = links.kind
-    nic = int((kinds == "nic").sum()) // 2  # up and down of one GPU's link
+    per_slot = max(1, int(getattr(topo, "nics", 1)) // max(topo.gpus_per_node, 1))  # NICs behind one GPU's link
+    nic = int((kinds == "nic").sum()) // 2 * per_slot  # up and down of one GPU's link, each NIC priced
     fabric = int((kinds == "fabric").sum()) // 2
     ocs_pairs = int((kinds == "ocs").sum())
     optical = 0

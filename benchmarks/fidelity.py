@@ -48,7 +48,7 @@ def record(job: str, out: Path, steps: int, model_dir: Path, seed: int) -> Path:
     """Record one interleaved run of ``job`` (8,4 samples per prompt) into ``out``."""
     command = [sys.executable, str(REPO / "examples" / job / "train.py"), "--model-dir", str(model_dir),
                "--steps", str(2 * steps + 1), "--samples", "8,4", "--lr", "1e-5"]
-    if job == "tcp_rl":
+    if job != "tiny_rl":  # each recording its own draw of the long-tailed workload
         command += ["--seed", str(seed)]
     rltrace_cli = Path(sys.executable).with_name("rltrace")
     done = subprocess.run(

@@ -46,9 +46,9 @@ ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREA
        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def caps(step: int, n: int) -> list[int]:
+def caps(step: int, n: int, seed: int = 0) -> list[int]:
     """Long-tailed per-request max_tokens: median 8, one request in eight 15-25x that."""
-    rng = random.Random(step)
+    rng = random.Random(seed * 100_003 + step)
     return [rng.randint(120, 200) if i % 8 == 3 else rng.randint(4, 12) for i in range(n)]
 
 
@@ -137,13 +137,14 @@ class Generator:
         self.weights = Path(tempfile.mkdtemp(prefix="ray_rl_weights_"))
         return sum(p.numel() * 4 for p in self.shapes.state_dict().values())
 
-    def generate(self, step: int, prompts: int, samples: int) -> tuple[list[tuple], list[int]]:
+    def generate(self, step: int, prompts: int, samples: int, seed: int = 0) -> tuple[list[tuple], list[int]]:
         from vllm import SamplingParams
 
         texts = [PROMPTS[(step * prompts + i) % len(PROMPTS)] for i in range(prompts)]
         requests = [t for t in texts for _ in range(samples)]
         params = [SamplingParams(max_tokens=cap, temperature=1.0, stop_token_ids=STOP_IDS,
-                                 seed=step * 10_000 + i) for i, cap in enumerate(caps(step, len(requests)))]
+                                 seed=seed * 1_000_003 + step * 10_000 + i)
+                  for i, cap in enumerate(caps(step, len(requests), seed))]
         outs = self.llm.generate(requests, params, use_tqdm=False)
         batch = []
         for i, o in enumerate(outs):
@@ -184,6 +185,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--samples", type=samples_list, default=[8, 4], help="a cycle such as 8,4, step by step")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the token caps and the sampling")
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "rltrace_tiny_llama")
     parser.add_argument("--runtime-env-pythonpath", help="set the job's runtime_env PYTHONPATH, as verl does")
     parser.add_argument("--address", help="an existing Ray cluster to join (default: start a local one)")
@@ -207,7 +209,7 @@ def main() -> None:
     truth: dict = {"steps": [], "param_bytes": param_bytes}
     for step in range(args.steps):
         samples = args.samples[step % len(args.samples)]
-        batch, lengths = ray.get(generator.generate.remote(step, args.prompts, samples))
+        batch, lengths = ray.get(generator.generate.remote(step, args.prompts, samples, args.seed))
         batch_ref = ray.put(batch)
         ray.get([t.train.remote(batch_ref) for t in trainers])
         sent, _ = ray.get([trainers[0].send_weights.remote(), generator.receive_weights.remote()])

@@ -18,7 +18,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rltrace
-from helpers import REPO
+from helpers import RLTRACE, REPO
 from rltrace.bundle import write_bundle
 from rltrace.cli import main
 from rltrace.errors import RltraceError
@@ -317,8 +316,8 @@ def test_real_cli_on_a_damaged_bundle(base: Path, tmp_path: Path, mutation: str)
         pq.write_table(t.set_column(i, "phase", pa.array(["[/x]\x1b[2J"] * t.num_rows)), work / "spans.parquet")
     else:
         (work / "manifest.json").write_text('{"run_id": "x", "extra": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    done = subprocess.run([sys.executable, "-m", "rltrace", "inspect", str(work)], capture_output=True, text=True,
-                          timeout=120)
+    # The installed console script from a temp folder (`python -m rltrace` in the repo root imports the source tree).
+    done = subprocess.run([RLTRACE, "inspect", str(work)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "Traceback" not in done.stderr
     if mutation == "phase markup":
         assert done.returncode == 0, done.stderr

@@ -90,7 +90,7 @@ def test_gpu_gives_each_pool_its_kind(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--scheduler", "nope"], "unknown scheduler 'nope'"),
-        (["--gen-gpus", "0"], "at least one GPU"),
+        (["--gen-gpus", "0"], "gen_gpus must be >= 1"),
         (["--gen-gpus", "3", "--tp", "2"], "do not split into instances of tp 2"),
         (["--set", "fully-async.bogus=1", "-s", "fully-async"], "unknown key 'fully-async.bogus'"),
         (["--set", "cost.train_mfu=2"], "cost.train_mfu must be in (0, 1]"),

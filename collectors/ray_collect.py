@@ -15,11 +15,13 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rltrace.collectors import ray_hook
 from rltrace.collectors.ray_hook import _alive, node_root
 
 COLLECT_TIMEOUT_S = 120.0
@@ -73,6 +75,12 @@ def collect(address: str, session: str, dest: Path, timeout_s: float = COLLECT_T
     dest.mkdir(parents=True, exist_ok=True)
     ray.init(address=address, namespace=f"rltrace-collect-{session}", log_to_driver=False,
              logging_level=logging.WARNING, configure_logging=False)
+    # The task travels by value (its code and this module's helpers, not a reference to rltrace): a node's
+    # worker may not import rltrace as this process does (a source checkout in its working directory shadows
+    # the installed package, or the node's Python lacks it) and must still hand back its shards.
+    by_value = [sys.modules[__name__], ray_hook]
+    for module in by_value:
+        ray.cloudpickle.register_pickle_by_value(module)
     try:
         task = ray.remote(num_cpus=0, max_retries=1)(_pack_node)
         refs = [
@@ -89,4 +97,6 @@ def collect(address: str, session: str, dest: Path, timeout_s: float = COLLECT_T
             found.append(NodeShards(node_id, host, len(names)))
         return found
     finally:
+        for module in by_value:
+            ray.cloudpickle.unregister_pickle_by_value(module)
         ray.shutdown()

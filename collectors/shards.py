@@ -16,8 +16,6 @@ read) and ``left_out`` (collectives of one-rank groups and of other process-grou
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -28,12 +26,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rltrace.bundle import TableWriter, polars_schema, to_arrow
+from rltrace.bundle import TableWriter, check_target, polars_schema, to_arrow, write_atomically
 from rltrace.collectors import SHARDS, stream_merge
 from rltrace.collectors.labels import fill_policy_versions
 from rltrace.collectors.recorder import COUNTS_FILE, REQUEST_GROUP
 from rltrace.errors import BundleError
-from rltrace.manifest import MANIFEST_FILE, Manifest, ModelInfo, Pool
+from rltrace.manifest import Manifest, ModelInfo, Pool
 from rltrace.validate import check_frame
 from rltrace.schema import SYNC_METHODS, TABLES
 
@@ -98,7 +96,7 @@ def _read(shards: list[Shard], table: str, unreadable: list[Path]) -> pl.DataFra
     for path, index in _files(shards, table):
         try:
             frame = pl.from_arrow(pq.read_table(path))  # a path, never a pattern: 'r[1]' is a folder name
-        except (pa.ArrowException, OSError) as e:
+        except (pa.ArrowException, OSError):
             unreadable.append(path)
             continue
         assert isinstance(frame, pl.DataFrame)
@@ -225,7 +223,7 @@ def merge(
 ) -> Manifest:
     """Merge ``record_dir``'s shards into the bundle ``out``; returns the manifest written."""
     record_dir, out = Path(record_dir), Path(out)
-    _check_target(out, overwrite)
+    check_target(out, overwrite)
     shards = load_shards(record_dir)
     _name_actors(shards)
     unreadable: list[Path] = []
@@ -312,40 +310,18 @@ def merge(
     return manifest
 
 
-def _check_target(final: Path, overwrite: bool) -> None:
-    if final.exists():
-        if not overwrite:
-            raise BundleError(f"{final}: already exists (pass --force to replace it)")
-        if not final.is_dir() or (not (final / MANIFEST_FILE).is_file() and any(final.iterdir())):
-            raise BundleError(f"{final}: exists and is not a trace bundle; refusing to replace it")
-
-
 def _write(final: Path, manifest: Manifest, small: dict[str, pl.DataFrame], index: stream_merge.Index,
            coll_files: list[tuple[Path, int]], overwrite: bool) -> None:
     """Write the bundle as write_bundle does (validated, atomic rename into place), the collectives streamed."""
-    _check_target(final, overwrite)
+    check_target(final, overwrite)
     arrow = {name: to_arrow(TABLES[name], frame) for name, frame in small.items()}
     for name, data in arrow.items():
         check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    try:
-        for name in TABLES:
-            with TableWriter(tmp / TABLES[name].file, TABLES[name]) as w:
-                if name == "collectives":
-                    stream_merge.write_aligned(index, coll_files, w, TABLES[name].file)
-                else:
-                    w.write(arrow[name])
-            manifest.tables[name] = w.rows
-        (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old)
+
+    def fill(name: str, w: TableWriter) -> None:
+        if name == "collectives":
+            stream_merge.write_aligned(index, coll_files, w, TABLES[name].file)
         else:
-            os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps no partial bundle
-        raise
+            w.write(arrow[name])
+
+    write_atomically(final, manifest, fill)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -327,24 +327,36 @@ def write_bundle(
     unknown = set(tables) - set(TABLES)
     if unknown:
         raise ValidationError(f"unknown table {sorted(unknown)[0]!r} (tables are {', '.join(TABLES)})")
-    if final.exists():
-        is_bundle = (final / MANIFEST_FILE).is_file()
-        if not overwrite:
-            raise BundleError(f"{final}: already exists (pass --force to replace it)")
-        if not final.is_dir() or (not is_bundle and any(final.iterdir())):
-            raise BundleError(f"{final}: exists and is not a trace bundle; refusing to replace it")
+    check_target(final, overwrite)
     arrow = {name: to_arrow(schema, tables.get(name)) for name, schema in TABLES.items()}
     for name, data in arrow.items():
         check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]
+    write_atomically(final, manifest, lambda name, w: w.write(arrow[name]))
+    return final
 
+
+def check_target(final: Path, overwrite: bool) -> None:
+    """Refuse to write a bundle at ``final`` unless it is free, or (with ``overwrite``) a bundle or an empty
+    directory."""
+    if final.exists():
+        if not overwrite:
+            raise BundleError(f"{final}: already exists (pass --force to replace it)")
+        if not final.is_dir() or (not (final / MANIFEST_FILE).is_file() and any(final.iterdir())):
+            raise BundleError(f"{final}: exists and is not a trace bundle; refusing to replace it")
+
+
+def write_atomically(final: Path, manifest: Manifest, fill: Callable[[str, TableWriter], None]) -> None:
+    """Write every table (``fill(name, writer)`` writes its rows) and the manifest into a temporary folder
+    beside ``final``, then rename it into place: a reader never sees a partial bundle, and a failure (a full
+    disk) leaves none behind. ``manifest.tables`` gets each table's row count."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
-        for name, data in arrow.items():
-            with TableWriter(tmp / TABLES[name].file, TABLES[name]) as w:
-                w.write(data)
-            manifest.tables[name] = data.num_rows
+        for name, schema in TABLES.items():
+            with TableWriter(tmp / schema.file, schema) as w:
+                fill(name, w)
+            manifest.tables[name] = w.rows
         (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         if final.exists():
             old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
@@ -356,4 +368,3 @@ def write_bundle(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return final

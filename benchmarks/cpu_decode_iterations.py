@@ -84,7 +84,7 @@ def main() -> None:
     batch, calls, tau = running[args.warmup:], calls[args.warmup:], seconds[args.warmup:]
     keep = batch >= 1
     batch, calls, tau = batch[keep], calls[keep], tau[keep]
-    base, slope, stderr = fit_line(batch, tau)  # the fit the replay applies to recorded iterations
+    base, slope, stderr = fit_line(batch, tau)  # a straight line in the batch (the replay fits more terms)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"{len(tau)} iterations: tau(B) = {base * 1e3:.3f} ms + {slope * 1e6:.1f} us x B "
           f"(slope standard error {stderr * 1e6:.1f} us: {slope / stderr:.0f} standard errors)")

@@ -35,8 +35,8 @@ class TraceFit:
 
     def __str__(self) -> str:
         return (f"{self.base_s * 1e3:.3f} ms + {self.per_seq_s * 1e6:.2f} us x batch per token (from "
-                f"requests: no engine iterations recorded), prefill {self.prefill_s * 1e3:.1f} ms, from {self.requests} requests "
-                f"(median error {self.median_abs_error:.1%})")
+                f"requests: no engine iterations recorded), prefill {self.prefill_s * 1e3:.1f} ms, from "
+                f"{self.requests} requests (median error {self.median_abs_error:.1%})")
 
 
 def _area_at(times: np.ndarray, value: np.ndarray, area: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -131,15 +131,12 @@ def fit_trace(requests: pl.DataFrame, tp: int = 1,
     if step_weights is not None:  # the batch above still counts every request: they all ran
         weight = weight * r["step"].replace_strict(step_weights, default=0.0, return_dtype=pl.Float64).to_numpy()
 
-    def refit(batch: np.ndarray) -> tuple[float, float]:
-        return _batch_slope(batch, per_token, weight)
-
-    base, slope = refit(batch)
+    base, slope = _batch_slope(batch, per_token, weight)
     for _ in range(3):  # a request's time per token averages tau over its iterations, not over time: refit
         if slope <= 0:
             break
         batch = mean_running(engine, first, finish, base, slope)
-        base, slope = refit(batch)
+        base, slope = _batch_slope(batch, per_token, weight)
     predicted = base + slope * batch
     error = float(np.median((np.abs(predicted - per_token) / per_token)[weight > 0]))
     # Prefill: the median wait from scheduling to first token (robust to a warm-up outlier).

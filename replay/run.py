@@ -295,6 +295,12 @@ class Shape:
     source_steps: tuple[int, ...] | None = None
     """replay (and fit costs to) only these recorded steps, renumbered 0, 1, ...; None takes them all"""
 
+    @property
+    def reshapes(self) -> bool:
+        """Whether the workload is drawn anew from the recorded one (seeded) rather than replayed as it is."""
+        return any(v is not None for v in (self.steps, self.prompts_per_step, self.samples_per_prompt,
+                                           self.max_new_tokens, self.model))
+
     def __post_init__(self) -> None:
         check_shape(self)  # types and limits (rltrace.limits) before any resampling allocates
 
@@ -335,9 +341,7 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         max_seqs=shape.max_seqs,
         price_per_gpu_hour=prices,
     )
-    reshaped = any(v is not None for v in (shape.steps, shape.prompts_per_step, shape.samples_per_prompt,
-                                           shape.max_new_tokens, shape.model))
-    if reshaped:
+    if shape.reshapes:
         workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,
                             samples_per_prompt=shape.samples_per_prompt, max_new_tokens=shape.max_new_tokens,
                             seed=shape.seed)

@@ -59,9 +59,7 @@ class Spread:
 
 def sources(prepared: Prepared, shape: Shape) -> tuple[str, ...]:
     """What a replicate of this replay can vary (empty: the replay is deterministic)."""
-    reshaped = any(v is not None for v in (shape.steps, shape.prompts_per_step, shape.samples_per_prompt,
-                                           shape.max_new_tokens, shape.model))  # as from_bundle decides
-    return tuple(name for name, on in (("seed", reshaped), ("fit", bool(prepared.fitted_steps))) if on)
+    return tuple(name for name, on in (("seed", shape.reshapes), ("fit", bool(prepared.fitted_steps))) if on)
 
 
 def bootstrap(steps: tuple[int, ...], rng: np.random.Generator) -> dict[int, float]:

@@ -249,7 +249,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
     started = time.perf_counter()
     sim.run(policy, progress)
     wall = time.perf_counter() - started
-    req_frame = requests.to_frame()
+    req_frame = _with_training(requests.to_frame(), sim.consumed, f.height)
     timeline = timeline_frame(sim, req_frame)
     metrics = compute_metrics(sim, req_frame, timeline, config.metrics)
     links = None
@@ -270,6 +270,20 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
         (pl.col("end_s") - pl.col("end_s").shift(1).over("job").fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
         .alias("step_time_s"))
     return RunResult(scheduler, metrics, timeline, req_frame, resolved, sim.events, wall, steps, sim.queue.log, links)
+
+
+def _with_training(frame: pl.DataFrame, consumed: list[tuple[int, int, np.ndarray, np.ndarray]],
+                   recorded: int) -> pl.DataFrame:
+    """Add what training did with each request: ``trained_step`` (the training step that consumed it, -1:
+    never trained), ``staleness`` (versions behind at training, -1: never trained) and ``recorded`` (a row of
+    the replayed workload, not a response a scheduler drew again past it). The report compares the trained
+    work with the recorded (analysis/work.py)."""
+    step = np.full(frame.height, -1, np.int32)
+    stale = np.full(frame.height, -1, np.int32)
+    for _, train_step, index, lag in consumed:
+        step[index], stale[index] = train_step, lag
+    return frame.with_columns(pl.Series("trained_step", step), pl.Series("staleness", stale),
+                              pl.Series("recorded", np.arange(frame.height) < recorded))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

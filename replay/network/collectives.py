@@ -85,6 +85,46 @@ LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
 # protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
 # DEFAULT_BUFFSIZE, src/include/device.h NCCL_STEPS).
 PIPELINE_CHUNK_BYTES = 512 << 10
+# NVLSTree moves far larger pipeline units: each of its nvlsChannels (16 on Hopper, src/transport/nvls.cc
+# NVLS_NCHANNELS_SM90) works on nHeads (one per NIC) chunks at once, chunkSize from src/enqueue.cc calcCollChunking
+# (NVIDIA/nccl 2.26.2 and 2.30.7 alike): NCCL_NVLS_CHUNKSIZE (128 KiB), at most 64 KiB from 4 nodes
+# (nvlsTreeMaxChunkSize), halved towards 32 KiB as the message falls below 16, 4 and 1 x (channels x heads x chunk).
+# A chunk passes the NVLS stage twice (scatter and reduce in, multicast and gather out, src/device/all_reduce.h) and
+# every tree level twice (up, then down), so the pipeline's fill is those passes at one unit each: measured 2-node
+# H100 runs carry about 130-200 us above NCCL's 67 us NVLSTree latency from 64 MB up, which this is.
+NVLS_CHUNK_BYTES = 128 << 10
+NVLS_TREE_MAX_CHUNK_4_NODES = 64 << 10
+
+
+def nvls_tree_unit_bytes(size: float, nodes: int, heads: int) -> float:
+    """NCCL's NVLSTree pipeline unit: chunkSize (calcCollChunking's rule) x nvlsChannels x nHeads."""
+    ops = NVLS_CHANNELS * max(heads, 1)
+    chunk = min(NVLS_CHUNK_BYTES, NVLS_TREE_MAX_CHUNK_4_NODES if nodes >= 4 else NVLS_CHUNK_BYTES)
+    for times, limit in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if size < times * ops * chunk and chunk > limit:
+            chunk = limit
+    return float(chunk * ops)
+# NCCL's tuner does not pick by its bandwidth and latency tables alone (src/graph/tuning.cc ncclTopoGetAlgoTime,
+# NVIDIA/nccl 2.21.5 to 2.30.7, unchanged): "Trees are not perfectly sticking to the model for medium sizes", so a
+# tree all-reduce's bandwidth is multiplied by treeCorrectionFactor[protocol][log2(bytes / 64)] (powers of two from
+# 64 B, the last applied 256 MB), and a multi-node Simple ring all-reduce's latency by 1.4 on Ampere and later
+# ("Plateau effect of ring", once a rank's share per channel is 64 B or more). These shape which algorithm NCCL
+# runs (an A100 pair of nodes runs the ring to 512 MB and the tree from 1 GB), so the tuner's estimate here carries
+# them; the time reported is the model's own.
+TREE_CORRECTION = {  # LL, LL128, Simple rows of treeCorrectionFactor, index log2(bytes >> 6) from 0 to 22
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+RING_PLATEAU = 1.4
+
+
+def tree_correction(protocol: str, size: float) -> float:
+    """NCCL's treeCorrectionFactor for a tree all-reduce of ``size`` bytes under ``protocol`` (1 outside the table)."""
+    log_size = int(size) >> 6
+    index = log_size.bit_length() - 1 if log_size > 0 else -1
+    row = TREE_CORRECTION[protocol]
+    return row[index] if 0 <= index < len(row) else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +155,8 @@ class PhasesTime:
     link_bytes: np.ndarray
     reconfig_s: float
     protocol: Protocol
+    estimate_s: float = 0.0
+    """NCCL's tuner's view of the same run (its corrections applied), by which it picks; 0: the time itself"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,10 +313,16 @@ def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool) -> tu
 
 def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
                protocols: tuple[Protocol, ...] = PROTOCOLS, pipelined: bool = False, size: float = 0.0,
-               channels: int = 1, floor_s: dict[str, float] | None = None) -> PhasesTime:
+               channels: int = 1, floor_s: dict[str, float] | None = None,
+               unit_bytes: float = 0.0, passes: tuple[int, ...] | None = None,
+               bw_factor: dict[str, float] | None = None, latency_factor: dict[str, float] | None = None) -> PhasesTime:
     """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
     ``pipelined``: the phases are stages that ``size`` bytes pass in chunks of PIPELINE_CHUNK_BYTES per
     channel, so the flows take the slowest stage's time plus every other stage's time for one chunk.
+    ``unit_bytes`` (instead of PIPELINE_CHUNK_BYTES x channels) and ``passes`` (how often one unit passes each
+    stage) describe pipelines a unit crosses more than once: the fill is then every pass at one unit's time.
+    ``bw_factor`` and ``latency_factor`` (per protocol name) shape only the estimate the protocol is picked by, as
+    NCCL's tuner corrects its own (TREE_CORRECTION, RING_PLATEAU); the time returned is the model's.
 
     A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
     time alike: the flows run once, and each protocol's time is computed from that one run."""
@@ -303,13 +351,18 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
                                         for proto in protocols])
         carried += run.link_bytes * p.efficiency
     if pipelined and stage_s:  # the slowest stage, plus the others' time for one chunk (local passes included)
-        chunks = max(1.0, size / (PIPELINE_CHUNK_BYTES * channels))
-        flow_s, local_s = max(stage_s) + (sum(stage_s) - max(stage_s)) / chunks, 0.0
-    floor = floor_s or {}  # a protocol's least time for the bytes (NCCL's bandwidth caps)
-    totals = [proto.base_s + max(flow_s / proto.payload, floor.get(proto.name, 0.0)) + steps_at[j] + local_s + reconfig
-              for j, proto in enumerate(protocols)]
-    best = int(np.argmin(totals))
-    return PhasesTime(totals[best], carried, reconfig, protocols[best])
+        chunks = max(1.0, size / (unit_bytes or PIPELINE_CHUNK_BYTES * channels))
+        crossed = sum(t * k for t, k in zip(stage_s, passes or (1,) * len(stage_s), strict=True))
+        flow_s, local_s = max(stage_s) + (crossed - max(stage_s)) / chunks, 0.0
+    floor, bwf, latf = floor_s or {}, bw_factor or {}, latency_factor or {}
+    totals, estimates = [], []
+    for j, proto in enumerate(protocols):  # a protocol's least time for the bytes: NCCL's bandwidth caps (floor)
+        wire = max(flow_s / proto.payload, floor.get(proto.name, 0.0))
+        latency = proto.base_s + steps_at[j]
+        totals.append(latency + wire + local_s + reconfig)
+        estimates.append(latency * latf.get(proto.name, 1.0) + wire / bwf.get(proto.name, 1.0) + local_s + reconfig)
+    best = int(np.argmin(estimates))
+    return PhasesTime(totals[best], carried, reconfig, protocols[best], estimates[best])
 
 
 def _pipelined(indptr: np.ndarray, ids: np.ndarray, capacity: np.ndarray, nbytes: np.ndarray) -> FlowRun:
@@ -375,8 +428,18 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     if nodes > 1 and op in BUS_FACTOR:  # LL's cap, on the bus bandwidth: the least time for this size
         cap = LL_MAX_BUSBW[getattr(topo, "cpu", "intel")][0 if nodes <= 2 else 1]
         floor["LL"] = size * BUS_FACTOR[op](len(ranks)) / cap
+    bw_factor, latency_factor = {}, {}
+    if op == "all_reduce" and algo == "tree":  # NCCL's tuner's tree correction (its estimate only)
+        bw_factor = {p.name: tree_correction(p.name, size) for p in protocols}
+    if op == "all_reduce" and algo == "ring" and nodes > 1:  # its ring plateau, Simple across nodes
+        latency_factor = {"Simple": RING_PLATEAU}
+    unit, passes = 0.0, None
+    if algo == "nvls_tree":  # NCCL's NVLSTree unit; the NVLS stage passed twice, each tree level twice
+        unit = nvls_tree_unit_bytes(size, nodes, nics or topo.gpus_per_node)
+        passes = (2, 2 * int(np.ceil(np.log2(nodes))))
     return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1),
-                      floor_s=floor)
+                      floor_s=floor, bw_factor=bw_factor, latency_factor=latency_factor, unit_bytes=unit,
+                      passes=passes)
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",
@@ -423,7 +486,7 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     algo, timed = "", None
     for name in tried:  # NCCL's tuner: the lowest estimated time over algorithm x protocol
         t = _timed(topo, op, ranks, size, name, protocol)
-        if timed is None or t.seconds < timed.seconds:
+        if timed is None or t.estimate_s < timed.estimate_s:
             algo, timed = name, t
     assert timed is not None
     seconds = timed.seconds

@@ -14,7 +14,8 @@ change no link's load.
   half of the channel's bytes;
 - nvls_tree (NCCL_ALGO=NVLSTree, Hopper and later): NVLS inside each node (every GPU sends and receives
   ``(1 + 1/g) x size`` through the switch at NCCL's NVLS efficiency) and the double binary tree between the
-  nodes' heads, one per NIC; the two stages run pipelined in chunks, so the slower one sets the time;
+  nodes' heads, one per NIC; the two stages run pipelined in NCCL's units (chunk x 16 channels x heads), so the
+  slower one sets the time and each unit's passes (the switch in and out, each tree level up and down) the fill;
 - broadcast: per channel a chain, node after node, from the root.
 """
 

@@ -246,7 +246,3 @@ class NodeFabric:
     def _local(self, src: np.ndarray, dst: np.ndarray, gpus: int) -> np.ndarray:
         """Two-hop NVLink paths (the rows where source and destination share a node)."""
         return np.stack([src, gpus + dst], axis=1)
-
-
-def replace_capacity(links: Links, capacity: np.ndarray) -> Links:
-    return dataclasses.replace(links, capacity_Bps=capacity)

@@ -35,7 +35,3 @@ class Resource:
         end = start + seconds
         heapq.heappush(self._free_at, end)
         return start, end
-
-    def free_at(self) -> float:
-        """When the earliest lane frees."""
-        return self._free_at[0] if self.slots else 0.0

@@ -40,6 +40,9 @@ class IterationModel:
     compute: Linear
     memory: Linear
     extra: Linear = Linear()
+    memory_by_batch: tuple[float, ...] = ()
+    """seconds added to the memory term at each batch size (index = batch; the last entry beyond): terms not
+    linear in the batch, e.g. the MoE experts a batch touches or CUDA-graph padding; () for none"""
     _k: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -55,7 +58,13 @@ class IterationModel:
 
     def scaled(self, factor: float) -> IterationModel:
         """Every term times ``factor`` (another TP degree or GPU kind of a fitted model)."""
-        return IterationModel(self.compute.scaled(factor), self.memory.scaled(factor), self.extra.scaled(factor))
+        return IterationModel(self.compute.scaled(factor), self.memory.scaled(factor), self.extra.scaled(factor),
+                              tuple(v * factor for v in self.memory_by_batch))
+
+    def by_batch(self, batch: int) -> float:
+        """The :attr:`memory_by_batch` seconds at ``batch``."""
+        table = self.memory_by_batch
+        return table[min(batch, len(table) - 1)] if table else 0.0
 
 
     def iteration(self, batch: int, context_tokens: float) -> float:
@@ -70,7 +79,7 @@ class IterationModel:
         cb, cs, cc, mb, ms, mc, eb, es, ec = self._k
         # Each term as a line in the iteration index j: a + b j. Sum over j < n of a + b j = n a + b n(n-1)/2.
         a1, b1 = cb + cs * batch + cc * context_tokens, cc * batch
-        a2, b2 = mb + ms * batch + mc * context_tokens, mc * batch
+        a2, b2 = mb + ms * batch + mc * context_tokens + self.by_batch(batch), mc * batch
         tri = n * (n - 1) / 2
         extra = n * (eb + es * batch + ec * context_tokens) + ec * batch * tri
         if b1 == b2:
@@ -131,6 +140,9 @@ def seconds_array(model: IterationModel, batch: np.ndarray, context_tokens: np.n
     b = batch.astype(np.float64)
     a1, b1 = cb + cs * b + cc * context_tokens, cc * b
     a2, b2 = mb + ms * b + mc * context_tokens, mc * b
+    if model.memory_by_batch:
+        table = np.asarray(model.memory_by_batch)
+        a2 = a2 + table[np.minimum(batch.astype(np.int64), len(table) - 1)]
     tri = n * (n - 1) / 2
     extra = n * (eb + es * b + ec * context_tokens) + ec * b * tri
     diff = b1 - b2

@@ -260,7 +260,8 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
-        "notes": prepared.notes,
+        "notes": prepared.notes + ([f"{scheduler} read true output lengths before they were generated (oracle=true): "
+                                    "an upper bound, not what the real system could know"] if sim.extra.get("oracle") else []),
     }
     ends = sorted(sim.step_end_s.items())
     steps = pl.DataFrame({"job": [j for (j, _), _ in ends], "step": [s for (_, s), _ in ends],

@@ -100,6 +100,7 @@ class Simulator:
         self._left: dict[tuple[int, int], int] = {}  # quiet mode: requests of (job, step) not finished
         self._last: dict[tuple[int, int], float] = {}  # ... and the latest finish among those that did
         self._token: dict[tuple[int, int], int] = {}  # bumps when a planned "generated" notice is withdrawn
+        self._view: Any = None  # what the scheduler sees (set by ``run``)
 
     # ---- notification mode -------------------------------------------------------------------------------------
 
@@ -283,7 +284,7 @@ class Simulator:
     def requests_on(self, inst: GenerationInstance) -> list[int]:
         """Requests running or queued on an instance."""
         self._touch(inst)
-        return [e[1] for e in inst._heap] + list(inst.waiting)
+        return inst.request_ids()
 
     # ---- requests ---------------------------------------------------------------------------------------------
 
@@ -364,11 +365,6 @@ class Simulator:
         """Put a span of the scheduler's own on the timeline (a round, a phase, a decision)."""
         self.segments.append((resource, kind, step, item, start_s, end_s, job))
 
-    def reorder(self, inst: GenerationInstance, key: Callable[[int], Any]) -> None:
-        """Sort an instance's waiting queue by ``key(request id)`` (running requests are not affected)."""
-        inst.waiting = type(inst.waiting)(sorted(inst.waiting, key=key))
-        self._dirty[inst.id] = inst
-
     def set_version(self, version: int, instances: Iterable[GenerationInstance] | None = None) -> None:
         """The policy version the instances now serve (requests admitted from now on carry it)."""
         for inst in self.instances if instances is None else instances:
@@ -427,8 +423,13 @@ class Simulator:
     # ---- the loop ---------------------------------------------------------------------------------------------
 
     def run(self, scheduler: Any, progress: Callable[[int], None] | None = None) -> None:
-        """Start ``scheduler`` and fire events until none are left or it stops the run."""
-        scheduler.start(self)
+        """Start ``scheduler`` and fire events until none are left or it stops the run. The scheduler sees the
+        run through a :class:`~rltrace.replay.schedulers.view.View` (what a real system could know), never
+        through this object."""
+        from rltrace.replay.schedulers.view import View  # (the schedulers package imports this module)
+
+        self._view = View(self)
+        scheduler.start(self._view)
         self._replan()
         queue = self.queue
         # The loop allocates a few short-lived tuples per event and no reference cycles; the cyclic collector
@@ -445,9 +446,9 @@ class Simulator:
             raise RuntimeError(f"replay stalled at {self.now:.3f} s: {', '.join(stuck[:3])} still hold requests "
                                "but have no next event (an rltrace bug; please report it)")
 
-    def _loop(self, queue: EventQueue, on_event: Callable[[Simulator, Notice], None],
+    def _loop(self, queue: EventQueue, on_event: Callable[[Any, Notice], None],
               progress: Callable[[int], None] | None) -> None:
-        events, pop = 0, queue.pop
+        events, pop, view = 0, queue.pop, self._view
         while len(queue) and not self._stopped:
             time_s, _, _, inst, data = pop()
             self.now = time_s
@@ -462,15 +463,15 @@ class Simulator:
                     if self._quiet:
                         self._finished(done, time_s)
                     else:
-                        on_event(self, Notice(time_s, "finished", None, inst, done))
+                        on_event(view, Notice(time_s, "finished", None, inst, done))
             elif data[0] == "turn":
                 self._turn(data[1], data[2], data[3], on_event)
             elif data[0] == "generated":
                 if data[2] != self._token.get(data[1], 0):
                     continue  # withdrawn: a drain it counted on was cut short
-                on_event(self, Notice(time_s, "generated", data[1]))
+                on_event(view, Notice(time_s, "generated", data[1]))
             else:
-                on_event(self, Notice(time_s, data[0], data[1]))
+                on_event(view, Notice(time_s, data[0], data[1]))
             if self._dirty:
                 self._replan()
             events += 1
@@ -490,14 +491,14 @@ class Simulator:
                 self.segments.append(("env", "environment", step[k], k, start, end, req.job[k]))
                 self.queue.push(end, Priority.DONE, None, ("turn", k, rid, inst.id))
 
-    def _turn(self, rid: int, before: int, previous: int, on_event: Callable[[Simulator, Notice], None]) -> None:
+    def _turn(self, rid: int, before: int, previous: int, on_event: Callable[[Any, Notice], None]) -> None:
         """A next turn is ready: the scheduler places it (``route_turns``), or it joins its previous instance
         (the least loaded of that pool when that one was retired)."""
         if self.requests.state[rid] != State.PENDING or rid in self._dropped:
             return  # the scheduler already took it elsewhere, or stopped its trajectory
         live = [i for i in self.instances if i.id == previous]
         if self.route_turns:
-            on_event(self, Notice(self.now, "turn", before, live[0] if live else None, [rid]))
+            on_event(self._view, Notice(self.now, "turn", before, live[0] if live else None, [rid]))
             return
         if not live:
             pool = next(i.pool for i in self.all_instances if i.id == previous)

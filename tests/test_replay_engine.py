@@ -102,7 +102,9 @@ def test_the_event_log_is_identical_across_runs() -> None:
     assert logs[0] == logs[1]
     keys = [(t, p, s) for t, p, s, *_ in logs[0]]
     assert keys == sorted(keys)  # fired in (time, priority, seq) order
-    assert len({s for _, _, s in keys}) == len(keys)  # seq is unique: no tie is left to chance
+    # the workload has events at the same time and priority, so the identical logs above show that the push
+    # order (seq), not chance, broke those ties
+    assert len({(t, p) for t, p, _ in keys}) < len(keys)
 
 
 def test_a_full_kv_cache_preempts_by_recompute_and_every_token_is_still_generated() -> None:

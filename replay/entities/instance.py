@@ -40,6 +40,7 @@ class GenerationInstance:
         "_on_segment",
         "_order",
         "_planned",
+        "_req",
         "_retry_drain_at",
         "batch",
         "busy_since",
@@ -55,7 +56,6 @@ class GenerationInstance:
         "name",
         "offset",
         "pool",
-        "req",
         "retired",
         "time_s",
         "tp",
@@ -66,7 +66,7 @@ class GenerationInstance:
     def __init__(self, iid: int, name: str, pool: str, tp: int, cost: GenerationCost, max_seqs: int,
                  requests: Requests, now_s: float, on_segment: Callable[[str, str, int, int, float, float], None]):
         self.id, self.name, self.pool = iid, name, pool
-        self.req = requests
+        self._req = requests
         self.max_seqs = max_seqs
         self.cost = cost
         self.waiting: deque[int] = deque()
@@ -99,6 +99,10 @@ class GenerationInstance:
     def load(self) -> int:
         """Requests running or queued here (during a planned drain: as they were when it was planned)."""
         return self.batch + len(self.waiting)
+
+    def request_ids(self) -> list[int]:
+        """Requests running (in finish order) or queued here, as of the instance's own clock."""
+        return [e[1] for e in self._heap] + list(self.waiting)
 
     def kv_tokens(self) -> int:
         return self.offset + self.batch * self.it
@@ -182,7 +186,7 @@ class GenerationInstance:
         self.time_s = now = self.time_s + dt
         self.it = it = self.it + n
         done: list[int] = []
-        req, heap = self.req, self._heap
+        req, heap = self._req, self._heap
         state, finish, prompt, recompute, admit = req.state, req.finish_s, req.prompt, req.recompute, req.admit_iter
         while heap and heap[0][0] == it:
             rid = heapq.heappop(heap)[1]
@@ -199,7 +203,7 @@ class GenerationInstance:
 
     def _plan_drain(self) -> bool:
         """Plan the whole queue at once and write every request's times now (see :mod:`.drain`)."""
-        req = self.req
+        req = self._req
         d = fastpath.plan(self._heap, list(self.waiting), req, it0=self.it, t0=self.time_s, offset0=self.offset,
                           max_seqs=self.max_seqs, kv_limit=self.kv_capacity * (1 - KV_WATERMARK), model=self.model,
                           cost=self.cost, tp=self.tp)
@@ -247,7 +251,7 @@ class GenerationInstance:
         assert d is not None
         self.epoch += 1
         cut = fastpath.state_at(d, t_s, self.model)
-        req = self.req
+        req = self._req
         running, waiting = d.rids[cut.running].tolist(), d.rids[cut.waiting].tolist()
         state, finish = req.state, req.finish_s
         for r in running:
@@ -268,7 +272,7 @@ class GenerationInstance:
     # ---- admission, preemption, removal ----------------------------------------------------------------------
 
     def _admit(self) -> None:
-        req, waiting, heap, order = self.req, self.waiting, self._heap, self._order
+        req, waiting, heap, order = self._req, self.waiting, self._heap, self._order
         prompt, recompute, remaining, output = req.prompt, req.recompute, req.remaining, req.output
         limit = self.kv_capacity * (1 - KV_WATERMARK)
         it, now, version = self.it, self.time_s, self.version
@@ -304,14 +308,14 @@ class GenerationInstance:
 
     def _leave(self, rid: int) -> int:
         """Take ``rid`` out of the batch's sums; return the tokens it generated in this admission."""
-        req = self.req
+        req = self._req
         generated = self.it - req.admit_iter[rid]
         self.offset -= req.prompt[rid] + req.recompute[rid] - req.admit_iter[rid]
         self.batch -= 1
         return generated
 
     def _preempt_last(self) -> None:
-        req, order = self.req, self._order
+        req, order = self._req, self._order
         while req.state[order[-1]] != RUNNING or req.instance[order[-1]] != self.id:
             order.pop()  # finished or removed since
         rid = order.pop()
@@ -330,7 +334,7 @@ class GenerationInstance:
         """Take these requests off this instance (running or waiting); return the ones that were here.
 
         Each running one leaves a timeline segment of ``kind`` ("aborted", or "migrated" when it moves)."""
-        req, gone = self.req, []
+        req, gone = self._req, []
         drop = {r for r in rids if req.instance[r] == self.id and req.state[r] in (State.RUNNING, State.WAITING)}
         if not drop:
             return gone

@@ -17,7 +17,8 @@ from rltrace.replay.schedulers.common import (
     spread,
     start_training,
 )
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,14 +33,14 @@ class AsRecorded:
     def __init__(self, config: AsRecordedConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         job = sim.jobs[0]
         sim.quiet = True
         self.instances = disaggregated_pools(sim, job)
         sim.add_resource("host", "cpu")
         self._launch(sim, 0)
 
-    def _launch(self, sim: Simulator, step: int) -> None:
+    def _launch(self, sim: View, step: int) -> None:
         job = sim.jobs[0]
         rids = job.starts(step)
         if job.engine is None:  # retargeted: no recorded assignment to follow
@@ -51,7 +52,7 @@ class AsRecorded:
         for engine, mine in sorted(by_engine.items()):
             sim.submit(self.instances[engine], mine)
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "generated":
             start_training(sim, job, notice.tag[1], version=notice.tag[1])

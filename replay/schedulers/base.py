@@ -2,9 +2,11 @@
 
 A scheduler is two methods on a class registered once with ``@register("name")``. The class has a
 ``Config`` attribute, its own kw_only/slots dataclass; it is built as ``cls(config)`` and never sees the
-replay's root configuration. Everything it does goes through the :class:`~rltrace.replay.simulator.Simulator`
-verbs: dispatch and reorder requests, abort and resubmit them, add, retire and regroup instances (pool sizes,
-TP), book training, sync, reward and environment work, run several jobs on shared pools.
+replay's root configuration. Everything it does goes through its :class:`~rltrace.replay.schedulers.view.View`
+of the run (never the simulator itself): dispatch requests, abort and resubmit them, add, retire and regroup
+instances (pool sizes, TP), book training, sync, reward and environment work, run several jobs on shared
+pools. The view shows what a real system could know: a request's output length only once it has finished;
+predictions come from :mod:`.predict`, and true lengths only from ``View.oracle`` in a run that asks.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import dataclasses
 from typing import Any, Protocol
 
 from rltrace.replay.registry import Registry
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 from rltrace.config import build
 
@@ -21,11 +24,11 @@ from rltrace.config import build
 class Scheduler(Protocol):
     """A scheduling policy driven by the simulator's events."""
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         """Set up pools, instances and resources from ``sim.cluster`` and submit the first work."""
         ...
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         """React to finished requests, completed work or a timer."""
         ...
 

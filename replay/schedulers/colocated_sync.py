@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from rltrace.replay.costmodels.switching import job_state, move_seconds
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, generation_pool, spread
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,7 +34,7 @@ class ColocatedSync:
     def __init__(self, config: ColocatedSyncConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         c, job = sim.cluster, sim.jobs[0]
         sim.quiet = True
         gpus = c.gen_gpus + c.train_gpus
@@ -48,7 +49,7 @@ class ColocatedSync:
                             else cfg.to_generate_s)
         spread(sim, self.instances, job.starts(0))
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "generated":
             step = notice.tag[1]

@@ -8,21 +8,21 @@ from collections.abc import Sequence
 from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
-from rltrace.replay.simulator import Simulator
+from rltrace.replay.schedulers.view import View
 
 from rltrace.errors import ConfigError
 
 REWARD, TRAIN, SYNC = "reward", "train", "sync"
 
 
-def generation_pool(sim: Simulator, job: Job, gpus: int, *, billed: bool = True) -> list[GenerationInstance]:
+def generation_pool(sim: View, job: Job, gpus: int, *, billed: bool = True) -> list[GenerationInstance]:
     """Allocate the "generation" pool and fill it with instances of the cluster's TP for ``job``'s model."""
     c = sim.cluster
     sim.allocate("generation", gpus, c.gen_gpu, billed=billed)
     return [sim.add_instance("generation", c.tp, job.generation) for _ in range(gpus // c.tp)]
 
 
-def training_pool(sim: Simulator, gpus: int, gpu: str, *, billed: bool = True) -> None:
+def training_pool(sim: View, gpus: int, gpu: str, *, billed: bool = True) -> None:
     """Allocate the "training" pool and the trainer, reward and weight-sync resources."""
     sim.allocate("training", gpus, gpu, billed=billed)
     sim.add_resource("trainer", "training", gpus=gpus)
@@ -30,7 +30,7 @@ def training_pool(sim: Simulator, gpus: int, gpu: str, *, billed: bool = True) -
     sim.add_resource("sync", "network")
 
 
-def disaggregated_pools(sim: Simulator, job: Job) -> list[GenerationInstance]:
+def disaggregated_pools(sim: View, job: Job) -> list[GenerationInstance]:
     """The cluster as two pools: generation instances for ``job``'s model, and the training side."""
     instances = generation_pool(sim, job, sim.cluster.gen_gpus)
     training_pool(sim, sim.cluster.train_gpus, sim.cluster.train_gpu)
@@ -47,21 +47,17 @@ def splits(cost: GenerationCost, tp: int) -> bool:
     return True
 
 
-def answer_again(sim: Simulator, answers: dict[tuple[int, int], list[int]], head: int, k: int) -> int:
+def answer_again(sim: View, answers: dict[tuple[int, int], list[int]], head: int, k: int) -> int:
     """A new response to the prompt of recorded trajectory ``head``: a trajectory spawned with the lengths (and,
     for later turns, environment times) of the k-th next recorded response to that prompt (cyclic; ``answers``
     from ``siblings``); returns its first turn, pending."""
     req = sim.requests
     step, group = int(req.step[head]), int(req.group[head])
     same = answers.get((step, group), [head])
-    chain = [same[(same.index(head) + k) % len(same)]]
-    while req.next_turn[chain[-1]] >= 0:
-        chain.append(req.next_turn[chain[-1]])
-    return sim.spawn(req.job[head], step, group, [req.prompt[r] for r in chain], [req.output[r] for r in chain],
-                     [req.env_s[r] for r in chain])[0]
+    return sim.rerun(same[(same.index(head) + k) % len(same)], step=step, group=group)[0]
 
 
-def siblings(sim: Simulator, job: Job) -> dict[tuple[int, int], list[int]]:
+def siblings(sim: View, job: Job) -> dict[tuple[int, int], list[int]]:
     """(step, group) -> the recorded first turns answering that prompt, in order."""
     heads: dict[tuple[int, int], list[int]] = {}
     for s in range(job.steps):
@@ -70,13 +66,13 @@ def siblings(sim: Simulator, job: Job) -> dict[tuple[int, int], list[int]]:
     return heads
 
 
-def take_half(sim: Simulator, src: GenerationInstance, dst: GenerationInstance) -> list[int]:
+def take_half(sim: View, src: GenerationInstance, dst: GenerationInstance) -> list[int]:
     """Move the back half of ``src``'s waiting queue to ``dst`` (an idle instance relieving a straggler)."""
     queued = list(src.waiting)
     return sim.migrate(queued[len(queued) // 2 :], dst, front=False)
 
 
-def spread(sim: Simulator, instances: Sequence[GenerationInstance], rids: Sequence[int]) -> None:
+def spread(sim: View, instances: Sequence[GenerationInstance], rids: Sequence[int]) -> None:
     """Split a batch into contiguous, equal chunks, one per instance (how verl shards a batch over DP ranks)."""
     n, k = len(rids), len(instances)
     for i, inst in enumerate(instances):
@@ -85,13 +81,13 @@ def spread(sim: Simulator, instances: Sequence[GenerationInstance], rids: Sequen
             sim.submit(inst, chunk)
 
 
-def start_training(sim: Simulator, job: Job, step: int, version: int) -> None:
+def start_training(sim: View, job: Job, step: int, version: int) -> None:
     """Score the step's samples, then book the trainers; the "train" notice comes when the update is done."""
     sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
     sim.consume(job.id, step, job.requests(step), version)
 
 
-def on_training_done(sim: Simulator, job: Job, tag: tuple[str, int, int]) -> bool:
+def on_training_done(sim: View, job: Job, tag: tuple[str, int, int]) -> bool:
     """Advance the chain reward -> trainer -> sync; True when the step's weights have reached the generators."""
     what, _, step = tag
     if what == REWARD:

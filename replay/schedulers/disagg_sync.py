@@ -16,7 +16,8 @@ from rltrace.replay.schedulers.common import (
     spread,
     start_training,
 )
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,12 +32,12 @@ class DisaggSync:
     def __init__(self, config: DisaggSyncConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         sim.quiet = True  # whole steps are enough: one "generated" notice per step
         self.instances = disaggregated_pools(sim, sim.jobs[0])
         spread(sim, self.instances, sim.jobs[0].starts(0))
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "generated":
             start_training(sim, job, notice.tag[1], version=notice.tag[1])

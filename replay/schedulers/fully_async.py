@@ -29,7 +29,8 @@ from rltrace.replay.schedulers.common import (
     siblings,
     spread,
 )
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 
@@ -53,7 +54,7 @@ class FullyAsync:
     def __init__(self, config: FullyAsyncConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         self.instances = disaggregated_pools(sim, sim.jobs[0])
         self.answers = siblings(sim, sim.jobs[0])  # (step, prompt) -> its recorded responses
         self.ready: deque[int] = deque()  # finished, not yet trained on
@@ -63,20 +64,20 @@ class FullyAsync:
         self.trained = 0
         self._admit(sim)
 
-    def _admit(self, sim: Simulator) -> None:
+    def _admit(self, sim: View) -> None:
         job = sim.jobs[0]
         while self.trained < job.steps and self.launched + 1 <= self.version + self.config.eta:
             self.launched += 1
             by_load = sorted(self.instances, key=lambda i: i.load)
             spread(sim, by_load, job.starts(self.launched) if self.launched < job.steps else self._again(sim, job))
 
-    def _again(self, sim: Simulator, job: Job) -> list[int]:
+    def _again(self, sim: View, job: Job) -> list[int]:
         """A batch past the record: recorded step ``launched mod steps`` answered again, each sample taking the
         lengths of the next recorded response to its prompt (one further on each round)."""
         rounds = self.launched // job.steps
         return [answer_again(sim, self.answers, head, rounds) for head in job.starts(self.launched % job.steps)]
 
-    def _train(self, sim: Simulator) -> None:
+    def _train(self, sim: View) -> None:
         job = sim.jobs[0]
         step = self.trained
         if self.training or step >= job.steps or len(self.ready) < len(job.requests(step)):
@@ -86,7 +87,7 @@ class FullyAsync:
         sim.consume(job.id, step, batch, version=self.version)
         sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "finished":
             self.ready.extend(notice.requests)

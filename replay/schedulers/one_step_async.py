@@ -16,7 +16,8 @@ from rltrace.replay.schedulers.common import (
     spread,
     start_training,
 )
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,7 +32,7 @@ class OneStepAsync:
     def __init__(self, config: OneStepAsyncConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         sim.quiet = True
         self.instances = disaggregated_pools(sim, sim.jobs[0])
         self.generated = -1  # last step whose samples are all in
@@ -39,14 +40,14 @@ class OneStepAsync:
         self.launched = -1
         self._maybe_launch(sim)
 
-    def _maybe_launch(self, sim: Simulator) -> None:
+    def _maybe_launch(self, sim: View) -> None:
         job, nxt = sim.jobs[0], self.launched + 1
         # Step nxt may run on weights at most one version old: it needs version nxt - 1.
         if nxt < job.steps and self.generated == self.launched and self.synced >= nxt - 1:
             self.launched = nxt
             spread(sim, self.instances, job.starts(nxt))
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "generated":
             self.generated = step = notice.tag[1]

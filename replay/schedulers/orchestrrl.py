@@ -23,7 +23,8 @@ from rltrace.replay.schedulers.common import (
     start_training,
     take_half,
 )
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 
@@ -50,7 +51,7 @@ class OrchestrRL:
     def __init__(self, config: OrchestrRLConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         job = sim.jobs[0]
         self.base_tp = sim.cluster.tp
         self.instances = disaggregated_pools(sim, job)
@@ -58,7 +59,7 @@ class OrchestrRL:
         self.regroups = 0
         self._launch(sim, 0)
 
-    def _launch(self, sim: Simulator, step: int) -> None:
+    def _launch(self, sim: View, step: int) -> None:
         job = sim.jobs[0]
         self.left[step] = len(job.requests(step))
         spread(sim, self.instances, job.starts(step))
@@ -66,7 +67,7 @@ class OrchestrRL:
     def _switch_s(self, inst: GenerationInstance, tp: int) -> float:
         return self.config.switch_s or reload_seconds(inst.cost, tp)
 
-    def _regroup(self, sim: Simulator) -> None:
+    def _regroup(self, sim: View) -> None:
         """Merge pairs of same-TP instances deep in the tail; rebalance queues onto idle instances."""
         limit = self.config.merge_below * sim.max_seqs
         by_tp: dict[int, list[GenerationInstance]] = {}
@@ -90,7 +91,7 @@ class OrchestrRL:
             for free, src in zip(idle, busy):
                 take_half(sim, src, free)
 
-    def _reset(self, sim: Simulator) -> None:
+    def _reset(self, sim: View) -> None:
         """Back to base-TP instances for the next step's bulk (merged instances split, paying the switch)."""
         job = sim.jobs[0]
         for inst in list(self.instances):
@@ -101,7 +102,7 @@ class OrchestrRL:
             for _ in range(extra):
                 self.instances.append(sim.add_instance("generation", self.base_tp, job.generation))
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "finished":
             steps = sim.requests.step

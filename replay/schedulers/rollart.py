@@ -3,8 +3,9 @@
 - **Hardware-affinity mapping.** Generation runs on two pools from the same GPU budget: the cluster's
   generation GPUs (bandwidth-rich, e.g. H20) and ``prefill_gpus`` compute-rich GPUs (``prefill_gpu``, e.g.
   H800). Each turn goes where it is estimated to finish first: its prefill on that GPU kind (nothing for the
-  part of its context cached on the instance that ran its previous turn), then the median recent output at
-  that instance's decode speed for its batch, times the rounds its queue implies. Prefill-heavy turns (a
+  part of its context cached on the instance that ran its previous turn), then the median output of the last
+  B finished turns (before any has finished: ``prior_tokens``, or half the job's length cap; the turn's own
+  length with ``oracle``) at that instance's decode speed for its batch, times the rounds its queue implies. Prefill-heavy turns (a
   multi-turn trajectory's growing context) thus gain the compute-rich GPUs and decode-heavy ones the
   bandwidth-rich, without starving either pool. Environment work runs on CPU workers (the engine's "env"
   resource, one lane per trajectory).
@@ -27,7 +28,6 @@
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,7 +37,9 @@ from rltrace.replay.entities.requests import State
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import answer_again, siblings
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.predict import RecentLengths, prior_tokens
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
@@ -56,10 +58,14 @@ class RollArtConfig:
     """version gap: trajectories run at most alpha versions behind the trainer"""
     serverless_reward: bool = True
     reward_usd_per_s: float = SERVERLESS_USD_PER_S
+    prior_tokens: int = 0
+    """a turn's output assumed before any has finished (0: half the job's length cap)"""
+    oracle: bool = False
+    """place each turn by its true output length (an upper bound; the metrics say so)"""
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.prefill_gpus < -1 or self.reward_usd_per_s < 0:
-            raise ConfigError("rollart: alpha >= 0, prefill_gpus >= -1, reward_usd_per_s >= 0")
+        if self.alpha < 0 or self.prefill_gpus < -1 or self.reward_usd_per_s < 0 or self.prior_tokens < 0:
+            raise ConfigError("rollart: alpha >= 0, prefill_gpus >= -1, reward_usd_per_s >= 0, prior_tokens >= 0")
 
 
 @dataclass(slots=True)
@@ -81,7 +87,7 @@ class RollArt:
     def __init__(self, config: RollArtConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         job, c, cfg = sim.jobs[0], sim.cluster, self.config
         sim.route_turns = True
         affinity = c.gen_gpus // 2 if cfg.prefill_gpus < 0 else cfg.prefill_gpus
@@ -113,7 +119,8 @@ class RollArt:
         self.of: dict[int, Trajectory] = {}  # request -> its trajectory
         self.before: dict[int, int] = {}  # a later turn -> the turn before it
         self.done: deque[Trajectory] = deque()  # scored, waiting for the trainer
-        self.recent: deque[int] = deque(maxlen=max(self.batch, 1))
+        self.recent = RecentLengths(self.batch, prior_tokens(cfg.prior_tokens, job.max_new_tokens), job.max_new_tokens)
+        self.oracle = sim.oracle() if cfg.oracle else None
         self.launched = self.trained = self.version = 0
         self.training = False
         self._launch(sim)
@@ -127,16 +134,16 @@ class RollArt:
 
     # ---- placement -----------------------------------------------------------------------------------------
 
-    def _place(self, sim: Simulator, rid: int, previous: GenerationInstance | None) -> None:
+    def _place(self, sim: View, rid: int, previous: GenerationInstance | None) -> None:
         """Hardware affinity: the instance, of either GPU kind, where the turn is estimated to finish first."""
         req = sim.requests
-        output = statistics.median(self.recent) if self.recent else req.output[rid]
+        output = self.oracle.output(rid) if self.oracle is not None else self.recent.median()
         prompt = req.prompt[rid]
         before = self.before.get(rid)  # the previous turn's context sits in its instance's prefix cache
         cached = min(req.prompt[before] + req.output[before], prompt) if before is not None else 0
 
         def finish_s(inst: GenerationInstance) -> float:
-            queued = inst.load + len(inst.waiting) + 1
+            queued = inst.load + 1  # (load counts the waiting requests already)
             batch = min(queued, inst.max_seqs)
             rounds = -(-queued // inst.max_seqs)
             new = prompt - cached if inst is previous else prompt
@@ -148,7 +155,7 @@ class RollArt:
             sim.extra["prefill_pool_turns"] = sim.extra.get("prefill_pool_turns", 0) + 1
         sim.submit(target, [rid])
 
-    def _launch(self, sim: Simulator) -> None:
+    def _launch(self, sim: View) -> None:
         """Start trajectories while the version gap allows (at most alpha batches ahead of the trainer)."""
         limit = self.batch * (self.version + 1 + self.config.alpha)
         while self.launched < limit:
@@ -163,11 +170,11 @@ class RollArt:
 
     # ---- events --------------------------------------------------------------------------------------------
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job, req = sim.jobs[0], sim.requests
         if notice.kind == "finished":
             for rid in notice.requests:
-                self.recent.append(req.output[rid])
+                self.recent.observe(req.output[rid])
                 t = self.of.get(rid)
                 if t is not None and req.next_turn[rid] < 0:  # its last turn: score it
                     share = job.reward_s[t.step] / max(len(job.starts(t.step)), 1)
@@ -191,7 +198,7 @@ class RollArt:
         elif notice.tag[0] == "sync":
             self._synced(sim, job, notice.tag[1])
 
-    def _train(self, sim: Simulator, job: Job) -> None:
+    def _train(self, sim: View, job: Job) -> None:
         """Book a training step on the first B scored trajectories, when the trainer is free."""
         if self.training or len(self.done) < self.batch or self.trained >= job.steps:
             return
@@ -206,7 +213,7 @@ class RollArt:
         recorded = step % job.steps
         sim.work("trainer", job.trainer_seconds(recorded), ("train", step), kind="train", step=step)
 
-    def _synced(self, sim: Simulator, job: Job, step: int) -> None:
+    def _synced(self, sim: View, job: Job, step: int) -> None:
         self.training = False
         self.trained += 1
         self.version = step + 1
@@ -219,7 +226,7 @@ class RollArt:
         self._launch(sim)
         self._train(sim, job)
 
-    def _run_again(self, sim: Simulator, origin: int) -> None:
+    def _run_again(self, sim: View, origin: int) -> None:
         """A new response to ``origin``'s prompt: the turns of that prompt's next recorded trajectory (rotating
         on each run), started now under the current weights."""
         self.reruns[origin] = self.reruns.get(origin, 0) + 1
@@ -227,7 +234,7 @@ class RollArt:
         self.of[first] = Trajectory(int(sim.requests.step[origin]), [first], self.version, origin)
         self._place(sim, first, None)
 
-    def _abort_stale(self, sim: Simulator) -> None:
+    def _abort_stale(self, sim: View) -> None:
         """Trajectories whose first turn's weights lag more than alpha versions are aborted and run again,
         whether still running or finished and waiting for the trainer."""
         oldest = self.version - self.config.alpha

@@ -13,7 +13,8 @@
 - **Placement on arrival.** A group holds at most ``resident_jobs`` jobs (the paper's residency constraint:
   every member's state stays in host memory, so its switches are warm; ``residency = false`` lifts it), and
   every member must meet its SLO (T_coexec <= SLO x T_solo, with conservative estimates: every response at
-  the job's length cap, a switch per phase; T_solo on the configured pools). Of the options, the job takes
+  the job's length cap, known before any response is generated, or ``length_cap`` where the source records
+  none, and a switch per phase; T_solo on the configured pools; ``oracle``: at the step's true longest). Of the options, the job takes
   the one that adds the least $/hour: pack into a group as it is (free), scale a group's rollout pool by the
   fewest instances that make it fit (at most doubling it, and only while cheaper than a new group), or open
   a new group with pools of its own.
@@ -35,7 +36,8 @@ from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import take_half
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 
@@ -50,10 +52,15 @@ class RollMuxConfig:
     """a group holds at most ``resident_jobs`` jobs (off: more, paying cold switches)"""
     scale_rollout: bool = True
     """placement may grow a group's rollout pool instead of opening a new group"""
+    length_cap: int = 0
+    """output tokens to assume per response for a job whose source records no cap (0: what one instance's
+    KV cache holds beside the prompt, the most any response can run)"""
+    oracle: bool = False
+    """estimate at the true longest response of the job's first step (an upper bound; the metrics say so)"""
 
     def __post_init__(self) -> None:
-        if self.resident_jobs < 1 or not 0 < self.migrate_at <= 1:
-            raise ConfigError("rollmux needs resident_jobs >= 1 and 0 < migrate_at <= 1")
+        if self.resident_jobs < 1 or not 0 < self.migrate_at <= 1 or self.length_cap < 0:
+            raise ConfigError("rollmux needs resident_jobs >= 1, 0 < migrate_at <= 1 and length_cap >= 0")
 
 
 @dataclass(slots=True)
@@ -96,22 +103,27 @@ class RollMux:
     def __init__(self, config: RollMuxConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         self.groups: list[Group] = []
         self.group_of: dict[int, Group] = {}
         self.active: dict[int, Rollout] = {}  # job -> its running rollout
+        self.oracle = sim.oracle() if self.config.oracle else None
         for job in sim.jobs:
             sim.timer(job.arrival_s, ("arrive", job.id))
 
     # ---- placement ---------------------------------------------------------------------------------------------
 
-    def _estimate(self, sim: Simulator, job: Job, instances: int) -> tuple[float, float]:
+    def _estimate(self, sim: View, job: Job, instances: int) -> tuple[float, float]:
         """Conservative (generation, training) seconds of one step on ``instances`` rollout instances: every
         response at max length (the job's length cap, which placement knows before any response is generated;
-        the longest recorded response where the source records no cap)."""
+        ``length_cap``, or the KV cache's bound, where the source records none)."""
         req = sim.requests
         rids = job.requests(0)
-        longest = job.max_new_tokens or max(req.output[r] for r in rids)
+        if self.oracle is not None:
+            longest = max(self.oracle.output(r) for r in rids)
+        else:
+            longest = job.max_new_tokens or self.config.length_cap or \
+                job.generation.kv_capacity_tokens(sim.cluster.tp) - req.prompt[rids[0]]
         per_instance = math.ceil(len(rids) / instances)
         batch = min(sim.max_seqs, per_instance)
         model = job.generation.iteration_model(sim.cluster.tp)
@@ -119,7 +131,7 @@ class RollMux:
         gen = model.seconds(batch, batch * req.prompt[rids[0]], longest) * rounds
         return gen, job.trainer_seconds(0) + job.sync_s[0]
 
-    def _fits(self, sim: Simulator, members: list[Job], instances: int) -> bool:
+    def _fits(self, sim: View, members: list[Job], instances: int) -> bool:
         """Whether every member meets its SLO sharing a group of ``instances`` rollout instances."""
         est = [self._estimate(sim, j, instances) for j in members]
         solo = [sum(self._estimate(sim, j, sim.cluster.instances)) for j in members]
@@ -132,7 +144,7 @@ class RollMux:
                     sum(t + w for (_, t), (_, w) in zip(est, switch)))
         return all(cycle <= j.extra.get("slo", 2.0) * s for j, s in zip(members, solo))
 
-    def _place(self, sim: Simulator, job: Job) -> Group:
+    def _place(self, sim: View, job: Job) -> Group:
         """The cheapest placement ($/hour added) that keeps every SLO: pack, scale a rollout pool, or open."""
         c = sim.cluster
         instance_rate = c.tp * c.usd_per_gpu_hour(c.gen_gpu)
@@ -156,14 +168,14 @@ class RollMux:
         group.members.append(job.id)
         return group
 
-    def _scale(self, sim: Simulator, group: Group, extra: int, job: Job) -> None:
+    def _scale(self, sim: View, group: Group, extra: int, job: Job) -> None:
         """Add ``extra`` instances to a group's rollout pool (billed from now on)."""
         c = sim.cluster
         group.instances += [sim.add_instance(group.pool, c.tp, job.generation) for _ in range(extra)]
         sim.allocate(group.pool, len(group.instances) * c.tp, c.gen_gpu)
         sim.extra["scaled_instances"] = sim.extra.get("scaled_instances", 0) + extra
 
-    def _open(self, sim: Simulator, job: Job) -> Group:
+    def _open(self, sim: View, job: Job) -> Group:
         c, k = sim.cluster, len(self.groups)
         suffix = "" if k == 0 else f"/g{k}"
         sim.allocate(f"generation{suffix}", c.gen_gpus, c.gen_gpu)
@@ -181,7 +193,7 @@ class RollMux:
 
     # ---- the two pools -----------------------------------------------------------------------------------------
 
-    def _switch(self, sim: Simulator, group: Group, role: str, job: Job, count: int) -> float:
+    def _switch(self, sim: View, group: Group, role: str, job: Job, count: int) -> float:
         """Seconds for ``count`` instances (or the trainer) of a pool whose GPUs do not hold ``job`` to take it
         up in ``role`` (0: none to switch, or the job's start-up); each is a switch span, counted in
         ``metrics.extra``."""
@@ -203,7 +215,7 @@ class RollMux:
             return switch_seconds(job_state(job), role, c.gen_gpu, tp=c.tp, warm=warm)
         return switch_seconds(job_state(job), role, c.train_gpu, gpus=c.train_gpus, warm=warm)
 
-    def _start_rollouts(self, sim: Simulator, group: Group) -> None:
+    def _start_rollouts(self, sim: View, group: Group) -> None:
         if group.rollouts:
             # FIFO per pool: the next rollout takes the pool once the running one has finished or had its long
             # tail consolidated; starting it on the odd instance a finished tail left free would run a whole
@@ -233,7 +245,7 @@ class RollMux:
             if chunk:
                 sim.submit(inst, chunk)
 
-    def _lend(self, sim: Simulator, group: Group, free: list[GenerationInstance]) -> None:
+    def _lend(self, sim: View, group: Group, free: list[GenerationInstance]) -> None:
         """Idle instances take queued requests of a running rollout of the same model (no switch needed)."""
         for inst in free:
             busiest = max((i for i in group.instances if i.id in group.owner), key=lambda i: len(i.waiting), default=None)
@@ -243,7 +255,7 @@ class RollMux:
             take_half(sim, busiest, inst)
             group.owner[inst.id] = group.owner[busiest.id]
 
-    def _start_training(self, sim: Simulator, group: Group) -> None:
+    def _start_training(self, sim: View, group: Group) -> None:
         if group.training_busy or not group.trainings:
             return
         job_id, step = group.trainings.popleft()
@@ -257,7 +269,7 @@ class RollMux:
         sim.work(group.trainer, job.trainer_seconds(step), ("train", job_id, step), kind="train", step=step,
                  job=job_id)
 
-    def _migrate_tail(self, sim: Simulator, group: Group, ro: Rollout) -> None:
+    def _migrate_tail(self, sim: View, group: Group, ro: Rollout) -> None:
         """Consolidate a rollout's long tail on as few instances as its batch needs; free the rest."""
         mine = [i for i in group.instances if group.owner.get(i.id) == ro.job]
         left = sum(i.load for i in mine)
@@ -274,7 +286,7 @@ class RollMux:
 
     # ---- events ------------------------------------------------------------------------------------------------
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         if notice.kind == "timer":
             job = sim.jobs[notice.tag[1]]
             group = self._place(sim, job)

@@ -38,7 +38,8 @@ from rltrace.replay.entities.instance import KV_WATERMARK
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, disaggregated_pools, splits, spread
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
@@ -90,12 +91,10 @@ class Prompt:
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """One response's turns (a single-turn response has one): prompt and output tokens and the environment
-    seconds before each turn."""
+    """One recorded response (a whole trajectory on a multi-turn workload), by its first turn: running it
+    again regenerates its lengths (``View.rerun``), which the scheduler does not see until they finish."""
 
-    prompt_tokens: list[int]
-    output_tokens: list[int]
-    env_s: list[float]
+    head: int
 
 
 @dataclass(slots=True)
@@ -107,6 +106,8 @@ class Round:
     """prompts that must complete"""
     start_s: float
     owner: dict[int, Prompt] = field(default_factory=dict)
+    turns: dict[int, range] = field(default_factory=dict)
+    """a response's last turn -> all its turns"""
     completed: list[Prompt] = field(default_factory=list)
     responses: int = 0
     """responses launched"""
@@ -124,7 +125,7 @@ class Stream:
     """when they can train (after the switch)"""
 
 
-def _training_speed(sim: Simulator) -> float:
+def _training_speed(sim: View) -> float:
     """A generation GPU's training speed relative to a training GPU's (peak bf16 FLOP/s; 1 if uncatalogued)."""
     c = sim.cluster
     try:
@@ -140,7 +141,7 @@ class RollPacker:
     def __init__(self, config: RollPackerConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         job = sim.jobs[0]
         self.instances = disaggregated_pools(sim, job)
         prompts, r0 = self._prompts(sim, job)
@@ -148,7 +149,6 @@ class RollPacker:
         self.r0 = self.config.responses or r0
         self.fresh: deque[Prompt] = deque(prompts)
         self.long: deque[Prompt] = deque()
-        self.tokens_per_step = self._recorded_tokens(sim, job)
         self.rounds = 0
         self.tp = self.next_tp = sim.cluster.tp
         self.preemptions, self.calm = 0, 0
@@ -156,18 +156,13 @@ class RollPacker:
         self.lent = 0  # instances lent to training, returned at the next launch
         self._launch(sim)
 
-    def _prompts(self, sim: Simulator, job: Job) -> tuple[list[Prompt], int]:
+    def _prompts(self, sim: View, job: Job) -> tuple[list[Prompt], int]:
         """The workload's prompts in order, each with ceil(eta x R0) responses."""
         req, rng = sim.requests, np.random.default_rng(self.config.seed)
         by_prompt: dict[tuple[int, int], list[Response]] = {}
         for step in range(job.steps):
             for rid in job.starts(step):
-                turns = [rid]
-                while req.next_turn[turns[-1]] >= 0:
-                    turns.append(req.next_turn[turns[-1]])
-                response = Response([req.prompt[r] for r in turns], [req.output[r] for r in turns],
-                                    [req.env_s[r] for r in turns])
-                by_prompt.setdefault((step, req.group[rid]), []).append(response)
+                by_prompt.setdefault((step, req.group[rid]), []).append(Response(rid))
         r0 = self.config.responses or int(np.median([len(v) for v in by_prompt.values()]))
         want = math.ceil(self.config.eta * r0)
         prompts = []
@@ -177,12 +172,7 @@ class RollPacker:
             prompts.append(Prompt(step, responses + [recorded[i] for i in extra]))
         return prompts, r0
 
-    @staticmethod
-    def _recorded_tokens(sim: Simulator, job: Job) -> list[int]:
-        req = sim.requests
-        return [sum(req.prompt[r] + req.output[r] for r in job.requests(s)) for s in range(job.steps)]
-
-    def _launch(self, sim: Simulator) -> None:
+    def _launch(self, sim: View) -> None:
         job = sim.jobs[0]
         if self.rounds >= job.steps:
             return
@@ -201,15 +191,15 @@ class RollPacker:
         for i, p in enumerate(chosen):
             p.done = []
             for r in p.responses[:per_prompt]:
-                new = sim.spawn(job.id, rnd.index, i, r.prompt_tokens, r.output_tokens,
-                                r.env_s if len(r.env_s) > 1 else None)
+                new = sim.rerun(r.head, step=rnd.index, group=i)
                 rnd.owner.update(dict.fromkeys(new, p))
+                rnd.turns[new[-1]] = new
                 firsts.append(new[0])
         rnd.responses = len(firsts)
         self.round = rnd
         spread(sim, self.instances, firsts)
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job, rnd = sim.jobs[0], self.round
         if notice.kind == "finished":
             next_turn = sim.requests.next_turn
@@ -239,15 +229,9 @@ class RollPacker:
             self.rounds += 1
             self._launch(sim)
 
-    def _end_round(self, sim: Simulator, job: Job, rnd: Round) -> None:
-        done = {rid for p in rnd.completed[: rnd.target] for rid in p.done}
-        ends = {rid: rid for rid in rnd.owner}  # each request -> the last turn of its response
-        for rid in sorted(rnd.owner, reverse=True):  # (a chain's turns have increasing ids)
-            nxt = sim.requests.next_turn[rid]
-            if nxt >= 0:
-                ends[rid] = ends[nxt]
-        batch = [rid for rid in rnd.owner if ends[rid] in done]
-        keep = set(batch)
+    def _end_round(self, sim: View, job: Job, rnd: Round) -> None:
+        keep = {rid for p in rnd.completed[: rnd.target] for last in p.done for rid in rnd.turns[last]}
+        batch = [rid for rid in rnd.owner if rid in keep]
         rest = [rid for rid in rnd.owner if rid not in keep]
         self._plan_tp(sim, rnd)
         sim.abort(rest)  # surplus responses and the unfinished prompts' partial work are dropped
@@ -255,20 +239,19 @@ class RollPacker:
             if p not in rnd.completed[: rnd.target]:
                 self.long.append(p)  # re-run later, from scratch, in a long round
         rnd.owner.clear()
+        rnd.turns.clear()
         sim.mark("rollpacker", "long_round" if rnd.long else "short_round", rnd.index, rnd.start_s, sim.now)
         step = rnd.index
         sim.consume(job.id, step, batch, version=step)
-        req = sim.requests
-        tokens = sum(req.prompt[r] + req.output[r] for r in batch)
         recorded = min(step, job.steps - 1)
-        self._train_s = job.trainer_seconds(recorded) * tokens / max(self.tokens_per_step[recorded], 1)
+        self._train_s = sim.train_seconds(job, recorded, batch)
         if self.stream is not None:
             self._train_s = self._streamed(sim, rnd, self._train_s)
         sim.work("reward", job.reward_s[recorded], (REWARD, job.id, step), kind="reward", step=step)
 
     # ---- TP planner ----------------------------------------------------------------------------------------
 
-    def _plan_tp(self, sim: Simulator, rnd: Round) -> None:
+    def _plan_tp(self, sim: View, rnd: Round) -> None:
         """Choose the next round's TP from this round's preemptions."""
         if not self.config.tp_planner:
             return
@@ -286,7 +269,7 @@ class RollPacker:
             self.calm = 0
         self.preemptions = count
 
-    def _set_tp(self, sim: Simulator, job: Job, tp: int) -> None:
+    def _set_tp(self, sim: View, job: Job, tp: int) -> None:
         """Regroup the (idle) generation pool into instances of ``tp`` GPUs."""
         n = sim.cluster.gen_gpus // tp
         for inst in self.instances[n:]:
@@ -302,7 +285,7 @@ class RollPacker:
         sim.extra[key] = sim.extra.get(key, 0) + 1
         self.tp = tp
 
-    def _restore(self, sim: Simulator, job: Job) -> None:
+    def _restore(self, sim: View, job: Job) -> None:
         """Before a round: lent GPUs back to rollout, and the TP the planner chose."""
         if self.lent:
             back = switch_seconds(job_state(job), "rollout", sim.cluster.gen_gpu, tp=self.tp)
@@ -316,7 +299,7 @@ class RollPacker:
 
     # ---- stream trainer ------------------------------------------------------------------------------------
 
-    def _maybe_stream(self, sim: Simulator, job: Job, rnd: Round) -> None:
+    def _maybe_stream(self, sim: View, job: Job, rnd: Round) -> None:
         """In the stream window, lend half the instances to training if the other half can cache it all."""
         done = rnd.finished / max(rnd.responses, 1)
         if not self.config.stream_from <= done <= self.config.stream_until or len(self.instances) < 2:
@@ -336,7 +319,7 @@ class RollPacker:
         self.stream = Stream(len(lend) * self.tp * _training_speed(sim), sim.now + switch)
         sim.extra["stream_trainer_rounds"] = sim.extra.get("stream_trainer_rounds", 0) + 1
 
-    def _streamed(self, sim: Simulator, rnd: Round, train_s: float) -> float:
+    def _streamed(self, sim: View, rnd: Round, train_s: float) -> float:
         """Trainer seconds left after the lent GPUs trained, from their switch to now, on the samples of
         prompts as each completed (a FIFO server; work in proportion to tokens)."""
         assert self.stream is not None

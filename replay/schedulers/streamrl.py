@@ -6,11 +6,13 @@
   after the weight sync); ``mode="async"`` is one-step off-policy: step k+1 generates while step k trains,
   and the weight transfer overlaps training.
 - **Skewness-aware dispatch.** An output-length ranker marks the predicted longest ``long_fraction`` (20%)
-  of a step's samples as long-tail: an oracle, or noisy with ``recall`` on the true longest 20% (the paper
-  measured 87%). Long-tail samples are estimated at the P90 of recent lengths, the rest at the P50; an
+  of a step's samples as long-tail, with ``recall`` on the true longest 20% (the paper measured 87%; a
+  :class:`~.predict.LongTailRanker`), or exactly with ``oracle``. Long-tail samples are estimated at the P90
+  of the lengths of the last two steps' worth of finished samples, the rest at the P50 (before any has
+  finished: ``prior_tokens``, or half the job's length cap, as the P50 and the cap as the P90); an
   instance's time is the per-token latency at its batch size x length x decode rounds. Every split of the
   instances between long-tail and regular is tried and the one with the least time kept; within an instance
-  the longest predicted sample is admitted first.
+  the ranker's order is kept: longest first for the oracle, none (random) for a ranker that only marks.
 - **Stage balancing** (``balance``): the generation/training split of all the GPUs that minimises
   max(T_gen, T_train); ``dynamic`` then moves one replica's GPUs from training to generation after a step
   whose generation outlasted training by more than that replica would save.
@@ -19,13 +21,14 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.schedulers.predict import RecentLengths, prior_tokens
+from rltrace.replay.schedulers.view import View
+from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 
@@ -36,9 +39,12 @@ PAPER_RECALL = 0.87  # StreamRL's ranker: recall on the longest 20% of samples (
 class StreamRLConfig:
     mode: str = "async"
     """"sync" (on-policy) or "async" (one-step off-policy)"""
-    ranker: str = "oracle"
-    """"oracle" (true lengths) or "noisy" (``recall`` on the true long tail)"""
     recall: float = PAPER_RECALL
+    """the ranker's accuracy: share of the true long tail it marks"""
+    oracle: bool = False
+    """rank by the true lengths (an upper bound no real ranker reaches; the metrics say so)"""
+    prior_tokens: int = 0
+    """median output assumed before any sample has finished (0: half the job's length cap)"""
     long_fraction: float = 0.2
     microbatches: int = 8
     """training micro-batches per step"""
@@ -47,10 +53,10 @@ class StreamRLConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.mode not in ("sync", "async") or self.ranker not in ("oracle", "noisy"):
-            raise ConfigError("streamrl: mode is sync or async, ranker is oracle or noisy")
-        if not 0 <= self.recall <= 1 or not 0 < self.long_fraction < 1 or self.microbatches < 1:
-            raise ConfigError("streamrl: recall in [0, 1], long_fraction in (0, 1), microbatches >= 1")
+        if self.mode not in ("sync", "async"):
+            raise ConfigError("streamrl: mode is sync or async")
+        if not 0 <= self.recall <= 1 or not 0 < self.long_fraction < 1 or self.microbatches < 1 or self.prior_tokens < 0:
+            raise ConfigError("streamrl: recall in [0, 1], long_fraction in (0, 1), microbatches >= 1, prior_tokens >= 0")
 
 
 @register("streamrl")
@@ -62,12 +68,13 @@ class StreamRL:
 
     # ---- layout ---------------------------------------------------------------------------------------------
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         job, c = sim.jobs[0], sim.cluster
-        self.rng = np.random.default_rng(self.config.seed)
-        req = sim.requests
-        # Recent lengths (two steps' worth); before any step has finished, the first step's as a prior.
-        self.history: deque[int] = deque((req.output[r] for r in job.requests(0)), maxlen=2 * len(job.requests(0)))
+        cfg = self.config
+        self.ranker = sim.oracle() if cfg.oracle else sim.ranker(recall=cfg.recall, seed=cfg.seed)
+        # Recent lengths of finished samples (two steps' worth)
+        self.history = RecentLengths(2 * len(job.requests(0)), prior_tokens(cfg.prior_tokens, job.max_new_tokens),
+                                     job.max_new_tokens)
         gen_gpus, train_gpus = c.gen_gpus, c.train_gpus
         if self.config.balance:
             gen_gpus, train_gpus = self._balance(sim, job, c.gen_gpus + c.train_gpus)
@@ -88,10 +95,10 @@ class StreamRL:
         self.gen_done = -1
         self._launch(sim)
 
-    def _train_scale(self, sim: Simulator, gpus: int) -> float:
+    def _train_scale(self, sim: View, gpus: int) -> float:
         return sim.cluster.train_gpus / gpus  # measured trainer time scales with training GPUs
 
-    def _balance(self, sim: Simulator, job: Job, total: int) -> tuple[int, int]:
+    def _balance(self, sim: View, job: Job, total: int) -> tuple[int, int]:
         """The split of ``total`` GPUs minimising max(estimated generation, training) of step 0."""
         tp, best = sim.cluster.tp, None
         for gen in range(tp, total, tp):
@@ -104,22 +111,11 @@ class StreamRL:
 
     # ---- skewness-aware dispatch --------------------------------------------------------------------------
 
-    def _predict_long(self, sim: Simulator, rids: list[int]) -> np.ndarray:
+    def _predict_long(self, rids: list[int]) -> np.ndarray:
         """Boolean mask over ``rids``: predicted long-tail."""
-        n = len(rids)
-        k = max(1, math.ceil(self.config.long_fraction * n))
-        lengths = np.array([sim.requests.output[r] for r in rids])
-        truth = np.zeros(n, dtype=bool)
-        truth[np.argsort(-lengths, kind="stable")[:k]] = True
-        if self.config.ranker == "oracle":
-            return truth
-        hit = truth & (self.rng.random(n) < self.config.recall)
-        missing = k - hit.sum()
-        others = np.flatnonzero(~truth)  # the misses' slots go to regular samples (false positives)
-        hit[self.rng.choice(others, size=min(missing, len(others)), replace=False)] = True
-        return hit
+        return self.ranker.long_tail(rids, self.config.long_fraction)
 
-    def _time(self, sim: Simulator, job: Job, count: int, length: float, n: int) -> float:
+    def _time(self, sim: View, job: Job, count: int, length: float, n: int) -> float:
         """Per-token latency at the instance's batch x length x decode rounds, for ``count`` samples on ``n``."""
         if count == 0 or n == 0:
             return 0.0 if count == 0 else math.inf
@@ -129,18 +125,18 @@ class StreamRL:
         model = job.generation.iteration_model(sim.cluster.tp)
         return model.iteration(batch, batch * length / 2) * length * rounds
 
-    def _estimate_step(self, sim: Simulator, job: Job, step: int, n_inst: int) -> float:
+    def _estimate_step(self, sim: View, job: Job, step: int, n_inst: int) -> float:
         rids = list(job.requests(step))
-        long = self._predict_long(sim, rids)
-        p50, p90 = np.percentile(self.history, [50, 90])
+        long = self._predict_long(rids)
+        p50, p90 = self.history.quantiles([50, 90])
         return min(max(self._time(sim, job, int(long.sum()), p90, m),
                        self._time(sim, job, int((~long).sum()), p50, n_inst - m))
                    for m in range(1, n_inst)) if n_inst > 1 else self._time(sim, job, len(rids), p90, 1)
 
-    def _dispatch(self, sim: Simulator, job: Job, rids: list[int]) -> None:
+    def _dispatch(self, sim: View, job: Job, rids: list[int]) -> None:
         n_inst = len(self.instances)
-        long = self._predict_long(sim, rids)
-        p50, p90 = np.percentile(self.history, [50, 90])
+        long = self._predict_long(rids)
+        p50, p90 = self.history.quantiles([50, 90])
         n_long, n_reg = int(long.sum()), int((~long).sum())
         if n_inst == 1:
             split = 1
@@ -148,13 +144,10 @@ class StreamRL:
             split = min(range(1, n_inst), key=lambda m: max(self._time(sim, job, n_long, p90, m),
                                                             self._time(sim, job, n_reg, p50, n_inst - m)))
         sim.extra["long_tail_instances"] = split
-        req = sim.requests
         rid_arr = np.array(rids)
         groups = [(rid_arr[long], self.instances[:split]), (rid_arr[~long], self.instances[split:] or self.instances)]
         for members, targets in groups:
-            # longest predicted first: the ranker's order (true length for the oracle, a noisy order otherwise)
-            order = sorted(members.tolist(), key=lambda r: -req.output[r]) if self.config.ranker == "oracle" \
-                else self.rng.permutation(members).tolist()
+            order = self.ranker.order(members.tolist())  # the ranker's order (longest first for the oracle)
             for i, inst in enumerate(targets):
                 mine = order[i :: len(targets)]
                 if mine:
@@ -164,7 +157,7 @@ class StreamRL:
 
     # ---- the step pipeline ----------------------------------------------------------------------------------
 
-    def _launch(self, sim: Simulator) -> None:
+    def _launch(self, sim: View) -> None:
         job, nxt = sim.jobs[0], self.launched + 1
         if nxt >= job.steps or self.gen_done < self.launched:
             return
@@ -177,7 +170,7 @@ class StreamRL:
         self.gen_span[nxt] = (sim.now, sim.now)
         self._dispatch(sim, job, list(job.starts(nxt)))
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "finished":
             req = sim.requests
@@ -186,7 +179,7 @@ class StreamRL:
                 self.generated[step] += 1
                 per_sample = job.reward_s[step] / len(job.requests(step))
                 sim.work("reward", per_sample, ("reward", step, rid), kind="reward", step=step, item=rid)
-                self.history.append(req.output[rid])
+                self.history.observe(req.output[rid])
                 if self.generated[step] == len(job.requests(step)):
                     self.gen_done = step
                     self.gen_span[step] = (self.gen_span[step][0], sim.now)
@@ -209,7 +202,7 @@ class StreamRL:
             self._adjust(sim, job, step)
             self._launch(sim)
 
-    def _book(self, sim: Simulator, job: Job, step: int) -> None:
+    def _book(self, sim: View, job: Job, step: int) -> None:
         """Book a training micro-batch once enough rewarded samples are in (or the step's last ones)."""
         n = len(job.requests(step))
         size = math.ceil(n / self.config.microbatches)
@@ -221,7 +214,7 @@ class StreamRL:
             seconds = (job.train_s[step] + job.forward_s[step]) * take / n * self._train_scale(sim, self.train_gpus)
             sim.work("trainer", seconds, ("micro", step, int(last)), kind="train", step=step)
 
-    def _adjust(self, sim: Simulator, job: Job, step: int) -> None:
+    def _adjust(self, sim: View, job: Job, step: int) -> None:
         """Dynamic stage balancing: move one replica's GPUs from training to generation when generation
         outlasts training by more than one more replica would save, and the move lowers max(T_gen, T_train)."""
         tp = sim.cluster.tp

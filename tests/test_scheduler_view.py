@@ -1,0 +1,127 @@
+"""A scheduler sees the run through its view: an unfinished request's output length cannot be read, and the
+view is the only way in (no scheduler module reaches the engine's own objects)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from replay_helpers import TAU, make
+from rltrace.replay.entities.requests import State
+from rltrace.replay.run import ReplayConfig, replay
+from rltrace.replay.schedulers import register
+from rltrace.replay.schedulers.view import LengthUnknown, View
+from rltrace.replay.simulator import Notice
+
+SCHEDULERS = Path(__file__).resolve().parents[1] / "replay" / "schedulers"
+PEEKS: list[Peek] = []  # the test scheduler's instances, to read back what each saw
+
+
+def attempt(read) -> object:
+    """What a read returned, or the exception it raised."""
+    try:
+        return read()
+    except LengthUnknown as e:
+        return e
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PeekConfig:
+    quiet: bool = False
+
+
+@register("test-peek")
+class Peek:
+    """Submits step 0 and, at start, mid-run (a timer) and at each notice, tries to read every request's
+    output length, finish time and next turn through its view; records what it got."""
+
+    Config = PeekConfig
+
+    def __init__(self, config: PeekConfig) -> None:
+        self.config = config
+        PEEKS.append(self)
+        self.seen: list[tuple[str, float, int, object, object, object, int]] = []
+
+    def start(self, sim: View) -> None:
+        assert isinstance(sim, View)
+        self.sim = sim
+        sim.quiet = self.config.quiet
+        sim.allocate("generation", 1, "H100")
+        self.inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        sim.submit(self.inst, sim.jobs[0].requests(0))
+        sim.timer(15 * TAU, "mid")
+        self._look("start")
+
+    def _look(self, when: str) -> None:
+        req = self.sim.requests
+        for rid in range(req.n):
+            self.seen.append((when, self.sim.now, rid, attempt(lambda r=rid: req.output[r]),
+                              attempt(lambda r=rid: req.finish_s[r]), attempt(lambda r=rid: req.next_turn[r]),
+                              req.state[rid]))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        self._look(notice.kind)
+        if notice.kind == "generated" or (notice.kind == "finished" and all(
+                sim.requests.state[r] == State.FINISHED for r in sim.jobs[0].requests(0))):
+            sim.end_step(0, 0)
+
+
+LENGTHS = [10, 20, 40] + [30] * 17  # 20 requests: enough for quiet mode to plan the whole queue at once
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["per-request", "quiet (whole queue planned ahead)"])
+def test_an_unfinished_requests_output_length_cannot_be_read_through_the_view(quiet: bool) -> None:
+    PEEKS.clear()
+    result = replay(make([LENGTHS]), "test-peek", ReplayConfig(), {"quiet": quiet})
+    seen = PEEKS[0].seen
+    if quiet:  # the engine planned the whole queue at once and wrote every finish time at the start
+        assert result.events < len(LENGTHS)
+    finish = [n * TAU for n in LENGTHS]
+    assert result.requests.sort("request")["finish_s"].to_list() == pytest.approx(finish)
+    looks = {when for when, *_ in seen}
+    assert {"start", "timer"} <= looks
+    for when, now, rid, output, finish_s, next_turn, state in seen:
+        if now >= finish[rid] - 1e-12:
+            assert output == LENGTHS[rid] and finish_s == pytest.approx(finish[rid]) and next_turn == -1, when
+            assert state == State.FINISHED
+        else:  # even in quiet mode, where the engine has already planned (and written) every finish
+            for value in (output, finish_s, next_turn):
+                assert isinstance(value, LengthUnknown) and "has not finished" in str(value), (when, rid)
+            assert state in (State.WAITING, State.RUNNING)  # as a real system would report it
+    # at the mid-run timer (0.15 s) request 0 had finished and 1 and 2 had not
+    mid = [(rid, output) for when, _, rid, output, *_ in seen if when == "timer"]
+    assert mid[0] == (0, 10) and all(isinstance(o, LengthUnknown) for _, o in mid[1:])
+    assert len(mid) == len(LENGTHS)
+
+
+def test_the_view_offers_no_way_to_the_engine_or_the_true_lengths() -> None:
+    hidden = ("spawn", "queue", "segments", "consumed", "pools", "all_instances")
+    assert not any(hasattr(View, name) for name in hidden)
+    from rltrace.replay.schedulers.view import RequestView
+
+    assert not {"remaining", "recompute", "admit_iter", "env_s", "output_arr", "start_s"} & set(RequestView.__slots__)
+    from rltrace.replay.entities.instance import GenerationInstance
+    assert "req" not in GenerationInstance.__slots__  # an instance does not hand out the request table
+
+
+def _scheduler_modules() -> list[Path]:
+    return [p for p in sorted(SCHEDULERS.glob("*.py")) if p.name not in ("view.py", "predict.py")]
+
+
+@pytest.mark.parametrize("path", _scheduler_modules(), ids=lambda p: p.name)
+def test_no_scheduler_module_reaches_past_its_view(path: Path) -> None:
+    """The view (and the predictors, which it builds) are the boundary: a policy module never imports the
+    simulator or the request table, never reads another object's private attributes, nor an instance's
+    planned drain (which holds future finish times)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names = {a.name for a in node.names}
+            assert not names & {"Simulator", "Requests", "Drain", "Oracle", "LongTailRanker"}, (path.name, names)
+        if isinstance(node, ast.Attribute):
+            private = node.attr.startswith("_") and not node.attr.startswith("__")
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            assert not (private and not own), (path.name, node.lineno, node.attr)
+            assert node.attr not in ("drain", "output_arr", "remaining", "spawn"), (path.name, node.lineno, node.attr)

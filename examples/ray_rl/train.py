@@ -2,12 +2,12 @@
 
 The driver creates three actors that join one Gloo world over a TCP init method (trainers are ranks 0 and 1,
 the generator rank 2). Every step the generator samples ``samples`` responses for each prompt with
-long-tailed per-request ``max_tokens`` caps (one request in eight gets 15-25x the median cap) and scores
-them; the batch goes to the trainers as a Ray object; each trainer takes half, computes group-normalised
-advantages and a policy-gradient loss and runs one DDP step (Gloo all-reduces its gradients); then trainer
-0 sends its parameters to the generator in flat buckets (``dist.send``), and the generator saves them and
-reloads vLLM with ``llm.collective_rpc("reload_weights")``. ``--samples 8,4`` alternates settings step by
-step.
+long-tailed ``max_tokens`` caps set per prompt (one prompt per step is hard: its samples run 20-25x the
+median cap; stop tokens end the others' samples early) and scores them; the batch goes to the trainers as a
+Ray object; each trainer takes half, computes group-normalised advantages and a policy-gradient loss and
+runs one DDP step (Gloo all-reduces its gradients); then trainer 0 sends its parameters to the generator in
+flat buckets (``dist.send``), and the generator saves them and reloads vLLM with
+``llm.collective_rpc("reload_weights")``. ``--samples 8,4`` alternates settings step by step.
 
     python examples/ray_rl/train.py [--steps 7] [--prompts 4] [--samples 8,4] [--out truth.json]
         [--runtime-env-pythonpath DIR]   # runtime_env={"env_vars": {"PYTHONPATH": DIR}}, as verl's launcher does
@@ -41,15 +41,27 @@ PROMPTS = ["the policy samples", "weights move from", "long rollouts hold", "a g
 STOP_IDS = list(tiny_llama.STOP_IDS)  # a value: actors are pickled with it, tiny_llama is not importable there
 TRAINERS, GENERATOR = (0, 1), 2
 BUCKET_BYTES = 256 * 1024  # weight sync: parameters flattened into send buckets of about this size
+MAX_NEW = 200  # the response-length limit the hard prompt's samples reach
+SHORT_MAX = 12  # the other prompts' caps are 4 to this
+HARD_PARAMS = {"ignore_eos": True}  # no stop token ends a hard prompt's samples
 TARGET = 7  # the reward: how often the response uses this token id
 ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0",
        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def caps(step: int, n: int, seed: int = 0) -> list[int]:
-    """Long-tailed per-request max_tokens: median 8, one request in eight 15-25x that."""
+def caps(step: int, prompts: int, seed: int = 0) -> list[int]:
+    """Each prompt's max_tokens: one hard prompt per step at 80-100% of MAX_NEW, the others 4-12 (median 8).
+
+    The cap belongs to the prompt, so its samples are alike and fewer samples of it are a subset of more, as
+    in a real RL batch where a prompt's difficulty sets its lengths. One hard prompt per step, whose samples
+    run to their cap (HARD_PARAMS), stands for the longest rollouts of a batch of thousands, which hit the
+    response-length limit nearly every step: with one request in eight capped long and stop tokens free to
+    end any sample, a 16-request step's longest sample ranged from 12 to 200 tokens, and a setting's 10-step
+    mean had a standard error of 11-21% (2026-11-24), more than the replay error being measured."""
     rng = random.Random(seed * 100_003 + step)
-    return [rng.randint(120, 200) if i % 8 == 3 else rng.randint(4, 12) for i in range(n)]
+    drawn = [int(MAX_NEW * rng.uniform(0.8, 1.0)), *(rng.randint(4, SHORT_MAX) for _ in range(prompts - 1))]
+    rng.shuffle(drawn)
+    return drawn
 
 
 def free_port() -> int:
@@ -142,9 +154,10 @@ class Generator:
 
         texts = [PROMPTS[(step * prompts + i) % len(PROMPTS)] for i in range(prompts)]
         requests = [t for t in texts for _ in range(samples)]
-        params = [SamplingParams(max_tokens=cap, temperature=1.0, stop_token_ids=STOP_IDS,
-                                 seed=seed * 1_000_003 + step * 10_000 + i)
-                  for i, cap in enumerate(caps(step, len(requests), seed))]
+        per_request = [cap for cap in caps(step, prompts, seed) for _ in range(samples)]
+        params = [SamplingParams(max_tokens=cap, temperature=1.0, seed=seed * 1_000_003 + step * 10_000 + i,
+                                 **(HARD_PARAMS if cap > SHORT_MAX else {"stop_token_ids": STOP_IDS}))
+                  for i, cap in enumerate(per_request)]
         outs = self.llm.generate(requests, params, use_tqdm=False)
         batch = []
         for i, o in enumerate(outs):

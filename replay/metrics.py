@@ -133,6 +133,26 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95))}
 
 
+LATENCY_COLUMNS = ("queue_s", "ttft_s", "tpot_s", "e2e_s")
+"""per-request latency columns of requests.parquet (Requests.to_frame) summarised under ``latency``"""
+
+
+def latency(requests: pl.DataFrame) -> dict[str, Any]:
+    """Percentiles of each finished request's queueing, TTFT, TPOT and end-to-end time (seconds), and how
+    many requests they cover; a column with no value (TPOT when every output is one token) has zeros."""
+    done = requests.filter(pl.col("finished"))
+    out: dict[str, Any] = {"requests": done.height}
+    for c in LATENCY_COLUMNS:
+        a = done[c].drop_nulls().drop_nans().to_numpy()
+        if not len(a):
+            out[c] = {k: 0.0 for k in ("mean", "p50", "p90", "p99", "max")}
+            continue
+        p50, p90, p99 = np.percentile(a, [50, 90, 99])
+        out[c] = {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
+                  "max": float(a.max())}
+    return out
+
+
 def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFrame, config: MetricsConfig) -> dict[str, Any]:
     """The documented metrics (docs/replay.md) of one run."""
     ends = sorted(sim.step_end_s.items())
@@ -206,6 +226,7 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
         "preemptions": int(requests["preemptions"].sum()),
         "aborted_attempts": int(requests["aborts"].sum()),
         "events": sim.events,
+        "latency": latency(requests),
         **({"extra": dict(sim.extra)} if sim.extra else {}),
     }
 

@@ -301,13 +301,18 @@ class Simulator:
                 raise ConfigError(f"request {bad} is already {State(req.state[bad]).name.lower()}")
             req.state[a:b] = [int(State.WAITING)] * (b - a)
             req.instance[a:b] = [inst.id] * (b - a)
+            now = self.now
+            req.submit_s[a:b] = [t if t == t else now for t in req.submit_s[a:b]]  # (t != t: NaN, never queued)
         else:
             rids = list(rids)
+            submitted, now = req.submit_s, self.now
             for rid in rids:
                 if req.state[rid] != State.PENDING:
                     raise ConfigError(f"request {rid} is already {State(req.state[rid]).name.lower()}")
                 req.state[rid] = State.WAITING
                 req.instance[rid] = inst.id
+                if submitted[rid] != submitted[rid]:  # NaN: its first submission is its arrival
+                    submitted[rid] = now
         if self._dropped:
             self._dropped.difference_update(rids if isinstance(rids, list) else list(rids))
         if self._quiet:

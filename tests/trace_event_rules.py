@@ -19,7 +19,10 @@ def _reject(constant: str) -> None:
 
 def violations(text: str) -> list[str]:
     """Every rule the trace breaks (empty: valid). Checks strict JSON, event fields, X events nesting per
-    thread (no partial overlaps), counter args numeric, names for every process and thread used."""
+    thread (no partial overlaps), counter args numeric, names for every process and thread used, and flow
+    events ("s", "t", "f"): an id and a cat each, one "s" first and one "f" last per (cat, id), time never
+    going back along a flow, and each flow event inside a complete event of its own thread (the slice it
+    binds to)."""
     try:
         trace = json.loads(text, parse_constant=_reject)
     except ValueError as e:
@@ -32,6 +35,7 @@ def violations(text: str) -> list[str]:
     named_pids, named_threads = set(), set()
     used_pids, used_threads = set(), set()
     complete: dict[tuple[int, int], list[tuple[float, float, str]]] = defaultdict(list)
+    flows: dict[tuple[str, Any], list[tuple[float, str, int, int]]] = defaultdict(list)
     for i, e in enumerate(trace["traceEvents"]):
         where = f"event {i}"
         if not isinstance(e, dict):
@@ -66,6 +70,11 @@ def violations(text: str) -> list[str]:
                 continue
             used_threads.add((e["pid"], e["tid"]))
             complete[(e["pid"], e["tid"])].append((float(ts), float(ts) + float(dur), e["name"]))
+        elif ph in ("s", "t", "f"):
+            if not isinstance(e.get("cat"), str) or not isinstance(e.get("id"), (int, str)) or isinstance(e.get("id"), bool):
+                problems.append(f"{where}: flow event needs a string cat and an integer or string id")
+                continue
+            flows[(e["cat"], e["id"])].append((float(ts), ph, e["pid"], e["tid"]))
         elif ph == "C":
             args: Any = e.get("args")
             if not isinstance(args, dict) or not args or not all(
@@ -82,6 +91,25 @@ def violations(text: str) -> list[str]:
                                 f"{stack[-1][2]!r} [{stack[-1][0]}, {stack[-1][1]}]")
                 break
             stack.append((start, end, name))
+    problems += _flow_problems(flows, complete)
     problems += [f"pid {p}: no process_name" for p in sorted(used_pids - named_pids)]
     problems += [f"pid {p} tid {t}: no thread_name" for p, t in sorted(used_threads - named_threads)]
+    return problems
+
+
+def _flow_problems(flows: dict[tuple[str, Any], list[tuple[float, str, int, int]]],
+                   complete: dict[tuple[int, int], list[tuple[float, float, str]]]) -> list[str]:
+    problems: list[str] = []
+    for (cat, fid), events in flows.items():
+        phases = [ph for _, ph, _, _ in events]  # in file order
+        if phases.count("s") != 1 or phases.count("f") != 1 or phases[0] != "s" or phases[-1] != "f":
+            problems.append(f"flow {cat}/{fid}: needs one 's' first and one 'f' last, got {''.join(phases)}")
+            continue
+        times = [ts for ts, _, _, _ in events]
+        if any(b < a - TOLERANCE_US for a, b in zip(times, times[1:])):
+            problems.append(f"flow {cat}/{fid}: goes back in time {times}")
+        for ts, ph, pid, tid in events:
+            if not any(start - TOLERANCE_US <= ts <= end + TOLERANCE_US for start, end, _ in complete.get((pid, tid), [])):
+                problems.append(f"flow {cat}/{fid}: {ph!r} at {ts} on pid {pid} tid {tid} is inside no slice")
+                break
     return problems

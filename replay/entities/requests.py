@@ -44,6 +44,9 @@ class Requests:
         self.admit_iter: list[int] = [0] * n
         self.instance: list[int] = [-1] * n
         self.state: list[int] = [State.PENDING] * n
+        self.submit_s: list[float] = [float("nan")] * n
+        """first time the request was queued on an instance (kept through aborts, migrations and preemptions):
+        its arrival, from which queueing, TTFT and end-to-end latency count"""
         self.start_s: list[float] = [float("nan")] * n
         self.first_token_s: list[float] = [float("nan")] * n
         self.finish_s: list[float] = [float("nan")] * n
@@ -71,7 +74,8 @@ class Requests:
         for name, values in (("job", [job] * k), ("step", [step] * k), ("group", [group] * k), ("prompt", prompt),
                              ("output", output), ("remaining", output), ("recompute", [0] * k),
                              ("admit_iter", [0] * k), ("instance", [-1] * k), ("state", [State.PENDING] * k),
-                             ("start_s", [float("nan")] * k), ("first_token_s", [float("nan")] * k),
+                             ("submit_s", [float("nan")] * k), ("start_s", [float("nan")] * k),
+                             ("first_token_s", [float("nan")] * k),
                              ("finish_s", [float("nan")] * k), ("version", [-1] * k), ("preemptions", [0] * k),
                              ("aborts", [0] * k)):
             getattr(self, name).extend(values)
@@ -111,8 +115,13 @@ class Requests:
         self.aborts[rid] += 1
 
     def to_frame(self) -> pl.DataFrame:
-        """One row per request: its work and what happened to it."""
-        return pl.DataFrame(
+        """One row per request: its work, what happened to it and its latency (docs/replay.md "Output").
+
+        Latency columns, null for a request that did not finish: ``queue_s`` (first submission to the admission
+        of the attempt that finished: earlier aborted attempts count as waiting), ``ttft_s`` (first submission
+        to that attempt's first token), ``tpot_s`` (first token to finish over the remaining output tokens),
+        ``e2e_s`` (first submission to finish); so ``e2e_s = ttft_s + tpot_s x (output_tokens - 1)``."""
+        frame = pl.DataFrame(
             {
                 "request": np.arange(self.n, dtype=np.int64),
                 "job": np.asarray(self.job, dtype=np.int32),
@@ -122,6 +131,7 @@ class Requests:
                 "output_tokens": np.asarray(self.output, dtype=np.int64),
                 "instance": np.asarray(self.instance, dtype=np.int32),
                 "finished": np.asarray(self.state, dtype=np.int8) == State.FINISHED,
+                "submit_s": np.asarray(self.submit_s),
                 "start_s": np.asarray(self.start_s),
                 "first_token_s": np.asarray(self.first_token_s),
                 "finish_s": np.asarray(self.finish_s),
@@ -129,4 +139,12 @@ class Requests:
                 "preemptions": np.asarray(self.preemptions, dtype=np.int32),
                 "aborts": np.asarray(self.aborts, dtype=np.int32),
             }
+        )
+        done = pl.col("finished")
+        return frame.with_columns(
+            pl.when(done).then(pl.col("start_s") - pl.col("submit_s")).alias("queue_s"),
+            pl.when(done).then(pl.col("first_token_s") - pl.col("submit_s")).alias("ttft_s"),
+            pl.when(done & (pl.col("output_tokens") > 1))
+            .then((pl.col("finish_s") - pl.col("first_token_s")) / (pl.col("output_tokens") - 1)).alias("tpot_s"),
+            pl.when(done).then(pl.col("finish_s") - pl.col("submit_s")).alias("e2e_s"),
         )

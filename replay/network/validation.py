@@ -130,8 +130,8 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
 
 
 def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
-    """Median and worst |error| by op, node count and size band."""
-    keys = ("op", "nodes", "size_band")
+    """Median and worst |error| by op, GPU kind, node count and size band."""
+    keys = ("op", "gpu", "nodes", "size_band")
     return compared.group_by(*keys).agg(
         pl.len().alias("points"), pl.col("cluster").n_unique().alias("clusters"),
         pl.col("error").abs().median().alias("median_abs_error"),

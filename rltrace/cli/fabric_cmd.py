@@ -106,19 +106,20 @@ def validate(
 
 
 def _print_multinode(console: Console, across: "object") -> None:
-    """The multi-node table: median and worst |error| by op, node count and size band."""
+    """The multi-node table: median and worst |error| by op, GPU kind, node count and size band."""
     import polars as pl
 
     assert isinstance(across, pl.DataFrame)
     table = Table(title="Model vs public multi-node nccl-tests runs (replay/network/data/multinode_nccl.csv)",
                   title_justify="left")
-    for col in ("op", "nodes", "size band", "points", "clusters", "median |error|", "max |error|"):
-        table.add_column(col, justify="left" if col in ("op", "size band") else "right")
+    for col in ("op", "GPU", "nodes", "size band", "points", "clusters", "median |error|", "max |error|"):
+        table.add_column(col, justify="left" if col in ("op", "GPU", "size band") else "right")
     for row in multinode_summary(across).iter_rows(named=True):
-        table.add_row(row["op"], str(row["nodes"]), row["size_band"], str(row["points"]), str(row["clusters"]),
-                      f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
+        table.add_row(row["op"], row["gpu"], str(row["nodes"]), row["size_band"], str(row["points"]),
+                      str(row["clusters"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
     console.print(table)
     big = across.filter(pl.col("size_bytes") >= 64 << 20)["error"].abs()
     small = across.filter(pl.col("size_bytes") < 64 << 20)["error"].abs()
-    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {big.median():.1%}, worst {big.max():.1%}; "
-                  f"< 64 MB: {small.len()} points, median {small.median():.1%}", markup=False)
+    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {big.median():.1%}, worst {big.max():.1%}, "
+                  f"{int((big <= 0.2).sum())} within 20%; < 64 MB: {small.len()} points, median {small.median():.1%}",
+                  markup=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from helpers import run_cli
+from helpers import run_cli, shared_data
 from rltrace.replay.network.collectives import (
     LL,
     LL128,
@@ -29,7 +29,7 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "h100"
+DATA = shared_data() / "kernels" / "h100"  # the project's shared-data folder (RLTRACE_SHARED_DATA overrides)
 
 
 def test_two_flows_on_one_bottleneck_get_half_each() -> None:

@@ -32,8 +32,13 @@ def replay_comms(
     if device not in ("cpu", "cuda") or ranks < 1:
         raise ConfigError("replay-comms needs --device cpu|cuda and --ranks >= 1")
     # torch is an optional extra: only this command imports it
-    from rltrace.replay.execute import comms
-    from rltrace.replay.execute.replay_comms import logical_ops, report
+    try:
+        from rltrace.replay.execute import comms
+        from rltrace.replay.execute.replay_comms import logical_ops, report
+    except ImportError as e:
+        if (e.name or "").split(".")[0] != "torch":
+            raise
+        raise ConfigError("replay-comms needs torch, which is not installed here (pip install torch)") from None
 
     source = open_bundle(resolve_bundle(bundle))
     ops = logical_ops(source, ranks)

@@ -140,13 +140,13 @@ def test_a_4x8_ring_is_the_nodes_nic_bandwidth_in_closed_form() -> None:
 
 
 @pytest.mark.parametrize(("spec", "size", "algorithm", "protocol"), [
-    (dict(nodes=2, per_node=8), 4 << 10, "tree", "LL"),  # latency: 2 x (7 NVLink + 1 NET) tree hops beat 30 ring hops
-    (dict(nodes=2, per_node=8), 16 << 20, "tree", "LL128"),
-    (dict(nodes=2, per_node=8), 64 << 20, "ring", "LL128"),  # NVLSTree's 16 MiB units: 4 of them fill a long pipe
-    (dict(nodes=2, per_node=8), GIB, "nvls_tree", "Simple"),  # the switch reduces, the tree halves the network bytes
-    (dict(nodes=2, per_node=8, gpu="A100", nics=16, nic_gbps=100), GIB, "tree", "Simple"),  # no NVLS on Ampere
-    (dict(nodes=4, per_node=8), 8 * GIB, "ring", "Simple"),  # beyond 2 nodes the trees' inner nodes send twice
-    (dict(nodes=8, per_node=8), 64 << 20, "tree", "LL128"),
+    ({"nodes": 2, "per_node": 8}, 4 << 10, "tree", "LL"),  # latency: 2 x (7 NVLink + 1 NET) tree hops beat 30 ring hops
+    ({"nodes": 2, "per_node": 8}, 16 << 20, "tree", "LL128"),
+    ({"nodes": 2, "per_node": 8}, 64 << 20, "ring", "LL128"),  # NVLSTree's 16 MiB units: 4 of them fill a long pipe
+    ({"nodes": 2, "per_node": 8}, GIB, "nvls_tree", "Simple"),  # the switch reduces, the tree halves the network bytes
+    ({"nodes": 2, "per_node": 8, "gpu": "A100", "nics": 16, "nic_gbps": 100}, GIB, "tree", "Simple"),  # no NVLS on Ampere
+    ({"nodes": 4, "per_node": 8}, 8 * GIB, "ring", "Simple"),  # beyond 2 nodes the trees' inner nodes send twice
+    ({"nodes": 8, "per_node": 8}, 64 << 20, "tree", "LL128"),
 ])
 def test_the_tuner_picks_the_fastest_algorithm_and_protocol(spec: dict, size: int, algorithm: str, protocol: str) -> None:
     args = dict(spec)

@@ -26,6 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from rltrace.replay.network.flows import FlowRun, run_flows
+from rltrace.replay.network.tuner import (
+    NVLS_CHANNELS,
+    RING_PLATEAU,
+    nvls_tree_unit_bytes,
+    tree_correction,
+)
 from rltrace.replay.topologies.base import NCCL_ALGOS, Links, Topology
 
 from rltrace.catalog import get_gpu
@@ -70,8 +76,7 @@ TREE_PROTOCOLS = (Protocol("LL", 6.8e-6, 0.6e-6, 5.0e-6, 0.92 / 3.8),
 # inside one node here (nvls_possible), so it has no NET figure.
 NVLS = Protocol("Simple", 25e-6, 0.0, 0.0, 1.0)
 # NCCL's NVLS bandwidth is bwIntra x nvlsEfficiency x (nChannels - 1) / nChannels (src/tuning/nvls.cc), with 16
-# NVLS channels on Hopper (NCCL's log: "NVLS multicast support is available on dev N (NVLS_NCHANNELS 16)").
-NVLS_CHANNELS = 16
+# NVLS channels on Hopper (NVLS_CHANNELS, in .tuner beside NVLSTree's chunking).
 # NVLSTree (across nodes: NVLS inside each node, NCCL's tree between them) runs Simple only; tuning.cc charges it
 # baseLat 0 + hwLat NVLink NVLSTree (25 us) + 2 x log2(nodes) x hwLat NET NVLSTree (20.9 us): the base here, and
 # the NET figure per tree step (a tree stage has 2 x its levels steps).
@@ -85,46 +90,6 @@ LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
 # protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
 # DEFAULT_BUFFSIZE, src/include/device.h NCCL_STEPS).
 PIPELINE_CHUNK_BYTES = 512 << 10
-# NVLSTree moves far larger pipeline units: each of its nvlsChannels (16 on Hopper, src/transport/nvls.cc
-# NVLS_NCHANNELS_SM90) works on nHeads (one per NIC) chunks at once, chunkSize from src/enqueue.cc calcCollChunking
-# (NVIDIA/nccl 2.26.2 and 2.30.7 alike): NCCL_NVLS_CHUNKSIZE (128 KiB), at most 64 KiB from 4 nodes
-# (nvlsTreeMaxChunkSize), halved towards 32 KiB as the message falls below 16, 4 and 1 x (channels x heads x chunk).
-# A chunk passes the NVLS stage twice (scatter and reduce in, multicast and gather out, src/device/all_reduce.h) and
-# every tree level twice (up, then down), so the pipeline's fill is those passes at one unit each: measured 2-node
-# H100 runs carry about 130-200 us above NCCL's 67 us NVLSTree latency from 64 MB up, which this is.
-NVLS_CHUNK_BYTES = 128 << 10
-NVLS_TREE_MAX_CHUNK_4_NODES = 64 << 10
-
-
-def nvls_tree_unit_bytes(size: float, nodes: int, heads: int) -> float:
-    """NCCL's NVLSTree pipeline unit: chunkSize (calcCollChunking's rule) x nvlsChannels x nHeads."""
-    ops = NVLS_CHANNELS * max(heads, 1)
-    chunk = min(NVLS_CHUNK_BYTES, NVLS_TREE_MAX_CHUNK_4_NODES if nodes >= 4 else NVLS_CHUNK_BYTES)
-    for times, limit in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
-        if size < times * ops * chunk and chunk > limit:
-            chunk = limit
-    return float(chunk * ops)
-# NCCL's tuner does not pick by its bandwidth and latency tables alone (src/graph/tuning.cc ncclTopoGetAlgoTime,
-# NVIDIA/nccl 2.21.5 to 2.30.7, unchanged): "Trees are not perfectly sticking to the model for medium sizes", so a
-# tree all-reduce's bandwidth is multiplied by treeCorrectionFactor[protocol][log2(bytes / 64)] (powers of two from
-# 64 B, the last applied 256 MB), and a multi-node Simple ring all-reduce's latency by 1.4 on Ampere and later
-# ("Plateau effect of ring", once a rank's share per channel is 64 B or more). These shape which algorithm NCCL
-# runs (an A100 pair of nodes runs the ring to 512 MB and the tree from 1 GB), so the tuner's estimate here carries
-# them; the time reported is the model's own.
-TREE_CORRECTION = {  # LL, LL128, Simple rows of treeCorrectionFactor, index log2(bytes >> 6) from 0 to 22
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
-}
-RING_PLATEAU = 1.4
-
-
-def tree_correction(protocol: str, size: float) -> float:
-    """NCCL's treeCorrectionFactor for a tree all-reduce of ``size`` bytes under ``protocol`` (1 outside the table)."""
-    log_size = int(size) >> 6
-    index = log_size.bit_length() - 1 if log_size > 0 else -1
-    row = TREE_CORRECTION[protocol]
-    return row[index] if 0 <= index < len(row) else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,10 +417,10 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     n = len(ranks)
     spec_algo = algorithm == "auto" and op == "all_reduce" and getattr(topo, "nccl_algo", "auto") != "auto"
     if spec_algo:  # the spec's NCCL_ALGO, where a call leaves it to the tuner
-        algorithm = getattr(topo, "nccl_algo")
+        algorithm = getattr(topo, "nccl_algo", "auto")
     spec_proto = protocol == "auto" and getattr(topo, "nccl_proto", "auto") != "auto"
     if spec_proto:  # the spec's NCCL_PROTO
-        protocol = getattr(topo, "nccl_proto")
+        protocol = getattr(topo, "nccl_proto", "auto")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
     if n < 1 or size < 0:

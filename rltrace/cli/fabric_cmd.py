@@ -105,7 +105,7 @@ def validate(
     console.print(table)
 
 
-def _print_multinode(console: Console, across: "object") -> None:
+def _print_multinode(console: Console, across: object) -> None:
     """The multi-node table: median and worst |error| by op, GPU kind, node count and size band."""
     import polars as pl
 

@@ -1,0 +1,53 @@
+"""NCCL's own corrections to its tuner's estimate, and NVLSTree's pipeline unit (NVIDIA/nccl, cited per constant).
+
+The model's time for each algorithm x protocol stands in for NCCL's estimate when auto picks one; NCCL corrects
+that estimate in ways its bandwidth and latency tables do not carry (the tree's per-size factor, the ring's
+plateau), and NVLSTree's chunking sets how coarse its pipeline is, so these live beside the model, not in it.
+"""
+
+from __future__ import annotations
+
+# NVLS channels on Hopper: src/transport/nvls.cc NVLS_NCHANNELS_SM90 (NCCL's log: "NVLS multicast support is
+# available on dev N (NVLS_NCHANNELS 16)"); 32 on Blackwell across nodes, not modelled here.
+NVLS_CHANNELS = 16
+# NVLSTree moves far larger pipeline units: each of its nvlsChannels (16 on Hopper, src/transport/nvls.cc
+# NVLS_NCHANNELS_SM90) works on nHeads (one per NIC) chunks at once, chunkSize from src/enqueue.cc calcCollChunking
+# (NVIDIA/nccl 2.26.2 and 2.30.7 alike): NCCL_NVLS_CHUNKSIZE (128 KiB), at most 64 KiB from 4 nodes
+# (nvlsTreeMaxChunkSize), halved towards 32 KiB as the message falls below 16, 4 and 1 x (channels x heads x chunk).
+# A chunk passes the NVLS stage twice (scatter and reduce in, multicast and gather out, src/device/all_reduce.h) and
+# every tree level twice (up, then down), so the pipeline's fill is those passes at one unit each: measured 2-node
+# H100 runs carry about 130-200 us above NCCL's 67 us NVLSTree latency from 64 MB up, which this is.
+NVLS_CHUNK_BYTES = 128 << 10
+NVLS_TREE_MAX_CHUNK_4_NODES = 64 << 10
+
+
+def nvls_tree_unit_bytes(size: float, nodes: int, heads: int) -> float:
+    """NCCL's NVLSTree pipeline unit: chunkSize (calcCollChunking's rule) x nvlsChannels x nHeads."""
+    ops = NVLS_CHANNELS * max(heads, 1)
+    chunk = min(NVLS_CHUNK_BYTES, NVLS_TREE_MAX_CHUNK_4_NODES if nodes >= 4 else NVLS_CHUNK_BYTES)
+    for times, limit in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if size < times * ops * chunk and chunk > limit:
+            chunk = limit
+    return float(chunk * ops)
+
+
+# NCCL's tuner does not pick by its bandwidth and latency tables alone (src/graph/tuning.cc ncclTopoGetAlgoTime,
+# NVIDIA/nccl 2.21.5 to 2.30.7, unchanged): "Trees are not perfectly sticking to the model for medium sizes", so a
+# tree all-reduce's bandwidth is multiplied by treeCorrectionFactor[protocol][log2(bytes / 64)] (powers of two from
+# 64 B, the last applied 256 MB), and a multi-node Simple ring all-reduce's latency by 1.4 on Ampere and later
+# ("Plateau effect of ring", once a rank's share per channel is 64 B or more). These shape which algorithm NCCL
+# runs, so the tuner's estimate (collectives._timed) carries them; the time reported is the model's own.
+TREE_CORRECTION = {  # LL, LL128, Simple rows of treeCorrectionFactor, index log2(bytes >> 6) from 0 to 22
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+RING_PLATEAU = 1.4
+
+
+def tree_correction(protocol: str, size: float) -> float:
+    """NCCL's treeCorrectionFactor for a tree all-reduce of ``size`` bytes under ``protocol`` (1 outside the table)."""
+    log_size = int(size) >> 6
+    index = log_size.bit_length() - 1 if log_size > 0 else -1
+    row = TREE_CORRECTION[protocol]
+    return row[index] if 0 <= index < len(row) else 1.0

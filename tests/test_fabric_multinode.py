@@ -180,7 +180,7 @@ def test_the_multi_node_validation_holds_from_1_gb_and_names_its_sources() -> No
     compared = multinode_compare()
     assert compared["source"].str.starts_with("https://github.com/").all()
     assert compared["cluster"].n_unique() >= 5 and set(compared["gpu"]) == {"H100", "A100"}
-    assert set(compared["network"]) == {"ib", "roce", "gpudirect-tcpxo"}
+    assert set(compared["network"]) == {"ib", "roce", "gpudirect-tcpxo", "efa"}
     large = compared.filter(pl.col("size_bytes") >= GIB)["error"].abs()
     assert large.median() <= 0.10 and large.max() <= 0.30
     assert compared.filter(pl.col("size_bytes") >= 64 << 20)["error"].abs().median() <= 0.08  # the issue's: 10%

@@ -29,11 +29,17 @@ class GPUSpec:
     host_link_gbps: float = 0.0
     """host interface (PCIe) bandwidth per direction in GB/s, the datasheet's figure (0: unknown)"""
     host_link_source: str = ""
+    fp8_tflops: float = 0.0
+    """dense (no sparsity) FP8 tensor-core TFLOP/s (0: no FP8 tensor cores; FP8 weights then run at BF16 rate)"""
 
     @property
     def flops(self) -> float:
         """Peak dense BF16 FLOP/s."""
         return self.bf16_tflops * 1e12
+
+    def flops_for(self, weight_bytes: int) -> float:
+        """Peak dense FLOP/s of GEMMs on weights of ``weight_bytes`` bytes per element (1: FP8 where the part has it)."""
+        return self.fp8_tflops * 1e12 if weight_bytes == 1 and self.fp8_tflops > 0 else self.flops
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -53,6 +59,8 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
             raise ConfigError(f"{where}: gpu {name!r}: {key} must be a positive number")
     if not isinstance(spec.nvls_efficiency, (int, float)) or not 0 <= spec.nvls_efficiency <= 1:
         raise ConfigError(f"{where}: gpu {name!r}: nvls_efficiency must be in [0, 1]")
+    if not isinstance(spec.fp8_tflops, (int, float)) or spec.fp8_tflops < 0:
+        raise ConfigError(f"{where}: gpu {name!r}: fp8_tflops must be a number >= 0")
     if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
         raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec

@@ -21,7 +21,14 @@ _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelSpec:
-    """A dense decoder-only transformer (Llama/Qwen family: GQA attention, SwiGLU MLP)."""
+    """A decoder-only transformer: dense (Llama/Qwen: GQA attention, SwiGLU MLP), mixture-of-experts (Mixtral,
+    Qwen3-MoE, DeepSeek-V3, GLM-4.5) and multi-head latent attention (DeepSeek's MLA).
+
+    MoE: ``experts`` routed experts of ``expert_intermediate`` width per MoE layer, ``experts_per_token`` of them
+    (top-k) per token, plus ``shared_experts`` every token uses; the first ``dense_layers`` layers keep a dense
+    MLP of ``intermediate`` width (DeepSeek's ``first_k_dense_replace``). MLA (``kv_lora_rank`` > 0): the KV
+    cache holds one latent of ``kv_lora_rank + qk_rope_head_dim`` values per token and layer, not K and V per head.
+    """
 
     name: str
     hidden: int
@@ -34,28 +41,93 @@ class ModelSpec:
     qkv_bias: bool = False
     tied_embeddings: bool = False
     dtype_bytes: int = 2
+    """bytes per weight element (2: BF16, 1: FP8)"""
+    kv_dtype_bytes: int | None = None
+    """bytes per KV-cache element (None: the weights' dtype, BF16 for FP8 weights: vLLM's kv_cache_dtype="auto"
+    follows the activations, and FP8 checkpoints compute in BF16)"""
     published_params: float | None = None
     source: str = ""
+    experts: int = 0
+    experts_per_token: int = 0
+    shared_experts: int = 0
+    expert_intermediate: int = 0
+    dense_layers: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    sliding_window: int = 0
+    """attention window in tokens on every layer (0: full attention)"""
 
     @property
     def dim_head(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
     @property
-    def layer_params(self) -> int:
-        """Parameters of one transformer block: attention projections, SwiGLU MLP and two norms."""
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def attention_params(self) -> int:
+        """Parameters of one layer's attention projections (and MLA's two latent norms)."""
+        h = self.hidden
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.heads * qk if self.q_lora_rank
+                 else h * self.heads * qk)
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            kv += self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + self.heads * self.v_head_dim * h
         q = self.heads * self.dim_head
         kv = self.kv_heads * self.dim_head
-        attn = self.hidden * q + 2 * self.hidden * kv + q * self.hidden
         bias = (q + 2 * kv) if self.qkv_bias else 0
-        mlp = 3 * self.hidden * self.intermediate
-        return attn + bias + mlp + 2 * self.hidden
+        return h * q + 2 * h * kv + q * h + bias
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (a SwiGLU MLP of ``expert_intermediate`` width)."""
+        return 3 * self.hidden * self.expert_intermediate
+
+    @property
+    def moe_mlp_params(self) -> int:
+        """One MoE layer's MLP: routed experts, shared experts and the router."""
+        return (self.experts + self.shared_experts) * self.expert_params + self.hidden * self.experts
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one dense transformer block: attention projections, SwiGLU MLP and two norms."""
+        return self.attention_params + 3 * self.hidden * self.intermediate + 2 * self.hidden
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
     @property
     def params(self) -> int:
-        """Total parameters, computed from the architecture."""
-        embed = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return self.layers * self.layer_params + embed + self.hidden
+        """Total parameters, computed from the architecture (MTP heads, which serving skips, not counted)."""
+        if not self.is_moe:
+            return self.layers * self.layer_params + self.embedding_params + self.hidden
+        moe = self.attention_params + self.moe_mlp_params + 2 * self.hidden
+        return self.dense_layers * self.layer_params + self.moe_layers * moe + self.embedding_params + self.hidden
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: all but the routed experts it is not sent to."""
+        return self.params - self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params
+
+    @property
+    def routed_expert_params(self) -> int:
+        """All routed experts of all MoE layers (the weights a decode batch reads only in part)."""
+        return self.moe_layers * self.experts * self.expert_params
 
     @property
     def weight_bytes(self) -> int:
@@ -63,14 +135,65 @@ class ModelSpec:
 
     @property
     def tensors(self) -> int:
-        """Named weight tensors in a checkpoint (q,k,v,o,gate,up,down and 2 norms per layer, biases, embeddings)."""
-        per_layer = 9 + (3 if self.qkv_bias else 0)
-        return self.layers * per_layer + (2 if self.tied_embeddings else 3)
+        """Named weight tensors in a checkpoint (projections, norms, biases, experts, router, embeddings)."""
+        attn = (7 if self.q_lora_rank else 5) if self.is_mla else 4 + (3 if self.qkv_bias else 0)
+        dense = attn + 3 + 2
+        moe = attn + 1 + 3 * (self.experts + self.shared_experts) + 2
+        return self.dense_layers * dense + self.moe_layers * moe + (0 if self.is_moe else self.layers * dense) + (
+            2 if self.tied_embeddings else 3)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes per KV-cache element."""
+        return self.kv_dtype_bytes or max(self.dtype_bytes, 2)  # FP8 weights keep a BF16 cache unless told
+
+    @property
+    def kv_values_per_token_layer(self) -> int:
+        """KV-cache values one token stores in one layer: MLA's latent and rope key, else K and V of every KV head."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.dim_head
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies across all layers."""
-        return 2 * self.layers * self.kv_heads * self.dim_head * self.dtype_bytes
+        """KV-cache bytes one token occupies across all layers (one copy; see :meth:`kv_bytes_per_token_rank`)."""
+        return self.layers * self.kv_values_per_token_layer * self.kv_bytes
+
+    def kv_bytes_per_token_rank(self, tp: int) -> float:
+        """KV-cache bytes one token occupies on each of ``tp`` tensor-parallel ranks. vLLM splits KV heads over
+        the ranks and replicates them when ``tp`` exceeds them; MLA's single latent is replicated on every rank."""
+        if self.is_mla:
+            return float(self.kv_bytes_per_token)
+        heads = max(self.kv_heads / tp, 1.0)
+        return self.layers * 2 * heads * self.dim_head * self.kv_bytes
+
+    def attended(self, context: float) -> float:
+        """Context tokens one query attends to: all of them, or the sliding window's."""
+        return min(context, self.sliding_window) if self.sliding_window else context
+
+    @property
+    def attention_flops_per_token(self) -> float:
+        """FLOPs one query token spends per context token across all layers (QK^T and AV; MLA in vLLM's
+        absorbed decode form: every head scores and mixes the ``kv_lora_rank + rope`` latent)."""
+        if self.is_mla:
+            return 2.0 * self.layers * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+        return 4.0 * self.layers * self.heads * self.dim_head
+
+    @property
+    def prefill_attention_flops_per_token(self) -> float:
+        """FLOPs per query-key pair across all layers in prefill (MLA unabsorbed: QK^T over ``nope + rope``
+        dims, AV over ``v_head_dim``)."""
+        if self.is_mla:
+            return 2.0 * self.layers * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4.0 * self.layers * self.heads * self.dim_head
+
+    def expected_experts(self, tokens: float) -> float:
+        """Expected distinct routed experts ``tokens`` tokens touch in one MoE layer, each picking top-k of E
+        uniformly: E x (1 - (1 - k/E)^tokens)."""
+        if not self.is_moe or tokens <= 0:
+            return 0.0
+        e, k = self.experts, self.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** tokens)
 
     def info(self) -> ModelInfo:
         """The manifest's view of this model."""
@@ -93,6 +216,14 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> ModelSpec:
     for key in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"):
         if not isinstance(getattr(spec, key), int) or getattr(spec, key) <= 0:
             raise ConfigError(f"{where}: model {name!r}: {key} must be a positive integer")
+    if spec.is_moe and not (0 < spec.experts_per_token <= spec.experts and spec.expert_intermediate > 0
+                            and 0 <= spec.dense_layers < spec.layers):
+        raise ConfigError(f"{where}: model {name!r}: an MoE needs 0 < experts_per_token <= experts, "
+                          "expert_intermediate > 0 and dense_layers < layers")
+    if spec.is_mla and not (spec.qk_nope_head_dim > 0 and spec.v_head_dim > 0 and spec.qk_rope_head_dim >= 0):
+        raise ConfigError(f"{where}: model {name!r}: MLA needs qk_nope_head_dim and v_head_dim > 0")
+    if spec.dtype_bytes not in (1, 2, 4) or (spec.kv_dtype_bytes or 2) not in (1, 2, 4):
+        raise ConfigError(f"{where}: model {name!r}: dtype_bytes and kv_dtype_bytes must be 1, 2 or 4")
     return spec
 
 
@@ -118,8 +249,54 @@ def get_model(name: str, extra: str | Path | None = None) -> ModelSpec:
     return lookup(load_models(extra), name, "model")
 
 
+def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Catalog fields from a Hugging Face config.json's keys (Llama, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3,
+    GLM-4.5 spellings); a KeyError names a missing required key."""
+    quant = cfg.get("quantization_config") or {}
+    fp8 = str(quant.get("quant_method", "")).lower() == "fp8" or str(quant.get("fmt", "")).startswith("e4m3")
+    experts = int(_first(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0)
+    raw: dict[str, Any] = {
+        "hidden": cfg["hidden_size"],
+        "layers": cfg["num_hidden_layers"],
+        "heads": cfg["num_attention_heads"],
+        "kv_heads": cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+        "intermediate": cfg["intermediate_size"],
+        "vocab": cfg["vocab_size"],
+        "head_dim": cfg.get("head_dim"),
+        "qkv_bias": bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "dtype_bytes": 1 if fp8 else _DTYPE_BYTES.get(str(_first(cfg, "torch_dtype", "dtype", default="bfloat16")), 2),
+        "sliding_window": int(cfg.get("sliding_window") or 0) if cfg.get("use_sliding_window", True) else 0,
+    }
+    if experts:
+        sparse_step = int(cfg.get("decoder_sparse_step") or 1)
+        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        moe = [i for i in range(raw["layers"])
+               if i >= first_dense and i not in mlp_only and (i + 1) % sparse_step == 0]
+        shared = int(_first(cfg, "n_shared_experts", "num_shared_experts", default=0) or 0)
+        width = int(_first(cfg, "moe_intermediate_size", default=raw["intermediate"]))  # Mixtral: the expert's
+        if not shared and cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
+            shared = max(round(cfg["shared_expert_intermediate_size"] / width), 1)
+        raw.update(experts=experts, experts_per_token=int(cfg["num_experts_per_tok"]), shared_experts=shared,
+                   expert_intermediate=width, dense_layers=raw["layers"] - len(moe))
+    if cfg.get("kv_lora_rank"):
+        raw.update(kv_lora_rank=int(cfg["kv_lora_rank"]), q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+                   qk_rope_head_dim=int(cfg["qk_rope_head_dim"]), qk_nope_head_dim=int(cfg["qk_nope_head_dim"]),
+                   v_head_dim=int(cfg["v_head_dim"]), head_dim=None)
+    return raw
+
+
 def from_hf_config(path: str | Path) -> ModelSpec:
-    """Build a spec from a Hugging Face ``config.json`` (Llama/Qwen/Mistral-style keys)."""
+    """Build a spec from a Hugging Face ``config.json``: dense, MoE (experts, top-k, shared experts, expert
+    width, leading dense layers) and MLA (latent rank, rope dims) keys; FP8 from its quantization_config."""
     p = Path(path)
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
@@ -127,20 +304,13 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         raise ConfigError(f"{p}: no such file") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}: invalid JSON ({e.msg})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{p}: expected a JSON object")
     try:
-        raw = {
-            "hidden": cfg["hidden_size"],
-            "layers": cfg["num_hidden_layers"],
-            "heads": cfg["num_attention_heads"],
-            "kv_heads": cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
-            "intermediate": cfg["intermediate_size"],
-            "vocab": cfg["vocab_size"],
-            "head_dim": cfg.get("head_dim"),
-            "qkv_bias": bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
-            "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
-            "dtype_bytes": _DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))), 2),
-            "source": str(p),
-        }
+        raw = hf_fields(cfg)
     except KeyError as e:
         raise ConfigError(f"{p}: missing key {e.args[0]!r} for a decoder-only transformer") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{p}: unexpected value ({e})") from None
+    raw["source"] = str(p)
     return _spec(cfg.get("_name_or_path") or p.parent.name or "custom", raw, str(p))

@@ -179,7 +179,7 @@ def test_the_public_two_node_h100_run_with_8x200g_lands_from_1_gb() -> None:
 def test_the_multi_node_validation_holds_from_1_gb_and_names_its_sources() -> None:
     compared = multinode_compare()
     assert compared["source"].str.starts_with("https://github.com/").all()
-    assert compared["cluster"].n_unique() >= 5 and set(compared["gpu"]) == {"H100", "A100"}
+    assert compared["cluster"].n_unique() >= 8 and set(compared["gpu"]) == {"H100", "H200", "A100"}
     assert set(compared["network"]) == {"ib", "roce", "gpudirect-tcpxo", "efa"}
     large = compared.filter(pl.col("size_bytes") >= GIB)["error"].abs()
     assert large.median() <= 0.10 and large.max() <= 0.30

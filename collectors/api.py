@@ -12,7 +12,7 @@ Steps: an explicit ``set_step`` wins; otherwise trainers count optimizer steps a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rltrace.collectors import recorder
@@ -34,12 +34,22 @@ class _Steps:
         self.optimizer = 0  # optimizer steps whose step has been left (advanced at the next forward)
         self.generate_calls = 0
         self.weight_version = 0
+        self.trains = False  # this process has run an optimizer step: its generation is its trainer's step
+        # called when generation (or an engine's start-up) ends: its forward passes are not training
+        self.after_generation: list[Callable[[], None]] = []
 
     def train(self) -> int:
         return self.explicit if self.explicit is not None else self.optimizer
 
     def gen(self) -> int:
         return self.explicit if self.explicit is not None else max(self.generate_calls - 1, 0)
+
+    def rollout(self) -> int:
+        """The step of samples generated now: a trainer's optimizer step (its generation opens the step),
+        else the generator's own step."""
+        if self.explicit is not None:
+            return self.explicit
+        return self.optimizer if self.trains else self.gen()
 
     def current(self) -> int:
         if self.explicit is not None:
@@ -48,6 +58,18 @@ class _Steps:
 
 
 steps = _Steps()
+
+
+def generation_ended() -> None:
+    """Tell the train-span tracker that generation (or an engine start-up) just ended in this process: the
+    next ``train`` span starts at the first forward pass after it, so no generation lies inside a train span."""
+    for listener in steps.after_generation:
+        try:
+            listener()
+        except Exception as e:  # noqa: BLE001 - recording must never break the job
+            rec = recorder.current()
+            if rec is not None:
+                rec.error("generation listener", e)
 
 
 def set_step(step: int) -> None:

@@ -24,11 +24,23 @@ SITECUSTOMIZE_TEMPLATE = Path(__file__).with_name("sitecustomize_template.py")
 
 
 def install_collectors() -> None:
-    """Attach the torch.distributed and vLLM collectors when (or if) the job imports them."""
+    """Attach the torch.distributed, vLLM and Hugging Face generate collectors when (or if) the job imports
+    them."""
     hooks.when_imported("torch", _install_torch)
     for name, install in VLLM_MODULES.items():
         hooks.when_imported(name, install)
+    hooks.when_imported("transformers.generation.utils", _install_hf_generate)
     hooks.when_imported("ray", _install_ray)
+
+
+def _install_hf_generate(module: Any) -> None:
+    rec = recorder.current()
+    if rec is None:
+        return
+    with rec.guard("hf generate collector install"):
+        from rltrace.collectors import hf_generate  # imports torch: only once transformers' generation is in use
+
+        hf_generate.install(module)
 
 
 def _install_torch(_module: Any) -> None:

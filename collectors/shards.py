@@ -66,16 +66,22 @@ def load_shards(record_dir: Path) -> list[Shard]:
 
 
 def _name_actors(shards: list[Shard]) -> None:
+    """Bundle actors: a trainer is ``trainer/rank<r>`` (its torch.distributed rank; a trainer without one, a
+    single-process job, takes the next free rank), a process that only generates is its engine."""
     engine = 0
     for s in shards:
         for key in sorted(s.meta.get("engines", {}), key=lambda k: int(k.split(":")[1])):
             s.names[key] = f"rollout/engine{engine}"
             engine += 1
+    ranked = {s.meta["rank"] for s in shards if s.meta.get("rank") is not None}
+    free = (r for r in range(len(shards) + len(ranked)) if r not in ranked)
     for s in shards:
         roles, rank = s.meta.get("roles", []), s.meta.get("rank")
         engines = [v for k, v in s.names.items() if k.startswith("engine:")]
         if "trainer" in roles and rank is not None:
             s.actor = f"trainer/rank{rank}"
+        elif "trainer" in roles:
+            s.actor = f"trainer/rank{next(free)}"
         elif "rollout" in roles and len(engines) == 1:
             s.actor = engines[0]
         elif rank is not None:
@@ -233,6 +239,13 @@ def merge(
     spans = _rename(tables["spans"], "actor", shards)
     iterations = _rename(tables["iterations"], "engine", shards).drop("_shard").sort("start_ns", "engine")
     syncs = _rename(_rename(tables["weight_syncs"], "src", shards), "dst", shards)
+    # a reload a trainer process made itself (its own engine, from its own file or tensors) is that trainer's
+    # sync; a generator reloading a file it wrote from weights it received keeps its transport as source
+    trainer_shards = [s.index for s in shards if s.actor.startswith("trainer/")]
+    local = pl.col("src").str.contains(r"^(disk|rpc):") & pl.col("_shard").is_in(trainer_shards)
+    syncs = syncs.with_columns(pl.when(local).then(
+        pl.col("_shard").replace_strict({s.index: s.actor for s in shards}, default=pl.col("src"))
+    ).otherwise(pl.col("src")).alias("src"))
 
     world = _main_world(shards)
     in_world = {s.index for s in shards if s.meta.get("world") == world}
@@ -252,9 +265,11 @@ def merge(
     engines_of.update({e: [e] for names in engines_of.values() for e in names})
     req = fill_policy_versions(req, syncs, engines_of)
     step = pl.coalesce("step", "version").cast(pl.Int32).alias("step")
+    # one span per sync and endpoint: a step with two syncs (a colocated job's initial load, then the update)
+    # has two spans, not one around everything between them
     sync_spans = pl.concat(
-        [syncs.select(step, pl.col(end).alias("actor"), "start_ns", "end_ns") for end in ("src", "dst")]
-    ).group_by("step", "actor").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        [syncs.select(step, "version", pl.col(end).alias("actor"), "start_ns", "end_ns") for end in ("src", "dst")]
+    ).group_by("step", "version", "actor").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
     sync_spans = sync_spans.with_columns(pl.lit("weight_sync").alias("phase"), pl.lit("weight sync").alias("name"))
     spans = pl.concat([spans.drop("_shard"), sync_spans.select(TABLES["spans"].names)], how="vertical_relaxed")
 

@@ -14,7 +14,8 @@ sequence number, issue time and completion time:
 - functional collectives expose no Work: completion is their ``wait_tensor``, which runs before any use.
 
 It also hooks torch.optim's global step hooks: each optimizer step ends a ``train`` span (from the first
-module forward after the previous step) and is itself an ``optimizer`` span.
+module forward after the previous step, or after the step's last generation or engine start-up, whose forward
+passes are not training) and is itself an ``optimizer`` span.
 """
 
 from __future__ import annotations
@@ -370,6 +371,12 @@ class _TrainSpans:
     def arm(self) -> None:
         self.handle = torch.nn.modules.module.register_module_forward_pre_hook(self.first_forward)
 
+    def resume(self) -> None:
+        """Generation (or an engine start-up) just ended: the train span starts at the next forward."""
+        self.forward_start = None
+        if self.handle is None:
+            self.arm()
+
     def first_forward(self, module: Any, args: Any) -> None:
         if self.stepped:
             steps.optimizer += 1
@@ -387,6 +394,7 @@ class _TrainSpans:
         if rec is None:
             return
         rec.note_role("trainer")
+        steps.trains = True
         if self.forward_start is not None:
             rec.add("spans", (steps.train(), SELF, "train", "forward+backward", self.forward_start, self.opt_start))
         self.forward_start = None
@@ -446,6 +454,7 @@ def install(_module: Any = None, *, min_ranks: int = 2) -> None:
                 dist.Work.wait = _wrap_wait(dist.Work.wait)
             _train = _TrainSpans()
             _train.arm()
+            steps.after_generation.append(_train.resume)
             register_optimizer_step_pre_hook(_train.pre_step)
             register_optimizer_step_post_hook(_train.post_step)
 

@@ -7,6 +7,7 @@ Attaches by patching, once per process, the few vLLM entry points every front en
 - ``LLMEngine.step``: finished outputs of ``LLM.generate`` / ``LLM.chat`` and of user step loops, and one
   iterations row per call (its duration and the requests in the engine; the async engine records none);
 - ``AsyncLLM.generate``: the async engine RL frameworks use, and the OpenAI-compatible server;
+- ``LLM.__init__``: an ``engine_start`` span (start-up is neither generation nor training);
 - ``LLM.generate`` / ``LLM.chat``: a ``generate`` span each, and the generator's step count;
 - ``LLM.collective_rpc``, any method: a timed, sized weight-sync flow into the engine when the call carries
   weights (a known method name, weight files or tensors in its arguments), else an ``engine_rpc`` span.
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrace.collectors import recorder
-from rltrace.collectors.api import steps
+from rltrace.collectors.api import generation_ended, steps
 
 WEIGHT_METHODS = ("update_weight", "update_weights", "reload_weights", "load_weights", "update_weights_from_tensor")
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -150,6 +151,26 @@ def _async_generate(gen: Any) -> Any:
     return wrapper
 
 
+def _engine_start_span(init: Any) -> Any:
+    """``LLM.__init__``: the engine's start-up (model load, profiling run, KV-cache allocation) is its own
+    ``engine_start`` span, and its forward passes (an in-process engine's) are not the trainer's."""
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.time_ns()
+        try:
+            return init(self, *args, **kwargs)
+        finally:
+            generation_ended()
+            rec = recorder.current()
+            if rec is not None and getattr(self, "llm_engine", None) is not None:  # a failed start has no engine
+                with rec.guard("vllm collector"):
+                    key = engine_key(self.llm_engine)
+                    rec.add("spans", (steps.gen(), key, "engine_start", "LLM.__init__", start, time.time_ns()))
+
+    return wrapper
+
+
 def _generate_span(method: Any) -> Any:
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -158,6 +179,7 @@ def _generate_span(method: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
         finally:
+            generation_ended()
             rec = recorder.current()
             if rec is not None:
                 with rec.guard("vllm collector"):
@@ -255,6 +277,7 @@ def install_async_llm(module: Any) -> None:
 def install_llm(module: Any) -> None:
     """Patch ``vllm.entrypoints.llm`` once it is imported."""
     with _guard("vllm collector install"):
+        _patch(module.LLM, "__init__", _engine_start_span)
         _patch(module.LLM, "generate", _generate_span)
         _patch(module.LLM, "chat", _generate_span)
         _patch(module.LLM, "collective_rpc", _collective_rpc)

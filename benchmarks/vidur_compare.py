@@ -118,12 +118,20 @@ def run_vidur(work: Path, requests: pl.DataFrame, batch: int) -> tuple[pl.DataFr
     rf = "--random_forrest_execution_time_predictor_config_"
     args = ["--replica_config_device", "h100", "--replica_config_network_device", "h100_dgx",
             "--replica_config_model_name", "meta-llama/Llama-2-7b-hf", "--replica_config_tensor_parallel_size", "1",
+            # Vidur 0.0.26 defaults to 2 pipeline stages (two GPUs) and 80% of GPU memory for weights and KV
+            # (vidur/config/config.py ReplicaConfig): one GPU at vLLM's 90%, as rltrace runs it
+            "--replica_config_num_pipeline_stages", "1", "--replica_config_gpu_memory_utilization", "0.9",
             "--cluster_config_num_replicas", "1", "--replica_scheduler_config_type", "vllm",
             "--vllm_scheduler_config_batch_size_cap", str(batch), "--vllm_scheduler_config_max_tokens_in_batch",
             str(MAX_TOKENS), "--cache_config_block_size", str(BLOCK),
             "--request_generator_config_type", "trace_replay", "--trace_request_generator_config_trace_file", str(trace),
             "--trace_request_generator_config_date", "2023-11-16", "--trace_request_generator_config_max_tokens",
-            str(MAX_TOKENS), "--execution_time_predictor_config_type", "random_forrest",
+            str(MAX_TOKENS),
+            # Vidur's trace generator scales prompts by 0.3 and arrival times by 0.04 unless told otherwise
+            # (vidur/config/config.py TraceRequestGeneratorConfig): replay the trace as it is
+            "--trace_request_generator_config_prefill_scale_factor", "1",
+            "--trace_request_generator_config_decode_scale_factor", "1",
+            "--trace_request_generator_config_time_scale_factor", "1", "--execution_time_predictor_config_type", "random_forrest",
             f"{rf}num_estimators", "250", f"{rf}max_depth", "16", f"{rf}min_samples_split", "2",
             f"{rf}k_fold_cv_splits", "2", f"{rf}prediction_max_batch_size", str(batch),
             f"{rf}prediction_max_tokens_per_request", str(MAX_TOKENS), f"{rf}cache_dir", str(work / "vidur_cache"),

@@ -1,8 +1,9 @@
 """The discrete-event simulator, and the verbs a scheduler drives it with.
 
-A scheduler (see :mod:`.schedulers.base`) gets this object in ``start`` and in every ``on_event``. It
-dispatches requests to generation instances (``submit``), reorders queues, aborts and resubmits
-(``abort``), grows, shrinks and regroups pools (``add_instance``, ``retire``, ``reconfigure``), books work
+A scheduler (see :mod:`.schedulers.base`) drives these verbs through its view of the run
+(:mod:`.schedulers.view`, built in ``run``), never through this object: it dispatches requests to generation
+instances (``submit``), aborts and resubmits them (``abort``, ``migrate``), grows, shrinks and regroups
+pools (``add_instance``, ``retire``, ``reconfigure``), books work
 on resources (``work``: training, weight sync, reward, environment, switches), sets timers, and marks
 which samples each training step consumed and when a step ends. The loop below moves time forward from
 event to event; nothing here knows any scheduling policy.

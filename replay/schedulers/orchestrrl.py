@@ -55,7 +55,7 @@ class OrchestrRL:
         job = sim.jobs[0]
         self.base_tp = sim.cluster.tp
         self.instances = disaggregated_pools(sim, job)
-        self.left = {}
+        self.left: dict[int, int] = {}  # step -> its requests not finished yet
         self.regroups = 0
         self._launch(sim, 0)
 

@@ -12,7 +12,7 @@ marks the run's metrics (``extra.oracle = 1``) so no reader mistakes an upper bo
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 from rltrace.replay.entities.requests import State
@@ -26,23 +26,24 @@ if TYPE_CHECKING:  # (the simulator imports this module when a run starts: no im
     from rltrace.replay.simulator import Simulator
 
 FINISHED, RUNNING, WAITING = int(State.FINISHED), int(State.RUNNING), int(State.WAITING)
+T = TypeVar("T")
 
 
 class LengthUnknown(LookupError):
     """A scheduler read what only a finished request reveals (its output length) before it finished."""
 
 
-class _Revealed:
+class _Revealed(Generic[T]):
     """A per-request column readable only for requests finished by now (a planned drain writes finishes
     ahead of time: those are still in the future)."""
 
     __slots__ = ("_finish", "_sim", "_state", "_values", "_what")
 
-    def __init__(self, values: list[Any], sim: Simulator, what: str) -> None:
+    def __init__(self, values: list[T], sim: Simulator, what: str) -> None:
         self._values, self._sim, self._what = values, sim, what
         self._state, self._finish = sim.requests.state, sim.requests.finish_s
 
-    def __getitem__(self, rid: int) -> Any:
+    def __getitem__(self, rid: int) -> T:
         if self._state[rid] != FINISHED or not self._finish[rid] <= self._sim.now:
             raise LengthUnknown(f"request {rid} has not finished: its {self._what} is unknown until it does "
                                 "(a policy predicts it: see rltrace.replay.schedulers.predict)")
@@ -91,10 +92,10 @@ class RequestView:
         self.version: Sequence[int] = req.version
         self.preemptions: Sequence[int] = req.preemptions
         self.aborts: Sequence[int] = req.aborts
-        self.state: Sequence[int] = _States(sim)
-        self.output: Sequence[int] = _Revealed(req.output, sim, "output length")
-        self.finish_s: Sequence[float] = _Revealed(req.finish_s, sim, "finish time")
-        self.next_turn: Sequence[int] = _Revealed(req.next_turn, sim, "next turn")
+        self.state = _States(sim)
+        self.output: _Revealed[int] = _Revealed(req.output, sim, "output length")
+        self.finish_s: _Revealed[float] = _Revealed(req.finish_s, sim, "finish time")
+        self.next_turn: _Revealed[int] = _Revealed(req.next_turn, sim, "next turn")
 
     @property
     def n(self) -> int:

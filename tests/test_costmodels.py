@@ -11,31 +11,52 @@ from helpers import require_shared, run_cli
 from rltrace.catalog import get_gpu, get_model
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
+from rltrace.replay.costmodels.parallel import tp_allreduce_seconds
 
 LLAMA, H100 = get_model("Llama-2-7B"), get_gpu("H100")
 
 
+def _gemm_params(model) -> int:  # noqa: ANN001 - every weight a GEMM reads: all but the input embedding and norms
+    return model.params - model.vocab * model.hidden * (0 if model.tied_embeddings else 1) - (2 * model.layers + 1) * model.hidden
+
+
 def test_small_batch_decode_reads_the_weights_once() -> None:
-    cost = Roofline(model=LLAMA, gpu=H100, memory_efficiency=0.7)
+    cost = Roofline(model=LLAMA, gpu=H100, memory_efficiency=0.7, kernel_floors=False)
     est = cost.decode(batch=1, context=1000)
-    expected = (LLAMA.weight_bytes + 1000 * LLAMA.kv_bytes_per_token) / (H100.hbm_bytes_per_s * 0.7)
+    bandwidth = H100.hbm_bytes_per_s * 0.7
+    weights = _gemm_params(LLAMA) * LLAMA.dtype_bytes / bandwidth
+    kv = 1000 * LLAMA.kv_bytes_per_token / bandwidth
+    sampler = 4 * LLAMA.vocab * 4 / bandwidth  # four passes over the FP32 logits
     assert est.bound == "memory"
-    assert est.seconds == pytest.approx(expected, rel=1e-12)
+    assert est.memory_s == pytest.approx(weights + kv, rel=1e-12)
+    assert est.seconds == pytest.approx(weights + kv + sampler, rel=1e-12)
 
 
 def test_large_batch_short_context_is_compute_bound() -> None:
-    cost = Roofline(model=LLAMA, gpu=H100, compute_efficiency=0.6)
+    cost = Roofline(model=LLAMA, gpu=H100, compute_efficiency=0.6, kernel_floors=False)
     est = cost.decode(batch=4096, context=0)
     assert est.bound == "compute"
-    assert est.seconds == pytest.approx(2 * LLAMA.params * 4096 / (H100.flops * 0.6), rel=1e-12)
+    assert est.compute_s == pytest.approx(2 * _gemm_params(LLAMA) * 4096 / (H100.flops * 0.6), rel=1e-12)
+    assert est.compute_s < est.seconds < est.compute_s * 1.02  # plus the sampler's passes over the logits
 
 
-def test_tensor_parallelism_splits_reads_and_adds_ring_all_reduces() -> None:
-    one = Roofline(model=LLAMA, gpu=H100, tp=1).decode(batch=8, context=512)
-    two = Roofline(model=LLAMA, gpu=H100, tp=2).decode(batch=8, context=512)
+def test_tensor_parallelism_splits_reads_and_prices_all_reduces_on_the_network_model() -> None:
+    one = Roofline(model=LLAMA, gpu=H100, tp=1, kernel_floors=False).decode(batch=8, context=512)
+    two = Roofline(model=LLAMA, gpu=H100, tp=2, kernel_floors=False).decode(batch=8, context=512)
     assert two.memory_s == pytest.approx(one.memory_s / 2, rel=1e-12)
-    ring = 2 * (1 / 2) * 8 * LLAMA.hidden * 2 / (H100.nvlink_gbps / 2 * 1e9)
-    assert two.comm_s == pytest.approx(2 * LLAMA.layers * (ring + 5e-6), rel=1e-12)
+    per_call = tp_allreduce_seconds(H100, 2, 8, LLAMA.hidden)
+    assert 5e-6 < per_call < 50e-6  # NCCL's small-message latency on one NVSwitch node, as measured (~15 us)
+    assert two.comm_s == pytest.approx(2 * LLAMA.layers * per_call, rel=1e-12)
+
+
+def test_batch_64_costs_what_its_kernels_and_collectives_add() -> None:
+    """The 70B at TP 8: batch 64 pays the TP all-reduces of 64 tokens, its KV reads and the padded GEMMs; a
+    batch of 1 already pays every kernel's floor. The ratio follows from those terms, not from a fit."""
+    cost = Roofline(model=get_model("Llama-2-70B"), gpu=H100, tp=8)
+    one, sixty_four = cost.decode(1, 512), cost.decode(64, 512)
+    assert sixty_four.comm_s > one.comm_s and sixty_four.memory_s > one.memory_s
+    assert one.floor_s > 0  # kernel floors: 80 layers x ~10 kernels of >= 2.4 us
+    assert sixty_four.seconds / one.seconds > 1.14
 
 
 def test_train_step_is_six_flops_per_parameter_per_token() -> None:

@@ -1,7 +1,9 @@
 """What a generation instance asks of a cost model, and the roofline's answer.
 
 The engine needs three things per tensor-parallel degree: the per-iteration decode model (closed form), the
-time to prefill a wave of admitted prompts, and how many tokens of KV cache fit beside the weights.
+time to prefill a wave of admitted prompts, and how many tokens of KV cache fit beside the weights. The
+roofline's iteration is per kernel (:mod:`.roofline`): MoE experts touched by the batch, MLA's compressed
+cache, CUDA-graph padding and kernel floors, TP/EP collectives from the network model.
 """
 
 from __future__ import annotations
@@ -76,13 +78,15 @@ class RooflineGeneration:
         return self._at(tp)[1].seconds_array(tokens, prompts)
 
     def kv_capacity_tokens(self, tp: int) -> int:
-        free = tp * self.gpu.memory_gb * 1e9 * self.gpu_memory_utilization - self.model.weight_bytes
+        # per rank: its share of the weights, then KV at the rank's bytes per token (MLA's latent and KV heads
+        # beyond tp are replicated, so the cache does not grow with tp the way the weights' share shrinks)
+        free = self.gpu.memory_gb * 1e9 * self.gpu_memory_utilization - self.model.weight_bytes / tp
         if free <= 0:
             raise ConfigError(
                 f"{self.model.name} ({self.model.weight_bytes / 1e9:.1f} GB of weights) does not fit on "
                 f"{tp} x {self.gpu.name} ({self.gpu.memory_gb:g} GB each); raise tp"
             )
-        return int(free / self.model.kv_bytes_per_token)
+        return int(free / self.model.kv_bytes_per_token_rank(tp))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,30 +1,46 @@
-"""Roofline cost model of a dense transformer on one GPU kind, with tensor parallelism.
+"""Cost of one serving-engine iteration (and one training step) of a transformer on a GPU kind, per kernel.
 
-Per iteration, time is the larger of compute and memory time (they overlap), plus tensor-parallel
-communication (it does not overlap in vLLM's eager decode):
+One iteration runs ``tokens`` tokens (decode: one per running sequence; prefill: a chunk of prompt) through
+every layer. On each tensor-parallel rank every kernel takes the longest of its floor, its bytes over achieved
+HBM bandwidth and its FLOPs over achieved peak (``memory_efficiency``, ``compute_efficiency``), and kernels run
+one after another:
 
-- decode (batch B, mean context C): FLOPs ``2 x params x B + 4 x layers x heads x head_dim x B x C``
-  (weights, then QK^T and AV against the context); bytes read ``weights + B x C x kv_bytes_per_token``;
-- prefill (T tokens in P prompts): FLOPs ``2 x params x T + 4 x layers x heads x head_dim x P x (T/P)^2 / 2``
-  (causal attention), bytes ``weights + T x kv_bytes_per_token`` (the KV cache is written);
-- TP > 1: two all-reduces per layer of ``tokens x hidden x dtype_bytes`` over NVLink, each a ring
-  (``2 (tp-1)/tp x bytes / bandwidth``) plus a latency term;
-- train (T tokens over N GPUs): ``6 x params x T / (N x peak x MFU)``, compute-bound by construction.
+- GEMMs: attention in and out projections, the dense MLP's gate/up and down, the LM head; MoE layers read the
+  router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
+  expected of E, top-k each); FP8 weights read one byte and run at the FP8 peak where the part has one;
+- attention: a floor plus the KV cache read (decode: ``batch x context`` tokens at the model's bytes per token
+  and rank, MLA's compressed latent, a sliding window's cap) at the attention kernels' efficiency, or its
+  FLOPs (``2 x heads x (2 kv_lora_rank + rope)`` per context token for MLA's absorbed decode) where larger;
+- elementwise kernels (norms, rotary, activation, routing) at their floor; the sampler's passes over the logits;
+- tensor parallelism: two all-reduces per layer, expert parallelism: a dispatch and a combine all-to-all per
+  MoE layer, each priced by the network model (:mod:`.parallel`);
+- CUDA graphs (vLLM's captured sizes, :mod:`.serving`): GEMMs run on the padded batch; beyond the largest
+  captured size every kernel is launched from the host and the iteration takes at least the launches' time.
 
-Peak FLOP/s, HBM and NVLink bandwidth come from the GPU catalog (datasheets); the efficiency factors are
-defaults until calibrated (the replay-engine and real-kernel issues fit them to traces and kernel tables).
+Prefill of T tokens in P prompts runs in chunks of the engine's token budget (chunked prefill), each chunk an
+iteration as above plus causal attention (``P x (T/P)^2 / 2`` query-key pairs). Training: ``6 x active
+parameters x tokens`` over ``gpus x peak x MFU`` plus expert-parallel all-to-alls (:mod:`.training`).
+
+Peak FLOP/s, HBM and NVLink come from the GPU catalog (datasheets); floors and defaults from vLLM's source and
+the public H100 kernel tables (see :mod:`.serving` and docs/costmodels.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
+from rltrace.replay.costmodels.parallel import ep_alltoall_seconds, tp_allreduce_seconds
+from rltrace.replay.costmodels.training import DEFAULT_TRAIN_MFU, step_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 
-ALLREDUCE_LATENCY_S = 5e-6  # per NVLink all-reduce launch (order of NCCL's small-message latency on 8 GPUs)
+TABLE_BATCHES = serving.MAX_NUM_SEQS  # the replay engine's per-batch table covers vLLM's default max_num_seqs
+LOGIT_BYTES = 4  # vLLM samples from FP32 logits
+PREFILL_ANCHOR_TOKENS = 256  # 128 experts at top-8: 1 - (15/16)^256 of them touched, i.e. all
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,150 +49,302 @@ class Estimate:
 
     seconds: float
     bound: str
-    """"compute" or "memory" (which of the two overlapping terms is larger)"""
+    """"compute", "memory" (the larger of the kernels' two terms summed) or "launch" (floors and host launches)"""
     compute_s: float
     memory_s: float
     comm_s: float
     flops: float
     bytes: float
+    floor_s: float = 0.0
+    """kernel floors and host launches beyond what the kernels' work explains"""
+    experts: float = 0.0
+    """expected distinct routed experts read per MoE layer"""
 
     def to_json(self) -> dict[str, float | str]:
-        return {
-            "seconds": self.seconds,
-            "bound": self.bound,
-            "compute_s": self.compute_s,
-            "memory_s": self.memory_s,
-            "comm_s": self.comm_s,
-            "flops": self.flops,
-            "bytes": self.bytes,
-        }
+        return {"seconds": self.seconds, "bound": self.bound, "compute_s": self.compute_s, "memory_s": self.memory_s,
+                "comm_s": self.comm_s, "flops": self.flops, "bytes": self.bytes, "floor_s": self.floor_s,
+                "experts": self.experts}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Roofline:
-    """Analytic per-iteration times for ``model`` on ``gpu`` with tensor parallelism ``tp``."""
+    """Per-iteration times for ``model`` on ``gpu`` with tensor parallelism ``tp`` (experts split over ``ep``
+    ranks of the same group when ``ep`` > 1, else sharded by TP)."""
 
     model: ModelSpec
     gpu: GPUSpec
     tp: int = 1
+    ep: int = 1
     # Defaults: median efficiency of Vidur's measured Llama-2-7B projection GEMMs on H100 at TP 1
     # (../shared/data/kernels/h100/vidur_llama-2-7b_mlp.csv; table in docs/costmodels.md).
     memory_efficiency: float = 0.6
     """achieved fraction of HBM bandwidth (measured median, memory-bound GEMMs: 0.59)"""
     compute_efficiency: float = 0.7
-    """achieved fraction of peak BF16 FLOP/s in inference kernels (measured median, compute-bound: 0.69)"""
-    train_mfu: float = 0.35
-    """model FLOPs utilisation of training"""
+    """achieved fraction of peak FLOP/s in inference kernels (measured median, compute-bound: 0.69)"""
+    train_mfu: float = DEFAULT_TRAIN_MFU
+    """model FLOPs utilisation of training (default and its sources: :mod:`.training`)"""
     attention_efficiency: float | None = None
+    """achieved fraction of HBM bandwidth reading the KV cache in decode attention (None: memory_efficiency)"""
     engine_overhead: Linear = field(default_factory=Linear)
     """per-iteration serving-engine time beyond the kernels (scheduling, sampling, Python), measured by
-    ``rltrace calibrate --device cpu --engine vllm``; none by default (GPU engines hide most of it)"""
-    """achieved fraction of HBM bandwidth reading the KV cache in decode attention (None: memory_efficiency)"""
+    ``rltrace calibrate --device cpu --engine vllm``; none by default (GPU engines overlap most of it)"""
+    kernel_floors: bool | None = None
+    """kernel floors, CUDA graphs and host launches (None: on for GPUs, off for a CPU device)"""
+    batched_tokens: int = serving.MAX_BATCHED_TOKENS
+    """chunked prefill's token budget per iteration (vLLM's max_num_batched_tokens)"""
 
     def __post_init__(self) -> None:
-        # vLLM splits attention heads over TP ranks; KV heads split too, or are replicated when tp exceeds them.
-        heads_split = self.tp >= 1 and self.model.heads % self.tp == 0
-        kv_split = self.model.kv_heads % self.tp == 0 or self.tp % self.model.kv_heads == 0
+        m = self.model
+        heads_split = self.tp >= 1 and m.heads % self.tp == 0
+        kv_split = m.is_mla or m.kv_heads % self.tp == 0 or self.tp % m.kv_heads == 0
         if not (heads_split and kv_split):
-            raise ConfigError(
-                f"tp {self.tp} does not split {self.model.name}'s {self.model.heads} attention heads "
-                f"({self.model.kv_heads} KV heads) evenly"
-            )
+            raise ConfigError(f"tp {self.tp} does not split {m.name}'s {m.heads} attention heads "
+                              f"({m.kv_heads} KV heads) evenly")
+        if self.ep < 1 or (self.ep > 1 and (not m.is_moe or m.experts % self.ep)):
+            raise ConfigError(f"ep {self.ep}: expert parallelism needs an MoE whose {m.experts or 'no'} experts split "
+                              "evenly over the ep ranks")
         for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "attention_efficiency"):
-            if getattr(self, name) is not None and not 0 < getattr(self, name) <= 1:
-                raise ConfigError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:
+                raise ConfigError(f"{name} must be in (0, 1], got {value}")
+        if self.batched_tokens < 1:
+            raise ConfigError(f"batched_tokens must be >= 1, got {self.batched_tokens}")
+
+    # ---- memory ---------------------------------------------------------------------------------------------
+
+    @property
+    def _floors(self) -> bool:
+        return self.kernel_floors if self.kernel_floors is not None else self.gpu.name.lower() != "cpu"
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes of one token on one rank."""
+        return self.model.kv_bytes_per_token_rank(self.tp)
 
     def memory_needed_gb(self, kv_tokens: float) -> float:
         """GPU memory per TP rank for the weights plus ``kv_tokens`` tokens of KV cache, in GB."""
-        m = self.model
-        return (m.weight_bytes + kv_tokens * m.kv_bytes_per_token) / self.tp / 1e9
+        return (self.model.weight_bytes / self.tp + kv_tokens * self.kv_bytes_per_token) / 1e9
 
     def fits(self, kv_tokens: float) -> bool:
         """Whether weights and that much KV cache fit in one GPU's memory (activations not counted)."""
         return self.memory_needed_gb(kv_tokens) <= self.gpu.memory_gb
 
-    def _attention_flops(self, query_tokens: float, mean_context: float) -> float:
-        m = self.model
-        return 4.0 * m.layers * m.heads * m.dim_head * query_tokens * mean_context
+    # ---- kernels --------------------------------------------------------------------------------------------
 
-    def _tp_comm(self, tokens: float) -> float:
-        if self.tp == 1:
-            return 0.0
+    def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, peak: float) -> np.ndarray:
+        bw = self.gpu.hbm_bytes_per_s * self.memory_efficiency
+        t = np.maximum(np.asarray(nbytes) / bw, np.asarray(flops) / (peak * self.compute_efficiency))
+        return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
+
+    def _layers(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Seconds of every kernel but attention and communication for ``tokens`` rows per rank, with the
+        FLOPs, bytes and expected experts behind them (arrays over ``tokens``)."""
+        m, tp, wb = self.model, self.tp, self.model.dtype_bytes
+        peak = self.gpu.flops_for(wb)
+        t = np.asarray(tokens, dtype=np.float64)
+        o_params = m.heads * (m.v_head_dim if m.is_mla else m.dim_head) * m.hidden
+        gemms = [m.attention_params - o_params, o_params]  # per layer, every layer
+        dense = [2 * m.hidden * m.intermediate, m.hidden * m.intermediate]
+        shared = [2 * m.shared_experts * m.hidden * m.expert_intermediate, m.shared_experts * m.hidden * m.expert_intermediate]
+        seconds = np.zeros_like(t)
+        flops = np.zeros_like(t)
+        nbytes = np.zeros_like(t)
+
+        def add(params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None) -> None:
+            nonlocal seconds, flops, nbytes
+            b = (params if read is None else read) * wb / tp
+            f = 2.0 * rows * params / tp
+            seconds = seconds + count * self._kernel(b, f, peak)
+            flops = flops + count * f
+            nbytes = nbytes + count * b
+
+        for p in gemms:
+            add(p, m.layers)
+        for p in dense:
+            add(p, m.dense_layers if m.is_moe else m.layers)
+        experts = serving.expected_experts(m.experts, m.experts_per_token, t)
+        if m.is_moe:
+            add(m.hidden * m.experts, m.moe_layers)  # router
+            for p in shared:
+                if p:
+                    add(p, m.moe_layers)
+            for share in (2 / 3, 1 / 3):  # grouped gate/up and down over the experts the tokens touch
+                add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
+                    read=share * m.expert_params * experts)
+        add(m.vocab * m.hidden, 1)  # LM head (vocab-parallel over TP)
+        if self._floors:
+            elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * serving.MOE_ELEMENTWISE
+            seconds = seconds + elementwise * serving.ELEMENTWISE_FLOOR_S
+        return seconds, flops, nbytes, experts
+
+    def _serving_ep(self) -> None:
+        if self.ep not in (1, self.tp):
+            raise ConfigError(f"ep {self.ep}: a serving instance runs its experts over its own TP group "
+                              f"(ep 1 or {self.tp})")
+
+    def _comm(self, tokens: np.ndarray | float) -> np.ndarray:
+        """TP all-reduces and EP all-to-alls of one iteration over ``tokens`` tokens (network model)."""
+        m, tp = self.model, self.tp
+        self._serving_ep()
+        t = np.atleast_1d(np.asarray(tokens, dtype=np.float64))
+        out = np.empty_like(t)
+        if tp == 1:
+            return np.zeros_like(t)
+        for i, n in enumerate(t):  # a handful of sizes: the network model caches each collective
+            allreduces = 2 * m.layers - (m.moe_layers if self.ep > 1 else 0)
+            s = allreduces * tp_allreduce_seconds(self.gpu, tp, float(n), m.hidden)
+            if self.ep > 1:
+                s += 2 * m.moe_layers * ep_alltoall_seconds(self.gpu, self.ep, float(n) / self.ep, m.hidden,
+                                                            m.experts_per_token)
+            out[i] = s
+        return out
+
+    def _sampler(self, rows: np.ndarray | float) -> np.ndarray:
+        nbytes = serving.SAMPLER_PASSES * np.asarray(rows, dtype=np.float64) * self.model.vocab * LOGIT_BYTES
+        return nbytes / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+
+    def _launch_bound(self, tokens: np.ndarray, gpu_s: np.ndarray) -> np.ndarray:
+        """Iterations beyond the largest captured CUDA graph: the host launches every kernel itself."""
+        if not self._floors:
+            return gpu_s
         m = self.model
-        size = tokens * m.hidden * m.dtype_bytes
-        bandwidth = self.gpu.nvlink_gbps / 2 * 1e9  # one direction of the bidirectional figure
-        ring = 2 * (self.tp - 1) / self.tp * size / bandwidth
-        return 2 * m.layers * (ring + ALLREDUCE_LATENCY_S)
+        kernels = m.layers * (4 + serving.DENSE_ELEMENTWISE + 1) + m.moe_layers * (3 + serving.MOE_ELEMENTWISE)
+        host = kernels * serving.EAGER_LAUNCH_S
+        return np.where(np.asarray(tokens) > serving.MAX_CAPTURE_SIZE, np.maximum(gpu_s, host), gpu_s)
+
+    def decode_table(self, batches: np.ndarray) -> np.ndarray:
+        """Seconds of a decode iteration's batch-dependent part at each batch size: GEMMs on the padded batch,
+        experts touched, floors, sampler, TP/EP communication (everything but the KV reads)."""
+        b = np.asarray(batches, dtype=np.int64)
+        rows = serving.padded_tokens(b) if self._floors else b
+        gemm = self._layers(rows)[0]
+        attention_floor = self.model.layers * serving.ATTENTION_FLOOR_S if self._floors else 0.0
+        gpu_s = gemm + attention_floor + self._sampler(b) + self._comm_table(b)
+        return np.where(b > 0, self._launch_bound(b, gpu_s), 0.0)
+
+    def _comm_table(self, b: np.ndarray) -> np.ndarray:
+        """:meth:`_comm` at each batch size: exact at the rows the iteration runs (CUDA graphs pad the batch to a
+        captured size, so a few dozen sizes cover a whole table), a line beyond the largest captured size."""
+        b = np.asarray(b, dtype=np.int64)
+        if self.tp == 1:
+            return np.zeros(len(b))
+        top = serving.MAX_CAPTURE_SIZE
+        rows = np.minimum(serving.padded_tokens(b) if self._floors else b, top)
+        unique, inverse = np.unique(rows, return_inverse=True)
+        out = self._comm(unique)[inverse.reshape(-1)]
+        beyond = b > top
+        if beyond.any():
+            lo, hi = self._comm(np.array([top, 2 * top], dtype=np.float64))
+            out = np.where(beyond, lo + (hi - lo) * (b - top) / top, out)
+        return out
 
     @property
-    def _kv_read_efficiency(self) -> float:
-        return self.attention_efficiency or self.memory_efficiency
+    def _attention_per_ctx(self) -> tuple[float, float]:
+        """(compute seconds, memory seconds) per context token a decode query attends to, on one rank."""
+        m = self.model
+        flop_s = self.gpu.flops * self.compute_efficiency
+        read = self.gpu.hbm_bytes_per_s * (self.attention_efficiency or self.memory_efficiency)
+        return m.attention_flops_per_token / self.tp / flop_s, self.kv_bytes_per_token / read
 
-    def _combine(self, flops: float, nbytes: float, comm: float, kv_read: float = 0.0) -> Estimate:
-        compute = flops / (self.tp * self.gpu.flops * self.compute_efficiency)
-        bandwidth = self.tp * self.gpu.hbm_bytes_per_s
-        memory = (nbytes - kv_read) / (bandwidth * self.memory_efficiency) + kv_read / (bandwidth * self._kv_read_efficiency)
-        bound = "compute" if compute >= memory else "memory"
-        return Estimate(max(compute, memory) + comm, bound, compute, memory, comm, flops, nbytes)
-
-    def iteration_model(self) -> IterationModel:
-        """:meth:`decode` as lines in (batch, total context tokens), for the engine's closed-form sums."""
-        m, tp = self.model, self.tp
-        flop_s = tp * self.gpu.flops * self.compute_efficiency
-        byte_s = tp * self.gpu.hbm_bytes_per_s * self.memory_efficiency
-        attention = 4.0 * m.layers * m.heads * m.dim_head  # FLOPs per context token per iteration
-        comm = Linear()
-        if tp > 1:
-            ring = 2 * (tp - 1) / tp * m.hidden * m.dtype_bytes / (self.gpu.nvlink_gbps / 2 * 1e9)
-            comm = Linear(base=2 * m.layers * ALLREDUCE_LATENCY_S, per_seq=2 * m.layers * ring)
-        e = self.engine_overhead
-        comm = Linear(comm.base + e.base, comm.per_seq + e.per_seq, comm.per_ctx + e.per_ctx)
-        return IterationModel(
-            compute=Linear(per_seq=2.0 * m.params / flop_s, per_ctx=attention / flop_s),
-            memory=Linear(base=m.weight_bytes / byte_s,
-                          per_ctx=m.kv_bytes_per_token / (tp * self.gpu.hbm_bytes_per_s * self._kv_read_efficiency)),
-            extra=comm,
-        )
-
-    def prefill_model(self) -> PrefillModel:
-        """:meth:`prefill` with its coefficients worked out once, for the engine."""
-        m, tp = self.model, self.tp
-        flop_s = tp * self.gpu.flops * self.compute_efficiency
-        byte_s = tp * self.gpu.hbm_bytes_per_s * self.memory_efficiency
-        comm = self._tp_comm(1) - self._tp_comm(0) if tp > 1 else 0.0
-        return PrefillModel(
-            per_token=2.0 * m.params / flop_s,
-            per_token_sq_per_prompt=2.0 * m.layers * m.heads * m.dim_head / flop_s,
-            memory_base=m.weight_bytes / byte_s,
-            memory_per_token=m.kv_bytes_per_token / byte_s,
-            extra_base=self._tp_comm(0),
-            extra_per_token=comm,
-        )
+    # ---- public ---------------------------------------------------------------------------------------------
 
     def decode(self, batch: int, context: float) -> Estimate:
         """One decode iteration of ``batch`` sequences whose mean context is ``context`` tokens."""
         if batch < 1 or context < 0:
             raise ConfigError(f"decode needs batch >= 1 and context >= 0, got batch={batch}, context={context}")
+        self._serving_ep()
         m = self.model
-        flops = 2.0 * m.params * batch + self._attention_flops(batch, context)
-        kv_read = batch * context * m.kv_bytes_per_token
-        engine = self.engine_overhead.base + self.engine_overhead.per_seq * batch  # (listed under comm_s)
-        return self._combine(flops, float(m.weight_bytes) + kv_read, self._tp_comm(batch) + engine, kv_read)
+        b = np.array([batch])
+        rows = serving.padded_tokens(b) if self._floors else b
+        _, gflops, gbytes, experts = (float(x[0]) for x in self._layers(rows))
+        table = float(self.decode_table(b)[0])
+        attended = batch * m.attended(context)
+        per_c, per_m = self._attention_per_ctx
+        kv_read = attended * self.kv_bytes_per_token
+        comm = float(self._comm_table(b)[0])
+        engine = self.engine_overhead.base + self.engine_overhead.per_seq * batch + self.engine_overhead.per_ctx * batch * context
+        seconds = max(per_c * attended, table + per_m * attended) + engine
+        flops = gflops + m.attention_flops_per_token / self.tp * attended
+        nbytes = gbytes + kv_read
+        compute_s = flops / (self.gpu.flops_for(m.dtype_bytes) * self.compute_efficiency)
+        memory_s = gbytes / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) + per_m * attended
+        floor = max(seconds - engine - comm - max(compute_s, memory_s), 0.0)
+        bound = "launch" if floor > max(compute_s, memory_s) else ("compute" if compute_s >= memory_s else "memory")
+        return Estimate(seconds, bound, compute_s, memory_s, comm + engine, flops, nbytes, floor, experts)
 
-    def prefill(self, tokens: int, prompts: int = 1) -> Estimate:
-        """Prefill of ``tokens`` prompt tokens split evenly over ``prompts`` prompts (causal attention)."""
-        if tokens < 1 or prompts < 1 or prompts > tokens:
-            raise ConfigError(f"prefill needs 1 <= prompts <= tokens, got tokens={tokens}, prompts={prompts}")
+    def prefill(self, tokens: int, prompts: int = 1, samples: int = 1) -> Estimate:
+        """Prefill of ``tokens`` prompt tokens split evenly over ``prompts`` prompts (causal attention), in
+        chunks of :attr:`batched_tokens`; with ``samples`` > 1 each prompt is one of ``samples`` samples sharing
+        it, and the later samples prefill only what the prefix cache misses (:func:`.serving.shared_prefill_tokens`)."""
+        if tokens < 1 or prompts < 1 or prompts > tokens or samples < 1:
+            raise ConfigError(f"prefill needs 1 <= prompts <= tokens and samples >= 1, got tokens={tokens}, "
+                              f"prompts={prompts}, samples={samples}")
         m = self.model
         per_prompt = tokens / prompts
-        flops = 2.0 * m.params * tokens + self._attention_flops(tokens, per_prompt / 2)
-        nbytes = float(m.weight_bytes) + tokens * m.kv_bytes_per_token
-        return self._combine(flops, nbytes, self._tp_comm(tokens))
+        extra = samples - 1
+        recomputed = per_prompt - serving.prefix_cached_tokens(int(per_prompt)) if extra else 0.0
+        total = tokens + prompts * extra * recomputed
+        n = serving.chunks(int(np.ceil(total)), self.batched_tokens)
+        chunk = total / n
+        gemm, gflops, gbytes, experts = (float(x[0]) for x in self._layers(np.array([chunk])))
+        # causal attention: each prompt's own pairs, and the later samples' recomputed tail against the prompt
+        pairs = prompts * per_prompt * per_prompt / 2 + prompts * extra * recomputed * per_prompt
+        attn_flops = m.prefill_attention_flops_per_token / self.tp * pairs
+        flop_s = self.gpu.flops * self.compute_efficiency
+        kv_write = total * self.kv_bytes_per_token
+        floor = n * m.layers * serving.ATTENTION_FLOOR_S if self._floors else 0.0
+        attention = max(attn_flops / flop_s, kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency))
+        comm = n * float(self._comm(chunk)[0])
+        sampler = float(self._sampler(prompts * samples))
+        seconds = n * gemm + attention + floor + sampler + comm
+        flops = n * gflops + attn_flops
+        compute_s = flops / (self.gpu.flops_for(m.dtype_bytes) * self.compute_efficiency)
+        memory_s = (n * gbytes + kv_write) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+        bound = "compute" if compute_s >= memory_s else "memory"
+        return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
+                        max(seconds - comm - max(compute_s, memory_s), 0.0), experts)
 
     def train(self, tokens: int, gpus: int) -> Estimate:
-        """One optimizer step over ``tokens`` tokens (forward and backward) on ``gpus`` GPUs."""
+        """One optimizer step over ``tokens`` tokens (forward and backward) on ``gpus`` GPUs: ``6 x active
+        parameters x tokens`` at :attr:`train_mfu`, plus expert-parallel all-to-alls when ``ep`` > 1."""
         if tokens < 1 or gpus < 1:
             raise ConfigError(f"train needs tokens >= 1 and gpus >= 1, got tokens={tokens}, gpus={gpus}")
-        flops = 6.0 * self.model.params * tokens
-        compute = flops / (gpus * self.gpu.flops * self.train_mfu)
-        return Estimate(compute, "compute", compute, 0.0, 0.0, flops, 0.0)
+        step = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.train_mfu, ep=self.ep)
+        return Estimate(step.seconds, "compute", step.compute_s, 0.0, step.comm_s, step.flops, 0.0)
+
+    # ---- the replay engine's closed forms ------------------------------------------------------------------
+
+    def iteration_model(self) -> IterationModel:
+        """:meth:`decode` for the engine: attention as lines in total context tokens, everything else a table
+        by batch size (``memory_by_batch``); ``iteration(b, b x c)`` equals ``decode(b, c).seconds``."""
+        per_c, per_m = self._attention_per_ctx
+        self._serving_ep()
+        table = self.decode_table(np.arange(TABLE_BATCHES + 1))
+        e = self.engine_overhead
+        return IterationModel(compute=Linear(per_ctx=per_c), memory=Linear(per_ctx=per_m), extra=e,
+                              memory_by_batch=tuple(float(x) for x in table))
+
+    def prefill_model(self) -> PrefillModel:
+        """:meth:`prefill` as the engine's closed form: a line in the wave's tokens through two anchors (one token,
+        or for an MoE 256, by which its experts are all touched; and one full chunk), plus one more fixed part per
+        extra chunk, and causal attention quadratic in each prompt's length."""
+        m = self.model
+        chunk = self.batched_tokens
+        # a dense model's prefill is affine in its tokens (exact from one token); an MoE's is not until every
+        # expert is touched
+        lo_t = min(PREFILL_ANCHOR_TOKENS, max(chunk // 2, 1)) if m.is_moe else 1
+        lo = self.prefill(lo_t).seconds - self._attention_pairs_seconds(lo_t * lo_t / 2)
+        hi = self.prefill(chunk).seconds - self._attention_pairs_seconds(chunk * chunk / 2)
+        slope = max((hi - lo) / max(chunk - lo_t, 1), 0.0)
+        base = max(lo - slope * lo_t, 0.0)
+        # a wave of several chunks pays the fixed part once per chunk: the line runs from the first anchor to a
+        # four-chunk wave (4 x base + slope x 4 chunks), between the two errors
+        far = 4 * chunk
+        line = max((4 * base + slope * far - lo) / (far - lo_t), 0.0)
+        flop_s = self.gpu.flops * self.compute_efficiency
+        return PrefillModel(per_token=0.0,
+                            per_token_sq_per_prompt=m.prefill_attention_flops_per_token / self.tp / 2 / flop_s,
+                            extra_base=max(lo - line * lo_t, 0.0), extra_per_token=line)
+
+    def _attention_pairs_seconds(self, pairs: float) -> float:
+        return self.model.prefill_attention_flops_per_token / self.tp * pairs / (self.gpu.flops * self.compute_efficiency)

@@ -2,17 +2,67 @@
 
 Measured spans win when the bundle has them: they are scaled to the replay's training GPUs by count
 (perfect data-parallel scaling) and kind (peak BF16 FLOP/s ratio). Without spans the step is FLOPs over
-``MFU x peak``: ``6 x params x tokens`` to train and ``2 x params x tokens`` per forward-only pass
-(reference and old-logprob). Weight sync without a measurement is one model copy over the sync link.
+``MFU x peak``: ``6 x active params x tokens`` to train and ``2 x active params x tokens`` per forward-only
+pass (reference and old-logprob); an MoE counts only the experts a token runs through. Expert parallelism
+(``ep`` > 1) adds its all-to-alls (dispatch and combine, forward and backward) priced by the network model and
+not overlapped: the MoE figure below is of a run that hid them behind compute (DualPipe), which an RL trainer
+without that overlap does not. Weight sync without a measurement is one model copy
+over the sync link.
+
+MFU defaults, one home (``default_mfu``), each from a published run, of BF16 dense peak:
+
+- dense: 0.40, Llama 3 405B on 8,192-16,384 H100s, BF16 MFU 38-43% (Llama 3 paper, arXiv 2407.21783, Table 4);
+- MoE: 0.35, DeepSeek-V3 pre-training: 2.664M H800 GPU-hours for 14.8T tokens (DeepSeek-V3 technical report,
+  arXiv 2412.19437, Table 1) at 6 x 37B active parameters per token is 3.29e24 FLOPs over 2.664e6 x 3,600 s x
+  989.4 TFLOP/s = 0.346 of BF16 peak (its GEMMs ran in FP8; the figure is what the run achieved end to end).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rltrace.replay.costmodels.parallel import ep_alltoall_seconds
+
 from rltrace.catalog import GPUSpec, ModelSpec
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, two moments and the gradient, read once per optimizer step
+DENSE_TRAIN_MFU = 0.40  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783, Table 4)
+MOE_TRAIN_MFU = 0.35  # DeepSeek-V3 pre-training, 6 x 37B x 14.8T FLOPs over 2.664M H800-hours (arXiv 2412.19437)
+DEFAULT_TRAIN_MFU = DENSE_TRAIN_MFU
+
+
+def default_mfu(model: ModelSpec | None) -> float:
+    """The published MFU for ``model``'s kind: MoE or dense."""
+    return MOE_TRAIN_MFU if model is not None and model.is_moe else DENSE_TRAIN_MFU
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One training step's time and what it is made of."""
+
+    seconds: float
+    compute_s: float
+    comm_s: float
+    flops: float
+    alltoall_bytes: float
+    """bytes every rank sends in expert-parallel all-to-alls over the step"""
+
+
+def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mfu: float | None = None, ep: int = 1,
+                 passes: float = 3.0) -> Step:
+    """One step over ``tokens`` tokens on ``gpus`` GPUs: ``2 x passes x active params x tokens`` FLOPs (3 passes:
+    forward and backward, i.e. the 6N rule; 1: a forward-only pass) at ``mfu`` (None: :func:`default_mfu`), plus
+    ``2 x passes`` all-to-alls per MoE layer across ``ep`` expert-parallel ranks (each rank's share of the tokens
+    sent to their top-k experts, BF16)."""
+    flops = 2.0 * passes * model.active_params * tokens
+    compute = flops / (gpus * gpu.flops * (mfu or default_mfu(model)))
+    comm, volume = 0.0, 0.0
+    if ep > 1 and model.is_moe:
+        per_rank = tokens / gpus
+        calls = 2 * (2 if passes > 1 else 1) * model.moe_layers  # dispatch + combine, forward (and backward)
+        comm = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token)
+        volume = calls * per_rank * model.experts_per_token * model.hidden * 2 * (ep - 1) / ep
+    return Step(compute + comm, compute, comm, flops, volume)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,7 +74,10 @@ class TrainingCost:
     gpus: int
     recorded_gpus: int
     recorded_gpu: GPUSpec | None
-    train_mfu: float = 0.35
+    train_mfu: float | None = None
+    """model FLOPs utilisation (None: the published figure for the model's kind, :func:`default_mfu`)"""
+    ep: int = 1
+    """expert-parallel ranks of the trainer (MoE): adds the all-to-alls the MFU figure does not cover"""
     forward_passes: int = 2
     """forward-only passes per sample without a measurement (GRPO: reference and old log-probabilities)"""
     sync_gbps: float = 50.0
@@ -38,20 +91,29 @@ class TrainingCost:
             scale *= self.recorded_gpu.flops / self.gpu.flops
         return scale
 
-    def _flops_seconds(self, flops: float) -> float:
+    def _step(self, tokens: float, passes: float) -> float:
         if self.model is None or self.gpu is None:
             return 0.0
-        return flops / (self.gpus * self.gpu.flops * self.train_mfu)
+        return step_seconds(self.model, self.gpu, tokens=tokens, gpus=self.gpus, mfu=self.train_mfu, ep=self.ep,
+                            passes=passes).seconds
 
     def train_seconds(self, measured: float | None, tokens: float) -> float:
         if measured is not None:
             return measured * self._scale
-        return self._flops_seconds(6.0 * self.model.params * tokens) if self.model else 0.0
+        return self._step(tokens, 3.0)
 
     def forward_seconds(self, measured: float | None, tokens: float) -> float:
         if measured is not None:
             return measured * self._scale
-        return self._flops_seconds(2.0 * self.forward_passes * self.model.params * tokens) if self.model else 0.0
+        return self._step(tokens * self.forward_passes, 1.0)
+
+    def alltoall_bytes(self, tokens: float) -> float:
+        """Bytes each trainer rank sends in expert-parallel all-to-alls over one step of ``tokens`` tokens (0 for
+        a dense model or ep 1): what a report shows beside the weight-sync volume."""
+        if self.model is None or self.gpu is None or self.ep <= 1:
+            return 0.0
+        return step_seconds(self.model, self.gpu, tokens=tokens, gpus=self.gpus, mfu=self.train_mfu,
+                            ep=self.ep).alltoall_bytes
 
     def optimizer_seconds(self, measured: float | None) -> float:
         if measured is not None:

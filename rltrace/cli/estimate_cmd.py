@@ -25,6 +25,10 @@ def estimate(
     model: Annotated[str, typer.Option(help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")],
     gpu: Annotated[str, typer.Option(help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")],
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree (decode, prefill).")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel ranks (MoE; decode/prefill: equal to --tp; train: "
+                                         "the trainer's EP group).")] = 1,
+    samples: Annotated[int, typer.Option(help="Samples per prompt sharing its prefix (prefill: one prefill, "
+                                              "later samples recompute only the uncached tail).")] = 1,
     batch: Annotated[int, typer.Option(help="Running sequences (decode).")] = 1,
     context: Annotated[int, typer.Option(help="Mean context length in tokens (decode).")] = 1024,
     tokens: Annotated[int, typer.Option(help="Tokens (prefill: prompt tokens; train: tokens per step).")] = 4096,
@@ -41,7 +45,8 @@ def estimate(
     """
     spec = get_gpu(gpu)
     fitted = factors(load_profile(profile), spec.name, tp) if profile else None
-    cost = Roofline(model=get_model(model), gpu=spec, tp=tp,
+    arch = get_model(model)
+    cost = Roofline(model=arch, gpu=spec, tp=tp, ep=ep,
                     **({} if fitted is None else {"compute_efficiency": fitted.compute_efficiency,
                                                   "memory_efficiency": fitted.memory_efficiency,
                                                   "attention_efficiency": fitted.attention_efficiency,
@@ -52,7 +57,7 @@ def estimate(
         kv_tokens = batch * context
         what = f"decode iteration, batch {batch}, mean context {context:,}"
     elif kind is Kind.prefill:
-        result = cost.prefill(tokens, prompts)
+        result = cost.prefill(tokens, prompts, samples)
         kv_tokens = tokens
         what = f"prefill of {tokens:,} tokens in {prompts} prompt(s)"
     else:
@@ -66,6 +71,9 @@ def estimate(
     print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}): {what}")
     print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
           f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, tp comm {result.comm_s * 1e3:.3f} ms)")
+    if arch.is_moe and kind is not Kind.train:
+        print(f"  experts: {result.experts:.1f} of {arch.experts} read per MoE layer (top-{arch.experts_per_token}); "
+              f"kernel floors and launches {result.floor_s * 1e3:.3f} ms")
     if not fits:
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights and KV cache; "
               f"{cost.gpu.name} has {cost.gpu.memory_gb:g} GB (vLLM would preempt or queue)")

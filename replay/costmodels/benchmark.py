@@ -1,0 +1,91 @@
+"""What a serving benchmark reports, from the per-iteration model: TPOT and TTFT at a fixed concurrency, and the
+throughput of an offline run. These are the figures public measurements state (vLLM's and SGLang's
+``bench_serving``, aiconfigurator's silicon samples), so the validation set holds the model against them.
+
+Steady state of a closed loop of ``concurrency`` requests, each ``prompt`` tokens in and ``output`` tokens out
+(vLLM's scheduler: every iteration decodes every running request and fills the rest of its token budget with
+prompt chunks of the requests that arrived):
+
+- over one round every request generates ``output`` tokens, i.e. ``output`` iterations at a batch of
+  ``concurrency`` and a mean context of ``prompt + output / 2``, and every request is prefilled once: the prefill
+  chunks ride in those iterations and stall every running request while they run;
+- so ``TPOT = decode(concurrency, prompt + output / 2) + concurrency x prefill(prompt) / output``, the prefill
+  term being what a chunk adds to an iteration (:meth:`Roofline.prefill` of the prompt: its GEMMs at the chunk's
+  rows, its attention);
+- ``TTFT`` = the prompt's own prefill, plus waiting for the iteration in flight (half of one, on average);
+- offline: ``requests`` requests over a batch capped by ``max_num_seqs`` and by the KV cache, the same round
+  formula repeated ``requests / batch`` times.
+
+Prefix sharing (``samples`` > 1: GRPO's n samples of one prompt) prefills each prompt once and the later samples
+only their uncached tail (:func:`.serving.shared_prefill_tokens`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels.roofline import Roofline
+
+from rltrace.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """Predicted benchmark figures, in seconds (and tokens/s)."""
+
+    tpot_s: float
+    ttft_s: float
+    decode_s: float
+    """one decode iteration at the steady batch"""
+    prefill_stall_s: float
+    """prefill time per output token that every running request waits through"""
+    batch: int
+    output_tokens_per_s: float
+
+
+def _prefill_once(roof: Roofline, prompt: int) -> float:
+    """One prompt's prefill inside a running engine: its chunks ride in iterations that run anyway for the
+    decodes, so each chunk adds its cost less an iteration's fixed part (weights of one row, floors, sampler)."""
+    fixed = float(roof.decode_table([1])[0])
+    return max(roof.prefill(prompt).seconds - serving.chunks(prompt, roof.batched_tokens) * fixed, 0.0)
+
+
+def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, output_tokens: int,
+                      samples: int = 1) -> Serving:
+    """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight (see the module text)."""
+    if concurrency < 1 or prompt_tokens < 1 or output_tokens < 1 or samples < 1:
+        raise ConfigError("a serving benchmark needs concurrency, prompt_tokens, output_tokens and samples >= 1")
+    batch = min(concurrency, serving.MAX_NUM_SEQS, max(roof_kv_batch(roof, prompt_tokens + output_tokens), 1))
+    decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
+    per_request = serving.shared_prefill_tokens(prompt_tokens, samples) / samples
+    stall = batch * _prefill_once(roof, math.ceil(per_request)) / output_tokens
+    tpot = decode + stall
+    ttft = roof.prefill(prompt_tokens).seconds + decode / 2
+    return Serving(tpot, ttft, decode, stall, batch, batch / tpot)
+
+
+def roof_kv_batch(roof: Roofline, tokens_per_request: float, gpu_memory_utilization: float = 0.9) -> int:
+    """Requests of ``tokens_per_request`` tokens whose KV cache fits beside the weights on one rank."""
+    free = roof.gpu.memory_gb * 1e9 * gpu_memory_utilization - roof.model.weight_bytes / roof.tp
+    if free <= 0:
+        return 0
+    return int(free / (roof.kv_bytes_per_token * tokens_per_request))
+
+
+def offline_throughput(roof: Roofline, *, requests: int, prompt_tokens: int, output_tokens: int,
+                       max_num_seqs: int = serving.MAX_NUM_SEQS, samples: int = 1) -> float:
+    """Output tokens per second of an offline run of ``requests`` identical requests (vLLM ``LLM.generate``)."""
+    if requests < 1:
+        raise ConfigError("an offline run needs requests >= 1")
+    fits = roof_kv_batch(roof, prompt_tokens + output_tokens)
+    if fits < 1:
+        raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: no request of "
+                          f"{prompt_tokens + output_tokens} tokens fits beside the weights")
+    batch = min(requests, max_num_seqs, fits)
+    rounds = requests / batch
+    one = serving_benchmark(roof, concurrency=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                            samples=samples)
+    seconds = rounds * output_tokens * one.tpot_s
+    return requests * output_tokens / seconds

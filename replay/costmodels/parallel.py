@@ -1,0 +1,68 @@
+"""Communication of model parallelism, priced by the network model (replay/network): NCCL's algorithms and
+protocols on the GPUs' NVSwitch node, or a leaf-spine of such nodes when a group spans several.
+
+- tensor parallelism: two all-reduces per layer of ``tokens x hidden`` BF16 activations (attention out and MLP
+  out; Megatron's and vLLM's row-parallel layers), one of them per MoE layer when its experts run expert-parallel;
+- expert parallelism: a dispatch and a combine all-to-all per MoE layer, each rank sending its tokens' hidden
+  states to the ranks holding their top-k experts (forward; training adds the same two in backward);
+- data parallelism / ZeRO / FSDP: gradients reduce-scattered (or all-reduced) and weights all-gathered once per
+  step, 2 or 4 bytes per parameter.
+
+A collective's time is affine in its size to a good approximation (a latency plus size over bandwidth, the
+network model's own form), so the replay engine's closed form takes two evaluations and draws the line.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from rltrace.catalog import GPUSpec
+from rltrace.errors import ConfigError
+
+ACTIVATION_BYTES = 2  # activations travel in BF16 whatever the weights' dtype (FP8 GEMMs output BF16)
+NCCL_SMALL_LATENCY_S = 15e-6
+"""fallback for a GPU kind the network model's topologies cannot name: aiconfigurator's measured 8 x H100 NCCL
+all_reduce of <= 8 KiB, 15.5-16.7 us (../shared/data/kernels/h100/aic_nccl_perf.parquet)"""
+
+
+@lru_cache(maxsize=4096)
+def _collective_s(gpu: str, op: str, ranks: int, size: float, gpus_per_node: int) -> float:
+    from rltrace.replay.network.collectives import collective  # the network package imports the catalog: late
+    from rltrace.replay.topologies.base import parse
+
+    nodes = -(-ranks // gpus_per_node)
+    spec = (f"nvswitch:gpus={max(ranks, 1)},gpu={gpu}" if nodes == 1 else
+            f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},leaf_down={nodes * gpus_per_node},gpu={gpu}")
+    return collective(parse(spec), op, ranks, size).seconds
+
+
+def collective_seconds(gpu: GPUSpec, op: str, ranks: int, size: float, gpus_per_node: int = 8) -> float:
+    """Seconds of one NCCL ``op`` of ``size`` bytes (nccl-tests' message size) over ``ranks`` GPUs of kind ``gpu``,
+    from the network model; 0 for a single rank."""
+    if ranks <= 1 or size <= 0:
+        return 0.0
+    try:
+        return _collective_s(gpu.name, op, int(ranks), float(size), min(gpus_per_node, int(ranks)) if ranks <= 8
+                             else gpus_per_node)
+    except ConfigError:  # a user GPU the topologies cannot look up: a ring at half the bidirectional NVLink figure
+        factor = {"all_reduce": 2 * (ranks - 1) / ranks}.get(op, (ranks - 1) / ranks)
+        return NCCL_SMALL_LATENCY_S + factor * size / (gpu.nvlink_gbps / 2 * 1e9)
+
+
+def tp_allreduce_seconds(gpu: GPUSpec, tp: int, tokens: float, hidden: int) -> float:
+    """One tensor-parallel all-reduce of ``tokens`` tokens' hidden states."""
+    return collective_seconds(gpu, "all_reduce", tp, tokens * hidden * ACTIVATION_BYTES)
+
+
+def ep_alltoall_seconds(gpu: GPUSpec, ep: int, tokens: float, hidden: int, top_k: int) -> float:
+    """One expert-parallel all-to-all (dispatch or combine) of ``tokens`` tokens held on each rank, each sent to
+    its ``top_k`` experts: every rank's send buffer is ``tokens x top_k x hidden`` BF16 values, (ep-1)/ep of them
+    leaving the rank (the all-to-all's own bus factor)."""
+    return collective_seconds(gpu, "all_to_all", ep, tokens * top_k * hidden * ACTIVATION_BYTES)
+
+
+def affine(fn, lo: float = 1.0, hi: float = 256.0) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """``fn(tokens)`` as ``base + slope x tokens`` through two points (collectives are affine in size)."""
+    a, b = fn(lo), fn(hi)
+    slope = max((b - a) / (hi - lo), 0.0)
+    return max(a - slope * lo, 0.0), slope

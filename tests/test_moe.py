@@ -1,0 +1,175 @@
+"""Mixture-of-experts and MLA architectures: expected experts, compressed KV bytes, prefix sharing, configs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import run_cli
+from rltrace.catalog import get_gpu, get_model
+from rltrace.catalog.models import ModelSpec
+from rltrace.errors import ConfigError
+from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
+from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.costmodels.roofline import Roofline
+from rltrace.replay.costmodels.training import MOE_TRAIN_MFU, default_mfu, step_seconds
+
+H100 = get_gpu("H100")
+# A small MoE: 4 experts, top-2, width 64, one dense layer then three MoE layers.
+TINY = ModelSpec(name="tiny-moe", hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=1000,
+                 experts=4, experts_per_token=2, expert_intermediate=64, dense_layers=1)
+
+
+def test_expected_experts_closed_form() -> None:
+    # E = 4, k = 2: one token touches 2; two tokens miss a given expert with (1/2)^2, so 4 x 3/4 = 3
+    assert TINY.expected_experts(1) == pytest.approx(2.0)
+    assert TINY.expected_experts(2) == pytest.approx(3.0)
+    assert TINY.expected_experts(3) == pytest.approx(3.5)
+    assert TINY.expected_experts(10_000) == pytest.approx(4.0)
+    assert serving.expected_experts(128, 8, np.array([0, 1, 16])).tolist() == pytest.approx(
+        [0.0, 8.0, 128 * (1 - (15 / 16) ** 16)])
+
+
+def test_decode_reads_only_the_experts_the_batch_touches() -> None:
+    roof = Roofline(model=TINY, gpu=H100, kernel_floors=False)
+    one, two = roof.decode(1, 0), roof.decode(2, 0)
+    expert_bytes = TINY.expert_params * TINY.dtype_bytes
+    # one more expert per MoE layer read (3 instead of 2); the other GEMMs read the same weights
+    assert two.bytes - one.bytes == pytest.approx(TINY.moe_layers * 1.0 * expert_bytes)
+    assert (one.experts, two.experts) == pytest.approx((2.0, 3.0))
+
+
+def test_params_count_only_the_routed_experts_a_token_runs_through() -> None:
+    attn = 128 * 128 + 2 * 128 * 64 + 128 * 128
+    dense = attn + 3 * 128 * 256 + 2 * 128
+    moe = attn + 4 * 3 * 128 * 64 + 128 * 4 + 2 * 128
+    assert TINY.params == dense + 3 * moe + 2 * 1000 * 128 + 128
+    assert TINY.active_params == TINY.params - 3 * (4 - 2) * 3 * 128 * 64
+
+
+@pytest.mark.parametrize(("name", "active"), [("Qwen3-30B-A3B", 3.3e9), ("Qwen3-235B-A22B", 22e9),
+                                              ("DeepSeek-V3", 37e9), ("Mixtral-8x7B", 12.9e9)])
+def test_catalog_moe_matches_published_totals_and_active(name: str, active: float) -> None:
+    spec = get_model(name)
+    assert abs(spec.params / spec.published_params - 1) < 0.01
+    assert abs(spec.active_params / active - 1) < 0.03  # model cards round the active count
+
+
+def test_mla_kv_bytes_are_the_compressed_latent() -> None:
+    ds = get_model("DeepSeek-V3")
+    assert ds.kv_bytes_per_token == 61 * (512 + 64) * 2  # 70,272 B: one latent and rope key per layer, BF16
+    assert ds.kv_bytes_per_token_rank(8) == ds.kv_bytes_per_token  # replicated on every TP rank
+    fp8 = dataclasses.replace(ds, kv_dtype_bytes=1)
+    assert fp8.kv_bytes_per_token == 61 * 576
+    # GQA: 4 KV heads over 8 ranks are replicated, one per rank
+    qwen = get_model("Qwen3-30B-A3B")
+    assert qwen.kv_bytes_per_token_rank(8) == 48 * 2 * 1 * 128 * 2
+    assert qwen.kv_bytes_per_token_rank(2) == qwen.kv_bytes_per_token / 2
+    cap1 = RooflineGeneration(model=ds, gpu=get_gpu("H200")).kv_capacity_tokens(8)
+    free = 141e9 * 0.9 - ds.weight_bytes / 8
+    assert cap1 == int(free / ds.kv_bytes_per_token)
+
+
+def test_prefix_sharing_prefills_a_prompt_once() -> None:
+    # 100-token prompt, 4 samples: 96 tokens in whole cached blocks, each later sample recomputes 4
+    assert serving.prefix_cached_tokens(100) == 96
+    assert serving.shared_prefill_tokens(100, 4) == 100 + 3 * 4
+    # a prompt of whole blocks: the last token is always computed, so its whole last block is
+    assert serving.shared_prefill_tokens(96, 4) == 96 + 3 * 16
+    assert serving.shared_prefill_tokens(1, 8) == 8
+    # KV: 6 shared full blocks; each sample its own partial block plus what it generated
+    assert serving.shared_kv_blocks(100, np.array([10, 20])) == 6 + 1 + 2
+    roof = Roofline(model=get_model("Qwen3-8B"), gpu=H100)
+    shared = roof.prefill(4 * 1000, 4, samples=8).seconds
+    separate = roof.prefill(32 * 1000, 32).seconds
+    assert shared < separate / 4
+
+
+def test_cuda_graph_padding_follows_vllm_capture_sizes() -> None:
+    assert serving.capture_sizes()[:5].tolist() == [1, 2, 4, 8, 16]
+    assert serving.capture_sizes()[-1] == 512
+    assert serving.padded_tokens(np.array([1, 3, 5, 9, 255, 257, 600])).tolist() == [1, 4, 8, 16, 256, 272, 600]
+
+
+def test_engine_closed_form_matches_the_estimate() -> None:
+    for name, tp, ep in (("Qwen3-30B-A3B", 1, 1), ("Mixtral-8x7B", 2, 2), ("Llama-2-70B", 8, 1)):
+        roof = Roofline(model=get_model(name), gpu=H100, tp=tp, ep=ep)
+        it = roof.iteration_model()
+        for b, c in ((1, 100), (7, 2048), (64, 512), (300, 1000)):
+            assert it.iteration(b, b * c) == pytest.approx(roof.decode(b, c).seconds, rel=1e-9)
+
+
+def test_hf_config_of_an_moe_and_an_mla_model(tmp_path: Path) -> None:
+    ds = get_model("DeepSeek-V3")
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "intermediate_size": 18432, "vocab_size": 129280, "n_routed_experts": 256,
+           "num_experts_per_tok": 8, "n_shared_experts": 1, "moe_intermediate_size": 2048, "first_k_dense_replace": 3,
+           "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+           "v_head_dim": 128, "torch_dtype": "bfloat16",
+           "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    path = tmp_path / "DeepSeek-V3" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    spec = get_model(str(path))
+    assert spec.params == ds.params and spec.active_params == ds.active_params
+    assert spec.dtype_bytes == 1 and spec.kv_bytes_per_token == ds.kv_bytes_per_token
+    qwen = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+            "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768,
+            "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "vocab_size": 151936, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    qpath = tmp_path / "config.json"
+    qpath.write_text(json.dumps(qwen))
+    assert get_model(str(qpath)).params == get_model("Qwen3-30B-A3B").params
+    mixtral = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+               "sliding_window": None}
+    qpath.write_text(json.dumps(mixtral))
+    assert get_model(str(qpath)).params == get_model("Mixtral-8x7B").params
+    result = run_cli("estimate", "decode", "--model", str(path), "--gpu", "H200", "--tp", "8", "--batch", "32",
+                     "--context", "2048", "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert 0 < info["experts"] < 256 and info["bound"] in ("memory", "launch") and 0.005 < info["seconds"] < 0.2
+
+
+def test_refusals_are_one_line() -> None:
+    with pytest.raises(ConfigError, match="expert parallelism needs an MoE"):
+        Roofline(model=get_model("Llama-2-7B"), gpu=H100, ep=2)
+    with pytest.raises(ConfigError, match="runs its experts over its own TP group"):
+        Roofline(model=TINY, gpu=H100, tp=2, ep=4).decode(1, 10)
+    with pytest.raises(ConfigError, match="runs its experts over its own TP group"):
+        Roofline(model=TINY, gpu=H100, ep=2).decode(1, 10)
+
+
+def test_a_catalog_moe_entry_is_checked(tmp_path: Path) -> None:
+    extra = tmp_path / "models.toml"
+    extra.write_text('[models.bad]\nhidden = 8\nlayers = 2\nheads = 2\nkv_heads = 2\nintermediate = 8\n'
+                     'vocab = 8\nexperts = 4\nexperts_per_token = 5\nexpert_intermediate = 8\n')
+    with pytest.raises(ConfigError, match="an MoE needs 0 < experts_per_token <= experts"):
+        get_model("bad", extra)
+
+
+def test_training_counts_active_params_and_prices_expert_all_to_alls() -> None:
+    qwen = get_model("Qwen3-30B-A3B")
+    h800 = get_gpu("H800")
+    plain = step_seconds(qwen, h800, tokens=65536, gpus=8)
+    assert default_mfu(qwen) == MOE_TRAIN_MFU
+    assert plain.seconds == pytest.approx(6 * qwen.active_params * 65536 / (8 * h800.flops * MOE_TRAIN_MFU))
+    ep = step_seconds(qwen, h800, tokens=65536, gpus=8, ep=8)
+    assert ep.comm_s > 0 and ep.seconds == pytest.approx(plain.seconds + ep.comm_s)
+    # every rank sends 7/8 of its 8,192 tokens x 8 experts x 2,048 x 2 B, four times per MoE layer
+    assert ep.alltoall_bytes == pytest.approx(4 * 48 * 8192 * 8 * 2048 * 2 * 7 / 8)
+
+
+def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:
+    roof = Roofline(model=dataclasses.replace(get_model("Llama-3-70B"), dtype_bytes=1), gpu=H100, tp=8)
+    short = serving_benchmark(roof, concurrency=64, prompt_tokens=1024, output_tokens=1024)
+    long = serving_benchmark(roof, concurrency=64, prompt_tokens=8192, output_tokens=1024)
+    assert long.tpot_s > short.tpot_s and long.prefill_stall_s > short.prefill_stall_s
+    assert short.tpot_s == pytest.approx(short.decode_s + short.prefill_stall_s)
+    assert offline_throughput(roof, requests=256, prompt_tokens=512, output_tokens=512) > 1000

@@ -19,6 +19,7 @@ Kernel times are scaled from ``layers`` executed layers to the model's depth (``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,15 +72,20 @@ def _step_shapes(result: RunResult) -> pl.DataFrame:
 
 
 def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model: ModelSpec, *, device: str = "cpu",
-            ranks: int = 2, layers: int = 2, max_sync_bytes: int = MAX_SYNC_BYTES) -> Execution:
-    """Run the replay ``result`` of ``prepared`` as real kernels (``model``'s shapes) and collectives."""
+            ranks: int = 2, layers: int = 2, max_sync_bytes: int = MAX_SYNC_BYTES,
+            progress: Callable[[int, int], None] | None = None) -> Execution:
+    """Run the replay ``result`` of ``prepared`` as real kernels (``model``'s shapes) and collectives;
+    ``progress(done, total)`` after each step's kernels and after the collectives (total: steps + 1)."""
     job = prepared.jobs[0]
     tp = prepared.cluster.tp
     kernels = ModelKernels(model, device, layers)
     rows: list[tuple[int, str, str, float, float, str]] = []
     decode_cache: dict[tuple[int, int], float] = {}
     it_model = job.generation.iteration_model(tp)
-    for s in _step_shapes(result).iter_rows(named=True):
+    shapes = _step_shapes(result)
+    for done, s in enumerate(shapes.iter_rows(named=True)):
+        if progress is not None:
+            progress(done, shapes.height + 1)
         step = s["step"]
         b, c = max(1, round(s["batch"])), max(1, round(s["context"]))
         if (b, c) not in decode_cache:
@@ -98,7 +104,11 @@ def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model:
             tr = kernels.train(share)
             rows.append((step, "train", "train_fwd_bwd", job.trainer_seconds(step), tr.seconds,
                          f"tokens={s['tokens']},per_gpu={share}"))
+    if progress is not None:
+        progress(shapes.height, shapes.height + 1)
     rows += _communication(prepared, bundle, device, ranks, max_sync_bytes)
+    if progress is not None:
+        progress(shapes.height + 1, shapes.height + 1)
     frame = pl.DataFrame(rows, schema={"step": pl.Int32, "phase": pl.String, "kind": pl.String,
                                        "modelled_s": pl.Float64, "measured_s": pl.Float64, "shape": pl.String},
                          orient="row")

@@ -3,7 +3,7 @@
 The trace bundle is the one artifact everything passes through::
 
     import rltrace
-    b = rltrace.open("sample_traces/rollpacker_qwen7b")
+    b = rltrace.open("rollpacker_qwen7b")        # a shipped sample's name, or a bundle directory
     b.requests.select("output_tokens").collect()
 
 Recording API (no-ops unless the process records, e.g. under ``rltrace record``)::
@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from rltrace.version import __version__
 
 _EXPORTS = {
-    "open": ("rltrace.bundle", "open_bundle"),
     "open_bundle": ("rltrace.bundle", "open_bundle"),
     "write_bundle": ("rltrace.bundle", "write_bundle"),
     "Bundle": ("rltrace.bundle", "Bundle"),
@@ -53,12 +52,28 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    import os
+
     from rltrace.bundle import Bundle, TableWriter, open_bundle, write_bundle
-    from rltrace.bundle import open_bundle as open  # noqa: A001
     from rltrace.collectors.api import log_flow, set_step, span, weight_sync
     from rltrace.errors import BundleError, ConfigError, RltraceError, ValidationError
     from rltrace.manifest import Manifest, ModelInfo, Pool, RLConfig
     from rltrace.schema import FORMAT_VERSION, TABLES
+
+
+def open(path: str | os.PathLike[str], *, validate: bool = True) -> Bundle:
+    """Open a trace bundle: a directory, or a shipped sample's name (``rltrace.open("rollpacker_qwen7b")``)
+    when no such path exists here, as the CLI accepts it. ``validate`` as in :func:`rltrace.bundle.open_bundle`.
+    Raises :class:`BundleError` or :class:`ValidationError`."""
+    from pathlib import Path
+
+    from rltrace.bundle import open_bundle
+    from rltrace.sample_traces import list_samples, sample_path
+
+    where = Path(path)
+    if not where.exists() and str(path) in list_samples():
+        where = sample_path(str(path))
+    return open_bundle(where, validate=validate)
 
 
 def __getattr__(name: str) -> Any:

@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 from helpers import run_cli, small_config
+from rltrace.replay.sweep.grid import load_grid
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -148,3 +150,99 @@ def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
     )
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+
+
+# ---- a first hour without surprises (issue 30) -------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_help_shows_bracketed_toml_words() -> None:
+    """Typer reads help as rich markup, which ate [axes], [fixed], [[jobs]] and rltrace[ray]."""
+    sweep = run_cli("sweep", "--help", env={"COLUMNS": "200"})
+    assert "Grid TOML: [axes] to combine, [fixed] values" in sweep.stdout
+    assert "rltrace[ray]" in sweep.stdout
+    replay = run_cli("replay", "--help", env={"COLUMNS": "200"})
+    assert "[[jobs]]" in replay.stdout
+
+
+def test_tables_on_an_80_column_terminal_keep_every_number_whole(tmp_path: Path) -> None:
+    args = ["replay", "-s", "disagg-sync,one-step-async,rollpacker", "--steps", "2", "--replicates", "0"]
+    # TTY_COMPATIBLE: rich treats the pipe as a terminal of COLUMNS columns (as a user's terminal would be)
+    shown = run_cli(*args, cwd=tmp_path, env={"COLUMNS": "80", "TTY_COMPATIBLE": "1", "NO_COLOR": "1"})
+    assert shown.returncode == 0, shown.stderr
+    text = ANSI.sub("", shown.stdout)
+    table = [line for line in text.splitlines() if line.startswith(("│", "┃", "┏", "└"))]
+    assert table and max(len(line) for line in table) <= 80
+    assert "…" not in text
+    metrics = json.loads(run_cli(*args, "--json", cwd=tmp_path).stdout)
+    for name, m in metrics.items():  # every figure of every run is printed whole
+        for figure in (f"{m['throughput_samples_per_s']:.2f}", f"{m['throughput_tokens_per_s']:,.0f}",
+                       f"{m['usd_per_1k_samples']:.3f}"):
+            assert re.search(rf"│ +{re.escape(figure)} │", text), (name, figure)
+
+
+def test_a_piped_replay_reports_each_stage_and_never_goes_quiet(tmp_path: Path) -> None:
+    done = run_cli("replay", "-s", "disagg-sync", "--steps", "2", "--replicates", "4", "--dashboard",
+                   str(tmp_path / "r.html"), cwd=tmp_path, env={"RLTRACE_PROGRESS_EVERY_S": "0.05"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    for stage in ("opening and preparing the bundle", "replay disagg-sync", "spread: 4 replicate replays",
+                  f"writing the report {tmp_path / 'r.html'}"):  # one line as each stage ends
+        assert any(line.startswith(f"rltrace: {stage}:") and "done in" in line for line in lines), stage
+    # the longer stages also said they started, and where they were while running
+    assert any(re.fullmatch(r"rltrace: .* \.\.\.", line) for line in lines)
+    assert any(re.fullmatch(r"rltrace: .*: (running|[\d,/]+ \w+), \d+ s", line) for line in lines)
+
+
+def test_a_piped_execute_reports_its_steps(tmp_path: Path) -> None:
+    """`replay --execute` printed nothing for 600 s when piped; now every step says so (a line per stage)."""
+    done = run_cli("replay", "tiny_rl_cpu", "-s", "disagg-sync", "--replicates", "0", "--execute", "--ranks", "1",
+                   "--layers", "1", cwd=tmp_path, env={"RLTRACE_PROGRESS_EVERY_S": "0.5"}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    text = "executing disagg-sync's replay on cpu (1 ranks, 1 layers)"
+    assert re.search(rf"rltrace: {re.escape(text)}: (\d+)/\1 steps, done in", done.stderr)
+    assert "Executed vs modelled" in done.stdout
+
+
+def test_advise_summarises_why_the_others_lost(tmp_path: Path) -> None:
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H100", "H20"]\nscheduler = ["disagg-sync", "one-step-async"]\ngen_share = [0.5]\n'
+                     'total_gpus = [8, 16]\n[fixed]\nsteps = 2\n')
+    done = run_cli("advise", "--target-throughput", "40", "--budget", "200", "--space", str(space), "--workers", "1",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = done.stdout.strip().splitlines()[-2]  # the line before "N replays"
+    part = r"\d+ (missed the target|over budget|failed)( \(at \d+(-\d+)? GPUs\))?"
+    assert re.fullmatch(rf"{part}(; {part})*", summary), summary
+    assert " at ;" not in done.stdout and not summary.endswith(" at ")
+
+
+def test_the_shipped_sweep_grid_runs(tmp_path: Path) -> None:
+    grid = Path(__file__).resolve().parents[1] / "examples" / "sweep" / "grid.toml"
+    points = load_grid(grid).points()
+    done = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "2",
+                   cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(points)} points on 2 local process(es): {len(points)} ran" in done.stdout
+    assert re.search(rf"rltrace: sweep: {len(points)} points on 2 local process\(es\): {len(points)}/{len(points)} points, "
+                     r"done in", done.stderr)
+    assert pl.read_parquet(tmp_path / "sweep" / "sweep.parquet").height == len(points)
+
+
+def test_rltrace_open_takes_the_sample_names_the_cli_takes(tmp_path: Path) -> None:
+    code = ("import rltrace; b = rltrace.open('rollpacker_qwen7b'); print(b.path.name, "
+            "b.requests.select('output_tokens').collect().height)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["rollpacker_qwen7b", str(12 * 1024)]
+    with pytest.raises(rltrace.BundleError, match="no such file or directory"):
+        rltrace.open(tmp_path / "rollpacker_qwen7b_missing")
+
+
+def test_inspect_gives_a_small_models_parameter_count_in_its_unit() -> None:
+    done = run_cli("inspect", "tiny_rl_cpu")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"\((\d+(\.\d+)?)K params\)", done.stdout), done.stdout[:400]
+    assert "0.00B" not in done.stdout

@@ -15,7 +15,7 @@ import rltrace
 BASELINES = ["colocated-sync", "disagg-sync", "one-step-async", "fully-async"]
 FIXED_KEYS = ["throughput_samples_per_s", "throughput_tokens_per_s", "step_time_s", "makespan_s", "bubble_fraction",
               "gpu_utilization", "staleness", "weight_sync_s", "cost_usd", "usd_per_1k_samples", "samples",
-              "output_tokens"]
+              "output_tokens", "latency"]
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,8 @@ def test_every_run_has_the_documented_metric_keys(baselines: tuple[dict, Path]) 
     for name, m in metrics.items():
         assert all(k in m for k in FIXED_KEYS), name
         assert set(m["step_time_s"]) == {"mean", "p50", "p95", "steady_mean"}
+        for column in ("queue_s", "ttft_s", "tpot_s", "e2e_s"):  # per-request latency (docs/format.md)
+            assert set(m["latency"][column]) == {"mean", "p50", "p90", "p99", "max"}, name
         assert set(m["bubble_fraction"]) == {"generation", "training"}
         for pool in ("generation", "training"):
             b = m["bubble_fraction"][pool]

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 
 import typer
+from rich.markup import escape
+from typer import _click as click
 from typer._click import exceptions as click_exc
 
 from rltrace.cli.advise_cmd import advise_cmd
@@ -55,9 +57,24 @@ app.command("record", context_settings={"allow_interspersed_args": False})(recor
 EXIT_BAD_INPUT = 2
 
 
+def help_as_written(command: click.Command) -> click.Command:
+    """Make every help text render as written: Typer reads help as rich markup, which would eat bracketed
+    words (TOML's [axes], [fixed], [[jobs]]; extras such as rltrace[ray])."""
+    if command.help:
+        command.help = escape(command.help)
+    if command.short_help:
+        command.short_help = escape(command.short_help)
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = escape(param.help)  # type: ignore[attr-defined]
+    for sub in getattr(command, "commands", {}).values():
+        help_as_written(sub)
+    return command
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script passes it to sys.exit)."""
-    command = typer.main.get_command(app)
+    command = help_as_written(typer.main.get_command(app))
     try:
         result = command.main(args=list(argv) if argv is not None else None, prog_name="rltrace", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as e:

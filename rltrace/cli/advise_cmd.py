@@ -9,12 +9,12 @@ from typing import Annotated
 
 import polars as pl
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.cli.progress import Bar, stderr
+from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
 from rltrace.replay.advise import Space, advise, load_space
@@ -51,18 +51,15 @@ def advise_cmd(
     chosen = load_space(space) if space is not None else Space()
     path = str(resolve_bundle(bundle))
     open_bundle(path)
-    err = Console(stderr=True)
-    with tempfile.TemporaryDirectory() as tmp, Progress(
-            TextColumn("replays"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
-            disable=not err.is_terminal) as bar:
-        task = bar.add_task("advise")
+    err = stderr()
+    with tempfile.TemporaryDirectory() as tmp, Bar(err, "advise: replaying designs", "replays") as bar:
         advice = advise(path, target_throughput, Store(output or Path(tmp)), chosen, budget=budget, workers=workers,
-                        ray=ray, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    console = Console(highlight=False, width=None if err.is_terminal else 140)
+                        ray=ray, progress=bar.update)
+    console = stdout_console()
     title = f"Cheapest configurations reaching {target_throughput:g} samples/s" + (
         f" within ${budget:g}/h" if budget is not None else "")
     if advice.ranked.height:
-        console.print(_table(advice.ranked.head(top), title, "vs cheapest"))
+        print_table(console, _table(advice.ranked.head(top), title, "vs cheapest"))
         best = advice.ranked.row(0, named=True)
         console.print(f"cheapest: {best['scheduler']} on {best['gen_gpus']} + {best['train_gpus']} {best['gpu']}"
                       f"{' over ' + best['topology'] if best['topology'] else ''}: {best['samples_per_s']:.3g} samples/s "
@@ -72,17 +69,32 @@ def advise_cmd(
                       + (f" within ${budget:g}/h" if budget is not None else ""), markup=False)
     lost = pl.concat([advice.ranked.slice(top), advice.lost], how="diagonal_relaxed")
     if lost.height:
-        console.print(_table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why"))
-        counts = advice.lost.group_by(pl.col("why").str.extract(r"^([a-z ]+)")).len().sort("len", descending=True)
-        console.print("; ".join(f"{n} {why}" for why, n in counts.iter_rows()), markup=False)
+        print_table(console, _table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why"))
+        console.print(lost_summary(advice.lost), markup=False)
     console.print(f"{advice.replays} replays", markup=False)
+
+
+def lost_summary(lost: pl.DataFrame) -> str:
+    """One line: how many designs lost for each reason, with the GPU counts they stopped at, e.g. "41 missed
+    the target (at 8-128 GPUs); 16 over budget (at 16-64 GPUs); 2 failed"."""
+    reasons = lost.select(
+        pl.col("why").str.extract(r"^(missed the target|over budget|failed)").fill_null("lost").alias("reason"),
+        pl.col("why").str.extract(r" at (\d+) GPUs").cast(pl.Int64).alias("gpus"))
+    counts = (reasons.group_by("reason").agg(pl.len().alias("n"), pl.col("gpus").min().alias("lo"),
+                                              pl.col("gpus").max().alias("hi"))
+              .sort("n", "reason", descending=[True, False]))
+    parts = []
+    for reason, n, lo, hi in counts.iter_rows():
+        where = "" if lo is None else f" (at {lo} GPUs)" if lo == hi else f" (at {lo}-{hi} GPUs)"
+        parts.append(f"{n} {reason}{where}")
+    return "; ".join(parts)
 
 
 def _table(frame: pl.DataFrame, title: str, last: str) -> Table:
     table = Table(title=title, title_justify="left")
     for _, header, _ in COLUMNS:
         table.add_column(header, justify="left" if header in ("GPU", "scheduler", "fabric", "bottleneck") else "right")
-    table.add_column(last)
+    table.add_column(last, max_width=40)  # the reason wraps; numbers never do (rltrace/cli/tables.py)
     for row in frame.iter_rows(named=True):  # at most `top` or 15 rows
         table.add_row(*(fmt.format(row[c]) if row[c] is not None else "-" for c, _, fmt in COLUMNS), row["why"])
     return table

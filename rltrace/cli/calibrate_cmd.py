@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from rltrace.catalog import get_model
+from rltrace.cli.progress import stage, stderr
+from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
 from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables
@@ -54,7 +55,7 @@ def calibrate(
             if engine != "vllm" or not Path(model).is_file():
                 raise ConfigError("--engine vllm needs --model PATH/config.json of a model folder with its weights")
             engine_dir = Path(model).parent
-        with Console(stderr=True).status(f"measuring {model}'s kernels on {device}"):
+        with stage(stderr(), f"measuring {model}'s kernels on {device}"):
             profile, kernels = calibrate_device(get_model(model), device, engine_dir, ranks)
         if kernels_out is not None:
             kernels.write_parquet(kernels_out)
@@ -75,4 +76,4 @@ def calibrate(
     for row in profile.iter_rows(named=True):
         table.add_row(row["source"], str(row["tp"]), row["regime"], f"{row['efficiency']:.3f}", f"{row['kernels']:,}",
                       f"{row['median_abs_error']:.1%}")
-    Console(highlight=False, width=120).print(table)
+    print_table(stdout_console(), table)

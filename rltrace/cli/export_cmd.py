@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from rltrace.analysis.runs import load_run
 from rltrace.bundle import open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.cli.progress import stage, stderr
 from rltrace.dashboards import perfetto as perfetto_trace
 from rltrace.limits import check_output
 
@@ -32,7 +32,7 @@ def perfetto(
     Example: rltrace export perfetto runs/rollpacker -o rollpacker.json.gz
     """
     check_output(output, "--output")
-    with Console(stderr=True).status(f"converting {source}"):
+    with stage(stderr(), f"converting {source} to trace events"):
         if (source / "metrics.json").is_file():
             trace = perfetto_trace.from_run(load_run(source))
         else:

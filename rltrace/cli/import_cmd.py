@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rltrace.bundle import write_bundle
+from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.collectors.importers import IMPORTERS, ImportOptions, importer
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
@@ -46,13 +45,12 @@ def import_cmd(
         raise ConfigError("--engines must be >= 1 and --window-s positive")
     options = ImportOptions(model=model, gpu=gpu, engines=engines, window_s=window_s, mapping=_mapping(map_),
                             time_unit=time_unit)
-    err = Console(stderr=True)
-    with Progress(TextColumn(f"import {kind}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), console=err,
-                  transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task("read")
-        result = chosen(files, options, lambda done, total: bar.update(task, completed=done, total=total))
+    err = stderr()
+    with Bar(err, f"import {kind}: reading {len(files)} file(s)", "bytes") as bar:
+        result = chosen(files, options, bar.update)
     manifest = result.manifest(kind, files, options)
-    path = write_bundle(output, manifest, result.tables, overwrite=force)
+    with stage(err, f"writing {output}"):
+        path = write_bundle(output, manifest, result.tables, overwrite=force)
     rows = ", ".join(f"{n} {t}" for t, n in manifest.tables.items() if n)
     print(f"wrote {path}: {rows or 'no rows'}")
     for why, n in sorted(result.skipped.items()):

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rltrace.bundle import open_bundle
+from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import clean
 from rltrace.sample_traces import list_samples, sample_path
 from rltrace.summary import Summary, summarize
@@ -47,7 +48,7 @@ def inspect(
     if as_json:
         print(json.dumps(summary.to_json(), indent=2))
     else:
-        render(summary, Console())
+        render(summary, stdout_console())
 
 
 def _bytes(n: float) -> str:
@@ -56,6 +57,14 @@ def _bytes(n: float) -> str:
             return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def _count(n: float) -> str:
+    """A parameter count people read: 7.62B, 12.3M, 45.1K, 850."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:,.0f}"
 
 
 def _table(title: str, frame: pl.DataFrame, formats: dict[str, str] | None = None) -> Table:
@@ -86,38 +95,34 @@ def render(s: Summary, console: Console) -> None:
     console.print(f"[bold]{escape(clean(s.path))}[/bold]", markup=True, highlight=False)
     facts = [("run", m.run_id), ("source", m.source), ("format", m.format_version)]
     if m.model:
-        facts.append(("model", f"{clean(m.model.name, MAX_CELL_CHARS)} ({m.model.params / 1e9:.2f}B params)"))
+        facts.append(("model", f"{clean(m.model.name, MAX_CELL_CHARS)} ({_count(m.model.params)} params)"))
     if m.cluster:
         facts.append(("cluster", ", ".join(f"{k}: {p.count} x {p.device} (tp {p.tp})" for k, p in m.cluster.items())))
     if m.rl:
-        facts.append(
-            (
-                "rl",
-                f"{m.rl.algorithm}, {m.rl.prompts_per_step} prompts x {m.rl.samples_per_prompt} samples per step, "
-                f"max {m.rl.max_new_tokens:,} new tokens",
-            )
-        )
+        rl = (f"{m.rl.algorithm}, {m.rl.prompts_per_step} prompts x {m.rl.samples_per_prompt} samples per step, "
+              f"max {m.rl.max_new_tokens:,} new tokens")
+        facts.append(("rl", rl))
     for key, value in facts:
         console.print(f"  {key:8s} ", end="", highlight=False)
         console.print(clean(value, MAX_CELL_CHARS), markup=False, highlight=False)
 
-    console.print(_table("Tables", pl.DataFrame({"table": list(s.table_rows), "rows": list(s.table_rows.values())}),
+    print_table(console, _table("Tables", pl.DataFrame({"table": list(s.table_rows), "rows": list(s.table_rows.values())}),
                          {"rows": ","}))
     ot = s.output_tokens
     if ot["max"] is not None:
         stats = pl.DataFrame({"statistic": list(ot), "output tokens": [v for v in ot.values()]})
-        console.print(_table("Output length per sample", stats, {"output tokens": ",.1f"}))
+        print_table(console, _table("Output length per sample", stats, {"output tokens": ",.1f"}))
         steps = s.per_step
         title = "Per step"
         if steps.height > MAX_STEP_ROWS:
             title += f" (first {MAX_STEP_ROWS} of {steps.height})"
             steps = steps.head(MAX_STEP_ROWS)
-        console.print(
-            _table(title, steps, {"requests": ",", "output_tokens": ",", "max_output_tokens": ",", "generate_s": ",.1f"})
+        print_table(
+            console, _table(title, steps, {"requests": ",", "output_tokens": ",", "max_output_tokens": ",", "generate_s": ",.1f"})
         )
     if s.collectives_by_op.height:
-        console.print(_table("Collectives by op", s.collectives_by_op, {"count": ",", "bytes": "bytes"}))
+        print_table(console, _table("Collectives by op", s.collectives_by_op, {"count": ",", "bytes": "bytes"}))
     ws = s.weight_syncs
     console.print(f"[bold]Weight syncs[/bold]: {ws['count']:,} flows, {_bytes(ws['bytes'])}", highlight=False)
     if s.spans_by_phase.height:
-        console.print(_table("Time by phase (summed over actors)", s.spans_by_phase, {"spans": ",", "seconds": ",.1f"}))
+        print_table(console, _table("Time by phase (summed over actors)", s.spans_by_phase, {"spans": ",", "seconds": ",.1f"}))

@@ -17,6 +17,7 @@ import typer
 
 from rltrace.bundle import open_bundle
 from rltrace.catalog import get_model
+from rltrace.cli.progress import stage, stderr
 from rltrace.collectors import owner, reach, shards
 from rltrace.collectors.autostart import ENV_DIR, SITECUSTOMIZE_TEMPLATE
 from rltrace.collectors.ray_hook import ENV_SESSION
@@ -260,8 +261,9 @@ def _merge(
     force: bool,
     run_id: str | None = None,
 ) -> None:
-    manifest = shards.merge(record_dir, output, command=command, model=model, sync_groups=groups,
-                            overwrite=force, run_id=run_id)
+    with stage(stderr(), f"merging the recording's shards into {clean(output)}"):
+        manifest = shards.merge(record_dir, output, command=command, model=model, sync_groups=groups,
+                                overwrite=force, run_id=run_id)
     lines = []
     try:
         s = summarize(open_bundle(output, validate=False))  # the merge validated every row it wrote

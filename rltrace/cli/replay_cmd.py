@@ -9,13 +9,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from rltrace.analysis.runs import Run
 from rltrace.bundle import Bundle, open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.cli.progress import Bar, stage, stderr
+from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
@@ -136,26 +137,27 @@ def replay(
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
                   seed=seed, source_steps=parse_steps(recorded_steps) if recorded_steps else None)
     source = None
+    err = stderr()
     if jobs is not None:
         if bundle is not None:
             raise ConfigError("give a BUNDLE or --jobs, not both")
-        prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
+        with stage(err, f"preparing the jobs of {jobs}"):
+            prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
         single = [n for n in chosen if n != "rollmux"]
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
     else:
-        source = open_bundle(resolve_bundle(bundle))
-        prepared = from_bundle(source, shape, config.cost, prices)
+        with stage(err, "opening and preparing the bundle"):
+            source = open_bundle(resolve_bundle(bundle))
+            prepared = from_bundle(source, shape, config.cost, prices)
     total = prepared.requests_frame.height
     results: dict[str, RunResult] = {}
-    err = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} events"),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
-        for name in chosen:
-            task = bar.add_task(f"replay {name}", total=total * 1.05)
+    for name in chosen:
+        # events: about one per request (more with aborts and turns, far fewer on the fast path); a guide only
+        with Bar(err, f"replay {name}", "events", piped_total=False) as bar:
             results[name] = run_replay(prepared, name, config, per_scheduler[name],
-                                       progress=lambda n, t=task: bar.update(t, completed=n))
-            bar.update(task, completed=total * 1.05)
+                                       progress=lambda n: bar.update(n, total * 1.05))
+            bar.update(results[name].events, results[name].events)
     if replicates and (replicates < 2 or replicates > MAX_REPLICATES):
         raise ConfigError(f"--replicates must be 0 (off) or 2..{MAX_REPLICATES}, got {replicates}")
     if source is not None and replicates:
@@ -172,8 +174,9 @@ def replay(
         if spec is None:
             raise ConfigError("--execute needs the model's shapes: the bundle records no model (give --model)")
         for name, result in results.items():
-            with err.status(f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)"):
-                executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks, layers=layers)
+            with Bar(err, f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)", "steps") as bar:
+                executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks, layers=layers,
+                                               progress=bar.update)
             result.metrics["execution"] = executions[name].summary()
     if output is not None:
         for name, result in results.items():
@@ -182,7 +185,7 @@ def replay(
                 executions[name].frame.write_parquet(output / name / "execution.parquet")
     if dashboard is not None:
         runs = [Run.from_result(name, result) for name, result in results.items()]
-        with err.status(f"writing the report {dashboard}"):
+        with stage(err, f"writing the report {dashboard}"):
             write_text(dashboard, build_report(runs, source, baseline))
     if as_json:
         print(json.dumps({name: r.metrics for name, r in results.items()}, indent=2))
@@ -195,17 +198,13 @@ def replay(
 def _spread(source: Bundle, shape: Shape, config: ReplayConfig, prepared: Prepared,
             schedulers: dict[str, dict[str, Any]], prices: dict[str, float] | None, count: int,
             err: Console) -> dict[str, Spread]:
-    """The replicates behind each run's spread, with progress on a terminal and one line when piped."""
+    """The replicates behind each run's spread, with progress (rltrace/cli/progress.py)."""
     if not sources(prepared, shape):
         return {}
     total = count * len(schedulers)
-    if not err.is_terminal:
-        err.print(f"rltrace: {total} replicate replays for the spread", markup=False, highlight=False)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task("spread (replicates)", total=total)
+    with Bar(err, f"spread: {total} replicate replays", "replays") as bar:
         return replicate(source, shape, config.cost, prepared, schedulers, config, prices, count=count,
-                         progress=lambda done, _: bar.update(task, completed=done))
+                         progress=lambda done, _: bar.update(done, total))
 
 
 def _print_execution(name: str, summary: dict[str, Any]) -> None:
@@ -218,13 +217,11 @@ def _print_execution(name: str, summary: dict[str, Any]) -> None:
         known = not math.isnan(modelled) and modelled > 0  # the "kernels" rows list kernel kinds alone (NaN modelled)
         table.add_row(phase, f"{modelled:.4g}" if known else "-", f"{t['measured_s']:.4g}",
                       f"{t['measured_s'] / modelled:.2f}" if known else "-")
-    Console(highlight=False, width=120).print(table)
+    print_table(stdout_console(), table)
 
 
 def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None, dashboard: Path | None) -> None:
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = 140  # a pipe or file gets the whole table, not 80 columns of wrapped cells
+    console = stdout_console()
     table = Table(title="Replay (bubbles: dependency / skewness share of each pool's GPU-time)", title_justify="left")
     for col in ("scheduler", "samples/s", "tokens/s", "step s", "gen bubbles", "train bubbles", "stale max",
                 "$/1k samples", "replay s"):
@@ -238,7 +235,7 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
             f"{b['training']['dependency']:.0%} / {b['training']['skewness']:.0%}",
             str(m["staleness"]["max"]), f"{m['usd_per_1k_samples']:.3f}", f"{r.wall_s:.2f}",
         )
-    console.print(table)
+    print_table(console, table)
     for name, r in results.items():
         spread = r.metrics.get("spread")
         if spread:

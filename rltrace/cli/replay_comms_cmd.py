@@ -8,11 +8,12 @@ from typing import Annotated
 
 import polars as pl
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.cli.progress import stage, stderr
+from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 
 
@@ -45,7 +46,7 @@ def replay_comms(
     if ops.height == 0:
         raise ConfigError(f"{source.path}: the bundle records no collectives")
     runnable = ops.filter(pl.col("skip").is_null())
-    with Console(stderr=True).status(f"re-issuing {runnable.height} collectives on {ranks} {device} ranks"):
+    with stage(stderr(), f"re-issuing {runnable.height} collectives on {ranks} {device} ranks"):
         seconds = comms.run(runnable["op_spec"].to_list(), ranks, device)
     measured = pl.Series("measured_s", [float("nan")] * ops.height)
     measured = measured.scatter(ops.with_row_index("i").filter(pl.col("skip").is_null())["i"], seconds)
@@ -69,7 +70,7 @@ def replay_comms(
     for r in grouped.iter_rows(named=True):
         table.add_row(r["op"], r["dtype"], f"{r['bytes']:,}", str(r["n"]), f"{r['recorded_s'] * 1e6:,.1f}",
                       f"{r['measured_s'] * 1e6:,.1f}", f"{r['measured_s'] / r['recorded_s']:.2f}" if r["recorded_s"] else "-")
-    console = Console(highlight=False, width=120)
-    console.print(table)
+    console = stdout_console()
+    print_table(console, table)
     for note in notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rltrace.bundle import open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.dashboards.report import build_sweep
 from rltrace.limits import check_output
 from rltrace.replay.sweep.grid import load_grid
@@ -44,17 +43,15 @@ def sweep(
     path = str(resolve_bundle(bundle))
     open_bundle(path)  # a bad bundle fails here, once, not in every point
     store = Store(output)
-    err = Console(stderr=True)
+    err = stderr()
     where = f"Ray at {ray_address}" if ray_address else "a local Ray" if ray else f"{workers} local process(es)"
-    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
-                  transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task("sweep", total=len(points))
-        result = run_sweep(path, points, store, workers=workers, ray=ray_address or ray,
-                           progress=lambda done, total: bar.update(task, completed=done, total=total))
+    with Bar(err, f"sweep: {len(points)} points on {where}", "points") as bar:
+        result = run_sweep(path, points, store, workers=workers, ray=ray_address or ray, progress=bar.update)
     frame = store.frame(points)
     if frame.height:
-        frame.write_parquet(output / "sweep.parquet")
-        write_text(output / "report.html", build_sweep(frame, axes, result.failed))
+        with stage(err, f"writing {output / 'sweep.parquet'} and the report"):
+            frame.write_parquet(output / "sweep.parquet")
+            write_text(output / "report.html", build_sweep(frame, axes, result.failed))
     print(f"{len(points)} points on {where}: {result.ran} ran, {result.skipped} already done, "
           f"{len(result.failed)} failed; wrote {output / 'sweep.parquet'} and {output / 'report.html'}")
     for pid, error in result.failed.items():

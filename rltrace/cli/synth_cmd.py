@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from rltrace.bundle import write_bundle
+from rltrace.cli.progress import stage, stderr
 from rltrace.limits import check_output
 from rltrace.synth import load_config, presets, synthesize
 
@@ -34,10 +34,10 @@ def synth(
     Example: rltrace synth --preset rollpacker --set steps=20 --seed 3 -o my_trace
     """
     check_output(output, "--output", folder=True)
-    err = Console(stderr=True)
+    err = stderr()
     started = time.perf_counter()
     cfg = load_config(preset=preset, path=config, sets=set_ or [], seed=seed)
-    with err.status(f"synthesizing {cfg.steps} steps x {cfg.prompts_per_step * cfg.samples_per_prompt} samples"):
+    with stage(err, f"synthesizing {cfg.steps} steps x {cfg.prompts_per_step * cfg.samples_per_prompt} samples"):
         result = synthesize(cfg)
         path = write_bundle(output, result.manifest, result.tables, overwrite=force)
     rows = ", ".join(f"{v:,} {k}" for k, v in result.manifest.tables.items())

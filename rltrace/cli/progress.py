@@ -1,0 +1,123 @@
+"""Progress for commands that can run longer than a few seconds, on stderr.
+
+On a terminal: a rich spinner or bar that disappears when done. Piped or redirected (CI logs, ``| tee``):
+one plain line when each stage ends ("rltrace: replay disagg-sync: 2,674 events, done in 0.4 s"); a stage
+still running after ``GRACE_S`` also says that it started, and then says where it is every ``PIPED_EVERY_S``
+seconds, so a long run is never silent and a log never floods. A stage that fails before ``GRACE_S`` prints
+nothing: bad input stays one line on stderr (the error).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+PIPED_EVERY_S = float(os.environ.get("RLTRACE_PROGRESS_EVERY_S", "30"))
+"""seconds between two progress lines of one stage when stderr is not a terminal (the environment variable
+RLTRACE_PROGRESS_EVERY_S sets another: the tests use less than a second)"""
+GRACE_S = min(2.0, PIPED_EVERY_S)
+"""a piped stage running this long says that it started"""
+
+
+def stderr() -> Console:
+    """The console progress goes to."""
+    return Console(stderr=True, highlight=False)
+
+
+def say(err: Console, text: str) -> None:
+    """One plain ``rltrace: ...`` line on stderr when it is not a terminal (a terminal shows the spinner)."""
+    if not err.is_terminal:
+        err.print(f"rltrace: {text}", markup=False, highlight=False, soft_wrap=True)
+
+
+class _Heartbeat:
+    """Piped output: a daemon thread that calls ``start()`` once the stage has run ``GRACE_S`` and ``beat()``
+    every ``PIPED_EVERY_S`` after, until stopped. ``started`` says whether it announced the stage."""
+
+    def __init__(self, start: Callable[[], None], beat: Callable[[], None]) -> None:
+        self._stop = threading.Event()
+        self._start, self._beat = start, beat
+        self.started = False
+        self._thread = threading.Thread(target=self._run, name="rltrace-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        if self._stop.wait(GRACE_S):
+            return
+        self.started = True
+        self._start()
+        while not self._stop.wait(PIPED_EVERY_S):
+            self._beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextmanager
+def stage(err: Console, text: str) -> Iterator[None]:
+    """A stage without a count: a spinner on a terminal; piped, see the module's docstring."""
+    started = time.perf_counter()
+    if err.is_terminal:
+        with err.status(text):
+            yield
+        return
+    heart = _Heartbeat(lambda: say(err, f"{text} ..."),
+                       lambda: say(err, f"{text}: running, {time.perf_counter() - started:.0f} s"))
+    try:
+        yield
+    finally:
+        heart.stop()
+    say(err, f"{text}: done in {time.perf_counter() - started:.1f} s")
+
+
+class Bar:
+    """A stage with a count (events, points, replays, bytes): ``update(done, total)`` as it goes."""
+
+    def __init__(self, err: Console, text: str, unit: str = "", *, piped_total: bool = True) -> None:
+        """``piped_total=False``: the total is an estimate, drawn as a bar on a terminal but left out of the
+        piped lines (which then give the count alone)."""
+        self.err, self.text, self.unit, self.piped_total = err, text, unit, piped_total
+        self.started = time.perf_counter()
+        self.done, self.total = 0.0, None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+        self._heart: _Heartbeat | None = None
+
+    def __enter__(self) -> Bar:  # noqa: PYI034 - Bar is not subclassed
+        if self.err.is_terminal:
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn(self.unit), TimeElapsedColumn(), console=self.err, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.text, total=None)
+        else:
+            self._heart = _Heartbeat(lambda: say(self.err, f"{self.text} ..."), self._line)
+        return self
+
+    def update(self, done: float, total: float | None = None) -> None:
+        self.done, self.total = done, total if total is not None else self.total
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=done, total=self.total)
+
+    def _line(self) -> None:
+        say(self.err, f"{self.text}: {self._count()}, {time.perf_counter() - self.started:.0f} s")
+
+    def _count(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        if self.total and self.piped_total:
+            return f"{self.done:,.0f}/{self.total:,.0f}{unit}"
+        return f"{self.done:,.0f}{unit}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self._heart is not None:
+            self._heart.stop()
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+        elif exc[0] is None:
+            say(self.err, f"{self.text}: {self._count()}, done in {time.perf_counter() - self.started:.1f} s")

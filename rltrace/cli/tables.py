@@ -1,0 +1,59 @@
+"""Tables that never cut a number: printed whole when they fit the console, else split by columns.
+
+Rich shrinks a table wider than the console by cutting cells ("7,4…" for 7,412). Here a table that does not
+fit is printed as several narrower tables, one after another, each repeating the first column (the row's
+name), so every cell keeps every character at any width down to two columns.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _subtable(table: Table, columns: list[int], title: str | None) -> Table:
+    """A copy of ``table`` with only ``columns`` (indices), titled ``title``."""
+    part = copy.copy(table)
+    part.columns = [copy.copy(table.columns[i]) for i in columns]
+    part.title = title
+    part.rows = list(table.rows)
+    for column in part.columns:  # columns keep their own cell lists; copy them so nothing is shared
+        column._cells = list(column._cells)
+    return part
+
+
+def _width(console: Console, table: Table) -> int:
+    return console.measure(table, options=console.options.update(max_width=10**6)).maximum
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` whole if its widest rendering fits the console, else in column groups that fit (the
+    first column repeated in each), so no cell is wrapped or cut."""
+    width = console.width
+    n = len(table.columns)
+    if n <= 2 or _width(console, table) <= width:
+        console.print(table)
+        return
+    groups: list[list[int]] = []
+    current = [0]
+    for i in range(1, n):
+        trial = current + [i]
+        if len(current) > 1 and _width(console, _subtable(table, trial, None)) > width:
+            groups.append(current)
+            current = [0, i]
+        else:
+            current = trial
+    groups.append(current)
+    for k, cols in enumerate(groups):
+        title = table.title if k == 0 else None
+        console.print(_subtable(table, cols, title))
+
+
+def stdout_console() -> Console:
+    """Where tables go: the terminal at its width, or a pipe or file at 140 columns (a log gets whole rows)."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 140
+    return console

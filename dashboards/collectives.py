@@ -11,7 +11,7 @@ from rltrace.dashboards.page import color, esc, esc_all, layout
 def figure(by_op: pl.DataFrame) -> go.Figure:
     """Top: calls per size bucket, one colour per op; bottom: median (and p99) latency per bucket."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("calls (all ranks)", "latency per call (us, log)"))
+                        subplot_titles=("calls (all ranks)", "latency per call (us)"))
     order = by_op.select("size", "bucket_bytes").unique().sort("bucket_bytes")["size"].to_list()
     for i, op in enumerate(by_op["op"].unique().sort().to_list()):
         mine = by_op.filter(pl.col("op") == op)
@@ -27,5 +27,4 @@ def figure(by_op: pl.DataFrame) -> go.Figure:
                      row=2, col=1)
     fig.update_yaxes(type="log", row=2, col=1)
     fig.update_layout(barmode="group")
-    return layout(fig, "Recorded collectives by op and size", "markers: median; whiskers up to p99", height=560,
-                  legend_below=True)
+    return layout(fig, "Recorded collectives by op and size", "markers: median; whiskers up to p99", height=560)

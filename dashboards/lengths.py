@@ -30,5 +30,4 @@ def figure(histogram: pl.DataFrame, ccdf: pl.DataFrame, labels: dict[str, str] |
     fig.update_xaxes(type="log", title_text="output tokens")
     fig.update_yaxes(title_text="requests", row=1, col=1)
     fig.update_yaxes(type="log", title_text="share of requests", row=1, col=2)
-    return layout(fig, "Output-length distribution", "the longest rollouts set the step time of synchronous schedulers",
-                  legend_below=True)
+    return layout(fig, "Output-length distribution", "the longest rollouts set the step time of synchronous schedulers")

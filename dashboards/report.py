@@ -16,23 +16,44 @@ from rltrace.dashboards import (
     latency,
     links,
     load,
+    replay_latency,
     steps,
     sweep,
     syncs,
     timeline,
 )
 from rltrace.dashboards import lengths as lengths_fig
-from rltrace.dashboards.page import Page
+from rltrace.dashboards import work as work_fig
+from rltrace.dashboards.page import Column, Page
 
-from rltrace.analysis import compare, lengths, network, recorded
+from rltrace.analysis import compare, lengths, network, recorded, verdict
 from rltrace.analysis.runs import Run
 from rltrace.analysis.timeline import gantt
+from rltrace.analysis.verdict import Objective
+from rltrace.analysis.work import trained_ccdf
 from rltrace.bundle import Bundle
 from rltrace.errors import ConfigError
 
-SUMMARY_FORMATS = {"samples_per_s": ".3g", "tokens_per_s": ",.0f", "step_time_s": ".3g", "usd_per_1k_samples": ".3f",
-                   "makespan_s": ".4g", "samples_per_s_x": ".2f", "tokens_per_s_x": ".2f", "step_time_s_x": ".2f",
-                   "usd_per_1k_samples_x": ".2f", "samples_per_s_p05": ".3g", "samples_per_s_p95": ".3g"}
+SUMMARY = [
+    Column("run", "run"),
+    Column("samples_per_s", "samples/s, same work", ".3g"), Column("samples_per_s_x", "× baseline", ".2f"),
+    Column("usd_per_1k_samples", "$ per 1k samples, same work", ".3f"),
+    Column("usd_per_1k_samples_x", "cost × baseline", ".2f"),
+    Column("same_work_s", "time for the work (s)", ",.0f"), Column("step_time_s", "mean step (s)", ".3g"),
+    Column("trained_samples", "trained samples", ",d"), Column("trained_mtokens", "trained tokens (M)", ".2f"),
+    Column("tokens_share", "tokens / recorded", ".1%"), Column("lengths", "p99 / max length (tokens)"),
+    Column("ks", "length shift (KS)", ".2f"), Column("staleness", "staleness mean / max"),
+    Column("work", "work"),
+]
+"""the first screen's table: every run on the same work (analysis/verdict.py), human headers with units"""
+AS_RUN = [
+    Column("run", "run"), Column("run_samples_per_s", "samples/s", ".3g"), Column("run_samples_per_s_x", "× baseline", ".2f"),
+    Column("run_tokens_per_s", "tokens/s", ",.0f"), Column("run_tokens_per_s_x", "× baseline", ".2f"),
+    Column("makespan_s", "run time (s)", ",.0f"), Column("run_usd_per_1k_samples", "$ per 1k samples", ".3f"),
+    Column("gen_busy", "generation busy", ".0%"), Column("train_busy", "training busy", ".0%"),
+    Column("stale_max", "staleness max", "d"),
+]
+"""each run's own figures, whatever work it trained (what metrics.json says)"""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,22 +76,15 @@ class ReportConfig:
 
 
 def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = None,
-          config: ReportConfig | None = None, title: str = "rltrace report") -> str:
-    """The whole report as HTML."""
+          config: ReportConfig | None = None, title: str = "rltrace report", objective: Objective | None = None) -> str:
+    """The whole report as HTML. Its first screen names the run to choose for ``objective`` (default: most
+    samples/s on the same work) and why."""
     if not runs:
         raise ConfigError("the report needs at least one run")
     config = config or ReportConfig()
+    objective = objective or Objective()
     page = Page(title)
-    summary = compare.summary(runs, baseline)
-    page.section("Runs compared", "throughput, step time and cost per run; ratios (x) are against the baseline run "
-                 "(highlighted)")
-    if bundle is not None:
-        page.definitions(recorded.overview(bundle))
-    page.table(summary.drop("scheduler"), SUMMARY_FORMATS, highlight="baseline")
-    page.figure(header.figure(summary))
-    notes = sorted({n for r in runs for n in r.config.get("notes", [])})
-    for note in notes:
-        page.text(f"note: {note}")
+    _choice(page, runs, baseline, objective)
 
     page.section("Bubbles", "each pool's GPU-time split into busy time, dependency bubbles and skewness bubbles")
     page.figure(bubbles.figure(compare.bubbles(runs)))
@@ -84,12 +98,22 @@ def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = 
     page.section("Output lengths", "rollout output tokens: the skew behind skewness bubbles")
     groups = lengths.workload_groups(runs)  # runs that replayed the same lengths share one distribution
     shown = [group[0] for group in groups.values()]
-    labels = {group[0].name: label for label, group in groups.items()}
+    # a group's legend entry names its first run and counts the others (the full list is in its per-step title)
+    labels = {group[0].name: group[0].name + (f" and {len(group) - 1} more" if len(group) > 1 else "")
+              for group in groups.values()}
     page.figure(lengths_fig.figure(lengths.histogram(shown), lengths.ccdf(shown), labels))
     for label, group in groups.items():
         page.figure(steps.figure(lengths.per_step(group[0]), label))
     page.section("Load per instance")
     page.figure(load.figure(lengths.instance_load(runs)))
+
+    page.section("Request latency", "per-request latency of each replayed run, with its percentiles")
+    lat = compare.latency(runs)
+    if lat.height:
+        page.figure(replay_latency.figure(lat))
+    missing = replay_latency.note(lat, [r.name for r in runs])
+    if missing:
+        page.text(missing)
 
     page.section("Network", "weight syncs per step; link utilisation for runs replayed on a topology")
     durations = network.sync_durations(runs)
@@ -97,19 +121,80 @@ def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = 
         page.figure(syncs.figure(durations))
     else:
         page.text("no weight syncs in these runs")
+    without = []
     for run in runs:
         grid, method = network.link_utilization(run, bins=config.time_bins, max_links=config.max_links)
         if grid.height:
             page.figure(links.figure(grid, run.name, method))
         else:
-            page.text(f"{run.name}: {method}")
+            without.append(run.name)
+    if without:  # one line for all of them, not one per run
+        page.text(f"no link utilisation: no network model in {_runs_named(without, runs)} (replay with --topology)")
     if bundle is not None:
         _recorded(page, bundle)
     return page.render()
 
 
+def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Objective) -> None:
+    """The first screen: the run to choose and why, every run on the same work, what each trained."""
+    table = verdict.table(runs, baseline)
+    winner, why_not = verdict.choose(table, objective)
+    page.section("Which run to choose", "every run on the same work: the recorded samples and output tokens, long "
+                 "ones included; ratios against the baseline")
+    if winner is None:
+        page.verdict(why_not, objective.describe(), [], verdict.alternatives(table, objective.goal))
+    else:
+        row = table.filter(pl.col("run") == winner).row(0, named=True)
+        label = (f" (it changes the trained work: {row['tokens_share']:.0%} of the recorded tokens)"
+                 if row["changed"] else "")
+        page.verdict(f"Run {winner}{label}", objective.describe(), verdict.reasons(runs, table, winner),
+                     verdict.alternatives(table, objective.goal))
+    shown = table.with_columns(
+        (pl.col("trained_tokens") / 1e6).alias("trained_mtokens"),
+        pl.format("{} / {}", _k(pl.col("trained_p99")), _k(pl.col("trained_max"))).alias("lengths"),
+        pl.format("{} / {}", pl.col("stale_mean").round(2), pl.col("stale_max")).alias("staleness"),
+        pl.when(~pl.col("changed")).then(pl.lit("as recorded"))
+        .otherwise(pl.lit("changed")).alias("work"),
+        pl.col("run").eq(winner or "").alias("best"))
+    shown = shown.with_columns(pl.when(pl.col("extrapolated")).then(pl.col("work") + ", extrapolated")
+                               .otherwise(pl.col("work")).alias("work"))
+    page.table(shown, SUMMARY, classes={"baseline": "base", "best": "best"})
+    first = table.row(0, named=True)
+    page.text(f"recorded work: {first['recorded_samples']:,} samples, {first['recorded_tokens'] / 1e6:.2f}M output "
+              f"tokens, p99 / max length {first['recorded_p99']:,.0f} / {first['recorded_max']:,.0f}. Same work: the "
+              "time by which a run had trained as many samples and tokens as recorded (extrapolated at its own rate "
+              "where it never did); changed: its trained lengths differ from the recorded (KS distance above "
+              "0.05, or samples or tokens off by more than 2%).")
+    if not table["known"].all():
+        page.text("runs written before replay recorded what it trained: their finished requests count as trained")
+    for note in sorted({n for r in runs for n in r.config.get("notes", [])}):
+        page.text(f"note: {note}")
+    page.figure(header.figure(table, winner))
+    page.figure(work_fig.figure(trained_ccdf(runs), dict(zip(table["run"], table["changed"]))))
+    page.details("each run's own figures, whatever work it trained (metrics.json)")
+    page.table(table, AS_RUN, classes={"baseline": "base"})
+    if any("spread" in r.metrics for r in runs):
+        spread = compare.summary(runs, baseline).select("run", "samples_per_s_p05", "samples_per_s_p95")
+        page.table(spread, [Column("run", "run"), Column("samples_per_s_p05", "samples/s, 5% of replicates", ".3g"),
+                            Column("samples_per_s_p95", "samples/s, 95% of replicates", ".3g")])
+    page.end_details()
+
+
+def _k(expr: pl.Expr) -> pl.Expr:
+    """Tokens as text: 15.8k, 950."""
+    return pl.when(expr >= 1000).then((expr / 1000).round(1).cast(pl.String) + "k").otherwise(
+        expr.round(0).cast(pl.Int64).cast(pl.String))
+
+
+def _runs_named(names: list[str], runs: list[Run]) -> str:
+    if len(names) == len(runs):
+        return "any run" if len(runs) > 1 else "this run"
+    return ", ".join(names)
+
+
 def _recorded(page: Page, bundle: Bundle) -> None:
     page.section("Recorded bundle", f"what {bundle.manifest.run_id} recorded")
+    page.definitions(recorded.overview(bundle))
     by_op = recorded.collectives(bundle)
     if by_op.height:
         page.figure(collectives.figure(by_op))

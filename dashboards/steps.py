@@ -20,6 +20,6 @@ def figure(per_step: pl.DataFrame, label: str) -> go.Figure:
                     yaxis="y2", line={"color": "#f58518", "dash": "dot"})
     fig.update_layout(yaxis={"type": "log", "title": {"text": "output tokens"}},
                       yaxis2={"overlaying": "y", "side": "right", "title": {"text": "max / median"}, "showgrid": False,
-                              "type": "linear", "rangemode": "tozero"},
+                              "type": "linear", "rangemode": "tozero", "tickmode": "auto", "automargin": True},
                       xaxis={"title": {"text": "step"}, "dtick": 1 if len(steps) <= 30 else None})
-    return layout(fig, f"Output lengths per step ({esc(label)})")
+    return layout(fig, f"Output lengths per step ({esc(label)})", right_axis=True)

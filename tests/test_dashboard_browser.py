@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import polars as pl
 import pytest
-from browser import open_page, screenshot
+from browser import ARTIFACTS, layout_problems, open_page, screenshot, section_shots
 from helpers import run_cli
 from rltrace.sample_traces import sample_path
 
 import rltrace
 
-SECTIONS = ["Runs compared", "Bubbles", "Timelines", "Output lengths", "Load per instance", "Network",
-            "Recorded bundle"]
+SECTIONS = ["Which run to choose", "Bubbles", "Timelines", "Output lengths", "Load per instance", "Request latency",
+            "Network", "Recorded bundle"]
 HOSTILE = ['<script>window.__pwned=1;alert(1)</script>', '"><img src=x onerror="window.__pwned=2;alert(2)">',
            "<a href='javascript:window.__pwned=3'>click</a>", "<b onmouseover=alert(4)>bold</b>"]
 
@@ -109,5 +110,74 @@ def test_replay_dashboard_opens_in_chromium(flag: str, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     with open_page(report) as loaded:
         assert loaded.console == []
-        rows = loaded.page.locator("table tbody tr").count()
+        rows = loaded.page.locator("section#s0 div.table").first.locator("tbody tr").count()
         assert rows == 10  # every registered scheduler
+
+
+@pytest.fixture(scope="module")
+def default_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The issue's command, as a new user runs it: every scheduler on the default sample, one report."""
+    report = tmp_path_factory.mktemp("default") / "report.html"
+    done = run_cli("replay", "-s", "all", "--dashboard", str(report), cwd=report.parent)
+    assert done.returncode == 0, done.stderr
+    return report
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_report_layout_at_common_widths(default_report: Path, width: int):
+    """No element overlaps another, nothing leaves its figure (legends, titles, axis labels), no labels collide,
+    the main column never scrolls sideways; the first screen answers the question. A screenshot of each
+    section is kept (test-artifacts/, and RLTRACE_REPORT_SHOTS when set) to be looked at."""
+    with open_page(default_report, width=width) as loaded:
+        page = loaded.page
+        assert loaded.console == []
+        assert layout_problems(loaded) == []
+        headings = page.eval_on_selector_all("h2", "hs => hs.map(h => h.textContent)")
+        assert headings == SECTIONS
+        # the first screen (900 px tall) holds the answer and the table of every run
+        pick = page.locator("div.verdict p.pick").bounding_box()
+        rows = page.locator("section#s0 div.table").first.locator("tbody tr").all()
+        assert page.locator("div.verdict p.pick").inner_text().startswith("Run ")
+        assert pick is not None and pick["y"] < 300 and len(rows) == 10
+        last = rows[-1].bounding_box()
+        assert last is not None and last["y"] + last["height"] < 900, last
+        best = page.locator("tr.best td").first.inner_text()
+        assert best.strip("✓ ") in page.locator("div.verdict p.pick").inner_text()
+        folders = [ARTIFACTS / f"report-{width}"]
+        if os.environ.get("RLTRACE_REPORT_SHOTS"):
+            folders.append(Path(os.environ["RLTRACE_REPORT_SHOTS"]))
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=str(folder / f"w{width}-first-screen.png"))
+            shots = section_shots(loaded, folder, f"w{width}")
+            assert len(shots) == len(SECTIONS) and all(s.stat().st_size > 5_000 for s in shots)
+
+
+def test_the_layout_rules_catch_a_broken_page(tmp_path: Path):
+    """The checker must fail a page that breaks each rule, or a clean result proves nothing."""
+    import plotly.graph_objects as go
+    from rltrace.dashboards.page import Page, layout
+
+    page = Page("broken")
+    page.section("One")
+    covered = go.Figure([go.Scatter(x=[0, 1, 2], y=[0, 1, 2], name="a rather long legend entry"),
+                         go.Scatter(x=[0, 1, 2], y=[2, 1, 0], name="another")])
+    covered = layout(covered, "covered")
+    covered.update_layout(legend={"x": 0.3, "y": 0.6, "xanchor": "left", "yanchor": "top"})  # on the plot
+    page.figure(covered)
+    crowded = go.Figure()
+    for _ in range(40):  # forty grouped bars, labels wider than their bars: "1.00x0.99x1.00x"
+        crowded.add_bar(x=["a", "b"], y=[1.0, 0.99], text=["1.00x", "0.99x"], textposition="outside",
+                        constraintext="none", textangle=0, showlegend=False)
+    page.figure(layout(crowded, "crowded", height=300))
+    page.parts.append('<div style="width:2400px;height:20px;background:#eee">too wide</div>')
+    page.section("Two")
+    page.parts.append('<p style="margin-top:-80px;background:#fdd">pulled up over the figure above</p>')
+    report = tmp_path / "broken.html"
+    report.write_text(page.render())
+    with open_page(report, width=1280) as loaded:
+        problems = "\n".join(layout_problems(loaded))
+    for rule in ("scrolls sideways", "runs past the main column", "overlaps", "the legend covers plot",
+                 "bar labels collide"):
+        assert rule in problems, (rule, problems)

@@ -66,3 +66,26 @@ def bubbles(runs: list[Run]) -> pl.DataFrame:
                      (run.name, pool, "skewness bubble", float(parts.get("skewness", 0.0)))]
     return pl.DataFrame(rows, schema={"run": pl.String, "pool": pl.String, "part": pl.String, "fraction": pl.Float64},
                         orient="row")
+
+
+LATENCY = (("queue_s", "queueing"), ("ttft_s", "time to first token"), ("tpot_s", "time per output token"),
+           ("e2e_s", "end to end"))
+"""per-request latency parts replay writes under metrics.json ``latency`` (docs/format.md), in page order"""
+
+
+def latency(runs: list[Run]) -> pl.DataFrame:
+    """run, part, label, mean, p50, p90, p99, max (seconds) of each run's replayed per-request latency; runs
+    whose metrics.json has none (written before replay recorded it) are left out."""
+    rows = []
+    for run in runs:
+        lat = run.metrics.get("latency")
+        if not isinstance(lat, dict):
+            continue
+        for part, label in LATENCY:
+            q = lat.get(part)
+            if isinstance(q, dict):
+                rows.append({"run": run.name, "part": part, "label": label,
+                             **{k: float(q.get(k, 0.0)) for k in ("mean", "p50", "p90", "p99", "max")}})
+    schema = {"run": pl.String, "part": pl.String, "label": pl.String, "mean": pl.Float64, "p50": pl.Float64,
+              "p90": pl.Float64, "p99": pl.Float64, "max": pl.Float64}
+    return pl.DataFrame(rows, schema=schema)

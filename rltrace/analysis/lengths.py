@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 
 from rltrace.analysis.runs import Run
+from rltrace.analysis.timeline import busy_spans
 
 
 def _lengths(run: Run) -> np.ndarray:
@@ -69,14 +70,14 @@ def per_step(run: Run) -> pl.DataFrame:
 
 def instance_load(runs: list[Run]) -> pl.DataFrame:
     """run, instance, requests, output_tokens, busy_s: how evenly each run spread its work (instances by the
-    timeline's resource names)."""
+    timeline's resource names; busy: when the instance ran any request, analysis/timeline.py busy_spans)."""
     parts = []
     for run in runs:
         t = run.timeline
         served = (t.filter(pl.col("kind") == "request")
                   .join(run.requests.select(pl.col("request").alias("id"), "output_tokens"), on="id", how="left")
                   .group_by("resource").agg(pl.len().alias("requests"), pl.col("output_tokens").sum()))
-        busy = (t.filter(pl.col("kind") == "busy").group_by("resource")
+        busy = (busy_spans(t).group_by("resource")
                 .agg((pl.col("end_s") - pl.col("start_s")).sum().alias("busy_s")))
         parts.append(served.join(busy, on="resource", how="left").select(
             pl.lit(run.name).alias("run"), pl.col("resource").alias("instance"), "requests",

@@ -22,6 +22,8 @@ import polars as pl
 
 from rltrace.analysis.runs import Run
 
+ATTEMPTS = ("aborted", "migrated", "preempted")
+"""request attempts cut short: work an instance did, drawn over its busy span"""
 PIXELS = 2000
 """merge gaps below makespan / PIXELS"""
 
@@ -97,6 +99,17 @@ def merge_close(frame: pl.DataFrame, gap_s: float) -> pl.DataFrame:
             .select(list(COLUMNS)).cast(COLUMNS))  # type: ignore[arg-type]
 
 
+def busy_spans(timeline: pl.DataFrame) -> pl.DataFrame:
+    """When each generation instance ran anything: the union of its requests and of its attempts cut short,
+    as ``busy`` intervals (the timeline's columns). From the work itself, because an instance that never
+    idles closes no busy span of its own (fully-async, rollart), and aborted or migrated attempts were work."""
+    served = timeline.filter(pl.col("kind") == "request")["resource"].unique().to_list()
+    work = timeline.filter(pl.col("kind").is_in(["request", *ATTEMPTS]), pl.col("resource").is_in(served))
+    framed = work.select("resource", pl.lit("busy").alias("kind"), pl.lit(-1).alias("step"), pl.lit(-1).alias("job"),
+                         pl.lit(-1).alias("id"), "start_s", "end_s", pl.lit(0).alias("lane"), pl.lit(1).alias("lanes"))
+    return merge_close(framed.cast(COLUMNS), 0.0)  # type: ignore[arg-type]
+
+
 def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_links: int = 12) -> Gantt:
     """The run's timeline (and its busiest links' busy intervals) as Gantt rows within the budget."""
     t = run.timeline.select("resource", "kind", "step", "job", "id", "start_s", "end_s")
@@ -129,6 +142,10 @@ def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_
     else:
         if requests.height:
             notes.append(f"{requests.height:,} requests shown as their instances' busy spans")
+            # Busy = when the instance ran anything, from the work itself: an instance that never idles
+            # closes no busy span of its own, and its aborted or migrated attempts were work too.
+            busy = busy_spans(pl.concat([requests, rest]))
+            rest = pl.concat([rest.filter(pl.col("kind") != "busy"), busy.select(rest.columns).cast(rest.schema)])  # type: ignore[arg-type]
         requests = requests.clear().with_columns(pl.lit(0, pl.Int32).alias("lane"), pl.lit(1, pl.Int32).alias("lanes"))
     rest = rest.with_columns(pl.lit(0, pl.Int32).alias("lane"), pl.lit(1, pl.Int32).alias("lanes"))
     frame = pl.concat([requests.cast(COLUMNS), rest.cast(COLUMNS)])  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from rltrace.analysis.runs import load_runs
+from rltrace.analysis.verdict import Objective
 from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.dashboards.report import ReportConfig, build
@@ -46,18 +47,26 @@ def dashboard(
                                                  "(default: the first).")] = None,
     max_segments: Annotated[int, typer.Option(help="Timeline intervals drawn per run; more are aggregated.")] = 20_000,
     title: Annotated[str, typer.Option(help="Page title.")] = "rltrace report",
+    objective: Annotated[str, typer.Option(help="What the first screen picks the run for: throughput (most "
+                                           "samples/s on the same work) or cost (lowest $ per 1k samples).")] = "throughput",
+    max_staleness: Annotated[int | None, typer.Option(help="Only runs whose samples lag at most this many weight "
+                                                      "versions at training (0: on-policy).")] = None,
+    same_distribution: Annotated[bool, typer.Option(help="Only runs that trained the recorded samples and tokens, "
+                                                    "their length distribution unchanged.")] = False,
 ) -> None:
-    """Compare replay runs in one HTML file that works offline: throughput and cost against a baseline,
-    bubbles, timelines, output lengths, per-instance load, network.
+    """Compare replay runs in one HTML file that works offline. Its first screen names the run to choose for
+    an objective and why, every run on the same work (the recorded samples and tokens); then bubbles,
+    timelines, output lengths, per-instance load, request latency, network.
 
     Example: rltrace replay -s all -o runs && rltrace dashboard runs --bundle rollpacker_qwen7b -o report.html
     """
     check_output(output, "--output")
+    goal = Objective(goal=objective, max_staleness=max_staleness, same_distribution=same_distribution)
     err = Console(stderr=True)
     with err.status("reading runs"):
         loaded = load_runs(runs)
         source = open_bundle(resolve_bundle(bundle)) if bundle is not None else None
     with err.status(f"building the report of {len(loaded)} run(s)"):
-        html = build(loaded, source, baseline, ReportConfig(max_segments=max_segments), title=title)
+        html = build(loaded, source, baseline, ReportConfig(max_segments=max_segments), title=title, objective=goal)
     write_text(output, html)
     print(f"wrote {output} ({len(html) / 1e6:.1f} MB, {len(loaded)} run(s))")

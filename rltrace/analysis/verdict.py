@@ -1,0 +1,196 @@
+"""Which run to choose, and why: the report's first screen.
+
+``table`` puts every run on the same work (analysis/work.py) and compares it with the baseline; ``choose``
+picks the best run for an :class:`Objective`; ``reasons`` explains the choice in a few sentences built from
+the metrics: which bubble the winner removed, which pool now bounds it, and what it changed about the work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from rltrace.analysis.compare import baseline_index
+from rltrace.analysis.runs import Run
+from rltrace.analysis.work import work
+from rltrace.errors import ConfigError
+
+OBJECTIVES = ("throughput", "cost")
+
+PUBLISHED_ASYNC_X = 2.77
+"""the largest speed-up over a synchronous baseline an asynchronous RL system reports on its own workload that
+this page cites: AReaL, arXiv 2505.24298, abstract ("up to 2.77x training speedup")"""
+
+BUBBLE_WORDS = {
+    ("generation", "dependency"): "generation GPUs waiting for training and the weight sync",
+    ("generation", "skewness"): "generation GPUs idle in each step's long tail",
+    ("training", "dependency"): "trainers waiting for rollouts",
+    ("training", "skewness"): "trainers waiting for a step's last long samples",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Objective:
+    """What the user wants from a run."""
+
+    goal: str = "throughput"
+    """"throughput" (most samples/s for the same work) or "cost" (fewest dollars per 1k samples of it)"""
+    max_staleness: int | None = None
+    """only runs whose samples lag at most this many weight versions at training (0: on-policy)"""
+    same_distribution: bool = False
+    """only runs that trained the recorded samples and tokens, their length distribution unchanged"""
+
+    def __post_init__(self) -> None:
+        if self.goal not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.goal!r}")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ConfigError(f"--max-staleness must be >= 0, got {self.max_staleness}")
+
+    def describe(self) -> str:
+        """The objective in words, as the page states it."""
+        words = ["most samples/s" if self.goal == "throughput" else "lowest $ per 1k samples",
+                 "for the same work"]
+        if self.max_staleness is not None:
+            words.append(f"with staleness at most {self.max_staleness}")
+        if self.same_distribution:
+            words.append("training the recorded length distribution unchanged")
+        return " ".join(words)
+
+
+def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
+    """One row per run: its work (analysis/work.py) and, on the same work, samples/s, $ per 1k samples and
+    their ratios to the baseline (``*_x``); the run's own figures as ``run_*``; ``baseline`` marks its row.
+
+    Same work: the recorded samples over ``same_work_s``; its cost is the run's cost per second over that
+    time (a run's GPUs cost the same per second whatever they do)."""
+    w = work(runs)
+    rows = []
+    for run in runs:
+        m = run.metrics
+        rows.append({"run": run.name, "scheduler": run.scheduler,
+                     "run_samples_per_s": float(m.get("throughput_samples_per_s", 0.0)),
+                     "run_tokens_per_s": float(m.get("throughput_tokens_per_s", 0.0)),
+                     "step_time_s": float(m.get("step_time_s", {}).get("mean", 0.0)),
+                     "run_usd_per_1k_samples": float(m.get("usd_per_1k_samples", 0.0)),
+                     "makespan_s": float(m.get("makespan_s", 0.0)), "cost_usd": float(m.get("cost_usd", 0.0)),
+                     "gen_busy": float(m.get("gpu_utilization", {}).get("generation", 0.0)),
+                     "train_busy": float(m.get("gpu_utilization", {}).get("training", 0.0))})
+    frame = pl.DataFrame(rows).join(w, on="run", how="left", maintain_order="left")
+    same = pl.col("same_work_s")
+    frame = frame.with_columns(
+        pl.when(same > 0).then(pl.col("recorded_samples") / same).otherwise(0.0).alias("samples_per_s"),
+        pl.when((pl.col("makespan_s") > 0) & (pl.col("recorded_samples") > 0))
+        .then(pl.col("cost_usd") / pl.col("makespan_s") * same / pl.col("recorded_samples") * 1000)
+        .otherwise(None).alias("usd_per_1k_samples"))
+    base = frame.row(baseline_index(runs, baseline), named=True)
+    ratios = [(pl.col(c) / base[c] if base[c] else pl.lit(None, pl.Float64)).alias(f"{c}_x")
+              for c in ("samples_per_s", "usd_per_1k_samples", "run_samples_per_s", "run_tokens_per_s")]
+    return frame.with_columns(*ratios, pl.col("run").eq(base["run"]).alias("baseline"))
+
+
+def choose(frame: pl.DataFrame, objective: Objective) -> tuple[str | None, str]:
+    """The best run of ``table``'s frame for the objective, or None and why no run qualifies."""
+    eligible = frame
+    if objective.max_staleness is not None:
+        eligible = eligible.filter(pl.col("stale_max") <= objective.max_staleness)
+    if objective.same_distribution:
+        eligible = eligible.filter(~pl.col("changed"))
+    if not eligible.height:
+        return None, f"no run meets the objective ({objective.describe()})"
+    if objective.goal == "throughput":
+        best = eligible.sort("samples_per_s", "run", descending=[True, False])
+    else:
+        best = eligible.filter(pl.col("usd_per_1k_samples").is_not_null()).sort("usd_per_1k_samples", "run")
+        if not best.height:
+            return None, "no run has a cost (prices unknown)"
+    return str(best["run"][0]), ""
+
+
+def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
+    """Why ``winner`` wins, against the baseline, in sentences built from the metrics: the time on the same
+    work, the bubble it removed, its bottleneck, and what it changed about the trained work."""
+    by_name = {r.name: r for r in runs}
+    w, b = frame.filter(pl.col("run") == winner).row(0, named=True), frame.filter(pl.col("baseline")).row(0, named=True)
+    out = []
+    if winner == b["run"]:
+        out.append(f"{winner} is the baseline and no other run beats it on this objective.")
+    else:
+        x = w["samples_per_s_x"] or 0.0
+        out.append(f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, {_tokens(w['recorded_tokens'])} "
+                   f"output tokens) in {_secs(w['same_work_s'])} against {_secs(b['same_work_s'])} for {b['run']}: "
+                   f"{x:.2f}x the samples/s at {w['usd_per_1k_samples_x'] or 0:.2f}x the cost per sample"
+                   + (" (extrapolated: it trained less than that within its steps)." if w["extrapolated"] else "."))
+        removed = _removed_bubble(by_name[b["run"]].metrics, by_name[winner].metrics)
+        if removed:
+            out.append(removed)
+        if x > PUBLISHED_ASYNC_X and b["gen_busy"] > 0:
+            out.append(f"A {x:.1f}x lead is possible here because {b['run']}'s generation GPUs were busy only "
+                       f"{b['gen_busy']:.0%} of its run (at most {1 / b['gen_busy']:.1f}x from keeping them busy); "
+                       f"published asynchronous systems report up to {PUBLISHED_ASYNC_X}x on their own workloads "
+                       "(AReaL, arXiv 2505.24298).")
+    out.append(_bottleneck(w))
+    out.append(_work_change(w))
+    return out
+
+
+def _removed_bubble(base: dict, best: dict) -> str:
+    """The bubble (pool, part) whose share of the pool's GPU-time fell most from the baseline."""
+    drops = []
+    for pool in ("generation", "training"):
+        for part in ("dependency", "skewness"):
+            was = float(base.get("bubble_fraction", {}).get(pool, {}).get(part, 0.0))
+            now = float(best.get("bubble_fraction", {}).get(pool, {}).get(part, 0.0))
+            drops.append((was - now, pool, part, was, now))
+    drop, pool, part, was, now = max(drops)
+    if drop < 0.05:
+        return ""
+    return (f"It removes most of the {part} bubble of the {pool} pool ({BUBBLE_WORDS[(pool, part)]}): "
+            f"{was:.0%} of that pool's GPU-time before, {now:.0%} now.")
+
+
+def _bottleneck(row: dict) -> str:
+    gen, train = row["gen_busy"], row["train_busy"]
+    pool, busy = ("generation", gen) if gen >= train else ("training", train)
+    if busy >= 0.7:
+        return (f"Its bottleneck is the {pool} pool (busy {busy:.0%}; generation {gen:.0%}, training {train:.0%}): "
+                f"more {pool} GPUs, not more of the other pool, would speed it up.")
+    return (f"Neither pool is saturated (generation busy {gen:.0%}, training {train:.0%}): what remains is "
+            "waiting between them (the bubbles below).")
+
+
+def _work_change(row: dict) -> str:
+    same = (f"trained {row['trained_samples']:,} samples ({row['samples_share']:.1%} of the recorded) and "
+            f"{_tokens(row['trained_tokens'])} tokens ({row['tokens_share']:.1%}), staleness mean "
+            f"{row['stale_mean']:.2f}, max {row['stale_max']}")
+    if not row["changed"]:
+        return f"It {same}: the recorded length distribution, unchanged."
+    return (f"It changes the trained work: it {same}; trained lengths p99 {row['trained_p99']:,.0f} against "
+            f"{row['recorded_p99']:,.0f} recorded (max {row['trained_max']:,.0f} against {row['recorded_max']:,.0f}; "
+            f"KS distance {row['ks']:.2f}).")
+
+
+def _secs(s: float) -> str:
+    return f"{s / 3600:.2f} h" if s >= 3600 else f"{s:,.0f} s" if s >= 10 else f"{s:.2f} s"
+
+
+def _tokens(n: float) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
+
+
+def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[str, str]]:
+    """The winner under other objectives: (objective in words, run and its figure)."""
+    out = []
+    for label, objective in (("cheapest per sample", Objective(goal="cost")),
+                             ("fastest on-policy (staleness 0)", Objective(goal=goal, max_staleness=0)),
+                             ("fastest training the recorded distribution unchanged",
+                              Objective(goal=goal, same_distribution=True))):
+        name, why = choose(frame, objective)
+        if name is None:
+            out.append((label, why))
+            continue
+        row = frame.filter(pl.col("run") == name).row(0, named=True)
+        figure = (f"${row['usd_per_1k_samples']:.3f} per 1k samples" if objective.goal == "cost"
+                  else f"{row['samples_per_s']:.3g} samples/s, {row['samples_per_s_x'] or 0:.2f}x")
+        out.append((label, f"{name} ({figure})"))
+    return out

@@ -35,7 +35,7 @@ from trace_event_rules import violations
 import rltrace
 from rltrace.analysis import compare, lengths, load_run, load_runs, network, recorded, verdict, work
 from rltrace.analysis.runs import Run
-from rltrace.analysis.timeline import gantt, lanes, merge_close
+from rltrace.analysis.timeline import busy_spans, gantt, lanes, merge_close
 from rltrace.synth import synthesize
 
 TOPOLOGY = "fat-tree:k=4,gpu=H800"
@@ -86,6 +86,18 @@ def test_merge_close_joins_gaps_below_the_threshold(jobs, expected):
                       "start_s": [0.0, 1.05, 5.0, 5.5], "end_s": [1.0, 2.0, 6.0, 5.8], "lane": [0] * 4, "lanes": [1] * 4})
     merged = merge_close(f, gap_s=0.1)
     assert merged.sort("start_s").select("start_s", "end_s").rows() == expected
+
+
+def test_busy_spans_are_the_union_of_the_work_per_instance():
+    t = pl.DataFrame({"resource": ["g/i1", "g/i1", "g/i1", "g/i0", "g/i0", "trainer"],
+                      "kind": ["request", "request", "aborted", "request", "train", "train"],
+                      "step": [0] * 6, "job": [0] * 6, "id": list(range(6)),
+                      "start_s": [0.0, 1.0, 3.0, 5.0, 0.0, 0.0], "end_s": [2.0, 2.5, 4.0, 6.0, 9.0, 9.0]})
+    busy = busy_spans(t).sort("resource", "start_s")
+    # i1: [0, 2] and [1, 2.5] merge, the aborted attempt [3, 4] was work too; i0: its request only (a train span
+    # on an instance row is not generation work); the trainer serves no request: no row
+    assert busy.select("resource", "start_s", "end_s").rows() == [("g/i0", 5.0, 6.0), ("g/i1", 0.0, 2.5), ("g/i1", 3.0, 4.0)]
+    assert set(busy["kind"]) == {"busy"}
 
 
 def test_gantt_stays_within_its_budget_and_says_how(runs_dir: Path):

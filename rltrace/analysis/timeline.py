@@ -102,12 +102,26 @@ def merge_close(frame: pl.DataFrame, gap_s: float) -> pl.DataFrame:
 def busy_spans(timeline: pl.DataFrame) -> pl.DataFrame:
     """When each generation instance ran anything: the union of its requests and of its attempts cut short,
     as ``busy`` intervals (the timeline's columns). From the work itself, because an instance that never
-    idles closes no busy span of its own (fully-async, rollart), and aborted or migrated attempts were work."""
-    served = timeline.filter(pl.col("kind") == "request")["resource"].unique().to_list()
+    idles closes no busy span of its own (fully-async, rollart), and aborted or migrated attempts were work.
+    One sort for all instances (a million requests: a fraction of a second)."""
+    served = timeline.filter(pl.col("kind") == "request")["resource"].unique().sort().to_list()
     work = timeline.filter(pl.col("kind").is_in(["request", *ATTEMPTS]), pl.col("resource").is_in(served))
-    framed = work.select("resource", pl.lit("busy").alias("kind"), pl.lit(-1).alias("step"), pl.lit(-1).alias("job"),
-                         pl.lit(-1).alias("id"), "start_s", "end_s", pl.lit(0).alias("lane"), pl.lit(1).alias("lanes"))
-    return merge_close(framed.cast(COLUMNS), 0.0)  # type: ignore[arg-type]
+    code = work["resource"].replace_strict({n: i for i, n in enumerate(served)}, return_dtype=pl.Int64).to_numpy()
+    start, end = work["start_s"].to_numpy(), work["end_s"].to_numpy()
+    order = np.lexsort((start, code))
+    code, start, end = code[order], start[order], end[order]
+    # Running max of the ends within each instance: offsetting each instance by more than the whole span keeps
+    # one cumulative max from reaching across instances.
+    offset = code * (2.0 * (float(np.abs(end).max()) + float(np.abs(start).max())) + 1.0) if len(code) else code
+    reach = np.maximum.accumulate(end + offset) - offset
+    new = np.ones(len(code), bool)
+    new[1:] = (code[1:] != code[:-1]) | (start[1:] > reach[:-1])
+    first = np.flatnonzero(new)
+    return pl.DataFrame({
+        "resource": np.asarray(served, dtype=object)[code[first]] if len(first) else [],
+        "kind": "busy", "step": -1, "job": -1, "id": -1, "start_s": start[first],
+        "end_s": np.maximum.reduceat(end, first) if len(first) else np.zeros(0), "lane": 0, "lanes": 1,
+    }).cast(COLUMNS)  # type: ignore[arg-type]
 
 
 def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_links: int = 12) -> Gantt:

@@ -212,8 +212,13 @@ def _recorded(page: Page, bundle: Bundle) -> None:
         page.text("no request timings recorded")
 
 
-SWEEP_COLUMNS = ("samples_per_s", "tokens_per_s", "step_time_s", "usd_per_1k_samples", "usd_per_hour",
-                 "gen_dependency_bubble", "gen_skewness_bubble", "train_dependency_bubble", "stale_max")
+SWEEP_COLUMNS = {"samples_per_s": ("samples/s", ".3g"), "tokens_per_s": ("tokens/s", ",.0f"),
+                 "step_time_s": ("step time (s)", ".3g"), "usd_per_1k_samples": ("$ per 1k samples", ".3f"),
+                 "usd_per_hour": ("$ per hour", ",.1f"),
+                 "gen_dependency_bubble": ("generation dependency bubble", ".0%"),
+                 "gen_skewness_bubble": ("generation skewness bubble", ".0%"),
+                 "train_dependency_bubble": ("training dependency bubble", ".0%"), "stale_max": ("staleness max", "")}
+"""a sweep's figures in its best-points table: header (in words, with units) and format"""
 
 
 def build_sweep(frame: pl.DataFrame, axes: list[str], failed: dict[str, str] | None = None,
@@ -225,8 +230,9 @@ def build_sweep(frame: pl.DataFrame, axes: list[str], failed: dict[str, str] | N
     page = Page(title)
     page.section("Best points", f"the {min(top, frame.height)} highest-throughput of {frame.height} points")
     shown = frame.sort("samples_per_s", descending=True, nulls_last=True).head(top)
-    page.table(shown.select("point_id", *axes, *[c for c in SWEEP_COLUMNS if c in frame.columns]),
-               {c: ".3g" for c in SWEEP_COLUMNS})
+    columns = [Column("point_id", "point"), *(Column(a, a) for a in axes),  # grid keys as the grid names them
+               *(Column(c, h, spec) for c, (h, spec) in SWEEP_COLUMNS.items() if c in frame.columns)]
+    page.table(shown, columns)
     for pid, error in (failed or {}).items():
         page.text(f"failed: {pid}: {error}")
     page.section("Throughput against cost")

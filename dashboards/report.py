@@ -217,7 +217,7 @@ SWEEP_COLUMNS = {"samples_per_s": ("samples/s", ".3g"), "tokens_per_s": ("tokens
                  "usd_per_hour": ("$ per hour", ",.1f"),
                  "gen_dependency_bubble": ("generation dependency bubble", ".0%"),
                  "gen_skewness_bubble": ("generation skewness bubble", ".0%"),
-                 "train_dependency_bubble": ("training dependency bubble", ".0%"), "stale_max": ("staleness max", "")}
+                 "train_dependency_bubble": ("training dependency bubble", ".0%"), "stale_max": ("staleness max", ".0f")}
 """a sweep's figures in its best-points table: header (in words, with units) and format"""
 
 

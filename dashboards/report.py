@@ -165,6 +165,10 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
               "time by which a run had trained as many samples and tokens as recorded (extrapolated at its own rate "
               "where it never did); changed: its trained lengths differ from the recorded (KS distance above "
               "0.05, or samples or tokens off by more than 2%).")
+    if table.select("recorded_samples", "recorded_tokens").n_unique() > 1:  # e.g. rollmux's jobs against one job
+        page.text("the runs replayed different workloads (" + ", ".join(
+            f"{r['run']}: {r['recorded_samples']:,} samples" for r in table.iter_rows(named=True))
+            + "): each is put on its own recorded work, and ratios compare rates, not the same samples")
     if not table["known"].all():
         page.text("runs written before replay recorded what it trained: their finished requests count as trained")
     for note in sorted({n for r in runs for n in r.config.get("notes", [])}):

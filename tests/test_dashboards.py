@@ -209,6 +209,13 @@ def test_a_run_of_several_jobs_draws_and_names_each_jobs_spans(tmp_path: Path):
     assert violations(text) == []
     spans = [e["name"] for e in json.loads(text)["traceEvents"] if e["ph"] == "X"]
     assert {"train (job 0)", "train (job 1)", "weight_sync (job 1)"} <= set(spans)
+    # a one-job scheduler given both jobs replays the first: its work is that job's, all of it trained
+    first = Run.from_result("disagg-sync", replay(prepare_jobs(specs, Shape(), CostConfig()), "disagg-sync",
+                                                  ReplayConfig()))
+    w = work.work([run, first]).rows_by_key("run", named=True, unique=True)
+    assert w["disagg-sync"]["recorded_samples"] == w["disagg-sync"]["trained_samples"] < w["rollmux"]["recorded_samples"]
+    assert not w["disagg-sync"]["changed"] and not w["disagg-sync"]["extrapolated"]
+    assert "the runs replayed different workloads" in build([run, first])
     # a run folder written before timelines named jobs still loads: one job, so job 0
     folder = tmp_path / "old"
     folder.mkdir()

@@ -46,6 +46,10 @@ def recorded_lengths(run: Run) -> np.ndarray:
     r = run.requests
     if "recorded" in r.columns:
         r = r.filter(pl.col("recorded"))
+    if run.steps is not None and run.steps.height and "job" in r.columns:
+        # a run of several jobs' workload that replayed only some (a one-job scheduler given --jobs): its work is
+        # the jobs it ran
+        r = r.filter(pl.col("job").is_in(run.steps["job"].unique().to_list()))
     return r["output_tokens"].to_numpy().astype(np.float64)
 
 

@@ -30,6 +30,7 @@ def install_collectors() -> None:
     for name, install in VLLM_MODULES.items():
         hooks.when_imported(name, install)
     hooks.when_imported("transformers.generation.utils", _install_hf_generate)
+    hooks.when_imported("safetensors.torch", _install_weight_files)
     hooks.when_imported("ray", _install_ray)
 
 
@@ -51,6 +52,12 @@ def _install_torch(_module: Any) -> None:
         from rltrace.collectors import torch_dist  # imports torch.distributed: only once torch is in use
 
         torch_dist.install()
+
+
+def _install_weight_files(module: Any) -> None:
+    from rltrace.collectors import weight_files  # which process wrote a weights file a reload reads
+
+    weight_files.install(module)
 
 
 def _install_ray(module: Any) -> None:

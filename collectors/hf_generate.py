@@ -34,7 +34,6 @@ import time
 from typing import Any
 
 import torch
-
 from rltrace.collectors import recorder
 from rltrace.collectors.api import SELF, generation_ended, steps
 from rltrace.collectors.vllm_collector import engine_key

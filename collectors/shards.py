@@ -30,6 +30,7 @@ from rltrace.bundle import TableWriter, check_target, polars_schema, to_arrow, w
 from rltrace.collectors import SHARDS, stream_merge
 from rltrace.collectors.labels import fill_policy_versions
 from rltrace.collectors.recorder import COUNTS_FILE, REQUEST_GROUP
+from rltrace.collectors.weight_files import READS, WRITES, writer_of
 from rltrace.errors import BundleError
 from rltrace.manifest import Manifest, ModelInfo, Pool
 from rltrace.validate import check_frame
@@ -205,6 +206,24 @@ def _flows_from_collectives(
     return flows.with_columns(version.alias("version")).select(TABLES["weight_syncs"].names)
 
 
+def _file_writers(syncs: pl.DataFrame, shards: list[Shard]) -> pl.DataFrame:
+    """A reload from files a trainer process wrote (recorded in another process) is that trainer's sync."""
+    writes = {s.actor: s.meta[WRITES] for s in shards if s.actor.startswith("trainer/") and s.meta.get(WRITES)}
+    if not writes or syncs.height == 0:
+        return syncs
+    reads = {s.index: s.meta.get(READS) or {} for s in shards}
+    disk = syncs.with_row_index("_i").filter(pl.col("src").str.starts_with("disk:"))
+    fixed = {}
+    for i, shard, version, start in disk.select("_i", "_shard", "version", "start_ns").iter_rows():  # one per sync
+        writer = writer_of(reads.get(shard, {}).get(str(version), []), start, writes)
+        if writer is not None:
+            fixed[i] = writer
+    if not fixed:
+        return syncs
+    src = pl.int_range(pl.len()).replace_strict(fixed, default=None, return_dtype=pl.String)
+    return syncs.with_columns(pl.coalesce(src, pl.col("src")).alias("src"))
+
+
 def engine_scoped_ids(requests: pl.DataFrame) -> pl.DataFrame:
     """Request ids made unique across engines (each engine numbers its own), and so are the groups that name
     their own request; a group named by its prompt (a digest, the same on every engine) spans engines, as a
@@ -246,6 +265,7 @@ def merge(
     syncs = syncs.with_columns(pl.when(local).then(
         pl.col("_shard").replace_strict({s.index: s.actor for s in shards}, default=pl.col("src"))
     ).otherwise(pl.col("src")).alias("src"))
+    syncs = _file_writers(syncs, shards)
 
     world = _main_world(shards)
     in_world = {s.index for s in shards if s.meta.get("world") == world}

@@ -30,6 +30,7 @@ from typing import Any
 
 from rltrace.collectors import recorder
 from rltrace.collectors.api import generation_ended, steps
+from rltrace.collectors.weight_files import note_reload
 
 WEIGHT_METHODS = ("update_weight", "update_weights", "reload_weights", "load_weights", "update_weights_from_tensor")
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -207,14 +208,14 @@ def _weight_files(value: Any) -> list[Path]:
     return []
 
 
-def _payload_bytes(args: tuple, kwargs: dict) -> tuple[int, int, str]:
-    """Bytes, tensor count and transport of a collective_rpc call's arguments: weight files any argument
-    names (a worker extension's own reload method names its folder however it likes), else tensors."""
-    files = [f for v in (*kwargs.values(), *args) for f in _weight_files(v)]
+def _payload_bytes(args: tuple, kwargs: dict) -> tuple[int, int, str, list[Path]]:
+    """Bytes, tensor count, transport and weight files of a collective_rpc call's arguments: weight files any
+    argument names (a worker extension's own reload method names its folder however it likes), else tensors."""
+    files = list(dict.fromkeys(f for v in (*kwargs.values(), *args) for f in _weight_files(v)))
     if files:
-        return sum(p.stat().st_size for p in dict.fromkeys(files)), 0, "disk"
+        return sum(p.stat().st_size for p in files), 0, "disk", files
     tensors = [v for v in (*args, *kwargs.values()) if hasattr(v, "element_size") and hasattr(v, "numel")]
-    return sum(t.numel() * t.element_size() for t in tensors), len(tensors), "rpc"
+    return sum(t.numel() * t.element_size() for t in tensors), len(tensors), "rpc", []
 
 
 def _collective_rpc(rpc: Any) -> Any:
@@ -232,10 +233,11 @@ def _collective_rpc(rpc: Any) -> Any:
                 name = method if isinstance(method, str) else getattr(method, "__name__", "") or "callable"
                 call_args = kwargs.get("args") or (args[1] if len(args) > 1 else ())
                 call_kwargs = kwargs.get("kwargs") or (args[2] if len(args) > 2 else {}) or {}
-                size, tensors, transport = _payload_bytes(tuple(call_args), dict(call_kwargs))
+                size, tensors, transport, files = _payload_bytes(tuple(call_args), dict(call_kwargs))
                 key = engine_key(getattr(self, "llm_engine", self))
                 if name in WEIGHT_METHODS or size > 0:
                     steps.weight_version += 1
+                    note_reload(steps.weight_version, [str(f) for f in files])  # the merge finds who wrote them
                     rec.add("weight_syncs", (steps.weight_version, f"{transport}:{name}", key, size, tensors,
                                              transport, start, time.time_ns(), steps.gen()))
                 else:

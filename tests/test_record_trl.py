@@ -8,16 +8,15 @@ itself. TRL and accelerate come from the test extras (pyproject.toml), installed
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 from helpers import REPO, run_cli, tiny_model
+from rltrace.replay.schedulers.base import SCHEDULERS
 
 import rltrace
-from rltrace.replay.schedulers.base import SCHEDULERS
 
 pytest.importorskip("trl", reason="TRL is installed by `make test` (pyproject.toml test extras)")
 

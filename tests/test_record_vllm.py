@@ -85,8 +85,10 @@ def test_offline_generate_chat_and_step_loop(model: Path, tmp_path: Path) -> Non
     assert first["requests"].sum() == generate["output_tokens"].sum()
     assert first.height == generate["output_tokens"].max()
     spans = bundle.spans.collect()
-    assert spans["phase"].to_list() == ["generate", "generate"]
-    assert spans["name"].to_list() == ["LLM.generate", "LLM.chat"]
+    # the engine's start-up is its own span, before any generation
+    assert spans["phase"].to_list() == ["engine_start", "generate", "generate"]
+    assert spans["name"].to_list() == ["LLM.__init__", "LLM.generate", "LLM.chat"]
+    assert spans["end_ns"][0] <= spans["start_ns"][1]
 
 
 def test_async_engine(model: Path, tmp_path: Path) -> None:
@@ -137,3 +139,41 @@ def test_openai_server_then_sigterm_leaves_a_valid_bundle(model: Path, tmp_path:
     req = rltrace.open(out).requests.collect()
     assert sorted(req["output_tokens"].to_list()) == sorted(counts)
     _check_times(req)
+
+
+@pytest.mark.parametrize("mode", ["colocated", "split"])
+def test_file_weight_syncs_belong_to_the_trainer_that_wrote_them(mode: str, model: Path, tmp_path: Path) -> None:
+    """examples/file_sync: a trainer without torch.distributed writes its weights to a safetensors file before
+    each step's generation (the first time before any update), and vLLM reloads them through collective_rpc,
+    in the trainer's own process (colocated) or in a generator process it started (split). Every reload is a
+    flow from trainer/rank0 with its own version and its own weight_sync span; no generation and no engine
+    start-up lies inside a train span."""
+    steps = 3
+    result = run_cli(
+        "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(REPO / "examples" / "file_sync" / "train.py"),
+        "--model-dir", str(model), "--mode", mode, "--steps", str(steps), cwd=tmp_path,
+        env={**VLLM_ENV, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "examples" / "tcp_rl")}, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "collector error" not in result.stderr
+    job = json.loads(result.stdout.strip().splitlines()[-1])
+    bundle = rltrace.open(tmp_path / "run")
+    syncs = bundle.weight_syncs.collect().sort("start_ns")
+    assert syncs.height == job["syncs"] == steps
+    assert set(syncs["src"]) == {"trainer/rank0"} and set(syncs["dst"]) == {"rollout/engine0"}
+    assert syncs["version"].to_list() == list(range(1, steps + 1))
+    assert (syncs["method"] == "disk").all() and (syncs["bytes"] > 0).all()
+    # the initial load and the sync after step 0's update are both step 0's, and still two syncs
+    assert syncs["step"].to_list() == [0, *range(steps - 1)]
+    spans = bundle.spans.collect()
+    sync_spans = spans.filter(pl.col("phase") == "weight_sync", pl.col("actor") == "trainer/rank0")
+    assert sync_spans.height == steps
+    train = spans.filter(pl.col("phase") == "train")
+    assert set(train["actor"]) == {"trainer/rank0"} and train.height == steps
+    elsewhere = spans.filter(pl.col("phase").is_in(["generate", "engine_start"]))
+    assert elsewhere.filter(pl.col("phase") == "engine_start").height == 1
+    for start, end in train.select("start_ns", "end_ns").rows():
+        assert elsewhere.filter((pl.col("start_ns") < end) & (pl.col("end_ns") > start)).height == 0
+    req = bundle.requests.collect()
+    assert req.group_by("step").agg(pl.col("policy_version").unique()).sort("step")["policy_version"].to_list() == [
+        [1], [2], [3]]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tiny_rl"))
-import tiny_llama  # noqa: E402
+import tiny_llama
 
 PROMPTS = ["the policy samples a response", "weights", "long rollouts hold back the whole batch", "a group"]
 

@@ -59,7 +59,7 @@ def advise_cmd(
     title = f"Cheapest configurations reaching {target_throughput:g} samples/s" + (
         f" within ${budget:g}/h" if budget is not None else "")
     if advice.ranked.height:
-        print_table(console, _table(advice.ranked.head(top), title, "vs cheapest"))
+        print_table(console, _table(advice.ranked.head(top), title, "vs cheapest"), keep=2)
         best = advice.ranked.row(0, named=True)
         console.print(f"cheapest: {best['scheduler']} on {best['gen_gpus']} + {best['train_gpus']} {best['gpu']}"
                       f"{' over ' + best['topology'] if best['topology'] else ''}: {best['samples_per_s']:.3g} samples/s "
@@ -69,7 +69,7 @@ def advise_cmd(
                       + (f" within ${budget:g}/h" if budget is not None else ""), markup=False)
     lost = pl.concat([advice.ranked.slice(top), advice.lost], how="diagonal_relaxed")
     if lost.height:
-        print_table(console, _table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why"))
+        print_table(console, _table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why"), keep=2)
         console.print(lost_summary(advice.lost), markup=False)
     console.print(f"{advice.replays} replays", markup=False)
 

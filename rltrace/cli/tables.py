@@ -1,8 +1,8 @@
 """Tables that never cut a number: printed whole when they fit the console, else split by columns.
 
 Rich shrinks a table wider than the console by cutting cells ("7,4…" for 7,412). Here a table that does not
-fit is printed as several narrower tables, one after another, each repeating the first column (the row's
-name), so every cell keeps every character at any width down to two columns.
+fit is printed as several narrower tables, one after another, each repeating the first column(s) (the row's
+name), so every cell keeps every character at any width the repeated columns and one more fit in.
 """
 
 from __future__ import annotations
@@ -28,27 +28,27 @@ def _width(console: Console, table: Table) -> int:
     return console.measure(table, options=console.options.update(max_width=10**6)).maximum
 
 
-def print_table(console: Console, table: Table) -> None:
-    """Print ``table`` whole if its widest rendering fits the console, else in column groups that fit (the
-    first column repeated in each), so no cell is wrapped or cut."""
+def print_table(console: Console, table: Table, *, keep: int = 1) -> None:
+    """Print ``table`` whole if its widest rendering fits the console, else in column groups that fit, each
+    repeating the first ``keep`` columns (what names a row), so no cell is wrapped or cut."""
     width = console.width
     n = len(table.columns)
-    if n <= 2 or _width(console, table) <= width:
+    head = list(range(min(keep, n)))
+    if n <= len(head) + 1 or _width(console, table) <= width:
         console.print(table)
         return
     groups: list[list[int]] = []
-    current = [0]
-    for i in range(1, n):
+    current = list(head)
+    for i in range(len(head), n):
         trial = current + [i]
-        if len(current) > 1 and _width(console, _subtable(table, trial, None)) > width:
+        if len(current) > len(head) and _width(console, _subtable(table, trial, None)) > width:
             groups.append(current)
-            current = [0, i]
+            current = [*head, i]
         else:
             current = trial
     groups.append(current)
     for k, cols in enumerate(groups):
-        title = table.title if k == 0 else None
-        console.print(_subtable(table, cols, title))
+        console.print(_subtable(table, cols, table.title if k == 0 else None))
 
 
 def stdout_console() -> Console:

@@ -192,5 +192,6 @@ def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[st
         row = frame.filter(pl.col("run") == name).row(0, named=True)
         figure = (f"${row['usd_per_1k_samples']:.3f} per 1k samples" if objective.goal == "cost"
                   else f"{row['samples_per_s']:.3g} samples/s, {row['samples_per_s_x'] or 0:.2f}x")
-        out.append((label, f"{name} ({figure})"))
+        changed = f", changes the trained work: {row['tokens_share']:.0%} of the recorded tokens" if row["changed"] else ""
+        out.append((label, f"{name} ({figure}{changed})"))
     return out

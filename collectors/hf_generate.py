@@ -95,10 +95,15 @@ def output_lengths(
 
 def _config_of(model: Any, kwargs: dict) -> tuple[list[int], int | None, int, bool]:
     """(EOS ids, pad id, num_return_sequences, early stopping possible) of this call."""
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    config = kwargs.get("generation_config")
+    default = getattr(model, "generation_config", None)
 
     def pick(name: str) -> Any:
-        return kwargs[name] if name in kwargs else getattr(config, name, None)
+        # the call's keyword, else its generation config, else the model's (transformers fills unset fields so)
+        if name in kwargs:
+            return kwargs[name]
+        value = getattr(config, name, None)
+        return value if value is not None else getattr(default, name, None)
 
     pad = pick("pad_token_id")
     pad = _ids(pad)[0] if _ids(pad) else None

@@ -162,3 +162,27 @@ def test_hf_generate_one_row_per_returned_sequence(train: bool, model_dir: Path,
         assert wide.height == len(job["calls"])
         assert (wide["end_ns_generate"] <= wide["start_ns_train"]).all()
         assert bundle.manifest.cluster["trainer"].count == 1
+
+
+def test_output_lengths_and_prompt_digests_on_edge_cases() -> None:
+    """The collector's batch rules on hand-made batches: EOS inside, no EOS, pad sampled mid-sequence, pad equal
+    to EOS, a row another stopping criterion ended; the digest ignores where the padding is."""
+    import torch
+
+    from rltrace.collectors.hf_generate import output_lengths, prompt_digests
+
+    new = torch.tensor([[5, 1, 2, 2], [5, 6, 7, 8], [2, 5, 2, 9], [1, 2, 2, 2]])
+    lengths, stopped = output_lengths(new, [1], 2, early_stop=False)
+    assert lengths.tolist() == [2, 4, 4, 1] and stopped.tolist() == [True, False, False, True]
+    # stop strings can end a row without EOS: the pads the loop appended after it are not output
+    lengths, stopped = output_lengths(torch.tensor([[5, 6, 2, 2], [5, 6, 7, 8]]), [1], 2, early_stop=True)
+    assert lengths.tolist() == [2, 4] and stopped.tolist() == [True, False]
+    lengths, _ = output_lengths(torch.tensor([[5, 1, 1, 1]]), [1], 1, early_stop=True)  # pad is EOS
+    assert lengths.tolist() == [2]
+    assert output_lengths(torch.zeros((3, 0), dtype=torch.int64), [1], 2, False)[0].tolist() == [0, 0, 0]
+    ids = torch.tensor([[2, 2, 7, 8, 9], [2, 7, 8, 9, 4], [7, 8, 9, 4, 5], [2, 2, 8, 7, 9]])
+    mask = (torch.arange(5) >= torch.tensor([[2], [1], [0], [2]])).int()
+    shifted = torch.tensor([[7, 8, 9, 2, 2]])  # the same prompt, right-padded
+    digests = prompt_digests(ids, mask).tolist() + prompt_digests(shifted, (shifted != 2).int()).tolist()
+    assert digests[0] == digests[4]  # left or right padding: one prompt
+    assert len({digests[0], digests[1], digests[2], digests[3]}) == 4  # longer prompts and reordered tokens differ

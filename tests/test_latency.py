@@ -6,12 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import run_cli
+from replay_helpers import TAU, make
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel
 from rltrace.replay.run import ReplayConfig, replay
-
-from helpers import run_cli
-from replay_helpers import TAU, make
 
 KEYS = {"mean", "p50", "p90", "p99", "max"}
 
@@ -64,3 +63,5 @@ def test_every_scheduler_of_a_cli_replay_writes_latency(tmp_path) -> None:
         assert lat["requests"] > 0, name
         assert 0 < lat["ttft_s"]["p50"] <= lat["e2e_s"]["p50"], name
         assert 0 < lat["tpot_s"]["p50"] < lat["e2e_s"]["p50"], name
+        printed = f"latency ({name}, {lat['requests']:,} requests, p50 / p99): queueing "
+        assert printed in proc.stdout and f"TTFT {lat['ttft_s']['p50']:.3g} / {lat['ttft_s']['p99']:.3g} s" in proc.stdout

@@ -244,6 +244,14 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
                           f"samples/s median {rate['median']:.3g}, 90% {rate['p05']:.3g}-{rate['p95']:.3g}; "
                           f"step s median {step['median']:.3g}, 90% {step['p05']:.3g}-{step['p95']:.3g}", markup=False)
     for name, r in results.items():
+        lat = r.metrics.get("latency")
+        if lat and lat["requests"]:
+            q, ttft, tpot, e2e = (lat[k] for k in ("queue_s", "ttft_s", "tpot_s", "e2e_s"))
+            console.print(f"latency ({name}, {lat['requests']:,} requests, p50 / p99): queueing {q['p50']:.3g} / "
+                          f"{q['p99']:.3g} s, TTFT {ttft['p50']:.3g} / {ttft['p99']:.3g} s, TPOT "
+                          f"{tpot['p50'] * 1e3:.3g} / {tpot['p99'] * 1e3:.3g} ms, end-to-end {e2e['p50']:.3g} / "
+                          f"{e2e['p99']:.3g} s", markup=False)
+    for name, r in results.items():
         net = r.metrics.get("network")
         if net:
             console.print(f"network ({name}): {net['topology']}, {net['sync_strategy']} weight sync "

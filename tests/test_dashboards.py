@@ -298,6 +298,17 @@ def test_dashboard_cli_writes_one_self_contained_file(runs_dir: Path, tmp_path: 
     assert "rollpacker" in base_row and base_row.count(">1.00<") == 2  # x baseline of samples/s and of cost
 
 
+def test_dashboard_objective_flags(runs_dir: Path, tmp_path: Path):
+    out = tmp_path / "cost.html"
+    done = run_cli("dashboard", str(runs_dir), "--objective", "cost", "--max-staleness", "0", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    html = out.read_text()
+    assert "objective: lowest $ per 1k samples for the same work with staleness at most 0" in html
+    table = verdict.table(load_runs([runs_dir]))
+    best, _ = verdict.choose(table, verdict.Objective(goal="cost", max_staleness=0))
+    assert f'<p class="pick">Run {best}' in html
+
+
 def test_replay_dashboard_flag(tmp_path: Path):
     out = tmp_path / "r.html"
     done = run_cli("replay", "-s", "disagg-sync,fully-async", "--steps", "3", "--dashboard", str(out))
@@ -311,6 +322,8 @@ def test_replay_dashboard_flag(tmp_path: Path):
     (["dashboard", "/nonexistent/runs"], "no such run folder"),
     (["dashboard", "{empty}"], "not a run folder (no metrics.json) and holds none"),
     (["dashboard", "{runs}", "--baseline", "nosuch"], "--baseline 'nosuch' is none of the runs"),
+    (["dashboard", "{runs}", "--objective", "speed"], "objective must be one of throughput, cost"),
+    (["dashboard", "{runs}", "--max-staleness", "-1"], "--max-staleness must be >= 0"),
     (["dashboard", "{runs}", "-o", "/nonexistent/dir/r.html"], "does not exist"),
     (["dashboard", "{corrupt}"], "unreadable Parquet"),
     (["export", "perfetto", "/nonexistent/bundle"], "no such file or directory"),

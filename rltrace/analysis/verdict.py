@@ -113,7 +113,9 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
     by_name = {r.name: r for r in runs}
     w, b = frame.filter(pl.col("run") == winner).row(0, named=True), frame.filter(pl.col("baseline")).row(0, named=True)
     out = []
-    if winner == b["run"]:
+    if frame.height == 1:
+        out.append(f"{winner} is the only run: nothing to compare it with (replay several schedulers, -s all).")
+    elif winner == b["run"]:
         out.append(f"{winner} is the baseline and no other run beats it on this objective.")
     else:
         x = w["samples_per_s_x"] or 0.0

@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 
 from rltrace.catalog import get_gpu, get_model
+from rltrace.cli.estimate_validate import show_validation
+from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.profile import factors, load_profile
 
@@ -18,12 +20,14 @@ class Kind(str, Enum):
     decode = "decode"
     prefill = "prefill"
     train = "train"
+    validate = "validate"
 
 
 def estimate(
-    kind: Annotated[Kind, typer.Argument(help="decode (one iteration), prefill, or train (one optimizer step).")],
-    model: Annotated[str, typer.Option(help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")],
-    gpu: Annotated[str, typer.Option(help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")],
+    kind: Annotated[Kind, typer.Argument(help="decode (one iteration), prefill, train (one optimizer step), or "
+                                               "validate (the model against public real measurements).")],
+    model: Annotated[str | None, typer.Option(help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree (decode, prefill).")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel ranks (MoE; decode/prefill: equal to --tp; train: "
                                          "the trainer's EP group).")] = 1,
@@ -36,13 +40,25 @@ def estimate(
     gpus: Annotated[int, typer.Option(help="GPUs sharing the training step.")] = 8,
     profile: Annotated[Path | None, typer.Option(help="Efficiency profile from `rltrace calibrate` (Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
+    data: Annotated[list[Path] | None, typer.Option(help="validate: a validation CSV (repeatable; default: the shipped sets).")] = None,
+    by: Annotated[str, typer.Option(help="validate: slices of the error table, comma-separated "
+                                         "(gpu, model, engine, dtype, regime).")] = "gpu,model,dtype",
+    points: Annotated[Path | None, typer.Option(help="validate: also write every point, predicted and measured, to this CSV.")] = None,
 ) -> None:
     """Predict one iteration's time with the roofline cost model, and the bound it hit.
 
     Hold it against your own measurements; docs/costmodels.md states the formulas and defaults.
 
     Example: rltrace estimate decode --model Llama-2-7B --gpu H100 --batch 64 --context 2048 --json
+
+    `rltrace estimate validate` predicts every point of the shipped public measurements (vLLM/SGLang TPOT, TTFT,
+    offline throughput, training tokens/s/GPU; sources in docs/costmodels.md) and prints the errors by slice.
     """
+    if kind is Kind.validate:
+        show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points)
+        return
+    if model is None or gpu is None:
+        raise ConfigError(f"estimate {kind.value} needs --model and --gpu")
     spec = get_gpu(gpu)
     fitted = factors(load_profile(profile), spec.name, tp) if profile else None
     arch = get_model(model)

@@ -22,7 +22,7 @@ def _table(frame: pl.DataFrame) -> str:
     header = list(shown.columns)
     rows = [[str(v) for v in r] for r in shown.iter_rows()]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
@@ -41,8 +41,8 @@ def show_validation(data: list[Path] | None, by: list[str], as_json: bool, point
         print(json.dumps({"overall": overall.to_dicts(), "by": by, "slices": sliced.to_dicts(),
                           "skipped": skipped.select("source", "model", "gpu", "skipped").to_dicts()}))
         return
-    print("Cost model vs public measurements (error = (predicted - measured) / measured; "
-          "median_error > 0: the model predicts slower)")
+    print("Cost model vs public measurements (error = (predicted - measured) / measured; median_error > 0: "
+          "predicted above measured, i.e. slower for times, faster for throughputs)")
     print(_table(overall))
     if by:
         print(f"\nBy {', '.join(by)}:")

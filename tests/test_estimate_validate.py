@@ -1,0 +1,111 @@
+"""`rltrace estimate validate`: the shipped public measurements, the TPOT closed form, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import polars as pl
+
+from helpers import run_cli
+from rltrace.catalog import get_gpu, get_model
+from rltrace.replay.costmodels.benchmark import serving_benchmark
+from rltrace.replay.costmodels.roofline import Roofline
+from rltrace.replay.costmodels.validation import (GENERATION_CSV, OFFLINE_CSV, SHIPPED, TRAINING_CSV, load_points,
+                                                  summarize, validate)
+
+# owner/repo@commit, path; or a GitHub pull request of owner/repo, by number
+SOURCE = re.compile(r"^[\w.-]+/[\w.-]+(@[0-9a-f]{40}, \S+| pull request #\d+ )")
+
+
+def test_the_shipped_sets_meet_the_issue_bar_and_cite_every_row() -> None:
+    kind, gen = load_points(GENERATION_CSV)
+    assert kind == "generation" and gen.height >= 30
+    assert gen["engine"].is_in(["vllm", "sglang"]).all() and gen["engine_version"].is_not_null().all()  # "not stated" where so
+    assert gen["gpu"].n_unique() >= 3
+    assert all(SOURCE.match(s) for s in gen["source"]), "every point names repository@commit and path"
+    moe = [m for m in gen["model"].unique() if getattr(get_model(m), "experts", 0) > 0]
+    assert moe, "at least one mixture-of-experts model"
+    big = gen.filter(pl.col("tp") > 1)["model"].unique()
+    assert any(get_model(m).params >= 65e9 for m in big), "a 70B-class model at TP > 1"
+    kind, train = load_points(TRAINING_CSV)
+    assert kind == "training" and train.height >= 10
+    kind, offline = load_points(OFFLINE_CSV)
+    assert kind == "offline"
+    assert all(SOURCE.match(s) for s in [*train["source"], *offline["source"]])
+
+
+def test_a_point_is_predicted_through_the_models_public_api() -> None:
+    """validate adds no formula of its own: a TPOT point is serving_benchmark's figure for that setup."""
+    results = validate([GENERATION_CSV])
+    first = pl.read_csv(GENERATION_CSV).row(0, named=True)
+    model = get_model(first["model"])
+    if first["weight_dtype"] == "fp8":
+        model = dataclasses.replace(model, dtype_bytes=1)
+    roof = Roofline(model=model, gpu=get_gpu(first["gpu"]), tp=first["tp"], ep=first["ep"] if model.is_moe else 1)
+    expected = serving_benchmark(roof, concurrency=first["concurrency"], prompt_tokens=first["prompt_tokens"],
+                                 output_tokens=first["output_tokens"])
+    row = results.filter(pl.col("set") == "generation TPOT").row(0, named=True)
+    assert math.isclose(row["predicted"], 1e3 * expected.tpot_s, rel_tol=1e-12)
+    assert math.isclose(row["error"], (row["predicted"] - first["tpot_ms"]) / first["tpot_ms"], rel_tol=1e-12)
+
+
+def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
+    result = run_cli("estimate", "validate", "--by", "gpu,model", "--json", "--points", str(tmp_path / "p.csv"),
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    overall = {row["set"]: row for row in out["overall"]}
+    gen, offline, train = (pl.read_csv(p) for p in SHIPPED)
+    assert overall["generation TPOT"]["points"] == overall["generation TTFT"]["points"] == gen.height
+    assert overall["offline output tokens/s"]["points"] == offline.height and not out["skipped"]
+    assert overall["training tokens/s/GPU"]["points"] == train.height
+    assert all(0 <= row["median_abs_error"] <= row["worst_abs_error"] for row in out["slices"])
+    total = 2 * gen.height + offline.height + train.height
+    assert sum(r["points"] for r in out["slices"]) == total
+    points = pl.read_csv(tmp_path / "p.csv")
+    assert points.height == total and points["predicted"].is_not_null().all()
+    # the same errors the library computes (the CLI adds nothing of its own)
+    mine = summarize(validate(), [])
+    assert math.isclose(mine.filter(pl.col("set") == "generation TPOT")["median_abs_error"][0],
+                        overall["generation TPOT"]["median_abs_error"], rel_tol=1e-9)
+    text = run_cli("estimate", "validate", cwd=tmp_path)
+    assert text.returncode == 0 and "generation TPOT" in text.stdout and "By gpu, model, dtype" in text.stdout
+
+
+def test_a_users_own_csv_is_checked_and_unknown_models_are_listed(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.csv"
+    pl.DataFrame({
+        "source": ["me@" + "0" * 40 + ", run.log"] * 2, "engine": ["vllm"] * 2, "model": ["Llama-2-7B", "NoSuchLM"],
+        "gpu": ["H100"] * 2, "tp": [1, 1], "ep": [1, 1], "weight_dtype": ["bf16"] * 2, "concurrency": [16, 16],
+        "prompt_tokens": [512, 512], "output_tokens": [256, 256], "tpot_ms": [9.0, 9.0], "ttft_ms": [50.0, 50.0],
+    }).write_csv(mine)
+    result = run_cli("estimate", "validate", "--data", str(mine), "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [r["points"] for r in out["overall"]] == [1, 1]  # TPOT and TTFT of the known model
+    assert [s["model"] for s in out["skipped"]] == ["NoSuchLM"] * 2 and "NoSuchLM" in out["skipped"][0]["skipped"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.csv"
+    junk.write_text("a,b\n1,2\n")
+    own_training = tmp_path / "dtype.csv"
+    own_training.write_text("source,framework,model,gpu,gpus,tp,pp,ep,seq_len,global_batch,precision,tokens_per_s_per_gpu\n"
+                         "x,y,Llama-2-7B,H100,8,1,1,1,4096,8,bf16,100\n")
+    cases = {
+        ("--data", str(junk)): "not a validation set",
+        ("--data", str(tmp_path / "missing.csv")): "cannot read validation data",
+        ("--by", "colour"): "cannot slice by colour",
+        ("--points", str(tmp_path / "no" / "dir" / "p.csv")): "cannot write",
+    }
+    for args, message in cases.items():
+        result = run_cli("estimate", "validate", *args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert run_cli("estimate", "validate", "--data", str(own_training), cwd=tmp_path).returncode == 0
+    decode = run_cli("estimate", "decode", "--gpu", "H100", cwd=tmp_path)
+    assert decode.returncode == 2 and "needs --model and --gpu" in decode.stderr

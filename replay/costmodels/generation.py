@@ -58,6 +58,7 @@ class RooflineGeneration:
 
     def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
         if tp not in self._cache:
+            self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
             roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
                             compute_efficiency=self.compute_efficiency)
             if self.profile is not None:

@@ -41,7 +41,7 @@ SPANS = {"process": pl.String, "role": pl.String, "name": pl.String, "start_us":
          "output_tokens": pl.Int64}
 """``job`` and the request columns are null where they do not apply (a bundle has no job; a phase no request)"""
 COUNTERS = {"process": pl.String, "name": pl.String, "ts_us": pl.Float64, "value": pl.Float64}
-FLOWS = {"id": pl.Int64, "order": pl.Int64, "row": pl.UInt32, "at": pl.String, "name": pl.String}
+FLOWS = {"id": pl.Int64, "order": pl.Float64, "row": pl.UInt32, "at": pl.String, "name": pl.String}
 """one row per flow event: flow ``id``, its place in the flow (0 first), the span it binds to (``row``, the
 span's row in ``Trace.spans``), where in that span ("start" or "end"), and the flow's name"""
 INSIDE_US = 1.0
@@ -193,7 +193,7 @@ RAW_FLOWS = {"key": pl.String, "order": pl.Float64, "row": pl.UInt32, "at": pl.S
 
 def _flows(frame: pl.DataFrame) -> pl.DataFrame:
     """Flow rows (``FLOWS``) from (key, order, row, at, name): one flow per key, numbered from 1."""
-    return frame.select(pl.col("key").rank("dense").cast(pl.Int64).alias("id"), pl.col("order").cast(pl.Int64),
+    return frame.select(pl.col("key").rank("dense").cast(pl.Int64).alias("id"), pl.col("order").cast(pl.Float64),
                         pl.col("row").cast(pl.UInt32), "at", "name")
 
 
@@ -201,8 +201,11 @@ def _attempt_flows(t: pl.DataFrame) -> pl.DataFrame:
     """A request's attempts, in the order they ended (each bound near its end): only requests with several."""
     rows = t.with_row_index("row").filter(pl.col("kind").is_in(ATTEMPTS), pl.col("id") >= 0)
     rows = rows.filter(pl.len().over("id") >= 2)
-    return rows.select(pl.format("a{}", "id").alias("key"), pl.col("end_s").alias("order"), "row",
-                       pl.lit("end").alias("at"), pl.format("request {} attempts", "id").alias("name"))
+    # Attempts ending at the same time: the one that finished ("request") still comes last.
+    rows = rows.sort("id", "end_s", pl.col("kind") == "request", "row")
+    return rows.select(pl.format("a{}", "id").alias("key"), pl.int_range(pl.len()).over("id").cast(pl.Float64)
+                       .alias("order"), "row", pl.lit("end").alias("at"),
+                       pl.format("request {} attempts", "id").alias("name"))
 
 
 def _sync_flows(t: pl.DataFrame) -> pl.DataFrame:

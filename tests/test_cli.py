@@ -188,7 +188,7 @@ def test_a_piped_replay_reports_each_stage_and_never_goes_quiet(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     # (stages running past the grace, here 0.05 s, say when they start, where they are, and when they end)
-    for stage in ("opening and preparing the bundle", "spread: 4 replicate replays",
+    for stage in ("opening and preparing the bundle", "4 replicate replays for the spread",
                   f"writing the report {tmp_path / 'r.html'}"):
         assert f"rltrace: {stage} ..." in lines, stage
         assert any(line.startswith(f"rltrace: {stage}:") and "done in" in line for line in lines), stage

@@ -1,10 +1,10 @@
 """Progress for commands that can run longer than a few seconds, on stderr.
 
 On a terminal: a rich spinner or bar that disappears when done. Piped or redirected (CI logs, ``| tee``):
-one plain line when each stage ends ("rltrace: replay disagg-sync: 2,674 events, done in 0.4 s"); a stage
-still running after ``GRACE_S`` also says that it started, and then says where it is every ``PIPED_EVERY_S``
-seconds, so a long run is never silent and a log never floods. A stage that fails before ``GRACE_S`` prints
-nothing: bad input stays one line on stderr (the error).
+a stage still running after ``GRACE_S`` says that it started ("rltrace: replay disagg-sync ..."), where it is
+every ``PIPED_EVERY_S`` seconds, and when it ends ("rltrace: replay disagg-sync: 2,674 events, done in 41.2 s"),
+so a long run is never silent and a log never floods. Shorter stages print nothing: a command that refuses
+bad input after a quick first stage still prints one line on stderr, the error.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 PIPED_EVERY_S = float(os.environ.get("RLTRACE_PROGRESS_EVERY_S", "30"))
 """seconds between two progress lines of one stage when stderr is not a terminal (the environment variable
 RLTRACE_PROGRESS_EVERY_S sets another: the tests use less than a second)"""
-GRACE_S = min(2.0, PIPED_EVERY_S)
-"""a piped stage running this long says that it started"""
+GRACE_S = min(3.0, PIPED_EVERY_S)
+"""a piped stage running this long says that it started (and then that it ended); a shorter one is silent"""
 
 
 def stderr() -> Console:
@@ -74,16 +74,20 @@ def stage(err: Console, text: str) -> Iterator[None]:
         yield
     finally:
         heart.stop()
-    say(err, f"{text}: done in {time.perf_counter() - started:.1f} s")
+    if heart.started:
+        say(err, f"{text}: done in {time.perf_counter() - started:.1f} s")
 
 
 class Bar:
     """A stage with a count (events, points, replays, bytes): ``update(done, total)`` as it goes."""
 
-    def __init__(self, err: Console, text: str, unit: str = "", *, piped_total: bool = True) -> None:
+    def __init__(self, err: Console, text: str, unit: str = "", *, piped_total: bool = True,
+                 announce: bool = False) -> None:
         """``piped_total=False``: the total is an estimate, drawn as a bar on a terminal but left out of the
-        piped lines (which then give the count alone)."""
+        piped lines (which then give the count alone). ``announce``: piped, say at once that it starts (for a
+        stage that is never short), not only after ``GRACE_S``."""
         self.err, self.text, self.unit, self.piped_total = err, text, unit, piped_total
+        self.announce = announce
         self.started = time.perf_counter()
         self.done, self.total = 0.0, None
         self._bar: Progress | None = None
@@ -96,6 +100,9 @@ class Bar:
                                  TextColumn(self.unit), TimeElapsedColumn(), console=self.err, transient=True)
             self._bar.__enter__()
             self._task = self._bar.add_task(self.text, total=None)
+        elif self.announce:
+            say(self.err, f"{self.text} ...")
+            self._heart = _Heartbeat(self._line, self._line)
         else:
             self._heart = _Heartbeat(lambda: say(self.err, f"{self.text} ..."), self._line)
         return self
@@ -119,5 +126,5 @@ class Bar:
             self._heart.stop()
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
-        elif exc[0] is None:
+        elif exc[0] is None and self._heart is not None and (self._heart.started or self.announce):
             say(self.err, f"{self.text}: {self._count()}, done in {time.perf_counter() - self.started:.1f} s")

@@ -202,7 +202,7 @@ def _spread(source: Bundle, shape: Shape, config: ReplayConfig, prepared: Prepar
     if not sources(prepared, shape):
         return {}
     total = count * len(schedulers)
-    with Bar(err, f"spread: {total} replicate replays", "replays") as bar:
+    with Bar(err, f"{total} replicate replays for the spread", "replays", announce=True) as bar:
         return replicate(source, shape, config.cost, prepared, schedulers, config, prices, count=count,
                          progress=lambda done, _: bar.update(done, total))
 

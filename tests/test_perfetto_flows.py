@@ -9,11 +9,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import rltrace
-from rltrace.sample_traces import sample_path
-
 from helpers import REPO, run_cli
+from rltrace.sample_traces import sample_path
 from trace_event_rules import violations
+
+import rltrace
 
 
 def _flows(events: list[dict]) -> dict[int, list[dict]]:
@@ -49,7 +49,7 @@ def rollmux_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict],
 
 
 def test_weight_syncs_flow_from_the_trainer_through_the_sync_to_every_instance(rollmux_trace) -> None:
-    events, run, pids = rollmux_trace
+    events, _run, pids = rollmux_trace
     syncs = [f for f in _flows(events).values() if f[0]["name"].startswith("weight sync")]
     sources = [_slice_at(events, f[0]) for f in syncs]
     targets = [_slice_at(events, f[-1]) for f in syncs]
@@ -69,7 +69,7 @@ def test_weight_syncs_flow_from_the_trainer_through_the_sync_to_every_instance(r
 
 
 def test_a_migrated_requests_attempts_are_one_flow_across_instances(rollmux_trace) -> None:
-    events, run, pids = rollmux_trace
+    events, run, _pids = rollmux_trace
     timeline = pl.read_parquet(run / "timeline.parquet")
     moved = timeline.filter(pl.col("kind") == "migrated")["id"].unique().to_list()
     assert moved, "the shipped job list should make RollMux migrate its long tails"

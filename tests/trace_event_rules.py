@@ -3,6 +3,7 @@ https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU)
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -106,7 +107,7 @@ def _flow_problems(flows: dict[tuple[str, Any], list[tuple[float, str, int, int]
             problems.append(f"flow {cat}/{fid}: needs one 's' first and one 'f' last, got {''.join(phases)}")
             continue
         times = [ts for ts, _, _, _ in events]
-        if any(b < a - TOLERANCE_US for a, b in zip(times, times[1:])):
+        if any(b < a - TOLERANCE_US for a, b in itertools.pairwise(times)):
             problems.append(f"flow {cat}/{fid}: goes back in time {times}")
         for ts, ph, pid, tid in events:
             if not any(start - TOLERANCE_US <= ts <= end + TOLERANCE_US for start, end, _ in complete.get((pid, tid), [])):

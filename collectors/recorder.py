@@ -16,6 +16,11 @@ when it stops.
 
 from __future__ import annotations
 
+# Imported now, not at exit: pyarrow builds a flush's arrays after asking pandas (where installed, as TRL and
+# datasets install it) whether they are pandas objects, which imports pandas, whose import of
+# concurrent.futures.thread registers an exit hook; during the last flush at interpreter exit that raised
+# "can't register atexit after shutdown" and lost the rows.
+import concurrent.futures.thread  # noqa: F401
 import json
 import os
 import socket

@@ -250,7 +250,7 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
             console.print(f"latency ({name}, {lat['requests']:,} requests, p50 / p99): queueing {q['p50']:.3g} / "
                           f"{q['p99']:.3g} s, TTFT {ttft['p50']:.3g} / {ttft['p99']:.3g} s, TPOT "
                           f"{tpot['p50'] * 1e3:.3g} / {tpot['p99'] * 1e3:.3g} ms, end-to-end {e2e['p50']:.3g} / "
-                          f"{e2e['p99']:.3g} s", markup=False)
+                          f"{e2e['p99']:.3g} s", markup=False, soft_wrap=True)
     for name, r in results.items():
         net = r.metrics.get("network")
         if net:

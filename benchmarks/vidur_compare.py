@@ -1,6 +1,6 @@
 """Peer comparison: Vidur and rltrace replay the same request trace (generation only) on the same hardware.
 
-    python benchmarks/vidur_compare.py [--requests 2048] [--batch 128]
+    python benchmarks/vidur_compare.py [--requests 2048] [--batch 32]
 
 Workload: the first N requests of the Azure LLM inference trace 2023, conversation
 (../shared/data/requests/azure_llm_2023_conv.csv; Azure/AzurePublicDataset, CC-BY-4.0), all arriving at
@@ -200,7 +200,7 @@ def row(tool: str, frame: pl.DataFrame, wall: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2048)
-    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32, help="batch cap (Vidur 0.0.26 at one stage fails once it must preempt: keep the KV cache from overflowing)")
     parser.add_argument("--work", type=Path, default=REPO / ".vidur_compare", help="scratch folder (kept: caches)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)

@@ -27,10 +27,10 @@ import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vidur_compare import KERNELS, REPO, run_vidur, vidur_attention  # noqa: E402
+from rltrace.replay.costmodels.roofline import Roofline
+from vidur_compare import KERNELS, REPO, run_vidur, vidur_attention
 
-from rltrace.catalog import get_gpu, get_model  # noqa: E402
-from rltrace.replay.costmodels.roofline import Roofline  # noqa: E402
+from rltrace.catalog import get_gpu, get_model
 
 CASES = [(8, 1024, 256), (16, 1024, 256), (32, 1024, 512), (64, 1024, 256), (64, 2048, 256), (128, 512, 256)]
 LAYERS = 32  # Llama-2-7B config.json num_hidden_layers

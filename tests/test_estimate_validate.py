@@ -9,13 +9,20 @@ import re
 from pathlib import Path
 
 import polars as pl
-
 from helpers import run_cli
-from rltrace.catalog import get_gpu, get_model
 from rltrace.replay.costmodels.benchmark import serving_benchmark
 from rltrace.replay.costmodels.roofline import Roofline
-from rltrace.replay.costmodels.validation import (GENERATION_CSV, OFFLINE_CSV, SHIPPED, TRAINING_CSV, load_points,
-                                                  summarize, validate)
+from rltrace.replay.costmodels.validation import (
+    GENERATION_CSV,
+    OFFLINE_CSV,
+    SHIPPED,
+    TRAINING_CSV,
+    load_points,
+    summarize,
+    validate,
+)
+
+from rltrace.catalog import get_gpu, get_model
 
 # owner/repo@commit, path; or a GitHub pull request of owner/repo, by number
 SOURCE = re.compile(r"^[\w.-]+/[\w.-]+(@[0-9a-f]{40}, \S+| pull request #\d+ )")

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-
-from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
-from rltrace.errors import ConfigError, RltraceError
 from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import step_seconds
+
+from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
+from rltrace.errors import ConfigError, RltraceError
 
 DATA = Path(__file__).parent / "data"
 GENERATION_CSV = DATA / "generation_validation.csv"

@@ -109,7 +109,7 @@ def test_trl_collectives_are_exact(trl_run: tuple[Path, list[dict]], model_dir: 
     assert sorted(ops["seq"]) == list(range(ops.height))
     # DDP's gradient all-reduce moves exactly the model's parameters once per step on each rank
     with safe_open(str(model_dir / "model.safetensors"), "pt") as f:
-        param_bytes = sum(f.get_tensor(k).nbytes for k in f.keys())
+        param_bytes = sum(f.get_tensor(k).nbytes for k in f.keys())  # noqa: SIM118 - a safe_open handle
     grads = coll.filter((pl.col("op") == "all_reduce") & (pl.col("count") > 2)).group_by("step", "rank").agg(
         pl.col("bytes_in").sum()).sort("step", "rank")
     assert grads["step"].to_list() == [s for s in range(STEPS) for _ in range(2)]
@@ -168,7 +168,6 @@ def test_output_lengths_and_prompt_digests_on_edge_cases() -> None:
     """The collector's batch rules on hand-made batches: EOS inside, no EOS, pad sampled mid-sequence, pad equal
     to EOS, a row another stopping criterion ended; the digest ignores where the padding is."""
     import torch
-
     from rltrace.collectors.hf_generate import output_lengths, prompt_digests
 
     new = torch.tensor([[5, 1, 2, 2], [5, 6, 7, 8], [2, 5, 2, 9], [1, 2, 2, 2]])

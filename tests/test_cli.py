@@ -249,3 +249,19 @@ def test_inspect_gives_a_small_models_parameter_count_in_its_unit() -> None:
     assert done.returncode == 0, done.stderr
     assert re.search(r"\((\d+(\.\d+)?)K params\)", done.stdout), done.stdout[:400]
     assert "0.00B" not in done.stdout
+
+
+def test_piped_dashboard_and_validations_say_what_they_are_doing(tmp_path: Path) -> None:
+    """dashboard, fabric validate and estimate validate went quiet when piped (they used a terminal-only
+    spinner or nothing): past the grace, here 0.05 s, each stage says that it ended and how long it took."""
+    env = {"RLTRACE_PROGRESS_EVERY_S": "0.05"}
+    runs = tmp_path / "runs"
+    assert run_cli("replay", "-s", "disagg-sync", "--steps", "2", "--replicates", "0", "-o", str(runs),
+                   cwd=tmp_path).returncode == 0
+    cases = [(("dashboard", str(runs), "-o", str(tmp_path / "r.html")), "building the report of 1 run(s)"),
+             (("fabric", "validate"), "pricing every measured point"),
+             (("estimate", "validate"), "predicting every point")]
+    for args, text in cases:
+        done = run_cli(*args, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr
+        assert re.search(rf"^rltrace: {re.escape(text)}: done in \d+\.\d s$", done.stderr, re.M), (args, done.stderr)

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from rltrace.analysis.runs import load_runs
 from rltrace.analysis.verdict import Objective
 from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
+from rltrace.cli.progress import stage, stderr
 from rltrace.dashboards.report import ReportConfig, build
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
@@ -62,11 +62,11 @@ def dashboard(
     """
     check_output(output, "--output")
     goal = Objective(goal=objective, max_staleness=max_staleness, same_distribution=same_distribution)
-    err = Console(stderr=True)
-    with err.status("reading runs"):
+    err = stderr()
+    with stage(err, "reading runs"):
         loaded = load_runs(runs)
         source = open_bundle(resolve_bundle(bundle)) if bundle is not None else None
-    with err.status(f"building the report of {len(loaded)} run(s)"):
+    with stage(err, f"building the report of {len(loaded)} run(s)"):
         html = build(loaded, source, baseline, ReportConfig(max_segments=max_segments), title=title, objective=goal)
     write_text(output, html)
     print(f"wrote {output} ({len(html) / 1e6:.1f} MB, {len(loaded)} run(s))")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from rltrace.cli.progress import stage, stderr
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels.validation import summarize, validate
 
@@ -28,7 +29,8 @@ def _table(frame: pl.DataFrame) -> str:
 
 def show_validation(data: list[Path] | None, by: list[str], as_json: bool, points_out: Path | None) -> None:
     """Predict every point, print the overall and per-slice error tables (or JSON), optionally write the points."""
-    results = validate(data)
+    with stage(stderr(), "predicting every point"):
+        results = validate(data)
     overall = summarize(results, [])
     sliced = summarize(results, by)
     skipped = results.filter(pl.col("error").is_null())

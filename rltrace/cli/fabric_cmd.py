@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rltrace.cli.progress import stage, stderr
 from rltrace.config import apply_sets, build, to_dict
 from rltrace.errors import ConfigError
 from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, OPS, SWITCH_REDUCIBLE, collective
@@ -86,8 +87,9 @@ def validate(
     """
     if tables is None and not multinode:
         raise ConfigError("nothing to validate: give --tables or leave --multinode on")
-    compared = compare(tables, gpu) if tables is not None else None
-    across = multinode_compare() if multinode else None
+    with stage(stderr(), "pricing every measured point"):
+        compared = compare(tables, gpu) if tables is not None else None
+        across = multinode_compare() if multinode else None
     if as_json:  # the one-node points when --tables is given, else the multi-node points
         print(json.dumps((compared if compared is not None else across).to_dicts(), indent=2))  # type: ignore[union-attr]
         return

@@ -174,7 +174,10 @@ def replay(
         if spec is None:
             raise ConfigError("--execute needs the model's shapes: the bundle records no model (give --model)")
         for name, result in results.items():
-            with Bar(err, f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)", "steps") as bar:
+            # announced at once: it starts processes and runs kernels, and a fast machine can finish it inside
+            # the grace a piped stage gets before it speaks, leaving a piped user no line at all
+            with Bar(err, f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)", "steps",
+                     announce=True) as bar:
                 executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks, layers=layers,
                                                progress=bar.update)
             result.metrics["execution"] = executions[name].summary()

@@ -16,58 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rltrace.collectors import hooks, recorder
-from rltrace.collectors.vllm_collector import MODULES as VLLM_MODULES
+from rltrace.collectors import recorder
+from rltrace.collectors.sources import attach_all
 
 ENV_DIR = "RLTRACE_RECORD_DIR"
 SITECUSTOMIZE_TEMPLATE = Path(__file__).with_name("sitecustomize_template.py")
 
 
 def install_collectors() -> None:
-    """Attach the torch.distributed, vLLM and Hugging Face generate collectors when (or if) the job imports
-    them."""
-    hooks.when_imported("torch", _install_torch)
-    for name, install in VLLM_MODULES.items():
-        hooks.when_imported(name, install)
-    hooks.when_imported("transformers.generation.utils", _install_hf_generate)
-    hooks.when_imported("safetensors.torch", _install_weight_files)
-    hooks.when_imported("ray", _install_ray)
-
-
-def _install_hf_generate(module: Any) -> None:
-    rec = recorder.current()
-    if rec is None:
-        return
-    with rec.guard("hf generate collector install"):
-        from rltrace.collectors import hf_generate  # imports torch: only once transformers' generation is in use
-
-        hf_generate.install(module)
-
-
-def _install_torch(_module: Any) -> None:
-    rec = recorder.current()
-    if rec is None:
-        return
-    with rec.guard("torch collector install"):
-        from rltrace.collectors import torch_dist  # imports torch.distributed: only once torch is in use
-
-        torch_dist.install()
-
-
-def _install_weight_files(module: Any) -> None:
-    from rltrace.collectors import weight_files  # which process wrote a weights file a reload reads
-
-    weight_files.install(module)
-
-
-def _install_ray(module: Any) -> None:
-    rec = recorder.current()
-    if rec is None:
-        return
-    with rec.guard("ray hook install"):
-        from rltrace.collectors import ray_hook  # a driver's ray.init then makes every Ray worker record
-
-        ray_hook.install(module)
+    """Attach every collector (torch.distributed, vLLM, Hugging Face generate, safetensors reloads, Ray: one file
+    each under rltrace/collectors/sources/) when, or if, the job imports what it patches."""
+    attach_all()
 
 
 def _flush_on_sigterm() -> None:

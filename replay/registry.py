@@ -1,42 +1,93 @@
-"""Plugins found by name: schedulers and topologies register themselves, once each, with ``@register("name")``."""
+"""Plugins found by name: schedulers, topologies, importers and collectors, each one file in its package.
+
+A plugin module registers itself, once, with ``@register("name")``; the registry finds the modules: on the
+first ``names()`` or ``lookup()`` it imports every module of its package folder (``pkgutil.iter_modules``),
+so adding a plugin is adding one file, and no list of modules is kept by hand. The package is the one the
+registry is created in (``Registry("scheduler")`` in ``rltrace/replay/schedulers/base.py`` discovers
+``rltrace.replay.schedulers``), or the one named by ``package=``.
+
+A name may be registered once: a second object under a taken name is an error, whichever module it comes
+from. Code outside the package (a test's scheduler) may register too; ``names()`` then lists it, and
+``shipped()`` lists only what the package's own modules registered.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import sys
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from rltrace.errors import ConfigError
 
 T = TypeVar("T")
-C = TypeVar("C", bound=type)
+P = TypeVar("P")
 
 
 class Registry(Generic[T]):
-    """Classes by name, for one kind of plugin ("scheduler", "topology"). A second class under a name
-    already taken is an error; ``check`` vets a class as it registers (raise ValueError to refuse it)."""
+    """Plugins of one kind ("scheduler", "topology", ...) by name. ``check`` vets an object as it registers
+    (raise ValueError to refuse it); ``package`` is where discovery looks (default: the creating module's)."""
 
-    def __init__(self, kind: str, check: Callable[[str, type], None] | None = None) -> None:
-        self.kind, self._check, self._classes = kind, check, {}
+    def __init__(self, kind: str, check: Callable[[str, Any], None] | None = None, *,
+                 package: str | None = None) -> None:
+        if package is None:  # the package of the module that creates the registry: its plugins live beside it
+            package = sys._getframe(1).f_globals.get("__package__") or ""
+        self.kind, self.package, self._check = kind, package, check
+        self._entries: dict[str, Any] = {}
+        self._discovered = False
 
-    def register(self, name: str) -> Callable[[C], C]:
-        def add(cls: C) -> C:
-            if name in self._classes:
-                raise ValueError(f"{self.kind} name {name!r} is registered twice ({self._classes[name].__qualname__}, "
-                                 f"{cls.__qualname__})")
-            if self._check is not None:
-                self._check(name, cls)
-            self._classes[name] = cls
-            return cls
+    def register(self, name: str) -> Callable[[P], P]:
+        """Decorator: register the class or function it decorates as ``name``; returns it unchanged."""
+        def add(obj: P) -> P:
+            self.add(name, obj)
+            return obj
 
         return add
 
-    def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return sorted(self._classes)
+    def add(self, name: str, obj: Any) -> None:
+        """Register ``obj`` as ``name``; a name already taken is a ValueError naming both."""
+        if not self._discovered and not str(getattr(obj, "__module__", "")).startswith(f"{self.package}."):
+            # from outside the package (a test's plugin): find the package's own first, so that taking a shipped
+            # name fails here, not later inside the shipped module's import
+            self.discover()
+        if name in self._entries:
+            raise ValueError(f"{self.kind} name {name!r} is registered twice ({_label(self._entries[name])}, "
+                             f"{_label(obj)})")
+        if self._check is not None:
+            self._check(name, obj)
+        self._entries[name] = obj
 
-    def lookup(self, name: str) -> type:
-        """The class registered as ``name``; an unknown name is a ConfigError listing the known ones."""
+    def discover(self) -> None:
+        """Import every module of the package (once); each registers its plugins as it is imported."""
+        if self._discovered or not self.package:
+            return
+        self._discovered = True  # first: a plugin module that looks names up while importing must not recurse
+        path = getattr(importlib.import_module(self.package), "__path__", [])
+        for module in pkgutil.iter_modules(path):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{module.name}")
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted (after discovery)."""
+        self.discover()
+        return sorted(self._entries)
+
+    def shipped(self) -> list[str]:
+        """The names registered by the package's own modules, sorted: what ships, without a test's plugins."""
+        self.discover()
+        prefix = f"{self.package}."
+        return sorted(n for n, obj in self._entries.items() if str(getattr(obj, "__module__", "")).startswith(prefix))
+
+    def lookup(self, name: str) -> Any:
+        """The object registered as ``name``; an unknown name is a ConfigError listing the known ones."""
+        if name not in self._entries:
+            self.discover()
         try:
-            return self._classes[name]
+            return self._entries[name]
         except KeyError:
             raise ConfigError(f"unknown {self.kind} {name!r} (known: {', '.join(self.names())})") from None
+
+
+def _label(obj: Any) -> str:
+    return str(getattr(obj, "__qualname__", None) or type(obj).__qualname__)

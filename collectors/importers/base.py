@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Protocol
 
 import polars as pl
+from rltrace.replay.registry import Registry
 
 from rltrace.catalog import get_model
-from rltrace.errors import ConfigError
 from rltrace.manifest import Manifest, ModelInfo, Pool
 
 
@@ -70,23 +70,17 @@ class Importer(Protocol):
         ...
 
 
-IMPORTERS: dict[str, Importer] = {}
-
-
-def register(name: str) -> Callable[[Importer], Importer]:
-    """Register an importer under ``name``; a second one with the same name is an error."""
-    def add(fn: Importer) -> Importer:
-        if name in IMPORTERS:
-            raise ValueError(f"importer {name!r} registered twice")
-        IMPORTERS[name] = fn
-        return fn
-    return add
+IMPORTERS: Registry[Importer] = Registry("import kind")
+"""Importers by kind; every module of this package is imported on the first lookup (one file per importer)."""
+register = IMPORTERS.register
+"""Function decorator: make an importer available as ``rltrace import NAME``. A duplicate name is an error."""
+names = IMPORTERS.names
 
 
 def importer(name: str) -> Importer:
-    if name not in IMPORTERS:
-        raise ConfigError(f"unknown import kind {name!r} (known: {', '.join(sorted(IMPORTERS))})")
-    return IMPORTERS[name]
+    """The importer registered as ``name``; an unknown kind is a ConfigError listing the known ones."""
+    found: Importer = IMPORTERS.lookup(name)
+    return found
 
 
 def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source: pl.DataFrame,

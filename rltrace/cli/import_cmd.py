@@ -9,7 +9,7 @@ import typer
 
 from rltrace.bundle import write_bundle
 from rltrace.cli.progress import Bar, stage, stderr
-from rltrace.collectors.importers import IMPORTERS, ImportOptions, importer
+from rltrace.collectors.importers import ImportOptions, importer, names
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
 
@@ -24,7 +24,7 @@ def _mapping(text: str | None) -> dict[str, str]:
 
 
 def import_cmd(
-    kind: Annotated[str, typer.Argument(help=f"Source kind: {', '.join(sorted(IMPORTERS))}.")],
+    kind: Annotated[str, typer.Argument(help=f"Source kind: {', '.join(names())}.")],
     files: Annotated[list[Path], typer.Argument(help="Source files (several: one per rank, or concatenated logs).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle directory to write.")],
     model: Annotated[str | None, typer.Option(help="Catalog model the trace ran (for replay).")] = None,

@@ -12,7 +12,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -23,7 +23,10 @@ from rltrace.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, Manifest
 from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, TABLES, TableSchema, parse_version
 from rltrace.validate import check_frame
 
-TableLike = Union[pl.DataFrame, pa.Table, Mapping[str, Sequence[Any]], None]
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self needs Python 3.11; only type checkers read this
+
+TableLike = pl.DataFrame | pa.Table | Mapping[str, Sequence[Any]] | None
 ROW_GROUP_ROWS = 65_536
 
 
@@ -244,7 +247,9 @@ def to_arrow(table: TableSchema, data: TableLike) -> pa.Table:
         src = data
     else:
         try:
-            src = pa.table({k: list(v) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v for k, v in data.items()})
+            src = pa.table(
+                {k: list(v) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v for k, v in data.items()}
+            )
         except (pa.ArrowException, TypeError, ValueError) as e:
             raise ValidationError(f"cannot build a table ({_first_line(e)})", file=table.file) from None
     unknown = [n for n in src.column_names if n not in table.names]
@@ -260,7 +265,9 @@ def to_arrow(table: TableSchema, data: TableLike) -> pa.Table:
         try:
             arrays.append(src.column(col.name).cast(col.type, safe=True))
         except (pa.ArrowException, TypeError, ValueError) as e:
-            raise ValidationError(f"cannot store as {col.type} ({_first_line(e)})", file=table.file, column=col.name) from None
+            raise ValidationError(
+                f"cannot store as {col.type} ({_first_line(e)})", file=table.file, column=col.name
+            ) from None
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -299,7 +306,7 @@ class TableWriter:
         self._writer.close()
         self._tmp.unlink(missing_ok=True)
 
-    def __enter__(self) -> TableWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: object, *_: object) -> None:
@@ -326,7 +333,7 @@ def write_bundle(
     final = Path(path)
     unknown = set(tables) - set(TABLES)
     if unknown:
-        raise ValidationError(f"unknown table {sorted(unknown)[0]!r} (tables are {', '.join(TABLES)})")
+        raise ValidationError(f"unknown table {min(unknown)!r} (tables are {', '.join(TABLES)})")
     check_target(final, overwrite)
     arrow = {name: to_arrow(schema, tables.get(name)) for name, schema in TABLES.items()}
     for name, data in arrow.items():

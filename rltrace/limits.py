@@ -105,7 +105,8 @@ def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_p
         if not folder and path.is_dir():
             raise ConfigError(f"{option} {clean(path)}: is a folder, expected a file name")
     parent = path.parent
-    if not (folder if make_parents is None else make_parents) and not parent.exists() and not any(p.exists() and not p.is_dir() for p in parent.parents):
+    blocked = any(p.exists() and not p.is_dir() for p in parent.parents)
+    if not (folder if make_parents is None else make_parents) and not parent.exists() and not blocked:
         raise ConfigError(f"{option} {clean(path)}: folder {clean(parent)} does not exist")
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

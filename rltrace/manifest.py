@@ -113,7 +113,9 @@ class Manifest:
             try:
                 text = text.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise ValidationError(f"not UTF-8 (byte 0x{text[e.start]:02x} at offset {e.start})", file=file) from None
+                raise ValidationError(
+                    f"not UTF-8 (byte 0x{text[e.start]:02x} at offset {e.start})", file=file
+                ) from None
         try:
             raw = json.loads(text, parse_constant=_no_constant)
         except json.JSONDecodeError as e:
@@ -255,5 +257,6 @@ def _short(value: Any) -> str:
     """A value for an error line: repr, cut (a 10^6-element list must not become the message)."""
     if isinstance(value, (list, dict)):
         return f"a {'list' if isinstance(value, list) else 'object'} of {len(value):,} items"
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {value.bit_length()} bits"
+    huge = isinstance(value, int) and abs(value) >= 10**30
+    text = f"an integer of {value.bit_length()} bits" if huge else repr(value)
     return text if len(text) <= 80 else text[:80] + "..."

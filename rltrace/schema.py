@@ -66,7 +66,8 @@ class Column:
     """One column of a bundle table.
 
     ``required`` columns must be present in every file written at or after ``since``; files of an older
-    minor version, and optional columns, read as ``default`` when absent (writers fill it in too). ``nullable`` says whether a present column may hold nulls.
+    minor version, and optional columns, read as ``default`` when absent (writers fill it in too). ``nullable``
+    says whether a present column may hold nulls.
     """
 
     name: str

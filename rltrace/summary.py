@@ -64,8 +64,9 @@ class Summary:
 
 def summarize(bundle: Bundle) -> Summary:
     """Summarise an opened bundle."""
-    rows = pl.collect_all([bundle.table(n).select(pl.len()) for n in ("requests", "collectives", "weight_syncs", "spans")])
-    table_rows = {n: int(f.item()) for n, f in zip(("requests", "collectives", "weight_syncs", "spans"), rows)}
+    names = ("requests", "collectives", "weight_syncs", "spans")
+    rows = pl.collect_all([bundle.table(n).select(pl.len()) for n in names])
+    table_rows = {n: int(f.item()) for n, f in zip(names, rows)}
 
     per_step = (
         bundle.requests.group_by("step")
@@ -89,10 +90,14 @@ def summarize(bundle: Bundle) -> Summary:
         .agg(pl.len().alias("count"), pl.max_horizontal("bytes_in", "bytes_out").cast(pl.Int128).sum().alias("bytes"))
         .sort("bytes", descending=True)
     )
-    syncs = bundle.weight_syncs.select(pl.len().alias("count"), pl.col("bytes").cast(pl.Int128).sum().alias("bytes"))  # int64 rows may sum past 2^63
+    # Int128: int64 rows may sum past 2^63
+    syncs = bundle.weight_syncs.select(pl.len().alias("count"), pl.col("bytes").cast(pl.Int128).sum().alias("bytes"))
     by_phase = (
         bundle.spans.group_by("phase")
-        .agg(pl.len().alias("spans"), ((pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64).sum() / 1e9).alias("seconds"))
+        .agg(
+            pl.len().alias("spans"),
+            ((pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64).sum() / 1e9).alias("seconds"),
+        )
         .sort("seconds", descending=True)
     )
     per_step_df, stats_df, by_op_df, syncs_df, by_phase_df = pl.collect_all([per_step, stats, by_op, syncs, by_phase])

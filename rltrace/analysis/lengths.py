@@ -54,7 +54,9 @@ def ccdf(runs: list[Run], points: int = 400) -> pl.DataFrame:
             np.concatenate([np.geomspace(max(distinct[0], 1.0), distinct[-1], points), distinct[-8:]]))
         above = 1.0 - np.searchsorted(a, xs, side="right") / len(a)
         parts.append(pl.DataFrame({"run": run.name, "tokens": xs, "ccdf": above}))
-    return pl.concat(parts) if parts else pl.DataFrame(schema={"run": pl.String, "tokens": pl.Float64, "ccdf": pl.Float64})
+    if not parts:
+        return pl.DataFrame(schema={"run": pl.String, "tokens": pl.Float64, "ccdf": pl.Float64})
+    return pl.concat(parts)
 
 
 def per_step(run: Run) -> pl.DataFrame:

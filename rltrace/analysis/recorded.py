@@ -48,7 +48,8 @@ def latency(bundle: Bundle) -> pl.DataFrame:
     scheduled = pl.coalesce("scheduled_ns", "arrival_ns")
     first = pl.coalesce("first_token_ns", scheduled)
     parts = r.select("step", ((scheduled - pl.col("arrival_ns")) / 1e9).alias("queue_s"),
-                     ((first - scheduled) / 1e9).alias("prefill_s"), ((pl.col("finish_ns") - first) / 1e9).alias("decode_s"),
+                     ((first - scheduled) / 1e9).alias("prefill_s"),
+                     ((pl.col("finish_ns") - first) / 1e9).alias("decode_s"),
                      ((pl.col("finish_ns") - pl.col("arrival_ns")) / 1e9).alias("total_s"))
     return (parts.group_by("step").agg(pl.len().alias("requests"), pl.col("queue_s", "prefill_s", "decode_s").mean(),
                                        pl.col("total_s").median().alias("p50_s"),

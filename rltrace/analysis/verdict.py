@@ -119,7 +119,8 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
         out.append(f"{winner} is the baseline and no other run beats it on this objective.")
     else:
         x = w["samples_per_s_x"] or 0.0
-        out.append(f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, {_tokens(w['recorded_tokens'])} "
+        out.append(f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, "
+                   f"{_tokens(w['recorded_tokens'])} "
                    f"output tokens) in {_secs(w['same_work_s'])} against {_secs(b['same_work_s'])} for {b['run']}: "
                    f"{x:.2f}x the samples/s at {w['usd_per_1k_samples_x'] or 0:.2f}x the cost per sample"
                    + (" (extrapolated: it trained less than that within its steps)." if w["extrapolated"] else "."))
@@ -194,6 +195,7 @@ def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[st
         row = frame.filter(pl.col("run") == name).row(0, named=True)
         figure = (f"${row['usd_per_1k_samples']:.3f} per 1k samples" if objective.goal == "cost"
                   else f"{row['samples_per_s']:.3g} samples/s, {row['samples_per_s_x'] or 0:.2f}x")
-        changed = f", changes the trained work: {row['tokens_share']:.0%} of the recorded tokens" if row["changed"] else ""
+        changed = (f", changes the trained work: {row['tokens_share']:.0%} of the recorded tokens"
+                   if row["changed"] else "")
         out.append((label, f"{name} ({figure}{changed})"))
     return out

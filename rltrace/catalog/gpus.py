@@ -38,7 +38,10 @@ class GPUSpec:
         return self.bf16_tflops * 1e12
 
     def flops_for(self, weight_bytes: int) -> float:
-        """Peak dense FLOP/s of GEMMs on weights of ``weight_bytes`` bytes per element (1: FP8 where the part has it)."""
+        """Peak dense FLOP/s of GEMMs on weights of ``weight_bytes`` bytes per element.
+
+        1 byte means FP8, at the part's FP8 peak where it has one.
+        """
         return self.fp8_tflops * 1e12 if weight_bytes == 1 and self.fp8_tflops > 0 else self.flops
 
     @property

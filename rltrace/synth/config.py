@@ -103,7 +103,9 @@ class SynthConfig:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
         for where, length in (("output", self.output), ("prompt", self.prompt)):
             if length.kind not in LENGTH_KINDS:
-                raise ConfigError(f"{where}.kind {length.kind!r} is unknown (expected one of: {', '.join(LENGTH_KINDS)})")
+                raise ConfigError(
+                    f"{where}.kind {length.kind!r} is unknown (expected one of: {', '.join(LENGTH_KINDS)})"
+                )
             if length.kind == "empirical" and not (length.path and length.column):
                 raise ConfigError(f"{where}: empirical lengths need path and column")
             if length.kind != "empirical" and (length.median <= 0 or length.sigma <= 0):

@@ -49,7 +49,8 @@ def synthesize(cfg: SynthConfig) -> SynthResult:
         turns = draw_turns(cfg, rng, groups, length_dist(cfg.output))
         output, truncated = turns.output[:, 0], turns.truncated[:, 0]
     else:
-        raw = length_dist(cfg.output).quantile(correlated_uniforms(rng, groups, per, cfg.output.group_correlation).ravel())
+        uniforms = correlated_uniforms(rng, groups, per, cfg.output.group_correlation)
+        raw = length_dist(cfg.output).quantile(uniforms.ravel())
         output = np.clip(np.rint(raw), 1, cfg.max_new_tokens).astype(np.int64)
         truncated = raw >= cfg.max_new_tokens
     prompt_u = correlated_uniforms(rng, groups, 1, 0.0).ravel()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rltrace.collectors import recorder
+
 from rltrace.schema import SYNC_METHODS
 
 SELF = "self"  # placeholder actor: the merge names the process (e.g. trainer/rank1, rollout/engine0)
@@ -93,7 +94,7 @@ def log_flow(
     version: int,
     src: str,
     dst: str,
-    bytes: int,  # noqa: A002 - the schema's column name
+    bytes: int,  # the schema's column name, though it shadows the builtin
     start_ns: int,
     end_ns: int,
     tensors: int = 0,
@@ -120,7 +121,7 @@ def weight_sync(
     version: int,
     src: str,
     dst: str,
-    bytes: int,  # noqa: A002
+    bytes: int,
     tensors: int = 0,
     method: str = "other",
 ) -> Iterator[None]:

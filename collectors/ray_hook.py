@@ -139,7 +139,6 @@ def worker_setup() -> None:
 
 def _start_worker(root: str) -> None:
     import ray
-
     from rltrace.collectors import autostart
 
     session = os.environ.get(ENV_SESSION)
@@ -168,7 +167,7 @@ def drain() -> None:
     """In the driver, before Ray's shutdown: wait until every live recorder of the job flushed once more."""
     try:
         import ray
-        import ray._private.worker as worker
+        from ray._private import worker
 
         if not ray.is_initialized() or worker.global_worker.mode != worker.SCRIPT_MODE:
             return

@@ -10,6 +10,7 @@ so a fully recorded job costs one directory listing and one ``/proc`` scan per p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -51,10 +52,8 @@ class ReachWatcher:
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
-            try:
+            with contextlib.suppress(Exception):  # a best-effort check never disturbs the recording
                 self.poll()
-            except Exception:  # noqa: BLE001 - a best-effort check never disturbs the recording
-                pass
 
     def poll(self) -> None:
         """One pass: note every unrecorded descendant that has torch or vLLM mapped."""

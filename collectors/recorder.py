@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -114,11 +114,9 @@ class Recorder:
             why = ", ".join([f"{n:,} {t} rows a flush could not write" for t, n in self.lost.items()]
                             + ([f"{self.dropped:,} dropped (buffer full)"] if self.dropped else []))
             last = self._last_flush_error
-            try:
+            with suppress(Exception):  # stderr itself may be gone
                 print(f"rltrace: warning: the recording of pid {self.pid} lost {lost:,} events: {why}"
                       f"{f' ({last})' if last else ''}", file=sys.stderr)
-            except Exception:  # noqa: BLE001 - stderr itself may be gone
-                pass
 
     def skip(self, why: str) -> None:
         """Count one event a collector leaves out by design (e.g. a collective of a one-rank group)."""
@@ -152,10 +150,9 @@ class Recorder:
         self._errors[where] = self._errors.get(where, 0) + 1
         if where not in self._reported:
             self._reported.add(where)
-            try:
-                print(f"rltrace: collector error in {where} (recording continues): {type(e).__name__}: {e}", file=sys.stderr)
-            except Exception:  # noqa: BLE001 - stderr itself may be gone
-                pass
+            with suppress(Exception):  # stderr itself may be gone
+                print(f"rltrace: collector error in {where} (recording continues): {type(e).__name__}: {e}",
+                      file=sys.stderr)
 
     # ------------------------------------------------------------------ flushing
     _last_flush_error = ""

@@ -19,4 +19,4 @@ _next = _machinery.PathFinder.find_spec(
 if _next is not None and _next.origin and _next.loader is not None:
     _code = _next.loader.get_code("sitecustomize")
     if _code is not None:
-        exec(_code, globals())
+        exec(_code, globals())  # noqa: S102 - runs the environment's own sitecustomize, which this file shadows

@@ -30,11 +30,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed import distributed_c10d as c10d
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
 from rltrace.collectors import recorder
 from rltrace.collectors.api import SELF, steps
+from torch.distributed import distributed_c10d as c10d
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 _COMM_NAMESPACES = ("c10d", "_c10d_functional")
 # c10d / functional op name -> rltrace op
@@ -219,7 +218,10 @@ class Interceptor:
             outs: list[torch.Tensor] = []
         else:
             ins = _tensors(args[spec.inputs]) if spec.inputs is not None else []
-            outs = _tensors(out) if spec.functional else _tensors(args[spec.outputs]) if spec.outputs is not None else []
+            if spec.functional:
+                outs = _tensors(out)
+            else:
+                outs = _tensors(args[spec.outputs]) if spec.outputs is not None else []
         first = ins[0] if ins else outs[0] if outs else None
         bytes_in = ins[0].nbytes if len(ins) == 1 else sum(t.nbytes for t in ins)
         bytes_out = (outs[0].nbytes if len(outs) == 1 else sum(t.nbytes for t in outs)) if outs else bytes_in
@@ -402,7 +404,8 @@ class _TrainSpans:
     @recorder.guarded("optimizer hooks")
     def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         end = time.time_ns()
-        recorder.record("spans", (steps.train(), SELF, "optimizer", type(optimizer).__name__ + ".step", self.opt_start, end))
+        name = type(optimizer).__name__ + ".step"
+        recorder.record("spans", (steps.train(), SELF, "optimizer", name, self.opt_start, end))
         self.stepped = True
         if self.handle is None:
             self.arm()

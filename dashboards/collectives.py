@@ -20,7 +20,8 @@ def figure(by_op: pl.DataFrame) -> go.Figure:
                     marker_color=color("", i), row=1, col=1)
         fig.add_scatter(x=esc_all(mine["size"]), y=mine["p50_us"].to_numpy(), name=name, legendgroup=name,
                         showlegend=False, mode="markers", marker={"color": color("", i), "size": 9},
-                        error_y={"type": "data", "symmetric": False, "array": (mine["p99_us"] - mine["p50_us"]).to_numpy(),
+                        error_y={"type": "data", "symmetric": False,
+                                 "array": (mine["p99_us"] - mine["p50_us"]).to_numpy(),
                                  "arrayminus": [0] * mine.height},
                         hovertemplate="%{x}: p50 %{y:.1f} us<extra>" + name + "</extra>", row=2, col=1)
     fig.update_xaxes(categoryorder="array", categoryarray=esc_all(order), title_text="bytes in (power-of-two bucket)",

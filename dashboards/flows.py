@@ -26,7 +26,8 @@ def figure(flows: pl.DataFrame) -> go.Figure:
             mine = flows.filter(pl.col("src") == src, pl.col("dst") == dst)
             name = f"{esc(src)} → {esc(dst)}"
         fig.add_scatter(x=mine["start_s"].to_numpy(), y=mine["duration_s"].to_numpy(), mode="markers", name=name,
-                        marker={"color": color("", i), "size": 9}, customdata=mine.select("version", "bytes", "gb_per_s").to_numpy(),
+                        marker={"color": color("", i), "size": 9},
+                        customdata=mine.select("version", "bytes", "gb_per_s").to_numpy(),
                         hovertemplate="v%{customdata[0]}: %{customdata[1]:,} B in %{y:.4f} s "
                                       "(%{customdata[2]:.2f} GB/s)<extra>" + name + "</extra>")
     fig.update_layout(showlegend=True)  # even for one pair: the legend names its endpoints

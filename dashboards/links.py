@@ -16,7 +16,8 @@ def figure(utilization: pl.DataFrame, run_name: str, method: str) -> go.Figure:
     centre = ((bins["start_s"] + bins["end_s"]) / 2).to_numpy()
     fig = go.Figure(go.Heatmap(z=z, customdata=mean, x=centre, y=esc_all(links), colorscale="Viridis", zmin=0, zmax=1,
                                colorbar={"title": {"text": "peak"}, "tickformat": ".0%"},
-                               hovertemplate="%{y}<br>%{x:.2f} s: peak %{z:.1%}, mean %{customdata:.1%}<extra></extra>"))
+                               hovertemplate="%{y}<br>%{x:.2f} s: peak %{z:.1%}, "
+                                             "mean %{customdata:.1%}<extra></extra>"))
     fig.update_xaxes(title_text="time (s)")
     fig.update_yaxes(autorange="reversed")
     return layout(fig, f"Link utilisation: {esc(run_name)}", f"{esc(method)}; colour: the busiest transfer in each bin",

@@ -213,11 +213,13 @@ tr.base td{background:#f1f3f6}tr.best td{background:#e6f2e6;font-weight:600}
 tr.base td:first-child::after{content:" (baseline)";font-weight:400;color:#666}
 tr.best td:first-child::before{content:"\\2713  ";color:#2e7d32}
 div.verdict{border:1px solid #cfe3cf;background:#f6fbf6;border-radius:6px;padding:10px 16px;margin:8px 0}
-div.verdict p.pick{font-size:18px;font-weight:600;margin:2px 0}div.verdict p.goal{font-size:13px;color:#555;margin:2px 0}
+div.verdict p.pick{font-size:18px;font-weight:600;margin:2px 0}
+div.verdict p.goal{font-size:13px;color:#555;margin:2px 0}
 div.verdict ul{margin:6px 0;padding-left:20px;font-size:14px}div.verdict ul.alts{font-size:13px;color:#333}
 div.verdict ul.alts span{color:#555}
 details{margin:8px 0}summary{cursor:pointer;font-size:14px;color:#4c78a8}
-p.note{font-size:13px;color:#555}dl.info{font-size:13px;display:grid;grid-template-columns:max-content auto;gap:2px 12px}
+p.note{font-size:13px;color:#555}
+dl.info{font-size:13px;display:grid;grid-template-columns:max-content auto;gap:2px 12px}
 dt{color:#555}dd{margin:0;word-break:break-all}.fig{min-height:300px;width:100%}
 """
 

@@ -169,12 +169,14 @@ def from_run(run: Run) -> Trace:
         pl.when("is_attempt").then(pl.col("id").cast(pl.String)).alias("request"))
     frames = [spans]
     reqs = t.filter(pl.col("kind") == "request")
-    counters = [_occupancy(pl.col("resource"), pl.col("start_s") * 1e6, pl.col("end_s") * 1e6, "running requests", reqs)]
+    counters = [
+        _occupancy(pl.col("resource"), pl.col("start_s") * 1e6, pl.col("end_s") * 1e6, "running requests", reqs)
+    ]
     if run.links is not None and run.links.height:
         link = "link/" + pl.col("link")
-        frames.append(run.links.select(link.alias("process"), pl.col("what").alias("role"), pl.col("what").alias("name"),
-                                       (pl.col("start_s") * 1e6).alias("start_us"), (pl.col("end_s") * 1e6).alias("end_us"),
-                                       pl.col("step").cast(pl.Int64)))
+        frames.append(run.links.select(link.alias("process"), pl.col("what").alias("role"),
+                                       pl.col("what").alias("name"), (pl.col("start_s") * 1e6).alias("start_us"),
+                                       (pl.col("end_s") * 1e6).alias("end_us"), pl.col("step").cast(pl.Int64)))
         # Utilisation: +u at a transfer's start, -u at its end, summed per link (overlaps add).
         edges = pl.concat([run.links.select(link.alias("process"), (pl.col("start_s") * 1e6).alias("ts_us"),
                                             pl.col("utilization").alias("delta")),
@@ -229,7 +231,8 @@ def _sync_flows(t: pl.DataFrame) -> pl.DataFrame:
                                                      how="cross")
     wanted = wanted.filter((pl.col("job") < 0) | (pl.col("job") == pl.col("rjob"))).sort("end_s")
     first = wanted.join_asof(requests.rename({"row": "first_row", "job": "rjob"}), left_on="end_s", right_on="start_s",
-                             by=["resource", "rjob"], strategy="forward", check_sortedness=False).drop_nulls("first_row")
+                             by=["resource", "rjob"], strategy="forward", check_sortedness=False)
+    first = first.drop_nulls("first_row")
     first = first.sort("end_s").unique(["key", "resource"], keep="first")  # per instance, the earliest of any job
     fan = pl.concat([
         first.select(pl.format("{}>{}", "key", "resource").alias("key"), pl.lit(0.0).alias("order"), "row",
@@ -248,7 +251,8 @@ def from_bundle(bundle: Bundle) -> Trace:
         return (pl.col(column) - origin) / 1e3
 
     spans = bundle.spans.select(pl.col("actor").alias("process"), pl.col("phase").alias("role"),
-                                pl.when(pl.col("name") == "").then(pl.col("phase")).otherwise(pl.col("name")).alias("name"),
+                                pl.when(pl.col("name") == "").then(pl.col("phase"))
+                                .otherwise(pl.col("name")).alias("name"),
                                 us("start_ns").alias("start_us"), us("end_ns").alias("end_us"), "step")
     requests = bundle.requests.filter(pl.col("finish_ns").is_not_null())
     start = pl.coalesce("scheduled_ns", "arrival_ns")

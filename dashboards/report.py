@@ -47,7 +47,8 @@ SUMMARY = [
 ]
 """the first screen's table: every run on the same work (analysis/verdict.py), human headers with units"""
 AS_RUN = [
-    Column("run", "run"), Column("run_samples_per_s", "samples/s", ".3g"), Column("run_samples_per_s_x", "× baseline", ".2f"),
+    Column("run", "run"),
+    Column("run_samples_per_s", "samples/s", ".3g"), Column("run_samples_per_s_x", "× baseline", ".2f"),
     Column("run_tokens_per_s", "tokens/s", ",.0f"), Column("run_tokens_per_s_x", "× baseline", ".2f"),
     Column("makespan_s", "run time (s)", ",.0f"), Column("run_usd_per_1k_samples", "$ per 1k samples", ".3f"),
     Column("gen_busy", "generation busy", ".0%"), Column("train_busy", "training busy", ".0%"),
@@ -221,7 +222,8 @@ SWEEP_COLUMNS = {"samples_per_s": ("samples/s", ".3g"), "tokens_per_s": ("tokens
                  "usd_per_hour": ("$ per hour", ",.1f"),
                  "gen_dependency_bubble": ("generation dependency bubble", ".0%"),
                  "gen_skewness_bubble": ("generation skewness bubble", ".0%"),
-                 "train_dependency_bubble": ("training dependency bubble", ".0%"), "stale_max": ("staleness max", ".0f")}
+                 "train_dependency_bubble": ("training dependency bubble", ".0%"),
+                 "stale_max": ("staleness max", ".0f")}
 """a sweep's figures in its best-points table: header (in words, with units) and format"""
 
 

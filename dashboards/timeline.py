@@ -67,5 +67,6 @@ def figure(run_name: str, gantt: Gantt) -> go.Figure:
     shown = f"{gantt.frame.height:,} of {gantt.total:,} intervals" if gantt.method != "all intervals" \
         else f"{gantt.total:,} intervals"
     legend_rows = len(parts)
-    return layout(fig, f"Timeline: {esc(run_name)}", f"{shown}; {esc(gantt.method)}; drag to zoom, double-click to reset",
+    return layout(fig, f"Timeline: {esc(run_name)}",
+                  f"{shown}; {esc(gantt.method)}; drag to zoom, double-click to reset",
                   height=max(320, 110 + 24 * len(gantt.resources), 130 + 20 * legend_rows))

@@ -71,7 +71,8 @@ def load_space(path: Path) -> Space:
 def point_of(design: dict[str, Any], total: int, fixed: dict[str, Any]) -> Point:
     """The replay parameters of a design at ``total`` GPUs (the generation pool rounded, both pools >= 1)."""
     gen = min(max(round(total * design["gen_share"]), 1), total - 1)
-    point = {**fixed, "scheduler": design["scheduler"], "gpu": design["gpu"], "gen_gpus": gen, "train_gpus": total - gen}
+    point = {**fixed, "scheduler": design["scheduler"], "gpu": design["gpu"],
+             "gen_gpus": gen, "train_gpus": total - gen}
     if design["topology"]:
         point["topology"] = design["topology"]
     return point
@@ -162,6 +163,7 @@ def _view(row: dict[str, Any] | None) -> dict[str, Any]:
     if row is None:
         return {"gen_gpus": None, "train_gpus": None, "samples_per_s": None, "usd_per_hour": None,
                 "usd_per_1k_samples": None, "bottleneck": None}
-    return {"gen_gpus": row["gen_pool_gpus"], "train_gpus": row["train_pool_gpus"], "samples_per_s": row["samples_per_s"],
+    return {"gen_gpus": row["gen_pool_gpus"], "train_gpus": row["train_pool_gpus"],
+            "samples_per_s": row["samples_per_s"],
             "usd_per_hour": row["usd_per_hour"], "usd_per_1k_samples": row["usd_per_1k_samples"],
             "bottleneck": bottleneck(row)}

@@ -78,7 +78,8 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
         job.extra["slo"] = spec.slo
         linked = pl.col("next_turn")
         frames.append(prepared.requests_frame.with_columns(
-            pl.lit(i, pl.Int32).alias("job"), pl.when(linked >= 0).then(linked + offset).otherwise(linked).alias("next_turn")))
+            pl.lit(i, pl.Int32).alias("job"),
+            pl.when(linked >= 0).then(linked + offset).otherwise(linked).alias("next_turn")))
         notes += [f"{spec.name}: {n}" for n in prepared.notes]
         offset += prepared.requests_frame.height
         jobs.append(job)

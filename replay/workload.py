@@ -41,9 +41,9 @@ class Workload:
     """step, samples, prompt_tokens, output_tokens, train_s, reference_s, optimizer_s, weight_sync_s,
     reward_s, sync_bytes, collective_bytes, wall_s, generation_s, other_s. Phase times are the slowest actor's summed
     spans (null when not recorded); train and reference time count only after the step's last sample
-    finished (what lies on a synchronous step's critical path); wall_s is the measured step time (first arrival to the next step's first
-    arrival; the last step ends with its last recorded activity) and generation_s the first arrival to the
-    last finish; other_s is the part of wall_s that no phase explains"""
+    finished (what lies on a synchronous step's critical path); wall_s is the measured step time (first arrival to
+    the next step's first arrival; the last step ends with its last recorded activity) and generation_s the first
+    arrival to the last finish; other_s is the part of wall_s that no phase explains"""
     model: ModelInfo | None
     cluster: dict[str, Pool]
     max_new_tokens: int | None
@@ -105,7 +105,8 @@ def extract(bundle: Bundle) -> Workload:
     # Trainer-sourced flows are the sync; a generator's own reload of what it received is not counted twice.
     from_trainers = syncs.filter(pl.col("src").str.starts_with("trainer/"))
     has_trainer_flows = from_trainers.select(pl.len()).collect().item() > 0
-    sync = (from_trainers if has_trainer_flows else syncs).group_by("step").agg(pl.col("bytes").cast(pl.Float64).sum().alias("sync_bytes"))
+    sync = (from_trainers if has_trainer_flows else syncs).group_by("step").agg(
+        pl.col("bytes").cast(pl.Float64).sum().alias("sync_bytes"))
     coll = bundle.collectives.group_by("step").agg(pl.col("bytes_in").cast(pl.Float64).sum().alias("collective_bytes"))
     # Training-side work counts from the moment the step's samples are all generated: a trainer span that
     # opened earlier (a forward pass overlapping generation, or waiting for the batch) is not on the step's
@@ -205,8 +206,8 @@ def retarget(
     gets ``samples_per_prompt`` of its recorded samples, drawn without replacement while there are enough (so
     4 of a prompt's 8 recorded responses are 4 distinct responses, as 4 fresh ones would be). With another
     number of prompts, new prompts are recorded prompts drawn with replacement and each new sample one of its
-    prompt's recorded samples, drawn with replacement. A sample of a multi-turn recording is a whole trajectory: its turns,
-    their lengths and the environment time between them travel together. A recording without groups (every
+    prompt's recorded samples, drawn with replacement. A sample of a multi-turn recording is a whole trajectory: its
+    turns, their lengths and the environment time between them travel together. A recording without groups (every
     sample alone in its group) has its samples drawn independently. Lengths are capped at
     ``max_new_tokens`` (per turn); a larger cap cannot lengthen samples the recording truncated (they stay at
     the recorded cap, marked truncated). Per-step training time scales with tokens at the recorded seconds

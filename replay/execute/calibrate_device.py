@@ -1,10 +1,10 @@
 """``rltrace calibrate --device cpu|cuda``: measure a grid of the model's kernels here and fit a profile.
 
-The grid: the model's four projection GEMMs at 1 to 1,024 tokens (4,096 on CUDA), and decode attention by
-batch and context (shapes whose KV read would take under 20 us at the roofline are left out, as the public
-tables' fit leaves them out: they measure the launch floor). Each kernel is held against the device's roofline at 100% efficiency (compute or memory
-bound names its regime) and goes through the same fit as the public H100 tables (``profile.fit_rows``), so a
-profile from this machine and one from the tables load the same way (``--profile``).
+The grid: the model's four projection GEMMs at 1 to 1,024 tokens (4,096 on CUDA), and decode attention by batch and
+context (shapes whose KV read would take under 20 us at the roofline are left out, as the public tables' fit leaves
+them out: they measure the launch floor). Each kernel is held against the device's roofline at 100% efficiency
+(compute or memory bound names its regime) and goes through the same fit as the public H100 tables
+(``profile.fit_rows``), so a profile from this machine and one from the tables load the same way (``--profile``).
 
 With an engine (``--engine vllm``), a real vLLM engine also decodes at a few batch sizes, and the time per
 iteration the kernels do not explain (scheduling, sampling, Python, inter-process hops) is stored as a
@@ -83,7 +83,8 @@ def measure_grid(model: ModelSpec, device: str, spec: GPUSpec) -> pl.DataFrame:
             if kv / spec.hbm_bytes_per_s < ATTENTION_MIN_S:
                 continue  # a launch floor, not a KV read: left out as the public tables' fit leaves it out
             t = k.attention_only(batch, context)
-            rows.append((1, "attention", kv / spec.hbm_bytes_per_s, t, "decode_attention", f"batch={batch},context={context}"))
+            rows.append((1, "attention", kv / spec.hbm_bytes_per_s, t, "decode_attention",
+                         f"batch={batch},context={context}"))
     return pl.DataFrame(rows, schema={"tp": pl.Int32, "regime": pl.String, "bound_s": pl.Float64,
                                       "measured_s": pl.Float64, "kind": pl.String, "shape": pl.String}, orient="row")
 
@@ -106,7 +107,8 @@ def calibrate_device(model: ModelSpec, device: str, engine_dir: Path | None = No
         rows, points = collective_rows(spec, device, ranks)
         extra.append(rows)
         kernels = pl.concat([kernels, points.select(
-            pl.lit(1, pl.Int32).alias("tp"), pl.lit("collective").alias("regime"), pl.lit(None, pl.Float64).alias("bound_s"),
+            pl.lit(1, pl.Int32).alias("tp"), pl.lit("collective").alias("regime"),
+            pl.lit(None, pl.Float64).alias("bound_s"),
             "measured_s", pl.col("op").alias("kind"), pl.format("bytes={}", "bytes").alias("shape"))])
     if extra:
         profile = pl.concat([profile, *(e.with_columns(pl.lit(spec.flops).alias("peak_flops"),

@@ -15,10 +15,10 @@ ranks fold onto ``rank % ranks``), leaving nothing to communicate.
 from __future__ import annotations
 
 import polars as pl
+from rltrace.collectors.labels import align_collectives
 from rltrace.replay.execute.comms import OPS, Op, fold
 
 from rltrace.bundle import Bundle
-from rltrace.collectors.labels import align_collectives
 
 UNSUPPORTED = "kind not replayable"
 ONE_RANK = "folds onto one local rank"
@@ -64,11 +64,11 @@ def logical_ops(bundle: Bundle, world: int) -> pl.DataFrame:
 
 def report(ops: pl.DataFrame, world: int) -> list[str]:
     """What was run, folded and skipped, and why: one line overall, then one per group."""
-    lines = [f"{ops.height} recorded operations in {ops['pg'].n_unique()} groups; "
-             f"{int(ops['skip'].is_null().sum())} run on {world} local ranks; "
-             f"{int(ops['folded'].sum())} on recorded ranks folded onto them (rank % {world}); "
-             f"{int((ops['skip'] == ONE_RANK).sum())} skipped: {ONE_RANK}; "
-             f"{int((ops['skip'] == UNSUPPORTED).sum())} skipped: {UNSUPPORTED}"]
+    lines = [(f"{ops.height} recorded operations in {ops['pg'].n_unique()} groups; "
+              f"{int(ops['skip'].is_null().sum())} run on {world} local ranks; "
+              f"{int(ops['folded'].sum())} on recorded ranks folded onto them (rank % {world}); "
+              f"{int((ops['skip'] == ONE_RANK).sum())} skipped: {ONE_RANK}; "
+              f"{int((ops['skip'] == UNSUPPORTED).sum())} skipped: {UNSUPPORTED}")]
     per = ops.group_by("pg").agg(
         pl.col("ranks").first(), pl.len().alias("n"), pl.col("skip").is_null().sum().alias("run"),
         pl.col("folded").sum(), (pl.col("skip") == ONE_RANK).sum().alias("one_rank"),

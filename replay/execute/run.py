@@ -48,7 +48,8 @@ class Execution:
     ranks: int
 
     def summary(self) -> dict[str, object]:
-        per_phase = self.frame.group_by("phase").agg(pl.col("modelled_s").sum(), pl.col("measured_s").sum()).sort("phase")
+        per_phase = (self.frame.group_by("phase").agg(pl.col("modelled_s").sum(), pl.col("measured_s").sum())
+                     .sort("phase"))
         return {"device": self.device, "ranks": self.ranks, "layer_scale": self.layer_scale,
                 "phases": {r["phase"]: {"modelled_s": r["modelled_s"], "measured_s": r["measured_s"]}
                            for r in per_phase.iter_rows(named=True)}}
@@ -95,10 +96,12 @@ def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model:
                      (step, "kernels", "decode_attention", float("nan"), t.attention_s, f"batch={b},context={c}")]
         modelled_it = it_model.iteration(b, b * c)
         rows.append((step, "generation", "decode", s["span_s"], s["span_s"] * decode_cache[(b, c)] / modelled_it,
-                     f"batch={b},context={c},iteration_modelled={modelled_it:.3g}s,measured={decode_cache[(b, c)]:.3g}s"))
+                     (f"batch={b},context={c},iteration_modelled={modelled_it:.3g}s,"
+                      f"measured={decode_cache[(b, c)]:.3g}s")))
         pre = kernels.prefill(int(s["prompt_tokens"]), int(s["prompts"]))
-        rows.append((step, "prefill", "prefill", job.generation.prefill_seconds(int(s["prompt_tokens"]), int(s["prompts"]), tp),
-                     pre.seconds, f"tokens={s['prompt_tokens']},prompts={s['prompts']}"))
+        modelled_prefill = job.generation.prefill_seconds(int(s["prompt_tokens"]), int(s["prompts"]), tp)
+        rows.append((step, "prefill", "prefill", modelled_prefill, pre.seconds,
+                     f"tokens={s['prompt_tokens']},prompts={s['prompts']}"))
         if step < job.steps:  # data parallel: each training GPU runs its share of the step's tokens, concurrently
             share = max(1, int(s["tokens"]) // prepared.cluster.train_gpus)
             tr = kernels.train(share)

@@ -53,8 +53,9 @@ class RooflineGeneration:
     """vLLM's default share of GPU memory for weights plus KV cache; activations take some of the rest"""
     profile: pl.DataFrame | None = field(default=None, compare=False)
     """fitted efficiencies per TP (see :mod:`.profile`); they replace the two factors above"""
+    # per copy: replace() must not share it
     _cache: dict[int, tuple[IterationModel, PrefillModel]] = field(default_factory=dict, init=False, repr=False,
-                                                                   compare=False)  # per copy: replace() must not share it
+                                                                   compare=False)
 
     def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
         if tp not in self._cache:

@@ -133,7 +133,9 @@ class PrefillModel:
         return np.where(t > 0, np.maximum(compute, memory) + self.extra_base + self.extra_per_token * t, 0.0)
 
 
-def seconds_array(model: IterationModel, batch: np.ndarray, context_tokens: np.ndarray, iterations: np.ndarray) -> np.ndarray:
+def seconds_array(
+    model: IterationModel, batch: np.ndarray, context_tokens: np.ndarray, iterations: np.ndarray
+) -> np.ndarray:
     """:meth:`IterationModel.seconds` for arrays of segments at once (same closed form, elementwise)."""
     cb, cs, cc, mb, ms, mc, eb, es, ec = model._k
     n = iterations.astype(np.float64)

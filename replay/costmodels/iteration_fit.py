@@ -69,7 +69,8 @@ class IterationFit:
                 f"context per iteration, prefill {c['prefill_base'] * 1e3:.2f} ms + "
                 f"{c['prefill_per_token'] * 1e6:.2f} us x token, from {self.iterations} iterations of "
                 f"{self.steps} steps, {self.prefills_per_wave:.1f} admitting iterations and "
-                f"{self.beyond_longest_s * 1e3:.1f} ms past the longest request a wave (median error {self.median_abs_error:.1%} per iteration, "
+                f"{self.beyond_longest_s * 1e3:.1f} ms past the longest request a wave "
+                f"(median error {self.median_abs_error:.1%} per iteration, "
                 f"{self.small_batch_error:+.1%} summed over batches <= 4)")
 
     def generation(self, tp: int) -> FittedGeneration:
@@ -115,7 +116,8 @@ def iteration_features(iterations: pl.DataFrame, requests: pl.DataFrame) -> pl.D
         np.add.at(admits, first, 1.0)
         # Cycle time: to the next iteration's start in the same step; a step's first cycle from its first
         # arrival, its last to its last finish (submission before, and output handling after, are generation).
-        arrivals = mine.group_by("step").agg(pl.col("arrival_ns").min().alias("a"), pl.col("finish_ns").max().alias("f"),
+        arrivals = mine.group_by("step").agg(pl.col("arrival_ns").min().alias("a"),
+                                             pl.col("finish_ns").max().alias("f"),
                                              pl.col("output_tokens").max().alias("longest"))
         frame = it.select("step", "engine", "start_ns", "end_ns").with_columns(
             pl.Series("batch", batch), pl.Series("context_tokens", context),

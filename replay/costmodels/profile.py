@@ -103,7 +103,8 @@ def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
 def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
     """A profile fitted to the public kernel tables in ``directory`` (whichever of them it holds)."""
     rows = kernel_tables(directory, gpu)
-    parts = [fit_rows(group, source, get_gpu(gpu).name) for (source,), group in rows.group_by("source", maintain_order=True)]
+    parts = [fit_rows(group, source, get_gpu(gpu).name)
+             for (source,), group in rows.group_by("source", maintain_order=True)]
     return pl.concat(parts).sort("source", "tp", "regime")
 
 

@@ -145,12 +145,15 @@ class Roofline:
         o_params = m.heads * (m.v_head_dim if m.is_mla else m.dim_head) * m.hidden
         gemms = [m.attention_params - o_params, o_params]  # per layer, every layer
         dense = [2 * m.hidden * m.intermediate, m.hidden * m.intermediate]
-        shared = [2 * m.shared_experts * m.hidden * m.expert_intermediate, m.shared_experts * m.hidden * m.expert_intermediate]
+        shared = [2 * m.shared_experts * m.hidden * m.expert_intermediate,
+                  m.shared_experts * m.hidden * m.expert_intermediate]
         seconds = np.zeros_like(t)
         flops = np.zeros_like(t)
         nbytes = np.zeros_like(t)
 
-        def add(params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None) -> None:
+        def add(
+            params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None
+        ) -> None:
             nonlocal seconds, flops, nbytes
             b = (params if read is None else read) * wb / tp
             f = 2.0 * rows * params / tp
@@ -262,7 +265,8 @@ class Roofline:
         per_c, per_m = self._attention_per_ctx
         kv_read = attended * self.kv_bytes_per_token
         comm = float(self._comm_table(b)[0])
-        engine = self.engine_overhead.base + self.engine_overhead.per_seq * batch + self.engine_overhead.per_ctx * batch * context
+        overhead = self.engine_overhead
+        engine = overhead.base + overhead.per_seq * batch + overhead.per_ctx * batch * context
         seconds = max(per_c * attended, table + per_m * attended) + engine
         flops = gflops + m.attention_flops_per_token / self.tp * attended
         nbytes = gbytes + kv_read
@@ -347,4 +351,5 @@ class Roofline:
                             extra_base=max(lo - line * lo_t, 0.0), extra_per_token=line)
 
     def _attention_pairs_seconds(self, pairs: float) -> float:
-        return self.model.prefill_attention_flops_per_token / self.tp * pairs / (self.gpu.flops * self.compute_efficiency)
+        flops = self.model.prefill_attention_flops_per_token / self.tp * pairs
+        return flops / (self.gpu.flops * self.compute_efficiency)

@@ -242,7 +242,8 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
     if op == "all_reduce":
         return [ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1), size / n, REDUCE_TRAFFIC)]
     if op in ("all_gather", "reduce_scatter"):
-        return [ring(ranks, (n - 1) / n * size, n - 1, size / n, COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC)]
+        traffic = COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC
+        return [ring(ranks, (n - 1) / n * size, n - 1, size / n, traffic)]
     if op == "broadcast":  # pipelined along a chain from the first rank
         return [chain(ranks, size)]
     if op == "all_to_all":
@@ -435,7 +436,8 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         raise ConfigError(f"unknown protocol {protocol!r} (known: auto, LL, LL128, Simple)")
     nvls = nvls_possible(topo, op, ranks, dtype)
     multi = len(np.unique(ranks // topo.gpus_per_node)) > 1
-    if spec_algo and ((algorithm == "nvls" and (not nvls or multi)) or (algorithm == "nvls_tree" and not (nvls and multi))
+    if spec_algo and ((algorithm == "nvls" and (not nvls or multi))
+                      or (algorithm == "nvls_tree" and not (nvls and multi))
                       or (algorithm in ("tree", "hierarchical") and not multi)):
         algorithm = "auto"  # as NCCL does with an NCCL_ALGO that cannot run this collective: its own choice
     if spec_proto and algorithm in ("nvls", "nvls_tree") and protocol.lower() != "simple":

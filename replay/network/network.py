@@ -18,22 +18,26 @@ from rltrace.replay.job import Job
 from rltrace.replay.network.collectives import collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.weight_sync import STRATEGIES, weight_sync
-from rltrace.replay.topologies import Topology, parse
+from rltrace.replay.topologies import Topology, TopologySpec
 
 from rltrace.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NetworkConfig:
-    topology: str = ""
-    """a topology spec (``fat-tree:k=16,...``; see docs/fabrics.md); empty: no network model (weight syncs
-    take their measured time or one model copy over ``cost.sync_gbps``)"""
+    topology: TopologySpec | None = None
+    """a topology spec (``fat-tree:k=16,...``, read once into a TopologySpec; see docs/fabrics.md); None or
+    empty: no network model (weight syncs take their measured time or one model copy over ``cost.sync_gbps``)"""
     sync_strategy: str = "bucketed"
     prices: FabricPrices = field(default_factory=FabricPrices)
 
     def __post_init__(self) -> None:
+        if isinstance(self.topology, str):  # NetworkConfig(topology="rail:nodes=2") in code: read it here, once
+            object.__setattr__(self, "topology", TopologySpec.from_config(self.topology, "network.topology"))
         if self.sync_strategy not in STRATEGIES:
-            raise ConfigError(f"network.sync_strategy must be one of {', '.join(STRATEGIES)}, got {self.sync_strategy!r}")
+            raise ConfigError(
+                f"network.sync_strategy must be one of {', '.join(STRATEGIES)}, got {self.sync_strategy!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -51,9 +55,11 @@ class Routed:
 
 def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig) -> Routed:
     """Time every job's weight syncs and training collectives on the topology; updates the jobs' times."""
-    topo = parse(config.topology)
+    if config.topology is None:
+        raise ConfigError("route: the network config names no topology")
+    topo = config.topology.build()
     if gen_gpus + train_gpus > topo.gpus:
-        raise ConfigError(f"topology {config.topology!r} has {topo.gpus} GPUs, the replay needs "
+        raise ConfigError(f"topology '{config.topology}' has {topo.gpus} GPUs, the replay needs "
                           f"{gen_gpus} + {train_gpus}")
     generators, trainers = np.arange(gen_gpus), gen_gpus + np.arange(train_gpus)
     out = Routed(topo, {}, {}, {}, {}, 0.0, fabric_cost(topo, config.prices))
@@ -114,7 +120,7 @@ def metrics(routed: Routed, links: pl.DataFrame, throughput: float, config: Netw
     """The run's network figures (metrics.json key "network")."""
     capex = routed.cost["capex_usd"]
     return {
-        "topology": config.topology,
+        "topology": str(config.topology),
         "sync_strategy": config.sync_strategy,
         "weight_sync_s": float(np.mean(list(routed.sync_s.values()))) if routed.sync_s else 0.0,
         "collective_s": float(np.mean(list(routed.collective_s.values()))) if routed.collective_s else 0.0,

@@ -43,7 +43,8 @@ def measured(directory: str | Path) -> pl.DataFrame:
         parts.append(frame.select(
             pl.lit("aiconfigurator").alias("source"), pl.col("op_name").alias("op"),
             pl.col("nccl_dtype").alias("dtype"), pl.col("num_gpus").alias("gpus"), pl.lit(1).alias("nodes"),
-            (pl.col("message_size") * pl.col("nccl_dtype").replace_strict(DTYPE_BYTES, return_dtype=pl.Int64)).alias("bytes"),
+            (pl.col("message_size") * pl.col("nccl_dtype").replace_strict(DTYPE_BYTES, return_dtype=pl.Int64))
+            .alias("bytes"),
             (pl.col("latency") / 1e3).alias("measured_s")))
     for op in ("all_reduce", "send_recv"):
         vidur = root / f"vidur_h100_dgx_{op}.csv"

@@ -53,7 +53,8 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
     if strategy == "tree":
         parent, child = tree_edges(path)
         half = len(parent) // 2  # one binary tree (the first of the double tree) rooted at trainer rank 0
-        parts = [Phase(parent[:half], child[:half], np.full(half, float(nbytes)), max(1, math.ceil(math.log2(len(path)))))]
+        depth = max(1, math.ceil(math.log2(len(path))))
+        parts = [Phase(parent[:half], child[:half], np.full(half, float(nbytes)), depth)]
         t = run_phases(topo, parts)  # a broadcast tree of point-to-point sends, not NCCL's all-reduce tree
         return SyncTime(t.seconds, strategy, t.link_bytes, t.reconfig_s)
     n = len(trainers)

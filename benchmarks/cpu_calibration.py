@@ -43,7 +43,8 @@ def main() -> None:
     assert spec is not None
     model_dir = tiny_llama.build(Path(tempfile.mkdtemp()) / "model")
     profile, _ = calibrate_device(spec, "cpu", model_dir)
-    print(f"measured peaks: {profile['peak_flops'][0] / 1e9:.0f} GFLOP/s, {profile['peak_bytes_per_s'][0] / 1e9:.1f} GB/s; "
+    print(f"measured peaks: {profile['peak_flops'][0] / 1e9:.0f} GFLOP/s, "
+          f"{profile['peak_bytes_per_s'][0] / 1e9:.1f} GB/s; "
           f"fitted: " + ", ".join(f"{r['regime']} {r['efficiency']:.2f}" for r in profile.iter_rows(named=True)))
     kernels_only = profile.filter(pl.col("regime") != "engine")
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,7 +56,8 @@ def main() -> None:
         profile.write_parquet(paths["after"])
         print(f"{'bundle':<28} {'measured s':>10} {'before':>8} {'kernels':>8} {'after':>8} {'trace fit':>10}")
         for b in bundles:
-            errors = [as_recorded_error(b, CostConfig(generation="roofline", profile=str(p))).error for p in paths.values()]
+            errors = [as_recorded_error(b, CostConfig(generation="roofline", profile=str(p))).error
+                      for p in paths.values()]
             trace = as_recorded_error(b)
             print(f"{str(b.path)[-28:]:<28} {trace.measured_s:>10.3f} " + " ".join(f"{e:>+8.1%}" for e in errors)
                   + f" {trace.error:>+10.1%}")

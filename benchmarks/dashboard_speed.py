@@ -6,7 +6,8 @@
 Retargets the default RollPacker-like sample to steps x samples-per-step requests (128 x 8,192 = 1,048,576),
 replays it (not timed here: benchmarks/replay_speed.py does), then times the report built from the in-memory
 runs (the `rltrace replay --dashboard` path), the same from run folders on disk (`rltrace dashboard`), and
-the Perfetto export (plain, and gzipped as `-o trace.json.gz` writes it). With --browser, also the time Chromium takes from load to every figure drawn.
+the Perfetto export (plain, and gzipped as `-o trace.json.gz` writes it). With --browser, also the time
+Chromium takes from load to every figure drawn.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def main() -> None:
         packed = write_text(folder / "trace.json.gz", trace)  # what `export perfetto -o x.json.gz` writes
         gzip_s = time.perf_counter() - started
         browser_s = _browser(report) if args.browser else None
-    print(f"machine: {platform.machine()}, {platform.processor() or platform.system()}, Python {sys.version.split()[0]}")
+    print(f"machine: {platform.machine()}, {platform.processor() or platform.system()}, "
+          f"Python {sys.version.split()[0]}")
     print(f"report from memory: {in_memory:.2f} s, {len(html) / 1e6:.1f} MB; from run folders: {from_disk:.2f} s, "
           f"{len(html_disk) / 1e6:.1f} MB (target: < 10 s, < 15 MB)")
     if browser_s is not None:

@@ -46,11 +46,14 @@ def write_trace(path: Path, target_bytes: int, compress: bool) -> int:
                               "tid": 7, "ts": t + 20, "dur": 300.0, "args": {"correlation": n + k, "device": 0,
                                                                              "stream": 7, "grid": [132, 1, 1]}})
             for k in range(4):
-                batch.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, "
-                              "unsigned long, ncclWork*)", "pid": 0, "tid": 20, "ts": base + 80_000 + k * 4000,
+                batch.append({"ph": "X", "cat": "kernel",
+                              "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, "
+                                      "unsigned long, ncclWork*)",
+                              "pid": 0, "tid": 20, "ts": base + 80_000 + k * 4000,
                               "dur": 3500.0, "args": {"Collective name": "allreduce", "In msg nelems": 16777216,
                                                       "Out msg nelems": 16777216, "dtype": "BFloat16", "Group size": 8,
-                                                      "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"}})
+                                                      "Process Group Name": "0",
+                                                      "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"}})
             text = ",\n".join(json.dumps(e) for e in batch)
             f.write(("" if first else ",\n") + text)
             first = False
@@ -90,12 +93,14 @@ def main() -> None:
         trace = root / ("big.json.gz" if args.gzip else "big.json")
         started = time.perf_counter()
         events = write_trace(trace, args.mb * 2**20, compress=args.gzip)
-        print(f"wrote {trace.stat().st_size / 2**20:,.0f} MiB ({events:,} events) in {time.perf_counter() - started:.0f} s")
+        print(f"wrote {trace.stat().st_size / 2**20:,.0f} MiB ({events:,} events) "
+              f"in {time.perf_counter() - started:.0f} s")
         rss_mb, wall = child_peak_rss_mb([str(Path(sys.executable).parent / "rltrace"), "import", "kineto", str(trace),
                                           "-o", str(root / "bundle")])
         print(f"machine: {platform.machine()}, Python {sys.version.split()[0]}")
         print(f"json.load of a {small.stat().st_size / 2**20:,.0f} MiB slice: peak RSS {load_mb:,.0f} MiB")
-        print(f"rltrace import kineto of {trace.stat().st_size / 2**20:,.0f} MiB: {wall:.0f} s, peak RSS {rss_mb:,.0f} MiB")
+        print(f"rltrace import kineto of {trace.stat().st_size / 2**20:,.0f} MiB: {wall:.0f} s, "
+              f"peak RSS {rss_mb:,.0f} MiB")
 
 
 if __name__ == "__main__":

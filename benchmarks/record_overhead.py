@@ -42,7 +42,8 @@ def main() -> None:
         print("per captured collective (one-rank Gloo all_reduce, best of 5 alternating rounds):")
         for clock in ("wall", "thread_cpu", "process_cpu"):
             c = cost[clock]
-            print(f"  {clock:12s} {c['plain_us']:7.2f} us plain, {c['recorded_us']:7.2f} us recorded: {c['added_us']:+.2f} us")
+            print(f"  {clock:12s} {c['plain_us']:7.2f} us plain, {c['recorded_us']:7.2f} us recorded: "
+                  f"{c['added_us']:+.2f} us")
         o = cost["other_ops"]
         print(f"  other torch ops (not intercepted) {o['plain_us']:.3f} us plain, {o['recorded_us']:.3f} us recorded: "
               f"{o['added_us']:+.3f} us")

@@ -41,7 +41,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}")
     sizes = [args.steps // 8, args.steps // 4, args.steps // 2, args.steps] if args.scaling else [args.steps]
-    print(f"{'steps':>6} {'requests':>10} {'events':>10} {'loop s':>8} {'total s':>8} {'loop req/s':>11} {'total req/s':>11}")
+    print(f"{'steps':>6} {'requests':>10} {'events':>10} {'loop s':>8} {'total s':>8} "
+          f"{'loop req/s':>11} {'total req/s':>11}")
     for steps in sizes:
         r = one(max(steps, 1), args.samples_per_step, args.scheduler)
         print(f"{max(steps, 1):>6} {r['requests']:>10,} {r['events']:>10,} {r['loop_s']:>8.2f} {r['total_s']:>8.2f} "

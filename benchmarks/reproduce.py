@@ -129,10 +129,12 @@ def main() -> None:
         inside = "yes" if (lo * 0.9 <= ratio <= hi * 1.1 if lo == hi else lo <= ratio <= hi) else "no"
         span = f"{lo:.2f}x (+-10%)" if lo == hi else f"{lo:.2f}-{hi:.2f}x"
         upper = "same" if r["same"] else f"{r['oracle'] / r['base']:.2f}x"
-        lines.append(f"| {case.seed} | {case.paper} | {case.sample} | {case.baseline} | {ratio:.2f}x | {upper} | {span} | "
+        lines.append(f"| {case.seed} | {case.paper} | {case.sample} | {case.baseline} | {ratio:.2f}x | {upper} | "
+                     f"{span} | "
                      f"{inside} | {case.claim} |")
     mux, mux_oracle = run_rollmux(), run_rollmux(oracle=True)
-    for label, key, (lo, hi) in (("solo disaggregation", "disagg", (1.84, 1.84)), ("colocated", "colocated", (1.38, 1.38))):
+    for label, key, (lo, hi) in (("solo disaggregation", "disagg", (1.84, 1.84)),
+                                 ("colocated", "colocated", (1.38, 1.38))):
         ratio = mux[key] / mux["mux"]
         lines.append(f"| RollMux | arXiv 2512.11306 | 4 x rollpacker_qwen7b jobs of {MUX_STEPS} steps, 60 s apart | "
                      f"{label} (each job alone) | "

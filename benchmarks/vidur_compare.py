@@ -84,7 +84,8 @@ def vidur_attention() -> pl.DataFrame:
         pl.col("step") < MAX_TOKENS)
     gen = gen.group_by("batch_size", "step").agg(pl.col("latency").median())
     floor = pl.col("latency").min().over("batch_size")  # the launch floor: the shortest context of that batch
-    decode = gen.select("batch_size", pl.lit(0).alias("prefill_chunk_size"), (pl.col("step") + 1).alias("kv_cache_size"),
+    decode = gen.select("batch_size", pl.lit(0).alias("prefill_chunk_size"),
+                        (pl.col("step") + 1).alias("kv_cache_size"),
                         pl.lit(None, pl.Float64).alias("time_stats.attn_prefill.median"),
                         (floor + (N_KV_HEAD / 8) * (pl.col("latency") - floor)).alias("time_stats.attn_decode.median"))
     rows = pl.concat([prefill.cast(decode.schema), decode])
@@ -124,14 +125,16 @@ def run_vidur(work: Path, requests: pl.DataFrame, batch: int) -> tuple[pl.DataFr
             "--cluster_config_num_replicas", "1", "--replica_scheduler_config_type", "vllm",
             "--vllm_scheduler_config_batch_size_cap", str(batch), "--vllm_scheduler_config_max_tokens_in_batch",
             str(MAX_TOKENS), "--cache_config_block_size", str(BLOCK),
-            "--request_generator_config_type", "trace_replay", "--trace_request_generator_config_trace_file", str(trace),
+            "--request_generator_config_type", "trace_replay",
+            "--trace_request_generator_config_trace_file", str(trace),
             "--trace_request_generator_config_date", "2023-11-16", "--trace_request_generator_config_max_tokens",
             str(MAX_TOKENS),
             # Vidur's trace generator scales prompts by 0.3 and arrival times by 0.04 unless told otherwise
             # (vidur/config/config.py TraceRequestGeneratorConfig): replay the trace as it is
             "--trace_request_generator_config_prefill_scale_factor", "1",
             "--trace_request_generator_config_decode_scale_factor", "1",
-            "--trace_request_generator_config_time_scale_factor", "1", "--execution_time_predictor_config_type", "random_forrest",
+            "--trace_request_generator_config_time_scale_factor", "1",
+            "--execution_time_predictor_config_type", "random_forrest",
             f"{rf}num_estimators", "250", f"{rf}max_depth", "16", f"{rf}min_samples_split", "2",
             f"{rf}k_fold_cv_splits", "2", f"{rf}prediction_max_batch_size", str(batch),
             f"{rf}prediction_max_tokens_per_request", str(MAX_TOKENS), f"{rf}cache_dir", str(work / "vidur_cache"),
@@ -200,7 +203,9 @@ def row(tool: str, frame: pl.DataFrame, wall: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2048)
-    parser.add_argument("--batch", type=int, default=32, help="batch cap (Vidur 0.0.26 at one stage fails once it must preempt: keep the KV cache from overflowing)")
+    parser.add_argument("--batch", type=int, default=32,
+                        help="batch cap (Vidur 0.0.26 at one stage fails once it must preempt: "
+                             "keep the KV cache from overflowing)")
     parser.add_argument("--work", type=Path, default=REPO / ".vidur_compare", help="scratch folder (kept: caches)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -221,7 +226,8 @@ def main() -> None:
     print(row(f"Vidur {VIDUR_VERSION}", vidur, f"{second_s:.1f} ({first})"))
     print(row("rltrace, efficiencies fitted to the H100 tables", ours, f"{ours_s:.1f}"))
     print(row("rltrace, default efficiencies", default, f"{default_s:.1f}"))
-    print(json.dumps({"vidur_makespan_s": float(vidur["e2e_s"].max()), "rltrace_makespan_s": float(ours["e2e_s"].max())}))
+    print(json.dumps({"vidur_makespan_s": float(vidur["e2e_s"].max()),
+                      "rltrace_makespan_s": float(ours["e2e_s"].max())}))
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
+from rltrace.collectors import torch_dist
 
 from rltrace import collectors
-from rltrace.collectors import torch_dist
 
 
 def timed(n: int) -> tuple[float, float, float]:
@@ -70,9 +70,11 @@ def main() -> None:
     result = {"ops": n, "rounds": rounds, "rows_recorded": rows}
     for i, clock in enumerate(("wall", "thread_cpu", "process_cpu")):
         b, r = min(p[i] for p in plain), min(p[i] for p in recorded)
-        result[clock] = {"plain_us": round(b * 1e6, 2), "recorded_us": round(r * 1e6, 2), "added_us": round((r - b) * 1e6, 2)}
+        result[clock] = {"plain_us": round(b * 1e6, 2), "recorded_us": round(r * 1e6, 2),
+                         "added_us": round((r - b) * 1e6, 2)}
     b, r = min(ops_plain), min(ops_recorded)
-    result["other_ops"] = {"plain_us": round(b * 1e6, 3), "recorded_us": round(r * 1e6, 3), "added_us": round((r - b) * 1e6, 3)}
+    result["other_ops"] = {"plain_us": round(b * 1e6, 3), "recorded_us": round(r * 1e6, 3),
+                           "added_us": round((r - b) * 1e6, 3)}
     print(json.dumps(result))
 
 

@@ -95,7 +95,8 @@ def main() -> None:
         assert conn.recv() == "ready"
     syncs = 0
     for step in range(args.steps):
-        save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(weights / "model.safetensors"))
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(weights / "model.safetensors"))
         syncs += 1
         if gen is not None:
             gen.reload(str(weights))

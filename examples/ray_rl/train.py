@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tiny_rl"))
-import tiny_llama  # noqa: E402 - the tiny random Llama the CPU examples share
+import tiny_llama  # after the path line above: the tiny random Llama the CPU examples share
 
 PROMPTS = ["the policy samples", "weights move from", "long rollouts hold", "a group of samples",
            "the reward model", "short ones wait"]

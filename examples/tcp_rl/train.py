@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tiny_rl"))  # the tiny random Llama builder of the other example
-import tiny_llama  # noqa: E402
+import tiny_llama  # after the path line above
 
 GENERATOR, TRAINERS, SENDER = 0, [1, 2], 1
 PROMPTS = ["the policy samples", "weights move from", "long rollouts hold", "a group of samples",
@@ -88,7 +88,7 @@ def generator(args: argparse.Namespace) -> None:
     llm = LLM(model=str(args.model_dir), dtype="float32", max_model_len=256, enforce_eager=True, seed=0,
               worker_extension_cls="weight_loader.WeightLoader")
     with safe_open(str(args.model_dir / "model.safetensors"), "pt") as f:
-        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
+        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}  # noqa: SIM118 - a safe_open handle
     plan = buckets(shapes)
     weights_dir = Path(tempfile.mkdtemp(prefix="tcp_rl_weights_"))
     tokens: list[list[int]] = []
@@ -196,7 +196,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--samples", type=samples_list, default=[8, 4])
-    parser.add_argument("--micro", type=int, default=2, help="micro-batches per trainer step (no_sync on all but the last)")
+    parser.add_argument("--micro", type=int, default=2,
+                        help="micro-batches per trainer step (no_sync on all but the last)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the token caps and the sampling")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "rltrace_tiny_llama")

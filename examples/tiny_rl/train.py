@@ -27,12 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import tiny_llama
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import rltrace
-import tiny_llama
 
 TRAINERS, GENERATOR = (0, 1), 2
 PROMPTS = ["the policy samples", "weights move from", "long rollouts hold", "a group of samples",
@@ -56,7 +56,7 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
 
     llm = LLM(model=str(args.model_dir), dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
     with safe_open(str(args.model_dir / "model.safetensors"), "pt") as f:
-        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
+        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}  # noqa: SIM118 - a safe_open handle
     weights_dir = Path(tempfile.mkdtemp(prefix="tiny_rl_weights_"))
     for step in range(args.steps):
         samples = args.samples[step % len(args.samples)]
@@ -78,7 +78,8 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
         llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights_dir)})
     llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon: without this, exit waits on it
     param_bytes = sum(torch.Size(s).numel() * 4 for s in shapes.values())
-    return {"steps": args.steps, "param_bytes": param_bytes, "samples_per_step": [args.prompts * s for s in args.samples]}
+    return {"steps": args.steps, "param_bytes": param_bytes,
+            "samples_per_step": [args.prompts * s for s in args.samples]}
 
 
 def trainer(rank: int, args: argparse.Namespace, train_group: dist.ProcessGroup, sync_group: dist.ProcessGroup) -> None:

@@ -12,6 +12,7 @@ predictions come from :mod:`.predict`, and true lengths only from ``View.oracle`
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rltrace.replay.registry import Registry
@@ -21,8 +22,26 @@ from rltrace.replay.simulator import Notice
 from rltrace.config import build
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Capabilities:
+    """What a scheduler can do beyond one job's requests, declared on its class (``capabilities = ...``);
+    the engine and the CLI read these, never a scheduler's name."""
+
+    several_jobs: bool = False
+    """it schedules every job of a run (``--jobs``); without, its view holds only the first job, which it
+    replays alone"""
+    places_turns: bool = False
+    """it places each multi-turn trajectory's next turn itself (a "turn" notice); without, the engine queues
+    a next turn on the instance that ran the turn before it"""
+
+
+ONE_JOB = Capabilities()
+"""what a scheduler that declares nothing can do"""
+
+
 class Scheduler(Protocol):
-    """A scheduling policy driven by the simulator's events."""
+    """A scheduling policy driven by the simulator's events. Its class may declare ``capabilities``
+    (a :class:`Capabilities`; default :data:`ONE_JOB`)."""
 
     def start(self, sim: View) -> None:
         """Set up pools, instances and resources from ``sim.cluster`` and submit the first work."""
@@ -33,10 +52,19 @@ class Scheduler(Protocol):
         ...
 
 
+def capabilities(scheduler: object) -> Capabilities:
+    """What a scheduler (a class or an instance) declares it can do."""
+    can = getattr(scheduler, "capabilities", ONE_JOB)
+    if not isinstance(can, Capabilities):
+        raise TypeError(f"{scheduler!r}: capabilities must be a Capabilities, got {can!r}")
+    return can
+
+
 def _has_config(name: str, cls: type) -> None:
     config = getattr(cls, "Config", None)
     if config is None or not dataclasses.is_dataclass(config):
         raise ValueError(f"scheduler {name!r} needs a Config dataclass attribute")
+    capabilities(cls)  # a wrong declaration fails when the scheduler registers, not mid-run
 
 
 SCHEDULERS: Registry[Scheduler] = Registry("scheduler", _has_config)

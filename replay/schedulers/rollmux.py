@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from rltrace.replay.costmodels.switching import job_state, switch_seconds
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.job import Job
-from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import take_half
 from rltrace.replay.schedulers.view import View
 from rltrace.replay.simulator import Notice
@@ -99,6 +99,7 @@ class Rollout:
 @register("rollmux")
 class RollMux:
     Config = RollMuxConfig
+    capabilities = Capabilities(several_jobs=True)
 
     def __init__(self, config: RollMuxConfig) -> None:
         self.config = config

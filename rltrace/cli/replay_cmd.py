@@ -24,6 +24,7 @@ from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
+from rltrace.replay.schedulers.base import capabilities
 from rltrace.replay.settings import resolve
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, replicate, sources
 
@@ -87,7 +88,9 @@ def replay(
     device: Annotated[str, typer.Option(help="With --execute: cpu or cuda.")] = "cpu",
     ranks: Annotated[int, typer.Option(help="With --execute: local processes for collectives and weight syncs.")] = 2,
     layers: Annotated[int, typer.Option(help="With --execute: layers executed (times scale to the model's).")] = 2,
-    jobs: Annotated[Path | None, typer.Option(help="Job list (TOML [[jobs]]: bundle, arrival_s, slo, ...) for rollmux.")] = None,
+    jobs: Annotated[Path | None, typer.Option(
+        help="Job list (TOML [[jobs]]: bundle, arrival_s, slo, ...): a scheduler of several jobs runs them all, "
+             "the others the first.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for one run folder per scheduler.")] = None,
     dashboard: Annotated[Path | None, typer.Option(help="Write the HTML comparison report of these runs here "
                                                   "(as `rltrace dashboard` would).")] = None,
@@ -143,7 +146,7 @@ def replay(
             raise ConfigError("give a BUNDLE or --jobs, not both")
         with stage(err, f"preparing the jobs of {jobs}"):
             prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
-        single = [n for n in chosen if n != "rollmux"]
+        single = [n for n in chosen if not capabilities(lookup(n)).several_jobs]
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
     else:

@@ -1,9 +1,16 @@
-"""``--set key=value`` assignments resolved against every config they may address: the replay's own
-(``cost.*``, ``metrics.*``, ``network.*``), GPU prices (``prices.<GPU>``) and each chosen scheduler's Config
-(``<scheduler>.<key>``). Shared by ``rltrace replay``, ``sweep`` and ``advise``."""
+"""A replay's settings resolved against every config they may address: the replay's own (``cost.*``,
+``metrics.*``, ``network.*``), GPU prices (``prices.<GPU>``) and each chosen scheduler's Config
+(``<scheduler>.<key>``). Shared by ``rltrace replay``, ``sweep`` and ``advise``.
+
+Settings arrive as typed values (a sweep grid's TOML values, ``--topology``'s parsed spec) or as ``--set``
+text read once by :func:`rltrace.config.parse_set`; they go onto the config dataclasses directly and come
+out as dataclasses (the replay's :class:`ReplayConfig`, each scheduler's own ``Config``), never through text
+again.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,28 +18,42 @@ from rltrace.replay.run import ReplayConfig
 from rltrace.replay.schedulers import lookup
 
 from rltrace.catalog import load_gpus
-from rltrace.config import apply_sets, build, to_dict
+from rltrace.config import Assignment, override, parse_set
+from rltrace.errors import ConfigError
 from rltrace.limits import check_price
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The resolved assignments."""
+    """The resolved settings."""
 
     config: ReplayConfig
-    per_scheduler: dict[str, dict[str, Any]]
-    """each scheduler's Config fields, as a dict for ``replay(..., settings=)``"""
+    per_scheduler: dict[str, Any]
+    """each chosen scheduler's Config dataclass, for ``replay(..., settings=)``"""
     prices: dict[str, float]
     """USD per GPU-hour by GPU kind"""
 
 
-def resolve(schedulers: list[str], sets: list[str]) -> Settings:
-    """Apply ``sets`` to the defaults; an unknown key or scheduler is a ConfigError naming it."""
-    tree: dict[str, Any] = to_dict(ReplayConfig())
-    tree["prices"] = {name: gpu.usd_per_hour for name, gpu in load_gpus().items()}
-    for name in schedulers:
-        tree[name] = to_dict(lookup(name).Config())
-    apply_sets(tree, sets)
-    prices = {gpu: check_price(f"prices.{gpu}", usd) for gpu, usd in tree.pop("prices").items()}
-    per_scheduler = {name: tree.pop(name) for name in schedulers}
-    return Settings(build(ReplayConfig, tree, "replay"), per_scheduler, prices)
+def resolve(schedulers: list[str], sets: Iterable[str] = (), values: Mapping[str, Any] | None = None,
+            *, where: str = "") -> Settings:
+    """Apply ``sets`` (``--set key=value`` items), then ``values`` (dotted key -> typed value; a flag such as
+    ``--topology`` wins over a ``--set`` of its key) to the defaults. An unknown key is a ConfigError naming it
+    and where it came from (the ``--set`` item, or ``where`` for ``values``: a grid file)."""
+    assignments: list[Assignment] = [(*parse_set(item), f"--set {item!r}") for item in sets]
+    assignments += [(k, v, where or "settings") for k, v in (values or {}).items()]
+    prices = {name: gpu.usd_per_hour for name, gpu in load_gpus().items()}
+    by_scheduler: dict[str, list[Assignment]] = {name: [] for name in schedulers}
+    replay: list[Assignment] = []
+    for key, value, origin in assignments:
+        head, _, rest = key.partition(".")
+        if head == "prices":
+            if rest not in prices:
+                raise ConfigError(f"{origin}: unknown key {key!r}")
+            prices[rest] = check_price(key, value)
+        elif head in by_scheduler and rest:
+            by_scheduler[head].append((rest, value, origin))
+        else:  # anything else is the replay's (an unchosen scheduler's key is unknown there)
+            replay.append((key, value, origin))
+    per_scheduler = {name: override(lookup(name).Config(), by_scheduler[name], f"scheduler {name}", f"{name}.")
+                     for name in schedulers}
+    return Settings(override(ReplayConfig(), replay, "replay"), per_scheduler, prices)

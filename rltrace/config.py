@@ -1,11 +1,16 @@
 """Configuration plumbing: nested ``kw_only`` dataclasses built from TOML tables and ``--set key=value``.
 
-Every component owns its own small config dataclass; this module only converts between those and plain
-dicts, rejecting unknown keys and wrongly typed values with one precise message.
+Every component owns its own small config dataclass. ``build`` makes one from a table (a TOML file's);
+``override`` sets dotted keys on one to typed values (``parse_set`` reads a ``--set`` item into such a value)
+and returns a new dataclass: values go from the parser to the component as typed objects, never back
+through text. Unknown keys and wrongly typed values are one precise message. A field may hold a *config
+scalar*: a class with ``from_config(value, where)`` (read from its text form, e.g. a topology spec) and
+``to_config()`` (its text form again, for config.json).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
@@ -25,7 +30,10 @@ T = TypeVar("T")
 
 
 def build(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build dataclass ``cls`` from ``data``, recursing into nested dataclass fields."""
+    """Build dataclass ``cls`` from ``data``, recursing into nested dataclass fields (an instance of ``cls`` is
+    returned as it is)."""
+    if isinstance(data, cls):
+        return data
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a table, got {data!r}")
     hints = typing.get_type_hints(cls)
@@ -47,6 +55,8 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         if value is None:
             return None
         return _value(args[0], value, where)
+    if isinstance(hint, type) and hasattr(hint, "from_config"):  # a config scalar, typed from its text form
+        return value if isinstance(value, hint) else hint.from_config(value, where)
     if dataclasses.is_dataclass(hint):
         if dataclasses.is_dataclass(value):
             return value
@@ -69,8 +79,75 @@ def _value(hint: Any, value: Any, where: str) -> Any:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """The plain-dict form of a config dataclass (what ``build`` reads back)."""
-    return dataclasses.asdict(obj)
+    """The plain-dict form of a config dataclass (what ``build`` reads back; config scalars as their text)."""
+    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "to_config"):
+        return value.to_config()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_dict(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return copy.deepcopy(value)
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """One ``--set key=value`` item: the dotted key and the value read as a TOML scalar (else a bare string)."""
+    key, eq, text = item.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected key=value")
+    return key.strip(), parse_scalar(text.strip())
+
+
+Assignment = tuple[str, Any, str]
+"""(dotted key, typed value, where it came from for messages: ``--set 'cost.train_mfu=0.4'``, a grid file)"""
+
+
+def override(obj: T, assignments: Iterable[Assignment], where: str = "config", prefix: str = "") -> T:
+    """A copy of config dataclass ``obj`` with each dotted key set to its value, checked against the field's
+    type as ``build`` checks a table. Each nested dataclass is replaced once, with all its new values, so its
+    checks across fields see the final ones. An unknown key is a ConfigError naming the assignment and the key
+    (after ``prefix``, the part of the user's key that chose ``obj``: ``rollpacker.``)."""
+    tree: dict[str, Any] = {}
+    for key, value, origin in assignments:
+        parts = key.split(".")
+        node, target = tree, obj
+        for depth, part in enumerate(parts):
+            names = {f.name for f in dataclasses.fields(target) if f.init} if _is_config(target) else set()  # type: ignore[arg-type]
+            if part not in names:
+                raise ConfigError(f"{origin}: unknown key {prefix + key!r}")
+            if depth == len(parts) - 1:
+                node[part] = (value, origin)
+            else:
+                target = getattr(target, part)
+                child = node.setdefault(part, {})
+                if not isinstance(child, dict):  # "cost" set whole, then "cost.x": the later one wins alone
+                    child = node[part] = {}
+                node = child
+    return _replace(obj, tree, where)
+
+
+def _is_config(obj: Any) -> bool:
+    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+
+
+def _replace(obj: Any, tree: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(type(obj))
+    changes = {}
+    for name, sub in tree.items():
+        if isinstance(sub, dict):
+            changes[name] = _replace(getattr(obj, name), sub, f"{where}.{name}")
+        else:
+            value, origin = sub
+            changes[name] = _value(hints[name], value, f"{origin}: {where}.{name}")
+    try:
+        return dataclasses.replace(obj, **changes)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def parse_scalar(text: str) -> Any:

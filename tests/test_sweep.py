@@ -17,7 +17,7 @@ import pytest
 from browser import open_page
 from helpers import run_cli, small_config
 from rltrace.replay.advise import Space, bottleneck, point_of
-from rltrace.replay.sweep.grid import Grid, assignments, check, point_id
+from rltrace.replay.sweep.grid import Grid, check, point_id, settings
 
 import rltrace
 from rltrace.errors import ConfigError
@@ -53,10 +53,10 @@ def test_grid_expands_every_combination(axes, fixed, count):
     assert points[0] == {**fixed, **{k: v[0] for k, v in axes.items()}}
 
 
-def test_point_id_ignores_key_order_and_sets_are_toml():
+def test_point_id_ignores_key_order_and_settings_keep_their_types():
     assert point_id({"a": 1, "b": "x"}) == point_id({"b": "x", "a": 1}) != point_id({"a": 2, "b": "x"})
-    assert assignments({"scheduler": "s", "cost.train_mfu": 0.4, "topology": "fat-tree:k=4", "sync_strategy": ""}) == [
-        "cost.train_mfu=0.4", 'network.topology="fat-tree:k=4"']
+    assert settings({"scheduler": "s", "cost.train_mfu": 0.4, "topology": "fat-tree:k=4", "sync_strategy": ""}) == {
+        "cost.train_mfu": 0.4, "network.topology": "fat-tree:k=4"}
 
 
 @pytest.mark.parametrize("point, message", [
@@ -65,6 +65,8 @@ def test_point_id_ignores_key_order_and_sets_are_toml():
     ({"scheduler": "disagg-sync", "gpus": 4}, "unknown parameter 'gpus'"),
     ({"scheduler": "disagg-sync", "cost.nosuch": 1}, "unknown key 'cost.nosuch'"),
     ({"scheduler": "disagg-sync", "rollpacker.short_round_quantile": 0.5}, "unknown key"),  # another scheduler's key
+    ({"scheduler": "disagg-sync", "topology": "mesh:n=3"}, "unknown topology 'mesh'"),  # read where the grid is
+    ({"scheduler": "disagg-sync", "topology": "rail:nodes=two"}, "topology rail.nodes: expected an integer"),
 ])
 def test_bad_points_are_refused_before_anything_runs(point, message):
     with pytest.raises(ConfigError, match=message):

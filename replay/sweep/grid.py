@@ -88,18 +88,19 @@ def check(points: list[Point], where: str) -> None:
             if key != "scheduler" and key not in SHAPE_KEYS and key not in NETWORK_KEYS and "." not in key:
                 raise ConfigError(f"{where}: unknown parameter {key!r} (known: scheduler, {', '.join(SHAPE_KEYS)}, "
                                   f"{', '.join(NETWORK_KEYS)}, or a dotted --set key such as cost.train_mfu)")
-        resolve([scheduler], assignments(point))
+        resolve([scheduler], values=settings(point), where=where)
         try:  # types and limits of the shape keys (steps = "two" is named here, not a TypeError later)
             Shape(**{k: v for k, v in point.items() if k in SHAPE_KEYS and k != "source_steps"})
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
 
 
-def assignments(point: Point) -> list[str]:
-    """The point's ``--set`` assignments (dotted keys and the network keys), as ``key=TOML value``."""
-    sets = [f"{k}={json.dumps(v)}" for k, v in point.items() if "." in k]
-    sets += [f"network.{k}={json.dumps(point[k])}" for k in NETWORK_KEYS if point.get(k)]
-    return sets
+def settings(point: Point) -> dict[str, Any]:
+    """The point's settings for :func:`rltrace.replay.settings.resolve`: its dotted keys and the network keys
+    (``network.topology``, ...), with their values as the grid file typed them."""
+    values = {k: v for k, v in point.items() if "." in k}
+    values.update({f"network.{k}": point[k] for k in NETWORK_KEYS if point.get(k)})
+    return values
 
 
 def point_id(point: Point) -> str:

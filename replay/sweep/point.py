@@ -10,7 +10,7 @@ from typing import Any
 
 from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle, replay
 from rltrace.replay.settings import resolve
-from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, assignments
+from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, settings
 from rltrace.sample_traces import list_samples, sample_path
 
 from rltrace.bundle import open_bundle
@@ -54,11 +54,11 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
     ``metrics_json`` keeps the whole metrics.json; ``replay_wall_s`` is the only value that differs between
     two runs of the same point."""
     scheduler = point["scheduler"]
-    settings = resolve([scheduler], assignments(point))
+    resolved = resolve([scheduler], values=settings(point))
     shape = Shape(**{k: point[k] for k in SHAPE_KEYS if k in point})
     started = time.perf_counter()
-    prepared = _prepared(bundle, shape, settings.config.cost, tuple(sorted(settings.prices.items())))
-    result = replay(prepared, scheduler, settings.config, settings.per_scheduler[scheduler])
+    prepared = _prepared(bundle, shape, resolved.config.cost, tuple(sorted(resolved.prices.items())))
+    result = replay(prepared, scheduler, resolved.config, resolved.per_scheduler[scheduler])
     row: dict[str, Any] = {}
     for column, path in METRICS.items():
         value: Any = result.metrics

@@ -2,6 +2,6 @@
 itself with ``@register("name")`` (see :mod:`.base`); the registry imports every module of this package on
 its first lookup, so a new topology is one new file here."""
 
-from rltrace.replay.topologies.base import Links, Topology, names, parse, register
+from rltrace.replay.topologies.base import Links, Topology, TopologySpec, names, parse, register
 
-__all__ = ["Links", "Topology", "names", "parse", "register"]
+__all__ = ["Links", "Topology", "TopologySpec", "names", "parse", "register"]

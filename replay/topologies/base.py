@@ -93,23 +93,66 @@ register = TOPOLOGIES.register
 names = TOPOLOGIES.names
 
 
-def parse(spec: str) -> Topology:
-    """Build a topology from ``name:key=value,...``; unknown names or keys and bad values are ConfigErrors."""
-    name, _, rest = spec.strip().partition(":")
-    cls = TOPOLOGIES.lookup(name)
-    values: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, text = item.partition("=")
-        if not eq:
-            raise ConfigError(f"topology {name}: expected key=value, got {item!r}")
-        values[key.strip()] = parse_scalar(text.strip())
-    user = user_keys(cls)
-    unknown = sorted(set(values) - set(user))
-    if unknown:  # before build, whose message would list internal fields (links, circuits) too
-        raise ConfigError(f"topology {name}: unknown key {unknown[0]!r} (known: {', '.join(user)})")
-    topo = build(cls, values, f"topology {name}")
-    topo.links()  # check the parameters now, with one message
-    return topo
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    """A topology by name with its parameters, read once from ``name:key=value,...`` (the one grammar for
+    topology specs: ``--topology``, ``--set network.topology=...``, a sweep grid, ``fabric bench``) and carried
+    typed from there to :meth:`build`. Values are TOML scalars (``k=16``, ``nic_gbps=400.0``, ``gpu=H100``)."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+    """(key, value) in the order given; keys and value types checked against the topology's parameters"""
+    text: str = field(default="", compare=False)
+    """the spec as written (what reports and config.json show)"""
+
+    @classmethod
+    def parse(cls, spec: str) -> TopologySpec:
+        """Read ``name:key=value,...``; unknown names or keys and badly typed values are ConfigErrors."""
+        name, _, rest = spec.strip().partition(":")
+        topology = TOPOLOGIES.lookup(name)
+        values: dict[str, Any] = {}
+        for item in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, text = item.partition("=")
+            if not eq:
+                raise ConfigError(f"topology {name}: expected key=value, got {item!r}")
+            values[key.strip()] = parse_scalar(text.strip())
+        user = user_keys(topology)
+        unknown = sorted(set(values) - set(user))
+        if unknown:  # before build, whose message would list internal fields (links, circuits) too
+            raise ConfigError(f"topology {name}: unknown key {unknown[0]!r} (known: {', '.join(user)})")
+        build(topology, values, f"topology {name}")  # value types now, where the spec is read; links at build()
+        return cls(name, tuple(values.items()), spec.strip())
+
+    @classmethod
+    def from_config(cls, value: Any, where: str) -> TopologySpec | None:
+        """A config field's value: a spec's text (empty: no topology) or a spec already read."""
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a topology spec such as fat-tree:k=8,gpu=H100, got {value!r}")
+        return cls.parse(value) if value.strip() else None
+
+    def to_config(self) -> str:
+        """The spec's text (config.json)."""
+        return str(self)
+
+    def __str__(self) -> str:
+        if self.text:
+            return self.text
+        body = ",".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.name}:{body}" if body else self.name
+
+    def build(self) -> Topology:
+        """The topology, its links built (so a bad combination of parameters is one message now)."""
+        topo: Topology = build(TOPOLOGIES.lookup(self.name), dict(self.params), f"topology {self.name}")
+        topo.links()
+        return topo
+
+
+def parse(spec: str | TopologySpec) -> Topology:
+    """Build a topology from ``name:key=value,...`` (or a spec already read); unknown names or keys and bad
+    values are ConfigErrors."""
+    return (spec if isinstance(spec, TopologySpec) else TopologySpec.parse(spec)).build()
 
 
 def user_keys(cls: type) -> list[str]:

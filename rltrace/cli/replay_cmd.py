@@ -129,10 +129,9 @@ def replay(
         check_output(output, "--output", folder=True)
     if dashboard is not None:
         check_output(dashboard, "--dashboard")
-    sets = list(set_ or [])
-    sets += [f'network.topology="{topology}"'] if topology else []
-    sets += [f'network.sync_strategy="{sync_strategy}"'] if sync_strategy else []
-    settings = resolve(chosen, sets)
+    # the flags' values go to the config as they are: the spec is read once, by the topology's own grammar
+    flags = {"network.topology": topology, "network.sync_strategy": sync_strategy}
+    settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where="--topology/--sync-strategy")
     config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
     gen_gpu, train_gpu = _gpu_kinds(gpu)
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gen_gpu=gen_gpu, train_gpu=train_gpu, tp=tp,
@@ -202,7 +201,7 @@ def replay(
 
 
 def _spread(source: Bundle, shape: Shape, config: ReplayConfig, prepared: Prepared,
-            schedulers: dict[str, dict[str, Any]], prices: dict[str, float] | None, count: int,
+            schedulers: dict[str, Any], prices: dict[str, float] | None, count: int,
             err: Console) -> dict[str, Spread]:
     """The replicates behind each run's spread, with progress (rltrace/cli/progress.py)."""
     if not sources(prepared, shape):

@@ -95,11 +95,12 @@ def _plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def parse_set(item: str) -> tuple[str, Any]:
-    """One ``--set key=value`` item: the dotted key and the value read as a TOML scalar (else a bare string)."""
+def parse_set(item: str, flag: str = "--set") -> tuple[str, Any]:
+    """One ``--set key=value`` item (or another flag's): the dotted key and the value read as a TOML scalar
+    (else a bare string)."""
     key, eq, text = item.partition("=")
     if not eq or not key.strip():
-        raise ConfigError(f"--set {item!r}: expected key=value")
+        raise ConfigError(f"{flag} {item!r}: expected key=value")
     return key.strip(), parse_scalar(text.strip())
 
 
@@ -156,22 +157,3 @@ def parse_scalar(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
-
-
-def apply_sets(data: dict[str, Any], assignments: Iterable[str]) -> dict[str, Any]:
-    """Apply ``a.b=value`` assignments to a nested dict (in place) and return it."""
-    for item in assignments:
-        key, eq, text = item.partition("=")
-        if not eq or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected key=value")
-        parts = key.strip().split(".")
-        node = data
-        for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {item!r}: unknown key {key.strip()!r}")
-            node = child
-        if parts[-1] not in node:
-            raise ConfigError(f"--set {item!r}: unknown key {key.strip()!r}")
-        node[parts[-1]] = parse_scalar(text.strip())
-    return data

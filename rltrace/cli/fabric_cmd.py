@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rltrace.cli.progress import stage, stderr
-from rltrace.config import apply_sets, build, to_dict
+from rltrace.config import override, parse_set
 from rltrace.errors import ConfigError
 from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, OPS, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
@@ -55,7 +55,7 @@ def bench(
     n = topo.gpus if ranks is None else ranks
     if not 1 <= n <= topo.gpus:
         raise ConfigError(f"--ranks must be in 1..{topo.gpus} for this topology, got {n}")
-    prices = build(FabricPrices, apply_sets(to_dict(FabricPrices()), price or []), "--price")
+    prices = override(FabricPrices(), [(*parse_set(p, "--price"), f"--price {p!r}") for p in price or []], "--price")
     result = collective(topo, op, n, parse_size(size), algorithm, dtype, protocol)
     cost = fabric_cost(topo, prices)
     out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": parse_size(size), "topology": topology,

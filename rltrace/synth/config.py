@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrace.catalog._toml import load_toml
-from rltrace.config import apply_sets, build, to_dict
+from rltrace.config import build, override, parse_set, to_dict
 from rltrace.errors import ConfigError
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -149,10 +149,11 @@ def load_config(
         source = Path(path)
     if source is not None:
         _merge(data, load_toml(source), str(source))
-    apply_sets(data, sets or [])
+    config = build(SynthConfig, data, "synth")
+    assignments = [(*parse_set(item), f"--set {item!r}") for item in sets or []]
     if seed is not None:
-        data["seed"] = seed
-    return build(SynthConfig, data, "synth").check()
+        assignments.append(("seed", seed, "--seed"))
+    return override(config, assignments, "synth").check()
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any], where: str) -> None:

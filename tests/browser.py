@@ -72,14 +72,16 @@ LAYOUT_RULES = r"""
   const out = [];
   const r = e => e.getBoundingClientRect();
   const name = e => (e.id ? '#' + e.id : e.tagName.toLowerCase() + (e.className && e.className.baseVal === undefined
-                     ? '.' + String(e.className).split(' ')[0] : '')) + ' "' + (e.textContent || '').trim().slice(0, 40) + '"';
+                     ? '.' + String(e.className).split(' ')[0] : ''))
+                    + ' "' + (e.textContent || '').trim().slice(0, 40) + '"';
   const overlap = (a, b, slack) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > slack &&
                                    Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > slack;
   const inside = (a, b, slack) => a.left >= b.left - slack && a.right <= b.right + slack &&
                                   a.top >= b.top - slack && a.bottom <= b.bottom + slack;
   const doc = document.documentElement, main = document.querySelector('main');
   if (doc.scrollWidth > doc.clientWidth) out.push(`page scrolls sideways: ${doc.scrollWidth} > ${doc.clientWidth} px`);
-  if (main.scrollWidth > main.clientWidth) out.push(`main column scrolls sideways: ${main.scrollWidth} > ${main.clientWidth} px`);
+  if (main.scrollWidth > main.clientWidth)
+    out.push(`main column scrolls sideways: ${main.scrollWidth} > ${main.clientWidth} px`);
   const box = r(main);
   // blocks of the page (headings, text, tables, figures, the verdict) never overlap one another
   const blocks = [...document.querySelectorAll('main > h1, main > nav, section > *, details > *')]
@@ -119,7 +121,8 @@ LAYOUT_RULES = r"""
           const ts = [...layer.querySelectorAll(what.endsWith('ticks') ? sel.split(' ').slice(1).join(' ') : sel)]
             .map(t => [t, r(t)]).filter(([, b]) => b.width > 0);
           for (let i = 0; i < ts.length; i++) for (let j = i + 1; j < ts.length; j++)
-            if (overlap(ts[i][1], ts[j][1], 1)) out.push(`${div.id}: ${what} collide: ${name(ts[i][0])} / ${name(ts[j][0])}`);
+            if (overlap(ts[i][1], ts[j][1], 1))
+              out.push(`${div.id}: ${what} collide: ${name(ts[i][0])} / ${name(ts[j][0])}`);
         });
       });
     });

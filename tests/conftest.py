@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import small_config
 
 import rltrace
-from helpers import small_config
 from rltrace.synth import synthesize
 
 

@@ -69,4 +69,5 @@ def run_cli(
         cwd=cwd,
         timeout=timeout,
         env={**os.environ, "COLUMNS": "120", **(env or {})},
+        check=False,  # callers assert on the exit code and stderr themselves
     )

@@ -20,7 +20,8 @@ def make(lengths: list[list[int]], *, tau: float = TAU, train_s: float = 0.0, sy
     steps = len(lengths)
     out = np.concatenate([np.asarray(x, dtype=np.int64) for x in lengths])
     step = np.repeat(np.arange(steps, dtype=np.int32), [len(x) for x in lengths])
-    frame = pl.DataFrame({"step": step, "group": np.zeros(len(out), np.int32), "prompt_tokens": np.full(len(out), prompt),
+    frame = pl.DataFrame({"step": step, "group": np.zeros(len(out), np.int32),
+                          "prompt_tokens": np.full(len(out), prompt),
                           "output_tokens": out, "job": np.zeros(len(out), np.int32)})
     first = np.concatenate([[0], np.cumsum([len(x) for x in lengths])]).astype(int).tolist()
     gen = FittedGeneration(model=model or IterationModel.fixed(tau), kv_tokens=kv_tokens)
@@ -51,7 +52,8 @@ def agentic(steps: list[list[list[tuple[int, float]]]], *, tau: float = TAU, tra
     first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
     heads = [[rid[(s, j, 0)] for j in range(len(trajs))] for s, trajs in enumerate(steps)]
     n = len(steps)
-    job = Job(id=0, name="job0", first=first, generation=generation or FittedGeneration(model=IterationModel.fixed(tau)),
+    job = Job(id=0, name="job0", first=first,
+              generation=generation or FittedGeneration(model=IterationModel.fixed(tau)),
               train_s=[train_s] * n, forward_s=[0.0] * n, optimizer_s=[0.0] * n, sync_s=[0.0] * n,
               reward_s=[0.0] * n, other_s=[0.0] * n, heads=heads)
     cluster = Cluster(gen_gpus=gen_gpus, train_gpus=1, gen_gpu=gen_gpu, train_gpu="H800", max_seqs=1000)

@@ -7,10 +7,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from helpers import small_config
 from polars.testing import assert_frame_equal
 
 import rltrace
-from helpers import small_config
 from rltrace.bundle import to_arrow
 from rltrace.schema import TABLES
 from rltrace.synth import synthesize

@@ -10,8 +10,8 @@ import pytest
 from helpers import require_shared, run_cli
 from replay_helpers import make
 from rltrace.replay.costmodels.calibrate import _batch_slope, fit_generation, fit_trace
-from rltrace.replay.costmodels.iteration_fit import fit_iterations, iteration_features
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
+from rltrace.replay.costmodels.iteration_fit import fit_iterations, iteration_features
 from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, fit_rows, load_profile
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.sample_traces import sample_path
@@ -76,7 +76,8 @@ def test_kernel_tables_fit_per_tp_and_regime(profile: pl.DataFrame) -> None:
 def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profile: pl.DataFrame) -> None:
     out = tmp_path / "h100.parquet"
     tables = str(require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv").parent)
-    result = run_cli("calibrate", "--tables", tables, "-o", str(out), "--json", "--kernels-out", str(tmp_path / "k.parquet"))
+    result = run_cli("calibrate", "--tables", tables, "-o", str(out), "--json",
+                     "--kernels-out", str(tmp_path / "k.parquet"))
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)) == profile.height
     assert load_profile(out).equals(profile)
@@ -184,7 +185,8 @@ def test_a_wave_admitted_over_several_iterations_runs_past_its_longest_request(s
     else:  # about (stagger - 1) tail iterations of a few requests each, ~2.2 ms apiece
         assert 1e-3 < fit.beyond_longest_s < (stagger - 1) * 3e-3
         assert fit.generation(1).prefill_seconds(10, 1, 1) == pytest.approx(
-            fit.coef["prefill_base"] * fit.prefills_per_wave + fit.beyond_longest_s + 10 * fit.coef["prefill_per_token"])
+            fit.coef["prefill_base"] * fit.prefills_per_wave + fit.beyond_longest_s
+            + 10 * fit.coef["prefill_per_token"])
 
 
 def test_iteration_cycles_add_up_to_the_recorded_generation_time() -> None:
@@ -209,7 +211,8 @@ def test_small_batches_are_right_where_a_per_request_fit_is_short() -> None:
     assert model.iteration(3, 100.0) == pytest.approx(fit.coef["base"] + 3 * fit.coef["per_seq"]
                                                       + 100 * fit.coef["per_ctx"])
     assert cost.prefill_seconds(100, 4, 1) == pytest.approx(
-        (fit.coef["prefill_base"] * fit.prefills_per_wave + fit.beyond_longest_s + 100 * fit.coef["prefill_per_token"]))
+        fit.coef["prefill_base"] * fit.prefills_per_wave + fit.beyond_longest_s
+        + 100 * fit.coef["prefill_per_token"])
 
 
 def test_without_iterations_the_fit_falls_back_to_the_requests() -> None:
@@ -224,7 +227,8 @@ def test_a_negative_term_is_dropped_not_fitted() -> None:
     """No cost is negative: a context term that the data push below zero is dropped and the rest refitted."""
     iterations, requests = engine_run(8, 24, 0.05, seed=2)
     features = iteration_features(iterations, requests)
-    rigged = features.with_columns(pl.col("seconds") - 4e-8 * pl.col("context_tokens") - 5e-8 * pl.col("context_tokens"))
+    rigged = features.with_columns(
+        pl.col("seconds") - 4e-8 * pl.col("context_tokens") - 5e-8 * pl.col("context_tokens"))
     fit = fit_iterations(rigged)
     assert fit is not None and min(fit.coef.values()) >= 0.0 and fit.coef["per_ctx"] == 0.0
 

@@ -39,7 +39,8 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
 def test_inspect_without_argument_summarises_the_default_sample() -> None:
     result = run_cli("inspect")
     assert result.returncode == 0, result.stderr
-    for text in ("rollpacker_qwen7b", "Qwen2.5-7B", "max_over_median", "Per step", "all_gather", "Weight syncs", "generate"):
+    for text in ("rollpacker_qwen7b", "Qwen2.5-7B", "max_over_median", "Per step", "all_gather", "Weight syncs",
+                 "generate"):
         assert text in result.stdout, text
 
 
@@ -64,12 +65,14 @@ def test_inspect_json_has_the_documented_keys() -> None:
 
 def test_synth_then_inspect(tmp_path: Path) -> None:
     out = tmp_path / "mine"
-    result = run_cli("synth", "--preset", "rollpacker", "--set", "steps=2", "--set", "prompts_per_step=4", "-o", str(out))
+    result = run_cli("synth", "--preset", "rollpacker", "--set", "steps=2", "--set", "prompts_per_step=4",
+                     "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stderr and "requests" in result.stderr
     info = json.loads(run_cli("inspect", "--json", str(out)).stdout)
     assert info["tables"]["requests"]["rows"] == 2 * 4 * 8
-    again = run_cli("synth", "--preset", "rollpacker", "--set", "steps=2", "--set", "prompts_per_step=4", "-o", str(out), "--force")
+    again = run_cli("synth", "--preset", "rollpacker", "--set", "steps=2", "--set", "prompts_per_step=4",
+                    "-o", str(out), "--force")
     assert again.returncode == 0, again.stderr
 
 
@@ -107,7 +110,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["synth", "-o", out, "--seed", "x"], "Invalid value for '--seed'"),
         (["synth", "-o", str(existing), "--preset", "rollpacker"], "already exists (pass --force to replace it)"),
         (
-            ["synth", "-o", out, "--set", "output.kind=empirical", "--set", "output.path=/nope.csv", "--set", "output.column=x"],
+            ["synth", "-o", out, "--set", "output.kind=empirical", "--set", "output.path=/nope.csv",
+             "--set", "output.column=x"],
             "/nope.csv: no such file",
         ),
     ]
@@ -136,7 +140,8 @@ def test_hostile_strings_print_as_text(tmp_path: Path) -> None:
 
 
 def test_python_m_rltrace_runs_the_same_cli(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "rltrace", "schema"], check=False, capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-m", "rltrace", "schema"], check=False, capture_output=True, text=True,
+                            cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_cli("schema").stdout
     assert sample_path().is_dir()
@@ -146,7 +151,8 @@ def test_python_m_rltrace_runs_the_same_cli(tmp_path: Path) -> None:
 def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
     rltrace = str(Path(sys.executable).parent / "rltrace")
     result = subprocess.run(
-        f"{shlex.quote(rltrace)} {' '.join(args)} | head -n 1", check=False, shell=True, capture_output=True, text=True, timeout=120
+        f"{shlex.quote(rltrace)} {' '.join(args)} | head -n 1",
+        check=False, shell=True, capture_output=True, text=True, timeout=120,
     )
     assert result.stdout.count("\n") == 1
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
@@ -264,4 +270,5 @@ def test_piped_dashboard_and_validations_say_what_they_are_doing(tmp_path: Path)
     for args, text in cases:
         done = run_cli(*args, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
-        assert re.search(rf"^rltrace: {re.escape(text)}: done in \d+\.\d s$", done.stderr, re.M), (args, done.stderr)
+        assert re.search(rf"^rltrace: {re.escape(text)}: done in \d+\.\d s$", done.stderr, re.MULTILINE), (
+            args, done.stderr)

@@ -6,18 +6,21 @@ import json
 
 import polars as pl
 import pytest
-
 from helpers import require_shared, run_cli
-from rltrace.catalog import get_gpu, get_model
-from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.parallel import tp_allreduce_seconds
+
+from rltrace.catalog import get_gpu, get_model
+from rltrace.catalog.models import ModelSpec
+from rltrace.errors import ConfigError
 
 LLAMA, H100 = get_model("Llama-2-7B"), get_gpu("H100")
 
 
-def _gemm_params(model) -> int:  # noqa: ANN001 - every weight a GEMM reads: all but the input embedding and norms
-    return model.params - model.vocab * model.hidden * (0 if model.tied_embeddings else 1) - (2 * model.layers + 1) * model.hidden
+def _gemm_params(model: ModelSpec) -> int:
+    """Every weight a GEMM reads: all but the input embedding and the norms."""
+    embedding = model.vocab * model.hidden * (0 if model.tied_embeddings else 1)
+    return model.params - embedding - (2 * model.layers + 1) * model.hidden
 
 
 def test_small_batch_decode_reads_the_weights_once() -> None:

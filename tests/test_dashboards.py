@@ -55,10 +55,12 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(name: str, timeline_rows: list[tuple], requests: dict | None = None, **metrics: object) -> Run:
-    t = pl.DataFrame(timeline_rows, schema={"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32,
-                                            "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}, orient="row")
+    t = pl.DataFrame(timeline_rows, schema={"resource": pl.String, "pool": pl.String, "kind": pl.String,
+                                            "step": pl.Int32, "id": pl.Int64, "start_s": pl.Float64,
+                                            "end_s": pl.Float64}, orient="row")
     t = t.with_columns(pl.lit(0, pl.Int32).alias("job"))
-    r = pl.DataFrame(requests or {"request": [0], "step": [0], "instance": [0], "output_tokens": [1], "finished": [True]})
+    r = pl.DataFrame(requests or {"request": [0], "step": [0], "instance": [0], "output_tokens": [1],
+                                  "finished": [True]})
     return Run(name, dict(metrics), {"scheduler": {"name": name}}, t, r)
 
 
@@ -82,8 +84,9 @@ def test_lanes(intervals, expected_lanes, expected_count):
     ([0, 1, 0, 0], [(0.0, 1.0), (1.05, 2.0), (5.0, 6.0)]),  # another job's span is never merged into one's own
 ])
 def test_merge_close_joins_gaps_below_the_threshold(jobs, expected):
-    f = pl.DataFrame({"resource": ["r"] * 4, "kind": ["train"] * 4, "step": [0, 1, 2, 3], "job": jobs, "id": [0, 1, 2, 3],
-                      "start_s": [0.0, 1.05, 5.0, 5.5], "end_s": [1.0, 2.0, 6.0, 5.8], "lane": [0] * 4, "lanes": [1] * 4})
+    f = pl.DataFrame({"resource": ["r"] * 4, "kind": ["train"] * 4, "step": [0, 1, 2, 3], "job": jobs,
+                      "id": [0, 1, 2, 3], "start_s": [0.0, 1.05, 5.0, 5.5], "end_s": [1.0, 2.0, 6.0, 5.8],
+                      "lane": [0] * 4, "lanes": [1] * 4})
     merged = merge_close(f, gap_s=0.1)
     assert merged.sort("start_s").select("start_s", "end_s").rows() == expected
 
@@ -96,7 +99,8 @@ def test_busy_spans_are_the_union_of_the_work_per_instance():
     busy = busy_spans(t).sort("resource", "start_s")
     # i1: [0, 2] and [1, 2.5] merge, the aborted attempt [3, 4] was work too; i0: its request only (a train span
     # on an instance row is not generation work); the trainer serves no request: no row
-    assert busy.select("resource", "start_s", "end_s").rows() == [("g/i0", 5.0, 6.0), ("g/i1", 0.0, 2.5), ("g/i1", 3.0, 4.0)]
+    assert busy.select("resource", "start_s", "end_s").rows() == [
+        ("g/i0", 5.0, 6.0), ("g/i1", 0.0, 2.5), ("g/i1", 3.0, 4.0)]
     assert set(busy["kind"]) == {"busy"}
 
 
@@ -213,7 +217,8 @@ def test_a_run_of_several_jobs_draws_and_names_each_jobs_spans(tmp_path: Path):
     first = Run.from_result("disagg-sync", replay(prepare_jobs(specs, Shape(), CostConfig()), "disagg-sync",
                                                   ReplayConfig()))
     w = work.work([run, first]).rows_by_key("run", named=True, unique=True)
-    assert w["disagg-sync"]["recorded_samples"] == w["disagg-sync"]["trained_samples"] < w["rollmux"]["recorded_samples"]
+    sync = w["disagg-sync"]
+    assert sync["recorded_samples"] == sync["trained_samples"] < w["rollmux"]["recorded_samples"]
     assert not w["disagg-sync"]["changed"] and not w["disagg-sync"]["extrapolated"]
     assert "the runs replayed different workloads" in build([run, first])
     # a run folder written before timelines named jobs still loads: one job, so job 0
@@ -364,8 +369,8 @@ def _trained_run(name: str, lengths_: list[int], trained: list[int], recorded_: 
                              "recorded": recorded_})
     steps_ = pl.DataFrame({"job": [0] * len(step_ends), "step": list(range(len(step_ends))), "end_s": step_ends},
                           schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64})
-    t = pl.DataFrame(schema={"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32, "job": pl.Int32,
-                             "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64})
+    t = pl.DataFrame(schema={"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32,
+                             "job": pl.Int32, "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64})
     return Run(name, {"makespan_s": step_ends[-1], **metrics}, {"scheduler": {"name": name}}, t, requests, steps=steps_)
 
 
@@ -402,8 +407,10 @@ def _bubbly(gen_busy: float, gen_dep: float, gen_skew: float, train_busy: float,
 
 def test_the_choice_and_why():
     lengths_ = [100, 100, 100, 1000]
-    base = _trained_run("sync", lengths_, [0, 0, 1, 1], [True] * 4, [50.0, 100.0], **_bubbly(0.1, 0.6, 0.3, 0.2, 4 / 100))
-    fair = _trained_run("fair", lengths_, [0, 0, 1, 1], [True] * 4, [20.0, 40.0], **_bubbly(0.5, 0.1, 0.4, 0.6, 4 / 40))
+    base = _trained_run("sync", lengths_, [0, 0, 1, 1], [True] * 4, [50.0, 100.0],
+                        **_bubbly(0.1, 0.6, 0.3, 0.2, 4 / 100))
+    fair = _trained_run("fair", lengths_, [0, 0, 1, 1], [True] * 4, [20.0, 40.0],
+                        **_bubbly(0.5, 0.1, 0.4, 0.6, 4 / 40))
     short = _trained_run("short", lengths_ + [100], [0, 0, 1, -1, 1], [True] * 4 + [False], [5.0, 10.0],
                          stale=[0, 1, 1, -1, 1], **_bubbly(0.9, 0.05, 0.05, 0.9, 4 / 10))
     runs = [base, fair, short]
@@ -493,7 +500,8 @@ def test_no_degenerate_axes():
     flat = syncs.figure(pl.DataFrame({"run": ["a"] * 3, "step": [0, 1, 2], "start_s": [0.0, 1.0, 2.0],
                                       "duration_s": [0.3, 0.3, 0.3]}))
     assert flat.layout.yaxis.range[1] - flat.layout.yaxis.range[0] >= 0.3
-    varied = syncs.figure(pl.DataFrame({"run": ["a"] * 2, "step": [0, 1], "start_s": [0.0, 1.0], "duration_s": [0.1, 0.3]}))
+    varied = syncs.figure(pl.DataFrame({"run": ["a"] * 2, "step": [0, 1], "start_s": [0.0, 1.0],
+                                        "duration_s": [0.1, 0.3]}))
     assert varied.layout.yaxis.range is None  # real spread: Plotly's own range
 
 
@@ -528,4 +536,5 @@ def test_report_first_screen_and_one_line_for_nothing_to_show(all_runs: list[Run
     assert html.count("no network model") == 1  # one line for the section, not one per run
     table = verdict.table(all_runs)
     for row in table.filter(pl.col("changed")).iter_rows(named=True):  # a changed workload is labelled
-        assert f"<td>{row['run']}</td>" in first and "changed" in first.split(f"<td>{row['run']}</td>", 1)[1].split("</tr>")[0]
+        cell = f"<td>{row['run']}</td>"
+        assert cell in first and "changed" in first.split(cell, 1)[1].split("</tr>")[0]

@@ -31,7 +31,8 @@ SOURCE = re.compile(r"^[\w.-]+/[\w.-]+(@[0-9a-f]{40}, \S+| pull request #\d+ )")
 def test_the_shipped_sets_meet_the_issue_bar_and_cite_every_row() -> None:
     kind, gen = load_points(GENERATION_CSV)
     assert kind == "generation" and gen.height >= 30
-    assert gen["engine"].is_in(["vllm", "sglang"]).all() and gen["engine_version"].is_not_null().all()  # "not stated" where so
+    # "not stated" where so
+    assert gen["engine"].is_in(["vllm", "sglang"]).all() and gen["engine_version"].is_not_null().all()
     assert gen["gpu"].n_unique() >= 3
     assert all(SOURCE.match(s) for s in gen["source"]), "every point names repository@commit and path"
     moe = [m for m in gen["model"].unique() if getattr(get_model(m), "experts", 0) > 0]

@@ -149,7 +149,8 @@ def test_nvls_moves_1_plus_1_over_n_of_the_buffer_each_way_at_nccls_hopper_effic
     (8, "H100", "bfloat16", 4 << 10, "ring"),  # NVLS's 25 us base latency loses on small messages
 ])
 def test_auto_picks_nvls_where_nccl_would(gpus: int, gpu: str, dtype: str, size: int, algorithm: str) -> None:
-    assert collective(parse(f"nvswitch:gpus={gpus},gpu={gpu}"), "all_reduce", gpus, size, dtype=dtype).algorithm == algorithm
+    topo = parse(f"nvswitch:gpus={gpus},gpu={gpu}")
+    assert collective(topo, "all_reduce", gpus, size, dtype=dtype).algorithm == algorithm
 
 
 def test_a_reconfiguration_adds_exactly_its_delay() -> None:
@@ -164,9 +165,11 @@ def test_a_reconfiguration_adds_exactly_its_delay() -> None:
 @pytest.mark.parametrize(("spec", "src", "dst", "hops"), [
     ("fat-tree:k=4,gpus_per_node=1", 0, 0 + 1, ["gpu0/nic_up", "gpu1/nic_down"]),  # same edge switch
     ("fat-tree:k=4,gpus_per_node=1", 0, 2, ["gpu0/nic_up", "edge0->agg", "->edge1", "gpu2/nic_down"]),  # same pod
-    ("fat-tree:k=4,gpus_per_node=1", 0, 15, ["gpu0/nic_up", "edge0->agg", "->core", "->pod3", "->edge7", "gpu15/nic_down"]),
+    ("fat-tree:k=4,gpus_per_node=1", 0, 15,
+     ["gpu0/nic_up", "edge0->agg", "->core", "->pod3", "->edge7", "gpu15/nic_down"]),
     ("fat-tree:k=4,gpus_per_node=2", 0, 1, ["gpu0/nvl_up", "gpu1/nvl_down"]),  # one node: NVLink
-    ("leaf-spine:nodes=2,gpus_per_node=4,leaf_down=4", 0, 4, ["gpu0/nic_up", "leaf0->spine", "->leaf1", "gpu4/nic_down"]),
+    ("leaf-spine:nodes=2,gpus_per_node=4,leaf_down=4", 0, 4,
+     ["gpu0/nic_up", "leaf0->spine", "->leaf1", "gpu4/nic_down"]),
     ("rail:nodes=2,gpus_per_node=4", 1, 6, ["gpu1/nvl_up", "gpu2/nvl_down", "gpu2/nic_up", "gpu6/nic_down"]),  # PXN
     ("cross-dc:nodes=2,split=1,gpus_per_node=2", 0, 3, ["gpu0/nic_up", "dc-a->dc-b", "gpu3/nic_down"]),
 ])
@@ -245,7 +248,8 @@ def test_a_multi_job_replay_puts_every_jobs_traffic_on_the_links_in_its_own_span
 def test_replaying_on_different_fabrics_changes_weight_sync_and_step_time(tmp_path: Path) -> None:
     prepared = from_bundle(rltrace.open(sample_path("rollpacker_qwen7b")), Shape(steps=3), CostConfig())
     runs = {spec: replay(prepared, "disagg-sync", ReplayConfig(network=NetworkConfig(topology=spec)))
-            for spec in ("fat-tree:k=8,gpu=H800", "rfabric:k=8,gpu=H800", "cross-dc:nodes=4,split=2,dci_gbps=10,gpu=H800")}
+            for spec in ("fat-tree:k=8,gpu=H800", "rfabric:k=8,gpu=H800",
+                         "cross-dc:nodes=4,split=2,dci_gbps=10,gpu=H800")}
     syncs = [r.metrics["network"]["weight_sync_s"] for r in runs.values()]
     steps = [r.metrics["step_time_s"]["mean"] for r in runs.values()]
     assert len(set(syncs)) == 3 and len(set(steps)) == 3
@@ -286,7 +290,8 @@ def test_fabric_validate_cli_prints_the_table_and_every_point() -> None:
     (["fabric", "validate", "--tables", "."], "no NCCL tables"),
     (["fabric", "bench", "--topology", "mesh:n=3", "--size", "1M"], "unknown topology 'mesh'"),
     (["fabric", "bench", "--topology", "fat-tree:k=4,radix=9", "--size", "1M"], "unknown key 'radix'"),
-    (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"], "unknown collective 'gossip'"),
+    (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"],
+     "unknown collective 'gossip'"),
     (["replay", "-s", "disagg-sync", "--topology", "nvswitch:gpus=8"], "has 8 GPUs, the replay needs 16 + 16"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=A100", "--size", "1M", "--algorithm", "nvls"],
      "nvls needs an all-reduce inside one NVSwitch node"),

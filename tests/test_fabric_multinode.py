@@ -24,7 +24,9 @@ from rltrace.replay.topologies import parse
 GIB = 1 << 30
 
 
-def _leaf(nodes: int, per_node: int, nics: int = 0, nic_gbps: float = 400, gpu: str = "H100", **extra: object) -> object:
+def _leaf(
+    nodes: int, per_node: int, nics: int = 0, nic_gbps: float = 400, gpu: str = "H100", **extra: object
+) -> object:
     keys = "".join(f",{k}={v}" for k, v in extra.items())
     return parse(f"leaf-spine:nodes={nodes},gpus_per_node={per_node},nics_per_node={nics},nic_gbps={nic_gbps},"
                  f"leaf_down={nodes * per_node},gpu={gpu}{keys}")
@@ -136,7 +138,8 @@ def test_a_4x8_ring_is_the_nodes_nic_bandwidth_in_closed_form() -> None:
     local_s = 3 * size / n / topo.memory_bytes_per_s  # type: ignore[attr-defined]
     hop = (28 * SIMPLE.nvlink_hop_s + 4 * SIMPLE.net_hop_s) / 32  # 7 NVLink hops and 1 NIC hop a node
     expected = SIMPLE.base_s + 2 * (n - 1) * hop + nic_s + local_s
-    assert collective(topo, "all_reduce", n, size, "ring", protocol="Simple").seconds == pytest.approx(expected, rel=1e-9)
+    ring = collective(topo, "all_reduce", n, size, "ring", protocol="Simple")
+    assert ring.seconds == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize(("spec", "size", "algorithm", "protocol"), [
@@ -144,13 +147,17 @@ def test_a_4x8_ring_is_the_nodes_nic_bandwidth_in_closed_form() -> None:
     ({"nodes": 2, "per_node": 8}, 16 << 20, "tree", "LL128"),
     ({"nodes": 2, "per_node": 8}, 64 << 20, "ring", "LL128"),  # NVLSTree's 16 MiB units: 4 of them fill a long pipe
     ({"nodes": 2, "per_node": 8}, GIB, "nvls_tree", "Simple"),  # the switch reduces, the tree halves the network bytes
-    ({"nodes": 2, "per_node": 8, "gpu": "A100", "nics": 16, "nic_gbps": 100}, GIB, "tree", "Simple"),  # no NVLS on Ampere
+    # no NVLS on Ampere
+    ({"nodes": 2, "per_node": 8, "gpu": "A100", "nics": 16, "nic_gbps": 100}, GIB, "tree", "Simple"),
     ({"nodes": 4, "per_node": 8}, 8 * GIB, "ring", "Simple"),  # beyond 2 nodes the trees' inner nodes send twice
     ({"nodes": 8, "per_node": 8}, 64 << 20, "tree", "LL128"),
 ])
-def test_the_tuner_picks_the_fastest_algorithm_and_protocol(spec: dict, size: int, algorithm: str, protocol: str) -> None:
+def test_the_tuner_picks_the_fastest_algorithm_and_protocol(
+    spec: dict, size: int, algorithm: str, protocol: str
+) -> None:
     args = dict(spec)
-    topo = _leaf(args.pop("nodes"), args.pop("per_node"), **{k: args[k] for k in ("nics", "nic_gbps", "gpu") if k in args})
+    topo = _leaf(args.pop("nodes"), args.pop("per_node"),
+                 **{k: args[k] for k in ("nics", "nic_gbps", "gpu") if k in args})
     n = topo.gpus  # type: ignore[attr-defined]
     chosen = collective(topo, "all_reduce", n, size, dtype="float")
     assert (chosen.algorithm, chosen.protocol) == (algorithm, protocol)
@@ -207,7 +214,8 @@ def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, cpu, gpu,"),
-    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"], "unknown protocol 'LL64'"),
+    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"],
+     "unknown protocol 'LL64'"),
     (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--algorithm", "nvls_tree"],
      "nvls_tree needs an all-reduce across nodes"),

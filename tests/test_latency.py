@@ -36,8 +36,8 @@ def test_one_slot_instance_queues_requests_in_turn() -> None:
 def test_metrics_carry_percentiles_and_both_engine_paths_agree() -> None:
     rng = np.random.default_rng(3)
     lengths = [rng.integers(2, 400, 64).tolist() for _ in range(3)]
-    results = [replay(make(lengths, max_seqs=16, gen_gpus=2, train_s=0.3), "one-step-async", ReplayConfig(fast_path=fast))
-               for fast in (True, False)]
+    prepared = make(lengths, max_seqs=16, gen_gpus=2, train_s=0.3)
+    results = [replay(prepared, "one-step-async", ReplayConfig(fast_path=fast)) for fast in (True, False)]
     fast, slow = results
     lat = fast.metrics["latency"]
     assert lat["requests"] == 3 * 64
@@ -64,4 +64,5 @@ def test_every_scheduler_of_a_cli_replay_writes_latency(tmp_path) -> None:
         assert 0 < lat["ttft_s"]["p50"] <= lat["e2e_s"]["p50"], name
         assert 0 < lat["tpot_s"]["p50"] < lat["e2e_s"]["p50"], name
         printed = f"latency ({name}, {lat['requests']:,} requests, p50 / p99): queueing "
-        assert printed in proc.stdout and f"TTFT {lat['ttft_s']['p50']:.3g} / {lat['ttft_s']['p99']:.3g} s" in proc.stdout
+        ttft = f"TTFT {lat['ttft_s']['p50']:.3g} / {lat['ttft_s']['p99']:.3g} s"
+        assert printed in proc.stdout and ttft in proc.stdout

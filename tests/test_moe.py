@@ -8,16 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import run_cli
-from rltrace.catalog import get_gpu, get_model
-from rltrace.catalog.models import ModelSpec
-from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import MOE_TRAIN_MFU, default_mfu, step_seconds
+
+from rltrace.catalog import get_gpu, get_model
+from rltrace.catalog.models import ModelSpec
+from rltrace.errors import ConfigError
 
 H100 = get_gpu("H100")
 # A small MoE: 4 experts, top-2, width 64, one dense layer then three MoE layers.

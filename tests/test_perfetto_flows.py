@@ -125,7 +125,8 @@ NAMES = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name"
 
 @pytest.mark.parametrize("flow, rule", [
     ([{"ph": "s", "cat": "c", "id": 1, "ts": 5}], "one 's' first and one 'f' last"),
-    ([{"ph": "s", "cat": "c", "id": 1, "ts": 5}, {"ph": "f", "cat": "c", "id": 1, "ts": 20, "bp": "e"}], "inside no slice"),
+    ([{"ph": "s", "cat": "c", "id": 1, "ts": 5}, {"ph": "f", "cat": "c", "id": 1, "ts": 20, "bp": "e"}],
+     "inside no slice"),
     ([{"ph": "s", "cat": "c", "id": 1, "ts": 8}, {"ph": "f", "cat": "c", "id": 1, "ts": 2, "bp": "e"}], "back in time"),
     ([{"ph": "s", "id": 1, "ts": 5}, {"ph": "f", "cat": "c", "id": 1, "ts": 6}], "needs a string cat"),
 ])

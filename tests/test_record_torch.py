@@ -7,9 +7,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from helpers import REPO, run_cli
 
 import rltrace
-from helpers import REPO, run_cli
 
 pytest.importorskip("torch", reason="the torch extra is installed by `make test`")
 
@@ -21,7 +21,8 @@ def expected(rank: int) -> list[tuple]:
     """(op, dtype, count, bytes_in, bytes_out, peer, async_op) in issue order, as collectives_job.py issues them."""
     peer = 1 - rank
     first_p2p = (
-        ("send", "float32", 16, 16 * F32, 0, peer, False) if rank == 0 else ("recv", "float32", 16, 0, 16 * F32, peer, False)
+        ("send", "float32", 16, 16 * F32, 0, peer, False) if rank == 0
+        else ("recv", "float32", 16, 0, 16 * F32, peer, False)
     )
     return [
         ("all_reduce", "float32", 1024, 1024 * F32, 1024 * F32, None, False),
@@ -82,7 +83,8 @@ def test_a_declared_sync_group_turns_its_sends_into_flows(recorded: Path) -> Non
     """No trainer/generator roles in this job: declaring the group is what makes its transfers weight syncs."""
     assert rltrace.open(recorded).weight_syncs.collect().height == 0
     out = recorded.with_name("declared")
-    result = run_cli("record", "--merge", str(recorded.with_name("run.shards")), "-o", str(out), "--sync-group", "world")
+    result = run_cli("record", "--merge", str(recorded.with_name("run.shards")), "-o", str(out),
+                     "--sync-group", "world")
     assert result.returncode == 0, result.stderr
     flows = rltrace.open(out).weight_syncs.collect().sort("src", "start_ns")
     # rank 0: the int64 broadcast (512 B) and the two sends (64 B, then 32 B in the batch) in step 0, one flow

@@ -103,7 +103,8 @@ def test_trl_collectives_are_exact(trl_run: tuple[Path, list[dict]], model_dir: 
     coll = rltrace.open(out).collectives.collect()
     assert coll["pg"].unique().to_list() == ["world"]
     # every operation once per rank, the same kind and size on both
-    ops = coll.group_by("seq").agg(pl.len(), pl.col("rank").sort(), pl.col("op").n_unique(), pl.col("bytes_in").n_unique())
+    ops = coll.group_by("seq").agg(pl.len(), pl.col("rank").sort(), pl.col("op").n_unique(),
+                                   pl.col("bytes_in").n_unique())
     assert (ops["len"] == 2).all() and (ops["op"] == 1).all() and (ops["bytes_in"] == 1).all()
     assert ops["rank"].to_list() == [[0, 1]] * ops.height
     assert sorted(ops["seq"]) == list(range(ops.height))

@@ -6,11 +6,11 @@ import json
 
 import polars as pl
 import pytest
+from helpers import run_cli
 from polars.testing import assert_frame_equal
+from rltrace.sample_traces import DEFAULT_SAMPLE, list_samples, sample_path
 
 import rltrace
-from helpers import run_cli
-from rltrace.sample_traces import DEFAULT_SAMPLE, list_samples, sample_path
 from rltrace.synth import load_config, synthesize
 
 PRESET_OF = {"rollpacker_qwen7b": "rollpacker", "streamrl_qwen32b": "streamrl", "rollart_qwen3_8b": "rollart"}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pyarrow as pa
-
 from helpers import REPO, run_cli
+
 from rltrace.bundle import polars_dtype, polars_schema
 from rltrace.schema import FORMAT_VERSION, TABLES, markdown_reference, parse_version
 

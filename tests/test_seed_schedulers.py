@@ -27,12 +27,13 @@ def grouped(steps: list[list[list[int]]], *, gen_gpus: int = 1, max_seqs: int = 
     rows = [(s, g, n) for s, prompts in enumerate(steps) for g, lengths in enumerate(prompts) for n in lengths]
     step, group, out = (np.array(c) for c in zip(*rows))
     frame = pl.DataFrame({"step": step.astype(np.int32), "group": group.astype(np.int32),
-                          "prompt_tokens": np.full(len(out), 10), "output_tokens": out, "job": np.zeros(len(out), np.int32)})
+                          "prompt_tokens": np.full(len(out), 10), "output_tokens": out,
+                          "job": np.zeros(len(out), np.int32)})
     counts = [sum(len(p) for p in prompts) for prompts in steps]
     first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
     n = len(steps)
-    job = Job(id=0, name="job0", first=first, generation=FittedGeneration(model=IterationModel.fixed(TAU), tp_speedup=tp_speedup,
-                                                                         kv_tokens=kv_tokens),
+    generation = FittedGeneration(model=IterationModel.fixed(TAU), tp_speedup=tp_speedup, kv_tokens=kv_tokens)
+    job = Job(id=0, name="job0", first=first, generation=generation,
               train_s=[train_s] * n, forward_s=[0.0] * n, optimizer_s=[0.0] * n, sync_s=[0.0] * n, reward_s=[0.0] * n,
               other_s=[0.0] * n)
     cluster = Cluster(gen_gpus=gen_gpus, train_gpus=1, gen_gpu="H100", train_gpu="H100", max_seqs=max_seqs)
@@ -113,8 +114,9 @@ def test_stream_trainer_lends_half_the_rollout_gpus_to_training_in_the_tail() ->
     assert first.filter(pl.col("output_tokens") == 1000)["finish_s"].to_list() == pytest.approx([10.0, 10.0])
     # the lent GPU comes back for round 1 as a new instance after a warm rollout switch
     assert result.requests.filter(pl.col("finished"), pl.col("step") == 1)["instance"].n_unique() == 2
-    assert (tl.filter(pl.col("kind") == "switch")["end_s"] - tl.filter(pl.col("kind") == "switch")["start_s"]).to_list() \
-        == pytest.approx([switch_seconds(seven_b, "rollout", "H100")])
+    switches = tl.filter(pl.col("kind") == "switch")
+    assert (switches["end_s"] - switches["start_s"]).to_list() == pytest.approx(
+        [switch_seconds(seven_b, "rollout", "H100")])
     plain = replay(grouped(work, gen_gpus=2, train_s=10.0), "rollpacker", ReplayConfig(), {"eta": 1.0})
     assert result.metrics["makespan_s"] < plain.metrics["makespan_s"]
 
@@ -153,7 +155,8 @@ SKEWED = [[[1000]] * 4 + [[10]] * 16, [[900]] * 4 + [[20]] * 16]
 
 def test_streamrl_puts_the_predicted_long_tail_on_its_own_instances_longest_first() -> None:
     # the oracle ranker (true lengths), so the mechanism is pinned without the ranker's misses
-    result = replay(grouped(SKEWED, gen_gpus=4, train_s=0.05), "streamrl", ReplayConfig(), {"mode": "sync", "oracle": True})
+    result = replay(grouped(SKEWED, gen_gpus=4, train_s=0.05), "streamrl", ReplayConfig(),
+                    {"mode": "sync", "oracle": True})
     req = result.requests.filter(pl.col("step") == 0)
     long_inst = set(req.filter(pl.col("output_tokens") == 1000)["instance"])
     short_inst = set(req.filter(pl.col("output_tokens") == 10)["instance"])
@@ -187,7 +190,8 @@ def test_streamrl_ranks_at_the_papers_recall_unless_asked_for_the_oracle() -> No
 
 
 def test_streamrl_trains_in_micro_batches_while_the_tail_generates() -> None:
-    result = replay(grouped(SKEWED, gen_gpus=4, train_s=0.4), "streamrl", ReplayConfig(), {"mode": "sync", "microbatches": 4})
+    result = replay(grouped(SKEWED, gen_gpus=4, train_s=0.4), "streamrl", ReplayConfig(),
+                    {"mode": "sync", "microbatches": 4})
     step0 = result.timeline.filter(pl.col("step") == 0)
     last_finish = step0.filter(pl.col("kind") == "request")["end_s"].max()
     train = step0.filter(pl.col("kind") == "train").sort("start_s")
@@ -331,8 +335,8 @@ def test_rollmux_consolidates_the_long_tail_and_starts_the_next_rollout_on_freed
 
 def test_rollmux_starts_a_queued_rollout_once_the_running_one_is_consolidated() -> None:
     # Job 0's tail (one 5000-token sample) frees all but one instance for job 1. When job 0 queues its next
-    # rollout, job 1 is past 80% with its own long sample (6000 tokens) running: job 1's tail is consolidated then, and job 0's
-    # step 1 spreads over the freed instances instead of running whole on the one job 0's tail left free.
+    # rollout, job 1 is past 80% with its own long sample (6000 tokens) running: job 1's tail is consolidated then,
+    # and job 0's step 1 spreads over the freed instances instead of running whole on the one job 0's tail left free.
     long_tail, longer_tail = [[[5]] * 9 + [[5000]]] * 2, [[[5]] * 9 + [[6000]]] * 2
     result = replay(jobs_of(long_tail, longer_tail, arrivals=[0.0, 0.0], gen_gpus=4), "rollmux", ReplayConfig())
     req = result.requests

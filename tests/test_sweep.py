@@ -112,8 +112,8 @@ def ray_cluster(tmp_path: Path) -> Iterator[str]:
     ray = str(Path(sys.executable).with_name("ray"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     started = subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-                              "--disable-usage-stats"], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=180)
+                              "--disable-usage-stats"], check=False, cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=180)
     assert started.returncode == 0, started.stderr[-2000:]
     try:
         yield f"127.0.0.1:{port}"

@@ -95,7 +95,8 @@ def test_a_sync_replayed_on_another_gpu_kind_is_priced_by_the_network_model() ->
     here = from_bundle(bundle, Shape(), CostConfig())
     moved = from_bundle(bundle, Shape(gpu="H100"), CostConfig())
     measured, priced = here.jobs[0].sync_s, moved.jobs[0].sync_s
-    assert priced == pytest.approx(reprice_syncs(moved.jobs[0].sync_bytes, 1, 2, "H100", tensors=moved.jobs[0].sync_tensors))
+    job = moved.jobs[0]
+    assert priced == pytest.approx(reprice_syncs(job.sync_bytes, 1, 2, "H100", tensors=job.sync_tensors))
     assert max(priced) < min(measured) / 100  # 1.8 MB over NVLink, not the CPU's Gloo send
     # the same as routing it through that fabric explicitly
     routed = replay(moved, "as-recorded", ReplayConfig(network=NetworkConfig(topology="nvswitch:gpus=3,gpu=H100")))

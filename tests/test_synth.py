@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from helpers import require_shared, small_config
 
 import rltrace
-from helpers import require_shared, small_config
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError
 from rltrace.synth import LengthConfig, length_dist, load_config, presets, synthesize
@@ -127,7 +128,7 @@ def test_phases_follow_each_other_within_and_across_steps() -> None:
         rows = {r["phase"]: r for r in bounds.filter(pl.col("step") == step).iter_rows(named=True)}
         assert set(rows) == set(order)
         assert rows["generate"]["start"] >= previous_end
-        for a, b in zip(order, order[1:]):
+        for a, b in itertools.pairwise(order):
             assert rows[a]["end"] <= rows[b]["start"], (step, a, b)
         previous_end = rows["weight_sync"]["end"]
 
@@ -152,7 +153,8 @@ def test_fsdp_collectives_sit_inside_the_train_span() -> None:
     assert coll.height == cfg.steps * cfg.training.gpus * 3 * model.layers
     train = result.tables["spans"].filter(pl.col("phase") == "train")
     joined = coll.with_columns(pl.format("trainer/rank{}", "rank").alias("actor")).join(
-        train.select("step", "actor", pl.col("start_ns").alias("t0"), pl.col("end_ns").alias("t1")), on=["step", "actor"]
+        train.select("step", "actor", pl.col("start_ns").alias("t0"), pl.col("end_ns").alias("t1")),
+        on=["step", "actor"],
     )
     assert joined.height == coll.height
     assert joined.filter((pl.col("start_ns") < pl.col("t0")) | (pl.col("end_ns") > pl.col("t1"))).height == 0

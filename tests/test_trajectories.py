@@ -184,7 +184,8 @@ def test_rollart_runs_a_stale_trajectory_again_as_a_new_response_to_its_prompt()
     recorded = work.requests_frame.height
     frame = work.requests_frame.with_columns(  # step 0's two trajectories answer one prompt
         pl.when(pl.col("step") == 0).then(0).otherwise(pl.col("group")).alias("group"))
-    result = replay(dataclasses.replace(work, requests_frame=frame), "rollart", ReplayConfig(), {**ONE_POOL, "alpha": 1})
+    result = replay(dataclasses.replace(work, requests_frame=frame), "rollart", ReplayConfig(),
+                    {**ONE_POOL, "alpha": 1})
     assert result.metrics["extra"]["stale_aborts"] == 1
     r = _requests(result)
     assert r.filter(pl.col("request") < recorded, pl.col("output_tokens") == 1000)["aborts"].to_list() == [1]

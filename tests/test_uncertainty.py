@@ -63,7 +63,9 @@ def test_the_cli_prints_the_spread_and_the_report_shows_it(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("steps", "expected_steady"), [((0, 1, 2, 3), 3), ((0, 1), 2), ((4,), 1)])
-def test_bootstrap_draws_the_steady_steps_and_keeps_the_warmup_as_the_fit_does(steps: tuple, expected_steady: int) -> None:
+def test_bootstrap_draws_the_steady_steps_and_keeps_the_warmup_as_the_fit_does(
+    steps: tuple, expected_steady: int
+) -> None:
     weights = bootstrap(steps, np.random.default_rng(0))
     assert set(weights) == set(steps)
     warm = len(steps) - expected_steady

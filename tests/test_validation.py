@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import run_cli
 
 import rltrace
-from helpers import run_cli
 
 
 def set_cell(bundle: Path, table: str, column: str, row: int, value: Callable[[dict[str, Any]], Any]) -> None:
@@ -23,7 +23,8 @@ def set_cell(bundle: Path, table: str, column: str, row: int, value: Callable[[d
     values = data.column(column).to_pylist()
     values[row] = value(rows[row])
     field = data.schema.field(column)
-    data = data.set_column(data.schema.get_field_index(column), pa.field(column, field.type), pa.array(values, field.type))
+    data = data.set_column(data.schema.get_field_index(column), pa.field(column, field.type),
+                           pa.array(values, field.type))
     pq.write_table(data, path)
 
 
@@ -34,7 +35,8 @@ VALUE_CASES = [
     ("requests", "output_tokens", 3, lambda r: -3, "output_tokens", 3, "output_tokens=-3 is below 0"),
     ("requests", "finish_reason", 7, lambda r: "timeout", "finish_reason", 7, "unknown finish_reason 'timeout'"),
     ("requests", "request_id", 9, lambda r: "0:0:1", "request_id", 1, "duplicate request_id '0:0:1'"),
-    ("requests", "cached_tokens", 4, lambda r: r["prompt_tokens"] + 1, "prompt_tokens", 4, "is less than cached_tokens="),
+    ("requests", "cached_tokens", 4, lambda r: r["prompt_tokens"] + 1, "prompt_tokens", 4,
+     "is less than cached_tokens="),
     ("requests", "request_id", 6, lambda r: None, "request_id", 6, "null value"),
     ("requests", "turn", 8, lambda r: -1, "turn", 8, "turn=-1 is below 0"),
     ("collectives", "op", 11, lambda r: "allreduce", "op", 11, "unknown op 'allreduce'"),
@@ -73,7 +75,8 @@ def _manifest(bundle: Path, change: Callable[[dict], Any]) -> None:
 
 STRUCTURE_CASES = [
     ("missing table file", lambda b: (b / "spans.parquet").unlink(), "spans.parquet: missing"),
-    ("random bytes", lambda b: (b / "spans.parquet").write_bytes(b"\x00" * 100), "spans.parquet: not a valid Parquet file"),
+    ("random bytes", lambda b: (b / "spans.parquet").write_bytes(b"\x00" * 100),
+     "spans.parquet: not a valid Parquet file"),
     (
         "truncated file",
         lambda b: (b / "requests.parquet").write_bytes((b / "requests.parquet").read_bytes()[:500]),

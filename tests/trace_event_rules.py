@@ -72,7 +72,8 @@ def violations(text: str) -> list[str]:
             used_threads.add((e["pid"], e["tid"]))
             complete[(e["pid"], e["tid"])].append((float(ts), float(ts) + float(dur), e["name"]))
         elif ph in ("s", "t", "f"):
-            if not isinstance(e.get("cat"), str) or not isinstance(e.get("id"), (int, str)) or isinstance(e.get("id"), bool):
+            fid = e.get("id")
+            if not isinstance(e.get("cat"), str) or not isinstance(fid, (int, str)) or isinstance(fid, bool):
                 problems.append(f"{where}: flow event needs a string cat and an integer or string id")
                 continue
             flows[(e["cat"], e["id"])].append((float(ts), ph, e["pid"], e["tid"]))
@@ -110,7 +111,8 @@ def _flow_problems(flows: dict[tuple[str, Any], list[tuple[float, str, int, int]
         if any(b < a - TOLERANCE_US for a, b in itertools.pairwise(times)):
             problems.append(f"flow {cat}/{fid}: goes back in time {times}")
         for ts, ph, pid, tid in events:
-            if not any(start - TOLERANCE_US <= ts <= end + TOLERANCE_US for start, end, _ in complete.get((pid, tid), [])):
+            slices = complete.get((pid, tid), [])
+            if not any(start - TOLERANCE_US <= ts <= end + TOLERANCE_US for start, end, _ in slices):
                 problems.append(f"flow {cat}/{fid}: {ph!r} at {ts} on pid {pid} tid {tid} is inside no slice")
                 break
     return problems

@@ -9,6 +9,7 @@ import pytest
 from helpers import require_shared, run_cli
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.parallel import tp_allreduce_seconds
+from rltrace.replay.costmodels.training import DENSE_TRAIN_MFU_BY_GPU, default_mfu, step_seconds
 
 from rltrace.catalog import get_gpu, get_model
 from rltrace.catalog.models import ModelSpec
@@ -65,6 +66,24 @@ def test_batch_64_costs_what_its_kernels_and_collectives_add() -> None:
 def test_train_step_is_six_flops_per_parameter_per_token() -> None:
     est = Roofline(model=LLAMA, gpu=H100, train_mfu=0.4).train(tokens=10**6, gpus=8)
     assert est.seconds == pytest.approx(6 * LLAMA.params * 1e6 / (8 * H100.flops * 0.4), rel=1e-12)
+
+
+def test_training_counts_causal_attention_and_runs_fp8_linear_layers_at_the_fp8_peak() -> None:
+    """A step at sequence length s adds 3 x (s + 1) / 2 query-key pairs per token at the BF16 peak; an FP8 run
+    moves only the 6N part to the FP8 peak (Transformer Engine casts the linear layers, not attention)."""
+    tokens, seq, mfu = 8 * 4096, 4096, 0.4
+    linear = 6 * LLAMA.active_params * tokens
+    attention = 3 * LLAMA.prefill_attention_flops_per_token * (seq + 1) / 2 * tokens
+    bf16 = step_seconds(LLAMA, H100, tokens=tokens, gpus=8, mfu=mfu, seq_len=seq)
+    assert bf16.seconds == pytest.approx((linear + attention) / (8 * mfu * H100.flops), rel=1e-12)
+    fp8 = step_seconds(LLAMA, H100, tokens=tokens, gpus=8, mfu=mfu, seq_len=seq, precision="fp8")
+    assert fp8.seconds == pytest.approx(linear / (8 * mfu * H100.flops_for(1)) + attention / (8 * mfu * H100.flops),
+                                        rel=1e-12)
+    assert step_seconds(LLAMA, H100, tokens=tokens, gpus=8, mfu=mfu).flops == linear  # no length: 6N only
+    with pytest.raises(ConfigError, match="precision"):
+        step_seconds(LLAMA, H100, tokens=tokens, gpus=8, precision="int4")
+    # the published dense MFU of the GPU's kind: A100 runs reach a higher share of their peak than Hopper
+    assert default_mfu(LLAMA, get_gpu("A100")) == DENSE_TRAIN_MFU_BY_GPU["A100"] > default_mfu(LLAMA, H100)
 
 
 def test_time_grows_with_batch_and_context() -> None:

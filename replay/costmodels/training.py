@@ -9,9 +9,21 @@ not overlapped: the MoE figure below is of a run that hid them behind compute (D
 without that overlap does not. Weight sync without a measurement is one model copy
 over the sync link.
 
+Given the sequence length, the step also counts causal attention (``3 x`` the forward's query-key pairs: each
+token attends to ``seq / 2`` earlier ones on average), which 6N leaves out and which the published MFUs below
+include (Llama 3's and Megatron's FLOP counts both do). Given the precision, an FP8 run (Transformer Engine's
+recipes, as Megatron-LM and Megatron-Bridge run them) does its linear layers, i.e. the 6N part, at the GPU's FP8
+tensor peak (datasheet), while attention stays at the BF16 peak (TE's FP8 recipes cast only ``Linear``/
+``GroupedLinear`` GEMMs; ``DotProductAttention`` runs in BF16 unless ``fp8_dpa`` is set, which those runs do not).
+
 MFU defaults, one home (``default_mfu``), each from a published run, of BF16 dense peak:
 
 - dense: 0.40, Llama 3 405B on 8,192-16,384 H100s, BF16 MFU 38-43% (Llama 3 paper, arXiv 2407.21783, Table 4);
+  the Hopper and Blackwell parts take it. A100: 0.52, MosaicML's FSDP runs of 7B-70B models at 2k-8k tokens on
+  8-64 A100 80GB (mosaicml/llm-foundry @ 061f2c7c, ``scripts/train/benchmarking/README.md``, "A100 80GB" table:
+  MFU 49-60%, median 55% with attention counted non-causally, i.e. about 52% with causal attention): the
+  A100's lower FLOP/s per byte of HBM and of network lets the same software reach a higher share of its peak
+  (the same table's H100 rows: 30-46%, median 40%, as Llama 3);
 - MoE: 0.35, DeepSeek-V3 pre-training: 2.664M H800 GPU-hours for 14.8T tokens (DeepSeek-V3 technical report,
   arXiv 2412.19437, Table 1) at 6 x 37B active parameters per token is 3.29e24 FLOPs over 2.664e6 x 3,600 s x
   989.4 TFLOP/s = 0.346 of BF16 peak (its GEMMs ran in FP8; the figure is what the run achieved end to end).
@@ -24,16 +36,20 @@ from dataclasses import dataclass
 from rltrace.replay.costmodels.parallel import ep_alltoall_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
+from rltrace.errors import ConfigError
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, two moments and the gradient, read once per optimizer step
 DENSE_TRAIN_MFU = 0.40  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783, Table 4)
 MOE_TRAIN_MFU = 0.35  # DeepSeek-V3 pre-training, 6 x 37B x 14.8T FLOPs over 2.664M H800-hours (arXiv 2412.19437)
 DEFAULT_TRAIN_MFU = DENSE_TRAIN_MFU
+DENSE_TRAIN_MFU_BY_GPU = {"A100": 0.52}  # MosaicML llm-foundry A100 80GB table (module text); others: Llama 3's 0.40
 
 
-def default_mfu(model: ModelSpec | None) -> float:
-    """The published MFU for ``model``'s kind: MoE or dense."""
-    return MOE_TRAIN_MFU if model is not None and model.is_moe else DENSE_TRAIN_MFU
+def default_mfu(model: ModelSpec | None, gpu: GPUSpec | None = None) -> float:
+    """The published MFU for ``model``'s kind (MoE or dense) on ``gpu``'s kind (see the module text)."""
+    if model is not None and model.is_moe:
+        return MOE_TRAIN_MFU
+    return DENSE_TRAIN_MFU_BY_GPU.get(gpu.name, DENSE_TRAIN_MFU) if gpu is not None else DENSE_TRAIN_MFU
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +64,30 @@ class Step:
     """bytes every rank sends in expert-parallel all-to-alls over the step"""
 
 
+def attention_pairs_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Mean query-key pairs per token of a causal sequence of ``seq_len`` tokens (a sliding window caps them)."""
+    w = model.sliding_window
+    if w and w < seq_len:
+        return (w * (w + 1) / 2 + (seq_len - w) * w) / seq_len
+    return (seq_len + 1) / 2
+
+
 def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mfu: float | None = None, ep: int = 1,
-                 passes: float = 3.0) -> Step:
+                 passes: float = 3.0, seq_len: int | None = None, precision: str = "bf16") -> Step:
     """One step over ``tokens`` tokens on ``gpus`` GPUs: ``2 x passes x active params x tokens`` FLOPs (3 passes:
-    forward and backward, i.e. the 6N rule; 1: a forward-only pass) at ``mfu`` (None: :func:`default_mfu`), plus
-    ``2 x passes`` all-to-alls per MoE layer across ``ep`` expert-parallel ranks (each rank's share of the tokens
-    sent to their top-k experts, BF16)."""
-    flops = 2.0 * passes * model.active_params * tokens
-    compute = flops / (gpus * gpu.flops * (mfu or default_mfu(model)))
+    forward and backward, i.e. the 6N rule; 1: a forward-only pass), plus causal attention over ``seq_len``-token
+    sequences when given, at ``mfu`` (None: :func:`default_mfu`) of the BF16 peak, the linear layers at the FP8
+    peak instead when ``precision`` is "fp8"; plus ``2 x passes`` all-to-alls per MoE layer across ``ep``
+    expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16)."""
+    if precision not in ("bf16", "fp16", "fp8"):
+        raise ConfigError(f"training precision must be bf16, fp16 or fp8, got {precision!r}")
+    linear = 2.0 * passes * model.active_params * tokens
+    attention = (passes * model.prefill_attention_flops_per_token * attention_pairs_per_token(model, seq_len) * tokens
+                 if seq_len else 0.0)
+    flops = linear + attention
+    linear_peak = gpu.flops_for(1) if precision == "fp8" else gpu.flops
+    achieved = gpus * (mfu or default_mfu(model, gpu))
+    compute = linear / (achieved * linear_peak) + attention / (achieved * gpu.flops)
     comm, volume = 0.0, 0.0
     if ep > 1 and model.is_moe:
         per_rank = tokens / gpus

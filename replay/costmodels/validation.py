@@ -137,16 +137,20 @@ def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
 
 
 def predict_training(points: pl.DataFrame) -> pl.DataFrame:
-    """Training points, tokens/s per GPU (the model prices BF16 compute: FP8 rows show what FP8 gains over it)."""
+    """Training points, tokens/s per GPU: causal attention at the point's sequence length, and an FP8 run's linear
+    layers at the FP8 peak (:func:`.training.step_seconds`)."""
     specs = _Specs()
 
     def one(row: dict[str, Any]) -> tuple[float]:
         model, gpu = specs(row["model"], row["gpu"], "bf16")
-        tokens, gpus = int(row["seq_len"]) * int(row["global_batch"]), int(row["gpus"])
+        seq = int(row["seq_len"])
+        tokens, gpus = seq * int(row["global_batch"]), int(row["gpus"])
         ep = int(row["ep"] or 1) if model.is_moe else 1
-        return (tokens / step_seconds(model, gpu, tokens=tokens, gpus=gpus, ep=ep).seconds / gpus,)
+        step = step_seconds(model, gpu, tokens=tokens, gpus=gpus, ep=ep, seq_len=seq,
+                            precision=str(row["precision"]).lower())
+        return (tokens / step.seconds / gpus,)
 
-    got = _each(points, ("model", "gpu", "gpus", "ep", "seq_len", "global_batch"), one, ("predicted",))
+    got = _each(points, ("model", "gpu", "gpus", "ep", "seq_len", "global_batch", "precision"), one, ("predicted",))
     regime = pl.when(pl.col("gpus") <= 8).then(pl.lit("1 node")).otherwise(pl.lit("multi-node"))
     return points.with_columns(
         pl.lit("training tokens/s/GPU").alias("set"), pl.col("precision").alias("dtype"),

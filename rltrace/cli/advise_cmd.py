@@ -20,21 +20,25 @@ from rltrace.limits import check_output
 from rltrace.replay.advise import Space, advise, load_space
 from rltrace.replay.sweep.runner import Store
 
-COLUMNS = (("gpu", "GPU", "{}"), ("scheduler", "scheduler", "{}"), ("gen_gpus", "gen", "{}"), ("train_gpus", "train", "{}"),
-           ("topology", "fabric", "{}"), ("samples_per_s", "samples/s", "{:.3g}"), ("usd_per_hour", "$/h", "{:.2f}"),
+COLUMNS = (("gpu", "GPU", "{}"), ("scheduler", "scheduler", "{}"), ("gen_gpus", "gen", "{}"),
+           ("train_gpus", "train", "{}"), ("topology", "fabric", "{}"), ("samples_per_s", "samples/s", "{:.3g}"),
+           ("usd_per_hour", "$/h", "{:.2f}"),
            ("usd_per_1k_samples", "$/1k samples", "{:.3f}"), ("bottleneck", "bottleneck", "{}"))
 
 
 def advise_cmd(
-    bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
-    target_throughput: Annotated[float, typer.Option("--target-throughput", help="Samples per second to reach.")] = 10.0,
+    bundle: Annotated[Path | None, typer.Argument(
+        help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
+    target_throughput: Annotated[float, typer.Option("--target-throughput",
+                                                     help="Samples per second to reach.")] = 10.0,
     budget: Annotated[float | None, typer.Option(help="Most USD per hour for the GPUs.")] = None,
     space: Annotated[Path | None, typer.Option(help="Search space TOML (gpu, scheduler, gen_share, total_gpus, "
                                                "topology lists; [fixed] replay parameters); docs/sweeps.md.")] = None,
     top: Annotated[int, typer.Option(help="Configurations to list.")] = 5,
     workers: Annotated[int, typer.Option(help="Local processes.")] = 2,
     ray: Annotated[bool, typer.Option("--ray", help="Run the replays on a local Ray.")] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Keep every replay here (reruns skip them).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o",
+                                                help="Keep every replay here (reruns skip them).")] = None,
 ) -> None:
     """Search pool split, GPU kind, scheduler and fabric for the cheapest configurations that reach a
     throughput, and say why the others lost (bottleneck: generation, training or network).
@@ -62,7 +66,8 @@ def advise_cmd(
         print_table(console, _table(advice.ranked.head(top), title, "vs cheapest"), keep=2)
         best = advice.ranked.row(0, named=True)
         console.print(f"cheapest: {best['scheduler']} on {best['gen_gpus']} + {best['train_gpus']} {best['gpu']}"
-                      f"{' over ' + best['topology'] if best['topology'] else ''}: {best['samples_per_s']:.3g} samples/s "
+                      f"{' over ' + best['topology'] if best['topology'] else ''}: "
+                      f"{best['samples_per_s']:.3g} samples/s "
                       f"for ${best['usd_per_hour']:.2f}/h", markup=False)
     else:
         console.print(f"no configuration in the space reaches {target_throughput:g} samples/s"

@@ -20,15 +20,20 @@ from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables
 
 def calibrate(
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile to write (Parquet).")],
-    tables: Annotated[Path | None, typer.Option(help="Folder of kernel tables (e.g. ../shared/data/kernels/h100).")] = None,
-    device: Annotated[str | None, typer.Option(help="Measure the model's kernels here instead: cpu or cuda (needs torch).")] = None,
-    model: Annotated[str, typer.Option(help="With --device: catalog model or config.json whose kernels to measure.")] = "Qwen2.5-7B",
+    tables: Annotated[Path | None, typer.Option(
+        help="Folder of kernel tables (e.g. ../shared/data/kernels/h100).")] = None,
+    device: Annotated[str | None, typer.Option(
+        help="Measure the model's kernels here instead: cpu or cuda (needs torch).")] = None,
+    model: Annotated[str, typer.Option(
+        help="With --device: catalog model or config.json whose kernels to measure.")] = "Qwen2.5-7B",
     gpu: Annotated[str, typer.Option(help="With --tables: GPU kind the tables were measured on.")] = "H100",
-    engine: Annotated[str | None, typer.Option(help="With --device: also measure a serving engine's per-iteration "
-                                               "overhead (vllm; --model must be a model folder's config.json).")] = None,
+    engine: Annotated[str | None, typer.Option(
+        help="With --device: also measure a serving engine's per-iteration overhead (vllm; --model must be a model "
+             "folder's config.json).")] = None,
     ranks: Annotated[int, typer.Option(help="With --device: also time collectives by size on this many local "
                                          "processes (1: none).")] = 1,
-    kernels_out: Annotated[Path | None, typer.Option(help="Also write every kernel (measured here, or the public tables converted) as Parquet.")] = None,
+    kernels_out: Annotated[Path | None, typer.Option(
+        help="Also write every kernel (measured here, or the public tables converted) as Parquet.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile rows as JSON.")] = False,
 ) -> None:
     """Fit efficiency factors per TP and regime to measured kernels and write a profile.

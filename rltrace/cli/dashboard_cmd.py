@@ -47,8 +47,9 @@ def dashboard(
                                                  "(default: the first).")] = None,
     max_segments: Annotated[int, typer.Option(help="Timeline intervals drawn per run; more are aggregated.")] = 20_000,
     title: Annotated[str, typer.Option(help="Page title.")] = "rltrace report",
-    objective: Annotated[str, typer.Option(help="What the first screen picks the run for: throughput (most "
-                                           "samples/s on the same work) or cost (lowest $ per 1k samples).")] = "throughput",
+    objective: Annotated[str, typer.Option(
+        help="What the first screen picks the run for: throughput (most samples/s on the same work) or cost "
+             "(lowest $ per 1k samples).")] = "throughput",
     max_staleness: Annotated[int | None, typer.Option(help="Only runs whose samples lag at most this many weight "
                                                       "versions at training (0: on-policy).")] = None,
     same_distribution: Annotated[bool, typer.Option(help="Only runs that trained the recorded samples and tokens, "

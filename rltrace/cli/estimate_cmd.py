@@ -26,8 +26,10 @@ class Kind(str, Enum):
 def estimate(
     kind: Annotated[Kind, typer.Argument(help="decode (one iteration), prefill, train (one optimizer step), or "
                                                "validate (the model against public real measurements).")],
-    model: Annotated[str | None, typer.Option(help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree (decode, prefill).")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel ranks (MoE; decode/prefill: equal to --tp; train: "
                                          "the trainer's EP group).")] = 1,
@@ -40,10 +42,12 @@ def estimate(
     gpus: Annotated[int, typer.Option(help="GPUs sharing the training step.")] = 8,
     profile: Annotated[Path | None, typer.Option(help="Efficiency profile from `rltrace calibrate` (Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
-    data: Annotated[list[Path] | None, typer.Option(help="validate: a validation CSV (repeatable; default: the shipped sets).")] = None,
+    data: Annotated[list[Path] | None, typer.Option(
+        help="validate: a validation CSV (repeatable; default: the shipped sets).")] = None,
     by: Annotated[str, typer.Option(help="validate: slices of the error table, comma-separated "
                                          "(gpu, model, engine, dtype, regime).")] = "gpu,model,dtype",
-    points: Annotated[Path | None, typer.Option(help="validate: also write every point, predicted and measured, to this CSV.")] = None,
+    points: Annotated[Path | None, typer.Option(
+        help="validate: also write every point, predicted and measured, to this CSV.")] = None,
 ) -> None:
     """Predict one iteration's time with the roofline cost model, and the bound it hit.
 
@@ -86,7 +90,8 @@ def estimate(
         return
     print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}): {what}")
     print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
-          f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, tp comm {result.comm_s * 1e3:.3f} ms)")
+          f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, "
+          f"tp comm {result.comm_s * 1e3:.3f} ms)")
     if arch.is_moe and kind is not Kind.train:
         print(f"  experts: {result.experts:.1f} of {arch.experts} read per MoE layer (top-{arch.experts_per_token}); "
               f"kernel floors and launches {result.floor_s * 1e3:.3f} ms")

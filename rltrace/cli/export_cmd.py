@@ -21,7 +21,8 @@ export = typer.Typer(help="Convert a run or a bundle for other tools. Example: r
 
 @export.command("perfetto")
 def perfetto(
-    source: Annotated[Path, typer.Argument(help="A run folder (from `rltrace replay -o`), a bundle, or a sample name.")],
+    source: Annotated[Path, typer.Argument(
+        help="A run folder (from `rltrace replay -o`), a bundle, or a sample name.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSON file to write; a name ending in .gz is "
                                          "gzip-compressed (Perfetto and chrome://tracing open it as it is).")
                       ] = Path("trace.json"),
@@ -39,4 +40,5 @@ def perfetto(
             trace = perfetto_trace.from_bundle(open_bundle(resolve_bundle(source)))
         text = trace.to_json()
     size = write_text(output, text)
-    print(f"wrote {output} ({size / 1e6:.1f} MB, {trace.spans.height:,} spans, {trace.counters.height:,} counter samples)")
+    print(f"wrote {output} ({size / 1e6:.1f} MB, {trace.spans.height:,} spans, "
+          f"{trace.counters.height:,} counter samples)")

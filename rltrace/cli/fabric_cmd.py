@@ -44,7 +44,8 @@ def bench(
     protocol: Annotated[str, typer.Option(help="Protocol (NCCL_PROTO): auto, LL, LL128, Simple.")] = "auto",
     dtype: Annotated[str, typer.Option(help=f"Element type ({', '.join(DTYPES)}); NVLS all-reduce needs one the "
                                             f"NVSwitch reduces ({', '.join(SWITCH_REDUCIBLE)}).")] = "bfloat16",
-    price: Annotated[list[str] | None, typer.Option("--price", help="Override a fabric price, e.g. transceiver_usd=650.")] = None,
+    price: Annotated[list[str] | None, typer.Option(
+        "--price", help="Override a fabric price, e.g. transceiver_usd=650.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: seconds, busbw_gbps (nccl-tests), ...")] = False,
 ) -> None:
     """Time one collective on a topology with the flow-level model, with the fabric's cost.
@@ -122,6 +123,7 @@ def _print_multinode(console: Console, across: object) -> None:
     console.print(table)
     big = across.filter(pl.col("size_bytes") >= 64 << 20)["error"].abs()
     small = across.filter(pl.col("size_bytes") < 64 << 20)["error"].abs()
-    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {big.median():.1%}, worst {big.max():.1%}, "
+    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {big.median():.1%}, "
+                  f"worst {big.max():.1%}, "
                   f"{int((big <= 0.2).sum())} within 20%; < 64 MB: {small.len()} points, median {small.median():.1%}",
                   markup=False)

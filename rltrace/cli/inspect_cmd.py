@@ -106,8 +106,8 @@ def render(s: Summary, console: Console) -> None:
         console.print(f"  {key:8s} ", end="", highlight=False)
         console.print(clean(value, MAX_CELL_CHARS), markup=False, highlight=False)
 
-    print_table(console, _table("Tables", pl.DataFrame({"table": list(s.table_rows), "rows": list(s.table_rows.values())}),
-                         {"rows": ","}))
+    tables = pl.DataFrame({"table": list(s.table_rows), "rows": list(s.table_rows.values())})
+    print_table(console, _table("Tables", tables, {"rows": ","}))
     ot = s.output_tokens
     if ot["max"] is not None:
         stats = pl.DataFrame({"statistic": list(ot), "output tokens": [v for v in ot.values()]})
@@ -118,11 +118,13 @@ def render(s: Summary, console: Console) -> None:
             title += f" (first {MAX_STEP_ROWS} of {steps.height})"
             steps = steps.head(MAX_STEP_ROWS)
         print_table(
-            console, _table(title, steps, {"requests": ",", "output_tokens": ",", "max_output_tokens": ",", "generate_s": ",.1f"})
+            console, _table(title, steps, {"requests": ",", "output_tokens": ",", "max_output_tokens": ",",
+                                           "generate_s": ",.1f"})
         )
     if s.collectives_by_op.height:
         print_table(console, _table("Collectives by op", s.collectives_by_op, {"count": ",", "bytes": "bytes"}))
     ws = s.weight_syncs
     console.print(f"[bold]Weight syncs[/bold]: {ws['count']:,} flows, {_bytes(ws['bytes'])}", highlight=False)
     if s.spans_by_phase.height:
-        print_table(console, _table("Time by phase (summed over actors)", s.spans_by_phase, {"spans": ",", "seconds": ",.1f"}))
+        print_table(console, _table("Time by phase (summed over actors)", s.spans_by_phase,
+                                    {"spans": ",", "seconds": ",.1f"}))

@@ -271,7 +271,8 @@ def _merge(
         lines.append(f"rltrace: recorded {output}: {rows}")
         ot = s.output_tokens
         if ot["max"] is not None:
-            lines.append(f"rltrace:   output tokens p50 {ot['p50']:.0f}, max {ot['max']:.0f} over {s.per_step.height} steps")
+            lines.append(f"rltrace:   output tokens p50 {ot['p50']:.0f}, max {ot['max']:.0f} "
+                         f"over {s.per_step.height} steps")
         if s.collectives_by_op.height:
             ops = ", ".join(f"{r['op']} x{r['count']}" for r in s.collectives_by_op.iter_rows(named=True))
             lines.append(f"rltrace:   collectives: {ops}")

@@ -61,8 +61,10 @@ def _gpu_kinds(spec: str | None) -> tuple[str | None, str | None]:
 
 
 def replay(
-    bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
-    scheduler: Annotated[str, typer.Option("--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = BASELINES,
+    bundle: Annotated[Path | None, typer.Argument(
+        help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
+    scheduler: Annotated[str, typer.Option(
+        "--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = BASELINES,
     gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
     train_gpus: Annotated[int | None, typer.Option(help="Training GPUs (default: as recorded).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200), or "
@@ -78,7 +80,8 @@ def replay(
     recorded_steps: Annotated[str | None, typer.Option(help="Replay (and fit costs to) only these recorded steps: "
                                                        "START:STOP[:STRIDE] (STOP excluded) or a list, e.g. 1:21:2 "
                                                        "or 2,4,6.")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="key=value: cost.*, metrics.*, prices.GPU, SCHEDULER.*")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="key=value: cost.*, metrics.*, prices.GPU, SCHEDULER.*")] = None,
     topology: Annotated[str | None, typer.Option(help="Route weight syncs and training collectives through a "
                                                  "topology, e.g. fat-tree:k=16,gpu=H800 (docs/fabrics.md).")] = None,
     sync_strategy: Annotated[str | None, typer.Option(help="Weight-sync strategy on the topology: per_tensor, "
@@ -91,7 +94,8 @@ def replay(
     jobs: Annotated[Path | None, typer.Option(
         help="Job list (TOML [[jobs]]: bundle, arrival_s, slo, ...): a scheduler of several jobs runs them all, "
              "the others the first.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Folder for one run folder per scheduler.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Folder for one run folder per scheduler.")] = None,
     dashboard: Annotated[Path | None, typer.Option(help="Write the HTML comparison report of these runs here "
                                                   "(as `rltrace dashboard` would).")] = None,
     baseline: Annotated[str | None, typer.Option(help="With --dashboard: the run the others are compared to "
@@ -180,8 +184,8 @@ def replay(
             # the grace a piped stage gets before it speaks, leaving a piped user no line at all
             with Bar(err, f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)", "steps",
                      announce=True) as bar:
-                executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks, layers=layers,
-                                               progress=bar.update)
+                executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks,
+                                               layers=layers, progress=bar.update)
             result.metrics["execution"] = executions[name].summary()
     if output is not None:
         for name, result in results.items():

@@ -19,7 +19,8 @@ from rltrace.errors import ConfigError
 
 def replay_comms(
     bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name.")] = None,
-    ranks: Annotated[int, typer.Option(help="Local processes (Gloo on CPU, NCCL on CUDA); recorded ranks fold onto them.")] = 2,
+    ranks: Annotated[int, typer.Option(
+        help="Local processes (Gloo on CPU, NCCL on CUDA); recorded ranks fold onto them.")] = 2,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per operation.")] = False,
 ) -> None:
@@ -58,18 +59,21 @@ def replay_comms(
     if as_json:
         for row in done.iter_rows(named=True):
             skipped = row["measured_s"] != row["measured_s"]  # NaN: not run (its skip says why)
-            print(json.dumps({**row, "ranks": list(row["ranks"]), "measured_s": None if skipped else row["measured_s"]}))
+            measured = None if skipped else row["measured_s"]
+            print(json.dumps({**row, "ranks": list(row["ranks"]), "measured_s": measured}))
         for note in notes:
             typer.echo(f"note: {note}", err=True)
         return
-    table = Table(title=f"Recorded vs re-issued on {ranks} local {device} ranks (median per operation)", title_justify="left")
+    table = Table(title=f"Recorded vs re-issued on {ranks} local {device} ranks (median per operation)",
+                  title_justify="left")
     for col in ("op", "dtype", "bytes", "count", "recorded us", "measured us", "measured / recorded"):
         table.add_column(col, justify="left" if col in ("op", "dtype") else "right")
     grouped = done.filter(pl.col("skip").is_null()).group_by("op", "dtype", "bytes").agg(
         pl.len().alias("n"), pl.col("recorded_s").median(), pl.col("measured_s").median()).sort("op", "bytes")
     for r in grouped.iter_rows(named=True):
         table.add_row(r["op"], r["dtype"], f"{r['bytes']:,}", str(r["n"]), f"{r['recorded_s'] * 1e6:,.1f}",
-                      f"{r['measured_s'] * 1e6:,.1f}", f"{r['measured_s'] / r['recorded_s']:.2f}" if r["recorded_s"] else "-")
+                      f"{r['measured_s'] * 1e6:,.1f}",
+                      f"{r['measured_s'] / r['recorded_s']:.2f}" if r["recorded_s"] else "-")
     console = stdout_console()
     print_table(console, table)
     for note in notes:

@@ -14,6 +14,7 @@ network model's own form), so the replay engine's closed form takes two evaluati
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 from rltrace.catalog import GPUSpec
@@ -61,7 +62,7 @@ def ep_alltoall_seconds(gpu: GPUSpec, ep: int, tokens: float, hidden: int, top_k
     return collective_seconds(gpu, "all_to_all", ep, tokens * top_k * hidden * ACTIVATION_BYTES)
 
 
-def affine(fn, lo: float = 1.0, hi: float = 256.0) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def affine(fn: Callable[[float], float], lo: float = 1.0, hi: float = 256.0) -> tuple[float, float]:
     """``fn(tokens)`` as ``base + slope x tokens`` through two points (collectives are affine in size)."""
     a, b = fn(lo), fn(hi)
     slope = max((b - a) / (hi - lo), 0.0)

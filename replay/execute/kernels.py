@@ -41,7 +41,7 @@ def require_device(device: str) -> None:
 class ModelKernels:
     """Weights of ``layers`` layers of ``model`` on ``device``; timing of its kernels at given shapes."""
 
-    def __init__(self, model: ModelSpec, device: str = "cpu", layers: int = 1, max_tokens: int | None = None):
+    def __init__(self, model: ModelSpec, device: str = "cpu", layers: int = 1, max_tokens: int | None = None) -> None:
         self.model, self.device, self.layers = model, device, max(1, min(layers, model.layers))
         self.dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         self.max_tokens = max_tokens or (8192 if device.startswith("cuda") else 512)

@@ -70,7 +70,7 @@ def estimate(
                     **({} if fitted is None else {"compute_efficiency": fitted.compute_efficiency,
                                                   "memory_efficiency": fitted.memory_efficiency,
                                                   "attention_efficiency": fitted.attention_efficiency,
-                                                  "engine_overhead": fitted.engine_overhead}))
+                                                  "engine_overhead": fitted.engine_overhead, "gemm_ramp": False}))
     kv_tokens = 0
     if kind is Kind.decode:
         result = cost.decode(batch, context)

@@ -7,8 +7,9 @@ import json
 import polars as pl
 import pytest
 from helpers import require_shared, run_cli
-from rltrace.replay.costmodels import Roofline
+from rltrace.replay.costmodels import Roofline, serving
 from rltrace.replay.costmodels.parallel import tp_allreduce_seconds
+from rltrace.replay.costmodels.profile import fit_gemm_stream
 from rltrace.replay.costmodels.training import DENSE_TRAIN_MFU_BY_GPU, default_mfu, step_seconds
 
 from rltrace.catalog import get_gpu, get_model
@@ -125,6 +126,28 @@ def test_no_measured_h100_kernel_beats_the_full_efficiency_roofline() -> None:
     assert len(ratios) > 100
     assert max(ratios) <= 1.0, max(ratios)
     assert 0.3 < sorted(ratios)[len(ratios) // 2] < 1.0  # median achieved efficiency
+
+
+def test_a_gpu_gemm_is_a_ramp_plus_its_bytes_at_the_streaming_fraction_fitted_to_the_h100_table() -> None:
+    """serving.GEMM_STREAM is the fit of aiconfigurator's H100 GEMMs with m <= 16 (re-fitted here); a tiny kernel
+    is all ramp, a large one nearly all bytes; a GPU decode of one token pays one ramp per GEMM plus its weights
+    at the streaming fraction, where a CPU device (no floors) keeps the single memory efficiency."""
+    fit = fit_gemm_stream(require_shared("kernels/h100/aic_gemm_perf.parquet"))
+    for row in fit.iter_rows(named=True):
+        ramp, fraction = serving.GEMM_STREAM[row["weight_bytes"]]
+        assert row["ramp_s"] == pytest.approx(ramp, rel=0.01)
+        assert row["efficiency"] == pytest.approx(fraction, abs=0.001)
+        assert row["median_abs_error"] < 0.1 and row["kernels"] > 1000
+    ramp, fraction = serving.GEMM_STREAM[2]
+    hbm = H100.hbm_bytes_per_s
+    assert float(serving.stream_seconds(1e3, 2, hbm)) == pytest.approx(ramp + 1e3 / (fraction * hbm))
+    assert float(serving.stream_seconds(1e9, 2, hbm)) == pytest.approx(1e9 / (fraction * hbm), rel=0.01)
+    gemms = 7 * LLAMA.layers + 1  # q/k/v, o, gate, up, down per layer; the LM head
+    weights = _gemm_params(LLAMA) * LLAMA.dtype_bytes
+    gpu = Roofline(model=LLAMA, gpu=H100).decode(batch=1, context=0)
+    assert gpu.seconds > gemms * ramp + weights / (fraction * hbm)
+    cpu_like = Roofline(model=LLAMA, gpu=H100, kernel_floors=False, memory_efficiency=0.6).decode(batch=1, context=0)
+    assert cpu_like.seconds == pytest.approx(weights / (0.6 * hbm) + 4 * LLAMA.vocab * 4 / (0.6 * hbm), rel=1e-6)
 
 
 def test_estimate_cli() -> None:

@@ -66,7 +66,7 @@ class RooflineGeneration:
                 f = factors(self.profile, self.gpu.name, tp)
                 roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=f.memory_efficiency,
                                 compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency,
-                                engine_overhead=f.engine_overhead)
+                                engine_overhead=f.engine_overhead, gemm_ramp=False)  # the profile's own GEMM form
             self._cache[tp] = (roof.iteration_model(), roof.prefill_model())
         return self._cache[tp]
 

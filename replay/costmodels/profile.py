@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.iteration import Linear
 
@@ -106,6 +107,35 @@ def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
     parts = [fit_rows(group, source, get_gpu(gpu).name)
              for (source,), group in rows.group_by("source", maintain_order=True)]
     return pl.concat(parts).sort("source", "tp", "regime")
+
+
+STREAM_MAX_M = 16  # rows of a decode-sized GEMM: <= 16 FLOP per byte, far below either dtype's ridge
+_AIC_DTYPES = {"bfloat16": 2, "fp8": 1}  # aiconfigurator's gemm_dtype -> weight bytes (fp8: per-tensor scaled)
+
+
+def fit_gemm_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
+    """A memory-bound GEMM's time as ``ramp + bytes / (efficiency x HBM)``, fitted per weight dtype to the m <=
+    :data:`STREAM_MAX_M` kernels of aiconfigurator's GEMM table at ``path`` (least squares in relative error,
+    so small and large kernels weigh alike); one row per dtype: weight_bytes, ramp_s, efficiency, kernels and
+    the fit's median |error|. :data:`.serving.GEMM_STREAM` holds this fit of the H100 table."""
+    hbm = get_gpu(gpu).hbm_bytes_per_s
+    table = pl.read_parquet(path).filter(pl.col("m") <= STREAM_MAX_M)
+    rows = []
+    for dtype, wb in _AIC_DTYPES.items():
+        one = table.filter(pl.col("gemm_dtype") == dtype)
+        if not one.height:
+            continue
+        m, n, k = (one[c].to_numpy().astype(float) for c in ("m", "n", "k"))
+        nbytes = n * k * wb + m * (k + n) * 2  # weights, plus BF16 activations in and out
+        seconds = one["latency"].to_numpy() * 1e-3
+        (ramp, per_byte), *_ = np.linalg.lstsq(np.stack([1 / seconds, nbytes / seconds], 1), np.ones_like(seconds),
+                                               rcond=None)
+        error = np.abs((ramp + per_byte * nbytes) / seconds - 1)
+        rows.append({"weight_bytes": wb, "ramp_s": float(ramp), "efficiency": float(1 / (per_byte * hbm)),
+                     "kernels": one.height, "median_abs_error": float(np.median(error))})
+    if not rows:
+        raise ConfigError(f"{path}: no bfloat16 or fp8 GEMMs with m <= {STREAM_MAX_M}")
+    return pl.DataFrame(rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ one after another:
 
 - GEMMs: attention in and out projections, the dense MLP's gate/up and down, the LM head; MoE layers read the
   router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
-  expected of E, top-k each); FP8 weights read one byte and run at the FP8 peak where the part has one;
+  expected of E, top-k each); FP8 weights read one byte and run at the FP8 peak where the part has one; on a
+  GPU a GEMM's memory time is a ramp plus its bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`,
+  fitted to the public H100 GEMM table), not one efficiency for every size;
 - attention: a floor plus the KV cache read (decode: ``batch x context`` tokens at the model's bytes per token
   and rank, MLA's compressed latent, a sliding window's cap) at the attention kernels' efficiency, or its
   FLOPs (``2 x heads x (2 kv_lora_rank + rope)`` per context token for MLA's absorbed decode) where larger;
@@ -78,7 +80,9 @@ class Roofline:
     # Defaults: median efficiency of Vidur's measured Llama-2-7B projection GEMMs on H100 at TP 1
     # (../shared/data/kernels/h100/vidur_llama-2-7b_mlp.csv; table in docs/costmodels.md).
     memory_efficiency: float = 0.6
-    """achieved fraction of HBM bandwidth (measured median, memory-bound GEMMs: 0.59)"""
+    """achieved fraction of HBM bandwidth (measured median, memory-bound GEMMs: 0.59) of the KV-cache reads and
+    writes and the sampler; of the GEMMs too where kernel floors are off (a CPU device): a GPU GEMM is a ramp
+    plus its bytes at the streaming fraction of :data:`.serving.GEMM_STREAM`"""
     compute_efficiency: float = 0.7
     """achieved fraction of peak FLOP/s in inference kernels (measured median, compute-bound: 0.69)"""
     train_mfu: float = DEFAULT_TRAIN_MFU
@@ -89,7 +93,11 @@ class Roofline:
     """per-iteration serving-engine time beyond the kernels (scheduling, sampling, Python), measured by
     ``rltrace calibrate --device cpu --engine vllm``; none by default (GPU engines overlap most of it)"""
     kernel_floors: bool | None = None
-    """kernel floors, CUDA graphs and host launches (None: on for GPUs, off for a CPU device)"""
+    """kernel floors, GEMM ramps, CUDA graphs and host launches (None: on for GPUs, off for a CPU device)"""
+    gemm_ramp: bool = True
+    """with floors on, a GEMM's memory time is a ramp plus its bytes at the streaming fraction fitted to the public
+    H100 table (:data:`.serving.GEMM_STREAM`); False: its bytes at ``memory_efficiency`` and the GEMM floor, which
+    is what a fitted profile's memory factor means (``rltrace calibrate`` fits that form)"""
     batched_tokens: int = serving.MAX_BATCHED_TOKENS
     """chunked prefill's token budget per iteration (vLLM's max_num_batched_tokens)"""
 
@@ -132,9 +140,21 @@ class Roofline:
     # ---- kernels --------------------------------------------------------------------------------------------
 
     def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, peak: float) -> np.ndarray:
-        bw = self.gpu.hbm_bytes_per_s * self.memory_efficiency
-        t = np.maximum(np.asarray(nbytes) / bw, np.asarray(flops) / (peak * self.compute_efficiency))
-        return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
+        compute = np.asarray(flops) / (peak * self.compute_efficiency)
+        if not (self._floors and self.gemm_ramp):
+            t = np.maximum(np.asarray(nbytes) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency), compute)
+            return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
+        # a GPU GEMM streams its weights after a ramp (launch, tile set-up, pipeline fill), so small kernels run
+        # far below the bandwidth large ones reach: ramp + bytes / (fraction x HBM), fitted to the H100 table
+        stream = serving.stream_seconds(nbytes, self.model.dtype_bytes, self.gpu.hbm_bytes_per_s)
+        return np.maximum(np.maximum(stream, compute), serving.GEMM_FLOOR_S)
+
+    @property
+    def _gemm_bandwidth(self) -> float:
+        """Bytes per second a GEMM streams its weights at, ramps aside (for the memory-bound share of a report)."""
+        if self._floors and self.gemm_ramp:
+            return self.gpu.hbm_bytes_per_s * serving.GEMM_STREAM.get(self.model.dtype_bytes, serving.GEMM_STREAM[2])[1]
+        return self.gpu.hbm_bytes_per_s * self.memory_efficiency
 
     def _layers(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Seconds of every kernel but attention and communication for ``tokens`` rows per rank, with the
@@ -271,7 +291,7 @@ class Roofline:
         flops = gflops + m.attention_flops_per_token / self.tp * attended
         nbytes = gbytes + kv_read
         compute_s = flops / (self.gpu.flops_for(m.dtype_bytes) * self.compute_efficiency)
-        memory_s = gbytes / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) + per_m * attended
+        memory_s = gbytes / self._gemm_bandwidth + per_m * attended
         floor = max(seconds - engine - comm - max(compute_s, memory_s), 0.0)
         bound = "launch" if floor > max(compute_s, memory_s) else ("compute" if compute_s >= memory_s else "memory")
         return Estimate(seconds, bound, compute_s, memory_s, comm + engine, flops, nbytes, floor, experts)
@@ -303,7 +323,7 @@ class Roofline:
         seconds = n * gemm + attention + floor + sampler + comm
         flops = n * gflops + attn_flops
         compute_s = flops / (self.gpu.flops_for(m.dtype_bytes) * self.compute_efficiency)
-        memory_s = (n * gbytes + kv_write) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+        memory_s = n * gbytes / self._gemm_bandwidth + kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
         bound = "compute" if compute_s >= memory_s else "memory"
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
                         max(seconds - comm - max(compute_s, memory_s), 0.0), experts)

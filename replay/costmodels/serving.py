@@ -16,6 +16,14 @@ vLLM 0.19.0 kernels):
   logits). So n samples of one prompt prefill it once, and each later sample recomputes only the tail.
 - Kernel floors: the smallest latency in aiconfigurator's H100 tables: 2.44 us for a BF16 GEMM (m, n, k <= 64),
   7.88 us for a decode-attention kernel. A kernel takes at least its floor however little it reads.
+- Weight streaming: a decode GEMM's time is a ramp plus its bytes over a fraction of HBM bandwidth, both fitted
+  (least squares in relative error) to the same table's unambiguously memory-bound GEMMs, m <= 16 rows
+  (arithmetic intensity <= 16 FLOP/byte, against ridges of ~295 for BF16 and ~590 for FP8 on H100):
+  :func:`.profile.fit_gemm_stream`. BF16: 3.05 us + bytes / (0.826 x HBM), median error 8.1% over 7,728
+  kernels; FP8 (per-tensor scaled): 4.87 us + bytes / (0.822 x HBM), 8.4%. One constant efficiency cannot hold
+  the table: at 0.6 of HBM with the floor, kernels of 1-16 MB come out 36-39% too fast and kernels over 64 MB
+  32-41% too slow (the ramp is most of a small kernel, nothing of a large one). Other GPU kinds take the same
+  ramp and fraction of their own datasheet bandwidth.
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ BLOCK_TOKENS = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
 GEMM_FLOOR_S = 2.44e-6  # aic_gemm_perf.parquet, minimum bf16 latency (m=8, n=32, k=32: 0.002438 ms)
 ATTENTION_FLOOR_S = 7.88e-6  # aic_generation_attention_perf.parquet, minimum latency (0.007877 ms)
 ELEMENTWISE_FLOOR_S = GEMM_FLOOR_S  # norms, rotary, activation, top-k: no table of their own; a GEMM's floor
+GEMM_STREAM = {2: (3.05e-6, 0.826), 1: (4.87e-6, 0.822)}
+"""(ramp seconds, fraction of HBM) of a memory-bound GEMM by weight bytes per parameter (BF16, FP8): fitted to
+aic_gemm_perf.parquet's m <= 16 kernels by :func:`.profile.fit_gemm_stream` (tests/test_costmodels.py re-fits it)"""
 EAGER_LAUNCH_S = 4e-6
 """host time to launch one kernel outside a CUDA graph (PyTorch op dispatch plus cudaLaunchKernel: NVIDIA's
 'Getting Started with CUDA Graphs' blog measures launch-bound kernels at 3.8 us each without graphs)"""
@@ -42,6 +53,13 @@ softmax and sampling each read them (vllm/v1/sample/sampler.py)"""
 # align/permute and the weighted sum of expert outputs (fused_moe).
 DENSE_ELEMENTWISE = 5
 MOE_ELEMENTWISE = 3
+
+
+def stream_seconds(nbytes: np.ndarray | float, weight_bytes: int, hbm_bytes_per_s: float) -> np.ndarray:
+    """Memory time of a GPU GEMM moving ``nbytes``: its ramp plus the bytes at the streaming fraction of HBM
+    (:data:`GEMM_STREAM` for the weights' bytes per parameter; BF16's for any other width)."""
+    ramp, fraction = GEMM_STREAM.get(weight_bytes, GEMM_STREAM[2])
+    return ramp + np.asarray(nbytes, dtype=np.float64) / (hbm_bytes_per_s * fraction)
 
 
 def capture_sizes(max_size: int = MAX_CAPTURE_SIZE) -> np.ndarray:

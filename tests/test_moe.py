@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
+from rltrace.replay.costmodels.benchmark import offline_throughput, roof_kv_batch, serving_benchmark
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import MOE_TRAIN_MFU, default_mfu, step_seconds
@@ -173,3 +173,16 @@ def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:
     assert long.tpot_s > short.tpot_s and long.prefill_stall_s > short.prefill_stall_s
     assert short.tpot_s == pytest.approx(short.decode_s + short.prefill_stall_s)
     assert offline_throughput(roof, requests=256, prompt_tokens=512, output_tokens=512) > 1000
+
+
+def test_clients_beyond_the_kv_cache_wait_for_a_slot_by_littles_law() -> None:
+    """c clients over b KV slots: each request holds its slot for S = TTFT + (output - 1) x TPOT, so a client's
+    cycle is c S / b and its TTFT grows by (c / b - 1) S; within the cache nobody waits."""
+    roof = Roofline(model=get_model("Qwen3-32B"), gpu=H100, tp=2)
+    slots = roof_kv_batch(roof, 4000 + 1000 / 2)  # vLLM allocates blocks as a request grows: mean occupancy
+    inside = serving_benchmark(roof, concurrency=slots, prompt_tokens=4000, output_tokens=1000)
+    assert inside.queue_s == 0 and inside.batch == slots
+    beyond = serving_benchmark(roof, concurrency=3 * slots, prompt_tokens=4000, output_tokens=1000)
+    assert beyond.batch == slots and beyond.tpot_s == pytest.approx(inside.tpot_s)
+    service = inside.ttft_s + 999 * inside.tpot_s
+    assert beyond.queue_s == pytest.approx(2 * service) and beyond.ttft_s == pytest.approx(inside.ttft_s + 2 * service)

@@ -12,7 +12,10 @@ prompt chunks of the requests that arrived):
 - so ``TPOT = decode(concurrency, prompt + output / 2) + concurrency x prefill(prompt) / output``, the prefill
   term being what a chunk adds to an iteration (:meth:`Roofline.prefill` of the prompt: its GEMMs at the chunk's
   rows, its attention);
-- ``TTFT`` = the prompt's own prefill, plus waiting for the iteration in flight (half of one, on average);
+- ``TTFT`` = the prompt's own prefill, plus waiting for the iteration in flight (half of one, on average), plus,
+  when the KV cache holds fewer than ``concurrency`` requests at once, the wait for a free slot: a closed loop
+  of c clients over b slots, each request holding its slot for ``S = TTFT + (output - 1) x TPOT``, completes
+  b requests per S, so each client cycles in ``c S / b`` and waits ``(c / b - 1) S`` of it (Little's law);
 - offline: ``requests`` requests over a batch capped by ``max_num_seqs`` and by the KV cache, the same round
   formula repeated ``requests / batch`` times.
 
@@ -43,6 +46,8 @@ class Serving:
     """prefill time per output token that every running request waits through"""
     batch: int
     output_tokens_per_s: float
+    queue_s: float = 0.0
+    """mean wait for a free slot before the prefill (0 unless the KV cache holds fewer than the concurrency)"""
 
 
 def _prefill_once(roof: Roofline, prompt: int) -> float:
@@ -57,13 +62,16 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
     """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight (see the module text)."""
     if concurrency < 1 or prompt_tokens < 1 or output_tokens < 1 or samples < 1:
         raise ConfigError("a serving benchmark needs concurrency, prompt_tokens, output_tokens and samples >= 1")
-    batch = min(concurrency, serving.MAX_NUM_SEQS, max(roof_kv_batch(roof, prompt_tokens + output_tokens), 1))
+    # vLLM allocates KV blocks as a request grows, so the cache holds requests at their mean length, prompt + half
+    # the output, not their final one
+    batch = min(concurrency, serving.MAX_NUM_SEQS, max(roof_kv_batch(roof, prompt_tokens + output_tokens / 2), 1))
     decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
     per_request = serving.shared_prefill_tokens(prompt_tokens, samples) / samples
     stall = batch * _prefill_once(roof, math.ceil(per_request)) / output_tokens
     tpot = decode + stall
     ttft = roof.prefill(prompt_tokens).seconds + decode / 2
-    return Serving(tpot, ttft, decode, stall, batch, batch / tpot)
+    queue = (concurrency / batch - 1) * (ttft + (output_tokens - 1) * tpot) if concurrency > batch else 0.0
+    return Serving(tpot, ttft + queue, decode, stall, batch, batch / tpot, queue)
 
 
 def roof_kv_batch(roof: Roofline, tokens_per_request: float, gpu_memory_utilization: float = 0.9) -> int:

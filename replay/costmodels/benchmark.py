@@ -64,7 +64,11 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
         raise ConfigError("a serving benchmark needs concurrency, prompt_tokens, output_tokens and samples >= 1")
     # vLLM allocates KV blocks as a request grows, so the cache holds requests at their mean length, prompt + half
     # the output, not their final one
-    batch = min(concurrency, serving.MAX_NUM_SEQS, max(roof_kv_batch(roof, prompt_tokens + output_tokens / 2), 1))
+    slots = roof_kv_batch(roof, prompt_tokens + output_tokens / 2)
+    if slots < 1:  # the engine that ran such a point held more than vLLM's share of memory: the model cannot say how
+        raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: the weights leave no KV cache within "
+                          "vLLM's 0.9 of GPU memory")
+    batch = min(concurrency, serving.MAX_NUM_SEQS, slots)
     decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
     per_request = serving.shared_prefill_tokens(prompt_tokens, samples) / samples
     stall = batch * _prefill_once(roof, math.ceil(per_request)) / output_tokens

@@ -37,6 +37,7 @@ class ReachWatcher:
         self.shard_root = shard_root
         self.host = socket.gethostname()
         self.users: dict[int, str] = {}  # pid -> command line of a process that loaded torch or vLLM
+        self._once: dict[int, str] = {}  # pid -> command line, seen with torch or vLLM mapped in one poll so far
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rltrace-reach", daemon=True)
         self.enabled = Path("/proc/self/maps").exists()
@@ -65,8 +66,17 @@ class ReachWatcher:
                 maps = Path(f"/proc/{pid}/maps").read_bytes()
             except OSError:
                 continue
-            if any(m in maps for m in MARKERS):
-                self.users[pid] = _command(pid)
+            if not any(m in maps for m in MARKERS):
+                self._once.pop(pid, None)
+                continue
+            # a user is one seen twice, running the same command: between fork and exec, a child that a torch
+            # process starts (a shell, a tool, Ray's own binaries) shows its parent's maps and command line,
+            # and a poll landing in that window named the parent as missed (seen once in 8 recordings)
+            command = _command(pid)
+            if self._once.get(pid) == command:
+                self.users[pid] = command
+            else:
+                self._once[pid] = command
 
     def _recorded(self) -> set[int]:
         pids = set()

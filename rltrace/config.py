@@ -138,7 +138,7 @@ def _is_config(obj: Any) -> bool:
 
 def _replace(obj: Any, tree: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(type(obj))
-    changes = {}
+    changes: dict[str, Any] = {}
     for name, sub in tree.items():
         if isinstance(sub, dict):
             changes[name] = _replace(getattr(obj, name), sub, f"{where}.{name}")

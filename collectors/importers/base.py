@@ -65,7 +65,8 @@ class Imported:
 class Importer(Protocol):
     """Turns source files into tables."""
 
-    def __call__(self, files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None) -> Imported:
+    def __call__(self, files: list[Path], options: ImportOptions,
+                 progress: Callable[[int, int], None] | None) -> Imported:
         """``progress(done, total)`` in bytes read."""
         ...
 

@@ -59,7 +59,8 @@ def _pg_table(nodes: list[dict[str, Any]]) -> dict[str, list[int]]:
                 table = json.loads(value)
             except ValueError:
                 continue
-            return {str(pg.get("pg_name")): [int(r) for r in pg.get("ranks", [])] for pg in table if isinstance(pg, dict)}
+            return {str(pg.get("pg_name")): [int(r) for r in pg.get("ranks", [])]
+                    for pg in table if isinstance(pg, dict)}
     return {}
 
 

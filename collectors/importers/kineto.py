@@ -267,6 +267,7 @@ def _summaries(r: _Rank, actor: str, offset: int) -> list[dict[str, Any]]:
     ts, dur, cat = np.frombuffer(r.ts), np.frombuffer(r.dur), np.frombuffer(r.cat, dtype=np.int8)
     frame = pl.DataFrame({"step": _step_of(ts, r.steps), "cat": cat, "ts": ts, "end": ts + dur, "dur": dur})
     agg = frame.group_by("step", "cat").agg(pl.col("ts").min(), pl.col("end").max(), pl.col("dur").sum(), pl.len())
-    return [{"step": s, "actor": actor, "phase": CATEGORY[c], "name": f"{n} {CATEGORY[c]} events, busy {d / 1e3:.3f} ms",
+    return [{"step": s, "actor": actor, "phase": CATEGORY[c],
+             "name": f"{n} {CATEGORY[c]} events, busy {d / 1e3:.3f} ms",
              "start_ns": offset + round(a * 1e3), "end_ns": offset + math.ceil(b * 1e3)}
             for s, c, a, b, d, n in agg.sort("step", "cat").iter_rows()]

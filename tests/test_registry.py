@@ -1,0 +1,93 @@
+"""One registry for every plugin kind: discovery by package (a plugin is one file), duplicates refused, names
+listed; each kind's names each work, looped over rather than counted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rltrace.collectors.importers import IMPORTERS
+from rltrace.collectors.sources import COLLECTORS
+from rltrace.replay.registry import Registry
+from rltrace.replay.schedulers import create
+from rltrace.replay.schedulers.base import SCHEDULERS
+from rltrace.replay.topologies.base import TOPOLOGIES, user_keys
+
+from rltrace.errors import ConfigError
+
+KINDS = {"scheduler": SCHEDULERS, "topology": TOPOLOGIES, "import kind": IMPORTERS, "collector": COLLECTORS}
+
+
+def _package(root: Path, name: str, plugins: dict[str, str]) -> None:
+    """A package ``name`` under ``root`` whose ``base`` module creates a registry, with one file per plugin."""
+    pkg = root / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text("from rltrace.replay.registry import Registry\nTHINGS = Registry('thing')\n")
+    for module, plugin in plugins.items():
+        (pkg / f"{module}.py").write_text(f"from {name}.base import THINGS\n\n@THINGS.register({plugin!r})\n"
+                                          f"class Plugin:\n    pass\n")
+
+
+def _run(root: Path, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], check=False, cwd=root, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_new_plugin_is_one_file_found_by_discovery(tmp_path: Path) -> None:
+    _package(tmp_path, "plugs", {"alpha": "a", "beta": "b", "_private": "hidden"})
+    done = _run(tmp_path, "from plugs.base import THINGS; print(THINGS.package, THINGS.names(), THINGS.shipped())")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["plugs", "['a',", "'b']", "['a',", "'b']"]  # _private is not a plugin module
+
+
+def test_a_duplicate_name_across_files_is_an_error_naming_both(tmp_path: Path) -> None:
+    _package(tmp_path, "dupes", {"one": "same", "two": "same"})
+    done = _run(tmp_path, "from dupes.base import THINGS; THINGS.names()")
+    assert done.returncode != 0
+    assert "thing name 'same' is registered twice" in done.stderr
+
+
+def test_a_plugin_registered_outside_the_package_is_listed_but_not_shipped() -> None:
+    things: Registry[object] = Registry("widget", package="rltrace.replay.topologies")
+    things.add("outsider", object())
+    assert "outsider" in things.names() and "outsider" not in things.shipped()
+    with pytest.raises(ValueError, match="widget name 'outsider' is registered twice"):
+        things.add("outsider", object())
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_discovers_its_package_and_refuses_unknown_names(kind: str) -> None:
+    registry = KINDS[kind]
+    assert registry.kind == kind and registry.shipped()
+    assert set(registry.shipped()) <= set(registry.names())
+    with pytest.raises(ConfigError, match=f"unknown {kind} 'no-such-thing' \\(known: "):
+        registry.lookup("no-such-thing")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_taking_a_shipped_name_from_outside_is_an_error(kind: str) -> None:
+    registry = KINDS[kind]
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.add(registry.shipped()[0], lambda: None)
+
+
+def test_every_scheduler_builds_with_its_default_config() -> None:
+    for name in SCHEDULERS.shipped():
+        scheduler, config = create(name)
+        assert type(config) is SCHEDULERS.lookup(name).Config and scheduler is not None
+
+
+def test_every_topology_builds_from_its_defaults_and_lists_its_keys() -> None:
+    for name in TOPOLOGIES.shipped():
+        cls = TOPOLOGIES.lookup(name)
+        assert "gpu" in user_keys(cls), name
+        assert len(cls().links()) > 0, name
+
+
+def test_every_importer_and_collector_is_callable() -> None:
+    for registry in (IMPORTERS, COLLECTORS):
+        for name in registry.shipped():
+            assert callable(registry.lookup(name)), name

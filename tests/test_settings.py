@@ -1,0 +1,90 @@
+"""Configuration as typed objects end to end: settings resolve onto dataclasses (never back through text), and
+one grammar reads topology specs wherever they are given."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rltrace.replay.network.network import NetworkConfig
+from rltrace.replay.run import ReplayConfig
+from rltrace.replay.schedulers import lookup
+from rltrace.replay.settings import resolve
+from rltrace.replay.topologies import TopologySpec, parse
+
+from rltrace.config import build, override, parse_set, to_dict
+from rltrace.errors import ConfigError
+
+
+def test_schedulers_configs_come_out_as_their_dataclasses() -> None:
+    settings = resolve(["rollpacker", "disagg-sync"], ["rollpacker.eta=1.5", "cost.train_mfu=0.4", "prices.H100=3"])
+    packer = settings.per_scheduler["rollpacker"]
+    assert type(packer) is lookup("rollpacker").Config and packer.eta == 1.5
+    assert settings.per_scheduler["disagg-sync"] == lookup("disagg-sync").Config()
+    assert settings.config.cost.train_mfu == 0.4 and settings.prices["H100"] == 3.0
+
+
+def test_typed_values_reach_the_config_as_they_are() -> None:
+    spec = TopologySpec.parse("rail:nodes=4,gpu=H100")
+    settings = resolve(["disagg-sync"], values={"network.topology": spec, "cost.sync_gbps": 25})
+    assert settings.config.network.topology is spec  # not formatted and read again
+    assert settings.config.cost.sync_gbps == 25.0
+
+
+def test_a_flag_wins_over_a_set_of_its_key() -> None:
+    settings = resolve(["disagg-sync"], ['network.topology="nvswitch:gpus=8"'], {"network.topology": "rail:nodes=2"})
+    assert str(settings.config.network.topology) == "rail:nodes=2"
+
+
+def test_checks_across_fields_see_the_final_values() -> None:
+    # each dataclass is replaced once with all its new values: the order of two --set items cannot matter
+    both = resolve(["disagg-sync"], ["cost.memory_efficiency=0.5", "cost.compute_efficiency=0.5"]).config.cost
+    assert (both.memory_efficiency, both.compute_efficiency) == (0.5, 0.5)
+
+
+def test_one_grammar_for_topology_specs() -> None:
+    text = "fat-tree:k=8,nic_gbps=200.0,gpu=H800"
+    spec = TopologySpec.parse(text)
+    assert spec.name == "fat-tree" and dict(spec.params) == {"k": 8, "nic_gbps": 200.0, "gpu": "H800"}
+    assert str(spec) == text and TopologySpec.parse(str(spec)) == spec
+    # the same spec from every door: --set text, a grid value, code, fabric bench
+    from_set = resolve(["disagg-sync"], [f'network.topology="{text}"']).config.network.topology
+    from_grid = resolve(["disagg-sync"], values={"network.topology": text}).config.network.topology
+    assert from_set == from_grid == NetworkConfig(topology=text).topology == spec
+    assert parse(text).links().names == spec.build().links().names
+    assert NetworkConfig(topology="").topology is None and NetworkConfig().topology is None
+
+
+def test_a_config_goes_to_json_and_back_unchanged() -> None:
+    config = resolve(["disagg-sync"], ['network.topology="rail:nodes=2,gpu=H100"', "metrics.tail_quantile=0.9"]).config
+    plain = json.loads(json.dumps(to_dict(config)))  # config.json
+    assert plain["network"]["topology"] == "rail:nodes=2,gpu=H100"
+    assert build(ReplayConfig, plain, "replay") == config
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["nokey=1"], "--set 'nokey=1': unknown key 'nokey'"),
+    (["nokey"], "--set 'nokey': expected key=value"),
+    (["disagg-sync.bogus=1"], "unknown key 'disagg-sync.bogus'"),
+    (["rollpacker.eta=1.5"], "unknown key 'rollpacker.eta'"),  # a scheduler not chosen
+    (["cost.train_mfu=abc"], "replay.cost.train_mfu: expected a number, got 'abc'"),
+    (["cost.train_mfu.x=1"], "unknown key 'cost.train_mfu.x'"),
+    (["prices.NOSUCH=1"], "unknown key 'prices.NOSUCH'"),
+    (['network.topology="mesh:n=3"'], "unknown topology 'mesh'"),
+    (['network.topology="rail:radix=3"'], "topology rail: unknown key 'radix'"),
+    (['network.topology="rail:nodes=two"'], "topology rail.nodes: expected an integer"),
+    (["network.topology=3"], "expected a topology spec"),
+])
+def test_bad_settings_are_one_clear_error(sets: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")) as err:
+        resolve(["disagg-sync"], sets)
+    assert "\n" not in str(err.value)
+
+
+def test_override_and_parse_set_on_any_config_dataclass() -> None:
+    key, value = parse_set("cost.train_mfu=0.5")
+    assert (key, value) == ("cost.train_mfu", 0.5)
+    config = override(ReplayConfig(), [(key, value, "test")], "replay")
+    assert config.cost.train_mfu == 0.5 and ReplayConfig().cost.train_mfu != 0.5  # a new object; the old unchanged
+    with pytest.raises(ConfigError, match="--price 'x': expected key=value"):
+        parse_set("x", "--price")

@@ -17,6 +17,7 @@ from rltrace.replay.network.collectives import (
     dtree,
     nvls_tree_unit_bytes,
     tree_correction,
+    tree_unit_bytes,
 )
 from rltrace.replay.network.validation import multinode_compare, multinode_summary
 from rltrace.replay.topologies import parse
@@ -63,14 +64,39 @@ def test_a_2x2_ring_runs_one_channel_per_nic_in_closed_form() -> None:
 def test_a_2x2_tree_is_a_chain_to_each_nics_gpu_and_nccls_double_tree_between_nodes() -> None:
     # per channel a chain hop carries the channel's half both ways and each node's head sends the channel's half
     # over the network (two binary trees, a quarter each); Simple's tree payload 0.92 and NCCL's tree latency
-    # 2 x ((GPUs per node - 1) x NVLink + log2(nodes) x NET)
+    # 2 x ((GPUs per node - 1) x NVLink + log2(nodes) x NET). The fill: one unit (512 KiB x 2 channels a NIC x 2
+    # NICs) held whole at each of the 4 levels (chain and tree, up and down) but the last
     topo = _leaf(2, 2, nics=2)
     simple = TREE_PROTOCOLS[2]
     link_s = max(GIB / 2 / topo.nic_bytes_per_s, GIB / (450e9 * topo.nvlink_efficiency))  # type: ignore[attr-defined]
     latency = 2 * (1 * simple.nvlink_hop_s + 1 * simple.net_hop_s)
-    expected = simple.base_s + latency + link_s / simple.payload
+    fill = 3 * link_s * (4 * (512 << 10)) / GIB
+    expected = simple.base_s + latency + (link_s + fill) / simple.payload
     result = collective(topo, "all_reduce", 4, GIB, "tree", protocol="Simple")
     assert result.seconds == pytest.approx(expected, rel=1e-9)
+    # LL128 forwards each 128-byte line as it lands inside a node (src/device/prims_ll128.h), so only the network's
+    # levels (up and down the tree: 2) hold a whole chunk: the net proxy posts a step once all of it is written
+    ll128 = TREE_PROTOCOLS[1]
+    size = 64 << 20
+    link_s = max(size / 2 / topo.nic_bytes_per_s, size / (450e9 * topo.nvlink_efficiency))  # type: ignore[attr-defined]
+    unit = tree_unit_bytes("LL128", size, 2, 2, 4)
+    expected = (ll128.base_s + 2 * (ll128.nvlink_hop_s + ll128.net_hop_s)
+                + (link_s + link_s * unit / size) / ll128.payload)
+    result = collective(topo, "all_reduce", 4, size, "tree", protocol="LL128")
+    assert result.seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_tree_units_follow_nccls_chunking() -> None:
+    # src/enqueue.cc calcCollChunking: one step of the protocol's buffer a chunk (Simple 4 MiB / 8, LL 32 KiB of
+    # data, LL128 576,000 bytes of data); LL128's halved towards 128 KiB while a channel holds fewer than
+    # (1 + log2i(nodes) + ppn / 10) x 64 / ppn chunks, then towards 32 KiB below x 16 / ppn
+    assert tree_unit_bytes("Simple", GIB, 2, 8, 16) == tree_unit_bytes("Simple", 1 << 20, 2, 8, 16) == 16 * (512 << 10)
+    assert tree_unit_bytes("LL", GIB, 4, 8, 16) == 16 * (32 << 10)
+    assert tree_unit_bytes("LL128", 16 * GIB, 2, 8, 16) == 16 * 576_000  # far above 2.8 x 8 = 22.4 a channel: whole
+    assert tree_unit_bytes("LL128", 64 << 20, 2, 8, 16) == 16 * 144_000  # 64 MiB / (16 x 288,000) = 14 < 22.4
+    assert tree_unit_bytes("LL128", 8 << 20, 2, 8, 16) == 16 * 72_000  # 7 chunks: not below 2.8 x 2 = 5.6
+    assert tree_unit_bytes("LL128", 1 << 20, 2, 8, 16) == 16 * 18_000  # the floor past 32 KiB
+    assert tree_unit_bytes("LL128", 8 << 20, 8, 8, 16) == 16 * 36_000  # 8 nodes: (1 + 3 + 0.8) x 2 = 9.6 > 7
 
 
 def test_nvls_tree_runs_its_two_stages_pipelined() -> None:

@@ -29,8 +29,10 @@ from rltrace.replay.network.flows import FlowRun, run_flows
 from rltrace.replay.network.tuner import (
     NVLS_CHANNELS,
     RING_PLATEAU,
+    TREE_CHANNELS_PER_NIC,
     nvls_tree_unit_bytes,
     tree_correction,
+    tree_unit_bytes,
 )
 from rltrace.replay.topologies.base import NCCL_ALGOS, Links, Topology
 
@@ -90,6 +92,10 @@ LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
 # protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
 # DEFAULT_BUFFSIZE, src/include/device.h NCCL_STEPS).
 PIPELINE_CHUNK_BYTES = 512 << 10
+# NCCL's tuner has no term for a pipeline's fill (src/graph/tuning.cc: base and hop latencies, bandwidths), so it picks
+# the tree and NVLSTree by their time without it, and then they run with it: the fill is in the time, not the pick.
+# Until 2026-11-25 NVLSTree's fill was in its pick too; hierarchical is rltrace's own and keeps it.
+FILL_UNSEEN = ("tree",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,15 +286,19 @@ def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool) -> tu
 def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
                protocols: tuple[Protocol, ...] = PROTOCOLS, pipelined: bool = False, size: float = 0.0,
                channels: int = 1, floor_s: dict[str, float] | None = None,
-               unit_bytes: float = 0.0, passes: tuple[int, ...] | None = None,
-               bw_factor: dict[str, float] | None = None, latency_factor: dict[str, float] | None = None) -> PhasesTime:
+               unit_bytes: float | dict[str, float] = 0.0,
+               passes: tuple[int, ...] | dict[str, tuple[int, ...]] | None = None,
+               bw_factor: dict[str, float] | None = None, latency_factor: dict[str, float] | None = None,
+               fill_seen: bool = True) -> PhasesTime:
     """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
     ``pipelined``: the phases are stages that ``size`` bytes pass in chunks of PIPELINE_CHUNK_BYTES per
     channel, so the flows take the slowest stage's time plus every other stage's time for one chunk.
     ``unit_bytes`` (instead of PIPELINE_CHUNK_BYTES x channels) and ``passes`` (how often one unit passes each
-    stage) describe pipelines a unit crosses more than once: the fill is then every pass at one unit's time.
+    stage, holding all of it) describe pipelines a unit crosses more than once: the fill is then every pass at one
+    unit's time. Either may be a dict by protocol name, whose chunks and forwarding differ.
     ``bw_factor`` and ``latency_factor`` (per protocol name) shape only the estimate the protocol is picked by, as
-    NCCL's tuner corrects its own (TREE_CORRECTION, RING_PLATEAU); the time returned is the model's.
+    NCCL's tuner corrects its own (TREE_CORRECTION, RING_PLATEAU); the time returned is the model's. ``fill_seen``
+    False: the estimate leaves the pipeline's fill out, as NCCL's tuner does (FILL_UNSEEN).
 
     A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
     time alike: the flows run once, and each protocol's time is computed from that one run."""
@@ -316,17 +326,26 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto), indptr, ids, p.levels)
                                         for proto in protocols])
         carried += run.link_bytes * p.efficiency
+    flows = {p.name: flow_s for p in protocols}
+    seen = dict(flows)  # the flows' time as the tuner sees it: without the pipeline's fill where NCCL leaves it out
     if pipelined and stage_s:  # the slowest stage, plus the others' time for one chunk (local passes included)
-        chunks = max(1.0, size / (unit_bytes or PIPELINE_CHUNK_BYTES * channels))
-        crossed = sum(t * k for t, k in zip(stage_s, passes or (1,) * len(stage_s), strict=True))
-        flow_s, local_s = max(stage_s) + (crossed - max(stage_s)) / chunks, 0.0
+        for proto in protocols:
+            ks = passes.get(proto.name) if isinstance(passes, dict) else passes
+            crossed = sum(t * k for t, k in zip(stage_s, ks or (1,) * len(stage_s), strict=True))
+            unit = unit_bytes.get(proto.name, 0.0) if isinstance(unit_bytes, dict) else unit_bytes
+            chunks = max(1.0, size / (unit or PIPELINE_CHUNK_BYTES * channels))
+            flows[proto.name] = max(stage_s) + (crossed - max(stage_s)) / chunks
+            seen[proto.name] = flows[proto.name] if fill_seen else max(stage_s)
+        local_s = 0.0
     floor, bwf, latf = floor_s or {}, bw_factor or {}, latency_factor or {}
     totals, estimates = [], []
     for j, proto in enumerate(protocols):  # a protocol's least time for the bytes: NCCL's bandwidth caps (floor)
-        wire = max(flow_s / proto.payload, floor.get(proto.name, 0.0))
+        wire = max(flows[proto.name] / proto.payload, floor.get(proto.name, 0.0))
+        wire_seen = max(seen[proto.name] / proto.payload, floor.get(proto.name, 0.0))
         latency = proto.base_s + steps_at[j]
         totals.append(latency + wire + local_s + reconfig)
-        estimates.append(latency * latf.get(proto.name, 1.0) + wire / bwf.get(proto.name, 1.0) + local_s + reconfig)
+        estimates.append(latency * latf.get(proto.name, 1.0) + wire_seen / bwf.get(proto.name, 1.0) + local_s
+                         + reconfig)
     best = int(np.argmin(estimates))
     return PhasesTime(totals[best], carried, reconfig, protocols[best], estimates[best])
 
@@ -399,13 +418,20 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         bw_factor = {p.name: tree_correction(p.name, size) for p in protocols}
     if op == "all_reduce" and algo == "ring" and nodes > 1:  # its ring plateau, Simple across nodes
         latency_factor = {"Simple": RING_PLATEAU}
-    unit, passes = 0.0, None
+    unit: float | dict[str, float] = 0.0
+    passes: tuple[int, ...] | dict[str, tuple[int, ...]] | None = None
     if algo == "nvls_tree":  # NCCL's NVLSTree unit; the NVLS stage passed twice, each tree level twice
         unit = nvls_tree_unit_bytes(size, nodes, nics or topo.gpus_per_node)
         passes = (2, 2 * int(np.ceil(np.log2(nodes))))
+    if algo == "tree" and nodes > 1:  # NCCL's tree chunks (2 channels a NIC); the levels that hold a whole chunk
+        ppn = len(ranks) // nodes
+        channels = TREE_CHANNELS_PER_NIC * (nics or topo.gpus_per_node)
+        unit = {p.name: tree_unit_bytes(p.name, size, nodes, ppn, channels) for p in protocols}
+        every, network = parts[0].steps, parts[0].steps - 2 * (ppn - 1)  # up and down: chain and tree, the tree
+        pipelined, passes = True, {p.name: (every if p.name == "Simple" else network,) for p in protocols}
     return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1),
                       floor_s=floor, bw_factor=bw_factor, latency_factor=latency_factor, unit_bytes=unit,
-                      passes=passes)
+                      passes=passes, fill_seen=algo not in FILL_UNSEEN)
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",

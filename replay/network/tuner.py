@@ -51,3 +51,37 @@ def tree_correction(protocol: str, size: float) -> float:
     index = log_size.bit_length() - 1 if log_size > 0 else -1
     row = TREE_CORRECTION[protocol]
     return row[index] if 0 <= index < len(row) else 1.0
+
+
+# NCCL's tree all-reduce is pipelined per channel in chunks (src/device/all_reduce.h runTreeSplit: a chunk is reduced
+# up the chain and the tree, then broadcast down), and a level that must hold a whole chunk before passing it on adds
+# one chunk's time to the last chunk's way: a fill on top of the bandwidth term, which NCCL's tuner leaves out. Under
+# Simple every level holds the whole chunk (src/device/prims_simple.h: the receiver waits for the slice's tail, and
+# the tree's slice is its chunk, ProtoSimple<1, 1>); under LL and LL128 a GPU forwards each line as its flag lands
+# (prims_ll.h, prims_ll128.h), so inside a node no level holds a chunk, but the network's proxy posts a step only
+# once all of it is written (src/transport/net.cc sendProxyProgress), so every tree level between nodes, up and down,
+# does. The chunk is one step of the protocol's buffer (src/enqueue.cc calcCollChunking, NVIDIA/nccl 2.21.5 to 2.26.6:
+# chunkSteps 1 outside the Simple ring): NCCL_STEPS = 8 steps (src/include/device.h) of DEFAULT_BUFFSIZE 4 MiB for
+# Simple (src/include/comm.h), of NCCL_LL_LINES_PER_THREAD x NCCL_LL_MAX_NTHREADS = 8 x 512 lines of 16 bytes for LL
+# (half of it data), of NCCL_LL128_ELEMS_PER_THREAD x NCCL_LL128_MAX_NTHREADS = 120 x 640 words for LL128 (15 of every
+# 16 words data); LL128's chunk is halved towards 128 KiB and then 32 KiB while a channel holds fewer chunks than
+# (1 + log2(nodes) + ppn / 10) x 64 (then x 16) / ppn.
+NCCL_STEPS = 8
+# NCCL's search places one channel on each NIC, and src/graph/connect.cc ncclTopoPostset then doubles every channel
+# ("Duplication should be complete now: nChannels = comm->nChannels = std::min(MAXCHANNELS,nChannels*2)").
+TREE_CHANNELS_PER_NIC = 2
+TREE_CHUNK_BYTES = {"Simple": (4 << 20) // NCCL_STEPS,
+                    "LL": 8 * 512 * 16 // 2,
+                    "LL128": 120 * 640 * 8 // 16 * 15}
+
+
+def tree_unit_bytes(protocol: str, size: float, nodes: int, ppn: int, channels: int) -> float:
+    """NCCL's tree all-reduce pipeline unit: calcCollChunking's chunk x ``channels`` (every channel moves one chunk
+    at once)."""
+    chunk = TREE_CHUNK_BYTES[protocol]
+    if protocol == "LL128":
+        steps = 1 + (max(nodes, 1).bit_length() - 1) + 0.1 * ppn  # log2i(nodes): log2 rounded down
+        for times, limit in ((64, 131072), (16, 32768)):
+            while int(size) // (channels * chunk) < steps * times / ppn and chunk > limit:
+                chunk //= 2
+    return float(chunk * channels)

@@ -168,8 +168,10 @@ def ecmp(src: np.ndarray, dst: np.ndarray, key: np.ndarray, ways: int, salt: int
     """A deterministic hash of each flow onto one of ``ways`` equal-cost choices (splitmix64's finaliser over
     source, destination, flow key and a salt per routing decision)."""
     with np.errstate(over="ignore"):
-        x = (src.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + dst.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
-             + (key.astype(np.uint64) + np.uint64(salt) * np.uint64(0x165667B19E3779F9)) * np.uint64(0x94D049BB133111EB))
+        x = (src.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+             + dst.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+             + (key.astype(np.uint64) + np.uint64(salt) * np.uint64(0x165667B19E3779F9))
+             * np.uint64(0x94D049BB133111EB))
         x ^= x >> np.uint64(30)
         x *= np.uint64(0xBF58476D1CE4E5B9)
         x ^= x >> np.uint64(27)
@@ -240,8 +242,8 @@ class NodeFabric:
         if self.cpu not in ("intel", "amd"):
             raise ConfigError(f"topology: cpu must be intel or amd, got {self.cpu!r}")
         if self.nics_per_node < 0 or (self.gpus_per_node % self.nics and self.nics % self.gpus_per_node):
-            raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}) or be a multiple, "
-                              f"got {self.nics_per_node}")
+            raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}) or be a "
+                              f"multiple, got {self.nics_per_node}")
         if gpus > MAX_GPUS:  # before any per-GPU link is allocated
             raise ConfigError(f"topology: {gpus:,} GPUs is above the limit of {MAX_GPUS:,} GPUs in a topology")
         if not all(0 < e <= 1 for e in (self.nvlink_efficiency, self.nic_efficiency, self.copy_efficiency)):

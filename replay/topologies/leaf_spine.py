@@ -36,8 +36,9 @@ class LeafSpine(NodeFabric):
         if self.leaf_down < 1 or self.spines < 1 or self.oversub < 1:
             raise ConfigError("leaf-spine: leaf_down and spines >= 1, oversub >= 1")
         up = self.leaf_down * self.nic_bytes_per_s / self.oversub / self.spines
-        extra = [(f"leaf{l}->spine{s}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
-        return extra + [(f"spine{s}->leaf{l}", "fabric", up, NETWORK_HOP_S) for l in range(self.leaves) for s in range(self.spines)]
+        pairs = [(leaf, s) for leaf in range(self.leaves) for s in range(self.spines)]
+        extra = [(f"leaf{leaf}->spine{s}", "fabric", up, NETWORK_HOP_S) for leaf, s in pairs]
+        return extra + [(f"spine{s}->leaf{leaf}", "fabric", up, NETWORK_HOP_S) for leaf, s in pairs]
 
     def paths(self, src: np.ndarray, dst: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         g, n = self.gpus, len(src)

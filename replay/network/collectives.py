@@ -80,9 +80,11 @@ NVLS = Protocol("Simple", 25e-6, 0.0, 0.0, 1.0)
 # NCCL's NVLS bandwidth is bwIntra x nvlsEfficiency x (nChannels - 1) / nChannels (src/tuning/nvls.cc), with 16
 # NVLS channels on Hopper (NVLS_CHANNELS, in .tuner beside NVLSTree's chunking).
 # NVLSTree (across nodes: NVLS inside each node, NCCL's tree between them) runs Simple only; tuning.cc charges it
-# baseLat 0 + hwLat NVLink NVLSTree (25 us) + 2 x log2(nodes) x hwLat NET NVLSTree (20.9 us): the base here, and
-# the NET figure per tree step (a tree stage has 2 x its levels steps).
-NVLS_TREE = Protocol("Simple", 25e-6, 0.0, 20.9e-6, 1.0)
+# baseLat 0 + hwLat NVLink NVLSTree (25 us) + 2 x log2(nodes) x hwLat NET NVLSTree: the base here, and the NET
+# figure per tree step (a tree stage has 2 x its levels steps). The NET figure is 14 us in the releases the
+# multi-node validation ran (2.24.3, 2.26.2; 2.21.5 to 2.28.3 alike) and 20.9 from 2.28.9; NVLSTree runs only across
+# nodes, so the one-node figures' release (2.29.2) does not apply to it. 20.9 until 2026-11-25.
+NVLS_TREE = Protocol("Simple", 25e-6, 0.0, 14e-6, 1.0)
 # NCCL's tuner caps LL's bus bandwidth across nodes by host CPU (tuning.cc llMaxBws, multi-node rows: Intel N2 39.0,
 # N4+ 20.4 GB/s; AMD 22.5, 19.0): LL moves 8-byte flag-data pairs the CPU-side proxy and PCIe cannot pipeline
 # faster. One node's figure (Hopper 141 GB/s) is not applied: tried on 2026-11-23, it worsened the one-node fit.

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 from rltrace.replay.network.flows import FlowRun, run_flows
 from rltrace.replay.network.tuner import (
+    CHANNELS_PER_NIC,
     NVLS_CHANNELS,
     RING_PLATEAU,
-    TREE_CHANNELS_PER_NIC,
+    STEP_CHUNK_BYTES,
     nvls_tree_unit_bytes,
     tree_correction,
     tree_unit_bytes,
@@ -427,13 +428,20 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         passes = (2, 2 * int(np.ceil(np.log2(nodes))))
     if algo == "tree" and nodes > 1:  # NCCL's tree chunks (2 channels a NIC); the levels that hold a whole chunk
         ppn = len(ranks) // nodes
-        channels = TREE_CHANNELS_PER_NIC * (nics or topo.gpus_per_node)
+        channels = CHANNELS_PER_NIC * (nics or topo.gpus_per_node)
         unit = {p.name: tree_unit_bytes(p.name, size, nodes, ppn, channels) for p in protocols}
         every, network = parts[0].steps, parts[0].steps - 2 * (ppn - 1)  # up and down: chain and tree, the tree
         pipelined, passes = True, {p.name: (every if p.name == "Simple" else network,) for p in protocols}
+    if op == "broadcast" and nodes > 1:  # only the root holds data at first: the chain fills, one chunk a level
+        # NCCL's ring broadcast moves one step a chunk (BROADCAST_CHUNKSTEPS 1, src/include/collectives.h), every
+        # protocol's whole step; Simple holds it at every hop, LL and LL128 only where the chain leaves a node
+        unit = {p.name: float(STEP_CHUNK_BYTES[p.name] * CHANNELS_PER_NIC * (nics or topo.gpus_per_node))
+                for p in protocols}
+        every, network = parts[0].steps, nodes - 1
+        pipelined, passes = True, {p.name: (every if p.name == "Simple" else network,) for p in protocols}
     return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1),
                       floor_s=floor, bw_factor=bw_factor, latency_factor=latency_factor, unit_bytes=unit,
-                      passes=passes, fill_seen=algo not in FILL_UNSEEN)
+                      passes=passes, fill_seen=algo not in FILL_UNSEEN and op != "broadcast")
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",

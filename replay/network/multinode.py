@@ -16,7 +16,8 @@ change no link's load.
   ``(1 + 1/g) x size`` through the switch at NCCL's NVLS efficiency) and the double binary tree between the
   nodes' heads, one per NIC; the two stages run pipelined in NCCL's units (chunk x 16 channels x heads), so the
   slower one sets the time and each unit's passes (the switch in and out, each tree level up and down) the fill;
-- broadcast: per channel a chain, node after node, from the root.
+- broadcast: per channel a chain, node after node, from the root (the chain's fill, like the tree's, is added where
+  the time is set, in .collectives).
 """
 
 from __future__ import annotations

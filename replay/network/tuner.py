@@ -69,8 +69,8 @@ def tree_correction(protocol: str, size: float) -> float:
 NCCL_STEPS = 8
 # NCCL's search places one channel on each NIC, and src/graph/connect.cc ncclTopoPostset then doubles every channel
 # ("Duplication should be complete now: nChannels = comm->nChannels = std::min(MAXCHANNELS,nChannels*2)").
-TREE_CHANNELS_PER_NIC = 2
-TREE_CHUNK_BYTES = {"Simple": (4 << 20) // NCCL_STEPS,
+CHANNELS_PER_NIC = 2
+STEP_CHUNK_BYTES = {"Simple": (4 << 20) // NCCL_STEPS,
                     "LL": 8 * 512 * 16 // 2,
                     "LL128": 120 * 640 * 8 // 16 * 15}
 
@@ -78,7 +78,7 @@ TREE_CHUNK_BYTES = {"Simple": (4 << 20) // NCCL_STEPS,
 def tree_unit_bytes(protocol: str, size: float, nodes: int, ppn: int, channels: int) -> float:
     """NCCL's tree all-reduce pipeline unit: calcCollChunking's chunk x ``channels`` (every channel moves one chunk
     at once)."""
-    chunk = TREE_CHUNK_BYTES[protocol]
+    chunk = STEP_CHUNK_BYTES[protocol]
     if protocol == "LL128":
         steps = 1 + (max(nodes, 1).bit_length() - 1) + 0.1 * ppn  # log2i(nodes): log2 rounded down
         for times, limit in ((64, 131072), (16, 32768)):

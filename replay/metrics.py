@@ -1,5 +1,5 @@
-"""Run metrics and the timeline, computed from what the simulator recorded (DataFrames and numpy, no loops
-over requests).
+"""Run metrics and the timeline, computed from the run's record (:class:`~.record.RunRecord`; DataFrames and
+numpy, no loops over requests).
 
 Bubbles, per pool, as fractions of the pool's GPU-time over the run:
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from rltrace.replay.simulator import PoolUse, Simulator
+from rltrace.replay.record import PoolUse, RunRecord
 from rltrace.replay.workload import WARMUP_STEPS
 
 from rltrace.errors import ConfigError
@@ -41,9 +41,9 @@ class MetricsConfig:
             raise ConfigError(f"metrics.tail_quantile must be in (0, 1), got {self.tail_quantile}")
 
 
-def timeline_frame(sim: Simulator, requests: pl.DataFrame) -> pl.DataFrame:
+def timeline_frame(run: RunRecord, requests: pl.DataFrame) -> pl.DataFrame:
     """One row per busy interval: requests on instances, instance busy spans, work on resources, switches."""
-    names = {i.id: (i.name, i.pool) for i in sim.all_instances}
+    names = {i.id: (i.name, i.pool) for i in run.instances}
     ids = np.array(list(names), dtype=np.int32)
     lookup = pl.DataFrame({"instance": ids, "resource": [names[i][0] for i in ids],
                            "pool": [names[i][1] for i in ids]}, schema_overrides={"instance": pl.Int32})
@@ -53,10 +53,10 @@ def timeline_frame(sim: Simulator, requests: pl.DataFrame) -> pl.DataFrame:
         .select("resource", "pool", pl.lit("request").alias("kind"), "step", "job", pl.col("request").alias("id"),
                 "start_s", pl.col("finish_s").alias("end_s"))
     )
-    pools = {name: pool for name, pool in names.values()} | {r.name: r.pool for r in sim.resources.values()}
-    seg = sim.segments
+    pools = {name: pool for name, pool in names.values()} | {r.name: r.pool for r in run.resources.values()}
+    seg = run.segments
     # One job: every span is its work, busy spans and switches included.
-    job = np.array([s[6] for s in seg], dtype=np.int32) if len(sim.jobs) > 1 else np.zeros(len(seg), np.int32)
+    job = np.array([s[6] for s in seg], dtype=np.int32) if len(run.jobs) > 1 else np.zeros(len(seg), np.int32)
     other = pl.DataFrame(
         {
             "resource": [s[0] for s in seg],
@@ -107,12 +107,12 @@ def _peak_concurrency(instance: np.ndarray, start: np.ndarray, end: np.ndarray) 
     return peaks
 
 
-def _held(sim: Simulator, makespan: float) -> list[tuple[PoolUse, float, float]]:
+def _held(run: RunRecord, makespan: float) -> list[tuple[PoolUse, float, float]]:
     """Each allocation with the span it held its GPUs: until the pool's next allocation (a resize or a
     release), else until the end of the run."""
     spans = []
-    for i, use in enumerate(sim.pools):
-        until = next((p.start_s for p in sim.pools[i + 1:] if p.pool == use.pool), makespan)
+    for i, use in enumerate(run.pools):
+        until = next((p.start_s for p in run.pools[i + 1:] if p.pool == use.pool), makespan)
         spans.append((use, min(use.start_s, makespan), min(until, makespan)))
     return spans
 
@@ -153,20 +153,20 @@ def latency(requests: pl.DataFrame) -> dict[str, Any]:
     return out
 
 
-def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFrame, config: MetricsConfig) -> dict[str, Any]:
+def compute_metrics(run: RunRecord, requests: pl.DataFrame, timeline: pl.DataFrame, config: MetricsConfig) -> dict[str, Any]:
     """The documented metrics (docs/replay.md) of one run."""
-    ends = sorted(sim.step_end_s.items())
+    ends = sorted(run.step_end_s.items())
     makespan = max((t for _, t in ends), default=float(timeline["end_s"].max() or 0.0))
     step_times: list[float] = []
     steady: list[float] = []  # after each job's warm-up step: what fidelity checks compare (replay/fidelity.py)
-    previous: dict[int, float] = {job.id: job.arrival_s for job in sim.jobs}
+    previous: dict[int, float] = {job.id: job.arrival_s for job in run.jobs}
     for (job, step), end in ends:
         step_times.append(end - previous[job])
         if step >= WARMUP_STEPS:
             steady.append(step_times[-1])
         previous[job] = end
-    used = np.concatenate([c[2] for c in sim.consumed]) if sim.consumed else np.zeros(0, np.int64)
-    staleness = np.concatenate([c[3] for c in sim.consumed]) if sim.consumed else np.zeros(1, np.int64)
+    used = np.concatenate([c[2] for c in run.consumed]) if run.consumed else np.zeros(0, np.int64)
+    staleness = np.concatenate([c[3] for c in run.consumed]) if run.consumed else np.zeros(1, np.int64)
     samples = len(used)
     tokens = int(requests["output_tokens"].to_numpy()[used].sum())
 
@@ -177,13 +177,13 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     ws, we = _merge(tails["a"].to_numpy(), tails["b"].to_numpy())
     ws, we = np.minimum(ws, makespan), np.minimum(we, makespan)
 
-    pools = {p.pool: p for p in sim.pools if p.gpus}  # the last allocation of each pool (before any release)
+    pools = {p.pool: p for p in run.pools if p.gpus}  # the last allocation of each pool (before any release)
     metrics: dict[str, Any] = {}
     # Generation: useful share = batch / peak batch per instance.
     # Every generation pool counts ("generation", and e.g. an affinity pool of another GPU kind "generation/...").
     gen = timeline.filter(pl.col("pool").str.starts_with("generation"),
                           pl.col("kind").is_in(["request", "preempted", "aborted", "migrated"]))
-    inst_of = {i.name: i for i in sim.all_instances}
+    inst_of = {i.name: i for i in run.instances}
     busy = busy_tail = 0.0
     if gen.height:
         names = gen["resource"].unique().sort().to_list()
@@ -194,7 +194,7 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
         weight = per_code[codes]
         busy = float(((end - start) * weight).sum())
         busy_tail = float(((_covered(ws, we, end) - _covered(ws, we, start)) * weight).sum())
-    held = _held(sim, makespan)  # pools can grow (scaling) or be released (a finished group) mid-run
+    held = _held(run, makespan)  # pools can grow (scaling) or be released (a finished group) mid-run
     capacity, capacity_tail = _capacity(held, "generation", ws, we)
     metrics["generation"] = _bubbles(capacity, busy, capacity_tail - busy_tail)
     train = timeline.filter(pl.col("kind") == "train")
@@ -205,8 +205,8 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
     t_capacity, t_capacity_tail = _capacity(held, "training", ws, we)
     metrics["training"] = _bubbles(t_capacity, t_busy, t_capacity_tail - t_busy_tail)
 
-    cost = sum(u.gpus * (b - a) / 3600 * sim.cluster.usd_per_gpu_hour(u.gpu) for u, a, b in held if u.billed)
-    cost += sum(r.busy_s * r.usd_per_s for r in sim.resources.values())  # serverless: per second of use
+    cost = sum(u.gpus * (b - a) / 3600 * run.cluster.usd_per_gpu_hour(u.gpu) for u, a, b in held if u.billed)
+    cost += sum(r.busy_s * r.usd_per_s for r in run.resources.values())  # serverless: per second of use
     sync = timeline.filter(pl.col("kind") == "weight_sync").group_by("step").agg((pl.col("end_s") - pl.col("start_s")).sum())
     return {
         "throughput_samples_per_s": samples / makespan if makespan else 0.0,
@@ -225,9 +225,9 @@ def compute_metrics(sim: Simulator, requests: pl.DataFrame, timeline: pl.DataFra
         "gpus": {p.pool: p.gpus for p in pools.values()},
         "preemptions": int(requests["preemptions"].sum()),
         "aborted_attempts": int(requests["aborts"].sum()),
-        "events": sim.events,
+        "events": run.events,
         "latency": latency(requests),
-        **({"extra": dict(sim.extra)} if sim.extra else {}),
+        **({"extra": dict(run.extra)} if run.extra else {}),
     }
 
 

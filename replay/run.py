@@ -247,11 +247,11 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
                         *((f["next_turn"].to_numpy(), f["env_s"].to_numpy()) if "next_turn" in f.columns else ()))
     sim = Simulator(requests, jobs, prepared.cluster, keep_log=keep_log, fast_path=config.fast_path)
     started = time.perf_counter()
-    sim.run(policy, progress)
+    record = sim.run(policy, progress)
     wall = time.perf_counter() - started
-    req_frame = _with_training(requests.to_frame(), sim.consumed, f.height)
-    timeline = timeline_frame(sim, req_frame)
-    metrics = compute_metrics(sim, req_frame, timeline, config.metrics)
+    req_frame = _with_training(requests.to_frame(), record.consumed, f.height)
+    timeline = timeline_frame(record, req_frame)
+    metrics = compute_metrics(record, req_frame, timeline, config.metrics)
     links = None
     if routed is not None:
         links = link_frame(routed, timeline)
@@ -261,16 +261,17 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
         "notes": prepared.notes + ([f"{scheduler} read true output lengths before they were generated (oracle=true): "
-                                    "an upper bound, not what the real system could know"] if sim.extra.get("oracle") else []),
+                                    "an upper bound, not what the real system could know"] if record.extra.get("oracle") else []),
     }
-    ends = sorted(sim.step_end_s.items())
+    ends = sorted(record.step_end_s.items())
     steps = pl.DataFrame({"job": [j for (j, _), _ in ends], "step": [s for (_, s), _ in ends],
                           "end_s": [t for _, t in ends]}, schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64})
     starts = {job.id: job.arrival_s for job in jobs}
     steps = steps.with_columns(
         (pl.col("end_s") - pl.col("end_s").shift(1).over("job").fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
         .alias("step_time_s"))
-    return RunResult(scheduler, metrics, timeline, req_frame, resolved, sim.events, wall, steps, sim.queue.log, links)
+    return RunResult(scheduler, metrics, timeline, req_frame, resolved, record.events, wall, steps, record.event_log,
+                     links)
 
 
 def _with_training(frame: pl.DataFrame, consumed: list[tuple[int, int, np.ndarray, np.ndarray]],

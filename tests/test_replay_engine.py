@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -9,12 +10,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from replay_helpers import TAU, make
+from replay_helpers import TAU, agentic, make
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
+from rltrace.replay.entities.requests import Requests
+from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
+from rltrace.replay.record import RunRecord
 from rltrace.replay.run import ReplayConfig, replay
-from rltrace.replay.schedulers import create, names, register
+from rltrace.replay.schedulers import create, lookup, names, register
+from rltrace.replay.schedulers.base import ONE_JOB, Capabilities, capabilities
+from rltrace.replay.schedulers.view import View
 from rltrace.replay.simulator import Notice, Simulator
 
 from rltrace.errors import ConfigError
@@ -145,7 +151,7 @@ def test_a_duplicate_name_is_an_error() -> None:
 # ---- the verbs a seed scheduler needs --------------------------------------------------------------------
 
 
-def train_when_three_finished(self: Any, sim: Simulator, notice: Notice) -> None:
+def train_when_three_finished(self: Any, sim: View, notice: Notice) -> None:
     """``on_event`` of the one-step test schedulers below: their timer calls ``on_timer``; once requests 0-2
     have finished, one training step."""
     if notice.kind == "timer":
@@ -174,7 +180,7 @@ class Verbs:
     def __init__(self, config: VerbsConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         job = sim.jobs[0]
         sim.allocate("generation", 2, "H100")
         sim.allocate("training", 1, "H100")
@@ -186,7 +192,7 @@ class Verbs:
         sim.timer(self.config.abort_at_s, "regroup")
         self.left = 3
 
-    def on_timer(self, sim: Simulator) -> None:
+    def on_timer(self, sim: View) -> None:
         back = sim.abort([0])
         assert back == [0]
         sim.retire(self.b)  # request 2 already finished
@@ -228,7 +234,7 @@ class Look:
     def __init__(self, config: LookConfig) -> None:
         self.config = config
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         sim.allocate("generation", 1, "H100")
         sim.allocate("training", 1, "H100")
         sim.add_resource("trainer", "training", gpus=1)
@@ -237,7 +243,7 @@ class Look:
         sim.timer(0.255, "look")  # mid-iteration, after request 0 finished at 0.1 s
         self.left = 3
 
-    def on_timer(self, sim: Simulator) -> None:
+    def on_timer(self, sim: View) -> None:
         if self.config.action == "look":
             assert sorted(sim.requests_on(self.inst)) == [1, 2]
         else:
@@ -306,7 +312,7 @@ class MidDrain:
         self.config = config
         self.generated: list[tuple[int, int]] = []
 
-    def start(self, sim: Simulator) -> None:
+    def start(self, sim: View) -> None:
         sim.quiet = True
         sim.allocate("generation", 2, "H100")
         self.a = sim.add_instance("generation", 1, sim.jobs[0].generation, max_seqs=40)
@@ -316,7 +322,7 @@ class MidDrain:
         sim.submit(self.b, rids[len(rids) // 2 :])
         sim.timer(self.config.at_s, "meddle")
 
-    def on_event(self, sim: Simulator, notice: Notice) -> None:
+    def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind == "timer":
             back = sim.abort(list(job.requests(0))[::3])
@@ -347,3 +353,105 @@ def test_cutting_a_drain_short_matches_the_per_event_path() -> None:
     assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(), rtol=1e-9)
     assert fast.requests.select("instance", "aborts").equals(slow.requests.select("instance", "aborts"))
     assert fast.steps["end_s"].to_list() == pytest.approx(slow.steps["end_s"].to_list(), rel=1e-9)
+
+
+# ---- typed events, declared capabilities, the run record ---------------------------------------------------
+
+EVENT_KINDS = ("Planned(", "Generated(", "Done(", "Timer(", "TurnReady(")
+
+
+@pytest.mark.parametrize(("scheduler", "prepared"), [
+    ("disagg-sync", lambda: make(LENGTHS, train_s=0.3, sync_s=0.1)),  # quiet mode: a "generated" event per step
+    ("test-verbs", lambda: make([[100, 20, 30]])),  # timers, work, finishes one by one
+    ("one-step-async", lambda: agentic([[[(10, 0.0), (5, 1.0)], [(20, 0.0)]]] * 2, train_s=0.2)),  # next turns
+])
+def test_every_event_is_a_typed_object_fired_in_key_order(scheduler: str, prepared: Any) -> None:
+    log = replay(prepared(), scheduler, ReplayConfig(), keep_log=True).event_log
+    assert log
+    assert {data[: data.index("(") + 1] for *_, data in log} <= set(EVENT_KINDS)
+    assert all(target for _, _, _, target, data in log if data.startswith("Planned("))  # an instance's name
+    keys = [(t, p, s) for t, p, s, *_ in log]
+    assert keys == sorted(keys)
+    if scheduler == "one-step-async":
+        assert any(data.startswith("TurnReady(") for *_, data in log)
+
+
+def two_jobs() -> Any:
+    """Two identical one-step jobs of two requests each (requests 0-1 and 2-3)."""
+    one = make([[10, 20]])
+    frame = pl.concat([one.requests_frame, one.requests_frame.with_columns(pl.lit(1, pl.Int32).alias("job"))])
+    second = dataclasses.replace(one.jobs[0], id=1, name="job1", first=[2, 4])
+    return dataclasses.replace(one, requests_frame=frame, jobs=[one.jobs[0], second])
+
+
+SEEN_JOBS: list[int] = []
+
+
+@register("test-all-jobs")
+class AllJobs:
+    """Declares several jobs: runs every job's step 0 on one instance, then trains once."""
+
+    Config = VerbsConfig
+    capabilities = Capabilities(several_jobs=True)
+
+    def __init__(self, config: VerbsConfig) -> None:
+        self.left = 0
+
+    def start(self, sim: View) -> None:
+        SEEN_JOBS.append(len(sim.jobs))
+        sim.allocate("generation", 1, "H100")
+        self.inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        for job in sim.jobs:
+            sim.submit(self.inst, job.requests(0))
+            self.left += len(job.requests(0))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        self.left -= len(notice.requests)
+        if not self.left:
+            for job in sim.jobs:
+                sim.end_step(job.id, 0)
+
+
+@register("test-first-job")
+class FirstJob(AllJobs):
+    """The same policy with nothing declared: it sees (and so replays) the first job only."""
+
+    capabilities = ONE_JOB
+
+
+def test_a_scheduler_sees_several_jobs_only_when_it_declares_it() -> None:
+    SEEN_JOBS.clear()
+    both = replay(two_jobs(), "test-all-jobs", ReplayConfig())
+    first = replay(two_jobs(), "test-first-job", ReplayConfig())
+    assert SEEN_JOBS == [2, 1]
+    assert both.requests["finished"].to_list() == [True] * 4
+    assert first.requests["finished"].to_list() == [True, True, False, False]
+    assert both.steps["job"].to_list() == [0, 1] and first.steps["job"].to_list() == [0]
+    assert capabilities(lookup("rollmux")).several_jobs and not capabilities(lookup("disagg-sync")).several_jobs
+    assert capabilities(lookup("rollart")).places_turns and not capabilities(lookup("streamrl")).places_turns
+
+
+def test_a_wrong_capabilities_declaration_fails_at_registration() -> None:
+    with pytest.raises(TypeError, match="must be a Capabilities"):
+
+        @register("test-bad-capabilities")
+        class Bad(AllJobs):
+            capabilities = ("several_jobs",)  # type: ignore[assignment]
+
+
+def test_metrics_read_the_run_record_the_simulator_returns() -> None:
+    prepared = make(LENGTHS, train_s=0.3, sync_s=0.1, gen_gpus=2)
+    f = prepared.requests_frame
+    requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
+                        f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy())
+    policy, _ = create("one-step-async")
+    record = Simulator(requests, prepared.jobs, prepared.cluster).run(policy)
+    assert isinstance(record, RunRecord)
+    assert sorted(record.step_end_s) == [(0, 0), (0, 1)] and len(record.consumed) == 2
+    assert {p.pool for p in record.pools} == {"generation", "training"} and record.events > 0
+    frame = requests.to_frame()
+    timeline = timeline_frame(record, frame)
+    metrics = compute_metrics(record, frame, timeline, MetricsConfig())
+    via_replay = replay(make(LENGTHS, train_s=0.3, sync_s=0.1, gen_gpus=2), "one-step-async", ReplayConfig())
+    assert metrics["makespan_s"] == via_replay.metrics["makespan_s"]
+    assert metrics["events"] == via_replay.events == record.events

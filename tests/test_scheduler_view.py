@@ -97,7 +97,7 @@ def test_an_unfinished_requests_output_length_cannot_be_read_through_the_view(qu
 
 
 def test_the_view_offers_no_way_to_the_engine_or_the_true_lengths() -> None:
-    hidden = ("spawn", "queue", "segments", "consumed", "pools", "all_instances")
+    hidden = ("spawn", "queue", "segments", "consumed", "pools", "all_instances", "record", "book", "route_turns")
     assert not any(hasattr(View, name) for name in hidden)
     from rltrace.replay.schedulers.view import RequestView
 

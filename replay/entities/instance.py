@@ -17,7 +17,8 @@ from __future__ import annotations
 import heapq
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rltrace.replay.costmodels.generation import GenerationCost
@@ -28,6 +29,9 @@ from rltrace.replay.entities.requests import Requests, State
 
 from rltrace.errors import ConfigError
 
+if TYPE_CHECKING:
+    from rltrace.replay.record import Segment
+
 RUNNING, WAITING, FINISHED = int(State.RUNNING), int(State.WAITING), int(State.FINISHED)  # plain ints: hot loop
 KV_WATERMARK = 0.01  # vLLM's default: keep 1% of KV blocks free when admitting, to avoid instant preemption
 
@@ -37,11 +41,11 @@ class GenerationInstance:
 
     __slots__ = (
         "_heap",
-        "_on_segment",
         "_order",
         "_planned",
         "_req",
         "_retry_drain_at",
+        "_segments",
         "batch",
         "busy_since",
         "cost",
@@ -64,7 +68,7 @@ class GenerationInstance:
     )
 
     def __init__(self, iid: int, name: str, pool: str, tp: int, cost: GenerationCost, max_seqs: int,
-                 requests: Requests, now_s: float, on_segment: Callable[[str, str, int, int, float, float], None]):
+                 requests: Requests, now_s: float, segments: list[Segment]):
         self.id, self.name, self.pool = iid, name, pool
         self._req = requests
         self.max_seqs = max_seqs
@@ -80,7 +84,7 @@ class GenerationInstance:
         self.version = 0
         self.busy_since: float | None = None
         self._planned: tuple[int, float, bool] | None = None  # (iterations, seconds, ends in a preemption)
-        self._on_segment = on_segment
+        self._segments = segments  # the run's timeline spans: it adds its own (busy, preempted, aborted, switch)
         self.retired = False
         self.fast = False
         """plan whole queues at once (the simulator's quiet mode: nobody needs each finish as it happens)"""
@@ -103,6 +107,36 @@ class GenerationInstance:
     def request_ids(self) -> list[int]:
         """Requests running (in finish order) or queued here, as of the instance's own clock."""
         return [e[1] for e in self._heap] + list(self.waiting)
+
+    def reconfigure(self, now_s: float, *, tp: int | None, cost: GenerationCost | None, switch_s: float,
+                    job: int) -> None:
+        """Change TP degree or model at ``now_s`` (the caller brought the instance to now): busy ``switch_s`` (a
+        switch span of ``job``); running requests are preempted to the head of the queue, keeping their
+        progress (their tokens are recomputed afterwards)."""
+        self.time_s = max(self.time_s, now_s)
+        state = self._req.state
+        running = [rid for _, rid in self._heap if state[rid] == RUNNING]  # (in finish order)
+        queued = running + list(self.waiting)
+        self.remove(queued, kind="migrated")
+        if cost is not None:
+            self.cost = cost
+        self.set_tp(tp or self.tp)
+        if switch_s > 0:
+            self._segments.append((self.name, "switch", -1, -1, self.time_s, self.time_s + switch_s, job))
+            self.time_s += switch_s
+        for rid in queued:
+            state[rid] = WAITING
+        self.waiting.extend(queued)
+
+    def set_version(self, version: int, now_s: float) -> None:
+        """Serve policy ``version`` from ``now_s`` on: requests admitted later carry it (those a planned drain
+        admits after ``now_s`` too)."""
+        self.version = version
+        d = self.drain
+        if d is not None:
+            versions = self._req.version
+            for rid in d.rids[d.fresh & (d.start_s > now_s)].tolist():
+                versions[rid] = version
 
     def kv_tokens(self) -> int:
         return self.offset + self.batch * self.it
@@ -150,7 +184,7 @@ class GenerationInstance:
             self._planned = None
             self._order.clear()
             if self.busy_since is not None:
-                self._on_segment(self.name, "busy", -1, -1, self.busy_since, self.time_s)
+                self._segments.append((self.name, "busy", -1, -1, self.busy_since, self.time_s, -1))
                 self.busy_since = None
             return None
         if self.busy_since is None:
@@ -306,13 +340,18 @@ class GenerationInstance:
                 if first[rid] != first[rid]:  # NaN: the first admission of this attempt
                     first[rid] = now
 
-    def _leave(self, rid: int) -> int:
-        """Take ``rid`` out of the batch's sums; return the tokens it generated in this admission."""
+    def _leave(self, rid: int, keep: bool) -> None:
+        """Take running ``rid`` out of the batch's sums. ``keep``: it keeps the tokens it generated in this
+        admission, preempted by recompute (prefilled again with its prompt when next admitted, anywhere);
+        else they are lost (an abort resets the request)."""
         req = self._req
-        generated = self.it - req.admit_iter[rid]
-        self.offset -= req.prompt[rid] + req.recompute[rid] - req.admit_iter[rid]
+        self.offset -= req.prompt[rid] + req.recompute[rid] - req.admit_iter[rid]  # (the sums use the old counts)
         self.batch -= 1
-        return generated
+        if keep:
+            generated = self.it - req.admit_iter[rid]
+            req.remaining[rid] -= generated
+            req.recompute[rid] += generated
+            req.touched = True
 
     def _preempt_last(self) -> None:
         req, order = self._req, self._order
@@ -321,11 +360,8 @@ class GenerationInstance:
         rid = order.pop()
         self._heap.remove((req.admit_iter[rid] + req.remaining[rid], rid))
         heapq.heapify(self._heap)
-        generated = self._leave(rid)
-        req.touched = True
-        self._on_segment(self.name, "preempted", req.step[rid], rid, req.start_s[rid], self.time_s)
-        req.remaining[rid] -= generated
-        req.recompute[rid] += generated
+        self._leave(rid, keep=True)
+        self._segments.append((self.name, "preempted", req.step[rid], rid, req.start_s[rid], self.time_s, req.job[rid]))
         req.preemptions[rid] += 1
         req.state[rid] = WAITING
         self.waiting.appendleft(rid)
@@ -333,16 +369,19 @@ class GenerationInstance:
     def remove(self, rids: Iterable[int], kind: str = "aborted") -> list[int]:
         """Take these requests off this instance (running or waiting); return the ones that were here.
 
-        Each running one leaves a timeline segment of ``kind`` ("aborted", or "migrated" when it moves)."""
+        Each running one leaves a timeline segment of ``kind``: "aborted" (its generated tokens are lost), or
+        "migrated" (it moves, keeping them: preempted by recompute)."""
         req, gone = self._req, []
         drop = {r for r in rids if req.instance[r] == self.id and req.state[r] in (State.RUNNING, State.WAITING)}
         if not drop:
             return gone
         kept_heap = []
         for entry in self._heap:
-            if entry[1] in drop:
-                self._leave(entry[1])
-                self._on_segment(self.name, kind, req.step[entry[1]], entry[1], req.start_s[entry[1]], self.time_s)
+            rid = entry[1]
+            if rid in drop:
+                self._leave(rid, keep=kind == "migrated")
+                span = (self.name, kind, req.step[rid], rid, req.start_s[rid], self.time_s, req.job[rid])
+                self._segments.append(span)
             else:
                 kept_heap.append(entry)
         heapq.heapify(kept_heap)

@@ -6,10 +6,13 @@ third of a numpy scalar read. ``to_frame`` turns them into one DataFrame at the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 
 import numpy as np
 import polars as pl
+
+from rltrace.errors import ConfigError
 
 
 class State(IntEnum):
@@ -103,6 +106,35 @@ class Requests:
     def output_arr(self) -> np.ndarray:
         """output tokens as recorded (``remaining`` differs once a request was preempted: see ``touched``)"""
         return self._columns()[3]
+
+    def queue(self, rids: Iterable[int], instance: int, now_s: float) -> list[int] | range:
+        """Mark pending requests waiting on ``instance`` (a request's first submission is its arrival); returns
+        them as a list, or as the range given (a contiguous batch: slice writes, no Python loop). A request not
+        pending is an error."""
+        state, submitted = self.state, self.submit_s
+        if isinstance(rids, range) and rids.step == 1:
+            a, b = rids.start, rids.stop
+            if state[a:b].count(State.PENDING) != b - a:
+                bad = next(r for r in rids if state[r] != State.PENDING)
+                raise ConfigError(f"request {bad} is already {State(state[bad]).name.lower()}")
+            state[a:b] = [int(State.WAITING)] * (b - a)
+            self.instance[a:b] = [instance] * (b - a)
+            submitted[a:b] = [t if t == t else now_s for t in submitted[a:b]]  # noqa: PLR0124 (t != t: NaN, never queued)
+            return rids
+        rids = list(rids)
+        for rid in rids:
+            if state[rid] != State.PENDING:
+                raise ConfigError(f"request {rid} is already {State(state[rid]).name.lower()}")
+            state[rid] = State.WAITING
+            self.instance[rid] = instance
+            if submitted[rid] != submitted[rid]:  # NaN: never queued before
+                submitted[rid] = now_s
+        return rids
+
+    def versions(self, index: np.ndarray) -> np.ndarray:
+        """The policy versions these requests were (last) admitted under."""
+        # (a gather through a list is the cheapest read of a few thousand list items)
+        return np.fromiter(map(self.version.__getitem__, index.tolist()), dtype=np.int64, count=len(index))
 
     def reset(self, rid: int) -> None:
         """Back to the scheduler with nothing generated (an abort discards the partial response)."""

@@ -15,9 +15,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rltrace.replay.events import Notice
 from rltrace.replay.registry import Registry
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 from rltrace.config import build
 

@@ -35,7 +35,7 @@ from rltrace.replay.costmodels.generation import GenerationCost, RooflineGenerat
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.entities.requests import State
 from rltrace.replay.job import Job
-from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import answer_again, siblings
 from rltrace.replay.schedulers.predict import RecentLengths, prior_tokens
 from rltrace.replay.schedulers.view import View
@@ -83,13 +83,13 @@ class Trajectory:
 @register("rollart")
 class RollArt:
     Config = RollArtConfig
+    capabilities = Capabilities(places_turns=True)  # each turn goes where it is estimated to finish first
 
     def __init__(self, config: RollArtConfig) -> None:
         self.config = config
 
     def start(self, sim: View) -> None:
         job, c, cfg = sim.jobs[0], sim.cluster, self.config
-        sim.route_turns = True
         affinity = c.gen_gpus // 2 if cfg.prefill_gpus < 0 else cfg.prefill_gpus
         affinity -= affinity % c.tp
         if affinity >= c.gen_gpus:

@@ -111,15 +111,16 @@ class View:
                  "end_step", "extra", "instances", "jobs", "mark", "max_seqs", "migrate", "reconfigure", "release",
                  "requests", "requests_on", "resources", "retire", "set_version", "stop", "submit", "timer", "work")
 
-    def __init__(self, sim: Simulator) -> None:
+    def __init__(self, sim: Simulator, *, several_jobs: bool = False) -> None:
         self._sim = sim
-        self.jobs: list[Job] = sim.jobs
+        self.jobs: list[Job] = sim.jobs if several_jobs else sim.jobs[:1]
+        """the run's jobs; only the first for a scheduler whose capabilities do not include several jobs"""
         self.cluster: Cluster = sim.cluster
         self.max_seqs: int = sim.max_seqs
         self.instances: list[GenerationInstance] = sim.instances
         """live instances (the engine's list: it changes as instances are added and retired)"""
         self.resources: dict[str, Resource] = sim.resources
-        self.extra: dict[str, float] = sim.extra
+        self.extra: dict[str, float] = sim.record.extra
         """metrics the scheduler adds (names of its choosing)"""
         self.requests = RequestView(sim)
         # the verbs: the simulator's bound methods themselves (no call through a wrapper on the hot path)
@@ -144,15 +145,6 @@ class View:
         self._sim.quiet = value
 
     @property
-    def route_turns(self) -> bool:
-        """See ``Simulator.route_turns``: the scheduler places each trajectory's next turn itself."""
-        return self._sim.route_turns
-
-    @route_turns.setter
-    def route_turns(self, value: bool) -> None:
-        self._sim.route_turns = value
-
-    @property
     def multi_turn(self) -> bool:
         """Some requests are turns of multi-turn trajectories."""
         return self._sim.multi_turn
@@ -166,8 +158,8 @@ class View:
         req, chain = self._sim.requests, [head]
         while req.next_turn[chain[-1]] >= 0:
             chain.append(req.next_turn[chain[-1]])
-        return self._sim.spawn(req.job[head], step, group, [req.prompt[r] for r in chain],
-                               [req.output[r] for r in chain], [req.env_s[r] for r in chain])
+        return req.add(req.job[head], step, group, [req.prompt[r] for r in chain], [req.output[r] for r in chain],
+                       [req.env_s[r] for r in chain])
 
     def train_seconds(self, job: Job, recorded_step: int, rids: Iterable[int]) -> float:
         """Trainer seconds for a batch of finished samples: the recorded step's measured trainer time scaled by

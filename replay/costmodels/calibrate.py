@@ -42,7 +42,8 @@ class TraceFit:
 def _area_at(times: np.ndarray, value: np.ndarray, area: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Area under a step function (``value[i]`` from ``times[i]``) from its start to each t."""
     i = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(times) - 1)
-    return area[i] + value[i] * (t - times[i])
+    area_t: np.ndarray = area[i] + value[i] * (t - times[i])
+    return area_t
 
 
 def mean_running(engine: np.ndarray, start: np.ndarray, end: np.ndarray, base: float = 1.0,

@@ -8,6 +8,7 @@ cache, CUDA-graph padding and kernel floors, TP/EP collectives from the network 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -115,7 +116,8 @@ class FittedGeneration:
     def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
         if tokens <= 0:
             return 0.0
-        return (self.prefill_base_s + self.prefill_per_token_s * tokens) * (self.recorded_tp / tp) ** self.tp_speedup
+        at_recorded_tp = self.prefill_base_s + self.prefill_per_token_s * tokens
+        return at_recorded_tp * math.pow(self.recorded_tp / tp, self.tp_speedup)
 
     def prefill_seconds_array(self, tokens: np.ndarray, prompts: np.ndarray, tp: int) -> np.ndarray:
         scale = (self.recorded_tp / tp) ** self.tp_speedup

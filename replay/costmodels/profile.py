@@ -13,6 +13,7 @@ row per (gpu, tp, regime); ``load_profile`` turns it into the factors a :class:`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,12 +86,13 @@ def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
     root = Path(directory)
     spec = get_gpu(gpu)
     parts = []
-    for name, label, convert in (
+    tables: tuple[tuple[str, str, Callable[[Path], pl.DataFrame]], ...] = (
         ("vidur_llama-2-7b_mlp.csv", "vidur_llama-2-7b_mlp.csv", lambda p: _vidur(p, get_model("Llama-2-7B"), spec)),
         ("aic_gemm_perf.parquet", "aic_gemm_perf.parquet (bf16)", lambda p: _aic_gemm(p, spec)),
         ("aic_generation_attention_perf.parquet", "aic_generation_attention_perf.parquet (bf16 KV)",
          lambda p: _aic_attention(p, spec)),
-    ):
+    )
+    for name, label, convert in tables:
         if (root / name).exists():
             rows = convert(root / name)
             parts.append(rows.select(pl.lit(label).alias("source"), pl.col("tp").cast(pl.Int32), "regime", "bound_s",

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 from rltrace.replay.costmodels.parallel import ep_alltoall_seconds, tp_allreduce_seconds
@@ -147,7 +148,8 @@ class Roofline:
         # a GPU GEMM streams its weights after a ramp (launch, tile set-up, pipeline fill), so small kernels run
         # far below the bandwidth large ones reach: ramp + bytes / (fraction x HBM), fitted to the H100 table
         stream = serving.stream_seconds(nbytes, self.model.dtype_bytes, self.gpu.hbm_bytes_per_s)
-        return np.maximum(np.maximum(stream, compute), serving.GEMM_FLOOR_S)
+        seconds: np.ndarray = np.maximum(np.maximum(stream, compute), serving.GEMM_FLOOR_S)
+        return seconds
 
     @property
     def _gemm_bandwidth(self) -> float:
@@ -235,7 +237,7 @@ class Roofline:
         host = kernels * serving.EAGER_LAUNCH_S
         return np.where(np.asarray(tokens) > serving.MAX_CAPTURE_SIZE, np.maximum(gpu_s, host), gpu_s)
 
-    def decode_table(self, batches: np.ndarray) -> np.ndarray:
+    def decode_table(self, batches: ArrayLike) -> np.ndarray:
         """Seconds of a decode iteration's batch-dependent part at each batch size: GEMMs on the padded batch,
         experts touched, floors, sampler, TP/EP communication (everything but the KV reads)."""
         b = np.asarray(batches, dtype=np.int64)

@@ -70,7 +70,7 @@ def job_state(job: object) -> ModelState:
     """A job's model state: its generation cost's catalog model, else what ``prepare`` put in ``job.extra``
     (``params``, ``weight_bytes`` from the bundle's model), else nothing known (a switch is its floor)."""
     model = getattr(getattr(job, "generation", None), "model", None)
-    if hasattr(model, "weight_bytes") and hasattr(model, "params"):
+    if model is not None and hasattr(model, "weight_bytes") and hasattr(model, "params"):
         return ModelState(float(model.params), float(model.weight_bytes))
     extra = getattr(job, "extra", None) or {}
     return ModelState(float(extra.get("params", 0.0)), float(extra.get("weight_bytes", 0.0)))

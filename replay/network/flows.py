@@ -93,4 +93,5 @@ def _gather(indptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """The CSR entries of flows ``idx``, in order, without a Python loop."""
     lengths = indptr[idx + 1] - indptr[idx]
     offsets = np.repeat(indptr[idx] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    return np.arange(lengths.sum()) + offsets
+    entries: np.ndarray = np.arange(lengths.sum()) + offsets
+    return entries

@@ -21,6 +21,7 @@ from rltrace.replay.network.weight_sync import STRATEGIES, weight_sync
 from rltrace.replay.topologies import Topology, TopologySpec
 
 from rltrace.errors import ConfigError
+from rltrace.scalars import number
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,7 +90,7 @@ def link_frame(routed: Routed, timeline: pl.DataFrame) -> pl.DataFrame:
     ``job``."""
     links = routed.topology.links()
     columns = ("link", "kind", "what", "job", "step", "start_s", "end_s", "bytes")
-    rows: dict[str, list] = {c: [] for c in columns}
+    rows: dict[str, list[object]] = {c: [] for c in columns}
     spans = (timeline.filter(pl.col("kind").is_in(["weight_sync", "train"]))
              .group_by("kind", "job", "step").agg(pl.col("start_s").min(), pl.col("end_s").max())
              .sort("job", "step", "kind"))
@@ -125,7 +126,7 @@ def metrics(routed: Routed, links: pl.DataFrame, throughput: float, config: Netw
         "weight_sync_s": float(np.mean(list(routed.sync_s.values()))) if routed.sync_s else 0.0,
         "collective_s": float(np.mean(list(routed.collective_s.values()))) if routed.collective_s else 0.0,
         "reconfig_s": routed.reconfig_s,
-        "max_link_utilization": float(links["utilization"].max()) if links.height else 0.0,
+        "max_link_utilization": number(links["utilization"].max()) if links.height else 0.0,
         "fabric": routed.cost,
         "samples_per_s_per_fabric_musd": throughput / (capex / 1e6) if capex > 0 else None,
     }

@@ -89,6 +89,21 @@ def test_a_2x2_tree_is_a_chain_to_each_nics_gpu_and_nccls_double_tree_between_no
     assert result.seconds == pytest.approx(expected, rel=1e-9)
 
 
+def test_an_uneven_tree_holds_a_chunk_only_at_its_levels_between_nodes_under_ll128() -> None:
+    # 6 GPUs of one node and 1 of another: a 5-hop chain and one tree level between the nodes, up and down; under
+    # LL128 only those 2 levels hold a whole unit, so the time is latency + (size + 1 unit) at the links' rate
+    topo = _leaf(2, 8, nics=8)
+    ranks = np.array([0, 1, 2, 3, 4, 5, 8])
+    ll128 = TREE_PROTOCOLS[1]
+    small, large = 4 * GIB, 8 * GIB  # one LL128 unit for both: 576,000 bytes x 16 channels
+    times = [collective(topo, "all_reduce", ranks, s, "tree", protocol="LL128").seconds for s in (small, large)]
+    latency = ll128.base_s + phase_latency(topo, phases("all_reduce", ranks, small, "tree", 8, 0.0, 8)[0], ll128)
+    per_byte = (times[1] - times[0]) * ll128.payload / (large - small)
+    unit = tree_unit_bytes("LL128", small, 2, 3.5, 16)
+    assert unit == tree_unit_bytes("LL128", large, 2, 3.5, 16) == 16 * 576_000
+    assert ((times[0] - latency) * ll128.payload / per_byte - small) / unit == pytest.approx(1.0, rel=1e-6)
+
+
 def test_tree_units_follow_nccls_chunking() -> None:
     # src/enqueue.cc calcCollChunking: one step of the protocol's buffer a chunk (Simple 4 MiB / 8, LL 32 KiB of
     # data, LL128 576,000 bytes of data); LL128's halved towards 128 KiB while a channel holds fewer than

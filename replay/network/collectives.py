@@ -427,10 +427,10 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         unit = nvls_tree_unit_bytes(size, nodes, nics or topo.gpus_per_node)
         passes = (2, 2 * int(np.ceil(np.log2(nodes))))
     if algo == "tree" and nodes > 1:  # NCCL's tree chunks (2 channels a NIC); the levels that hold a whole chunk
-        ppn = len(ranks) // nodes
         channels = CHANNELS_PER_NIC * (nics or topo.gpus_per_node)
-        unit = {p.name: tree_unit_bytes(p.name, size, nodes, ppn, channels) for p in protocols}
-        every, network = parts[0].steps, parts[0].steps - 2 * (ppn - 1)  # up and down: chain and tree, the tree
+        unit = {p.name: tree_unit_bytes(p.name, size, nodes, len(ranks) / nodes, channels) for p in protocols}
+        chain = int(np.bincount(ranks // topo.gpus_per_node).max()) - 1  # the longest chain's levels
+        every, network = parts[0].steps, parts[0].steps - 2 * chain  # up and down: chain and tree, the tree
         pipelined, passes = True, {p.name: (every if p.name == "Simple" else network,) for p in protocols}
     if op == "broadcast" and nodes > 1:  # only the root holds data at first: the chain fills, one chunk a level
         # NCCL's ring broadcast moves one step a chunk (BROADCAST_CHUNKSTEPS 1, src/include/collectives.h), every

@@ -75,7 +75,7 @@ STEP_CHUNK_BYTES = {"Simple": (4 << 20) // NCCL_STEPS,
                     "LL128": 120 * 640 * 8 // 16 * 15}
 
 
-def tree_unit_bytes(protocol: str, size: float, nodes: int, ppn: int, channels: int) -> float:
+def tree_unit_bytes(protocol: str, size: float, nodes: int, ppn: float, channels: int) -> float:
     """NCCL's tree all-reduce pipeline unit: calcCollChunking's chunk x ``channels`` (every channel moves one chunk
     at once)."""
     chunk = STEP_CHUNK_BYTES[protocol]

@@ -67,6 +67,9 @@ def _has_config(name: str, cls: type) -> None:
     capabilities(cls)  # a wrong declaration fails when the scheduler registers, not mid-run
 
 
+BASELINES = ("colocated-sync", "disagg-sync", "one-step-async", "fully-async")
+"""the schedulers `rltrace replay` runs when none is named: the textbook synchronous and asynchronous designs"""
+
 SCHEDULERS: Registry[Scheduler] = Registry("scheduler", _has_config)
 register = SCHEDULERS.register
 """Class decorator: make a scheduler available as ``name``. A second class with the same name is an error."""

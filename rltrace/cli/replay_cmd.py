@@ -24,11 +24,10 @@ from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
-from rltrace.replay.schedulers.base import capabilities
+from rltrace.replay.schedulers.base import BASELINES, capabilities
 from rltrace.replay.settings import resolve
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, replicate, sources
 
-BASELINES = "colocated-sync,disagg-sync,one-step-async,fully-async"
 MAX_REPLICATES = 1000
 
 
@@ -64,7 +63,7 @@ def replay(
     bundle: Annotated[Path | None, typer.Argument(
         help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
     scheduler: Annotated[str, typer.Option(
-        "--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = BASELINES,
+        "--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = ",".join(BASELINES),
     gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
     train_gpus: Annotated[int | None, typer.Option(help="Training GPUs (default: as recorded).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200), or "

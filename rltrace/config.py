@@ -129,7 +129,8 @@ def override(obj: T, assignments: Iterable[Assignment], where: str = "config", p
                 if not isinstance(child, dict):  # "cost" set whole, then "cost.x": the later one wins alone
                     child = node[part] = {}
                 node = child
-    return _replace(obj, tree, where)
+    replaced: T = _replace(obj, tree, where)
+    return replaced
 
 
 def _is_config(obj: Any) -> bool:

@@ -10,6 +10,7 @@ three numbers per kernel or CPU op, never the JSON.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import math
 import zlib
@@ -64,7 +65,8 @@ def _metadata(path: Path) -> tuple[dict[str, Any], int | None]:
     stream, raw = _open(path)
     with raw:
         try:
-            info = next(ijson.items(stream, "distributedInfo", use_float=True), None) or {}
+            found: dict[str, Any] | None = next(ijson.items(stream, "distributedInfo", use_float=True), None)
+            info = found or {}
         except (ijson.JSONError, EOFError, zlib.error, OSError) as e:
             raise _fail(path, e) from None
     if base is None:
@@ -76,6 +78,12 @@ def _metadata(path: Path) -> tuple[dict[str, Any], int | None]:
                 raise _fail(path, e) from None
             base = int(found) if found is not None else None
     return info, base
+
+
+def _report(progress: Callable[[int, int], None] | None, before: int, total: int, read: int) -> None:
+    """Bytes read of one file, as progress over all of them (``before``: the files read before it)."""
+    if progress is not None:
+        progress(before + read, total)
 
 
 def _events(path: Path, progress: Callable[[int], None]) -> Iterator[dict[str, Any]]:
@@ -205,7 +213,9 @@ def kineto(files: list[Path], options: ImportOptions, progress: Callable[[int, i
     """One Kineto trace per rank."""
     total = sum(f.stat().st_size for f in files if f.is_file())
     done = 0
-    collectives, spans, notes = [], [], []
+    collectives: list[dict[str, Any]] = []
+    spans: list[dict[str, Any]] = []
+    notes: list[str] = []
     imported = Imported({}, notes)
     ranks_seen: list[int] = []
     for index, path in enumerate(files):
@@ -218,7 +228,7 @@ def kineto(files: list[Path], options: ImportOptions, progress: Callable[[int, i
         world = int(info.get("world_size", len(files)))
         pg_ranks = {str(pg.get("pg_name")): [int(r) for r in pg.get("ranks", [])] for pg in info.get("pg_config", [])}
         r = _Rank()
-        for event in _events(path, lambda read, d=done: progress(d + read, total) if progress else None):
+        for event in _events(path, functools.partial(_report, progress, done, total)):
             r.add(event, imported.skipped)
         done += path.stat().st_size
         offset = base or 0  # Kineto's ts are microseconds from baseTimeNanoseconds

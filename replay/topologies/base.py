@@ -177,7 +177,8 @@ def ecmp(src: np.ndarray, dst: np.ndarray, key: np.ndarray, ways: int, salt: int
         x ^= x >> np.uint64(27)
         x *= np.uint64(0x94D049BB133111EB)
         x ^= x >> np.uint64(31)
-    return (x % np.uint64(ways)).astype(np.int64)
+    choice: np.ndarray = (x % np.uint64(ways)).astype(np.int64)
+    return choice
 
 
 def csr(hops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +232,8 @@ class NodeFabric:
         """The GPU slot whose NIC links ``gpu`` uses: the first GPU of the group of ``gpus_per_node / nics`` GPUs
         sharing one NIC (each GPU its own when there is one NIC per GPU)."""
         per = max(1, self.gpus_per_node // self.nics)
-        return gpu - (gpu % self.gpus_per_node) % per
+        slot: np.ndarray = gpu - (gpu % self.gpus_per_node) % per
+        return slot
 
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:

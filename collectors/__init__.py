@@ -14,7 +14,9 @@ afterwards::
     collectors.merge("rec", "run")   # once every process has stopped
 
 One collector per source: ``torch_dist`` (c10d ops, optimizer steps), ``vllm_collector`` (requests, generate
-spans, weight updates), ``api`` (explicit spans, steps and flows).
+spans, weight updates), ``hf_generate``, ``weight_files``, ``ray_hook``, and ``api`` (explicit spans, steps and
+flows). Each attaches through one file under ``sources/`` that registers it by name (found by the registry:
+a new collector is one new file there).
 """
 
 from __future__ import annotations

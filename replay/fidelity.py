@@ -24,6 +24,7 @@ from rltrace.replay.uncertainty import DEFAULT_REPLICATES, replicate
 from rltrace.replay.workload import WARMUP_STEPS, extract, renumber_steps
 
 from rltrace.bundle import Bundle
+from rltrace.scalars import integer
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,6 @@ def retarget_error(source: Bundle, target: Bundle, cost: CostConfig | None = Non
     if target_steps is not None:
         rl = renumber_steps(rl, target_steps)
     groups = rl.group_by("step", "group").len()
-    shape = Shape(steps=rl["step"].n_unique(), prompts_per_step=int(groups.group_by("step").len()["len"].median()),
-                  samples_per_prompt=int(groups["len"].median()), source_steps=_tuple(source_steps))
+    shape = Shape(steps=rl["step"].n_unique(), prompts_per_step=integer(groups.group_by("step").len()["len"].median()),
+                  samples_per_prompt=integer(groups["len"].median()), source_steps=_tuple(source_steps))
     return _replayed(source, shape, cost or CostConfig(), _measured(target, target_steps), replicates)

@@ -18,6 +18,7 @@ import polars as pl
 from rltrace.bundle import Bundle
 from rltrace.errors import ConfigError
 from rltrace.manifest import ModelInfo, Pool
+from rltrace.scalars import integer, number
 
 REFERENCE_PHASES = ("reference", "old_logprob", "critic")
 # A recording's first step carries one-time start-up (vLLM compiles and allocates on its first requests: decode
@@ -186,7 +187,8 @@ def _whole_steps(rng: np.random.Generator, per_step: np.ndarray, sizes: np.ndarr
     distinct = np.argsort(keys, axis=1)[:, :per] if per <= keys.shape[1] else np.zeros((len(picked), per), np.int64)
     repeated = np.floor(rng.random((len(picked), per)) * size).astype(np.int64)
     within = np.where(size >= per, distinct, repeated)
-    return (starts[picked][:, None] + within).ravel()
+    rows: np.ndarray = (starts[picked][:, None] + within).ravel()
+    return rows
 
 
 def retarget(
@@ -227,7 +229,7 @@ def retarget(
     sizes = groups["size"].to_numpy().astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     steps = rec["step"].n_unique() if steps is None else steps
-    prompts = int(groups.group_by("step").len()["len"].median()) if prompts_per_step is None else prompts_per_step
+    prompts = integer(groups.group_by("step").len()["len"].median()) if prompts_per_step is None else prompts_per_step
     per = int(np.median(sizes)) if samples_per_prompt is None else samples_per_prompt
     for name, value in (("steps", steps), ("prompts_per_step", prompts), ("samples_per_prompt", per)):
         if value < 1:
@@ -271,11 +273,11 @@ def retarget(
         }
     ).sort("step", "turn", maintain_order=True)  # arrival order: a step's first turns, then its later ones
     recorded = steady(workload.steps)
-    tokens = (recorded["prompt_tokens"] + recorded["output_tokens"]).sum()
+    tokens = number((recorded["prompt_tokens"] + recorded["output_tokens"]).sum())
 
     def seconds_per_token(column: str) -> float | None:
         measured = recorded[column]
-        return None if measured.null_count() == recorded.height else measured.sum() / tokens
+        return None if measured.null_count() == recorded.height else number(measured.sum()) / tokens
 
     rate = {c: seconds_per_token(c) for c in ("train_s", "reference_s")}
     new_steps = samples.group_by("step").agg(

@@ -12,7 +12,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import polars as pl
 import pyarrow as pa
@@ -26,7 +26,7 @@ from rltrace.validate import check_frame
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self needs Python 3.11; only type checkers read this
 
-TableLike = pl.DataFrame | pa.Table | Mapping[str, Sequence[Any]] | None
+TableLike: TypeAlias = pl.DataFrame | pa.Table | Mapping[str, Sequence[Any]] | None
 ROW_GROUP_ROWS = 65_536
 
 

@@ -127,7 +127,8 @@ class Manifest:
         if not isinstance(raw, dict):
             raise ValidationError("must be a JSON object", file=file)
         _check_tree(raw, file)
-        return _build(cls, raw, file, "", strict=_known_version(raw.get("format_version")))
+        manifest: Manifest = _build(cls, raw, file, "", strict=_known_version(raw.get("format_version")))
+        return manifest
 
 
 def _known_version(text: Any) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import polars as pl
 
@@ -24,7 +26,7 @@ class Rule:
 
     column: str
     bad: pl.Expr
-    explain: Callable[[dict], str]
+    explain: Callable[[dict[str, Any]], str]
 
 
 MAX_VALUE_CHARS = 80
@@ -36,6 +38,28 @@ def _fmt(v: object) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else f"{text[:MAX_VALUE_CHARS]}... ({len(text):,} characters)"
 
 
+# The words of each rule's first violating row; ``partial`` binds the column names (a lambda in the loop
+# would need default arguments to do so, which a type checker cannot infer).
+def _below(r: dict[str, Any], n: str, lo: object) -> str:
+    return f"{n}={_fmt(r[n])} is below {lo}"
+
+
+def _unknown(r: dict[str, Any], n: str, a: str) -> str:
+    return f"unknown {n} {_fmt(r[n])} (expected one of: {a})"
+
+
+def _not_ranks(r: dict[str, Any], n: str) -> str:
+    return f"{n}={_fmt(r[n])} must be a non-empty list of ranks >= 0"
+
+
+def _out_of_order(r: dict[str, Any], later: str, earlier: str, w: str) -> str:
+    return f"{later}={_fmt(r[later])} {w} {earlier}={_fmt(r[earlier])}"
+
+
+def _not_member(r: dict[str, Any], s: str, lst: str) -> str:
+    return f"{s}={_fmt(r[s])} is not a member of {lst}={_fmt(r[lst])}"
+
+
 def rules_for(table: TableSchema) -> list[Rule]:
     """Every value rule of a table, in column order."""
     rules: list[Rule] = []
@@ -45,14 +69,14 @@ def rules_for(table: TableSchema) -> list[Rule]:
             rules.append(Rule(c.name, col.is_null(), lambda r: "null value in a column that allows none"))
         if c.min_value is not None:
             lo = c.min_value
-            rules.append(Rule(c.name, col < lo, lambda r, n=c.name, lo=lo: f"{n}={_fmt(r[n])} is below {lo}"))
+            rules.append(Rule(c.name, col < lo, partial(_below, n=c.name, lo=lo)))
         if c.choices:
             allowed = ", ".join(c.choices)
             rules.append(
                 Rule(
                     c.name,
                     col.is_not_null() & ~col.is_in(list(c.choices)),
-                    lambda r, n=c.name, a=allowed: f"unknown {n} {_fmt(r[n])} (expected one of: {a})",
+                    partial(_unknown, n=c.name, a=allowed),
                 )
             )
         if str(c.type).startswith("list"):
@@ -60,7 +84,7 @@ def rules_for(table: TableSchema) -> list[Rule]:
                 Rule(
                     c.name,
                     (col.list.len() == 0) | col.list.eval(pl.element().is_null() | (pl.element() < 0)).list.any(),
-                    lambda r, n=c.name: f"{n}={_fmt(r[n])} must be a non-empty list of ranks >= 0",
+                    partial(_not_ranks, n=c.name),
                 )
             )
     for o in table.orders:
@@ -69,7 +93,7 @@ def rules_for(table: TableSchema) -> list[Rule]:
             Rule(
                 o.later,
                 pl.col(o.later) < pl.col(o.earlier),
-                lambda r, o=o, w=word: f"{o.later}={_fmt(r[o.later])} {w} {o.earlier}={_fmt(r[o.earlier])}",
+                partial(_out_of_order, later=o.later, earlier=o.earlier, w=word),
             )
         )
     for scalar, lst in table.member_of:
@@ -77,7 +101,7 @@ def rules_for(table: TableSchema) -> list[Rule]:
             Rule(
                 scalar,
                 pl.col(scalar).is_not_null() & ~pl.col(lst).list.contains(pl.col(scalar)).fill_null(False),
-                lambda r, s=scalar, l=lst: f"{s}={_fmt(r[s])} is not a member of {l}={_fmt(r[l])}",
+                partial(_not_member, s=scalar, lst=lst),
             )
         )
     if table.name == "requests":

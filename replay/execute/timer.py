@@ -16,7 +16,7 @@ def measure(fn: Callable[[], Any], device: str, *, warmup: int = 2, repeat: int 
     latency between calls is not counted as GPU time)."""
     for _ in range(warmup):
         fn()
-    times = []
+    times: list[float] = []
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         for _ in range(repeat):

@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 
 from rltrace.analysis.runs import Run
+from rltrace.scalars import number
 
 
 def link_utilization(run: Run, *, bins: int = 200, max_links: int = 64) -> tuple[pl.DataFrame, str]:
@@ -25,7 +26,7 @@ def link_utilization(run: Run, *, bins: int = 200, max_links: int = 64) -> tuple
         ranked = ranked.head(max_links)
     names = ranked["link"].to_list()
     chosen = links.filter(pl.col("link").is_in(names))
-    horizon = max(float(run.metrics.get("makespan_s", 0.0)), float(chosen["end_s"].max()))
+    horizon = max(float(run.metrics.get("makespan_s", 0.0)), number(chosen["end_s"].max()))
     edges = np.linspace(0.0, horizon, bins + 1)
     code = chosen["link"].replace_strict({n: i for i, n in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
     s, e, u = chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), chosen["utilization"].to_numpy()

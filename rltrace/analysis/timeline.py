@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from rltrace.analysis.runs import Run
+from rltrace.scalars import number
 
 ATTEMPTS = ("aborted", "migrated", "preempted")
 """request attempts cut short: work an instance did, drawn over its busy span"""
@@ -135,7 +136,7 @@ def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_
         chosen = run.links.filter(pl.col("link").is_in(busiest.head(max_links)["link"].to_list()))
         t = pl.concat([t, chosen.select(("link/" + pl.col("link")).alias("resource"), pl.col("what").alias("kind"),
                                         "step", "job", pl.lit(-1, pl.Int64).alias("id"), "start_s", "end_s")
-                       .cast(t.schema)])  # type: ignore[arg-type]
+                       .cast(t.schema)])
     total = t.height
     requests = t.filter(pl.col("kind") == "request")
     rest = t.filter(pl.col("kind") != "request")
@@ -159,14 +160,14 @@ def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_
             # Busy = when the instance ran anything, from the work itself: an instance that never idles
             # closes no busy span of its own, and its aborted or migrated attempts were work too.
             busy = busy_spans(pl.concat([requests, rest]))
-            rest = pl.concat([rest.filter(pl.col("kind") != "busy"), busy.select(rest.columns).cast(rest.schema)])  # type: ignore[arg-type]
+            rest = pl.concat([rest.filter(pl.col("kind") != "busy"), busy.select(rest.columns).cast(rest.schema)])
         requests = requests.clear().with_columns(pl.lit(0, pl.Int32).alias("lane"), pl.lit(1, pl.Int32).alias("lanes"))
     rest = rest.with_columns(pl.lit(0, pl.Int32).alias("lane"), pl.lit(1, pl.Int32).alias("lanes"))
     frame = pl.concat([requests.cast(COLUMNS), rest.cast(COLUMNS)])  # type: ignore[arg-type]
     if frame.height > max_segments:
         # Merge gaps below a pixel first; widen the gap 4x at a time until the budget holds (or every row
         # and kind is one interval).
-        span = float(frame["end_s"].max() - frame["start_s"].min())
+        span = number(frame["end_s"].max()) - number(frame["start_s"].min())
         gap, unmerged = span / PIXELS, frame
         while True:
             frame = merge_close(unmerged, gap)

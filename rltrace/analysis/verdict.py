@@ -8,6 +8,7 @@ the metrics: which bubble the winner removed, which pool now bounds it, and what
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -137,7 +138,7 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
     return out
 
 
-def _removed_bubble(base: dict, best: dict) -> str:
+def _removed_bubble(base: dict[str, Any], best: dict[str, Any]) -> str:
     """The bubble (pool, part) whose share of the pool's GPU-time fell most from the baseline."""
     drops = []
     for pool in ("generation", "training"):
@@ -152,7 +153,7 @@ def _removed_bubble(base: dict, best: dict) -> str:
             f"{was:.0%} of that pool's GPU-time before, {now:.0%} now.")
 
 
-def _bottleneck(row: dict) -> str:
+def _bottleneck(row: dict[str, Any]) -> str:
     gen, train = row["gen_busy"], row["train_busy"]
     pool, busy = ("generation", gen) if gen >= train else ("training", train)
     if busy >= 0.7:
@@ -162,7 +163,7 @@ def _bottleneck(row: dict) -> str:
             "waiting between them (the bubbles below).")
 
 
-def _work_change(row: dict) -> str:
+def _work_change(row: dict[str, Any]) -> str:
     same = (f"trained {row['trained_samples']:,} samples ({row['samples_share']:.1%} of the recorded) and "
             f"{_tokens(row['trained_tokens'])} tokens ({row['tokens_share']:.1%}), staleness mean "
             f"{row['stale_mean']:.2f}, max {row['stale_max']}")

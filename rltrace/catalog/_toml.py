@@ -27,15 +27,15 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: invalid TOML ({e})") from None
 
 
-def lookup(table: dict[str, Any], name: str, what: str) -> Any:
+E = TypeVar("E")
+
+
+def lookup(table: dict[str, E], name: str, what: str) -> E:
     """Case-insensitive catalog lookup with a helpful error."""
     for key, value in table.items():
         if key.lower() == name.lower():
             return value
     raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(sorted(table))})")
-
-
-E = TypeVar("E")
 
 
 def build_entry(cls: type[E], name: str, raw: dict[str, Any], where: str, what: str) -> E:
@@ -44,8 +44,9 @@ def build_entry(cls: type[E], name: str, raw: dict[str, Any], where: str, what: 
     unknown = set(raw) - allowed
     if unknown:
         raise ConfigError(f"{where}: {what} {name!r} has unknown key {min(unknown)!r}")
+    make: Callable[..., E] = cls  # a dataclass: its fields are keywords
     try:
-        return cls(name=name, **raw)
+        return make(name=name, **raw)
     except TypeError as e:
         raise ConfigError(f"{where}: {what} {name!r}: {e}") from None
 

@@ -7,6 +7,7 @@ own with a TOML file in the same shape, or point at a Hugging Face ``config.json
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -193,7 +194,7 @@ class ModelSpec:
         if not self.is_moe or tokens <= 0:
             return 0.0
         e, k = self.experts, self.experts_per_token
-        return e * (1.0 - (1.0 - k / e) ** tokens)
+        return e * (1.0 - math.pow(1.0 - k / e, tokens))
 
     def info(self) -> ModelInfo:
         """The manifest's view of this model."""

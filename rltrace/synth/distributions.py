@@ -24,7 +24,8 @@ def normal_cdf(z: np.ndarray) -> np.ndarray:
     t = 1.0 / (1.0 + 0.3275911 * x)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     erf = 1.0 - poly * np.exp(-x * x)
-    return 0.5 * (1.0 + np.sign(z) * erf)
+    cdf: np.ndarray = 0.5 * (1.0 + np.sign(z) * erf)
+    return cdf
 
 
 _A = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
@@ -113,7 +114,8 @@ class LognormalPareto:
         # coordinates that the interpolation error is far below sampling noise (tested: cdf(quantile(u)) ~ u).
         grid_u, grid_logx = self._grid()
         u = np.clip(np.atleast_1d(np.asarray(u, dtype=float)), grid_u[0], grid_u[-1])
-        return np.exp(np.interp(_logit(u), _logit(grid_u), grid_logx))
+        x: np.ndarray = np.exp(np.interp(_logit(u), _logit(grid_u), grid_logx))
+        return x
 
     def _grid(self, points: int = 4097) -> tuple[np.ndarray, np.ndarray]:
         u = 1.0 / (1.0 + np.exp(-np.linspace(-23.0, 27.0, points)))  # 1e-10 .. 1 - 2e-12
@@ -128,7 +130,8 @@ class LognormalPareto:
 
 
 def _logit(u: np.ndarray) -> np.ndarray:
-    return np.log(u) - np.log1p(-u)
+    logit: np.ndarray = np.log(u) - np.log1p(-u)
+    return logit
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +142,8 @@ class Empirical:
     scale: float = 1.0
 
     def quantile(self, u: np.ndarray) -> np.ndarray:
-        return np.quantile(self.values, np.atleast_1d(u), method="inverted_cdf") * self.scale
+        x: np.ndarray = np.quantile(self.values, np.atleast_1d(u), method="inverted_cdf") * self.scale
+        return x
 
     @classmethod
     def from_file(cls, path: str | Path, column: str, *, scale: float = 1.0) -> Empirical:
@@ -171,4 +175,5 @@ def correlated_uniforms(rng: np.random.Generator, groups: int, per_group: int, c
     shared = rng.standard_normal((groups, 1))
     own = rng.standard_normal((groups, per_group))
     z = np.sqrt(correlation) * shared + np.sqrt(1.0 - correlation) * own
-    return np.clip(normal_cdf(z), 1e-12, 1 - 1e-12)
+    u: np.ndarray = np.clip(normal_cdf(z), 1e-12, 1 - 1e-12)
+    return u

@@ -13,8 +13,10 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rltrace.catalog import GPUSpec, ModelSpec
+from rltrace.replay.costmodels.training import default_mfu
 from rltrace.synth.config import SynthConfig
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight + Adam m and v read, updated weight written (rough)
@@ -47,7 +49,7 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
     tp = cfg.generation.tp
     engine_bw = tp * gen.hbm_bytes_per_s * t.decode_efficiency
     ranks = cfg.training.gpus
-    train_flops = ranks * train.flops * t.train_mfu
+    train_flops = ranks * train.flops * (t.train_mfu or default_mfu(model, train))
     shard = -(-model.layer_params // ranks)  # ceil: FSDP pads the last shard
     full_bytes = shard * ranks * model.dtype_bytes
     # Within one NVLink domain (8 GPUs) a ring uses NVLink at half the bidirectional figure; beyond, the NIC.
@@ -68,7 +70,7 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
     )
 
 
-def ns(seconds: np.ndarray | float) -> np.ndarray:
+def ns(seconds: ArrayLike) -> np.ndarray:
     """Seconds from the run start as int64 nanoseconds."""
     return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
 

@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_generation
+from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.costmodels.training import TrainingCost
@@ -51,15 +52,17 @@ class CostConfig:
         if self.generation not in ("auto", "roofline", "trace"):
             raise ConfigError(f"cost.generation must be auto, roofline or trace, got {self.generation!r}")
         for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "gpu_memory_utilization"):
-            if not 0 < getattr(self, name) <= 1:
+            if getattr(self, name) is not None and not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"cost.{name} must be in (0, 1], got {getattr(self, name)}")
         if not 1e-3 <= self.sync_gbps <= 1e6:  # also refuses NaN and 1e-300 (a sync of 10^300 seconds)
             raise ConfigError(f"cost.sync_gbps must be in 0.001..1,000,000 GB/s, got {self.sync_gbps}")
-    memory_efficiency: float = 0.6
-    compute_efficiency: float = 0.7
-    train_mfu: float = 0.35
-    sync_gbps: float = 50.0
-    gpu_memory_utilization: float = 0.9
+    memory_efficiency: float = MEMORY_EFFICIENCY
+    compute_efficiency: float = COMPUTE_EFFICIENCY
+    train_mfu: float | None = None
+    """training's model FLOPs utilisation without a measured step (None: the published figure for the model's
+    kind on the training GPU, :func:`rltrace.replay.costmodels.training.default_mfu`)"""
+    sync_gbps: float = SYNC_GBPS
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
     profile: str = ""
     """an efficiency profile (Parquet, from `rltrace calibrate`) replacing the two efficiency factors"""
 

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.roofline import Roofline
 
 from rltrace.errors import ConfigError
@@ -78,7 +79,8 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
     return Serving(tpot, ttft + queue, decode, stall, batch, batch / tpot, queue)
 
 
-def roof_kv_batch(roof: Roofline, tokens_per_request: float, gpu_memory_utilization: float = 0.9) -> int:
+def roof_kv_batch(roof: Roofline, tokens_per_request: float,
+                  gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
     """Requests of ``tokens_per_request`` tokens whose KV cache fits beside the weights on one rank."""
     free = roof.gpu.memory_gb * 1e9 * gpu_memory_utilization - roof.model.weight_bytes / roof.tp
     if free <= 0:

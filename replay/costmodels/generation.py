@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 import polars as pl
+from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.profile import factors
 from rltrace.replay.costmodels.roofline import Roofline
@@ -48,9 +49,9 @@ class RooflineGeneration:
 
     model: ModelSpec
     gpu: GPUSpec
-    memory_efficiency: float = 0.6
-    compute_efficiency: float = 0.7
-    gpu_memory_utilization: float = 0.9
+    memory_efficiency: float = MEMORY_EFFICIENCY
+    compute_efficiency: float = COMPUTE_EFFICIENCY
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
     """vLLM's default share of GPU memory for weights plus KV cache; activations take some of the rest"""
     profile: pl.DataFrame | None = field(default=None, compare=False)
     """fitted efficiencies per TP (see :mod:`.profile`); they replace the two factors above"""

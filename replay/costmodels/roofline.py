@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 from rltrace.replay.costmodels.parallel import ep_alltoall_seconds, tp_allreduce_seconds
-from rltrace.replay.costmodels.training import DEFAULT_TRAIN_MFU, step_seconds
+from rltrace.replay.costmodels.training import step_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -78,16 +79,15 @@ class Roofline:
     gpu: GPUSpec
     tp: int = 1
     ep: int = 1
-    # Defaults: median efficiency of Vidur's measured Llama-2-7B projection GEMMs on H100 at TP 1
-    # (../shared/data/kernels/h100/vidur_llama-2-7b_mlp.csv; table in docs/costmodels.md).
-    memory_efficiency: float = 0.6
+    memory_efficiency: float = MEMORY_EFFICIENCY
     """achieved fraction of HBM bandwidth (measured median, memory-bound GEMMs: 0.59) of the KV-cache reads and
     writes and the sampler; of the GEMMs too where kernel floors are off (a CPU device): a GPU GEMM is a ramp
     plus its bytes at the streaming fraction of :data:`.serving.GEMM_STREAM`"""
-    compute_efficiency: float = 0.7
+    compute_efficiency: float = COMPUTE_EFFICIENCY
     """achieved fraction of peak FLOP/s in inference kernels (measured median, compute-bound: 0.69)"""
-    train_mfu: float = DEFAULT_TRAIN_MFU
-    """model FLOPs utilisation of training (default and its sources: :mod:`.training`)"""
+    train_mfu: float | None = None
+    """model FLOPs utilisation of training (None: the published figure for the model's kind on the GPU,
+    :func:`.training.default_mfu`, with its sources)"""
     attention_efficiency: float | None = None
     """achieved fraction of HBM bandwidth reading the KV cache in decode attention (None: memory_efficiency)"""
     engine_overhead: Linear = field(default_factory=Linear)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rltrace.replay.costmodels.defaults import SYNC_GBPS
 from rltrace.replay.costmodels.parallel import ep_alltoall_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
@@ -41,7 +42,6 @@ from rltrace.errors import ConfigError
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, two moments and the gradient, read once per optimizer step
 DENSE_TRAIN_MFU = 0.40  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783, Table 4)
 MOE_TRAIN_MFU = 0.35  # DeepSeek-V3 pre-training, 6 x 37B x 14.8T FLOPs over 2.664M H800-hours (arXiv 2412.19437)
-DEFAULT_TRAIN_MFU = DENSE_TRAIN_MFU
 DENSE_TRAIN_MFU_BY_GPU = {"A100": 0.52}  # MosaicML llm-foundry A100 80GB table (module text); others: Llama 3's 0.40
 
 
@@ -112,7 +112,7 @@ class TrainingCost:
     """expert-parallel ranks of the trainer (MoE): adds the all-to-alls the MFU figure does not cover"""
     forward_passes: int = 2
     """forward-only passes per sample without a measurement (GRPO: reference and old log-probabilities)"""
-    sync_gbps: float = 50.0
+    sync_gbps: float = SYNC_GBPS
     """weight-sync link bandwidth (GB/s) when the bundle has no measured sync time"""
 
     @property

@@ -1,0 +1,18 @@
+"""The cost models' default settings, in one place: every config that takes one of them (the roofline, the
+replay's ``cost.*`` keys, the synthetic-trace timing) defaults to these constants, so a change here is a change
+everywhere. Training's model FLOPs utilisation is not a constant: :func:`.training.default_mfu` gives the
+published figure for the model's kind and the GPU's (``train_mfu = None`` everywhere means that figure)."""
+
+from __future__ import annotations
+
+# Median efficiencies of Vidur's measured Llama-2-7B projection GEMMs on H100 at TP 1
+# (../shared/data/kernels/h100/vidur_llama-2-7b_mlp.csv; table in docs/costmodels.md): memory-bound 0.59,
+# compute-bound 0.69.
+MEMORY_EFFICIENCY = 0.6
+"""achieved fraction of HBM bandwidth (KV-cache reads and writes, the sampler; GEMMs where kernel floors are off)"""
+COMPUTE_EFFICIENCY = 0.7
+"""achieved fraction of peak FLOP/s in inference kernels"""
+GPU_MEMORY_UTILIZATION = 0.9
+"""vLLM's default ``gpu_memory_utilization``: its share of GPU memory for weights plus KV cache"""
+SYNC_GBPS = 50.0
+"""weight-sync bandwidth (GB/s) without a measured sync time or a network model: one 400 Gb/s NIC"""

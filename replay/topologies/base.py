@@ -130,7 +130,10 @@ class TopologySpec:
             return value
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a topology spec such as fat-tree:k=8,gpu=H100, got {value!r}")
-        return cls.parse(value) if value.strip() else None
+        try:
+            return cls.parse(value) if value.strip() else None
+        except ConfigError as e:  # say where the spec came from (a --set item, a grid file)
+            raise ConfigError(f"{where}: {e}") from None
 
     def to_config(self) -> str:
         """The spec's text (config.json)."""

@@ -18,14 +18,21 @@ TABLES = ("timeline", "requests", "links", "steps")
 
 
 class ResultLike(Protocol):
-    """What :meth:`Run.from_result` reads (``rltrace.replay.run.RunResult`` has it)."""
+    """What :meth:`Run.from_result` reads (``rltrace.replay.run.RunResult`` has it); read-only, so that a
+    frozen result satisfies it."""
 
-    metrics: dict[str, Any]
-    config: dict[str, Any]
-    timeline: pl.DataFrame
-    requests: pl.DataFrame
-    steps: pl.DataFrame | None
-    links: pl.DataFrame | None
+    @property
+    def metrics(self) -> dict[str, Any]: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def timeline(self) -> pl.DataFrame: ...
+    @property
+    def requests(self) -> pl.DataFrame: ...
+    @property
+    def steps(self) -> pl.DataFrame | None: ...
+    @property
+    def links(self) -> pl.DataFrame | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from enum import Enum
 from pathlib import Path
@@ -66,11 +67,12 @@ def estimate(
     spec = get_gpu(gpu)
     fitted = factors(load_profile(profile), spec.name, tp) if profile else None
     arch = get_model(model)
-    cost = Roofline(model=arch, gpu=spec, tp=tp, ep=ep,
-                    **({} if fitted is None else {"compute_efficiency": fitted.compute_efficiency,
-                                                  "memory_efficiency": fitted.memory_efficiency,
-                                                  "attention_efficiency": fitted.attention_efficiency,
-                                                  "engine_overhead": fitted.engine_overhead, "gemm_ramp": False}))
+    cost = Roofline(model=arch, gpu=spec, tp=tp, ep=ep)
+    if fitted is not None:  # the profile's factors, in the profile's own GEMM form
+        cost = dataclasses.replace(cost, compute_efficiency=fitted.compute_efficiency,
+                                   memory_efficiency=fitted.memory_efficiency,
+                                   attention_efficiency=fitted.attention_efficiency,
+                                   engine_overhead=fitted.engine_overhead, gemm_ramp=False)
     kv_tokens = 0
     if kind is Kind.decode:
         result = cost.decode(batch, context)

@@ -23,7 +23,10 @@ def _table(frame: pl.DataFrame) -> str:
     header = list(shown.columns)
     rows = [[str(v) for v in r] for r in shown.iter_rows()]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths))
+
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

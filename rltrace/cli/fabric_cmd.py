@@ -18,6 +18,7 @@ from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, OPS, SWITCH_R
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.validation import compare, multinode_compare, multinode_summary, summary
 from rltrace.replay.topologies import names, parse
+from rltrace.scalars import number
 
 fabric = typer.Typer(help="Network fabrics: time a collective on a topology; validate against measured NCCL.\n\n"
                           "Example: rltrace fabric bench --topology fat-tree:k=16,gpu=H100 --size 1G",
@@ -123,7 +124,7 @@ def _print_multinode(console: Console, across: object) -> None:
     console.print(table)
     big = across.filter(pl.col("size_bytes") >= 64 << 20)["error"].abs()
     small = across.filter(pl.col("size_bytes") < 64 << 20)["error"].abs()
-    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {big.median():.1%}, "
-                  f"worst {big.max():.1%}, "
-                  f"{int((big <= 0.2).sum())} within 20%; < 64 MB: {small.len()} points, median {small.median():.1%}",
+    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {number(big.median()):.1%}, "
+                  f"worst {number(big.max()):.1%}, {int((big <= 0.2).sum())} within 20%; "
+                  f"< 64 MB: {small.len()} points, median {number(small.median()):.1%}",
                   markup=False)

@@ -89,7 +89,8 @@ class Bar:
         self.err, self.text, self.unit, self.piped_total = err, text, unit, piped_total
         self.announce = announce
         self.started = time.perf_counter()
-        self.done, self.total = 0.0, None
+        self.done = 0.0
+        self.total: float | None = None
         self._bar: Progress | None = None
         self._task: TaskID | None = None
         self._heart: _Heartbeat | None = None

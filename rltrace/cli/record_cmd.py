@@ -18,7 +18,7 @@ import typer
 from rltrace.bundle import open_bundle
 from rltrace.catalog import get_model
 from rltrace.cli.progress import stage, stderr
-from rltrace.collectors import owner, reach, shards
+from rltrace.collectors import SHARDS, owner, reach, shards
 from rltrace.collectors.autostart import ENV_DIR, SITECUSTOMIZE_TEMPLATE
 from rltrace.collectors.ray_hook import ENV_SESSION
 from rltrace.errors import ConfigError, RltraceError, clean
@@ -85,7 +85,7 @@ def record(
         held.release(remove=False)
         raise
 
-    watcher = reach.ReachWatcher(0, record_dir / shards.SHARDS)
+    watcher = reach.ReachWatcher(0, record_dir / SHARDS)
     try:
         code = _run(command, env, watcher)
     except BaseException:
@@ -94,7 +94,7 @@ def record(
     try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
         missed = _unreached(watcher)
         if ray_address and session:
-            nodes = _collect_ray(ray_address, session, record_dir / shards.SHARDS)
+            nodes = _collect_ray(ray_address, session, record_dir / SHARDS)
             if nodes is not None and not any(n.shards for n in nodes):
                 missed.append(f"the job's Ray workers on all {len(nodes)} node(s) of {ray_address} "
                               "(no shard came back)")
@@ -122,7 +122,7 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
     if held.previous_pid:
         print(f"rltrace: note: {clean(record_dir)} was owned by a recording (pid {held.previous_pid}) that is no "
               "longer running; taking it over", file=sys.stderr)
-    left = record_dir / shards.SHARDS
+    left = record_dir / SHARDS
     if left.exists() and any(left.iterdir()):
         if force:
             shutil.rmtree(left)
@@ -131,7 +131,7 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
             while (aside := record_dir.with_name(f"{record_dir.name}.{n}")).exists():
                 n += 1
             aside.mkdir()
-            os.rename(left, aside / shards.SHARDS)
+            os.rename(left, aside / SHARDS)
             old = record_dir / RECORD_FILE
             if old.exists():
                 os.rename(old, aside / RECORD_FILE)
@@ -142,13 +142,13 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
     inject = record_dir / "inject"
     try:
         inject.mkdir(parents=True)
-        (record_dir / shards.SHARDS).mkdir(exist_ok=True)  # a job that starts no Python still gets a bundle
+        (record_dir / SHARDS).mkdir(exist_ok=True)  # a job that starts no Python still gets a bundle
         shutil.copyfile(SITECUSTOMIZE_TEMPLATE, inject / "sitecustomize.py")
         (record_dir / RECORD_FILE).write_text(json.dumps(request))
     except OSError as e:
         raise ConfigError(f"-o: cannot write in the recording folder {clean(record_dir)}: {e.strerror}") from None
     env = dict(os.environ)
-    env[ENV_DIR] = str((record_dir / shards.SHARDS).resolve())
+    env[ENV_DIR] = str((record_dir / SHARDS).resolve())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(inject.resolve()), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")  # NCCL work durations from CUDA events
     session = None

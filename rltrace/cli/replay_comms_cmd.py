@@ -59,8 +59,8 @@ def replay_comms(
     if as_json:
         for row in done.iter_rows(named=True):
             skipped = row["measured_s"] != row["measured_s"]  # NaN: not run (its skip says why)
-            measured = None if skipped else row["measured_s"]
-            print(json.dumps({**row, "ranks": list(row["ranks"]), "measured_s": measured}))
+            measured_s = None if skipped else row["measured_s"]
+            print(json.dumps({**row, "ranks": list(row["ranks"]), "measured_s": measured_s}))
         for note in notes:
             typer.echo(f"note: {note}", err=True)
         return

@@ -11,9 +11,10 @@ import copy
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
-def _subtable(table: Table, columns: list[int], title: str | None) -> Table:
+def _subtable(table: Table, columns: list[int], title: str | Text | None) -> Table:
     """A copy of ``table`` with only ``columns`` (indices), titled ``title``."""
     part = copy.copy(table)
     part.columns = [copy.copy(table.columns[i]) for i in columns]

@@ -93,7 +93,7 @@ def output_lengths(
     return lengths.cpu(), has_eos.cpu()
 
 
-def _config_of(model: Any, kwargs: dict) -> tuple[list[int], int | None, int, bool]:
+def _config_of(model: Any, kwargs: dict[str, Any]) -> tuple[list[int], int | None, int, bool]:
     """(EOS ids, pad id, num_return_sequences, early stopping possible) of this call."""
     config = kwargs.get("generation_config")
     default = getattr(model, "generation_config", None)
@@ -130,7 +130,7 @@ class _ForwardTimes:
             handle.remove()
 
 
-def _may_compile(model: Any, kwargs: dict) -> bool:
+def _may_compile(model: Any, kwargs: dict[str, Any]) -> bool:
     """Whether transformers may compile this call's forward (hooks inside a compiled graph are not timed)."""
     config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
     cache = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
@@ -138,7 +138,7 @@ def _may_compile(model: Any, kwargs: dict) -> bool:
     return bool(cache) and cache not in ("dynamic", "offloaded") and not disabled
 
 
-def record_call(model: Any, args: tuple, kwargs: dict, output: Any, start_ns: int, end_ns: int,
+def record_call(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any, start_ns: int, end_ns: int,
                 forwards: _ForwardTimes | None = None) -> None:
     """Record one finished generate call: a requests row per returned sequence, a generate span."""
     rec = recorder.current()
@@ -238,7 +238,7 @@ def install(module: Any) -> None:
         if getattr(original, "__rltrace_wrapped__", False):
             return
         wrapped = _generate(original)
-        wrapped.__rltrace_wrapped__ = True  # type: ignore[attr-defined]
+        wrapped.__rltrace_wrapped__ = True
         mixin.generate = wrapped
 
 

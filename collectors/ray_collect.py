@@ -89,7 +89,7 @@ def collect(address: str, session: str, dest: Path, timeout_s: float = COLLECT_T
         ]
         found = []
         for node_id, host, data in ray.get(refs, timeout=timeout_s):
-            names = []
+            names: set[str] = set()
             with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
                 members = [m for m in tar.getmembers() if not (dest / m.name).exists()]  # one host, two nodes
                 tar.extractall(dest, members=members, filter="data")

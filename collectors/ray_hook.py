@@ -49,7 +49,8 @@ def install(ray_module: Any) -> None:
     if _installed:
         return
     _installed = True
-    worker = sys.modules.get("ray._private.worker") or importlib.import_module("ray._private.worker")
+    # Any: Ray's private module, whose functions this patches (verified on the pinned Ray)
+    worker: Any = sys.modules.get("ray._private.worker") or importlib.import_module("ray._private.worker")
     original = getattr(worker, "_maybe_modify_runtime_env", None)
     if original is None:  # another Ray than the one verified: say so once, the job runs as it would
         raise RuntimeError("ray._private.worker._maybe_modify_runtime_env is gone: Ray workers will not record")
@@ -101,12 +102,13 @@ def add_recording(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
 
 def _setup_hook(theirs: Callable[[], Any] | None) -> Callable[[], Any]:
     def rltrace_worker_setup() -> Any:
+        setup: Callable[[], None] | None
         try:
-            from rltrace.collectors.ray_hook import worker_setup
+            from rltrace.collectors.ray_hook import worker_setup as setup
         except Exception:  # noqa: BLE001 - no rltrace in this worker's Python: it runs unrecorded
-            worker_setup = None
-        if worker_setup is not None:
-            worker_setup()
+            setup = None
+        if setup is not None:
+            setup()
         return theirs() if theirs is not None else None
 
     # Pickled by value: "__main__" functions are never looked up by name, so the worker needs no rltrace.
@@ -120,6 +122,8 @@ def node_root(session: str) -> Path:
     import ray._private.worker
 
     node = ray._private.worker.global_worker.node
+    if node is None:
+        raise RuntimeError("Ray is not initialised in this process: no node session directory")
     return Path(node.get_session_dir_path()) / f"rltrace-{session}"
 
 

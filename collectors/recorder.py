@@ -71,12 +71,12 @@ class Recorder:
         self.shard = self.root / f"{socket.gethostname()}-{self.pid}-{uuid.uuid4().hex[:6]}"
         # Rows are tuples in the bundle's column order; actor-like fields may hold process-local keys
         # ("self", "engine:<n>") that the merge resolves.
-        self._buffers: dict[str, list[tuple]] = {name: [] for name in TABLES}
+        self._buffers: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
         self._seq = 0
         self.dropped = 0
         self.lost: dict[str, int] = {}  # table -> rows a failed flush could not write
         self.skipped: dict[str, int] = {}  # why -> events a collector left out by design
-        self._retry: dict[str, list[tuple]] = {}  # rows of a failed flush, tried once more at the next one
+        self._retry: dict[str, list[tuple[Any, ...]]] = {}  # rows of a failed flush, tried once more at the next one
         self._counted: str | None = None  # the counts last written to counts.json
         self.meta = {
             "pid": self.pid,
@@ -123,7 +123,7 @@ class Recorder:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
     # ------------------------------------------------------------------ recording
-    def add(self, table: str, row: tuple) -> None:
+    def add(self, table: str, row: tuple[Any, ...]) -> None:
         """Buffer one row (a tuple in the table's column order). Never blocks on I/O."""
         buf = self._buffers[table]
         if len(buf) >= MAX_BUFFER_ROWS:
@@ -241,7 +241,7 @@ class Recorder:
             self.error("flush", e)
 
     @staticmethod
-    def _write(path: Path, table: str, rows: list[tuple]) -> None:
+    def _write(path: Path, table: str, rows: list[tuple[Any, ...]]) -> None:
         schema = TABLES[table].arrow_schema()
         arrays = [pa.array([r[i] for r in rows], type=field.type) for i, field in enumerate(schema)]
         tmp = path.with_name(f".{path.name}.tmp")
@@ -287,7 +287,7 @@ def _after_fork() -> None:
         _current.after_fork_in_child()
 
 
-def record(table: str, row: tuple) -> None:
+def record(table: str, row: tuple[Any, ...]) -> None:
     """Buffer a row if recording; a no-op otherwise."""
     rec = _current
     if rec is not None:

@@ -52,7 +52,7 @@ def load_shards(record_dir: Path) -> list[Shard]:
     root = record_dir / SHARDS
     if not root.is_dir():
         raise BundleError(f"{record_dir}: no recording here (expected {SHARDS}/ written by `rltrace record`)")
-    shards = []
+    shards: list[Shard] = []
     for path in sorted(p for p in root.iterdir() if p.is_dir()):
         meta_file = path / "meta.json"
         try:
@@ -149,7 +149,7 @@ def _rename(frame: pl.DataFrame, column: str, shards: list[Shard]) -> pl.DataFra
 
 
 def _main_world(shards: list[Shard]) -> str | None:
-    worlds = [s.meta.get("world") for s in shards if s.meta.get("world")]
+    worlds: list[str] = [s.meta["world"] for s in shards if s.meta.get("world")]
     if not worlds:
         return None
     return max(set(worlds), key=lambda w: (int(w.rsplit("/", 1)[1]), worlds.count(w)))
@@ -325,7 +325,8 @@ def merge(
     other_worlds = {s.meta.get("world") for s in shards} - {world, None}
     notes += label_notes
     if other_worlds:
-        notes.append(f"collectives of other process-group worlds left out: {', '.join(sorted(other_worlds))}")
+        others = ", ".join(sorted(str(w) for w in other_worlds))
+        notes.append(f"collectives of other process-group worlds left out: {others}")
     if lost:
         notes.append("the recording lost events: " + ", ".join(f"{k} {n:,}" for k, n in lost.items()))
     manifest = Manifest(

@@ -17,6 +17,6 @@ _next = _machinery.PathFinder.find_spec(
     "sitecustomize", [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
 )
 if _next is not None and _next.origin and _next.loader is not None:
-    _code = _next.loader.get_code("sitecustomize")
+    _code = _next.loader.get_code("sitecustomize")  # type: ignore[attr-defined]  # PathFinder's file loaders have it
     if _code is not None:
         exec(_code, globals())  # noqa: S102 - runs the environment's own sitecustomize, which this file shadows

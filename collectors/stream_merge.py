@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -65,7 +66,7 @@ class Index:
     p2p: dict[tuple[str, int], np.ndarray]  # (pg, rank) -> sorted seqs of its sends and receives
     sends: dict[tuple[str, int, int], np.ndarray]  # (pg, src, dst) -> sorted seqs at src
     recvs: dict[tuple[str, int | None, int], np.ndarray]  # (pg, src or None, dst) -> sorted seqs at dst
-    streams: dict[tuple, Stream] = field(default_factory=dict)  # (pg, "c") or (pg, src, dst) -> arrays
+    streams: dict[tuple[Any, ...], Stream] = field(default_factory=dict)  # (pg, "c") or (pg, src, dst) -> arrays
     broken: set[str] = field(default_factory=set)
 
 
@@ -87,11 +88,11 @@ def row_groups(files: Files, columns: list[str] | None = None) -> Iterator[tuple
 def build_index(files: Files, sync_rows: pl.Expr) -> tuple[Index, pl.DataFrame, list[Path]]:
     """Pass 1: the index, the sending-side rows that may be weight syncs (``sync_rows`` of them, with their
     ``_shard``), and the files that cannot be read (left out of the later passes, counted by the caller)."""
-    seqs: dict[tuple, list[np.ndarray]] = defaultdict(list)  # (pg, rank, op, peer) -> its p2p seqs, as numpy
+    seqs: dict[tuple[Any, ...], list[np.ndarray]] = defaultdict(list)  # (pg, rank, op, peer) -> its p2p seqs, as numpy
     candidates: list[pl.DataFrame] = []
     bad: list[Path] = []
     for path, shard in files:
-        mine: list[tuple[tuple, np.ndarray]] = []
+        mine: list[tuple[tuple[Any, ...], np.ndarray]] = []
         cands: list[pl.DataFrame] = []
         try:
             for batch, _ in row_groups([(path, shard)]):
@@ -111,7 +112,7 @@ def build_index(files: Files, sync_rows: pl.Expr) -> tuple[Index, pl.DataFrame, 
         for key, seq in mine:
             seqs[key].append(seq)
         candidates += cands
-    schema = {**polars_schema(TABLES["collectives"]), "_shard": pl.Int64}
+    schema = {**polars_schema(TABLES["collectives"]), "_shard": pl.Int64()}
     cand = pl.concat(candidates) if candidates else pl.DataFrame(schema=schema)
     index = Index({}, {}, {})
     per_rank: dict[tuple[str, int], list[np.ndarray]] = defaultdict(list)
@@ -133,15 +134,18 @@ def _locate(index: Index, frame: pl.DataFrame) -> Iterator[tuple[str, Stream, np
     frame = frame.with_row_index("_pos")
     for (pg, rank, op, peer), part in frame.partition_by("pg", "rank", "op", "peer", as_dict=True).items():
         seq = part["seq"].to_numpy()
+        key: tuple[Any, ...]
+        before: np.ndarray | None
         if op == "send":
             key, before = (pg, rank, peer), index.sends.get((pg, rank, peer))
         elif op == "recv":
             key, before = (pg, peer, rank), index.recvs.get((pg, peer, rank))
         else:
             key, before = (pg, "c"), None
-        if before is None and op in ("send", "recv"):
-            before = np.empty(0, dtype=np.int64)
+        nth: np.ndarray
         if op in ("send", "recv"):
+            if before is None:
+                before = np.empty(0, dtype=np.int64)
             nth = np.searchsorted(before, seq)  # its place among its channel's rows on this rank
         else:
             mine = index.p2p.get((pg, rank))

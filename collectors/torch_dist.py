@@ -165,8 +165,8 @@ class Interceptor:
         self.seq: dict[str, int] = {}
         # id(output tensor) -> (weak reference, row) of a functional op awaiting its wait_tensor; the reference
         # tells a reused id from the tensor itself, without keeping the tensor alive
-        self.pending: dict[int, tuple[weakref.ref, list]] = {}
-        self.cuda_pending: list[tuple[list, Any]] = []
+        self.pending: dict[int, tuple[weakref.ref[Any], list[Any]]] = {}
+        self.cuda_pending: list[tuple[list[Any], Any]] = []
         self.rank: int | None = None
 
     def kernel(self, op: Any, spec: _Spec | None) -> Any:
@@ -194,13 +194,13 @@ class Interceptor:
 
         return run
 
-    def _waited(self, args: tuple) -> None:
+    def _waited(self, args: tuple[Any, ...]) -> None:
         entry = self.pending.pop(id(args[0]), None) if args else None
         if entry is not None and entry[0]() is args[0]:
             entry[1][12] = time.time_ns()
             recorder.record("collectives", tuple(entry[1]))
 
-    def _record(self, rec: recorder.Recorder, spec: _Spec, args: tuple, out: Any, start: int) -> None:
+    def _record(self, rec: recorder.Recorder, spec: _Spec, args: tuple[Any, ...], out: Any, start: int) -> None:
         if spec.group is not None:
             pg = dist.ProcessGroup.unbox(args[spec.group])
         elif spec.group_name is not None:
@@ -282,14 +282,14 @@ class Interceptor:
         self.cuda_pending = still
 
 
-def _completed(row: list, _future: Any) -> None:
+def _completed(row: list[Any], _future: Any) -> None:
     row[12] = time.time_ns()
     recorder.record("collectives", tuple(row))
 
 
 # Works without a future, by id: pybind11 hands the job the same Python Work object the mode unboxed, so
 # the wrapped Work.wait below finds the row when the job waits (the moment the op is known complete).
-_awaiting: dict[int, tuple[list, Any]] = {}
+_awaiting: dict[int, tuple[list[Any], Any]] = {}
 MAX_AWAITING = 100_000
 
 
@@ -332,7 +332,7 @@ def _flag_async(fn: Any, always: bool) -> Any:
         _tls.async_op = is_async
         _tls.depth = 1
         # A synchronous call waits before it returns: its ops complete then, with no Work future needed.
-        sync_rows: list[list] | None = None if is_async else []
+        sync_rows: list[list[Any]] | None = None if is_async else []
         _tls.sync_rows = sync_rows
         try:
             return fn(*args, **kwargs)
@@ -454,7 +454,7 @@ def install(_module: Any = None, *, min_ranks: int = 2) -> None:
             rec.flush_hooks.append(_prune_awaiting)
             _patch_async_flags()
             if not getattr(dist.Work.wait, "__rltrace_wrapped__", False):
-                dist.Work.wait = _wrap_wait(dist.Work.wait)
+                dist.Work.wait = _wrap_wait(dist.Work.wait)  # type: ignore[method-assign]  # wrapped on purpose
             _train = _TrainSpans()
             _train.arm()
             steps.after_generation.append(_train.resume)

@@ -208,7 +208,7 @@ def _weight_files(value: Any) -> list[Path]:
     return []
 
 
-def _payload_bytes(args: tuple, kwargs: dict) -> tuple[int, int, str, list[Path]]:
+def _payload_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, str, list[Path]]:
     """Bytes, tensor count, transport and weight files of a collective_rpc call's arguments: weight files any
     argument names (a worker extension's own reload method names its folder however it likes), else tensors."""
     files = list(dict.fromkeys(f for v in (*kwargs.values(), *args) for f in _weight_files(v)))

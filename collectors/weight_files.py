@@ -22,7 +22,7 @@ WRITES = "weight_files"
 READS = "reload_files"
 
 
-def _bounded(table: dict, key: str, value: Any) -> None:
+def _bounded(table: dict[str, Any], key: str, value: Any) -> None:
     table.pop(key, None)
     table[key] = value
     while len(table) > KEEP:

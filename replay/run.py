@@ -151,9 +151,10 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
             iterations: pl.LazyFrame | None = None, measured: bool = False, model: str | None = None,
             step_weights: dict[int, float] | None = None) -> Prepared:
     """Build the job and its requests. ``recording`` is the bundle's requests frame and ``iterations`` its
-    engine iterations, read only when generation costs are fitted to the trace (the calibration data); ``measured`` says its timings
-    come from a real run (``rltrace record`` or an import), which lets "auto" fit generation costs to them;
-    ``step_weights`` weighs the recorded steps in that fit (a bootstrap draw, see replay/uncertainty.py)."""
+    engine iterations, read only when generation costs are fitted to the trace (the calibration data); ``measured``
+    says its timings come from a real run (``rltrace record`` or an import), which lets "auto" fit generation costs
+    to them; ``step_weights`` weighs the recorded steps in that fit (a bootstrap draw, see
+    replay/uncertainty.py)."""
     notes: list[str] = []
     spec = model_spec(workload.model, model)
     profile = load_profile(cost.profile) if cost.profile else None
@@ -178,8 +179,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
                                         compute_efficiency=cost.compute_efficiency,
                                         gpu_memory_utilization=cost.gpu_memory_utilization, profile=profile)
         generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
-        fitted = f", efficiencies from {cost.profile}" if profile is not None else ""
-        notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{fitted}")
+        source = f", efficiencies from {cost.profile}" if profile is not None else ""
+        notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{source}")
     measured_bw = broadcast_bytes_per_s(profile) if profile is not None else None
     training = TrainingCost(model=spec, gpu=_gpu(cluster.train_gpu), gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
@@ -263,15 +264,18 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: d
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
-        "notes": prepared.notes + ([f"{scheduler} read true output lengths before they were generated (oracle=true): "
-                                    "an upper bound, not what the real system could know"] if record.extra.get("oracle") else []),
+        "notes": prepared.notes + ([(f"{scheduler} read true output lengths before they were generated (oracle=true): "
+                                     "an upper bound, not what the real system could know")]
+                                   if record.extra.get("oracle") else []),
     }
     ends = sorted(record.step_end_s.items())
     steps = pl.DataFrame({"job": [j for (j, _), _ in ends], "step": [s for (_, s), _ in ends],
-                          "end_s": [t for _, t in ends]}, schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64})
+                          "end_s": [t for _, t in ends]},
+                         schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64})
     starts = {job.id: job.arrival_s for job in jobs}
     steps = steps.with_columns(
-        (pl.col("end_s") - pl.col("end_s").shift(1).over("job").fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
+        (pl.col("end_s") - pl.col("end_s").shift(1).over("job")
+         .fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
         .alias("step_time_s"))
     return RunResult(scheduler, metrics, timeline, req_frame, resolved, record.events, wall, steps, record.event_log,
                      links)
@@ -366,6 +370,7 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
                             seed=shape.seed)
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
-        workload = replace(workload, steps=workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured))
+        unmeasured = workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured)
+        workload = replace(workload, steps=unmeasured)
     return prepare(workload, cluster, cost, recording=recording.collect(), iterations=iterations,
                    measured=bundle.manifest.source == "record", model=shape.model, step_weights=step_weights)

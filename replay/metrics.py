@@ -24,6 +24,7 @@ from rltrace.replay.record import PoolUse, RunRecord
 from rltrace.replay.workload import WARMUP_STEPS
 
 from rltrace.errors import ConfigError
+from rltrace.scalars import number
 
 TIMELINE_SCHEMA = {"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32, "job": pl.Int32,
                    "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}
@@ -117,7 +118,9 @@ def _held(run: RunRecord, makespan: float) -> list[tuple[PoolUse, float, float]]
     return spans
 
 
-def _capacity(held: list[tuple[PoolUse, float, float]], prefix: str, ws: np.ndarray, we: np.ndarray) -> tuple[float, float]:
+def _capacity(
+    held: list[tuple[PoolUse, float, float]], prefix: str, ws: np.ndarray, we: np.ndarray
+) -> tuple[float, float]:
     """GPU-seconds the pools named ``prefix...`` held, in all and within the tail windows (ws, we)."""
     uses = [(u.gpus, a, b) for u, a, b in held if u.pool.startswith(prefix) and u.gpus and b > a]
     if not uses:
@@ -153,10 +156,12 @@ def latency(requests: pl.DataFrame) -> dict[str, Any]:
     return out
 
 
-def compute_metrics(run: RunRecord, requests: pl.DataFrame, timeline: pl.DataFrame, config: MetricsConfig) -> dict[str, Any]:
+def compute_metrics(
+    run: RunRecord, requests: pl.DataFrame, timeline: pl.DataFrame, config: MetricsConfig
+) -> dict[str, Any]:
     """The documented metrics (docs/replay.md) of one run."""
     ends = sorted(run.step_end_s.items())
-    makespan = max((t for _, t in ends), default=float(timeline["end_s"].max() or 0.0))
+    makespan = max((t for _, t in ends), default=number(timeline["end_s"].max() or 0.0))
     step_times: list[float] = []
     steady: list[float] = []  # after each job's warm-up step: what fidelity checks compare (replay/fidelity.py)
     previous: dict[int, float] = {job.id: job.arrival_s for job in run.jobs}
@@ -207,16 +212,18 @@ def compute_metrics(run: RunRecord, requests: pl.DataFrame, timeline: pl.DataFra
 
     cost = sum(u.gpus * (b - a) / 3600 * run.cluster.usd_per_gpu_hour(u.gpu) for u, a, b in held if u.billed)
     cost += sum(r.busy_s * r.usd_per_s for r in run.resources.values())  # serverless: per second of use
-    sync = timeline.filter(pl.col("kind") == "weight_sync").group_by("step").agg((pl.col("end_s") - pl.col("start_s")).sum())
+    sync = (timeline.filter(pl.col("kind") == "weight_sync").group_by("step")
+            .agg((pl.col("end_s") - pl.col("start_s")).sum()))
     return {
         "throughput_samples_per_s": samples / makespan if makespan else 0.0,
         "throughput_tokens_per_s": tokens / makespan if makespan else 0.0,
         "step_time_s": {**_quantiles(step_times), "steady_mean": float(np.mean(steady or step_times or [0.0]))},
         "makespan_s": makespan,
-        "bubble_fraction": {pool: {"dependency": m["dependency"], "skewness": m["skewness"]} for pool, m in metrics.items()},
+        "bubble_fraction": {pool: {"dependency": m["dependency"], "skewness": m["skewness"]}
+                            for pool, m in metrics.items()},
         "gpu_utilization": {pool: m["busy"] for pool, m in metrics.items()},
         "staleness": {"mean": float(staleness.mean()), "max": int(staleness.max())},
-        "weight_sync_s": float(sync["end_s"].mean()) if sync.height else 0.0,
+        "weight_sync_s": number(sync["end_s"].mean()) if sync.height else 0.0,
         "cost_usd": cost,
         "usd_per_1k_samples": cost / samples * 1000 if samples else 0.0,
         "samples": samples,
@@ -235,4 +242,5 @@ def _bubbles(capacity: float, busy: float, idle_in_tail: float) -> dict[str, flo
     if capacity <= 0:
         return {"busy": 0.0, "dependency": 0.0, "skewness": 0.0}
     skew = min(max(idle_in_tail, 0.0), capacity - busy)
-    return {"busy": busy / capacity, "skewness": skew / capacity, "dependency": max(capacity - busy - skew, 0.0) / capacity}
+    return {"busy": busy / capacity, "skewness": skew / capacity,
+            "dependency": max(capacity - busy - skew, 0.0) / capacity}

@@ -284,8 +284,10 @@ def test_fast_path_gives_the_per_event_results(scheduler: str, seed: int, max_se
     fast, slow = run(ReplayConfig()), run(SLOW)
     assert fast.events < slow.events / 10  # one event per queue, not per request
     cols = ["start_s", "first_token_s", "finish_s"]
-    assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(), rtol=1e-9, atol=1e-12)
-    assert fast.requests.select("instance", "version", "preemptions").equals(slow.requests.select("instance", "version", "preemptions"))
+    assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(),
+                       rtol=1e-9, atol=1e-12)
+    placed = ["instance", "version", "preemptions"]
+    assert fast.requests.select(placed).equals(slow.requests.select(placed))
     for key in ("makespan_s", "throughput_samples_per_s", "gpu_utilization", "bubble_fraction"):
         assert json_close(fast.metrics[key], slow.metrics[key]), key
 

@@ -144,7 +144,7 @@ class Cut:
     """boolean masks over ``Drain.rids``"""
 
 
-def state_at(d: Drain, t_s: float, model) -> Cut:
+def state_at(d: Drain, t_s: float, model: IterationModel) -> Cut:
     """Where the drain stands at the first iteration boundary at or after ``t_s`` (as the per-event path's
     ``advance_to`` would leave it: whole iterations, a pending finish left to its own event)."""
     k = int(np.searchsorted(d.before_s, t_s, side="right")) - 1  # last event iteration reached by t_s

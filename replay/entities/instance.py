@@ -172,8 +172,10 @@ class GenerationInstance:
         self.time_s = max(self.time_s, now_s)
         if self.drain is not None:
             return self.drain.end_s  # still draining: re-arm its end under the new epoch
-        if self.fast and (self.waiting or self.batch) and self.load <= self._retry_drain_at and self._plan_drain():
-            return self.drain.end_s  # type: ignore[union-attr]
+        if self.fast and (self.waiting or self.batch) and self.load <= self._retry_drain_at:
+            planned = self._plan_drain()
+            if planned is not None:
+                return planned.end_s
         if self.waiting:
             self._admit()
         batch = self.batch
@@ -235,8 +237,9 @@ class GenerationInstance:
 
     # ---- the fast path -------------------------------------------------------------------------------------
 
-    def _plan_drain(self) -> bool:
-        """Plan the whole queue at once and write every request's times now (see :mod:`.drain`)."""
+    def _plan_drain(self) -> fastpath.Drain | None:
+        """Plan the whole queue at once and write every request's times now (see :mod:`.drain`); the drain,
+        or None when it cannot be planned."""
         req = self._req
         d = fastpath.plan(self._heap, list(self.waiting), req, it0=self.it, t0=self.time_s, offset0=self.offset,
                           max_seqs=self.max_seqs, kv_limit=self.kv_capacity * (1 - KV_WATERMARK), model=self.model,
@@ -247,7 +250,7 @@ class GenerationInstance:
             # O(n) in all instead of O(n) per event (19k requests on one instance: 15 s -> well under 1 s).
             if self.load >= fastpath.MIN_REQUESTS:
                 self._retry_drain_at = self.load // 2
-            return False
+            return None
         self._retry_drain_at = sys.maxsize
         rids = d.rids.tolist()
         start, first, finish, state = req.start_s, req.first_token_s, req.finish_s, req.state
@@ -276,7 +279,7 @@ class GenerationInstance:
         if self.busy_since is None:
             self.busy_since = self.time_s
         self.drain, self._planned = d, None
-        return True
+        return d
 
     def cut_drain(self, t_s: float) -> list[int]:
         """Stop a planned drain at the first iteration boundary at or after ``t_s`` and take up the exact
@@ -286,7 +289,10 @@ class GenerationInstance:
         self.epoch += 1
         cut = fastpath.state_at(d, t_s, self.model)
         req = self._req
-        running, waiting = d.rids[cut.running].tolist(), d.rids[cut.waiting].tolist()
+        running: list[int] = d.rids[cut.running].tolist()
+        waiting: list[int] = d.rids[cut.waiting].tolist()
+        # _plan_drain set both before it kept the drain
+        assert d.prior_start_s is not None and d.prior_first_token_s is not None
         state, finish = req.state, req.finish_s
         for r in running:
             state[r], finish[r] = RUNNING, float("nan")
@@ -371,7 +377,8 @@ class GenerationInstance:
 
         Each running one leaves a timeline segment of ``kind``: "aborted" (its generated tokens are lost), or
         "migrated" (it moves, keeping them: preempted by recompute)."""
-        req, gone = self._req, []
+        req = self._req
+        gone: list[int] = []
         drop = {r for r in rids if req.instance[r] == self.id and req.state[r] in (State.RUNNING, State.WAITING)}
         if not drop:
             return gone

@@ -73,7 +73,7 @@ class Requests:
         self.n += k
         chained = env_s is not None
         self.next_turn.extend([first + i + 1 if chained and i + 1 < k else -1 for i in range(k)])
-        self.env_s.extend(env_s if chained else [0.0] * k)
+        self.env_s.extend(env_s if env_s is not None else [0.0] * k)
         for name, values in (("job", [job] * k), ("step", [step] * k), ("group", [group] * k), ("prompt", prompt),
                              ("output", output), ("remaining", output), ("recompute", [0] * k),
                              ("admit_iter", [0] * k), ("instance", [-1] * k), ("state", [State.PENDING] * k),
@@ -86,7 +86,8 @@ class Requests:
 
     def _columns(self) -> tuple[np.ndarray, ...]:
         if self._arrays_n != self.n:  # rebuilt only after requests were added
-            self._arrays = tuple(np.asarray(getattr(self, c), dtype=np.int64) for c in ("job", "step", "prompt", "output"))
+            columns = ("job", "step", "prompt", "output")
+            self._arrays = tuple(np.asarray(getattr(self, c), dtype=np.int64) for c in columns)
             self._arrays_n = self.n
         return self._arrays
 

@@ -22,6 +22,7 @@ the output, reduce-scatter the input, all-to-all each rank's send buffer.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,8 +46,9 @@ ALGORITHMS = NCCL_ALGOS  # auto, ring, tree, hierarchical, nvls, nvls_tree
 # Dtypes an NVSwitch can reduce (multimem.ld_reduce: f16, bf16, f32); int8 and fp8 all-reduces run the ring.
 SWITCH_REDUCIBLE = ("bfloat16", "bf16", "half", "fp16", "float16", "float", "fp32", "float32")
 DTYPES = (*SWITCH_REDUCIBLE, "int8", "uint8", "fp8", "float8")
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+BUS_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,11 @@ def dtree(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     depth = np.zeros(n, dtype=np.int64)
     for _ in range(max(1, int(np.ceil(np.log2(max(n, 2)))) + 1)):  # parents first: a few passes settle it
         depth[child] = depth[parent] + 1
-    second = (lambda x: n - 1 - x) if n % 2 == 0 else (lambda x: (x + 1) % n)
+
+    def second(x: np.ndarray) -> np.ndarray:  # the mirror (n even) or the shift by one (n odd)
+        other: np.ndarray = n - 1 - x if n % 2 == 0 else (x + 1) % n
+        return other
+
     parents = np.concatenate([parent, second(parent)])
     children = np.concatenate([child, second(child)])
     return parents, children, np.tile(depth[1:] - 1, 2)
@@ -272,7 +278,7 @@ def _levels(parts: list[Phase]) -> np.ndarray | None:
     """Concurrent phases' levels side by side (level k of each is one level): None if any has none."""
     if any(p.levels is None for p in parts):
         return None
-    return np.concatenate([p.levels for p in parts])  # type: ignore[misc]
+    return np.concatenate([p.levels for p in parts])
 
 
 def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool) -> tuple[str, ...]:
@@ -412,7 +418,7 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     parts = phases(op, ranks, size, algo, topo.gpus_per_node, eff, nics)
     pipelined = algo in ("hierarchical", "nvls_tree")
     nodes = len(np.unique(ranks // topo.gpus_per_node))
-    floor = {}
+    floor: dict[str, float] = {}
     if nodes > 1 and op in BUS_FACTOR:  # LL's cap, on the bus bandwidth: the least time for this size
         cap = LL_MAX_BUSBW[getattr(topo, "cpu", "intel")][0 if nodes <= 2 else 1]
         floor["LL"] = size * BUS_FACTOR[op](len(ranks)) / cap

@@ -92,7 +92,8 @@ class LongTailRanker:
 
     def order(self, rids: Sequence[int]) -> list[int]:
         """Admission order within a group: a ranker that only marks the tail orders nothing (random)."""
-        return self.rng.permutation(np.asarray(rids)).tolist()
+        order: list[int] = self.rng.permutation(np.asarray(rids)).tolist()
+        return order
 
 
 class Oracle:

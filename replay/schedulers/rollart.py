@@ -5,9 +5,9 @@
   H800). Each turn goes where it is estimated to finish first: its prefill on that GPU kind (nothing for the
   part of its context cached on the instance that ran its previous turn), then the median output of the last
   B finished turns (before any has finished: ``prior_tokens``, or half the job's length cap; the turn's own
-  length with ``oracle``) at that instance's decode speed for its batch, times the rounds its queue implies. Prefill-heavy turns (a
-  multi-turn trajectory's growing context) thus gain the compute-rich GPUs and decode-heavy ones the
-  bandwidth-rich, without starving either pool. Environment work runs on CPU workers (the engine's "env"
+  length with ``oracle``) at that instance's decode speed for its batch, times the rounds its queue implies.
+  Prefill-heavy turns (a multi-turn trajectory's growing context) thus gain the compute-rich GPUs and decode-heavy
+  ones the bandwidth-rich, without starving either pool. Environment work runs on CPU workers (the engine's "env"
   resource, one lane per trajectory).
 - **Trajectory-level asynchrony.** There are no rollout phases: trajectories start as soon as the version gap
   allows, and the trainer takes the first B finished trajectories (B = a recorded step's trajectories) as
@@ -96,7 +96,8 @@ class RollArt:
             raise ConfigError(f"rollart: prefill_gpus ({affinity}) must leave generation GPUs "
                               f"(of {c.gen_gpus}) for decode-heavy turns")
         sim.allocate("generation", c.gen_gpus - affinity, c.gen_gpu)
-        self.decode = [sim.add_instance("generation", c.tp, job.generation) for _ in range((c.gen_gpus - affinity) // c.tp)]
+        self.decode = [sim.add_instance("generation", c.tp, job.generation)
+                       for _ in range((c.gen_gpus - affinity) // c.tp)]
         self.prefill: list[GenerationInstance] = []
         if affinity:
             sim.allocate("generation/prefill", affinity, cfg.prefill_gpu)

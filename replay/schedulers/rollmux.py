@@ -14,10 +14,10 @@
   every member's state stays in host memory, so its switches are warm; ``residency = false`` lifts it), and
   every member must meet its SLO (T_coexec <= SLO x T_solo, with conservative estimates: every response at
   the job's length cap, known before any response is generated, or ``length_cap`` where the source records
-  none, and a switch per phase; T_solo on the configured pools; ``oracle``: at the step's true longest). Of the options, the job takes
-  the one that adds the least $/hour: pack into a group as it is (free), scale a group's rollout pool by the
-  fewest instances that make it fit (at most doubling it, and only while cheaper than a new group), or open
-  a new group with pools of its own.
+  none, and a switch per phase; T_solo on the configured pools; ``oracle``: at the step's true longest). Of the
+  options, the job takes the one that adds the least $/hour: pack into a group as it is (free), scale a group's
+  rollout pool by the fewest instances that make it fit (at most doubling it, and only while cheaper than a new
+  group), or open a new group with pools of its own.
 - **Long-tail migration.** Once ``migrate_at`` (80%) of a rollout phase's requests are done and another job's
   rollout is queued, the rest are consolidated on as few instances as their batch needs, and the queued
   rollout starts on the freed ones (not before: it would otherwise start whole on whatever one instance an
@@ -78,7 +78,8 @@ class Group:
     rollouts: deque[tuple[int, int]] = field(default_factory=deque)
     trainings: deque[tuple[int, int]] = field(default_factory=deque)
     training_busy: bool = False
-    warm: dict[str, OrderedDict[int, None]] = field(default_factory=lambda: {"rollout": OrderedDict(), "training": OrderedDict()})
+    warm: dict[str, OrderedDict[int, None]] = field(
+        default_factory=lambda: {"rollout": OrderedDict(), "training": OrderedDict()})
     owner: dict[int, int] = field(default_factory=dict)
     """instance id -> job generating on it"""
     held: dict[int, int] = field(default_factory=dict)
@@ -249,7 +250,8 @@ class RollMux:
     def _lend(self, sim: View, group: Group, free: list[GenerationInstance]) -> None:
         """Idle instances take queued requests of a running rollout of the same model (no switch needed)."""
         for inst in free:
-            busiest = max((i for i in group.instances if i.id in group.owner), key=lambda i: len(i.waiting), default=None)
+            owned = (i for i in group.instances if i.id in group.owner)
+            busiest = max(owned, key=lambda i: len(i.waiting), default=None)
             if busiest is None or len(busiest.waiting) < 2 or busiest.cost is not inst.cost:
                 return
             sim.set_version(busiest.version, [inst])

@@ -222,7 +222,8 @@ class RollPacker:
         if what == REWARD:
             sim.work("trainer", self._train_s, (TRAIN, job.id, step), kind="train", step=step)
         elif what == TRAIN:
-            sim.work("sync", job.sync_s[min(step, job.steps - 1)], ("sync", job.id, step), kind="weight_sync", step=step)
+            sim.work("sync", job.sync_s[min(step, job.steps - 1)], ("sync", job.id, step), kind="weight_sync",
+                     step=step)
         else:
             sim.set_version(step + 1)
             sim.end_step(job.id, step)
@@ -337,6 +338,7 @@ class RollPacker:
         early = float(done.sum() * lent.gpus)
         worked = done > 1e-9  # (not a prompt that completed with the round, a rounding error before now)
         if worked.any():  # one span, from the first sample to the last (idle gaps between prompts included)
-            sim.mark("stream_trainer", "stream_train", rnd.index, float(starts[0]), float((starts + done)[worked].max()))
+            last = float((starts + done)[worked].max())
+            sim.mark("stream_trainer", "stream_train", rnd.index, float(starts[0]), last)
         sim.extra["stream_trained_gpu_s"] = sim.extra.get("stream_trained_gpu_s", 0.0) + early
         return (train_s * gpus - early) / (gpus + lent.gpus)

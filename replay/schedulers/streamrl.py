@@ -55,8 +55,10 @@ class StreamRLConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("sync", "async"):
             raise ConfigError("streamrl: mode is sync or async")
-        if not 0 <= self.recall <= 1 or not 0 < self.long_fraction < 1 or self.microbatches < 1 or self.prior_tokens < 0:
-            raise ConfigError("streamrl: recall in [0, 1], long_fraction in (0, 1), microbatches >= 1, prior_tokens >= 0")
+        if (not 0 <= self.recall <= 1 or not 0 < self.long_fraction < 1 or self.microbatches < 1
+                or self.prior_tokens < 0):
+            raise ConfigError(
+                "streamrl: recall in [0, 1], long_fraction in (0, 1), microbatches >= 1, prior_tokens >= 0")
 
 
 @register("streamrl")

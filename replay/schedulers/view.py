@@ -125,7 +125,8 @@ class View:
         self.requests = RequestView(sim)
         # the verbs: the simulator's bound methods themselves (no call through a wrapper on the hot path)
         self.submit, self.abort, self.migrate, self.requests_on = sim.submit, sim.abort, sim.migrate, sim.requests_on
-        self.allocate, self.release, self.add_instance, self.retire = sim.allocate, sim.release, sim.add_instance, sim.retire
+        self.allocate, self.release = sim.allocate, sim.release
+        self.add_instance, self.retire = sim.add_instance, sim.retire
         self.reconfigure, self.set_version, self.add_resource = sim.reconfigure, sim.set_version, sim.add_resource
         self.work, self.timer, self.consume, self.end_step = sim.work, sim.timer, sim.consume, sim.end_step
         self.mark, self.stop = sim.mark, sim.stop

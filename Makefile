@@ -5,8 +5,10 @@
 #    torchvision/torchaudio and friends left out because their CUDA builds break transformers);
 #  - Debian's chromium, for the dashboard tests (headless, driven by playwright from the test extras), when
 #    it is not installed already (apt-get as root, as on CI machines);
-# then runs the `pytest` console script (`python -m pytest` would put the source tree on sys.path ahead of
-# the installed package).
+# then runs ruff and mypy (ci/typecheck.py: the installed package layout as a tree of symlinks under build/),
+# both with pyproject's settings and failing on any finding, before pytest so that a finding fails fast;
+# then the `pytest` console script (`python -m pytest` would put the source tree on sys.path ahead of the
+# installed package).
 PYTHON ?= python3
 VENV ?= .venv
 PIP = $(VENV)/bin/python -m pip install --quiet
@@ -14,6 +16,8 @@ PIP = $(VENV)/bin/python -m pip install --quiet
 .PHONY: test deps bench tiny-rl-sample
 
 test: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python ci/typecheck.py
 	$(VENV)/bin/pytest
 
 deps:

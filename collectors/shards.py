@@ -352,7 +352,7 @@ def _write(final: Path, manifest: Manifest, small: dict[str, pl.DataFrame], inde
     check_target(final, overwrite)
     arrow = {name: to_arrow(TABLES[name], frame) for name, frame in small.items()}
     for name, data in arrow.items():
-        check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]
+        check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]  # of a Table: a DataFrame
 
     def fill(name: str, w: TableWriter) -> None:
         if name == "collectives":

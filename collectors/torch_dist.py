@@ -304,7 +304,7 @@ def _wrap_wait(wait: Any) -> Any:
                 recorder.record("collectives", tuple(entry[0]))
         return result
 
-    wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]
+    wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]  # a marker on the wrapper function
     return wrapper
 
 
@@ -346,7 +346,7 @@ def _flag_async(fn: Any, always: bool) -> Any:
                     row[12] = now
                     recorder.record("collectives", tuple(row))
 
-    wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]
+    wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]  # a marker on the wrapper function
     return wrapper
 
 

@@ -50,7 +50,7 @@ def _writer(save: Any) -> Any:
                     _bounded(writes, key, [*writes.get(key, [])[-7:], time.time_ns()])
         return result
 
-    wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]
+    wrapper.__rltrace_wrapped__ = True  # type: ignore[attr-defined]  # a marker on the wrapper function
     return wrapper
 
 

@@ -50,7 +50,7 @@ def esc(value: object) -> str:
 
 def esc_all(values: object) -> list[str]:
     """:func:`esc` of each value of a list or Series (labels: a few hundred at most)."""
-    return [esc(v) for v in values]  # type: ignore[attr-defined]
+    return [esc(v) for v in values]  # type: ignore[attr-defined]  # a list or Series: both iterate
 
 
 def color(key: str, index: int = 0) -> str:

@@ -36,6 +36,9 @@ from rltrace.analysis.runs import Run
 from rltrace.analysis.timeline import lanes, row_order, several_jobs
 from rltrace.bundle import Bundle
 
+# The `type: ignore[arg-type]` on each .cast(SPANS/COUNTERS/FLOWS/RAW_FLOWS): polars types cast()'s mapping
+# keys as str | Selector | DataType, which a dict[str, ...] constant cannot match (a mapping's key type is
+# invariant).
 SPANS = {"process": pl.String, "role": pl.String, "name": pl.String, "start_us": pl.Float64, "end_us": pl.Float64,
          "step": pl.Int64, "job": pl.Int64, "request": pl.String, "prompt_tokens": pl.Int64,
          "output_tokens": pl.Int64}

@@ -26,6 +26,8 @@ from rltrace.replay.workload import WARMUP_STEPS
 from rltrace.errors import ConfigError
 from rltrace.scalars import number
 
+# The `type: ignore[arg-type]` on each .cast(TIMELINE_SCHEMA): polars types cast()'s mapping keys as str | Selector |
+# DataType, which a dict[str, ...] constant cannot match (a mapping's key type is invariant).
 TIMELINE_SCHEMA = {"resource": pl.String, "pool": pl.String, "kind": pl.String, "step": pl.Int32, "job": pl.Int32,
                    "id": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}
 """timeline.parquet: one row per busy interval. ``job``: the job (in job-list order; 0 in a one-job run) whose

@@ -32,7 +32,7 @@ ROW_GROUP_ROWS = 65_536
 
 def polars_dtype(t: pa.DataType) -> pl.DataType:
     """The polars dtype of an Arrow type of this format."""
-    return pl.from_arrow(pa.array([], type=t)).dtype  # type: ignore[union-attr]
+    return pl.from_arrow(pa.array([], type=t)).dtype  # type: ignore[union-attr]  # from_arrow of an Array: a Series
 
 
 def polars_schema(table: TableSchema) -> dict[str, pl.DataType]:
@@ -337,7 +337,7 @@ def write_bundle(
     check_target(final, overwrite)
     arrow = {name: to_arrow(schema, tables.get(name)) for name, schema in TABLES.items()}
     for name, data in arrow.items():
-        check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]
+        check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]  # of a Table: a DataFrame
     write_atomically(final, manifest, lambda name, w: w.write(arrow[name]))
     return final
 

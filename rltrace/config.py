@@ -37,7 +37,7 @@ def build(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a table, got {data!r}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # a config class: a dataclass
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(names))})")
@@ -60,7 +60,7 @@ def _value(hint: Any, value: Any, where: str) -> Any:
     if dataclasses.is_dataclass(hint):
         if dataclasses.is_dataclass(value):
             return value
-        return build(hint, value, where)  # type: ignore[arg-type]
+        return build(hint, value, where)  # type: ignore[arg-type]  # is_dataclass(hint) above
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -118,7 +118,7 @@ def override(obj: T, assignments: Iterable[Assignment], where: str = "config", p
         parts = key.split(".")
         node, target = tree, obj
         for depth, part in enumerate(parts):
-            names = {f.name for f in dataclasses.fields(target) if f.init} if _is_config(target) else set()  # type: ignore[arg-type]
+            names = {f.name for f in dataclasses.fields(target) if f.init} if _is_config(target) else set()  # type: ignore[arg-type]  # _is_config: a dataclass
             if part not in names:
                 raise ConfigError(f"{origin}: unknown key {prefix + key!r}")
             if depth == len(parts) - 1:

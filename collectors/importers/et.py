@@ -37,7 +37,7 @@ def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
                 if not members:
                     raise ConfigError(f"{path}: no .json execution trace inside")
                 for m in members:
-                    yield m.name, tar.extractfile(m).read()  # type: ignore[union-attr]
+                    yield m.name, tar.extractfile(m).read()  # type: ignore[union-attr]  # regular files only (isfile above)
         except (tarfile.TarError, EOFError, OSError) as e:
             raise ConfigError(f"{path}: truncated or corrupt archive ({e})") from None
     else:

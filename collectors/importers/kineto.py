@@ -39,7 +39,7 @@ def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
     raw = path.open("rb")
     gz = raw.read(2) == b"\x1f\x8b"
     raw.seek(0)
-    return (gzip.GzipFile(fileobj=raw) if gz else raw), raw  # type: ignore[return-value]
+    return (gzip.GzipFile(fileobj=raw) if gz else raw), raw  # type: ignore[return-value]  # both read bytes
 
 
 def _fail(path: Path, e: BaseException) -> ConfigError:

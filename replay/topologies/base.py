@@ -276,8 +276,8 @@ class NodeFabric:
     def links(self) -> Links:
         """The node links plus the topology's own (``_network``), built once."""
         if self._links is None:
-            self._check(self.gpus)  # type: ignore[attr-defined]
-            self._links = self._finish(self.gpus, self._network())  # type: ignore[attr-defined]
+            self._check(self.gpus)  # type: ignore[attr-defined]  # the topology class defines it
+            self._links = self._finish(self.gpus, self._network())  # type: ignore[attr-defined]  # the topology class defines both
         return self._links
 
     def _network(self) -> list[tuple[str, str, float, float]]:

@@ -38,7 +38,7 @@ def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
             value: object = run.metrics
             for key in path:
                 value = value.get(key, 0.0) if isinstance(value, dict) else 0.0
-            row[column] = float(value)  # type: ignore[arg-type]
+            row[column] = float(value)  # type: ignore[arg-type]  # a metric's leaf: a number
         row["steps"] = int(run.metrics.get("steps", 0))
         row["samples"] = int(run.metrics.get("samples", 0))
         row["makespan_s"] = float(run.metrics.get("makespan_s", 0.0))

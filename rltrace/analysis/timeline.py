@@ -28,6 +28,8 @@ ATTEMPTS = ("aborted", "migrated", "preempted")
 PIXELS = 2000
 """merge gaps below makespan / PIXELS"""
 
+# The `type: ignore[arg-type]` on each .cast(COLUMNS): polars types cast()'s mapping keys as str | Selector |
+# DataType, which a dict[str, ...] constant cannot match (a mapping's key type is invariant).
 COLUMNS = {"resource": pl.String, "kind": pl.String, "step": pl.Int32, "job": pl.Int32, "id": pl.Int64,
            "start_s": pl.Float64, "end_s": pl.Float64, "lane": pl.Int32, "lanes": pl.Int32}
 

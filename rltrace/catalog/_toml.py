@@ -40,7 +40,7 @@ def lookup(table: dict[str, E], name: str, what: str) -> E:
 
 def build_entry(cls: type[E], name: str, raw: dict[str, Any], where: str, what: str) -> E:
     """Construct one catalog entry (a frozen dataclass with a ``name``), rejecting unknown keys."""
-    allowed = {f.name for f in fields(cls)} - {"name"}  # type: ignore[arg-type]
+    allowed = {f.name for f in fields(cls)} - {"name"}  # type: ignore[arg-type]  # every catalog entry is a dataclass
     unknown = set(raw) - allowed
     if unknown:
         raise ConfigError(f"{where}: {what} {name!r} has unknown key {min(unknown)!r}")

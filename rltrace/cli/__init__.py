@@ -66,7 +66,7 @@ def help_as_written(command: click.Command) -> click.Command:
         command.short_help = escape(command.short_help)
     for param in command.params:
         if getattr(param, "help", None):
-            param.help = escape(param.help)  # type: ignore[attr-defined]
+            param.help = escape(param.help)  # type: ignore[attr-defined]  # help is on Options and Arguments, not Parameter
     for sub in getattr(command, "commands", {}).values():
         help_as_written(sub)
     return command

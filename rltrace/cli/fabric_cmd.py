@@ -93,7 +93,7 @@ def validate(
         compared = compare(tables, gpu) if tables is not None else None
         across = multinode_compare() if multinode else None
     if as_json:  # the one-node points when --tables is given, else the multi-node points
-        print(json.dumps((compared if compared is not None else across).to_dicts(), indent=2))  # type: ignore[union-attr]
+        print(json.dumps((compared if compared is not None else across).to_dicts(), indent=2))  # type: ignore[union-attr]  # one is set: checked above
         return
     console = Console(highlight=False, width=120)
     if across is not None:

@@ -36,6 +36,7 @@ class Registry(Generic[T]):
         self.kind, self.package, self._check = kind, package, check
         self._entries: dict[str, Any] = {}
         self._discovered = False
+        self._discovering = False
 
     def register(self, name: str) -> Callable[[P], P]:
         """Decorator: register the class or function it decorates as ``name``; returns it unchanged."""
@@ -47,7 +48,8 @@ class Registry(Generic[T]):
 
     def add(self, name: str, obj: Any) -> None:
         """Register ``obj`` as ``name``; a name already taken is a ValueError naming both."""
-        if not self._discovered and not str(getattr(obj, "__module__", "")).startswith(f"{self.package}."):
+        if not (self._discovered or self._discovering) and not str(getattr(obj, "__module__", "")).startswith(
+                f"{self.package}."):
             # from outside the package (a test's plugin): find the package's own first, so that taking a shipped
             # name fails here, not later inside the shipped module's import
             self.discover()
@@ -59,14 +61,33 @@ class Registry(Generic[T]):
         self._entries[name] = obj
 
     def discover(self) -> None:
-        """Import every module of the package (once); each registers its plugins as it is imported."""
-        if self._discovered or not self.package:
+        """Import every module of the package (once); each registers its plugins as it is imported. A module
+        that cannot be imported is a ConfigError naming it (after the others are imported); discovery is then
+        tried again on the next call, so the registry never answers from a partial list."""
+        if self._discovered or self._discovering or not self.package:
             return
-        self._discovered = True  # first: a plugin module that looks names up while importing must not recurse
-        path = getattr(importlib.import_module(self.package), "__path__", [])
-        for module in pkgutil.iter_modules(path):
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{module.name}")
+        self._discovering = True  # a plugin module that looks names up while importing must not recurse
+        failed = []
+        try:
+            path = getattr(importlib.import_module(self.package), "__path__", [])
+            for module in pkgutil.iter_modules(path):
+                if module.name.startswith("_"):
+                    continue
+                try:
+                    importlib.import_module(f"{self.package}.{module.name}")
+                except ValueError:  # a name registered twice: the registry's own error, as it is
+                    raise
+                except Exception as e:  # noqa: BLE001 - reported below, with every other module imported
+                    failed.append(f"{self.package}.{module.name} ({type(e).__name__}: {e})")
+        finally:
+            self._discovering = False
+        if failed:
+            raise ConfigError(f"{self.kind} plugins that cannot be imported: {'; '.join(failed)}")
+        self._discovered = True
+
+    def loaded(self) -> list[str]:
+        """The names registered so far, sorted, without discovering (what a failed discovery did load)."""
+        return sorted(self._entries)
 
     def names(self) -> list[str]:
         """Every registered name, sorted (after discovery)."""

@@ -91,3 +91,21 @@ def test_every_importer_and_collector_is_callable() -> None:
     for registry in (IMPORTERS, COLLECTORS):
         for name in registry.shipped():
             assert callable(registry.lookup(name)), name
+
+
+def test_a_plugin_that_cannot_be_imported_is_named_and_never_leaves_a_partial_list(tmp_path: Path) -> None:
+    _package(tmp_path, "broken", {"alpha": "a", "beta": "b", "gamma": "c"})
+    beta = tmp_path / "broken" / "beta.py"
+    beta.write_text("import no_such_module_here\n" + beta.read_text())
+    code = ("from broken.base import THINGS\n"
+            "for _ in range(2):\n"
+            "    try:\n"
+            "        print(THINGS.names())\n"
+            "    except Exception as e:\n"
+            "        print(type(e).__name__, e)\n")
+    done = _run(tmp_path, code)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # both calls fail the same way (the second does not answer from the modules that did import), naming beta
+    assert len(lines) == 2 and lines[0] == lines[1], lines
+    assert lines[0].startswith("ConfigError thing plugins that cannot be imported: broken.beta (ModuleNotFoundError")

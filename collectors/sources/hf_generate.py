@@ -3,23 +3,11 @@ generation module is imported."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rltrace.collectors import hooks, recorder
-from rltrace.collectors.sources import register
+from rltrace.collectors.sources import install_on_import, register
 
 
 @register("hf-generate")
 def attach_hf_generate() -> None:
-    """Patch ``GenerationMixin.generate`` when the job imports transformers' generation utilities."""
-    hooks.when_imported("transformers.generation.utils", _install)
-
-
-def _install(module: Any) -> None:
-    rec = recorder.current()
-    if rec is None:
-        return
-    with rec.guard("hf generate collector install"):
-        from rltrace.collectors import hf_generate  # imports torch: only once transformers' generation is in use
-
-        hf_generate.install(module)
+    """Patch ``GenerationMixin.generate`` when the job imports transformers' generation utilities (the collector
+    module imports torch: only once transformers' generation is in use)."""
+    install_on_import("transformers.generation.utils", "hf_generate")

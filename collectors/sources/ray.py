@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rltrace.collectors import hooks, recorder
-from rltrace.collectors.sources import register
+from rltrace.collectors.sources import install_on_import, register
 
 
 @register("ray")
 def attach_ray() -> None:
     """Wrap Ray's worker setup hook when the job imports ray."""
-    hooks.when_imported("ray", _install)
-
-
-def _install(module: Any) -> None:
-    rec = recorder.current()
-    if rec is None:
-        return
-    with rec.guard("ray hook install"):
-        from rltrace.collectors import ray_hook
-
-        ray_hook.install(module)
+    install_on_import("ray", "ray_hook")

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rltrace.collectors import hooks, recorder
-from rltrace.collectors.sources import register
+from rltrace.collectors.sources import install_on_import, register
 
 
 @register("torch")
 def attach_torch() -> None:
-    """Patch torch.distributed and the optimizer hooks when the job imports torch."""
-    hooks.when_imported("torch", _install)
-
-
-def _install(_module: Any) -> None:
-    rec = recorder.current()
-    if rec is None:
-        return
-    with rec.guard("torch collector install"):
-        from rltrace.collectors import torch_dist  # imports torch.distributed: only once torch is in use
-
-        torch_dist.install()
+    """Patch torch.distributed and the optimizer hooks when the job imports torch (the collector module imports
+    torch.distributed: only once torch is in use)."""
+    install_on_import("torch", "torch_dist")

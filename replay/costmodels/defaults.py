@@ -1,7 +1,7 @@
 """The cost models' default settings, in one place: every config that takes one of them (the roofline, the
 replay's ``cost.*`` keys, the synthetic-trace timing) defaults to these constants, so a change here is a change
 everywhere. Training's model FLOPs utilisation is not a constant: :func:`.training.default_mfu` gives the
-published figure for the model's kind and the GPU's (``train_mfu = None`` everywhere means that figure)."""
+published figure for the model's kind and the GPU's (``cost.train_mfu`` unset means that figure)."""
 
 from __future__ import annotations
 
@@ -16,3 +16,7 @@ GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's default ``gpu_memory_utilization``: its share of GPU memory for weights plus KV cache"""
 SYNC_GBPS = 50.0
 """weight-sync bandwidth (GB/s) without a measured sync time or a network model: one 400 Gb/s NIC"""
+SYNTH_TRAIN_MFU = 0.35
+"""the synthetic-trace generator's training MFU (``rltrace synth``'s ``timing.train_mfu``): fixed, not
+:func:`.training.default_mfu`, because the shipped samples are checked to regenerate bit for bit from their
+documented commands (tests/test_samples.py); replay and estimate use the published figures"""

@@ -12,7 +12,7 @@ from typing import Any
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build, override, parse_set, to_dict
 from rltrace.errors import ConfigError
-from rltrace.replay.costmodels.defaults import MEMORY_EFFICIENCY, SYNC_GBPS
+from rltrace.replay.costmodels.defaults import MEMORY_EFFICIENCY, SYNC_GBPS, SYNTH_TRAIN_MFU
 
 PRESET_DIR = Path(__file__).with_name("presets")
 LENGTH_KINDS = ("lognormal", "lognormal_pareto", "empirical")
@@ -54,8 +54,7 @@ class TimingConfig:
     decode_efficiency: float = MEMORY_EFFICIENCY
     """fraction of HBM bandwidth a decode iteration achieves"""
     prefill_mfu: float = 0.5
-    train_mfu: float | None = None
-    """None: the published figure for the model's kind on the training GPU (replay's default too)"""
+    train_mfu: float = SYNTH_TRAIN_MFU
     reward_s_per_sample: float = 0.002
     sync_gbps: float = SYNC_GBPS
     """weight-sync transport bandwidth (400 Gb/s NIC)"""
@@ -123,8 +122,7 @@ class SynthConfig:
             raise ConfigError("agentic: turns must be >= 1; env_median_s, env_sigma, observation_median_tokens "
                               "and observation_sigma >= 0")
         t = self.timing
-        mfu_ok = t.train_mfu is None or 0 < t.train_mfu <= 1
-        if not (0 < t.decode_efficiency <= 1 and 0 < t.prefill_mfu <= 1 and mfu_ok):
+        if not (0 < t.decode_efficiency <= 1 and 0 < t.prefill_mfu <= 1 and 0 < t.train_mfu <= 1):
             raise ConfigError("timing: efficiencies and MFUs must be in (0, 1]")
         if t.max_num_seqs < 1 or t.sync_gbps <= 0 or t.network_gbps <= 0 or t.step_gap_s < 0:
             raise ConfigError("timing: max_num_seqs, sync_gbps and network_gbps must be > 0, step_gap_s >= 0")

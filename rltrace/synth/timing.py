@@ -16,7 +16,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rltrace.catalog import GPUSpec, ModelSpec
-from rltrace.replay.costmodels.training import default_mfu
 from rltrace.synth.config import SynthConfig
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight + Adam m and v read, updated weight written (rough)
@@ -49,7 +48,7 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
     tp = cfg.generation.tp
     engine_bw = tp * gen.hbm_bytes_per_s * t.decode_efficiency
     ranks = cfg.training.gpus
-    train_flops = ranks * train.flops * (t.train_mfu or default_mfu(model, train))
+    train_flops = ranks * train.flops * t.train_mfu
     shard = -(-model.layer_params // ranks)  # ceil: FSDP pads the last shard
     full_bytes = shard * ranks * model.dtype_bytes
     # Within one NVLink domain (8 GPUs) a ring uses NVLink at half the bidirectional figure; beyond, the NIC.

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from rltrace.replay.schedulers.base import SCHEDULERS, capabilities
 from rltrace.replay.sweep.grid import Point, check, point_id
 from rltrace.replay.sweep.runner import Store, run_sweep
 
@@ -26,9 +27,12 @@ from rltrace.catalog import load_gpus
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
 
-DEFAULT_SCHEDULERS = ("colocated-sync", "disagg-sync", "one-step-async", "fully-async", "streamrl", "rollpacker",
-                      "orchestrrl", "rollart")
-"""every registered scheduler but as-recorded (a fidelity check, not a design) and rollmux (several jobs)"""
+
+def default_schedulers() -> tuple[str, ...]:
+    """Every shipped scheduler that is a design for one job: not one that replays the recording's own decisions
+    (as-recorded), nor one that needs several jobs (rollmux), as each declares (so a new scheduler file joins)."""
+    return tuple(n for n in SCHEDULERS.shipped()
+                 if not (can := capabilities(SCHEDULERS.lookup(n))).several_jobs and not can.replays_recording)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,7 +41,7 @@ class Space:
 
     gpu: tuple[str, ...] = ()
     """GPU kinds (default: every catalog GPU)"""
-    scheduler: tuple[str, ...] = DEFAULT_SCHEDULERS
+    scheduler: tuple[str, ...] = field(default_factory=default_schedulers)
     gen_share: tuple[float, ...] = (0.5, 0.75)
     """share of the GPUs in the generation pool"""
     total_gpus: tuple[int, ...] = (8, 16, 32, 64, 128)

@@ -30,7 +30,7 @@ from rltrace.replay.stepbook import StepBook
 
 from rltrace.errors import ConfigError
 
-__all__ = ["Notice", "PoolUse", "Simulator"]
+__all__ = ["Simulator"]
 
 
 class Simulator:
@@ -57,7 +57,7 @@ class Simulator:
         self.fast_path = fast_path and not self.multi_turn
         """let quiet-mode instances plan whole queues at once (off: the per-event path, same results). Off for
         multi-turn work: each finished turn starts its trajectory's environment work at once"""
-        self.route_turns = False
+        self._places_turns = False
         """A finished turn with a successor books the successor's environment time on the "env" resource
         (CPU workers, one lane per trajectory). Then, False: the engine queues the next turn on the instance
         that ran the previous one (its prefix cache is there); True (a scheduler whose capabilities say it
@@ -258,7 +258,7 @@ class Simulator:
         from rltrace.replay.schedulers.view import View
 
         can = capabilities(scheduler)
-        self.route_turns = can.places_turns
+        self._places_turns = can.places_turns
         self._view = View(self, several_jobs=can.several_jobs)
         scheduler.start(self._view)
         self._replan()
@@ -313,13 +313,13 @@ class Simulator:
         self.record.events = events
 
     def _turn(self, event: TurnReady, on_event: Callable[[Any, Notice], None]) -> None:
-        """A next turn is ready: the scheduler places it (``route_turns``), or it joins its previous instance
-        (the least loaded of that pool when that one was retired)."""
+        """A next turn is ready: the scheduler places it (it declared ``places_turns``), or it joins its previous
+        instance (the least loaded of that pool when that one was retired)."""
         rid = event.request
         if self.requests.state[rid] != State.PENDING or rid in self.book.dropped:
             return  # the scheduler already took it elsewhere, or stopped its trajectory
         live = [i for i in self.instances if i.id == event.instance]
-        if self.route_turns:
+        if self._places_turns:
             on_event(self._view, Notice(self.now, "turn", event.before, live[0] if live else None, [rid]))
             return
         if not live:

@@ -123,8 +123,7 @@ def test_trl_bundle_replays_under_every_scheduler(trl_run: tuple[Path, list[dict
     assert result.returncode == 0, result.stderr[-4000:]
     metrics = json.loads(result.stdout)
     # the shipped schedulers: other test modules register their own (test-peek, ...) in this process only
-    shipped = [n for n in SCHEDULERS.names() if SCHEDULERS.lookup(n).__module__.startswith("rltrace.")]
-    assert sorted(metrics) == sorted(shipped)
+    assert sorted(metrics) == SCHEDULERS.shipped()
     recorded = rltrace.open(out).requests.collect()
     assert metrics["as-recorded"]["samples"] == recorded.height
     assert metrics["as-recorded"]["output_tokens"] == recorded["output_tokens"].sum()

@@ -15,13 +15,14 @@ from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
 from rltrace.replay.entities.requests import Requests
+from rltrace.replay.events import Notice
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
 from rltrace.replay.record import RunRecord
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.replay.schedulers import create, lookup, names, register
 from rltrace.replay.schedulers.base import ONE_JOB, Capabilities, capabilities
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice, Simulator
+from rltrace.replay.simulator import Simulator
 
 from rltrace.errors import ConfigError
 

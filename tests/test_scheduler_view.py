@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from replay_helpers import TAU, make
 from rltrace.replay.entities.requests import State
+from rltrace.replay.events import Notice
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.replay.schedulers import register
 from rltrace.replay.schedulers.view import LengthUnknown, View
-from rltrace.replay.simulator import Notice
 
 SCHEDULERS = Path(__file__).resolve().parents[1] / "replay" / "schedulers"
 PEEKS: list[Peek] = []  # the test scheduler's instances, to read back what each saw

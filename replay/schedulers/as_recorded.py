@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.replay.schedulers.base import register
+from rltrace.replay.events import Notice
+from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
     on_training_done,
@@ -18,7 +19,6 @@ from rltrace.replay.schedulers.common import (
     start_training,
 )
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -29,6 +29,7 @@ class AsRecordedConfig:
 @register("as-recorded")
 class AsRecorded:
     Config = AsRecordedConfig
+    capabilities = Capabilities(replays_recording=True)
 
     def __init__(self, config: AsRecordedConfig) -> None:
         self.config = config

@@ -33,6 +33,8 @@ class Capabilities:
     places_turns: bool = False
     """it places each multi-turn trajectory's next turn itself (a "turn" notice); without, the engine queues
     a next turn on the instance that ran the turn before it"""
+    replays_recording: bool = False
+    """it repeats the recording's own decisions (a fidelity check, not a design to choose: advise leaves it out)"""
 
 
 ONE_JOB = Capabilities()

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rltrace.replay.costmodels.switching import job_state, move_seconds
+from rltrace.replay.events import Notice
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, generation_pool, spread
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from rltrace.replay.events import Notice
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
@@ -30,7 +31,6 @@ from rltrace.replay.schedulers.common import (
     spread,
 )
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 

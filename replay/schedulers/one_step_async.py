@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rltrace.replay.events import Notice
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
@@ -17,7 +18,6 @@ from rltrace.replay.schedulers.common import (
     start_training,
 )
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rltrace.replay.costmodels.switching import reload_seconds
 from rltrace.replay.entities.instance import GenerationInstance
+from rltrace.replay.events import Notice
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
@@ -24,7 +25,6 @@ from rltrace.replay.schedulers.common import (
     take_half,
 )
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.entities.requests import State
+from rltrace.replay.events import Notice
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import answer_again, siblings
 from rltrace.replay.schedulers.predict import RecentLengths, prior_tokens
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError

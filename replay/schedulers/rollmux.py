@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 
 from rltrace.replay.costmodels.switching import job_state, switch_seconds
 from rltrace.replay.entities.instance import GenerationInstance
+from rltrace.replay.events import Notice
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import take_half
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 

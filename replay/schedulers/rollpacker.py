@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from rltrace.replay.costmodels.switching import job_state, reload_seconds, switch_seconds
 from rltrace.replay.entities.instance import KV_WATERMARK
+from rltrace.replay.events import Notice
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, disaggregated_pools, splits, spread
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError

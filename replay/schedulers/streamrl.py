@@ -24,11 +24,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from rltrace.replay.events import Notice
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.predict import RecentLengths, prior_tokens
 from rltrace.replay.schedulers.view import View
-from rltrace.replay.simulator import Notice
 
 from rltrace.errors import ConfigError
 

@@ -59,7 +59,10 @@ class ReachWatcher:
     def poll(self) -> None:
         """One pass: note every unrecorded descendant that has torch or vLLM mapped."""
         recorded = self._recorded()
-        for pid in _descendants(self.root_pid):
+        alive = _descendants(self.root_pid)
+        for gone in self._once.keys() - set(alive):  # a pid seen once that exited is no one's any more
+            del self._once[gone]
+        for pid in alive:
             if pid in self.users or pid in recorded:
                 continue
             try:

@@ -101,7 +101,8 @@ class TopologySpec:
 
     name: str
     params: tuple[tuple[str, Any], ...] = ()
-    """(key, value) in the order given; keys and value types checked against the topology's parameters"""
+    """(key, value) sorted by key (``k=8,gpu=H100`` is ``gpu=H100,k=8``); keys and value types checked against
+    the topology's parameters"""
     text: str = field(default="", compare=False)
     """the spec as written (what reports and config.json show)"""
 
@@ -109,6 +110,7 @@ class TopologySpec:
     def parse(cls, spec: str) -> TopologySpec:
         """Read ``name:key=value,...``; unknown names or keys and badly typed values are ConfigErrors."""
         name, _, rest = spec.strip().partition(":")
+        name = name.strip()
         topology = TOPOLOGIES.lookup(name)
         values: dict[str, Any] = {}
         for item in filter(None, (p.strip() for p in rest.split(","))):
@@ -121,7 +123,7 @@ class TopologySpec:
         if unknown:  # before build, whose message would list internal fields (links, circuits) too
             raise ConfigError(f"topology {name}: unknown key {unknown[0]!r} (known: {', '.join(user)})")
         build(topology, values, f"topology {name}")  # value types now, where the spec is read; links at build()
-        return cls(name, tuple(values.items()), spec.strip())
+        return cls(name, tuple(sorted(values.items())), spec.strip())
 
     @classmethod
     def from_config(cls, value: Any, where: str) -> TopologySpec | None:

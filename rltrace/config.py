@@ -140,16 +140,21 @@ def _is_config(obj: Any) -> bool:
 def _replace(obj: Any, tree: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(type(obj))
     changes: dict[str, Any] = {}
+    origins: list[str] = []
     for name, sub in tree.items():
         if isinstance(sub, dict):
             changes[name] = _replace(getattr(obj, name), sub, f"{where}.{name}")
         else:
             value, origin = sub
+            origins.append(origin)
             changes[name] = _value(hints[name], value, f"{origin}: {where}.{name}")
     try:
         return dataclasses.replace(obj, **changes)
     except TypeError as e:
         raise ConfigError(f"{where}: {e}") from None
+    except ConfigError as e:  # a check in __post_init__: say which assignments it judged (a grid file, --set)
+        came_from = ", ".join(dict.fromkeys(origins))
+        raise ConfigError(f"{came_from}: {e}" if came_from and not str(e).startswith(came_from) else str(e)) from None
 
 
 def parse_scalar(text: str) -> Any:

@@ -4,8 +4,10 @@ one grammar reads topology specs wherever they are given."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from helpers import run_cli
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.run import ReplayConfig
 from rltrace.replay.schedulers import lookup
@@ -88,3 +90,12 @@ def test_override_and_parse_set_on_any_config_dataclass() -> None:
     assert config.cost.train_mfu == 0.5 and ReplayConfig().cost.train_mfu != 0.5  # a new object; the old unchanged
     with pytest.raises(ConfigError, match="--price 'x': expected key=value"):
         parse_set("x", "--price")
+
+
+def test_a_check_across_fields_names_the_assignments_it_judged(tmp_path: Path) -> None:
+    """A value refused by a config's own check (__post_init__) says where it came from, like a badly typed one."""
+    grid = tmp_path / "g.toml"
+    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\n[fixed]\nsteps = 1\n"cost.train_mfu" = 2.0\n')
+    done = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"rltrace: error: {grid}: cost.train_mfu must be in (0, 1], got 2.0"

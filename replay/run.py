@@ -194,8 +194,9 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         return steps[name].to_list() if name in steps.columns else [None] * steps.height
 
     tokens = (steps["prompt_tokens"] + steps["output_tokens"]).to_list()
-    train = [training.train_seconds(m, t) for m, t in zip(col("train_s"), tokens)]
-    forward = [training.forward_seconds(m, t) for m, t in zip(col("reference_s"), tokens)]
+    per_sample = [t / max(int(n), 1) for t, n in zip(tokens, counts)]  # a sample is one training sequence
+    train = [training.train_seconds(m, t, s) for m, t, s in zip(col("train_s"), tokens, per_sample)]
+    forward = [training.forward_seconds(m, t, s) for m, t, s in zip(col("reference_s"), tokens, per_sample)]
     optim = [training.optimizer_seconds(m) for m in col("optimizer_s")]
     sync = [training.sync_seconds(m) for m in col("weight_sync_s")]
     reward = [r or 0.0 for r in col("reward_s")]

@@ -162,3 +162,30 @@ def test_estimate_cli() -> None:
     for kind in ("prefill", "train"):
         ok = run_cli("estimate", kind, "--model", "Qwen2.5-7B", "--gpu", "H800", "--json")
         assert ok.returncode == 0 and json.loads(ok.stdout)["bound"] == "compute"
+
+
+def test_estimate_train_and_replay_training_price_the_validated_step() -> None:
+    """`estimate train` and a replay without a measured trainer time run the step estimate validate checks:
+    attention at the sequence length, FP8 linear layers when asked, the published MFU when none is given."""
+    from rltrace.replay.costmodels.training import TrainingCost
+
+    roof = Roofline(model=LLAMA, gpu=H100)
+    for precision in ("bf16", "fp8"):
+        est = roof.train(10**6, 8, seq_len=4096, precision=precision)
+        ref = step_seconds(LLAMA, H100, tokens=10**6, gpus=8, seq_len=4096, precision=precision)
+        assert est.seconds == ref.seconds and est.flops == ref.flops
+    assert roof.train(10**6, 8, seq_len=4096, precision="fp8").seconds < roof.train(10**6, 8, seq_len=4096).seconds
+    assert roof.train(10**6, 8, seq_len=4096).seconds > roof.train(10**6, 8).seconds  # attention costs
+    cost = TrainingCost(model=LLAMA, gpu=H100, gpus=8, recorded_gpus=8, recorded_gpu=H100)
+    assert cost.train_seconds(None, 10**6, 1024) == step_seconds(LLAMA, H100, tokens=10**6, gpus=8,
+                                                                 seq_len=1024).seconds
+    assert cost.train_seconds(2.0, 10**6, 1024) == 2.0  # measured seconds are kept on the recorded GPUs
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--precision", "fp4"], "training precision must be bf16, fp16 or fp8, got 'fp4'"),
+    (["--context", "0"], "train needs tokens, gpus and a sequence length >= 1"),
+])
+def test_estimate_train_refuses_bad_values_in_one_line(args: list[str], message: str) -> None:
+    done = run_cli("estimate", "train", "--model", "Llama-2-7B", "--gpu", "H100", *args)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr

@@ -330,12 +330,16 @@ class Roofline:
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
                         max(seconds - comm - max(compute_s, memory_s), 0.0), experts)
 
-    def train(self, tokens: int, gpus: int) -> Estimate:
-        """One optimizer step over ``tokens`` tokens (forward and backward) on ``gpus`` GPUs: ``6 x active
-        parameters x tokens`` at :attr:`train_mfu`, plus expert-parallel all-to-alls when ``ep`` > 1."""
-        if tokens < 1 or gpus < 1:
-            raise ConfigError(f"train needs tokens >= 1 and gpus >= 1, got tokens={tokens}, gpus={gpus}")
-        step = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.train_mfu, ep=self.ep)
+    def train(self, tokens: int, gpus: int, *, seq_len: int | None = None, precision: str = "bf16") -> Estimate:
+        """One optimizer step over ``tokens`` tokens (forward and backward) on ``gpus`` GPUs, as validated
+        (:func:`.training.step_seconds`): ``6 x active parameters x tokens`` plus causal attention over
+        ``seq_len``-token sequences, at :attr:`train_mfu`, the linear layers at the FP8 peak for ``precision``
+        "fp8", plus expert-parallel all-to-alls when ``ep`` > 1."""
+        if tokens < 1 or gpus < 1 or (seq_len is not None and seq_len < 1):
+            raise ConfigError(f"train needs tokens, gpus and a sequence length >= 1, got tokens={tokens}, "
+                              f"gpus={gpus}, seq_len={seq_len}")
+        step = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.train_mfu, ep=self.ep,
+                            seq_len=seq_len, precision=precision)
         return Estimate(step.seconds, "compute", step.compute_s, 0.0, step.comm_s, step.flops, 0.0)
 
     # ---- the replay engine's closed forms ------------------------------------------------------------------

@@ -64,7 +64,7 @@ class Step:
     """bytes every rank sends in expert-parallel all-to-alls over the step"""
 
 
-def attention_pairs_per_token(model: ModelSpec, seq_len: int) -> float:
+def attention_pairs_per_token(model: ModelSpec, seq_len: float) -> float:
     """Mean query-key pairs per token of a causal sequence of ``seq_len`` tokens (a sliding window caps them)."""
     w = model.sliding_window
     if w and w < seq_len:
@@ -73,7 +73,7 @@ def attention_pairs_per_token(model: ModelSpec, seq_len: int) -> float:
 
 
 def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mfu: float | None = None, ep: int = 1,
-                 passes: float = 3.0, seq_len: int | None = None, precision: str = "bf16") -> Step:
+                 passes: float = 3.0, seq_len: float | None = None, precision: str = "bf16") -> Step:
     """One step over ``tokens`` tokens on ``gpus`` GPUs: ``2 x passes x active params x tokens`` FLOPs (3 passes:
     forward and backward, i.e. the 6N rule; 1: a forward-only pass), plus causal attention over ``seq_len``-token
     sequences when given, at ``mfu`` (None: :func:`default_mfu`) of the BF16 peak, the linear layers at the FP8
@@ -123,21 +123,24 @@ class TrainingCost:
             scale *= self.recorded_gpu.flops / self.gpu.flops
         return scale
 
-    def _step(self, tokens: float, passes: float) -> float:
+    def _step(self, tokens: float, passes: float, seq_len: float | None) -> float:
         if self.model is None or self.gpu is None:
             return 0.0
         return step_seconds(self.model, self.gpu, tokens=tokens, gpus=self.gpus, mfu=self.train_mfu, ep=self.ep,
-                            passes=passes).seconds
+                            passes=passes, seq_len=seq_len).seconds
 
-    def train_seconds(self, measured: float | None, tokens: float) -> float:
+    def train_seconds(self, measured: float | None, tokens: float, seq_len: float | None = None) -> float:
+        """A step's trainer seconds: the measured ones rescaled, else the model's over ``tokens`` tokens in
+        sequences of ``seq_len`` (a sample's prompt + output: its causal attention, as validated)."""
         if measured is not None:
             return measured * self._scale
-        return self._step(tokens, 3.0)
+        return self._step(tokens, 3.0, seq_len)
 
-    def forward_seconds(self, measured: float | None, tokens: float) -> float:
+    def forward_seconds(self, measured: float | None, tokens: float, seq_len: float | None = None) -> float:
+        """Forward-only passes (reference and old log-probabilities), like :meth:`train_seconds`."""
         if measured is not None:
             return measured * self._scale
-        return self._step(tokens * self.forward_passes, 1.0)
+        return self._step(tokens * self.forward_passes, 1.0, seq_len)
 
     def alltoall_bytes(self, tokens: float) -> float:
         """Bytes each trainer rank sends in expert-parallel all-to-alls over one step of ``tokens`` tokens (0 for

@@ -37,10 +37,13 @@ def estimate(
     samples: Annotated[int, typer.Option(help="Samples per prompt sharing its prefix (prefill: one prefill, "
                                               "later samples recompute only the uncached tail).")] = 1,
     batch: Annotated[int, typer.Option(help="Running sequences (decode).")] = 1,
-    context: Annotated[int, typer.Option(help="Mean context length in tokens (decode).")] = 1024,
+    context: Annotated[int, typer.Option(help="Mean context length in tokens (decode); train: tokens per "
+                                              "sequence (its causal attention).")] = 1024,
     tokens: Annotated[int, typer.Option(help="Tokens (prefill: prompt tokens; train: tokens per step).")] = 4096,
     prompts: Annotated[int, typer.Option(help="Prompts the prefill tokens are split over.")] = 1,
     gpus: Annotated[int, typer.Option(help="GPUs sharing the training step.")] = 8,
+    precision: Annotated[str, typer.Option(help="train: the linear layers' precision, bf16 or fp8 (Transformer "
+                                                "Engine's FP8 recipes; attention stays BF16).")] = "bf16",
     profile: Annotated[Path | None, typer.Option(help="Efficiency profile from `rltrace calibrate` (Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
     data: Annotated[list[Path] | None, typer.Option(
@@ -83,8 +86,8 @@ def estimate(
         kv_tokens = tokens
         what = f"prefill of {tokens:,} tokens in {prompts} prompt(s)"
     else:
-        result = cost.train(tokens, gpus)
-        what = f"training step of {tokens:,} tokens on {gpus} GPUs"
+        result = cost.train(tokens, gpus, seq_len=context, precision=precision)
+        what = f"training step of {tokens:,} tokens in {context:,}-token sequences on {gpus} GPUs ({precision})"
     fits = kind is Kind.train or cost.fits(kv_tokens)
     if as_json:
         extra = {} if kind is Kind.train else {"fits": fits, "memory_needed_gb": cost.memory_needed_gb(kv_tokens)}

@@ -17,7 +17,7 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from rltrace.errors import ConfigError
 
@@ -34,19 +34,19 @@ class Registry(Generic[T]):
         if package is None:  # the package of the module that creates the registry: its plugins live beside it
             package = sys._getframe(1).f_globals.get("__package__") or ""
         self.kind, self.package, self._check = kind, package, check
-        self._entries: dict[str, Any] = {}
+        self._entries: dict[str, T] = {}
         self._discovered = False
         self._discovering = False
 
     def register(self, name: str) -> Callable[[P], P]:
         """Decorator: register the class or function it decorates as ``name``; returns it unchanged."""
         def add(obj: P) -> P:
-            self.add(name, obj)
+            self.add(name, cast(T, obj))  # the decorated class or function is the registry's kind of plugin
             return obj
 
         return add
 
-    def add(self, name: str, obj: Any) -> None:
+    def add(self, name: str, obj: T) -> None:
         """Register ``obj`` as ``name``; a name already taken is a ValueError naming both."""
         if not (self._discovered or self._discovering) and not str(getattr(obj, "__module__", "")).startswith(
                 f"{self.package}."):
@@ -100,7 +100,7 @@ class Registry(Generic[T]):
         prefix = f"{self.package}."
         return sorted(n for n, obj in self._entries.items() if str(getattr(obj, "__module__", "")).startswith(prefix))
 
-    def lookup(self, name: str) -> Any:
+    def lookup(self, name: str) -> T:
         """The object registered as ``name``; an unknown name is a ConfigError listing the known ones."""
         if name not in self._entries:
             self.discover()

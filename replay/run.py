@@ -237,9 +237,10 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     return Prepared(frame, [job], cluster, notes, fitted)
 
 
-def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: dict[str, Any] | None = None,
+def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: Any = None,
            *, progress: Callable[[int], None] | None = None, keep_log: bool = False) -> RunResult:
-    """Run ``scheduler`` over the prepared jobs; returns the metrics, the timeline and the resolved config."""
+    """Run ``scheduler`` over the prepared jobs with ``settings`` (its Config, or a mapping of the Config's
+    fields; None: the defaults); returns the metrics, the timeline and the resolved config."""
     policy, policy_config = create(scheduler, settings)
     jobs, routed = prepared.jobs, None
     if config.network.topology:  # the network sets sync and collective times: on copies, the input stays as it is

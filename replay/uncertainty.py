@@ -82,13 +82,13 @@ def _value(metrics: dict[str, Any], path: tuple[str, ...]) -> float:
     return float(value)
 
 
-def replicate(bundle: Bundle, shape: Shape, cost: CostConfig, prepared: Prepared, schedulers: dict[str, dict[str, Any]],
+def replicate(bundle: Bundle, shape: Shape, cost: CostConfig, prepared: Prepared, schedulers: dict[str, Any],
               config: ReplayConfig, prices: dict[str, float] | None = None, *, count: int = DEFAULT_REPLICATES,
               progress: Callable[[int, int], None] | None = None) -> dict[str, Spread]:
     """Replay ``count`` replicates of ``prepared`` (made from ``bundle`` with ``shape``) under each scheduler
-    (name -> its settings): replicate k uses seed ``shape.seed + 1 + k`` and its own bootstrap of the
-    fitted steps. Returns one :class:`Spread` per scheduler; empty when nothing can vary or ``count`` < 2.
-    ``progress(done, total)`` is called after each replay."""
+    (name -> its Config or a mapping of its fields): replicate k uses seed ``shape.seed + 1 + k`` and its own
+    bootstrap of the fitted steps. Returns one :class:`Spread` per scheduler; empty when nothing can vary or
+    ``count`` < 2. ``progress(done, total)`` is called after each replay."""
     varied = sources(prepared, shape)
     if not varied or count < 2:
         return {}

@@ -54,6 +54,14 @@ class Scheduler(Protocol):
         ...
 
 
+class SchedulerClass(Protocol):
+    """What the registry holds: a scheduler class, with its ``Config`` dataclass, built from one."""
+
+    Config: type[Any]
+
+    def __call__(self, config: Any) -> Scheduler: ...
+
+
 def capabilities(scheduler: object) -> Capabilities:
     """What a scheduler (a class or an instance) declares it can do."""
     can = getattr(scheduler, "capabilities", ONE_JOB)
@@ -72,15 +80,16 @@ def _has_config(name: str, cls: type) -> None:
 BASELINES = ("colocated-sync", "disagg-sync", "one-step-async", "fully-async")
 """the schedulers `rltrace replay` runs when none is named: the textbook synchronous and asynchronous designs"""
 
-SCHEDULERS: Registry[Scheduler] = Registry("scheduler", _has_config)
+SCHEDULERS: Registry[SchedulerClass] = Registry("scheduler", _has_config)
 register = SCHEDULERS.register
 """Class decorator: make a scheduler available as ``name``. A second class with the same name is an error."""
 names = SCHEDULERS.names
 lookup = SCHEDULERS.lookup
 
 
-def create(name: str, settings: dict[str, Any] | None = None) -> tuple[Scheduler, Any]:
-    """The scheduler ``name`` built with its Config from ``settings``; returns (scheduler, config)."""
+def create(name: str, settings: Any = None) -> tuple[Scheduler, Any]:
+    """The scheduler ``name`` built with its Config from ``settings`` (its Config already built, or a mapping of
+    the Config's fields; None: the defaults); returns (scheduler, config)."""
     cls = lookup(name)
     config = build(cls.Config, settings or {}, where=f"scheduler {name}")
     return cls(config), config

@@ -87,7 +87,7 @@ class Topology(Protocol):
         ...
 
 
-TOPOLOGIES: Registry[Topology] = Registry("topology")
+TOPOLOGIES: Registry[type[Topology]] = Registry("topology")
 register = TOPOLOGIES.register
 """Class decorator: make a topology available as ``name`` in specs. A duplicate name is an error."""
 names = TOPOLOGIES.names

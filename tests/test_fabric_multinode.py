@@ -23,6 +23,7 @@ from rltrace.replay.network.collectives import (
     tree_unit_bytes,
 )
 from rltrace.replay.network.validation import multinode_compare, multinode_summary
+from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.topologies import parse
 
 GIB = 1 << 30
@@ -188,6 +189,30 @@ def test_a_broadcast_across_nodes_fills_its_chain_one_chunk_a_level() -> None:
         expected = latency + nic_s * (1 + (passes - 1) * 4 * chunk / GIB) / proto.payload
         result = collective(topo, "broadcast", 4, GIB, "ring", protocol=proto.name)
         assert result.seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_bucketed_weight_sync_fills_each_buckets_chain_as_the_broadcast_does() -> None:
+    # trainer GPU 3 syncs 2.5 GiB in 1 GiB buckets to generators 0-2 on 2 nodes x 2 GPUs (2 NICs a node) under
+    # Simple: three broadcasts one after another (1, 1 and 0.5 GiB), each its latency, its chain's bytes at half a
+    # NIC (one channel each) and the chain's fill: a step (512 KiB) x 2 channels a NIC x 2 NICs held at each of
+    # the chain's 3 hops; the 1 GiB sync is the broadcast `fabric bench` times, to the last digit
+    topo = _leaf(2, 2, nics=2, nccl_proto="Simple")
+    generators, trainers = np.arange(3), np.array([3])
+    path = np.array([3, 0, 1, 2])
+    chain = phases("broadcast", path, GIB, "ring", 2, 0.0, 2)[0]
+    latency = SIMPLE.base_s + phase_latency(topo, chain, SIMPLE)
+    unit = 4 * (512 << 10)
+
+    def broadcast_s(size: float) -> float:
+        nic_s = size / 2 / topo.nic_bytes_per_s  # type: ignore[attr-defined]
+        return latency + nic_s * (1 + (3 - 1) * unit / size)
+
+    sync = weight_sync(topo, "bucketed", trainers, generators, 2.5 * GIB)
+    assert sync.seconds == pytest.approx(2 * broadcast_s(GIB) + broadcast_s(GIB / 2), rel=1e-9)
+    whole = collective(topo, "broadcast", path, 2.5 * GIB)
+    assert np.allclose(sync.link_bytes, whole.link_bytes)  # the same bytes on every link, so the same utilisation
+    one = weight_sync(topo, "bucketed", trainers, generators, GIB)
+    assert one.seconds == collective(topo, "broadcast", path, GIB).seconds
 
 
 def test_a_4x8_ring_is_the_nodes_nic_bandwidth_in_closed_form() -> None:

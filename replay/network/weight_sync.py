@@ -1,7 +1,8 @@
 """Weight-sync strategies as flows, from the trainer GPUs to the generation GPUs.
 
-- ``per_tensor`` (OpenRLHF): trainer rank 0 broadcasts every tensor on its own to all generation GPUs; each
-  broadcast pays its latency, the bytes pipeline along a chain.
+- ``per_tensor`` (OpenRLHF): trainer rank 0 broadcasts every tensor on its own to all generation GPUs; each is
+  one NCCL broadcast as the collective model times it (.collectives.collective: a chain per channel, its fill,
+  its latency), one after another.
 - ``bucketed``: the same, with tensors packed into ``bucket_bytes`` buckets (fewer, larger broadcasts).
 - ``tree`` (StreamRL): one pipelined binary-tree broadcast from trainer rank 0 over the generation GPUs.
 - ``two_stage`` (RollMux): trainer rank i sends its 1/n shard to one generation GPU (so exactly one model copy
@@ -14,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.collectives import Phase, phase_latency, phases, run_phases, tree_edges
+from rltrace.replay.network.collectives import Phase, collective, phases, run_phases, tree_edges
 from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import Topology
 
@@ -22,6 +23,18 @@ from rltrace.errors import ConfigError
 
 STRATEGIES = ("per_tensor", "bucketed", "tree", "two_stage")
 BUCKET_BYTES = 1 << 30
+
+
+def _broadcasts(strategy: str, nbytes: float, tensors: int, bucket_bytes: int) -> dict[float, int]:
+    """The broadcasts a ``per_tensor`` or ``bucketed`` sync runs: bytes of each -> how many of that size (equal
+    tensors; full buckets and the rest). A sync of no bytes still runs one empty broadcast (its latency)."""
+    if strategy == "per_tensor":
+        return {nbytes / max(tensors, 1): max(tensors, 1)}
+    full, rest = divmod(float(nbytes), float(bucket_bytes))
+    counts = {float(bucket_bytes): int(full)} if full else {}
+    if rest > 0 or not full:
+        counts[rest] = counts.get(rest, 0) + 1
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +55,19 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
     root = trainers[:1]
     path = np.concatenate([root, generators])
     if strategy in ("per_tensor", "bucketed"):
-        count = max(tensors, 1) if strategy == "per_tensor" else max(1, math.ceil(nbytes / bucket_bytes))
-        # The bytes pipeline the same however they are cut; every broadcast after the first adds its latency.
-        # NCCL's broadcast: a pipelined chain per channel, each channel's chain crossing nodes on its own NIC
-        chain_phase = phases("broadcast", path, nbytes, "ring", topo.gpus_per_node, 0.0,
-                             min(int(getattr(topo, "nics", 1)), topo.gpus_per_node))[0]
-        t = run_phases(topo, [chain_phase])
-        again = (count - 1) * (t.protocol.base_s + phase_latency(topo, chain_phase, t.protocol))
-        return SyncTime(t.seconds + again, strategy, t.link_bytes, t.reconfig_s)
+        # Each tensor or bucket is one NCCL broadcast, timed by the collective model itself (collective(): its
+        # channels' chains, its protocol pick, LL's cap and the chain's fill: only the root holds data at first),
+        # so a sync and `fabric bench --op broadcast` price the same broadcast alike. NCCL runs a stream's
+        # broadcasts one after another, so every one pays its latency and its chain's fill again.
+        counts = _broadcasts(strategy, nbytes, tensors, bucket_bytes)
+        seconds, reconfig = 0.0, 0.0
+        carried = np.zeros(len(topo.links()))
+        for size, count in counts.items():
+            c = collective(topo, "broadcast", path, size)
+            reconfig += c.reconfig_s  # a circuit set for the first broadcast serves the rest (same flows)
+            seconds += count * (c.seconds - c.reconfig_s) + c.reconfig_s
+            carried += count * c.link_bytes
+        return SyncTime(seconds, strategy, carried, reconfig)
     if strategy == "tree":
         parent, child = tree_edges(path)
         half = len(parent) // 2  # one binary tree (the first of the double tree) rooted at trainer rank 0

@@ -95,6 +95,22 @@ def test_every_importer_and_collector_is_callable() -> None:
             assert callable(registry.lookup(name)), name
 
 
+def test_an_outside_plugin_taking_a_shipped_name_first_fails_at_once(tmp_path: Path) -> None:
+    """In a fresh process, before anything asked the registry for names, a plugin from outside the package that
+    takes a shipped name fails where it registers (the registry discovers its package first), not later."""
+    code = ("from rltrace.replay.schedulers.base import SCHEDULERS, register\n"
+            "assert not SCHEDULERS.loaded()\n"
+            "try:\n"
+            "    @register('disagg-sync')\n"
+            "    class Mine:\n"
+            "        pass\n"
+            "except ValueError as e:\n"
+            "    print('refused:', e)\n")
+    done = _run(tmp_path, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: scheduler name 'disagg-sync' is registered twice (DisaggSync"), done.stdout
+
+
 def test_a_plugin_that_cannot_be_imported_is_named_and_never_leaves_a_partial_list(tmp_path: Path) -> None:
     _package(tmp_path, "broken", {"alpha": "a", "beta": "b", "gamma": "c"})
     beta = tmp_path / "broken" / "beta.py"

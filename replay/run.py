@@ -194,7 +194,9 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         return steps[name].to_list() if name in steps.columns else [None] * steps.height
 
     tokens = (steps["prompt_tokens"] + steps["output_tokens"]).to_list()
-    per_sample = [t / max(int(n), 1) for t, n in zip(tokens, counts)]  # a sample is one training sequence
+    # a sample is one training sequence: its mean length per step, matched to the step by its number
+    per_step = steps.select("step").join(samples.group_by("step").len(), on="step", how="left", maintain_order="left")
+    per_sample = [t / max(n or 1, 1) for t, n in zip(tokens, per_step["len"].to_list())]
     train = [training.train_seconds(m, t, s) for m, t, s in zip(col("train_s"), tokens, per_sample)]
     forward = [training.forward_seconds(m, t, s) for m, t, s in zip(col("reference_s"), tokens, per_sample)]
     optim = [training.optimizer_seconds(m) for m in col("optimizer_s")]

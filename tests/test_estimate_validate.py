@@ -57,7 +57,7 @@ def test_a_point_is_predicted_through_the_models_public_api() -> None:
         model = dataclasses.replace(model, dtype_bytes=1)
     roof = Roofline(model=model, gpu=get_gpu(first["gpu"]), tp=first["tp"], ep=first["ep"] if model.is_moe else 1)
     expected = serving_benchmark(roof, concurrency=first["concurrency"], prompt_tokens=first["prompt_tokens"],
-                                 output_tokens=first["output_tokens"])
+                                 output_tokens=first["output_tokens"], engine=first["engine"])
     row = tpot.row(index, named=True)
     assert math.isclose(row["predicted"], 1e3 * expected.tpot_s, rel_tol=1e-12)
     assert math.isclose(row["error"], (row["predicted"] - first["tpot_ms"]) / first["tpot_ms"], rel_tol=1e-12)

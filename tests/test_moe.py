@@ -175,6 +175,25 @@ def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:
     assert offline_throughput(roof, requests=256, prompt_tokens=512, output_tokens=512) > 1000
 
 
+def test_sglang_runs_a_closed_loop_of_identical_requests_in_lockstep_waves() -> None:
+    """SGLang prefills a wave alone and first: request i of c gets its first token after i / c of the wave's prefill
+    and waits through the rest before its second; a round is vLLM's work (the wave plus output - 1 decodes)."""
+    roof = Roofline(model=get_model("Qwen3-32B"), gpu=H100, tp=2)
+    c, prompt, out = 16, 2048, 128
+    mixed = serving_benchmark(roof, concurrency=c, prompt_tokens=prompt, output_tokens=out)
+    waves = serving_benchmark(roof, concurrency=c, prompt_tokens=prompt, output_tokens=out, engine="sglang")
+    assert waves.decode_s == mixed.decode_s and waves.batch == mixed.batch == c
+    fixed = float(roof.decode_table([1])[0])  # a prefill batch's own iteration part, per chunk
+    wave = mixed.prefill_stall_s * out + serving.chunks(c * prompt, roof.batched_tokens) * fixed
+    assert waves.ttft_s == pytest.approx(wave * (c + 1) / (2 * c))
+    assert waves.tpot_s == pytest.approx(mixed.decode_s + wave * (c - 1) / (2 * c * (out - 1)))
+    assert waves.ttft_s + (out - 1) * waves.tpot_s == pytest.approx(wave + (out - 1) * mixed.decode_s)
+    assert waves.output_tokens_per_s == pytest.approx(c * out / (wave + (out - 1) * mixed.decode_s))
+    assert waves.tpot_s < mixed.tpot_s and waves.ttft_s > mixed.ttft_s  # the stall moves into the first token
+    with pytest.raises(ConfigError, match="unknown engine"):
+        serving_benchmark(roof, concurrency=c, prompt_tokens=prompt, output_tokens=out, engine="tgi")
+
+
 def test_clients_beyond_the_kv_cache_wait_for_a_slot_by_littles_law() -> None:
     """c clients over b KV slots: each request holds its slot for S = TTFT + (output - 1) x TPOT, so a client's
     cycle is c S / b and its TTFT grows by (c / b - 1) S; within the cache nobody waits."""

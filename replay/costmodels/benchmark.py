@@ -19,6 +19,15 @@ prompt chunks of the requests that arrived):
 - offline: ``requests`` requests over a batch capped by ``max_num_seqs`` and by the KV cache, the same round
   formula repeated ``requests / batch`` times.
 
+That is vLLM's steady state (``engine="vllm"``): its requests drift apart, since the first prefilled finish first and
+their successors arrive one by one. SGLang (``engine="sglang"``) runs a prefill batch alone and before any decode
+(:data:`.serving.SCHEDULING`), so a closed loop of identical requests started together stays in lockstep: every
+request of a wave is prefilled before any decodes, all decode together and finish at the same step, and the next
+wave arrives at once. The wave's prefill ``W`` (its ``concurrency`` prompts, plus a fixed iteration part per
+``batched_tokens`` chunk) is split by position: request ``i`` of ``c`` sees its first token after ``i / c`` of it
+and waits through the rest before its second, so on average ``TTFT = W (c + 1) / 2c`` and ``TPOT = decode +
+W (c - 1) / (2c (output - 1))``; a round takes ``W + (output - 1) x decode`` as vLLM's does, only split otherwise.
+
 Prefix sharing (``samples`` > 1: GRPO's n samples of one prompt) prefills each prompt once and the later samples
 only their uncached tail (:func:`.serving.shared_prefill_tokens`).
 """
@@ -59,10 +68,13 @@ def _prefill_once(roof: Roofline, prompt: int) -> float:
 
 
 def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, output_tokens: int,
-                      samples: int = 1) -> Serving:
-    """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight (see the module text)."""
+                      samples: int = 1, engine: str = "vllm") -> Serving:
+    """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight by ``engine`` (vllm, sglang: its
+    scheduling policy, see the module text)."""
     if concurrency < 1 or prompt_tokens < 1 or output_tokens < 1 or samples < 1:
         raise ConfigError("a serving benchmark needs concurrency, prompt_tokens, output_tokens and samples >= 1")
+    if engine not in serving.SCHEDULING:
+        raise ConfigError(f"unknown engine {engine!r}; expected one of {', '.join(serving.SCHEDULING)}")
     # vLLM allocates KV blocks as a request grows, so the cache holds requests at their mean length, prompt + half
     # the output, not their final one
     slots = roof_kv_batch(roof, prompt_tokens + output_tokens / 2)
@@ -75,8 +87,16 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
     stall = batch * _prefill_once(roof, math.ceil(per_request)) / output_tokens
     tpot = decode + stall
     ttft = roof.prefill(prompt_tokens).seconds + decode / 2
+    rate = batch / tpot
+    if serving.SCHEDULING[engine] == "prefill_first" and output_tokens > 1:  # lockstep waves
+        fixed = float(roof.decode_table([1])[0])  # a prefill batch runs alone: it pays an iteration's fixed part
+        wave = stall * output_tokens + serving.chunks(math.ceil(batch * per_request), roof.batched_tokens) * fixed
+        stall = wave * (batch - 1) / (2 * batch * (output_tokens - 1))
+        tpot = decode + stall
+        ttft = wave * (batch + 1) / (2 * batch)
+        rate = batch * output_tokens / (wave + (output_tokens - 1) * decode)
     queue = (concurrency / batch - 1) * (ttft + (output_tokens - 1) * tpot) if concurrency > batch else 0.0
-    return Serving(tpot, ttft + queue, decode, stall, batch, batch / tpot, queue)
+    return Serving(tpot, ttft + queue, decode, stall, batch, rate, queue)
 
 
 def roof_kv_batch(roof: Roofline, tokens_per_request: float,

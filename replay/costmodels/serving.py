@@ -45,6 +45,13 @@ EAGER_LAUNCH_S = 4e-6
 MAX_CAPTURE_SIZE = 512  # vllm/config/vllm.py: min(2 x max_num_seqs, 512) with max_num_seqs >= 256
 MAX_NUM_SEQS = 1024  # vllm/engine/arg_utils.py, GPUs of >= 70 GiB
 MAX_BATCHED_TOKENS = 8192  # vllm/engine/arg_utils.py, OpenAI server on GPUs of >= 70 GiB
+# How an engine's scheduler places prompt work beside decodes, by its defaults:
+# - vLLM (vllm/v1/core/sched/scheduler.py): every step schedules the running requests' decodes first and fills the
+#   rest of max_num_batched_tokens with prompt chunks of waiting requests: prefill rides with decode ("mixed");
+# - SGLang (python/sglang/srt/managers/scheduler.py get_next_batch_to_run: a new prefill batch, when one can be
+#   formed, runs before the decode batch; server_args.py enable_mixed_chunk = False): prefill batches run alone and
+#   first ("prefill_first").
+SCHEDULING = {"vllm": "mixed", "sglang": "prefill_first"}
 SAMPLER_PASSES = 4
 """passes over the ``batch x vocab`` FP32 logits per iteration: the LM head writes them, then temperature,
 softmax and sampling each read them (vllm/v1/sample/sampler.py)"""

@@ -104,7 +104,8 @@ def predict_generation(points: pl.DataFrame) -> pl.DataFrame:
 
     def one(row: dict[str, Any]) -> tuple[float, float]:
         s = serving_benchmark(_roofline(specs, row), concurrency=int(row["concurrency"]),
-                              prompt_tokens=int(row["prompt_tokens"]), output_tokens=int(row["output_tokens"]))
+                              prompt_tokens=int(row["prompt_tokens"]), output_tokens=int(row["output_tokens"]),
+                              engine=str(row["engine"]))
         return 1e3 * s.tpot_s, 1e3 * s.ttft_s
 
     got = _each(points, (*_SERVING, "concurrency"), one, ("tpot", "ttft"))

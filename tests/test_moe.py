@@ -194,6 +194,23 @@ def test_sglang_runs_a_closed_loop_of_identical_requests_in_lockstep_waves() -> 
         serving_benchmark(roof, concurrency=c, prompt_tokens=prompt, output_tokens=out, engine="tgi")
 
 
+def test_requests_sent_at_a_rate_end_no_sooner_than_the_last_arrival_plus_its_latency() -> None:
+    """A serving benchmark's Poisson arrivals (vLLM benchmark_serving --request-rate): the last of n requests is sent
+    (n - 1) / rate seconds in and still takes a request's latency in the full batch; all at once, rounds of a batch."""
+    roof = Roofline(model=dataclasses.replace(get_model("Llama-3-8B"), dtype_bytes=1), gpu=get_gpu("H200"), tp=1)
+    n, prompt, out = 50, 1000, 2000
+    burst = offline_throughput(roof, requests=n, prompt_tokens=prompt, output_tokens=out)
+    one = serving_benchmark(roof, concurrency=n, prompt_tokens=prompt, output_tokens=out)
+    assert burst == pytest.approx(one.output_tokens_per_s)
+    latency = one.ttft_s + (out - 1) * one.tpot_s
+    for rate in (10.0, 0.01):  # a ramp shorter than the work, and an arrival-bound trickle
+        paced = offline_throughput(roof, requests=n, prompt_tokens=prompt, output_tokens=out, request_rate=rate)
+        assert paced == pytest.approx(n * out / max(n * out / burst, (n - 1) / rate + latency))
+        assert paced < burst
+    with pytest.raises(ConfigError, match="request_rate"):
+        offline_throughput(roof, requests=n, prompt_tokens=prompt, output_tokens=out, request_rate=0)
+
+
 def test_clients_beyond_the_kv_cache_wait_for_a_slot_by_littles_law() -> None:
     """c clients over b KV slots: each request holds its slot for S = TTFT + (output - 1) x TPOT, so a client's
     cycle is c S / b and its TTFT grows by (c / b - 1) S; within the cache nobody waits."""

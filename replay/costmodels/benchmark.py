@@ -109,17 +109,29 @@ def roof_kv_batch(roof: Roofline, tokens_per_request: float,
 
 
 def offline_throughput(roof: Roofline, *, requests: int, prompt_tokens: int, output_tokens: int,
-                       max_num_seqs: int = serving.MAX_NUM_SEQS, samples: int = 1) -> float:
-    """Output tokens per second of an offline run of ``requests`` identical requests (vLLM ``LLM.generate``)."""
+                       max_num_seqs: int = serving.MAX_NUM_SEQS, samples: int = 1, engine: str = "vllm",
+                       request_rate: float = math.inf) -> float:
+    """Output tokens per second of ``requests`` identical requests: an offline run (vLLM ``LLM.generate``) or a
+    server sent them all at once (``request_rate`` inf), or at ``request_rate`` a second (a benchmark's Poisson
+    arrivals), by ``engine``'s scheduling.
+
+    At once, the run is rounds of ``batch`` requests, each round the same. Arriving at a rate, the last request
+    comes ``(requests - 1) / request_rate`` seconds in (the expectation, the first sent at once) and still takes a
+    request's whole latency in a full batch (TTFT + (output - 1) x TPOT), so the run lasts at least that; it is the
+    longer of the two bounds (the measured duration runs from the first send to the last token)."""
     if requests < 1:
         raise ConfigError("an offline run needs requests >= 1")
+    if not request_rate > 0:
+        raise ConfigError("request_rate must be > 0 (inf: every request at once)")
     fits = roof_kv_batch(roof, prompt_tokens + output_tokens)
     if fits < 1:
         raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: no request of "
                           f"{prompt_tokens + output_tokens} tokens fits beside the weights")
     batch = min(requests, max_num_seqs, fits)
-    rounds = requests / batch
     one = serving_benchmark(roof, concurrency=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                            samples=samples)
-    seconds = rounds * output_tokens * one.tpot_s
+                            samples=samples, engine=engine)
+    seconds = requests * output_tokens / one.output_tokens_per_s  # rounds of ``batch``, every one the same
+    if math.isfinite(request_rate):
+        latency = one.ttft_s - one.queue_s + (output_tokens - 1) * one.tpot_s
+        seconds = max(seconds, (requests - 1) / request_rate + latency)
     return requests * output_tokens / seconds

@@ -19,11 +19,13 @@ CSV in any of the three layouts is checked the same way (``rltrace estimate vali
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import step_seconds
@@ -122,18 +124,25 @@ def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
     """Offline-throughput points, output tokens/s."""
     specs = _Specs()
 
-    seqs = "max_num_seqs" in points.columns  # the engine's cap as the point ran it (vLLM <= 0.6: 256; now 1,024)
+    # optional: the engine's cap as the point ran it (vLLM <= 0.6: 256; now 1,024), and the arrival rate of a
+    # serving benchmark's requests (requests/s; empty: all at once)
+    optional = tuple(c for c in ("max_num_seqs", "request_rate") if c in points.columns)
 
     def one(row: dict[str, Any]) -> tuple[float]:
-        cap = {"max_num_seqs": int(row["max_num_seqs"])} if seqs and row["max_num_seqs"] else {}
         return (offline_throughput(_roofline(specs, row), requests=int(row["requests"]),
                                    prompt_tokens=int(row["prompt_tokens"]), output_tokens=int(row["output_tokens"]),
-                                   **cap),)
+                                   engine=str(row["engine"]),
+                                   max_num_seqs=int(row.get("max_num_seqs") or serving.MAX_NUM_SEQS),
+                                   request_rate=float(row.get("request_rate") or math.inf)),)
 
-    got = _each(points, (*_SERVING, "requests", *(("max_num_seqs",) if seqs else ())), one, ("predicted",))
+    got = _each(points, (*_SERVING, "requests", *optional), one, ("predicted",))
+    regime = pl.lit("offline")
+    if "request_rate" in points.columns:
+        rate = pl.col("request_rate").cast(pl.Float64)
+        regime = pl.when(rate.is_null()).then(regime).otherwise(pl.format("{} requests/s", rate))
     return points.with_columns(
         pl.lit("offline output tokens/s").alias("set"), pl.col("weight_dtype").alias("dtype"),
-        pl.lit("offline").alias("regime"), pl.col("output_tokens_per_s").cast(pl.Float64).alias("measured"),
+        regime.alias("regime"), pl.col("output_tokens_per_s").cast(pl.Float64).alias("measured"),
         got["predicted"], got["skipped"])
 
 

@@ -32,6 +32,7 @@ from rltrace.replay.network.tuner import (
     NVLS_CHANNELS,
     RING_PLATEAU,
     STEP_CHUNK_BYTES,
+    channel_ceilings_gbps,
     nvls_tree_unit_bytes,
     tree_correction,
     tree_unit_bytes,
@@ -305,9 +306,10 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
     ``unit_bytes`` (instead of PIPELINE_CHUNK_BYTES x channels) and ``passes`` (how often one unit passes each
     stage, holding all of it) describe pipelines a unit crosses more than once: the fill is then every pass at one
     unit's time. Either may be a dict by protocol name, whose chunks and forwarding differ.
-    ``bw_factor`` and ``latency_factor`` (per protocol name) shape only the estimate the protocol is picked by, as
-    NCCL's tuner corrects its own (TREE_CORRECTION, RING_PLATEAU); the time returned is the model's. ``fill_seen``
-    False: the estimate leaves the pipeline's fill out, as NCCL's tuner does (FILL_UNSEEN).
+    ``bw_factor`` (per protocol name) scales the bandwidth of both the estimate and the time, as NCCL's tree
+    correction does (TREE_CORRECTION); ``latency_factor`` shapes only the estimate the protocol is picked by
+    (RING_PLATEAU). ``fill_seen`` False: the estimate leaves the pipeline's fill out, as NCCL's tuner does
+    (FILL_UNSEEN).
 
     A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
     time alike: the flows run once, and each protocol's time is computed from that one run."""
@@ -352,7 +354,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         wire = max(flows[proto.name] / proto.payload, floor.get(proto.name, 0.0))
         wire_seen = max(seen[proto.name] / proto.payload, floor.get(proto.name, 0.0))
         latency = proto.base_s + steps_at[j]
-        totals.append(latency + wire + local_s + reconfig)
+        totals.append(latency + wire / bwf.get(proto.name, 1.0) + local_s + reconfig)
         estimates.append(latency * latf.get(proto.name, 1.0) + wire_seen / bwf.get(proto.name, 1.0) + local_s
                          + reconfig)
     best = int(np.argmin(estimates))
@@ -422,8 +424,10 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     if nodes > 1 and op in BUS_FACTOR:  # LL's cap, on the bus bandwidth: the least time for this size
         cap = LL_MAX_BUSBW[getattr(topo, "cpu", "intel")][0 if nodes <= 2 else 1]
         floor["LL"] = size * BUS_FACTOR[op](len(ranks)) / cap
+    if nodes > 1:  # NCCL's per-channel ceilings (LL128 rings, trees): a least time for this size
+        floor = _ceiling_floors(topo, op, algo, len(ranks), size, nodes, protocols, floor)
     bw_factor, latency_factor = {}, {}
-    if op == "all_reduce" and algo == "tree":  # NCCL's tuner's tree correction (its estimate only)
+    if op == "all_reduce" and algo == "tree":  # NCCL's tree correction, in its estimate and (since 2026-11-25) the time
         bw_factor = {p.name: tree_correction(p.name, size) for p in protocols}
     if op == "all_reduce" and algo == "ring" and nodes > 1:  # its ring plateau, Simple across nodes
         latency_factor = {"Simple": RING_PLATEAU}
@@ -448,6 +452,23 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1),
                       floor_s=floor, bw_factor=bw_factor, latency_factor=latency_factor, unit_bytes=unit,
                       passes=passes, fill_seen=algo not in FILL_UNSEEN and op != "broadcast")
+
+
+def _ceiling_floors(topo: Topology, op: str, algo: str, n: int, size: float, nodes: int,
+                    protocols: tuple[Protocol, ...], floor: dict[str, float]) -> dict[str, float]:
+    """``floor`` with NCCL's per-channel bandwidth ceilings across nodes (.tuner.channel_ceilings_gbps) as least
+    times: a ring's LL128 bus bandwidth (every op NCCL runs as a ring; an all-to-all is point-to-point), a tree
+    all-reduce's bus bandwidth under every protocol, half of it algorithm bandwidth."""
+    ring_ll128, tree, tree_ll128 = channel_ceilings_gbps(get_gpu(topo.gpu).nccl_arch, nodes,
+                                                         int(getattr(topo, "nics", 0)) or topo.gpus_per_node)
+    out = dict(floor)
+    if algo == "ring" and op != "all_to_all" and "LL128" in {p.name for p in protocols}:
+        out["LL128"] = max(out.get("LL128", 0.0), size * BUS_FACTOR[op](n) / (ring_ll128 * 1e9))
+    if algo == "tree" and op == "all_reduce":
+        for p in protocols:
+            cap = tree_ll128 if p.name == "LL128" else tree
+            out[p.name] = max(out.get(p.name, 0.0), size / (0.5 * cap * 1e9))
+    return out
 
 
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",

@@ -43,6 +43,42 @@ TREE_CORRECTION = {  # LL, LL128, Simple rows of treeCorrectionFactor, index log
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 }
 RING_PLATEAU = 1.4
+# NCCL multiplies a tree all-reduce's bandwidth by that factor in ncclTopoGetAlgoTime, the estimate its tuner
+# picks by, and says why: measured trees run below the model at medium sizes. rltrace prices the tree's time with
+# it too (2026-11-25): on the public multi-node runs the model's tree was 20-50% fast from 1 to 32 MB.
+
+
+# NCCL's per-channel bandwidth ceilings (src/graph/tuning.cc ncclTopoTuneModel, NVIDIA/nccl 2.26.2, the release
+# of the validation's runs; the Volta/Ampere/Hopper rows unchanged from 2.20.3 to 2.30.7, Blackwell's 2 x Hopper
+# in 2.26.2 and retuned since): GB/s per channel of the searched graph, by 1 node / 2 nodes / more. A ring
+# under LL128 reaches at most graph channels x perChMaxRingLL128Bw of bus bandwidth, a tree all-reduce
+# perChMaxTreeBw (and perChMaxTreeLL128Bw under LL128) x graph channels of bus bandwidth, half that of algorithm
+# bandwidth ("Convert bus BW to algorithm BW": ratio .5 for the tree). NCCL sets them from its own measurements;
+# until 2026-11-25 rltrace used only LL's ceiling (LL_MAX_BUSBW) and these not at all.
+PER_CHANNEL_MAX_GBPS: dict[str, dict[str, tuple[float, float, float]]] = {
+    "ring_ll128": {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 36.7),
+                   "blackwell": (73.4, 73.4, 73.4)},
+    "tree_ll128": {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 29.0),
+                   "blackwell": (73.4, 73.4, 58.0)},
+    "tree": {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0),
+             "blackwell": (77.4, 82.8, 72.0)},
+}
+# The graph's channels: NCCL's search places one channel on each NIC (search.cc, up to MAXCHANNELS / 2 = 16 per
+# graph); the doubling that runs 2 channels a NIC (connect.cc, CHANNELS_PER_NIC) leaves graphs[a]->nChannels as
+# searched, and the ceilings multiply that count. A public 2 x 8 H100 NCCL 2.26.2 log (NVIDIA/nccl-tests issue
+# #319) shows it: "16 coll channels", channels 8-15 repeating 0-7 of an 8-channel search on 8 NICs.
+SEARCH_MAX_CHANNELS = 16
+
+
+def channel_ceilings_gbps(arch: str, nodes: int, nics: int) -> tuple[float, float, float]:
+    """(ring LL128 bus bandwidth, tree bus bandwidth, tree LL128 bus bandwidth) ceilings in GB/s of a collective
+    over ``nodes`` nodes of ``nics`` NICs each on an ``arch`` GPU (inf where the architecture has no row)."""
+    if arch not in PER_CHANNEL_MAX_GBPS["tree"]:
+        return (float("inf"),) * 3
+    index = 0 if nodes <= 1 else 1 if nodes == 2 else 2
+    channels = min(max(nics, 1), SEARCH_MAX_CHANNELS)
+    ring_ll128, tree_ll128, tree = (PER_CHANNEL_MAX_GBPS[k][arch][index] for k in ("ring_ll128", "tree_ll128", "tree"))
+    return channels * ring_ll128, channels * tree, channels * min(tree, tree_ll128)
 
 
 def tree_correction(protocol: str, size: float) -> float:

@@ -10,6 +10,8 @@ from typing import Any
 from rltrace.catalog._toml import build_entry, load_catalog, lookup
 from rltrace.errors import ConfigError
 
+NCCL_ARCHS = ("", "volta", "ampere", "hopper", "blackwell")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GPUSpec:
@@ -31,6 +33,9 @@ class GPUSpec:
     host_link_source: str = ""
     fp8_tflops: float = 0.0
     """dense (no sparsity) FP8 tensor-core TFLOP/s (0: no FP8 tensor cores; FP8 weights then run at BF16 rate)"""
+    nccl_arch: str = ""
+    """the row of NCCL's per-architecture tuner tables the part takes (volta, ampere, hopper, blackwell; "": none,
+    its per-channel bandwidth ceilings are then not applied)"""
 
     @property
     def flops(self) -> float:
@@ -64,6 +69,8 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
         raise ConfigError(f"{where}: gpu {name!r}: nvls_efficiency must be in [0, 1]")
     if not isinstance(spec.fp8_tflops, (int, float)) or spec.fp8_tflops < 0:
         raise ConfigError(f"{where}: gpu {name!r}: fp8_tflops must be a number >= 0")
+    if spec.nccl_arch not in NCCL_ARCHS:
+        raise ConfigError(f"{where}: gpu {name!r}: nccl_arch must be empty or one of {', '.join(NCCL_ARCHS[1:])}")
     if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
         raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec

@@ -196,6 +196,18 @@ def test_a_broadcast_across_nodes_fills_its_chain_one_chunk_a_level() -> None:
         assert result.seconds == pytest.approx(expected, rel=1e-9)
 
 
+def test_a_broadcast_across_many_nodes_is_picked_with_nccls_chunk_latency() -> None:
+    # one trainer GPU to 256 generators on 33 nodes: NCCL's tuner charges a broadcast across nodes nRanks x the
+    # network hop (4 us LL128, 14 us Simple), its stand-in for the chain's fill; without it Simple's estimate (no
+    # fill) edges LL128's (at its per-channel ceiling) and Simple then runs with a fill at each of its 256 hops
+    topo = parse("rail:nodes=64,gpu=H100")
+    path = np.concatenate([[256], np.arange(256)])
+    auto = collective(topo, "broadcast", path, GIB)
+    simple = collective(topo, "broadcast", path, GIB, protocol="Simple")
+    assert auto.protocol == "LL128"
+    assert auto.seconds == collective(topo, "broadcast", path, GIB, protocol="LL128").seconds < simple.seconds / 2
+
+
 def test_a_bucketed_weight_sync_fills_each_buckets_chain_as_the_broadcast_does() -> None:
     # trainer GPU 3 syncs 2.5 GiB in 1 GiB buckets to generators 0-2 on 2 nodes x 2 GPUs (2 NICs a node) under
     # Simple: three broadcasts one after another (1, 1 and 0.5 GiB), each its latency, its chain's bytes at half a

@@ -299,6 +299,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
                unit_bytes: float | dict[str, float] = 0.0,
                passes: tuple[int, ...] | dict[str, tuple[int, ...]] | None = None,
                bw_factor: dict[str, float] | None = None, latency_factor: dict[str, float] | None = None,
+               estimate_latency_s: dict[str, float] | None = None,
                fill_seen: bool = True) -> PhasesTime:
     """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
     ``pipelined``: the phases are stages that ``size`` bytes pass in chunks of PIPELINE_CHUNK_BYTES per
@@ -308,8 +309,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
     unit's time. Either may be a dict by protocol name, whose chunks and forwarding differ.
     ``bw_factor`` (per protocol name) scales the bandwidth of both the estimate and the time, as NCCL's tree
     correction does (TREE_CORRECTION); ``latency_factor`` shapes only the estimate the protocol is picked by
-    (RING_PLATEAU). ``fill_seen`` False: the estimate leaves the pipeline's fill out, as NCCL's tuner does
-    (FILL_UNSEEN).
+    (RING_PLATEAU), and ``estimate_latency_s`` replaces a protocol's latency there (a broadcast across nodes).
+    ``fill_seen`` False: the estimate leaves the pipeline's fill out, as NCCL's tuner does (FILL_UNSEEN).
 
     A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
     time alike: the flows run once, and each protocol's time is computed from that one run."""
@@ -355,7 +356,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         wire_seen = max(seen[proto.name] / proto.payload, floor.get(proto.name, 0.0))
         latency = proto.base_s + steps_at[j]
         totals.append(latency + wire / bwf.get(proto.name, 1.0) + local_s + reconfig)
-        estimates.append(latency * latf.get(proto.name, 1.0) + wire_seen / bwf.get(proto.name, 1.0) + local_s
+        seen_latency = (estimate_latency_s or {}).get(proto.name, latency * latf.get(proto.name, 1.0))
+        estimates.append(seen_latency + wire_seen / bwf.get(proto.name, 1.0) + local_s
                          + reconfig)
     best = int(np.argmin(estimates))
     return PhasesTime(totals[best], carried, reconfig, protocols[best], estimates[best])
@@ -426,7 +428,7 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         floor["LL"] = size * BUS_FACTOR[op](len(ranks)) / cap
     if nodes > 1:  # NCCL's per-channel ceilings (LL128 rings, trees): a least time for this size
         floor = _ceiling_floors(topo, op, algo, len(ranks), size, nodes, protocols, floor)
-    bw_factor, latency_factor = {}, {}
+    bw_factor, latency_factor, estimate_latency = {}, {}, {}
     if op == "all_reduce" and algo == "tree":  # NCCL's tree correction, in its estimate and (since 2026-11-25) the time
         bw_factor = {p.name: tree_correction(p.name, size) for p in protocols}
     if op == "all_reduce" and algo == "ring" and nodes > 1:  # its ring plateau, Simple across nodes
@@ -449,8 +451,14 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
                 for p in protocols}
         every, network = parts[0].steps, nodes - 1
         pipelined, passes = True, {p.name: (every if p.name == "Simple" else network,) for p in protocols}
+        # NCCL's tuner prices a broadcast across nodes with "some chunk latency, waiting for proper chunk modeling"
+        # (tuning.cc, graphs whose channels differ): nRanks x the network hop's latency (Simple: the tree's), its
+        # stand-in for the fill above, which its estimate otherwise lacks
+        estimate_latency = {p.name: p.base_s + len(ranks) * (TREE_PROTOCOLS[2] if p.name == "Simple" else p).net_hop_s
+                            for p in protocols}
     return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1),
-                      floor_s=floor, bw_factor=bw_factor, latency_factor=latency_factor, unit_bytes=unit,
+                      floor_s=floor, bw_factor=bw_factor, latency_factor=latency_factor,
+                      estimate_latency_s=estimate_latency, unit_bytes=unit,
                       passes=passes, fill_seen=algo not in FILL_UNSEEN and op != "broadcast")
 
 

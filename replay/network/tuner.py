@@ -35,17 +35,16 @@ def nvls_tree_unit_bytes(size: float, nodes: int, heads: int) -> float:
 # NVIDIA/nccl 2.21.5 to 2.30.7, unchanged): "Trees are not perfectly sticking to the model for medium sizes", so a
 # tree all-reduce's bandwidth is multiplied by treeCorrectionFactor[protocol][log2(bytes / 64)] (powers of two from
 # 64 B, the last applied 256 MB), and a multi-node Simple ring all-reduce's latency by 1.4 on Ampere and later
-# ("Plateau effect of ring", once a rank's share per channel is 64 B or more). These shape which algorithm NCCL
-# runs, so the tuner's estimate (collectives._timed) carries them; the time reported is the model's own.
+# ("Plateau effect of ring", once a rank's share per channel is 64 B or more). Both shape which algorithm NCCL
+# runs, so the tuner's estimate (collectives._timed) carries them. The tree's factor is in the time too (since
+# 2026-11-25): NCCL states it as how measured trees behave, and on the public multi-node runs the model's tree was
+# 20-50% fast from 1 to 32 MB without it; the ring's plateau stays in the pick only.
 TREE_CORRECTION = {  # LL, LL128, Simple rows of treeCorrectionFactor, index log2(bytes >> 6) from 0 to 22
     "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
 }
 RING_PLATEAU = 1.4
-# NCCL multiplies a tree all-reduce's bandwidth by that factor in ncclTopoGetAlgoTime, the estimate its tuner
-# picks by, and says why: measured trees run below the model at medium sizes. rltrace prices the tree's time with
-# it too (2026-11-25): on the public multi-node runs the model's tree was 20-50% fast from 1 to 32 MB.
 
 
 # NCCL's per-channel bandwidth ceilings (src/graph/tuning.cc ncclTopoTuneModel, NVIDIA/nccl 2.26.2, the release

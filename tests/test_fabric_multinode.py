@@ -348,6 +348,11 @@ def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
     (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--algorithm", "nvls_tree"],
      "nvls_tree needs an all-reduce across nodes"),
+    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--algorithm", "collnet_direct"],
+     "collnet_direct needs an all-reduce across whole nodes of a SHARP fabric"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,sharp=true", "--size", "1M", "--algorithm", "collnet_chain",
+      "--protocol", "LL128"], "does not run protocol 'LL128' (Simple only)"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,sharp=maybe", "--size", "1M"], "expected true or false"),
 ])
 def test_bad_multi_node_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = run_cli(*args)
@@ -369,3 +374,47 @@ def test_a_spec_forces_nccl_algo_and_proto_where_they_can_run() -> None:
     assert inside.algorithm == collective(free, "all_reduce", 8, GIB).algorithm == "nvls"
     # a call that names an algorithm wins over the spec
     assert collective(forced, "all_reduce", 16, GIB, "tree").algorithm == "tree"
+
+
+def test_collnet_direct_on_sharp_is_its_two_pipelined_stages_in_closed_form() -> None:
+    # 2 x 8 H100, a NIC per GPU, SHARP: every GPU is a head. Inside a node each GPU scatters 1/8 of its buffer to
+    # each of the 7 others and gathers their results back (2 x 7/8 of the buffer each way over NVLink); each head's
+    # NIC carries 1/8 each way. The two stages run pipelined: the slower, plus each stage's two passes of one unit
+    # (512 KiB x 16 channels) less the slower's own; NCCL's CollNetDirect latency 2 (3.7 + 7 x 0.4) + 31 us
+    topo = _leaf(2, 8, sharp="true")
+    size = 8 * GIB
+    nvl = 450e9 * topo.nvlink_efficiency  # type: ignore[attr-defined]
+    intra, net = 2 * 7 / 8 * size / nvl, size / 8 / topo.nic_bytes_per_s  # type: ignore[attr-defined]
+    chunks = size / ((512 << 10) * 16)
+    expected = 44e-6 + max(intra, net) + (2 * intra + 2 * net - max(intra, net)) / chunks
+    result = collective(topo, "all_reduce", 16, size, "collnet_direct")
+    assert (result.algorithm, result.protocol) == ("collnet_direct", "Simple")
+    assert result.seconds == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("nodes", [2, 16])
+def test_sharp_loads_each_nic_with_its_share_once_whatever_the_node_count(nodes: int) -> None:
+    topo = _leaf(nodes, 8, sharp="true")
+    n, size = nodes * 8, GIB
+    nic_up = np.array([name.endswith("nic_up") for name in topo.links().names])  # type: ignore[attr-defined]
+    for algo in ("collnet_direct", "collnet_chain", "nvls"):
+        run = collective(topo, "all_reduce", n, size, algo, dtype="float")
+        assert run.link_bytes[nic_up] == pytest.approx(np.full(n, size / 8))
+    ring = collective(topo, "all_reduce", n, size, "ring", dtype="float")
+    assert ring.link_bytes[nic_up].sum() > collective(topo, "all_reduce", n, size, "nvls").link_bytes[nic_up].sum()
+
+
+@pytest.mark.parametrize(("gpu", "nics", "expected"), [
+    ("H100", 8, "nvls"),  # NVLS + SHARP: NVLink SHARP inside the node halves its NVLink bytes against CollNet's
+    ("A100", 4, "collnet"),  # no NVLS: CollNet (Direct or Chain) over the ring, the tree and the NICs' 2 x bytes
+])
+def test_the_tuner_takes_in_network_reduction_on_a_sharp_fabric(gpu: str, nics: int, expected: str) -> None:
+    plain = _leaf(4, 8, nics=nics, nic_gbps=200, gpu=gpu)
+    sharp = _leaf(4, 8, nics=nics, nic_gbps=200, gpu=gpu, sharp="true")
+    auto = collective(sharp, "all_reduce", 32, GIB, dtype="float")
+    assert auto.algorithm.startswith(expected) and auto.protocol == "Simple"
+    assert auto.seconds < collective(plain, "all_reduce", 32, GIB, dtype="float").seconds
+    assert collective(plain, "all_reduce", 32, GIB, dtype="float").algorithm in ("ring", "tree", "nvls_tree")
+    # not whole nodes, or another op: no CollNet (NCCL's needs every GPU of each node)
+    assert not collective(sharp, "all_reduce", 20, GIB, dtype="float").algorithm.startswith(("collnet", "nvls"))
+    assert collective(sharp, "all_gather", 32, GIB).algorithm == "ring"

@@ -282,15 +282,20 @@ def _levels(parts: list[Phase]) -> np.ndarray | None:
     return np.concatenate([p.levels for p in parts])
 
 
-def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool) -> tuple[str, ...]:
+def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool, sharp: bool = False) -> tuple[str, ...]:
     """The algorithms NCCL's tuner weighs for ``op`` (src/graph/tuning.cc): inside one node the ring, and NVLS for
     an all-reduce the switch can reduce; across nodes the ring, and for an all-reduce also the tree and, on GPUs
-    with NVLS, NVLSTree. All-gather, reduce-scatter, broadcast and all-to-all have one schedule here."""
+    with NVLS, NVLSTree; on a SHARP fabric (``sharp``: whole nodes on a topology with ``sharp=true``) CollNet
+    Direct and Chain too, and NVLS across nodes. All-gather, reduce-scatter, broadcast and all-to-all have one
+    schedule here."""
     if op != "all_reduce":
         return ("ring",)
     if len(np.unique(ranks // gpus_per_node)) == 1:
         return ("ring", "nvls") if nvls else ("ring",)
-    return ("ring", "tree", "nvls_tree") if nvls else ("ring", "tree")
+    base = ("ring", "tree", "nvls_tree") if nvls else ("ring", "tree")
+    if sharp:
+        return (*base, "collnet_direct", "collnet_chain", *(("nvls",) if nvls else ()))
+    return base
 
 
 def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
@@ -300,7 +305,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
                passes: tuple[int, ...] | dict[str, tuple[int, ...]] | None = None,
                bw_factor: dict[str, float] | None = None, latency_factor: dict[str, float] | None = None,
                estimate_latency_s: dict[str, float] | None = None,
-               fill_seen: bool = True) -> PhasesTime:
+               estimate_bw_factor: dict[str, float] | None = None, fill_seen: bool = True) -> PhasesTime:
     """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
     ``pipelined``: the phases are stages that ``size`` bytes pass in chunks of PIPELINE_CHUNK_BYTES per
     channel, so the flows take the slowest stage's time plus every other stage's time for one chunk.
@@ -309,7 +314,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
     unit's time. Either may be a dict by protocol name, whose chunks and forwarding differ.
     ``bw_factor`` (per protocol name) scales the bandwidth of both the estimate and the time, as NCCL's tree
     correction does (TREE_CORRECTION); ``latency_factor`` shapes only the estimate the protocol is picked by
-    (RING_PLATEAU), and ``estimate_latency_s`` replaces a protocol's latency there (a broadcast across nodes).
+    (RING_PLATEAU), ``estimate_bw_factor`` its bandwidth there (CollNetDirect's factors), and
+    ``estimate_latency_s`` replaces a protocol's latency there (a broadcast across nodes).
     ``fill_seen`` False: the estimate leaves the pipeline's fill out, as NCCL's tuner does (FILL_UNSEEN).
 
     A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
@@ -357,8 +363,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         latency = proto.base_s + steps_at[j]
         totals.append(latency + wire / bwf.get(proto.name, 1.0) + local_s + reconfig)
         seen_latency = (estimate_latency_s or {}).get(proto.name, latency * latf.get(proto.name, 1.0))
-        estimates.append(seen_latency + wire_seen / bwf.get(proto.name, 1.0) + local_s
-                         + reconfig)
+        pick_bw = bwf.get(proto.name, 1.0) * (estimate_bw_factor or {}).get(proto.name, 1.0)
+        estimates.append(seen_latency + wire_seen / pick_bw + local_s + reconfig)
     best = int(np.argmin(estimates))
     return PhasesTime(totals[best], carried, reconfig, protocols[best], estimates[best])
 
@@ -404,14 +410,22 @@ def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
 
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
-    """NVLS applies to an all-reduce on NVSwitch nodes whose GPUs have it (several GPUs in each node), in a dtype
-    the switch reduces: NVLS inside one node, NVLSTree across nodes."""
+    """NVLS applies to an all-reduce on NVSwitch nodes whose GPUs have it (several GPUs in each node, as many in
+    each), in a dtype the switch reduces: NVLS inside one node, NVLSTree across nodes."""
     _, per_node = np.unique(ranks // topo.gpus_per_node, return_counts=True)
     return (op == "all_reduce" and dtype in SWITCH_REDUCIBLE and len(ranks) > 1
-            and get_gpu(topo.gpu).nvls_efficiency > 0 and bool((per_node > 1).all()))
+            and get_gpu(topo.gpu).nvls_efficiency > 0 and bool((per_node > 1).all())
+            and bool((per_node == per_node[0]).all()))
 
 
 def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, protocol: str = "auto") -> PhasesTime:
+    nodes = len(np.unique(ranks // topo.gpus_per_node))
+    if algo in ("collnet_direct", "collnet_chain") or (algo == "nvls" and nodes > 1):
+        from rltrace.replay.network.collnet import timed  # it builds on this module's phases and run_phases
+
+        if protocol.lower() not in ("auto", "simple"):
+            raise ConfigError(f"algorithm {algo} does not run protocol {protocol!r} (Simple only)")
+        return timed(topo, ranks, size, algo)
     eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
     protocols = {"nvls": (NVLS,), "tree": TREE_PROTOCOLS, "nvls_tree": (NVLS_TREE,)}.get(algo, PROTOCOLS)
     if protocol != "auto":  # NCCL_PROTO-style override
@@ -421,7 +435,6 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     nics = min(int(getattr(topo, "nics", 0)), topo.gpus_per_node)  # channels: one per NIC slot
     parts = phases(op, ranks, size, algo, topo.gpus_per_node, eff, nics)
     pipelined = algo in ("hierarchical", "nvls_tree")
-    nodes = len(np.unique(ranks // topo.gpus_per_node))
     floor: dict[str, float] = {}
     if nodes > 1 and op in BUS_FACTOR:  # LL's cap, on the bus bandwidth: the least time for this size
         cap = LL_MAX_BUSBW[getattr(topo, "cpu", "intel")][0 if nodes <= 2 else 1]
@@ -479,6 +492,32 @@ def _ceiling_floors(topo: Topology, op: str, algo: str, n: int, size: float, nod
     return out
 
 
+SIMPLE_ONLY = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
+
+
+def _whole_nodes(topo: Topology, ranks: np.ndarray) -> bool:
+    from rltrace.replay.network.collnet import whole_nodes
+
+    return whole_nodes(topo, ranks) is not None
+
+
+def _cannot_run(algorithm: str, nvls: bool, multi: bool, sharp: bool) -> str:
+    """Why ``algorithm`` cannot run this collective ("" when it can): NVLS inside one node, or across nodes on a
+    SHARP fabric (NVLS + SHARP); NVLSTree across nodes; CollNet on a SHARP fabric. (Asked for by a call, the tree
+    and hierarchical run inside one node too: NCCL's tree there, hierarchical as the ring.)"""
+    if algorithm == "nvls" and (not nvls or (multi and not sharp)):
+        return ("nvls needs an all-reduce of a GPU with NVLS (nvls_efficiency > 0) in a dtype the switch reduces "
+                f"({', '.join(SWITCH_REDUCIBLE)}), inside one node or across whole nodes of a SHARP fabric "
+                "(sharp=true); across nodes otherwise: nvls_tree")
+    if algorithm == "nvls_tree" and not (nvls and multi):
+        return ("nvls_tree needs an all-reduce across nodes of as many GPUs each, of a GPU with NVLS, in a dtype the "
+                "switch reduces")
+    if algorithm in ("collnet_direct", "collnet_chain") and not sharp:
+        return (f"{algorithm} needs an all-reduce across whole nodes of a SHARP fabric (a topology with sharp=true: "
+                "InfiniBand SHARP switches and NCCL_COLLNET_ENABLE=1)")
+    return ""
+
+
 def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, algorithm: str = "auto",
                dtype: str = "bfloat16", protocol: str = "auto") -> CollectiveTime:
     """Time of one collective of ``size`` bytes over ``ranks`` (a count: GPUs 0..n-1, or GPU ids) in ``dtype``
@@ -507,20 +546,17 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         raise ConfigError(f"unknown protocol {protocol!r} (known: auto, LL, LL128, Simple)")
     nvls = nvls_possible(topo, op, ranks, dtype)
     multi = len(np.unique(ranks // topo.gpus_per_node)) > 1
-    if spec_algo and ((algorithm == "nvls" and (not nvls or multi))
-                      or (algorithm == "nvls_tree" and not (nvls and multi))
-                      or (algorithm in ("tree", "hierarchical") and not multi)):
+    sharp = multi and op == "all_reduce" and bool(getattr(topo, "sharp", False)) and _whole_nodes(topo, ranks)
+    why = _cannot_run(algorithm, nvls, multi, sharp)
+    if spec_algo and (why or (algorithm in ("tree", "hierarchical") and not multi)):
         algorithm = "auto"  # as NCCL does with an NCCL_ALGO that cannot run this collective: its own choice
-    if spec_proto and algorithm in ("nvls", "nvls_tree") and protocol.lower() != "simple":
+    elif why:
+        raise ConfigError(why)
+    if spec_proto and algorithm in SIMPLE_ONLY and protocol.lower() != "simple":
         protocol = "auto"
-    if algorithm == "nvls" and (not nvls or multi):
-        raise ConfigError("nvls needs an all-reduce inside one NVSwitch node of a GPU with NVLS (nvls_efficiency > 0) "
-                          f"in a dtype the switch reduces ({', '.join(SWITCH_REDUCIBLE)}); across nodes: nvls_tree")
-    if algorithm == "nvls_tree" and not (nvls and multi):
-        raise ConfigError("nvls_tree needs an all-reduce across nodes of GPUs with NVLS in a dtype the switch reduces")
-    tried = candidates(op, ranks, topo.gpus_per_node, nvls) if algorithm == "auto" else (algorithm,)
+    tried = candidates(op, ranks, topo.gpus_per_node, nvls, sharp) if algorithm == "auto" else (algorithm,)
     if protocol.lower() in ("ll", "ll128"):
-        tried = tuple(a for a in tried if a not in ("nvls", "nvls_tree")) or tried  # NVLS runs Simple only
+        tried = tuple(a for a in tried if a not in SIMPLE_ONLY) or tried  # NVLS and CollNet run Simple only
     algo, timed = "", None
     for name in tried:  # NCCL's tuner: the lowest estimated time over algorithm x protocol
         t = _timed(topo, op, ranks, size, name, protocol)

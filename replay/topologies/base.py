@@ -46,7 +46,7 @@ NETWORK_HOP_S = 2.0e-6
 # not taken for collectives; with nic_efficiency=0.7 in the spec the model is within 6% of it (median, each
 # size band; docs/fabrics.md).
 # What a spec may force, as NCCL_ALGO / NCCL_PROTO do (rltrace.replay.network.collectives uses the same names).
-NCCL_ALGOS = ("auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree")
+NCCL_ALGOS = ("auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet_direct", "collnet_chain")
 NCCL_PROTOS = ("auto", "LL", "LL128", "Simple")
 NVLINK_EFFICIENCY = 0.805
 COPY_EFFICIENCY = 0.68
@@ -211,6 +211,9 @@ class NodeFabric:
     """host CPU vendor, intel or amd: NCCL's tuner caps the LL protocol across nodes lower on AMD hosts"""
     nccl_algo: str = "auto"
     """the all-reduce algorithm every collective on this fabric runs unless a call names one (NCCL_ALGO)"""
+    sharp: bool = False
+    """InfiniBand SHARP in the NIC switches with NCCL's CollNet on (NCCL_COLLNET_ENABLE=1): an all-reduce across whole
+    nodes may also run CollNet Direct or Chain, or NVLS + SHARP (.network.collnet; not validated)"""
     nccl_proto: str = "auto"
     """the protocol every collective runs unless a call names one (NCCL_PROTO): LL, LL128 or Simple"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY

@@ -54,6 +54,11 @@ def test_user_toml_extends_and_overrides(tmp_path: Path) -> None:
     bad.write_text("[gpus.X]\nbf16_tflops = -1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n")
     with pytest.raises(ConfigError, match="bf16_tflops must be a positive number"):
         load_gpus(bad)
+    bad.write_text('[gpus.X]\nbf16_tflops = 1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\nnccl_arch = "kepler"\n')
+    with pytest.raises(ConfigError, match="nccl_arch must be empty or one of volta, ampere, hopper, blackwell"):
+        load_gpus(bad)
+    assert {get_gpu(g).nccl_arch for g in ("H100", "H800", "H20", "H200")} == {"hopper"}
+    assert (get_gpu("A100").nccl_arch, get_gpu("B200").nccl_arch) == ("ampere", "blackwell")
     bad.write_text("[models.X]\nhiden = 1\n")
     with pytest.raises(ConfigError, match="unknown key 'hiden'"):
         load_models(bad)

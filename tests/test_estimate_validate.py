@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import polars as pl
+import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels.benchmark import serving_benchmark
 from rltrace.replay.costmodels.roofline import Roofline
@@ -124,3 +125,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert run_cli("estimate", "validate", "--data", str(own_training), cwd=tmp_path).returncode == 0
     decode = run_cli("estimate", "decode", "--gpu", "H100", cwd=tmp_path)
     assert decode.returncode == 2 and "needs --model and --gpu" in decode.stderr
+
+
+@pytest.mark.parametrize(("rate", "outcome"), [
+    ("abc", "line 2: could not convert string to float: 'abc'"),  # not a number: the file is refused, one line
+    ("0", "request_rate must be > 0"),  # a number the model refuses: that point is skipped, with its reason
+])
+def test_a_bad_offline_row_is_one_line_or_a_skipped_point(tmp_path: Path, rate: str, outcome: str) -> None:
+    data = tmp_path / "mine.csv"
+    data.write_text("source,engine,model,gpu,tp,ep,weight_dtype,prompt_tokens,output_tokens,requests,"
+                    f"output_tokens_per_s,request_rate\nx,vllm,Llama-3-8B,H100,1,1,bf16,256,256,100,1000,{rate}\n")
+    result = run_cli("estimate", "validate", "--data", str(data), cwd=tmp_path)
+    if rate == "abc":
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"rltrace: error: {data}: {outcome}"]
+    else:
+        assert result.returncode == 0 and "(no point predicted)" in result.stdout and outcome in result.stdout

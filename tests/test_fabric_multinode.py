@@ -349,10 +349,18 @@ def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--algorithm", "nvls_tree"],
      "nvls_tree needs an all-reduce across nodes"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--algorithm", "collnet_direct"],
-     "collnet_direct needs an all-reduce across whole nodes of a SHARP fabric"),
+     "collnet_direct needs an all-reduce across every GPU of equal, whole nodes of a SHARP fabric"),
     (["fabric", "bench", "--topology", "rail:nodes=2,sharp=true", "--size", "1M", "--algorithm", "collnet_chain",
       "--protocol", "LL128"], "does not run protocol 'LL128' (Simple only)"),
     (["fabric", "bench", "--topology", "rail:nodes=2,sharp=maybe", "--size", "1M"], "expected true or false"),
+    (["fabric", "bench", "--topology", "cross-dc:nodes=2,sharp=true", "--size", "1M"],
+     "sharp=true needs a switched InfiniBand fabric"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,sharp=true", "--size", "1M", "--ranks", "12",
+      "--algorithm", "collnet_direct"], "needs an all-reduce across every GPU of equal, whole nodes"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,sharp=true", "--size", "1M", "--op", "all_gather",
+      "--algorithm", "collnet_direct"], "collnet_direct runs all-reduces only"),
+    (["fabric", "bench", "--topology", "leaf-spine:nodes=2,gpus_per_node=4,nvswitch=false", "--size", "1M",
+      "--algorithm", "nvls_tree"], "nvls_tree needs an all-reduce across nodes"),
 ])
 def test_bad_multi_node_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = run_cli(*args)
@@ -418,3 +426,28 @@ def test_the_tuner_takes_in_network_reduction_on_a_sharp_fabric(gpu: str, nics: 
     # not whole nodes, or another op: no CollNet (NCCL's needs every GPU of each node)
     assert not collective(sharp, "all_reduce", 20, GIB, dtype="float").algorithm.startswith(("collnet", "nvls"))
     assert collective(sharp, "all_gather", 32, GIB).algorithm == "ring"
+
+
+def test_collnet_chain_and_nvls_with_sharp_price_their_own_stages() -> None:
+    # 2 x 8 H100, SHARP, 8 GiB: CollNet Chain's NVLink stage (per channel up and down a chain to its head) and NVLS's
+    # (every GPU (1 + 1/8) x the buffer at NCCL's NVLS efficiency) against the heads' 1/8 each way on the NICs;
+    # NCCL's latencies 2 x 7 x 2.8 + 30 us and 25 + 18 us
+    topo = _leaf(2, 8, sharp="true")
+    size = 8 * GIB
+    nvl = 450e9 * topo.nvlink_efficiency  # type: ignore[attr-defined]
+    net = size / 8 / topo.nic_bytes_per_s  # type: ignore[attr-defined]
+    chain = collective(topo, "all_reduce", 16, size, "collnet_chain")
+    intra = 2 * 7 / 8 * size / nvl  # 7 of 8 chains send up through a GPU, 7 of 8 down
+    slower = max(intra, net)
+    fill = (2 * intra + 2 * net - slower) / (size / ((512 << 10) * 16))
+    assert chain.seconds == pytest.approx(69.2e-6 + slower + fill, rel=1e-9)
+    nvls = collective(topo, "all_reduce", 16, size, "nvls", dtype="float")
+    ring = collective(topo, "all_reduce", 16, size, "ring")
+    assert nvls.seconds < chain.seconds and nvls.busbw_gbps > ring.busbw_gbps
+    assert nvls.protocol == chain.protocol == "Simple"
+
+
+def test_a_node_without_nvswitch_runs_no_nvls() -> None:
+    mesh = _leaf(2, 4, nvswitch="false")
+    assert collective(mesh, "all_reduce", 8, GIB, dtype="float").algorithm in ("ring", "tree")
+    assert collective(_leaf(2, 4), "all_reduce", 8, GIB, dtype="float").algorithm == "nvls_tree"

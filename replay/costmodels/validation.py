@@ -84,13 +84,15 @@ def _each(points: pl.DataFrame, columns: tuple[str, ...], predict: Callable[[dic
     reason (an unknown model, a TP that does not split it) where the model refuses the point."""
     values: list[tuple[float | None, ...]] = []
     why: list[str] = []
-    for row in points.select(columns).iter_rows(named=True):
+    for number, row in enumerate(points.select(columns).iter_rows(named=True), start=2):  # line 1: the header
         try:
             values.append(predict(row))
             why.append("")
         except RltraceError as e:
             values.append((None,) * len(names))
             why.append(str(e).splitlines()[0])
+        except (ValueError, TypeError) as e:  # a value that is not a number where one is needed
+            raise ConfigError(f"line {number}: {e}") from None
     series = [pl.Series(n, [v[i] for v in values], dtype=pl.Float64) for i, n in enumerate(names)]
     return pl.DataFrame([*series, pl.Series("skipped", why, dtype=pl.Utf8)])
 
@@ -120,6 +122,11 @@ def predict_generation(points: pl.DataFrame) -> pl.DataFrame:
     ])
 
 
+def _given(value: Any, default: float) -> Any:
+    """An optional column's value, or ``default`` where the row leaves it empty (0 is a value, not a blank)."""
+    return default if value is None or value == "" else value
+
+
 def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
     """Offline-throughput points, output tokens/s."""
     specs = _Specs()
@@ -132,8 +139,8 @@ def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
         return (offline_throughput(_roofline(specs, row), requests=int(row["requests"]),
                                    prompt_tokens=int(row["prompt_tokens"]), output_tokens=int(row["output_tokens"]),
                                    engine=str(row["engine"]),
-                                   max_num_seqs=int(row.get("max_num_seqs") or serving.MAX_NUM_SEQS),
-                                   request_rate=float(row.get("request_rate") or math.inf)),)
+                                   max_num_seqs=int(_given(row.get("max_num_seqs"), serving.MAX_NUM_SEQS)),
+                                   request_rate=float(_given(row.get("request_rate"), math.inf))),)
 
     got = _each(points, (*_SERVING, "requests", *optional), one, ("predicted",))
     regime = pl.lit("offline")
@@ -192,7 +199,10 @@ def validate(paths: list[Path] | None = None) -> pl.DataFrame:
     frames = []
     for path in paths or SHIPPED:
         kind, points = load_points(path)
-        frames.append(PREDICT[kind](points).select("source", *SLICES, "measured", "predicted", "skipped"))
+        try:
+            frames.append(PREDICT[kind](points).select("source", *SLICES, "measured", "predicted", "skipped"))
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
     result = pl.concat(frames, how="vertical")
     return result.with_columns(((pl.col("predicted") - pl.col("measured")) / pl.col("measured")).alias("error"))
 

@@ -411,14 +411,17 @@ def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
     """NVLS applies to an all-reduce on NVSwitch nodes whose GPUs have it (several GPUs in each node, as many in
-    each), in a dtype the switch reduces: NVLS inside one node, NVLSTree across nodes."""
+    each), in a dtype the switch reduces: NVLS inside one node, NVLSTree across nodes (and NVLS + SHARP across whole
+    nodes of a SHARP fabric, .collnet)."""
     _, per_node = np.unique(ranks // topo.gpus_per_node, return_counts=True)
-    return (op == "all_reduce" and dtype in SWITCH_REDUCIBLE and len(ranks) > 1
+    return (op == "all_reduce" and dtype in SWITCH_REDUCIBLE and len(ranks) > 1 and getattr(topo, "nvswitch", True)
             and get_gpu(topo.gpu).nvls_efficiency > 0 and bool((per_node > 1).all())
             and bool((per_node == per_node[0]).all()))
 
 
 def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, protocol: str = "auto") -> PhasesTime:
+    """One algorithm's time under the protocol NCCL's tuner would pick for it (or the one asked for), with the
+    tuner's own estimate beside it: its phases, NCCL's ceilings, corrections, chunking and fills (or CollNet's)."""
     nodes = len(np.unique(ranks // topo.gpus_per_node))
     if algo in ("collnet_direct", "collnet_chain") or (algo == "nvls" and nodes > 1):
         from rltrace.replay.network.collnet import timed  # it builds on this module's phases and run_phases
@@ -485,9 +488,9 @@ def _ceiling_floors(topo: Topology, op: str, algo: str, n: int, size: float, nod
     out = dict(floor)
     if algo == "ring" and op != "all_to_all" and "LL128" in {p.name for p in protocols}:
         out["LL128"] = max(out.get("LL128", 0.0), size * BUS_FACTOR[op](n) / (ring_ll128 * 1e9))
-    if algo == "tree" and op == "all_reduce":
+    if algo == "tree" and op == "all_reduce":  # NCCL caps the tree, then divides LL's bandwidth by 3.8
         for p in protocols:
-            cap = tree_ll128 if p.name == "LL128" else tree
+            cap = {"LL128": tree_ll128, "LL": tree / 3.8}.get(p.name, tree)
             out[p.name] = max(out.get(p.name, 0.0), size / (0.5 * cap * 1e9))
     return out
 
@@ -496,12 +499,13 @@ SIMPLE_ONLY = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
 
 
 def _whole_nodes(topo: Topology, ranks: np.ndarray) -> bool:
-    from rltrace.replay.network.collnet import whole_nodes
+    """Whether ``ranks`` fill whole, equal nodes of several GPUs (CollNet's and NVLS + SHARP's condition here)."""
+    from rltrace.replay.network.collnet import whole_nodes  # it builds on this module
 
     return whole_nodes(topo, ranks) is not None
 
 
-def _cannot_run(algorithm: str, nvls: bool, multi: bool, sharp: bool) -> str:
+def _cannot_run(algorithm: str, nvls: bool, multi: bool, sharp: bool, sharp_nodes: bool) -> str:
     """Why ``algorithm`` cannot run this collective ("" when it can): NVLS inside one node, or across nodes on a
     SHARP fabric (NVLS + SHARP); NVLSTree across nodes; CollNet on a SHARP fabric. (Asked for by a call, the tree
     and hierarchical run inside one node too: NCCL's tree there, hierarchical as the ring.)"""
@@ -513,8 +517,10 @@ def _cannot_run(algorithm: str, nvls: bool, multi: bool, sharp: bool) -> str:
         return ("nvls_tree needs an all-reduce across nodes of as many GPUs each, of a GPU with NVLS, in a dtype the "
                 "switch reduces")
     if algorithm in ("collnet_direct", "collnet_chain") and not sharp:
-        return (f"{algorithm} needs an all-reduce across whole nodes of a SHARP fabric (a topology with sharp=true: "
-                "InfiniBand SHARP switches and NCCL_COLLNET_ENABLE=1)")
+        if sharp_nodes:
+            return f"{algorithm} runs all-reduces only"
+        return (f"{algorithm} needs an all-reduce across every GPU of equal, whole nodes of a SHARP fabric (a topology "
+                "with sharp=true: InfiniBand SHARP switches and NCCL_COLLNET_ENABLE=1)")
     return ""
 
 
@@ -546,8 +552,10 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         raise ConfigError(f"unknown protocol {protocol!r} (known: auto, LL, LL128, Simple)")
     nvls = nvls_possible(topo, op, ranks, dtype)
     multi = len(np.unique(ranks // topo.gpus_per_node)) > 1
-    sharp = multi and op == "all_reduce" and bool(getattr(topo, "sharp", False)) and _whole_nodes(topo, ranks)
-    why = _cannot_run(algorithm, nvls, multi, sharp)
+    fabric_sharp = bool(getattr(topo, "sharp", False))
+    whole = _whole_nodes(topo, ranks)
+    sharp = multi and op == "all_reduce" and fabric_sharp and whole
+    why = _cannot_run(algorithm, nvls, multi, sharp, fabric_sharp and whole)
     if spec_algo and (why or (algorithm in ("tree", "hierarchical") and not multi)):
         algorithm = "auto"  # as NCCL does with an NCCL_ALGO that cannot run this collective: its own choice
     elif why:

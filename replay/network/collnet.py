@@ -8,8 +8,9 @@ count, where a ring carries ``2 (n - 1) / n`` of ``size / heads``. Three schedul
 
 - ``collnet_direct``: every GPU scatters ``1 / heads`` of its buffer to each head over NVLink, the heads reduce it
   and exchange it with the switch, and every GPU gathers the heads' results back;
-- ``collnet_chain``: a chain through the node's GPUs to the head instead of the direct scatter and gather; its
-  links carry the same bytes, its latency differs (below);
+- ``collnet_chain``: per channel a chain through the node's GPUs to that channel's head, reducing up it and
+  broadcasting down it (with a head per GPU every GPU sends and receives 2 (g - 1) / g of the buffer, as under
+  Direct; with fewer heads the two differ), at its own latency (below);
 - ``nvls`` across nodes (NVLS + SHARP): NVLink SHARP inside the node (every GPU ``(1 + 1/g) x size`` through the
   switch, as the one-node NVLS) and the heads' exchange with the network switch.
 
@@ -29,8 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 from rltrace.replay.network.collectives import PIPELINE_CHUNK_BYTES, Phase, PhasesTime, Protocol, run_phases
-from rltrace.replay.network.multinode import node_major
-from rltrace.replay.network.tuner import nvls_tree_unit_bytes
+from rltrace.replay.network.multinode import node_major, nvls_tree
+from rltrace.replay.network.tuner import NVLS_CHANNELS, nvls_tree_unit_bytes
 from rltrace.replay.topologies.base import Topology
 
 from rltrace.catalog import get_gpu
@@ -75,12 +76,20 @@ def collnet_phases(topo: Topology, grid: np.ndarray, size: float, algo: str) -> 
     up = np.roll(heads, -1, axis=0)
     network = Phase(heads.ravel(), up.ravel(), np.full(heads.size, size / h), 0,
                     levels=np.zeros(heads.size, dtype=np.int64))
-    if algo == "nvls":
-        g = grid.shape[1]
-        eff = get_gpu(topo.gpu).nvls_efficiency * 15 / 16  # NVLS's 16 channels, one idle (as .collectives)
-        intra = Phase(grid.ravel(), grid[:, np.r_[1:g, 0]].ravel(), np.full(grid.size, (1 + 1 / g) * size), 0,
-                      levels=np.zeros(grid.size, dtype=np.int64), efficiency=eff)
-        return [intra, network]
+    g = grid.shape[1]
+    if algo == "nvls":  # NVLS's NVLink stage, as NVLSTree's (.multinode.nvls_tree), at NCCL's NVLS efficiency
+        eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
+        return [nvls_tree(list(grid.reshape(1, -1)), size, g, eff)[0], network]
+    if algo == "collnet_chain":  # per channel a chain through the node's GPUs to its head: reduce up, broadcast down
+        src, dst = [], []
+        for node, node_heads in zip(grid, heads, strict=True):
+            for head in node_heads:
+                order = np.roll(node, -int(np.flatnonzero(node == head)[0]) - 1)  # ... -> head, the head last
+                src += [order[:-1], order[1:]]  # up the chain and back down it, each hop the channel's share
+                dst += [order[1:], order[:-1]]
+        s_all, d_all = np.concatenate(src), np.concatenate(dst)
+        chain = Phase(s_all, d_all, np.full(len(s_all), size / h), 0, levels=np.zeros(len(s_all), dtype=np.int64))
+        return [chain, network]
     src, dst = [], []
     for node, node_heads in zip(grid, heads, strict=True):  # every GPU to each head of its node but itself
         s, d = np.repeat(node, h), np.tile(node_heads, len(node))

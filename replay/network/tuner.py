@@ -77,7 +77,8 @@ def channel_ceilings_gbps(arch: str, nodes: int, nics: int) -> tuple[float, floa
     index = 0 if nodes <= 1 else 1 if nodes == 2 else 2
     channels = min(max(nics, 1), SEARCH_MAX_CHANNELS)
     ring_ll128, tree_ll128, tree = (PER_CHANNEL_MAX_GBPS[k][arch][index] for k in ("ring_ll128", "tree_ll128", "tree"))
-    return channels * ring_ll128, channels * tree, channels * min(tree, tree_ll128)
+    # NCCL caps the tree first and then scales LL128's bandwidth by 120/128 (capped again by its own ceiling)
+    return channels * ring_ll128, channels * tree, channels * min(tree * 120 / 128, tree_ll128)
 
 
 def tree_correction(protocol: str, size: float) -> float:

@@ -105,11 +105,13 @@ def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     return pl.read_csv(path)
 
 
-def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_gbps: float, gpu: str) -> Topology:
-    """A cluster as a source states it: nodes of NVSwitch GPUs, their NICs on one non-blocking switch (no source
-    describes its switches, and at 2-8 nodes one leaf holds them all)."""
+def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_gbps: float, gpu: str,
+                       nvswitch: bool = True) -> Topology:
+    """A cluster as a source states it: nodes of NVSwitch GPUs (or a 4-GPU NVLink mesh, ``nvswitch`` false), their
+    NICs on one non-blocking switch (no source describes its switches; a leaf holds them all)."""
     return parse(f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},nics_per_node={nics_per_node},"
-                 f"nic_gbps={nic_gbps},leaf_down={nodes * gpus_per_node},gpu={gpu}")
+                 f"nic_gbps={nic_gbps},leaf_down={nodes * gpus_per_node},gpu={gpu},"
+                 f"nvswitch={str(nvswitch).lower()}")
 
 
 def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
@@ -118,7 +120,8 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     rows = multinode_measured(path)
     model_s, algos, protos, bands = [], [], [], []
     for r in rows.iter_rows(named=True):
-        topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"])
+        topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"],
+                                  str(r.get("nvswitch", "true")).lower() != "false")
         c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"], r["dtype"])
         model_s.append(c.seconds)
         algos.append(c.algorithm)

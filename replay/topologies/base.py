@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from rltrace.replay.registry import Registry
@@ -211,11 +211,17 @@ class NodeFabric:
     """host CPU vendor, intel or amd: NCCL's tuner caps the LL protocol across nodes lower on AMD hosts"""
     nccl_algo: str = "auto"
     """the all-reduce algorithm every collective on this fabric runs unless a call names one (NCCL_ALGO)"""
+    nvswitch: bool = True
+    """the node's GPUs on NVSwitches (HGX 8-GPU boards); false: a direct NVLink mesh (4-GPU boards), which has no
+    NVLink SHARP, so no NVLS or NVLSTree"""
     sharp: bool = False
     """InfiniBand SHARP in the NIC switches with NCCL's CollNet on (NCCL_COLLNET_ENABLE=1): an all-reduce across whole
-    nodes may also run CollNet Direct or Chain, or NVLS + SHARP (.network.collnet; not validated)"""
+    nodes may also run CollNet Direct or Chain, or NVLS + SHARP (.network.collnet; not validated). Only on the
+    switched fabrics (``SHARP_FABRIC``): leaf-spine, rail, fat-tree"""
     nccl_proto: str = "auto"
     """the protocol every collective runs unless a call names one (NCCL_PROTO): LL, LL128 or Simple"""
+    SHARP_FABRIC: ClassVar[bool] = False
+    """whether the topology's switches can reduce (SHARP): the switched node fabrics say so"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY
     nic_efficiency: float = NIC_EFFICIENCY
     copy_efficiency: float = COPY_EFFICIENCY
@@ -251,6 +257,9 @@ class NodeFabric:
                               f"{', '.join(NCCL_PROTOS)}, got {self.nccl_algo!r}, {self.nccl_proto!r}")
         if self.cpu not in ("intel", "amd"):
             raise ConfigError(f"topology: cpu must be intel or amd, got {self.cpu!r}")
+        if self.sharp and not self.SHARP_FABRIC:
+            raise ConfigError("topology: sharp=true needs a switched InfiniBand fabric of nodes (leaf-spine, rail, "
+                              "fat-tree): SHARP reduces in those switches")
         if self.nics_per_node < 0 or (self.gpus_per_node % self.nics and self.nics % self.gpus_per_node):
             raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}) or be a "
                               f"multiple, got {self.nics_per_node}")

@@ -10,6 +10,7 @@ Paths go up only as far as needed; ECMP picks the aggregation switch and the cor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
@@ -29,6 +30,7 @@ def k_ary_gpus(name: str, k: int, gpus: int) -> int:
 @register("fat-tree")
 @dataclass(kw_only=True, slots=True)
 class FatTree(NodeFabric):
+    SHARP_FABRIC: ClassVar[bool] = True
     k: int = 16
     oversub: float = 1.0
     gpus: int = 0

@@ -9,6 +9,7 @@ A leaf takes ``leaf_down`` NICs; every leaf has one uplink to each of ``spines``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
@@ -19,6 +20,7 @@ from rltrace.errors import ConfigError
 @register("leaf-spine")
 @dataclass(kw_only=True, slots=True)
 class LeafSpine(NodeFabric):
+    SHARP_FABRIC: ClassVar[bool] = True
     nodes: int = 2
     leaf_down: int = 32
     spines: int = 8

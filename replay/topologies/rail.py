@@ -9,6 +9,7 @@ destination's rail (NCCL's PXN), then that rail.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from rltrace.replay.topologies.base import NodeFabric, csr, register
@@ -17,6 +18,7 @@ from rltrace.replay.topologies.base import NodeFabric, csr, register
 @register("rail")
 @dataclass(kw_only=True, slots=True)
 class Rail(NodeFabric):
+    SHARP_FABRIC: ClassVar[bool] = True
     nodes: int = 2
 
     @property

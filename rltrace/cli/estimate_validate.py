@@ -16,6 +16,8 @@ _PCT = ("median_abs_error", "p90_abs_error", "worst_abs_error", "within_10pct", 
 
 def _table(frame: pl.DataFrame) -> str:
     """A fixed-width text table; error shares as percentages (signed for the bias column)."""
+    if frame.is_empty():
+        return "(no point predicted)"
     shown = frame.with_columns(
         [(pl.col(c) * 100).round(1).cast(pl.Utf8) + "%" for c in _PCT if c != "median_error"]
         + [pl.format("{}%", (pl.col("median_error") * 100).round(1))]

@@ -296,7 +296,7 @@ def test_fabric_validate_cli_prints_the_table_and_every_point() -> None:
      "unknown collective 'gossip'"),
     (["replay", "-s", "disagg-sync", "--topology", "nvswitch:gpus=8"], "has 8 GPUs, the replay needs 16 + 16"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=A100", "--size", "1M", "--algorithm", "nvls"],
-     "nvls needs an all-reduce inside one NVSwitch node"),
+     "nvls needs an all-reduce of a GPU with NVLS"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--dtype", "bf61"], "unknown dtype 'bf61'"),
 ])
 def test_bad_fabric_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -66,8 +66,12 @@ def test_every_weight_sync_flow_and_reload_is_recorded(recorded: tuple[Path, dic
     reloads = syncs.filter(pl.col("src") == "disk:swap_in_weights")
     assert reloads["step"].to_list() == list(range(STEPS))
     assert (reloads["bytes"] >= model.params * model.dtype_bytes).all()
-    # each reload follows its step's transfer, and really changes the weights the engine serves
-    assert (reloads["start_ns"] >= sent["end_ns"]).all()
+    # each reload follows its step's transfer (it starts after the send began and before the next step's send; the
+    # sender's end time is taken when its send returns, which can be a fraction of a millisecond after the receiver
+    # already has the bytes and started the reload: a clean-clone CI run saw 0.24 ms), and really changes the
+    # weights the engine serves
+    assert (reloads["start_ns"] >= sent["start_ns"]).all()
+    assert (reloads["start_ns"].head(STEPS - 1) < sent["start_ns"].tail(STEPS - 1)).all()
     assert len(set(job["weights_checksum"])) == STEPS + 1
 
 

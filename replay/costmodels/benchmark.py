@@ -60,10 +60,15 @@ class Serving:
     """mean wait for a free slot before the prefill (0 unless the KV cache holds fewer than the concurrency)"""
 
 
+def _iteration_fixed(roof: Roofline) -> float:
+    """An iteration's fixed part: a decode of one row (its weights, kernel floors, sampler)."""
+    return float(roof.decode_table([1])[0])
+
+
 def _prefill_once(roof: Roofline, prompt: int) -> float:
     """One prompt's prefill inside a running engine: its chunks ride in iterations that run anyway for the
     decodes, so each chunk adds its cost less an iteration's fixed part (weights of one row, floors, sampler)."""
-    fixed = float(roof.decode_table([1])[0])
+    fixed = _iteration_fixed(roof)
     return max(roof.prefill(prompt).seconds - serving.chunks(prompt, roof.batched_tokens) * fixed, 0.0)
 
 
@@ -89,8 +94,9 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
     ttft = roof.prefill(prompt_tokens).seconds + decode / 2
     rate = batch / tpot
     if serving.SCHEDULING[engine] == "prefill_first" and output_tokens > 1:  # lockstep waves
-        fixed = float(roof.decode_table([1])[0])  # a prefill batch runs alone: it pays an iteration's fixed part
-        wave = stall * output_tokens + serving.chunks(math.ceil(batch * per_request), roof.batched_tokens) * fixed
+        # a prefill batch runs alone: each chunk pays an iteration's fixed part
+        chunks = serving.chunks(math.ceil(batch * per_request), roof.batched_tokens)
+        wave = stall * output_tokens + chunks * _iteration_fixed(roof)
         stall = wave * (batch - 1) / (2 * batch * (output_tokens - 1))
         tpot = decode + stall
         ttft = wave * (batch + 1) / (2 * batch)

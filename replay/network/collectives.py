@@ -151,6 +151,7 @@ class CollectiveTime:
                 "protocol": self.protocol, "reconfig_s": self.reconfig_s}
 
 
+COLLNET = ("collnet_direct", "collnet_chain")  # in-network reduction on a SHARP fabric (.collnet)
 COPY_TRAFFIC, REDUCE_TRAFFIC = 2, 3  # local memory bytes per shard byte: copy (read, write), reduce (2 reads, write)
 
 
@@ -294,7 +295,7 @@ def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool, sharp
         return ("ring", "nvls") if nvls else ("ring",)
     base = ("ring", "tree", "nvls_tree") if nvls else ("ring", "tree")
     if sharp:
-        return (*base, "collnet_direct", "collnet_chain", *(("nvls",) if nvls else ()))
+        return (*base, *COLLNET, *(("nvls",) if nvls else ()))
     return base
 
 
@@ -423,7 +424,7 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     """One algorithm's time under the protocol NCCL's tuner would pick for it (or the one asked for), with the
     tuner's own estimate beside it: its phases, NCCL's ceilings, corrections, chunking and fills (or CollNet's)."""
     nodes = len(np.unique(ranks // topo.gpus_per_node))
-    if algo in ("collnet_direct", "collnet_chain") or (algo == "nvls" and nodes > 1):
+    if algo in COLLNET or (algo == "nvls" and nodes > 1):
         from rltrace.replay.network.collnet import timed  # it builds on this module's phases and run_phases
 
         if protocol.lower() not in ("auto", "simple"):
@@ -495,7 +496,7 @@ def _ceiling_floors(topo: Topology, op: str, algo: str, n: int, size: float, nod
     return out
 
 
-SIMPLE_ONLY = ("nvls", "nvls_tree", "collnet_direct", "collnet_chain")
+SIMPLE_ONLY = ("nvls", "nvls_tree", *COLLNET)
 
 
 def _whole_nodes(topo: Topology, ranks: np.ndarray) -> bool:
@@ -516,7 +517,7 @@ def _cannot_run(algorithm: str, nvls: bool, multi: bool, sharp: bool, sharp_node
     if algorithm == "nvls_tree" and not (nvls and multi):
         return ("nvls_tree needs an all-reduce across nodes of as many GPUs each, of a GPU with NVLS, in a dtype the "
                 "switch reduces")
-    if algorithm in ("collnet_direct", "collnet_chain") and not sharp:
+    if algorithm in COLLNET and not sharp:
         if sharp_nodes:
             return f"{algorithm} runs all-reduces only"
         return (f"{algorithm} needs an all-reduce across every GPU of equal, whole nodes of a SHARP fabric (a topology "
@@ -553,7 +554,7 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     nvls = nvls_possible(topo, op, ranks, dtype)
     multi = len(np.unique(ranks // topo.gpus_per_node)) > 1
     fabric_sharp = bool(getattr(topo, "sharp", False))
-    whole = _whole_nodes(topo, ranks)
+    whole = fabric_sharp and _whole_nodes(topo, ranks)  # only a SHARP fabric asks
     sharp = multi and op == "all_reduce" and fabric_sharp and whole
     why = _cannot_run(algorithm, nvls, multi, sharp, fabric_sharp and whole)
     if spec_algo and (why or (algorithm in ("tree", "hierarchical") and not multi)):

@@ -37,7 +37,6 @@ from rltrace.replay.topologies.base import Topology
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
-COLLNET = ("collnet_direct", "collnet_chain")
 # CollNet channels: about 16 at large sizes (src/enqueue.cc collNetChannels), each moving one chunk at a time
 # (calcCollChunking: 512 KiB for CollNetDirect from 8 GiB); the pipeline's unit is their chunks at once.
 COLLNET_CHANNELS = 16

@@ -171,6 +171,16 @@ def test_a_multi_node_ring_grows_with_the_nics_per_node(nodes: int) -> None:
     # 8 NICs of 400 Gb/s at 0.9: the node's 360 GB/s, within the ring's latency and local pass
     assert busbw[-1] == pytest.approx(360, rel=0.03)
 
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather"])
+def test_a_ring_over_a_partial_node_runs_as_many_channels_as_that_nodes_nics(op: str) -> None:
+    # 20 ranks on 8-GPU nodes with 8 NICs: 8 + 8 + 4; the 4-GPU node has 4 NICs beside its ranks, so 4 channels
+    # cross nodes, half the NIC bandwidth of whole nodes (before 2026-11-25: one channel, one NIC, an eighth)
+    whole, partial, one = (collective(_leaf(3, 8, nics=k), op, ranks, 8 * GIB, "ring").busbw_gbps
+                           for k, ranks in ((8, 24), (8, 20), (1, 24)))
+    assert partial == pytest.approx(whole / 2, rel=0.03)
+    assert partial == pytest.approx(4 * one, rel=0.05)
+
+
 
 def test_a_multi_node_broadcast_leaves_the_roots_node_through_every_nic() -> None:
     # NCCL's broadcast is each channel's ring cut open at the root: 4 x 8 H100 with 8 x 400 Gb/s reach the node's

@@ -50,7 +50,8 @@ def node_major(ranks: np.ndarray, gpus_per_node: int) -> list[np.ndarray]:
 
 def channel_orders(ranks: np.ndarray, gpus_per_node: int, nics: int) -> list[np.ndarray]:
     """One rank order per channel: node after node, each node's ranks rotated to start at the first rank on or
-    after channel ``c``'s NIC (the NIC's GPU when it is a rank)."""
+    after channel ``c``'s NIC (the NIC's GPU when it is a rank); on nodes of different sizes, at the node's
+    ``c / nics``-th rank."""
     local = node_major(ranks, gpus_per_node)
     per = gpus_per_node // nics
     if all(len(x) == len(local[0]) for x in local):  # every node alike: one array operation per channel
@@ -63,11 +64,18 @@ def channel_orders(ranks: np.ndarray, gpus_per_node: int, nics: int) -> list[np.
             cols = (start[:, None] + np.arange(grid.shape[1])) % grid.shape[1]
             orders.append(np.take_along_axis(grid, cols, axis=1).ravel())
         return orders
-    orders = []
-    for c in range(nics):
-        parts = [np.roll(x, -int(np.searchsorted(x % gpus_per_node, c * per)) % len(x)) for x in local]
-        orders.append(np.concatenate(parts))
-    return orders
+    # nodes of different sizes: channel c enters each node at its (c / nics)-th rank, so a node's channels spread
+    # over the NICs beside its own ranks (the count, .nic_channels, is what the smallest node's ranks reach)
+    return [np.concatenate([np.roll(x, -(c * len(x) // nics)) for x in local]) for c in range(nics)]
+
+
+def nic_channels(local: list[np.ndarray], gpus_per_node: int, nics: int) -> int:
+    """Channels that cross nodes each through their own NIC: per node, the NICs its ranks sit beside (a NIC serves
+    ``gpus_per_node / nics`` GPUs), the fewest over the nodes, since NCCL keeps the channel count every rank's search
+    found (NVIDIA/nccl 2.30.7 src/init.cc: after the AllGather3 of every rank's graph info each graph keeps the
+    minimum nChannels). A node whose job holds 4 of 8 GPUs, one NIC each, leaves 4 channels, not 8 (nor 1)."""
+    per_nic = max(gpus_per_node // max(nics, 1), 1)
+    return max(1, min(len(np.unique(x % gpus_per_node // per_nic)) for x in local))
 
 
 def channel_ring(orders: list[np.ndarray], nbytes: float, steps: int, local_bytes: float) -> Phase:
@@ -137,7 +145,7 @@ def across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_p
     local = node_major(ranks, gpus_per_node)
     per = len(local[0])
     uniform = all(len(x) == per for x in local)
-    orders = channel_orders(ranks, gpus_per_node, min(nics, per) if uniform else 1)
+    orders = channel_orders(ranks, gpus_per_node, nic_channels(local, gpus_per_node, nics))
     if op == "all_to_all":
         src, dst = np.repeat(ranks, n), np.tile(ranks, n)
         keep = src != dst

@@ -45,6 +45,9 @@ def test_the_shipped_sets_meet_the_issue_bar_and_cite_every_row() -> None:
     kind, offline = load_points(OFFLINE_CSV)
     assert kind == "offline"
     assert all(SOURCE.match(s) for s in [*train["source"], *offline["source"]])
+    # one measurement is one point: the source lists some runs twice (an R1 id and a V3 id, same figures)
+    measured = [c for c in gen.columns if c not in ("source", "model_as_stated")]
+    assert gen.select(measured).is_unique().all()
 
 
 def test_a_point_is_predicted_through_the_models_public_api() -> None:

@@ -23,7 +23,7 @@ from rltrace.replay.network.collectives import (
     tree_unit_bytes,
 )
 from rltrace.replay.network.tuner import channel_ceilings_gbps
-from rltrace.replay.network.validation import multinode_compare, multinode_summary
+from rltrace.replay.network.validation import multinode_compare, multinode_summary, multinode_topology
 from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.topologies import parse
 
@@ -306,6 +306,25 @@ def test_nccls_per_channel_ceilings_bound_trees_and_ll128_rings(
         if bind:  # the ring's local copy (2 x its shard through HBM) and latency: within 3%
             assert busbw == pytest.approx(cap, rel=0.03)
     assert channel_ceilings_gbps("", 2, 8) == (float("inf"),) * 3  # a part outside NCCL's tables: no ceiling
+
+
+def test_the_net_plugins_latency_is_added_to_every_step_that_leaves_a_node() -> None:
+    # NCCL's tuner adds the plugin's reported latency to each network step, twice under Simple (tuning.cc
+    # latencyInter): a 2 x 2 ring all-reduce has 6 steps, half of each step's levels leave a node, so 75 us adds
+    # 6 x 75 / 2 = 225 us under LL128 and 450 under Simple
+    ring = phases("all_reduce", np.arange(4), 1 << 20, "ring", 2, 0.0, 2)[0]
+    added = {p.name: phase_latency(_leaf(2, 2, nics=2, net_latency_us=75), ring, p) - phase_latency(_leaf(2, 2, nics=2),
+                                                                                                     ring, p)
+             for p in (LL128, SIMPLE)}
+    assert added["LL128"] == pytest.approx(225e-6) and added["Simple"] == pytest.approx(450e-6)
+    # the validation prices EFA (every row a p5.48xlarge) with aws-ofi-nccl's 75 us, InfiniBand with NCCL's 0
+    assert multinode_topology(2, 8, 32, 100, "H100", network="efa").net_latency_us == 75  # type: ignore[attr-defined]
+    assert multinode_topology(2, 8, 8, 400, "H100", network="ib").net_latency_us == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("per_peer", "protocol"), [(32768, "LL"), (32769, "Simple"), (1 << 20, "Simple")])
+def test_all_to_all_takes_ll_up_to_nccls_p2p_threshold_then_simple(per_peer: int, protocol: str) -> None:
+    assert collective(_leaf(2, 2, nics=2), "all_to_all", 4, 4 * per_peer).protocol == protocol
 
 
 def test_a_forced_protocol_is_kept() -> None:

@@ -93,6 +93,10 @@ NVLS_TREE = Protocol("Simple", 25e-6, 0.0, 14e-6, 1.0)
 # N4+ 20.4 GB/s; AMD 22.5, 19.0): LL moves 8-byte flag-data pairs the CPU-side proxy and PCIe cannot pipeline
 # faster. One node's figure (Hopper 141 GB/s) is not applied: tried on 2026-11-23, it worsened the one-node fit.
 LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
+# Point-to-point (all-to-all, send/recv) picks its protocol by size, not by the tuner (src/enqueue.cc, NVIDIA/nccl
+# 2.26.2 to 2.30.7): LL while a peer's bytes are at most its channels x NCCL_P2P_LL_THRESHOLD (16 KiB), else Simple,
+# never LL128; a peer across nodes gets 2 channels (src/graph/paths.cc ncclTopoGetNchannels, "2 channels per NIC").
+P2P_LL_BYTES = 2 * 16384
 # A pipelined schedule (hierarchical, NVLSTree) moves the bytes in chunks through its stages at once: the slowest
 # stage sets the time, and each other stage adds its time for one chunk (the pipeline's fill). NCCL's Simple
 # protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
@@ -342,8 +346,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         flow_s += run.makespan_s
         stage_s.append(run.makespan_s + p.local_bytes / topo.memory_bytes_per_s)
         local_s += p.local_bytes / topo.memory_bytes_per_s
-        steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto), indptr, ids, p.levels)
-                                        for proto in protocols])
+        steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto, _inter_s(topo)), indptr, ids,
+                                                      p.levels) for proto in protocols])
         carried += run.link_bytes * p.efficiency
     flows = {p.name: flow_s for p in protocols}
     seen = dict(flows)  # the flows' time as the tuner sees it: without the pipeline's fill where NCCL leaves it out
@@ -383,12 +387,18 @@ def _pipelined(indptr: np.ndarray, ids: np.ndarray, capacity: np.ndarray, nbytes
     return FlowRun(np.full(len(nbytes), makespan), load, 1)
 
 
-def _hop_latency(links: Links, protocol: Protocol) -> np.ndarray:
+def _hop_latency(links: Links, protocol: Protocol, inter_s: float = 0.0) -> np.ndarray:
     """Per-link hop latency under ``protocol``: NVLink hops take the protocol's figure, a NIC's way out of its
-    node the protocol's network figure (its way in carries none), other links their own."""
+    node the protocol's network figure plus the net plugin's latency ``inter_s`` (Simple pays it twice: NCCL's
+    "flush extra latency"), its way in none, other links their own."""
     nic_out = (links.kind == "nic") & (links.latency_s > 0)
-    return np.where(links.kind == "nvlink", protocol.nvlink_hop_s,
-                    np.where(nic_out, protocol.net_hop_s, links.latency_s))
+    net = protocol.net_hop_s + inter_s * (2 if protocol.name == "Simple" else 1)
+    return np.where(links.kind == "nvlink", protocol.nvlink_hop_s, np.where(nic_out, net, links.latency_s))
+
+
+def _inter_s(topo: Topology) -> float:
+    """The net plugin's reported inter-node latency (the topology's ``net_latency_us``), seconds."""
+    return float(getattr(topo, "net_latency_us", 0.0)) * 1e-6
 
 
 def _step_latency(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray, levels: np.ndarray | None) -> float:
@@ -407,7 +417,8 @@ def _step_latency(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray, le
 def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
     """The latency part of a phase alone under ``protocol``: its steps times one step's latency."""
     indptr, ids = topo.paths(phase.src, phase.dst, np.arange(len(phase.src), dtype=np.int64))
-    return phase.steps * _step_latency(_hop_latency(topo.links(), protocol), indptr, ids, phase.levels)
+    return phase.steps * _step_latency(_hop_latency(topo.links(), protocol, _inter_s(topo)), indptr, ids,
+                                       phase.levels)
 
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
@@ -432,6 +443,8 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         return timed(topo, ranks, size, algo)
     eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
     protocols = {"nvls": (NVLS,), "tree": TREE_PROTOCOLS, "nvls_tree": (NVLS_TREE,)}.get(algo, PROTOCOLS)
+    if op == "all_to_all":  # point-to-point: LL up to the threshold per peer, else Simple (P2P_LL_BYTES)
+        protocols = (LL,) if size / len(ranks) <= P2P_LL_BYTES else (SIMPLE,)
     if protocol != "auto":  # NCCL_PROTO-style override
         protocols = tuple(p for p in protocols if p.name.lower() == protocol.lower())
         if not protocols:

@@ -105,13 +105,22 @@ def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     return pl.read_csv(path)
 
 
+# The inter-node latency each network's NCCL net plugin reports to NCCL (topologies' ``net_latency_us``), by the
+# validation's network column. Only aws-ofi-nccl sets one: 75 us on p5.48xlarge (src/platform-aws.c, v1.7.4-aws to
+# v1.16.3 alike; "Empirical testing on P5 had shown that NCCL's internal tuner choices work better with this value"),
+# and every EFA row here is a p5.48xlarge. NCCL's InfiniBand/RoCE transport reports 0 ("Not set"); aws-ofi-nccl off
+# AWS (Slingshot's CXI provider) keeps its default 0; GCP's TCPXO plugin states none in public source.
+NET_PLUGIN_LATENCY_US = {"efa": 75.0}
+
+
 def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_gbps: float, gpu: str,
-                       nvswitch: bool = True) -> Topology:
+                       nvswitch: bool = True, network: str = "ib") -> Topology:
     """A cluster as a source states it: nodes of NVSwitch GPUs (or a 4-GPU NVLink mesh, ``nvswitch`` false), their
-    NICs on one non-blocking switch (no source describes its switches; a leaf holds them all)."""
+    NICs on one non-blocking switch (no source describes its switches; a leaf holds them all), and the latency its
+    ``network``'s NCCL plugin reports (:data:`NET_PLUGIN_LATENCY_US`)."""
     return parse(f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},nics_per_node={nics_per_node},"
                  f"nic_gbps={nic_gbps},leaf_down={nodes * gpus_per_node},gpu={gpu},"
-                 f"nvswitch={str(nvswitch).lower()}")
+                 f"nvswitch={str(nvswitch).lower()},net_latency_us={NET_PLUGIN_LATENCY_US.get(network, 0.0)}")
 
 
 def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
@@ -121,7 +130,7 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     model_s, algos, protos, bands = [], [], [], []
     for r in rows.iter_rows(named=True):
         topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"],
-                                  str(r.get("nvswitch", "true")).lower() != "false")
+                                  str(r.get("nvswitch", "true")).lower() != "false", str(r.get("network", "ib")))
         c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"], r["dtype"])
         model_s.append(c.seconds)
         algos.append(c.algorithm)

@@ -220,6 +220,11 @@ class NodeFabric:
     switched fabrics (``SHARP_FABRIC``): leaf-spine, rail, fat-tree"""
     nccl_proto: str = "auto"
     """the protocol every collective runs unless a call names one (NCCL_PROTO): LL, LL128 or Simple"""
+    net_latency_us: float = 0.0
+    """the inter-node latency the NCCL net plugin reports (ncclNetProperties_t.latency), which NCCL's tuner adds to
+    every step that leaves a node, twice under Simple (src/graph/tuning.cc latencyInter, 2.18 to 2.30): 0 for NCCL's
+    own InfiniBand/RoCE transport ("Not set", src/transport/net_ib), 75 from aws-ofi-nccl on EFA p4d/p5/p5e, 35 on
+    p5en and later (src/platform-aws.c, v1.7.4 to v1.16.3)"""
     SHARP_FABRIC: ClassVar[bool] = False
     """whether the topology's switches can reduce (SHARP): the switched node fabrics say so"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY
@@ -255,6 +260,8 @@ class NodeFabric:
         if self.nccl_algo not in NCCL_ALGOS or self.nccl_proto not in NCCL_PROTOS:
             raise ConfigError(f"topology: nccl_algo must be one of {', '.join(NCCL_ALGOS)} and nccl_proto one of "
                               f"{', '.join(NCCL_PROTOS)}, got {self.nccl_algo!r}, {self.nccl_proto!r}")
+        if not self.net_latency_us >= 0:
+            raise ConfigError(f"topology: net_latency_us must be >= 0, got {self.net_latency_us}")
         if self.cpu not in ("intel", "amd"):
             raise ConfigError(f"topology: cpu must be intel or amd, got {self.cpu!r}")
         if self.sharp and not self.SHARP_FABRIC:

@@ -375,6 +375,8 @@ def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"],
      "unknown protocol 'LL64'"),
     (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,net_latency_us=-1", "--size", "1M"],
+     "net_latency_us must be >= 0"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--algorithm", "nvls_tree"],
      "nvls_tree needs an all-reduce across nodes"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--algorithm", "collnet_direct"],

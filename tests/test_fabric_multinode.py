@@ -324,7 +324,8 @@ def test_the_net_plugins_latency_is_added_to_every_step_that_leaves_a_node() -> 
 
 @pytest.mark.parametrize(("per_peer", "protocol"), [(32768, "LL"), (32769, "Simple"), (1 << 20, "Simple")])
 def test_all_to_all_takes_ll_up_to_nccls_p2p_threshold_then_simple(per_peer: int, protocol: str) -> None:
-    assert collective(_leaf(2, 2, nics=2), "all_to_all", 4, 4 * per_peer).protocol == protocol
+    timed = collective(_leaf(2, 2, nics=2), "all_to_all", 4, 4 * per_peer)
+    assert (timed.algorithm, timed.protocol) == ("p2p", protocol)
 
 
 def test_a_forced_protocol_is_kept() -> None:

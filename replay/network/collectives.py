@@ -587,4 +587,5 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     assert timed is not None
     seconds = timed.seconds
     busbw = size / seconds * BUS_FACTOR[op](n) / 1e9 if seconds > 0 else 0.0
-    return CollectiveTime(seconds, algo, busbw, timed.link_bytes, timed.reconfig_s, timed.protocol.name)
+    label = "p2p" if op == "all_to_all" else algo  # NCCL runs an all-to-all as grouped sends and receives, no ring
+    return CollectiveTime(seconds, label, busbw, timed.link_bytes, timed.reconfig_s, timed.protocol.name)

@@ -145,7 +145,10 @@ def across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_p
     local = node_major(ranks, gpus_per_node)
     per = len(local[0])
     uniform = all(len(x) == per for x in local)
-    orders = channel_orders(ranks, gpus_per_node, nic_channels(local, gpus_per_node, nics))
+    # whole or alike nodes: one channel per NIC up to the ranks a node holds (as before); nodes of different sizes:
+    # the NICs beside the smallest node's ranks
+    channels = min(nics, per) if uniform else nic_channels(local, gpus_per_node, nics)
+    orders = channel_orders(ranks, gpus_per_node, channels)
     if op == "all_to_all":
         src, dst = np.repeat(ranks, n), np.tile(ranks, n)
         keep = src != dst

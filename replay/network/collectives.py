@@ -93,10 +93,12 @@ NVLS_TREE = Protocol("Simple", 25e-6, 0.0, 14e-6, 1.0)
 # N4+ 20.4 GB/s; AMD 22.5, 19.0): LL moves 8-byte flag-data pairs the CPU-side proxy and PCIe cannot pipeline
 # faster. One node's figure (Hopper 141 GB/s) is not applied: tried on 2026-11-23, it worsened the one-node fit.
 LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
-# Point-to-point (all-to-all, send/recv) picks its protocol by size, not by the tuner (src/enqueue.cc, NVIDIA/nccl
-# 2.26.2 to 2.30.7): LL while a peer's bytes are at most its channels x NCCL_P2P_LL_THRESHOLD (16 KiB), else Simple,
-# never LL128; a peer across nodes gets 2 channels (src/graph/paths.cc ncclTopoGetNchannels, "2 channels per NIC").
-P2P_LL_BYTES = 2 * 16384
+# Point-to-point (all-to-all, send/recv) picks its protocol itself, not through the tuner, and never LL128
+# (src/enqueue.cc, NVIDIA/nccl 2.26.2 to 2.30.7: LL while a peer's bytes are at most its channels x
+# NCCL_P2P_LL_THRESHOLD, 16 KiB, and the connection has LL buffers, else Simple). Across nodes it has none:
+# NCCL_ALLOC_P2P_NET_LL_BUFFERS is 0 by default (src/init.cc), so a transfer between nodes runs Simple; inside a node
+# the model takes the faster of LL and Simple (the channel count that sets the threshold is not modelled).
+P2P_PROTOCOLS = (LL, SIMPLE)
 # A pipelined schedule (hierarchical, NVLSTree) moves the bytes in chunks through its stages at once: the slowest
 # stage sets the time, and each other stage adds its time for one chunk (the pipeline's fill). NCCL's Simple
 # protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
@@ -310,7 +312,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
                passes: tuple[int, ...] | dict[str, tuple[int, ...]] | None = None,
                bw_factor: dict[str, float] | None = None, latency_factor: dict[str, float] | None = None,
                estimate_latency_s: dict[str, float] | None = None,
-               estimate_bw_factor: dict[str, float] | None = None, fill_seen: bool = True) -> PhasesTime:
+               estimate_bw_factor: dict[str, float] | None = None, fill_seen: bool = True,
+               added_latency_s: dict[str, float] | None = None) -> PhasesTime:
     """Phases run one after another, each protocol's base latency once, under the fastest of ``protocols``.
     ``pipelined``: the phases are stages that ``size`` bytes pass in chunks of PIPELINE_CHUNK_BYTES per
     channel, so the flows take the slowest stage's time plus every other stage's time for one chunk.
@@ -322,6 +325,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
     (RING_PLATEAU), ``estimate_bw_factor`` its bandwidth there (CollNetDirect's factors), and
     ``estimate_latency_s`` replaces a protocol's latency there (a broadcast across nodes).
     ``fill_seen`` False: the estimate leaves the pipeline's fill out, as NCCL's tuner does (FILL_UNSEEN).
+    ``added_latency_s`` (per protocol name) adds to the latency of both (the net plugin's, :func:`plugin_latency_s`).
 
     A protocol scales every flow's bytes by 1/payload, so under max-min sharing it scales every phase's flow
     time alike: the flows run once, and each protocol's time is computed from that one run."""
@@ -346,8 +350,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
         flow_s += run.makespan_s
         stage_s.append(run.makespan_s + p.local_bytes / topo.memory_bytes_per_s)
         local_s += p.local_bytes / topo.memory_bytes_per_s
-        steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto, _inter_s(topo)), indptr, ids,
-                                                      p.levels) for proto in protocols])
+        steps_at += p.steps * np.array([_step_latency(_hop_latency(links, proto), indptr, ids, p.levels)
+                                        for proto in protocols])
         carried += run.link_bytes * p.efficiency
     flows = {p.name: flow_s for p in protocols}
     seen = dict(flows)  # the flows' time as the tuner sees it: without the pipeline's fill where NCCL leaves it out
@@ -365,7 +369,7 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
     for j, proto in enumerate(protocols):  # a protocol's least time for the bytes: NCCL's bandwidth caps (floor)
         wire = max(flows[proto.name] / proto.payload, floor.get(proto.name, 0.0))
         wire_seen = max(seen[proto.name] / proto.payload, floor.get(proto.name, 0.0))
-        latency = proto.base_s + steps_at[j]
+        latency = proto.base_s + steps_at[j] + (added_latency_s or {}).get(proto.name, 0.0)
         totals.append(latency + wire / bwf.get(proto.name, 1.0) + local_s + reconfig)
         seen_latency = (estimate_latency_s or {}).get(proto.name, latency * latf.get(proto.name, 1.0))
         pick_bw = bwf.get(proto.name, 1.0) * (estimate_bw_factor or {}).get(proto.name, 1.0)
@@ -387,18 +391,28 @@ def _pipelined(indptr: np.ndarray, ids: np.ndarray, capacity: np.ndarray, nbytes
     return FlowRun(np.full(len(nbytes), makespan), load, 1)
 
 
-def _hop_latency(links: Links, protocol: Protocol, inter_s: float = 0.0) -> np.ndarray:
+def _hop_latency(links: Links, protocol: Protocol) -> np.ndarray:
     """Per-link hop latency under ``protocol``: NVLink hops take the protocol's figure, a NIC's way out of its
-    node the protocol's network figure plus the net plugin's latency ``inter_s`` (Simple pays it twice: NCCL's
-    "flush extra latency"), its way in none, other links their own."""
+    node the protocol's network figure (its way in carries none), other links their own."""
     nic_out = (links.kind == "nic") & (links.latency_s > 0)
-    net = protocol.net_hop_s + inter_s * (2 if protocol.name == "Simple" else 1)
-    return np.where(links.kind == "nvlink", protocol.nvlink_hop_s, np.where(nic_out, net, links.latency_s))
+    return np.where(links.kind == "nvlink", protocol.nvlink_hop_s,
+                    np.where(nic_out, protocol.net_hop_s, links.latency_s))
 
 
-def _inter_s(topo: Topology) -> float:
-    """The net plugin's reported inter-node latency (the topology's ``net_latency_us``), seconds."""
-    return float(getattr(topo, "net_latency_us", 0.0)) * 1e-6
+def plugin_latency_s(topo: Topology, op: str, algo: str, nodes: int, protocol: str) -> float:
+    """The net plugin's reported latency (the topology's ``net_latency_us``) as NCCL's tuner charges it
+    (src/graph/tuning.cc, 2.26.2 to 2.30.7: ``latencyInter`` in every ``interLat``, twice under Simple, its "flush
+    extra latency", which the tuner adds whether or not the GPU flushes): a ring all-reduce pays it on its
+    2 (nodes - 1) network steps, a ring all-gather or reduce-scatter on nodes - 1, a tree and NVLSTree all-reduce on
+    2 log2(nodes) (``log2i``, rounded down); a broadcast (its own "chunk latency") and point-to-point nothing."""
+    if nodes < 2:
+        return 0.0
+    steps = {("all_reduce", "ring"): 2 * (nodes - 1), ("all_reduce", "hierarchical"): 2 * (nodes - 1),
+             ("all_gather", "ring"): nodes - 1, ("reduce_scatter", "ring"): nodes - 1,
+             ("all_reduce", "tree"): 2 * (nodes.bit_length() - 1),
+             ("all_reduce", "nvls_tree"): 2 * (nodes.bit_length() - 1)}.get((op, algo), 0)
+    per_step = float(getattr(topo, "net_latency_us", 0.0)) * 1e-6 * (2 if protocol == "Simple" else 1)
+    return steps * per_step
 
 
 def _step_latency(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray, levels: np.ndarray | None) -> float:
@@ -417,8 +431,7 @@ def _step_latency(latency_s: np.ndarray, indptr: np.ndarray, ids: np.ndarray, le
 def phase_latency(topo: Topology, phase: Phase, protocol: Protocol) -> float:
     """The latency part of a phase alone under ``protocol``: its steps times one step's latency."""
     indptr, ids = topo.paths(phase.src, phase.dst, np.arange(len(phase.src), dtype=np.int64))
-    return phase.steps * _step_latency(_hop_latency(topo.links(), protocol, _inter_s(topo)), indptr, ids,
-                                       phase.levels)
+    return phase.steps * _step_latency(_hop_latency(topo.links(), protocol), indptr, ids, phase.levels)
 
 
 def nvls_possible(topo: Topology, op: str, ranks: np.ndarray, dtype: str) -> bool:
@@ -443,12 +456,13 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         return timed(topo, ranks, size, algo)
     eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
     protocols = {"nvls": (NVLS,), "tree": TREE_PROTOCOLS, "nvls_tree": (NVLS_TREE,)}.get(algo, PROTOCOLS)
-    if op == "all_to_all":  # point-to-point: LL up to the threshold per peer, else Simple (P2P_LL_BYTES)
-        protocols = (LL,) if size / len(ranks) <= P2P_LL_BYTES else (SIMPLE,)
+    if op == "all_to_all":  # point-to-point: Simple across nodes, LL or Simple inside one (P2P_PROTOCOLS)
+        protocols = P2P_PROTOCOLS if protocol != "auto" or nodes == 1 else (SIMPLE,)
     if protocol != "auto":  # NCCL_PROTO-style override
         protocols = tuple(p for p in protocols if p.name.lower() == protocol.lower())
         if not protocols:
-            raise ConfigError(f"algorithm {algo} does not run protocol {protocol!r}")
+            what = "all_to_all (point-to-point)" if op == "all_to_all" else f"algorithm {algo}"
+            raise ConfigError(f"{what} does not run protocol {protocol!r}")
     nics = min(int(getattr(topo, "nics", 0)), topo.gpus_per_node)  # channels: one per NIC slot
     parts = phases(op, ranks, size, algo, topo.gpus_per_node, eff, nics)
     pipelined = algo in ("hierarchical", "nvls_tree")
@@ -486,10 +500,11 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         # stand-in for the fill above, which its estimate otherwise lacks
         estimate_latency = {p.name: p.base_s + len(ranks) * (TREE_PROTOCOLS[2] if p.name == "Simple" else p).net_hop_s
                             for p in protocols}
+    added = {p.name: plugin_latency_s(topo, op, algo, nodes, p.name) for p in protocols}
     return run_phases(topo, parts, protocols=protocols, pipelined=pipelined, size=size, channels=max(nics, 1),
                       floor_s=floor, bw_factor=bw_factor, latency_factor=latency_factor,
                       estimate_latency_s=estimate_latency, unit_bytes=unit,
-                      passes=passes, fill_seen=algo not in FILL_UNSEEN and op != "broadcast")
+                      passes=passes, fill_seen=algo not in FILL_UNSEEN and op != "broadcast", added_latency_s=added)
 
 
 def _ceiling_floors(topo: Topology, op: str, algo: str, n: int, size: float, nodes: int,
@@ -549,8 +564,9 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     spec_algo = algorithm == "auto" and op == "all_reduce" and getattr(topo, "nccl_algo", "auto") != "auto"
     if spec_algo:  # the spec's NCCL_ALGO, where a call leaves it to the tuner
         algorithm = getattr(topo, "nccl_algo", "auto")
-    spec_proto = protocol == "auto" and getattr(topo, "nccl_proto", "auto") != "auto"
-    if spec_proto:  # the spec's NCCL_PROTO
+    # the spec's NCCL_PROTO, which steers NCCL's tuner, so collectives only (point-to-point picks its own)
+    spec_proto = protocol == "auto" and op != "all_to_all" and getattr(topo, "nccl_proto", "auto") != "auto"
+    if spec_proto:
         protocol = getattr(topo, "nccl_proto", "auto")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")

@@ -49,23 +49,16 @@ def node_major(ranks: np.ndarray, gpus_per_node: int) -> list[np.ndarray]:
 
 
 def channel_orders(ranks: np.ndarray, gpus_per_node: int, nics: int) -> list[np.ndarray]:
-    """One rank order per channel: node after node, each node's ranks rotated to start at the first rank on or
-    after channel ``c``'s NIC (the NIC's GPU when it is a rank); on nodes of different sizes, at the node's
-    ``c / nics``-th rank."""
+    """One rank order per channel: node after node, each node's ranks rotated so that channel ``c`` enters it at
+    its ``c / nics``-th rank. On whole nodes that is the GPU of NIC ``c`` (of ``nics`` NICs); on nodes the job holds
+    only part of, the channels spread over the NICs beside the node's own ranks (how many: .nic_channels). Until
+    2026-11-25 channel ``c`` looked for the GPU of slot ``c x gpus_per_node / nics`` even when the node's ranks
+    stopped short of it, and fell back to the first rank: 2 nodes of GPUs 0-3 of 8 ran 4 channels through 2 NICs."""
     local = node_major(ranks, gpus_per_node)
-    per = gpus_per_node // nics
     if all(len(x) == len(local[0]) for x in local):  # every node alike: one array operation per channel
         grid = np.stack(local)
-        slot = grid % gpus_per_node
-        orders = []
-        for c in range(nics):
-            after = slot >= c * per
-            start = np.where(after.any(axis=1), after.argmax(axis=1), 0)
-            cols = (start[:, None] + np.arange(grid.shape[1])) % grid.shape[1]
-            orders.append(np.take_along_axis(grid, cols, axis=1).ravel())
-        return orders
-    # nodes of different sizes: channel c enters each node at its (c / nics)-th rank, so a node's channels spread
-    # over the NICs beside its own ranks (the count, .nic_channels, is what the smallest node's ranks reach)
+        width = grid.shape[1]
+        return [grid[:, (c * width // nics + np.arange(width)) % width].ravel() for c in range(nics)]
     return [np.concatenate([np.roll(x, -(c * len(x) // nics)) for x in local]) for c in range(nics)]
 
 

@@ -106,10 +106,11 @@ def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
 
 
 # The inter-node latency each network's NCCL net plugin reports to NCCL (topologies' ``net_latency_us``), by the
-# validation's network column. Only aws-ofi-nccl sets one: 75 us on p5.48xlarge (src/platform-aws.c, v1.7.4-aws to
-# v1.16.3 alike; "Empirical testing on P5 had shown that NCCL's internal tuner choices work better with this value"),
-# and every EFA row here is a p5.48xlarge. NCCL's InfiniBand/RoCE transport reports 0 ("Not set"); aws-ofi-nccl off
-# AWS (Slingshot's CXI provider) keeps its default 0; GCP's TCPXO plugin states none in public source.
+# validation's network column. Only aws-ofi-nccl sets one: 75 us on p5.48xlarge (src/platform-aws.c from v1.7.0-aws,
+# platform-aws.cpp from v1.15.0, through v1.16.3 alike; "Empirical testing on P5 had shown that NCCL's internal tuner
+# choices work better with this value"), and every EFA row here is a p5.48xlarge. NCCL's InfiniBand/RoCE transport
+# reports 0 ("Not set"); aws-ofi-nccl off AWS (Slingshot's CXI provider) keeps its default 0; GCP's TCPXO plugin
+# states none in public source.
 NET_PLUGIN_LATENCY_US = {"efa": 75.0}
 
 

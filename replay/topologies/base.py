@@ -222,9 +222,10 @@ class NodeFabric:
     """the protocol every collective runs unless a call names one (NCCL_PROTO): LL, LL128 or Simple"""
     net_latency_us: float = 0.0
     """the inter-node latency the NCCL net plugin reports (ncclNetProperties_t.latency), which NCCL's tuner adds to
-    every step that leaves a node, twice under Simple (src/graph/tuning.cc latencyInter, 2.18 to 2.30): 0 for NCCL's
-    own InfiniBand/RoCE transport ("Not set", src/transport/net_ib), 75 from aws-ofi-nccl on EFA p4d/p5/p5e, 35 on
-    p5en and later (src/platform-aws.c, v1.7.4 to v1.16.3)"""
+    each network step of a ring or tree, twice under Simple (src/graph/tuning.cc latencyInter, 2.18 to 2.30; see
+    .network.collectives.plugin_latency_s): 0 for NCCL's own InfiniBand/RoCE transport ("Not set",
+    src/transport/net_ib), 75 from aws-ofi-nccl on EFA p4d/p5/p5e (src/platform-aws.c from v1.7.0-aws,
+    platform-aws.cpp from v1.15.0, through v1.16.3), 35 on p5en and later (from v1.15.0)"""
     SHARP_FABRIC: ClassVar[bool] = False
     """whether the topology's switches can reduce (SHARP): the switched node fabrics say so"""
     nvlink_efficiency: float = NVLINK_EFFICIENCY

@@ -172,6 +172,7 @@ def test_a_multi_node_ring_grows_with_the_nics_per_node(nodes: int) -> None:
     # 8 NICs of 400 Gb/s at 0.9: the node's 360 GB/s, within the ring's latency and local pass
     assert busbw[-1] == pytest.approx(360, rel=0.03)
 
+
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather"])
 def test_a_ring_over_a_partial_node_runs_as_many_channels_as_that_nodes_nics(op: str) -> None:
     # 20 ranks on 8-GPU nodes with 8 NICs: 8 + 8 + 4; the 4-GPU node has 4 NICs beside its ranks, so 4 channels
@@ -185,7 +186,6 @@ def test_a_ring_over_a_partial_node_runs_as_many_channels_as_that_nodes_nics(op:
     halves = np.array([0, 1, 2, 3, 8, 9, 10, 11])
     assert collective(_leaf(2, 8, nics=8), op, halves, 8 * GIB, "ring").busbw_gbps == pytest.approx(whole / 2,
                                                                                                     rel=0.03)
-
 
 
 def test_a_multi_node_broadcast_leaves_the_roots_node_through_every_nic() -> None:

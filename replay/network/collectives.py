@@ -404,7 +404,8 @@ def plugin_latency_s(topo: Topology, op: str, algo: str, nodes: int, protocol: s
     (src/graph/tuning.cc, 2.26.2 to 2.30.7: ``latencyInter`` in every ``interLat``, twice under Simple, its "flush
     extra latency", which the tuner adds whether or not the GPU flushes): a ring all-reduce pays it on its
     2 (nodes - 1) network steps, a ring all-gather or reduce-scatter on nodes - 1, a tree and NVLSTree all-reduce on
-    2 log2(nodes) (``log2i``, rounded down); a broadcast (its own "chunk latency") and point-to-point nothing."""
+    2 log2(nodes) (``log2i``, rounded down); a broadcast (its own "chunk latency") and point-to-point nothing
+    (CollNet and NVLS across nodes, one step: .collnet.timed)."""
     if nodes < 2:
         return 0.0
     steps = {("all_reduce", "ring"): 2 * (nodes - 1), ("all_reduce", "hierarchical"): 2 * (nodes - 1),

@@ -128,5 +128,8 @@ def timed(topo: Topology, ranks: np.ndarray, size: float, algo: str) -> PhasesTi
     unit = (nvls_tree_unit_bytes(size, grid.shape[0], heads) if algo == "nvls"
             else float(PIPELINE_CHUNK_BYTES * COLLNET_CHANNELS))
     passes = (2, 2)
+    # NCCL's CollNet and NVLS latencies carry one interLat, so the net plugin's latency twice (Simple's flush)
+    plugin = 2e-6 * float(getattr(topo, "net_latency_us", 0.0))
     return run_phases(topo, parts, protocols=(protocol,), pipelined=True, size=size, unit_bytes=unit,
-                      passes=passes, estimate_bw_factor={"Simple": pick_factor(algo, topo, heads)})
+                      passes=passes, estimate_bw_factor={"Simple": pick_factor(algo, topo, heads)},
+                      added_latency_s={"Simple": plugin})

@@ -358,7 +358,11 @@ def test_the_public_two_node_h100_run_with_8x200g_lands_from_1_gb() -> None:
 def test_the_multi_node_validation_holds_from_1_gb_and_names_its_sources() -> None:
     compared = multinode_compare()
     assert compared["source"].str.starts_with("https://github.com/").all()
-    assert compared["cluster"].n_unique() >= 9 and set(compared["gpu"]) == {"H100", "H200", "A100"}
+    assert compared["cluster"].n_unique() >= 11 and set(compared["gpu"]) == {"H100", "H200", "A100", "B200"}
+    assert set(compared["op"]) >= {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+    # a run with NCCL's CollNet on is modelled on a SHARP fabric (Together's 4 x 8 B200: CollNet Chain and Direct)
+    collnet = compared.filter(pl.col("settings").str.contains("NCCL_COLLNET_ENABLE=1") & (pl.col("op") == "all_reduce"))
+    assert set(collnet["model_algorithm"]) == {"collnet_chain", "collnet_direct"}
     assert set(compared["network"]) == {"ib", "roce", "gpudirect-tcpxo", "efa", "slingshot"}
     assert compared["nodes"].max() >= 16  # NREL Kestrel: 16 nodes of 4 H100
     large = compared.filter(pl.col("size_bytes") >= GIB)["error"].abs()

@@ -115,13 +115,15 @@ NET_PLUGIN_LATENCY_US = {"efa": 75.0}
 
 
 def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_gbps: float, gpu: str,
-                       nvswitch: bool = True, network: str = "ib") -> Topology:
+                       nvswitch: bool = True, network: str = "ib", sharp: bool = False) -> Topology:
     """A cluster as a source states it: nodes of NVSwitch GPUs (or a 4-GPU NVLink mesh, ``nvswitch`` false), their
-    NICs on one non-blocking switch (no source describes its switches; a leaf holds them all), and the latency its
-    ``network``'s NCCL plugin reports (:data:`NET_PLUGIN_LATENCY_US`)."""
+    NICs on one non-blocking switch (no source describes its switches; a leaf holds them all), the latency its
+    ``network``'s NCCL plugin reports (:data:`NET_PLUGIN_LATENCY_US`), and SHARP in that switch where the run turned
+    NCCL's CollNet on (``sharp``)."""
     return parse(f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},nics_per_node={nics_per_node},"
                  f"nic_gbps={nic_gbps},leaf_down={nodes * gpus_per_node},gpu={gpu},"
-                 f"nvswitch={str(nvswitch).lower()},net_latency_us={NET_PLUGIN_LATENCY_US.get(network, 0.0)}")
+                 f"nvswitch={str(nvswitch).lower()},net_latency_us={NET_PLUGIN_LATENCY_US.get(network, 0.0)},"
+                 f"sharp={str(sharp).lower()}")
 
 
 def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
@@ -131,7 +133,8 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     model_s, algos, protos, bands = [], [], [], []
     for r in rows.iter_rows(named=True):
         topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"],
-                                  str(r.get("nvswitch", "true")).lower() != "false", str(r.get("network", "ib")))
+                                  str(r.get("nvswitch", "true")).lower() != "false", str(r.get("network", "ib")),
+                                  "NCCL_COLLNET_ENABLE=1" in str(r.get("settings") or ""))
         c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"], r["dtype"])
         model_s.append(c.seconds)
         algos.append(c.algorithm)

@@ -317,14 +317,15 @@ def test_nccls_per_channel_ceilings_bound_trees_and_ll128_rings(
 @pytest.mark.parametrize(("op", "algo", "protocol", "steps"), [
     ("all_reduce", "ring", "LL128", 2), ("all_reduce", "ring", "Simple", 4),  # 2 (nodes - 1) steps; Simple twice
     ("all_reduce", "tree", "LL128", 2), ("all_gather", "ring", "LL128", 1), ("broadcast", "ring", "LL128", 0),
-    ("all_to_all", "ring", "Simple", 0),
+    ("all_to_all", "ring", "Simple", 0), ("all_reduce", "collnet_chain", "Simple", 2),  # CollNet: one, twice
 ])
 def test_the_net_plugins_latency_is_charged_as_nccls_tuner_charges_it(op: str, algo: str, protocol: str,
                                                                       steps: int) -> None:
-    # tuning.cc adds latencyInter to each network step of a ring or tree (twice under Simple, its flush latency);
-    # not to a broadcast nor point-to-point, which its formula does not price that way
-    times = [collective(_leaf(2, 2, nics=2, net_latency_us=lat), op, 4, 4 << 10, algo, protocol=protocol).seconds
-             for lat in (0, 75)]
+    # tuning.cc adds latencyInter to each network step of a ring or tree (twice under Simple, its flush latency)
+    # and once to CollNet's latency; not to a broadcast nor point-to-point, which its formula does not price so
+    sharp = {"sharp": "true"} if algo.startswith("collnet") else {}
+    times = [collective(_leaf(2, 2, nics=2, net_latency_us=lat, **sharp), op, 4, 4 << 10, algo,
+                        protocol=protocol).seconds for lat in (0, 75)]
     assert times[1] - times[0] == pytest.approx(steps * 75e-6, abs=1e-12)
     # the validation prices EFA (every row a p5.48xlarge) with aws-ofi-nccl's 75 us, InfiniBand with NCCL's 0
     assert multinode_topology(2, 8, 32, 100, "H100", network="efa").net_latency_us == 75  # type: ignore[attr-defined]

@@ -404,14 +404,15 @@ def plugin_latency_s(topo: Topology, op: str, algo: str, nodes: int, protocol: s
     (src/graph/tuning.cc, 2.26.2 to 2.30.7: ``latencyInter`` in every ``interLat``, twice under Simple, its "flush
     extra latency", which the tuner adds whether or not the GPU flushes): a ring all-reduce pays it on its
     2 (nodes - 1) network steps, a ring all-gather or reduce-scatter on nodes - 1, a tree and NVLSTree all-reduce on
-    2 log2(nodes) (``log2i``, rounded down); a broadcast (its own "chunk latency") and point-to-point nothing
-    (CollNet and NVLS across nodes, one step: .collnet.timed)."""
+    2 log2(nodes) (``log2i``, rounded down), CollNet and NVLS across nodes one (.collnet.timed); a broadcast (its
+    own "chunk latency") and point-to-point nothing."""
     if nodes < 2:
         return 0.0
     steps = {("all_reduce", "ring"): 2 * (nodes - 1), ("all_reduce", "hierarchical"): 2 * (nodes - 1),
              ("all_gather", "ring"): nodes - 1, ("reduce_scatter", "ring"): nodes - 1,
              ("all_reduce", "tree"): 2 * (nodes.bit_length() - 1),
-             ("all_reduce", "nvls_tree"): 2 * (nodes.bit_length() - 1)}.get((op, algo), 0)
+             ("all_reduce", "nvls_tree"): 2 * (nodes.bit_length() - 1),
+             **{("all_reduce", a): 1 for a in (*COLLNET, "nvls")}}.get((op, algo), 0)
     per_step = float(getattr(topo, "net_latency_us", 0.0)) * 1e-6 * (2 if protocol == "Simple" else 1)
     return steps * per_step
 

@@ -29,7 +29,14 @@ docs/fabrics.md), so these are NCCL's own mechanism and constants, not a checked
 from __future__ import annotations
 
 import numpy as np
-from rltrace.replay.network.collectives import PIPELINE_CHUNK_BYTES, Phase, PhasesTime, Protocol, run_phases
+from rltrace.replay.network.collectives import (
+    PIPELINE_CHUNK_BYTES,
+    Phase,
+    PhasesTime,
+    Protocol,
+    plugin_latency_s,
+    run_phases,
+)
 from rltrace.replay.network.multinode import node_major, nvls_tree
 from rltrace.replay.network.tuner import NVLS_CHANNELS, nvls_tree_unit_bytes
 from rltrace.replay.topologies.base import Topology
@@ -128,8 +135,7 @@ def timed(topo: Topology, ranks: np.ndarray, size: float, algo: str) -> PhasesTi
     unit = (nvls_tree_unit_bytes(size, grid.shape[0], heads) if algo == "nvls"
             else float(PIPELINE_CHUNK_BYTES * COLLNET_CHANNELS))
     passes = (2, 2)
-    # NCCL's CollNet and NVLS latencies carry one interLat, so the net plugin's latency twice (Simple's flush)
-    plugin = 2e-6 * float(getattr(topo, "net_latency_us", 0.0))
+    plugin = plugin_latency_s(topo, "all_reduce", algo, grid.shape[0], "Simple")  # NCCL's one interLat
     return run_phases(topo, parts, protocols=(protocol,), pipelined=True, size=size, unit_bytes=unit,
                       passes=passes, estimate_bw_factor={"Simple": pick_factor(algo, topo, heads)},
                       added_latency_s={"Simple": plugin})

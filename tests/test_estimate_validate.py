@@ -74,11 +74,9 @@ def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     out = json.loads(result.stdout)
     overall = {row["set"]: row for row in out["overall"]}
     gen, offline, train = (pl.read_csv(p) for p in SHIPPED)
-    # refused, and listed with the reason: DeepSeek-V3 on 4 B200s, whose FP8 weights leave no KV cache within
-    # vLLM's 0.9 of memory (SGLang ran it with more); each point refused for TPOT and TTFT
-    refused = {s["skipped"] for s in out["skipped"]}
-    assert refused == {"DeepSeek-V3 on 4 x B200: the weights leave no KV cache within vLLM's 0.9 of GPU memory"}
-    served = gen.height - len(out["skipped"]) // 2
+    # every shipped point is priced (DeepSeek-V3 on 4 B200s fits since memory is the driver's total, 2026-11-26)
+    assert out["skipped"] == []
+    served = gen.height
     assert overall["generation TPOT"]["points"] == overall["generation TTFT"]["points"] == served
     assert overall["offline output tokens/s"]["points"] == offline.height
     assert overall["training tokens/s/GPU"]["points"] == train.height
@@ -107,6 +105,22 @@ def test_a_users_own_csv_is_checked_and_unknown_models_are_listed(tmp_path: Path
     out = json.loads(result.stdout)
     assert [r["points"] for r in out["overall"]] == [1, 1]  # TPOT and TTFT of the known model
     assert [s["model"] for s in out["skipped"]] == ["NoSuchLM"] * 2 and "NoSuchLM" in out["skipped"][0]["skipped"]
+
+
+def test_a_point_whose_weights_leave_no_kv_cache_is_listed_not_priced(tmp_path: Path) -> None:
+    # DeepSeek-V3's 671 GB of FP8 weights over 2 B200s: 336 GB a GPU, above 0.9 of its 192 GB
+    mine = tmp_path / "mine.csv"
+    pl.DataFrame({
+        "source": ["me@" + "0" * 40 + ", run.log"], "engine": ["sglang"], "model": ["DeepSeek-V3"], "gpu": ["B200"],
+        "tp": [2], "ep": [1], "weight_dtype": ["fp8"], "concurrency": [4], "prompt_tokens": [1024],
+        "output_tokens": [256], "tpot_ms": [20.0], "ttft_ms": [200.0],
+    }).write_csv(mine)
+    result = run_cli("estimate", "validate", "--data", str(mine), "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["overall"] == [] and len(out["skipped"]) == 2  # its TPOT and its TTFT
+    assert {s["skipped"] for s in out["skipped"]} == {
+        "DeepSeek-V3 on 2 x B200: the weights leave no KV cache within vLLM's 0.9 of GPU memory"}
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
 def roof_kv_batch(roof: Roofline, tokens_per_request: float,
                   gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
     """Requests of ``tokens_per_request`` tokens whose KV cache fits beside the weights on one rank."""
-    free = roof.gpu.memory_gb * 1e9 * gpu_memory_utilization - roof.model.weight_bytes / roof.tp
+    free = roof.gpu.memory_bytes * gpu_memory_utilization - roof.model.weight_bytes / roof.tp
     if free <= 0:
         return 0
     return int(free / (roof.kv_bytes_per_token * tokens_per_request))

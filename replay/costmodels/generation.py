@@ -84,11 +84,11 @@ class RooflineGeneration:
     def kv_capacity_tokens(self, tp: int) -> int:
         # per rank: its share of the weights, then KV at the rank's bytes per token (MLA's latent and KV heads
         # beyond tp are replicated, so the cache does not grow with tp the way the weights' share shrinks)
-        free = self.gpu.memory_gb * 1e9 * self.gpu_memory_utilization - self.model.weight_bytes / tp
+        free = self.gpu.memory_bytes * self.gpu_memory_utilization - self.model.weight_bytes / tp
         if free <= 0:
             raise ConfigError(
                 f"{self.model.name} ({self.model.weight_bytes / 1e9:.1f} GB of weights) does not fit on "
-                f"{tp} x {self.gpu.name} ({self.gpu.memory_gb:g} GB each); raise tp"
+                f"{tp} x {self.gpu.name} ({self.gpu.memory_bytes / 1e9:.1f} GB each); raise tp"
             )
         return int(free / self.model.kv_bytes_per_token_rank(tp))
 

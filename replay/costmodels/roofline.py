@@ -136,7 +136,7 @@ class Roofline:
 
     def fits(self, kv_tokens: float) -> bool:
         """Whether weights and that much KV cache fit in one GPU's memory (activations not counted)."""
-        return self.memory_needed_gb(kv_tokens) <= self.gpu.memory_gb
+        return self.memory_needed_gb(kv_tokens) * 1e9 <= self.gpu.memory_bytes
 
     # ---- kernels --------------------------------------------------------------------------------------------
 

@@ -31,6 +31,10 @@ class GPUSpec:
     host_link_gbps: float = 0.0
     """host interface (PCIe) bandwidth per direction in GB/s, the datasheet's figure (0: unknown)"""
     host_link_source: str = ""
+    memory_total_mib: float = 0.0
+    """device memory as the driver reports it (nvidia-smi's total, MiB): what software allocates from, 6.8-7.4% above
+    the datasheet's "80 GB" read as 1e9 bytes (0: unknown, then ``memory_gb`` x 1e9)"""
+    memory_total_source: str = ""
     fp8_tflops: float = 0.0
     """dense (no sparsity) FP8 tensor-core TFLOP/s (0: no FP8 tensor cores; FP8 weights then run at BF16 rate)"""
     nccl_arch: str = ""
@@ -48,6 +52,12 @@ class GPUSpec:
         1 byte means FP8, at the part's FP8 peak where it has one.
         """
         return self.fp8_tflops * 1e12 if weight_bytes == 1 and self.fp8_tflops > 0 else self.flops
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory in bytes as software sees it: the driver's total where the catalog has it, else the
+        datasheet's GB."""
+        return self.memory_total_mib * 2**20 if self.memory_total_mib else self.memory_gb * 1e9
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -71,6 +81,8 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
         raise ConfigError(f"{where}: gpu {name!r}: fp8_tflops must be a number >= 0")
     if spec.nccl_arch not in NCCL_ARCHS:
         raise ConfigError(f"{where}: gpu {name!r}: nccl_arch must be empty or one of {', '.join(NCCL_ARCHS[1:])}")
+    if not isinstance(spec.memory_total_mib, (int, float)) or spec.memory_total_mib < 0:
+        raise ConfigError(f"{where}: gpu {name!r}: memory_total_mib must be a number >= 0")
     if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
         raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec

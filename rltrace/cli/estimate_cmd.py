@@ -102,4 +102,4 @@ def estimate(
               f"kernel floors and launches {result.floor_s * 1e3:.3f} ms")
     if not fits:
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights and KV cache; "
-              f"{cost.gpu.name} has {cost.gpu.memory_gb:g} GB (vLLM would preempt or queue)")
+              f"{cost.gpu.name} has {cost.gpu.memory_bytes / 1e9:.1f} GB (vLLM would preempt or queue)")

@@ -49,6 +49,7 @@ def test_user_toml_extends_and_overrides(tmp_path: Path) -> None:
         '[models.Tiny]\nhidden = 128\nlayers = 2\nheads = 2\nkv_heads = 2\nintermediate = 256\nvocab = 1000\n'
     )
     assert get_gpu("MI300X", extra).memory_gb == 192
+    assert get_gpu("MI300X", extra).memory_bytes == 192e9  # no driver total given: the datasheet's GB
     assert get_model("Tiny", extra).params == 2 * (4 * 128 * 128 + 3 * 128 * 256 + 2 * 128) + 2 * 1000 * 128 + 128
     bad = tmp_path / "bad.toml"
     bad.write_text("[gpus.X]\nbf16_tflops = -1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n")
@@ -59,6 +60,9 @@ def test_user_toml_extends_and_overrides(tmp_path: Path) -> None:
         load_gpus(bad)
     assert {get_gpu(g).nccl_arch for g in ("H100", "H800", "H20", "H200")} == {"hopper"}
     assert (get_gpu("A100").nccl_arch, get_gpu("B200").nccl_arch) == ("ampere", "blackwell")
+    bad.write_text('[gpus.X]\nbf16_tflops = 1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\nmemory_total_mib = -1\n')
+    with pytest.raises(ConfigError, match="memory_total_mib must be a number >= 0"):
+        load_gpus(bad)
     bad.write_text("[models.X]\nhiden = 1\n")
     with pytest.raises(ConfigError, match="unknown key 'hiden'"):
         load_models(bad)
@@ -96,3 +100,12 @@ def test_a_stray_top_level_key_in_a_user_catalog_is_an_error(tmp_path) -> None:
     bad.write_text('usd_per_hour = 2.0\n[gpus.X1]\nbf16_tflops = 1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n')
     with pytest.raises(ConfigError, match="unexpected top-level key 'usd_per_hour'"):
         load_gpus(bad)
+
+
+@pytest.mark.parametrize(("gpu", "mib"), [
+    ("H100", 81_559), ("H800", 81_559), ("H20", 97_871), ("H200", 143_771), ("A100", 81_920), ("B200", 183_359),
+])
+def test_gpu_memory_is_the_drivers_total_not_the_datasheets_gb(gpu: str, mib: int) -> None:
+    spec = get_gpu(gpu)
+    assert spec.memory_bytes == mib * 2**20 and spec.memory_total_source
+    assert 1.06 < spec.memory_bytes / (spec.memory_gb * 1e9) < 1.08  # "80 GB" is binary in practice

@@ -23,7 +23,7 @@ from rltrace.replay.network.collectives import (
     tree_unit_bytes,
 )
 from rltrace.replay.network.tuner import channel_ceilings_gbps
-from rltrace.replay.network.validation import multinode_compare, multinode_summary, multinode_topology
+from rltrace.replay.network.validation import multinode_compare, multinode_summary, multinode_topology, nccl_env
 from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.topologies import parse
 
@@ -433,6 +433,37 @@ def test_a_spec_forces_nccl_algo_and_proto_where_they_can_run() -> None:
     assert inside.algorithm == collective(free, "all_reduce", 8, GIB).algorithm == "nvls"
     # a call that names an algorithm wins over the spec
     assert collective(forced, "all_reduce", 16, GIB, "tree").algorithm == "tree"
+
+
+def test_a_spec_list_of_algorithms_is_what_the_tuner_picks_among() -> None:
+    # NCCL_ALGO=Ring,Tree (GCP's TCPXO profile): the tuner's choice within the list, never NVLSTree
+    free = parse("rail:nodes=2,gpu=H100")
+    listed = parse("rail:nodes=2,gpu=H100,nccl_algo=ring+tree,nccl_proto=Simple")
+    for size in (64 << 20, 256 << 20, 8 * GIB):
+        got = collective(listed, "all_reduce", 16, size)
+        assert got.algorithm in ("ring", "tree") and got.protocol == "Simple"
+        forced = collective(free, "all_reduce", 16, size, got.algorithm, protocol="Simple")
+        assert got.seconds == forced.seconds  # the listed algorithm the estimate picks, timed as that one
+    assert collective(free, "all_reduce", 16, 8 * GIB).algorithm == "nvls_tree"  # unlisted: the tuner's own
+    # none of the list can run (tree inside one node): the tuner's own choice among the rest, as for one name
+    assert collective(parse("rail:nodes=2,gpu=H100,nccl_algo=tree+collnet_chain"), "all_reduce", 8, GIB).algorithm \
+        == collective(free, "all_reduce", 8, GIB).algorithm
+    for bad in ("ring+foo", "ring+ring", "auto+ring"):
+        with pytest.raises(ConfigError, match="nccl_algo must be auto or one or more"):
+            parse(f"rail:nodes=2,gpu=H100,nccl_algo={bad}")
+
+
+@pytest.mark.parametrize(("settings", "expected"), [
+    ("NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0", ("ring+tree", "Simple")),
+    ("NCCL_ALGO=CollnetDirect NCCL_COLLNET_ENABLE=1 (SHARP)", ("collnet_direct", "auto")),
+    ("NCCL_ALGO=RING NCCL_NVLS_ENABLE=0", ("ring", "auto")),
+    ("NCCL_PROTO=Simple,LL128", ("auto", "auto")),  # a list of protocols: the tuner's among them, not modelled
+    ("NCCL_ALGO=PAT", ("auto", "auto")),  # an algorithm the model lacks: left to the tuner
+    ("", ("auto", "auto")),
+    (None, ("auto", "auto")),
+])
+def test_a_rows_stated_nccl_algo_and_proto_reach_its_topology(settings: str | None, expected: tuple[str, str]) -> None:
+    assert nccl_env(settings) == expected
 
 
 def test_collnet_direct_on_sharp_is_its_two_pipelined_stages_in_closed_form() -> None:

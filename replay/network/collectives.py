@@ -563,9 +563,11 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     fastest modelled algorithm x protocol of NCCL's candidates, as NCCL's tuner takes its lowest estimate."""
     ranks = np.arange(ranks) if isinstance(ranks, (int, np.integer)) else np.asarray(ranks, dtype=np.int64)
     n = len(ranks)
-    spec_algo = algorithm == "auto" and op == "all_reduce" and getattr(topo, "nccl_algo", "auto") != "auto"
-    if spec_algo:  # the spec's NCCL_ALGO, where a call leaves it to the tuner
-        algorithm = getattr(topo, "nccl_algo", "auto")
+    spec_algos = getattr(topo, "nccl_algo", "auto").split("+")
+    spec_algo = algorithm == "auto" and op == "all_reduce" and spec_algos != ["auto"]
+    allowed = spec_algos if spec_algo and len(spec_algos) > 1 else None  # NCCL_ALGO=Ring,Tree: the tuner picks
+    if spec_algo and allowed is None:  # the spec's NCCL_ALGO, where a call leaves it to the tuner
+        algorithm = spec_algos[0]
     # the spec's NCCL_PROTO, which steers NCCL's tuner, so collectives only (point-to-point picks its own)
     spec_proto = protocol == "auto" and op != "all_to_all" and getattr(topo, "nccl_proto", "auto") != "auto"
     if spec_proto:
@@ -595,6 +597,8 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     if spec_proto and algorithm in SIMPLE_ONLY and protocol.lower() != "simple":
         protocol = "auto"
     tried = candidates(op, ranks, topo.gpus_per_node, nvls, sharp) if algorithm == "auto" else (algorithm,)
+    if allowed is not None:  # among NCCL_ALGO's list; none of it can run here: NCCL's own choice, as for one
+        tried = tuple(a for a in tried if a in allowed) or tried
     if protocol.lower() in ("ll", "ll128"):
         tried = tuple(a for a in tried if a not in SIMPLE_ONLY) or tried  # NVLS and CollNet run Simple only
     algo, timed = "", None

@@ -20,6 +20,7 @@ own latencies and NVLS efficiency, two efficiency constants (NVLink and local co
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -114,16 +115,32 @@ def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
 NET_PLUGIN_LATENCY_US = {"efa": 75.0}
 
 
+# NCCL_ALGO's names as the topologies' ``nccl_algo`` spells them
+NCCL_ALGO_NAMES = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree",
+                   "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}
+
+
+def nccl_env(settings: str | None) -> tuple[str, str]:
+    """(nccl_algo, nccl_proto) for a topology from a row's stated NCCL_ALGO / NCCL_PROTO (``Ring,Tree`` is
+    ``ring+tree``; NCCL_PROTO's list of one protocol is that protocol; anything else, or unset: auto)."""
+    env = {m.group(1): m.group(2) for m in re.finditer(r"\b(NCCL_ALGO|NCCL_PROTO)=([\w,]+)", settings or "")}
+    algos = [NCCL_ALGO_NAMES.get(a.lower()) for a in env.get("NCCL_ALGO", "").split(",") if a]
+    protos = env.get("NCCL_PROTO", "").split(",")
+    proto = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}.get(protos[0].lower(), "auto")
+    return ("+".join(a for a in algos if a) if algos and all(algos) else "auto"), proto if len(protos) == 1 else "auto"
+
+
 def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_gbps: float, gpu: str,
-                       nvswitch: bool = True, network: str = "ib", sharp: bool = False) -> Topology:
+                       nvswitch: bool = True, network: str = "ib", sharp: bool = False,
+                       nccl_algo: str = "auto", nccl_proto: str = "auto") -> Topology:
     """A cluster as a source states it: nodes of NVSwitch GPUs (or a 4-GPU NVLink mesh, ``nvswitch`` false), their
     NICs on one non-blocking switch (no source describes its switches; a leaf holds them all), the latency its
-    ``network``'s NCCL plugin reports (:data:`NET_PLUGIN_LATENCY_US`), and SHARP in that switch where the run turned
-    NCCL's CollNet on (``sharp``)."""
+    ``network``'s NCCL plugin reports (:data:`NET_PLUGIN_LATENCY_US`), SHARP in that switch where the run turned
+    NCCL's CollNet on (``sharp``), and the NCCL_ALGO / NCCL_PROTO the run set (:func:`nccl_env`)."""
     return parse(f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},nics_per_node={nics_per_node},"
                  f"nic_gbps={nic_gbps},leaf_down={nodes * gpus_per_node},gpu={gpu},"
                  f"nvswitch={str(nvswitch).lower()},net_latency_us={NET_PLUGIN_LATENCY_US.get(network, 0.0)},"
-                 f"sharp={str(sharp).lower()}")
+                 f"sharp={str(sharp).lower()},nccl_algo={nccl_algo},nccl_proto={nccl_proto}")
 
 
 def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
@@ -132,9 +149,10 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     rows = multinode_measured(path)
     model_s, algos, protos, bands = [], [], [], []
     for r in rows.iter_rows(named=True):
+        settings = str(r.get("settings") or "")
         topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"],
                                   str(r.get("nvswitch", "true")).lower() != "false", str(r.get("network", "ib")),
-                                  "NCCL_COLLNET_ENABLE=1" in str(r.get("settings") or ""))
+                                  "NCCL_COLLNET_ENABLE=1" in settings, *nccl_env(settings))
         c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"], r["dtype"])
         model_s.append(c.seconds)
         algos.append(c.algorithm)

@@ -210,7 +210,8 @@ class NodeFabric:
     cpu: str = "intel"
     """host CPU vendor, intel or amd: NCCL's tuner caps the LL protocol across nodes lower on AMD hosts"""
     nccl_algo: str = "auto"
-    """the all-reduce algorithm every collective on this fabric runs unless a call names one (NCCL_ALGO)"""
+    """the all-reduce algorithm every collective on this fabric runs unless a call names one (NCCL_ALGO), or several
+    joined by ``+`` that NCCL's tuner picks among (``ring+tree``: NCCL_ALGO=Ring,Tree)"""
     nvswitch: bool = True
     """the node's GPUs on NVSwitches (HGX 8-GPU boards); false: a direct NVLink mesh (4-GPU boards), which has no
     NVLink SHARP, so no NVLS or NVLSTree"""
@@ -258,9 +259,12 @@ class NodeFabric:
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
-        if self.nccl_algo not in NCCL_ALGOS or self.nccl_proto not in NCCL_PROTOS:
-            raise ConfigError(f"topology: nccl_algo must be one of {', '.join(NCCL_ALGOS)} and nccl_proto one of "
-                              f"{', '.join(NCCL_PROTOS)}, got {self.nccl_algo!r}, {self.nccl_proto!r}")
+        algos = self.nccl_algo.split("+")
+        bad_algo = self.nccl_algo != "auto" and not all(a in NCCL_ALGOS[1:] for a in algos)
+        if bad_algo or len(set(algos)) != len(algos) or self.nccl_proto not in NCCL_PROTOS:
+            raise ConfigError(f"topology: nccl_algo must be auto or one or more (joined by +) of "
+                              f"{', '.join(NCCL_ALGOS[1:])}, and nccl_proto one of {', '.join(NCCL_PROTOS)}, "
+                              f"got {self.nccl_algo!r}, {self.nccl_proto!r}")
         if not self.net_latency_us >= 0:
             raise ConfigError(f"topology: net_latency_us must be >= 0, got {self.net_latency_us}")
         if self.cpu not in ("intel", "amd"):

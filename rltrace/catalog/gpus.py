@@ -33,7 +33,8 @@ class GPUSpec:
     host_link_source: str = ""
     memory_total_mib: float = 0.0
     """device memory as the driver reports it (nvidia-smi's total, MiB): what software allocates from, 6.8-7.4% above
-    the datasheet's "80 GB" read as 1e9 bytes (0: unknown, then ``memory_gb`` x 1e9)"""
+    the datasheet's "80 GB" read as 1e9 bytes (0: unknown, then ``memory_gb`` GiB: every catalog part's total is
+    within 0.6% of its datasheet figure read in GiB)"""
     memory_total_source: str = ""
     fp8_tflops: float = 0.0
     """dense (no sparsity) FP8 tensor-core TFLOP/s (0: no FP8 tensor cores; FP8 weights then run at BF16 rate)"""
@@ -56,8 +57,8 @@ class GPUSpec:
     @property
     def memory_bytes(self) -> float:
         """Device memory in bytes as software sees it: the driver's total where the catalog has it, else the
-        datasheet's GB."""
-        return self.memory_total_mib * 2**20 if self.memory_total_mib else self.memory_gb * 1e9
+        datasheet's figure read in GiB (how it comes out for every part the catalog has a total for)."""
+        return (self.memory_total_mib or self.memory_gb * 1024) * 2**20
 
     @property
     def hbm_bytes_per_s(self) -> float:

@@ -23,7 +23,13 @@ from rltrace.replay.network.collectives import (
     tree_unit_bytes,
 )
 from rltrace.replay.network.tuner import channel_ceilings_gbps
-from rltrace.replay.network.validation import multinode_compare, multinode_summary, multinode_topology, nccl_env
+from rltrace.replay.network.validation import (
+    MULTINODE_CSV,
+    multinode_compare,
+    multinode_summary,
+    multinode_topology,
+    nccl_env,
+)
 from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.topologies import parse
 
@@ -448,22 +454,57 @@ def test_a_spec_list_of_algorithms_is_what_the_tuner_picks_among() -> None:
     # none of the list can run (tree inside one node): the tuner's own choice among the rest, as for one name
     assert collective(parse("rail:nodes=2,gpu=H100,nccl_algo=tree+collnet_chain"), "all_reduce", 8, GIB).algorithm \
         == collective(free, "all_reduce", 8, GIB).algorithm
-    for bad in ("ring+foo", "ring+ring", "auto+ring"):
-        with pytest.raises(ConfigError, match="nccl_algo must be auto or one or more"):
+    for bad in ("ring+foo", "ring+ring", "auto+ring", "hierarchical+ring"):  # hierarchical is not NCCL's
+        with pytest.raises(ConfigError, match="nccl_algo must be auto, one of"):
             parse(f"rail:nodes=2,gpu=H100,nccl_algo={bad}")
+    # NCCL_ALGO ignores case; a list on another op or inside one node: what of it can run there
+    assert collective(parse("rail:nodes=2,gpu=H100,nccl_algo=Ring+Tree"), "all_reduce", 16, GIB).algorithm in (
+        "ring", "tree")
+    assert collective(listed, "all_reduce", 8, GIB).algorithm == "ring"  # one node: no tree, NVLS not listed
+    assert collective(listed, "all_gather", 16, GIB).seconds == collective(
+        parse("rail:nodes=2,gpu=H100,nccl_proto=Simple"), "all_gather", 16, GIB).seconds  # NCCL_ALGO: all-reduce's
+    # a protocol none of the list runs (NVLS and NVLSTree: Simple only) is dropped, as for one such algorithm
+    simple_only = collective(parse("rail:nodes=2,gpu=H100,nccl_algo=nvls+nvls_tree,nccl_proto=LL"), "all_reduce", 16,
+                             GIB)
+    assert (simple_only.algorithm, simple_only.protocol) == ("nvls_tree", "Simple")
 
 
 @pytest.mark.parametrize(("settings", "expected"), [
     ("NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0", ("ring+tree", "Simple")),
     ("NCCL_ALGO=CollnetDirect NCCL_COLLNET_ENABLE=1 (SHARP)", ("collnet_direct", "auto")),
     ("NCCL_ALGO=RING NCCL_NVLS_ENABLE=0", ("ring", "auto")),
-    ("NCCL_PROTO=Simple,LL128", ("auto", "auto")),  # a list of protocols: the tuner's among them, not modelled
-    ("NCCL_ALGO=PAT", ("auto", "auto")),  # an algorithm the model lacks: left to the tuner
+    ("NCCL_ALGO=Ring, ring,TREE (spaces, repeats, case)", ("ring+tree", "auto")),
+    ('NCCL_ALGO="nvls,nvlstree" NCCL_PROTO=simple,', ("nvls+nvls_tree", "Simple")),
     ("", ("auto", "auto")),
     (None, ("auto", "auto")),
 ])
 def test_a_rows_stated_nccl_algo_and_proto_reach_its_topology(settings: str | None, expected: tuple[str, str]) -> None:
     assert nccl_env(settings) == expected
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ("NCCL_PROTO=Simple,LL128", "not a list"),  # the model picks one protocol at a time
+    ("NCCL_ALGO=PAT", "'pat' is not modelled"),
+    ("NCCL_ALGO=allreduce:tree,ring", "no per-collective form"),
+    ("NCCL_ALGO=^NVLS", "no per-collective form or exclusions"),
+])
+def test_a_stated_nccl_setting_the_model_cannot_hold_is_an_error_not_a_default(settings: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        nccl_env(settings)
+
+
+def test_a_validation_row_whose_nccl_setting_cannot_be_held_names_its_row(tmp_path) -> None:
+    rows = pl.read_csv(MULTINODE_CSV).head(2).with_columns(pl.Series("settings", ["", "NCCL_PROTO=Simple,LL128"]))
+    rows.write_csv(tmp_path / "mine.csv")
+    with pytest.raises(ConfigError, match=r"mine.csv: row 3: NCCL_PROTO=Simple,LL128: .* not a list"):
+        multinode_compare(tmp_path / "mine.csv")
+
+
+def test_a_bad_algorithm_list_is_one_line_and_exit_2() -> None:
+    for spec, message in [("rail:nodes=2,gpu=H100,nccl_algo=ring,tree", "joined by +, nccl_algo=ring+tree"),
+                          ("rail:nodes=2,gpu=H100,nccl_algo=ring+bogus", "nccl_algo must be auto, one of")]:
+        result = run_cli("fabric", "bench", "--topology", spec, "--op", "all_reduce", "--size", "1G")
+        assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
 def test_collnet_direct_on_sharp_is_its_two_pipelined_stages_in_closed_form() -> None:

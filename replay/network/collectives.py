@@ -563,7 +563,7 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     fastest modelled algorithm x protocol of NCCL's candidates, as NCCL's tuner takes its lowest estimate."""
     ranks = np.arange(ranks) if isinstance(ranks, (int, np.integer)) else np.asarray(ranks, dtype=np.int64)
     n = len(ranks)
-    spec_algos = getattr(topo, "nccl_algo", "auto").split("+")
+    spec_algos = getattr(topo, "nccl_algo", "auto").lower().split("+")
     spec_algo = algorithm == "auto" and op == "all_reduce" and spec_algos != ["auto"]
     allowed = spec_algos if spec_algo and len(spec_algos) > 1 else None  # NCCL_ALGO=Ring,Tree: the tuner picks
     if spec_algo and allowed is None:  # the spec's NCCL_ALGO, where a call leaves it to the tuner
@@ -591,14 +591,18 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
     sharp = multi and op == "all_reduce" and fabric_sharp and whole
     why = _cannot_run(algorithm, nvls, multi, sharp, fabric_sharp and whole)
     if spec_algo and (why or (algorithm in ("tree", "hierarchical") and not multi)):
-        algorithm = "auto"  # as NCCL does with an NCCL_ALGO that cannot run this collective: its own choice
+        # NCCL fails such a call ("no algorithm/protocol available", src/enqueue.cc 2.27.7); a fabric's spec covers a
+        # replay's every all-reduce, in-node ones too, so the model takes the tuner's own choice instead
+        algorithm = "auto"
     elif why:
         raise ConfigError(why)
     if spec_proto and algorithm in SIMPLE_ONLY and protocol.lower() != "simple":
         protocol = "auto"
     tried = candidates(op, ranks, topo.gpus_per_node, nvls, sharp) if algorithm == "auto" else (algorithm,)
-    if allowed is not None:  # among NCCL_ALGO's list; none of it can run here: NCCL's own choice, as for one
+    if allowed is not None:  # among NCCL_ALGO's list; none of it can run here: the tuner's own choice, as for one
         tried = tuple(a for a in tried if a in allowed) or tried
+        if spec_proto and protocol.lower() != "simple" and all(a in SIMPLE_ONLY for a in tried):
+            protocol = "auto"  # the spec's protocol, as for one algorithm that runs Simple only
     if protocol.lower() in ("ll", "ll128"):
         tried = tuple(a for a in tried if a not in SIMPLE_ONLY) or tried  # NVLS and CollNet run Simple only
     algo, timed = "", None

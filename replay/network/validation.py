@@ -115,19 +115,35 @@ def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
 NET_PLUGIN_LATENCY_US = {"efa": 75.0}
 
 
-# NCCL_ALGO's names as the topologies' ``nccl_algo`` spells them
+# NCCL_ALGO's names as the topologies' ``nccl_algo`` spells them (src/graph/tuning.cc ncclAlgoStr, any case)
 NCCL_ALGO_NAMES = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree",
                    "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain"}
+NCCL_PROTO_NAMES = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+# NAME=value or NAME="value"; a value is a comma list, spaces allowed after a comma, a trailing comma ignored
+NCCL_SETTING = re.compile(r'\b(NCCL_ALGO|NCCL_PROTO)=(?:"([^"]*)"|([^\s,"]+(?:\s*,\s*[^\s,"]+)*,?))')
 
 
 def nccl_env(settings: str | None) -> tuple[str, str]:
-    """(nccl_algo, nccl_proto) for a topology from a row's stated NCCL_ALGO / NCCL_PROTO (``Ring,Tree`` is
-    ``ring+tree``; NCCL_PROTO's list of one protocol is that protocol; anything else, or unset: auto)."""
-    env = {m.group(1): m.group(2) for m in re.finditer(r"\b(NCCL_ALGO|NCCL_PROTO)=([\w,]+)", settings or "")}
-    algos = [NCCL_ALGO_NAMES.get(a.lower()) for a in env.get("NCCL_ALGO", "").split(",") if a]
-    protos = env.get("NCCL_PROTO", "").split(",")
-    proto = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}.get(protos[0].lower(), "auto")
-    return ("+".join(a for a in algos if a) if algos and all(algos) else "auto"), proto if len(protos) == 1 else "auto"
+    """(nccl_algo, nccl_proto) for a topology from a row's stated NCCL_ALGO / NCCL_PROTO: ``Ring,Tree`` (any case,
+    quoted or not, repeats once) is ``ring+tree``; unset is auto. What the model cannot hold is a ConfigError, not a
+    silent default: NCCL's per-collective form (``allreduce:tree``) or exclusions (``^nvls``), an algorithm it lacks
+    (PAT), and a list of protocols (its protocols are picked one at a time)."""
+    env = {m.group(1): m.group(2) or m.group(3) for m in NCCL_SETTING.finditer(settings or "")}
+    algo, proto = "auto", "auto"
+    if "NCCL_ALGO" in env:
+        names = [a.strip().lower() for a in env["NCCL_ALGO"].strip(",").split(",")]
+        unknown = [a for a in names if a not in NCCL_ALGO_NAMES]
+        if unknown:
+            raise ConfigError(f"NCCL_ALGO={env['NCCL_ALGO']}: {unknown[0]!r} is not modelled (known: "
+                              f"{', '.join(NCCL_ALGO_NAMES)}; no per-collective form or exclusions)")
+        algo = "+".join(dict.fromkeys(NCCL_ALGO_NAMES[a] for a in names))
+    if "NCCL_PROTO" in env:
+        names = [p.strip().lower() for p in env["NCCL_PROTO"].strip(",").split(",")]
+        if len(set(names)) != 1 or names[0] not in NCCL_PROTO_NAMES:
+            raise ConfigError(f"NCCL_PROTO={env['NCCL_PROTO']}: the model runs one stated protocol (LL, LL128 or "
+                              "Simple), not a list")
+        proto = NCCL_PROTO_NAMES[names[0]]
+    return algo, proto
 
 
 def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_gbps: float, gpu: str,
@@ -148,11 +164,15 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     forced (NCCL_ALGO) or NCCL-like auto selection; error = model_s / measured_s - 1."""
     rows = multinode_measured(path)
     model_s, algos, protos, bands = [], [], [], []
-    for r in rows.iter_rows(named=True):
+    for i, r in enumerate(rows.iter_rows(named=True)):
         settings = str(r.get("settings") or "")
+        try:
+            env = nccl_env(settings)
+        except ConfigError as e:  # the row, so the one line says where
+            raise ConfigError(f"{path}: row {i + 2}: {e}") from None
         topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"],
                                   str(r.get("nvswitch", "true")).lower() != "false", str(r.get("network", "ib")),
-                                  "NCCL_COLLNET_ENABLE=1" in settings, *nccl_env(settings))
+                                  "NCCL_COLLNET_ENABLE=1" in settings, *env)
         c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"], r["dtype"])
         model_s.append(c.seconds)
         algos.append(c.algorithm)

@@ -116,7 +116,8 @@ class TopologySpec:
         for item in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, text = item.partition("=")
             if not eq:
-                raise ConfigError(f"topology {name}: expected key=value, got {item!r}")
+                raise ConfigError(f"topology {name}: expected key=value, got {item!r} (a list of values is joined "
+                                  "by +, nccl_algo=ring+tree)")
             values[key.strip()] = parse_scalar(text.strip())
         user = user_keys(topology)
         unknown = sorted(set(values) - set(user))
@@ -210,8 +211,8 @@ class NodeFabric:
     cpu: str = "intel"
     """host CPU vendor, intel or amd: NCCL's tuner caps the LL protocol across nodes lower on AMD hosts"""
     nccl_algo: str = "auto"
-    """the all-reduce algorithm every collective on this fabric runs unless a call names one (NCCL_ALGO), or several
-    joined by ``+`` that NCCL's tuner picks among (``ring+tree``: NCCL_ALGO=Ring,Tree)"""
+    """the algorithm every all-reduce on this fabric runs unless a call names one (NCCL_ALGO), or several of NCCL's
+    joined by ``+`` that its tuner picks among (``ring+tree``: NCCL_ALGO=Ring,Tree); any case"""
     nvswitch: bool = True
     """the node's GPUs on NVSwitches (HGX 8-GPU boards); false: a direct NVLink mesh (4-GPU boards), which has no
     NVLink SHARP, so no NVLS or NVLSTree"""
@@ -259,12 +260,16 @@ class NodeFabric:
     def _check(self, gpus: int) -> None:
         if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
             raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
-        algos = self.nccl_algo.split("+")
-        bad_algo = self.nccl_algo != "auto" and not all(a in NCCL_ALGOS[1:] for a in algos)
-        if bad_algo or len(set(algos)) != len(algos) or self.nccl_proto not in NCCL_PROTOS:
-            raise ConfigError(f"topology: nccl_algo must be auto or one or more (joined by +) of "
-                              f"{', '.join(NCCL_ALGOS[1:])}, and nccl_proto one of {', '.join(NCCL_PROTOS)}, "
-                              f"got {self.nccl_algo!r}, {self.nccl_proto!r}")
+        algos = self.nccl_algo.lower().split("+")
+        named = [a for a in NCCL_ALGOS if a != "auto"]
+        # a list is NCCL_ALGO's: of NCCL's algorithms, so not rltrace's own hierarchical schedule
+        listable = [a for a in named if a != "hierarchical"]
+        ok = algos == ["auto"] or (len(algos) == 1 and algos[0] in named) or (
+            len(set(algos)) == len(algos) and all(a in listable for a in algos))
+        if not ok or self.nccl_proto not in NCCL_PROTOS:
+            raise ConfigError(f"topology: nccl_algo must be auto, one of {', '.join(named)}, or several of "
+                              f"{', '.join(listable)} joined by + (each once), and nccl_proto one of "
+                              f"{', '.join(NCCL_PROTOS)}, got {self.nccl_algo!r}, {self.nccl_proto!r}")
         if not self.net_latency_us >= 0:
             raise ConfigError(f"topology: net_latency_us must be >= 0, got {self.net_latency_us}")
         if self.cpu not in ("intel", "amd"):

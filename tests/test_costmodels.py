@@ -150,6 +150,14 @@ def test_a_gpu_gemm_is_a_ramp_plus_its_bytes_at_the_streaming_fraction_fitted_to
     assert cpu_like.seconds == pytest.approx(weights / (0.6 * hbm) + 4 * LLAMA.vocab * 4 / (0.6 * hbm), rel=1e-6)
 
 
+@pytest.mark.parametrize(("share", "fits"), [(0.85, True), (0.899, True), (0.901, False), (0.95, False)])
+def test_fits_is_vllms_share_of_the_drivers_total(share: float, fits: bool) -> None:
+    # weights plus KV against 0.9 of nvidia-smi's 81,559 MiB: the share the KV capacity comes from
+    roof = Roofline(model=LLAMA, gpu=H100)
+    kv_tokens = (share * 81_559 * 2**20 - LLAMA.weight_bytes) / roof.kv_bytes_per_token
+    assert roof.fits(kv_tokens) is fits
+
+
 def test_estimate_cli() -> None:
     result = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H100", "--batch", "1", "--json")
     assert result.returncode == 0, result.stderr

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
+from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 from rltrace.replay.costmodels.parallel import ep_alltoall_seconds, tp_allreduce_seconds
 from rltrace.replay.costmodels.training import step_seconds
@@ -135,8 +135,9 @@ class Roofline:
         return (self.model.weight_bytes / self.tp + kv_tokens * self.kv_bytes_per_token) / 1e9
 
     def fits(self, kv_tokens: float) -> bool:
-        """Whether weights and that much KV cache fit in one GPU's memory (activations not counted)."""
-        return self.memory_needed_gb(kv_tokens) * 1e9 <= self.gpu.memory_bytes
+        """Whether weights and that much KV cache fit in vLLM's share of one GPU's memory (``gpu_memory_utilization``
+        0.9 of the driver's total, the share the KV capacity is taken from; activations not counted)."""
+        return self.memory_needed_gb(kv_tokens) * 1e9 <= self.gpu.memory_bytes * GPU_MEMORY_UTILIZATION
 
     # ---- kernels --------------------------------------------------------------------------------------------
 

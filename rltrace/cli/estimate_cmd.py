@@ -14,6 +14,7 @@ from rltrace.catalog import get_gpu, get_model
 from rltrace.cli.estimate_validate import show_validation
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
+from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
 
 
@@ -101,5 +102,7 @@ def estimate(
         print(f"  experts: {result.experts:.1f} of {arch.experts} read per MoE layer (top-{arch.experts_per_token}); "
               f"kernel floors and launches {result.floor_s * 1e3:.3f} ms")
     if not fits:
-        print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights and KV cache; "
-              f"{cost.gpu.name} has {cost.gpu.memory_bytes / 1e9:.1f} GB (vLLM would preempt or queue)")
+        share = cost.gpu.memory_bytes * GPU_MEMORY_UTILIZATION / 1e9
+        print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights and KV cache; vLLM's "
+              f"{GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} GB is {share:.1f} GB "
+              "(it would preempt or queue)")

@@ -596,13 +596,11 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         algorithm = "auto"
     elif why:
         raise ConfigError(why)
-    if spec_proto and algorithm in SIMPLE_ONLY and protocol.lower() != "simple":
-        protocol = "auto"
     tried = candidates(op, ranks, topo.gpus_per_node, nvls, sharp) if algorithm == "auto" else (algorithm,)
     if allowed is not None:  # among NCCL_ALGO's list; none of it can run here: the tuner's own choice, as for one
         tried = tuple(a for a in tried if a in allowed) or tried
-        if spec_proto and protocol.lower() != "simple" and all(a in SIMPLE_ONLY for a in tried):
-            protocol = "auto"  # the spec's protocol, as for one algorithm that runs Simple only
+    if spec_proto and protocol.lower() != "simple" and all(a in SIMPLE_ONLY for a in tried):
+        protocol = "auto"  # the spec's protocol where every algorithm left runs Simple only
     if protocol.lower() in ("ll", "ll128"):
         tried = tuple(a for a in tried if a not in SIMPLE_ONLY) or tried  # NVLS and CollNet run Simple only
     algo, timed = "", None

@@ -151,11 +151,14 @@ def test_a_gpu_gemm_is_a_ramp_plus_its_bytes_at_the_streaming_fraction_fitted_to
 
 
 @pytest.mark.parametrize(("share", "fits"), [(0.85, True), (0.899, True), (0.901, False), (0.95, False)])
-def test_fits_is_vllms_share_of_the_drivers_total(share: float, fits: bool) -> None:
-    # weights plus KV against 0.9 of nvidia-smi's 81,559 MiB: the share the KV capacity comes from
+def test_fits_is_what_vllms_share_leaves_for_the_kv_cache(share: float, fits: bool) -> None:
+    # 0.9 of CUDA's 81,106 MiB, less the weights, profiling's activation peak and the buffers outside torch
     roof = Roofline(model=LLAMA, gpu=H100)
-    kv_tokens = (share * 81_559 * 2**20 - LLAMA.weight_bytes) / roof.kv_bytes_per_token
+    mem = roof.rank_memory()
+    assert mem.share == 0.9 * 81_106 * 2**20
+    kv_tokens = (share * 81_106 * 2**20 - mem.weights - mem.activation_peak - mem.non_torch) / roof.kv_bytes_per_token
     assert roof.fits(kv_tokens) is fits
+    assert roof.kv_capacity_tokens() == int(mem.kv_cache // roof.kv_bytes_per_token)
 
 
 def test_estimate_cli() -> None:

@@ -12,6 +12,7 @@ from helpers import run_cli
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.benchmark import offline_throughput, roof_kv_batch, serving_benchmark
 from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import MOE_TRAIN_MFU, default_mfu, step_seconds
 
@@ -71,8 +72,9 @@ def test_mla_kv_bytes_are_the_compressed_latent() -> None:
     assert qwen.kv_bytes_per_token_rank(8) == 48 * 2 * 1 * 128 * 2
     assert qwen.kv_bytes_per_token_rank(2) == qwen.kv_bytes_per_token / 2
     cap1 = RooflineGeneration(model=ds, gpu=get_gpu("H200")).kv_capacity_tokens(8)
-    free = 143771 * 2**20 * 0.9 - ds.weight_bytes / 8  # H200: nvidia-smi's 143,771 MiB, not the datasheet's 141 GB
-    assert cap1 == int(free / ds.kv_bytes_per_token)
+    mem = rank_memory(ds, get_gpu("H200"), 8)  # H200: CUDA's 143,156 MiB, not the datasheet's 141 GB
+    assert mem.share == 143_156 * 2**20 * 0.9 and mem.weights == ds.weight_bytes / 8
+    assert cap1 == int((mem.share - mem.weights - mem.activation_peak - mem.non_torch) // ds.kv_bytes_per_token)
 
 
 def test_prefix_sharing_prefills_a_prompt_once() -> None:

@@ -102,7 +102,7 @@ def test_gpu_gives_each_pool_its_kind(tmp_path: Path) -> None:
         (["--gpu", "H20,"], "give one GPU kind, or two as GENERATION,TRAINING"),
         (["--gpu", "H20,H800,H100"], "give one GPU kind, or two as GENERATION,TRAINING"),
         (["/no/such/bundle"], "/no/such/bundle"),
-        (["--model", "Llama-2-70B", "--gpu", "A100", "--tp", "1", "--steps", "1"], "does not fit"),
+        (["--model", "Llama-2-70B", "--gpu", "A100", "--tp", "1", "--steps", "1"], "leaves no KV cache"),
         (["--recorded-steps", "1:x"], "give START:STOP[:STRIDE]"),
         (["--recorded-steps", "3:1"], "selects no step"),
         (["--recorded-steps", "0:40"], "recorded steps [12, 13,"),

@@ -84,8 +84,8 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
     # the output, not their final one
     slots = roof_kv_batch(roof, prompt_tokens + output_tokens / 2)
     if slots < 1:  # the engine that ran such a point held more than vLLM's share of memory: the model cannot say how
-        raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: the weights leave no KV cache within "
-                          "vLLM's 0.9 of GPU memory")
+        raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: the weights, activations and buffers "
+                          "leave no KV cache within vLLM's 0.9 of GPU memory")
     batch = min(concurrency, serving.MAX_NUM_SEQS, slots)
     decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
     per_request = serving.shared_prefill_tokens(prompt_tokens, samples) / samples
@@ -107,11 +107,8 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
 
 def roof_kv_batch(roof: Roofline, tokens_per_request: float,
                   gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
-    """Requests of ``tokens_per_request`` tokens whose KV cache fits beside the weights on one rank."""
-    free = roof.gpu.memory_bytes * gpu_memory_utilization - roof.model.weight_bytes / roof.tp
-    if free <= 0:
-        return 0
-    return int(free / (roof.kv_bytes_per_token * tokens_per_request))
+    """Requests of ``tokens_per_request`` tokens whose KV cache fits in what one rank leaves for it."""
+    return int(roof.kv_capacity_tokens(gpu_memory_utilization) // tokens_per_request)
 
 
 def offline_throughput(roof: Roofline, *, requests: int, prompt_tokens: int, output_tokens: int,
@@ -132,7 +129,7 @@ def offline_throughput(roof: Roofline, *, requests: int, prompt_tokens: int, out
     fits = roof_kv_batch(roof, prompt_tokens + output_tokens)
     if fits < 1:
         raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: no request of "
-                          f"{prompt_tokens + output_tokens} tokens fits beside the weights")
+                          f"{prompt_tokens + output_tokens} tokens fits beside the weights, activations and buffers")
     batch = min(requests, max_num_seqs, fits)
     one = serving_benchmark(roof, concurrency=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
                             samples=samples, engine=engine)

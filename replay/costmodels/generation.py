@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
+from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.profile import factors
 from rltrace.replay.costmodels.roofline import Roofline
 
@@ -82,15 +83,18 @@ class RooflineGeneration:
         return self._at(tp)[1].seconds_array(tokens, prompts)
 
     def kv_capacity_tokens(self, tp: int) -> int:
-        # per rank: its share of the weights, then KV at the rank's bytes per token (MLA's latent and KV heads
-        # beyond tp are replicated, so the cache does not grow with tp the way the weights' share shrinks)
-        free = self.gpu.memory_bytes * self.gpu_memory_utilization - self.model.weight_bytes / tp
-        if free <= 0:
+        # per rank: what vLLM's share leaves after the weights' share, profiling's activation peak and the buffers
+        # outside torch, at the rank's bytes per token (MLA's latent and KV heads beyond tp are replicated, so the
+        # cache does not grow with tp the way the weights' share shrinks)
+        mem = rank_memory(self.model, self.gpu, tp, gpu_memory_utilization=self.gpu_memory_utilization)
+        if mem.kv_cache <= 0:
             raise ConfigError(
-                f"{self.model.name} ({self.model.weight_bytes / 1e9:.1f} GB of weights) does not fit on "
-                f"{tp} x {self.gpu.name} ({self.gpu.memory_bytes / 1e9:.1f} GB each); raise tp"
+                f"{self.model.name} leaves no KV cache on {tp} x {self.gpu.name}: vLLM's "
+                f"{self.gpu_memory_utilization:g} share is {mem.share / 1e9:.1f} GB a GPU, the weights take "
+                f"{mem.weights / 1e9:.1f} GB, activations and buffers {(mem.activation_peak + mem.non_torch) / 1e9:.1f}"
+                " GB; raise tp"
             )
-        return int(free / self.model.kv_bytes_per_token_rank(tp))
+        return int(mem.kv_cache // self.model.kv_bytes_per_token_rank(tp))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -36,6 +36,7 @@ from numpy.typing import ArrayLike
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
+from rltrace.replay.costmodels.memory import RankMemory, rank_memory
 from rltrace.replay.costmodels.parallel import ep_alltoall_seconds, tp_allreduce_seconds
 from rltrace.replay.costmodels.training import step_seconds
 
@@ -130,25 +131,40 @@ class Roofline:
         """KV-cache bytes of one token on one rank."""
         return self.model.kv_bytes_per_token_rank(self.tp)
 
+    def rank_memory(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                    max_num_seqs: int = serving.MAX_NUM_SEQS) -> RankMemory:
+        """How vLLM splits one rank's share of memory: weights, profiling's activation peak (of
+        :attr:`batched_tokens` tokens and ``max_num_seqs`` sampled rows), buffers outside torch, KV cache."""
+        return rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
+                           batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
+        """Tokens of KV cache one rank holds (0 where the weights and buffers leave none)."""
+        return max(int(self.rank_memory(gpu_memory_utilization).kv_cache // self.kv_bytes_per_token), 0)
+
     def memory_needed_gb(self, kv_tokens: float) -> float:
-        """GPU memory per TP rank for the weights plus ``kv_tokens`` tokens of KV cache, in GB."""
-        return (self.model.weight_bytes / self.tp + kv_tokens * self.kv_bytes_per_token) / 1e9
+        """GPU memory per TP rank for the weights, profiling's activation peak, the buffers outside torch and
+        ``kv_tokens`` tokens of KV cache, in GB."""
+        mem = self.rank_memory()
+        return (mem.weights + mem.activation_peak + mem.non_torch + kv_tokens * self.kv_bytes_per_token) / 1e9
 
     def fits(self, kv_tokens: float) -> bool:
-        """Whether weights and that much KV cache fit in vLLM's share of one GPU's memory (``gpu_memory_utilization``
-        0.9 of the driver's total, the share the KV capacity is taken from; activations not counted)."""
-        return self.memory_needed_gb(kv_tokens) * 1e9 <= self.gpu.memory_bytes * GPU_MEMORY_UTILIZATION
+        """Whether that much KV cache fits in what vLLM's share of one GPU (``gpu_memory_utilization`` 0.9 of the
+        device total) leaves for it (:mod:`.memory`)."""
+        return kv_tokens * self.kv_bytes_per_token <= self.rank_memory().kv_cache
 
     # ---- kernels --------------------------------------------------------------------------------------------
 
-    def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, peak: float) -> np.ndarray:
+    def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, peak: float,
+                width: int | None = None) -> np.ndarray:
+        """A GEMM's time on weights of ``width`` bytes per element (the model's own by default)."""
         compute = np.asarray(flops) / (peak * self.compute_efficiency)
         if not (self._floors and self.gemm_ramp):
             t = np.maximum(np.asarray(nbytes) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency), compute)
             return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
         # a GPU GEMM streams its weights after a ramp (launch, tile set-up, pipeline fill), so small kernels run
         # far below the bandwidth large ones reach: ramp + bytes / (fraction x HBM), fitted to the H100 table
-        stream = serving.stream_seconds(nbytes, self.model.dtype_bytes, self.gpu.hbm_bytes_per_s)
+        stream = serving.stream_seconds(nbytes, width or self.model.dtype_bytes, self.gpu.hbm_bytes_per_s)
         seconds: np.ndarray = np.maximum(np.maximum(stream, compute), serving.GEMM_FLOOR_S)
         return seconds
 
@@ -163,7 +179,6 @@ class Roofline:
         """Seconds of every kernel but attention and communication for ``tokens`` rows per rank, with the
         FLOPs, bytes and expected experts behind them (arrays over ``tokens``)."""
         m, tp, wb = self.model, self.tp, self.model.dtype_bytes
-        peak = self.gpu.flops_for(wb)
         t = np.asarray(tokens, dtype=np.float64)
         o_params = m.heads * (m.v_head_dim if m.is_mla else m.dim_head) * m.hidden
         gemms = [m.attention_params - o_params, o_params]  # per layer, every layer
@@ -175,12 +190,13 @@ class Roofline:
         nbytes = np.zeros_like(t)
 
         def add(
-            params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None
+            params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None,
+            width: int = wb,
         ) -> None:
             nonlocal seconds, flops, nbytes
-            b = (params if read is None else read) * wb / tp
+            b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp
-            seconds = seconds + count * self._kernel(b, f, peak)
+            seconds = seconds + count * self._kernel(b, f, self.gpu.flops_for(width), width)
             flops = flops + count * f
             nbytes = nbytes + count * b
 
@@ -197,7 +213,7 @@ class Roofline:
             for share in (2 / 3, 1 / 3):  # grouped gate/up and down over the experts the tokens touch
                 add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
                     read=share * m.expert_params * experts)
-        add(m.vocab * m.hidden, 1)  # LM head (vocab-parallel over TP)
+        add(m.vocab * m.hidden, 1, width=max(wb, 2))  # LM head (vocab-parallel over TP; BF16 in FP8 checkpoints)
         if self._floors:
             elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * serving.MOE_ELEMENTWISE
             seconds = seconds + elementwise * serving.ELEMENTWISE_FLOOR_S

@@ -8,12 +8,14 @@ Three CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each ro
 - ``offline_validation.csv``: output tokens/s of an offline run of identical requests (vLLM
   ``benchmark_throughput.py``);
 - ``training_validation.csv``: tokens/s per GPU of a stated model, parallelism and GPU count (torchtitan,
-  Megatron-LM and Megatron-Bridge tables).
+  Megatron-LM and Megatron-Bridge tables);
+- ``kv_cache_validation.csv``: how vLLM split one GPU's memory at start-up, from its own logs (weights, the
+  profiling run's activation peak, memory outside torch, the KV cache in tokens): :mod:`.memory` against it.
 
 Each point is predicted from the GPU and model catalogs (datasheets, Hugging Face configs) through the model's
 public API (:func:`.benchmark.serving_benchmark`, :func:`.benchmark.offline_throughput`,
 :func:`.training.step_seconds`): one parameter set per GPU kind, nothing fitted to these points. A user's own
-CSV in any of the three layouts is checked the same way (``rltrace estimate validate --data FILE``).
+CSV in any of the four layouts is checked the same way (``rltrace estimate validate --data FILE``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels import memory, serving
 from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import step_seconds
@@ -37,7 +39,8 @@ DATA = Path(__file__).parent / "data"
 GENERATION_CSV = DATA / "generation_validation.csv"
 OFFLINE_CSV = DATA / "offline_validation.csv"
 TRAINING_CSV = DATA / "training_validation.csv"
-SHIPPED = (GENERATION_CSV, OFFLINE_CSV, TRAINING_CSV)
+KV_CACHE_CSV = DATA / "kv_cache_validation.csv"
+SHIPPED = (GENERATION_CSV, OFFLINE_CSV, TRAINING_CSV, KV_CACHE_CSV)
 
 _SERVING = ("source", "engine", "model", "gpu", "tp", "ep", "weight_dtype", "prompt_tokens", "output_tokens")
 LAYOUTS: dict[str, tuple[str, ...]] = {
@@ -45,9 +48,12 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "offline": (*_SERVING, "requests", "output_tokens_per_s"),
     "training": ("source", "framework", "model", "gpu", "gpus", "ep", "seq_len", "global_batch", "precision",
                  "tokens_per_s_per_gpu"),
+    "kv_cache": ("source", "engine", "engine_version", "model", "gpu", "tp", "weight_dtype", "kv_dtype",
+                 "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "weights_gib",
+                 "activation_peak_gib", "non_torch_gib", "kv_tokens"),
 }
 SLICES = ("set", "gpu", "model", "engine", "dtype", "regime")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}  # INT8 (W8A8) weights: one byte each, as FP8
 
 
 def _with_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
@@ -175,11 +181,50 @@ def predict_training(points: pl.DataFrame) -> pl.DataFrame:
         pl.col("tokens_per_s_per_gpu").cast(pl.Float64).alias("measured"), got["predicted"], got["skipped"])
 
 
-PREDICT = {"generation": predict_generation, "offline": predict_offline, "training": predict_training}
+# what each kv_cache point is checked on: (set, measured column, RankMemory field or "kv_tokens", scale to the column)
+_MEMORY = (("vLLM KV cache tokens", "kv_tokens", "kv_tokens", 1.0),
+           ("vLLM weights GiB", "weights_gib", "weights", 1 / memory.GIB),
+           ("vLLM activation peak GiB", "activation_peak_gib", "activation_peak", 1 / memory.GIB),
+           ("vLLM non-torch GiB", "non_torch_gib", "non_torch", 1 / memory.GIB))
+
+
+def predict_kv_cache(points: pl.DataFrame) -> pl.DataFrame:
+    """vLLM's start-up memory split: one row per point and quantity (KV-cache tokens, weights, activation peak,
+    memory outside torch), each as vLLM logged it and as :mod:`.memory` predicts it."""
+    specs = _Specs()
+
+    def one(row: dict[str, Any]) -> tuple[float, ...]:
+        model, gpu = specs(row["model"], row["gpu"], row["weight_dtype"])
+        kv = str(row["kv_dtype"] or "")
+        if kv:
+            if kv not in DTYPE_BYTES:
+                raise ConfigError(f"unknown kv_dtype {kv!r}; expected one of {', '.join(DTYPE_BYTES)}")
+            model = dataclasses.replace(model, kv_dtype_bytes=DTYPE_BYTES[kv])
+        tp = int(row["tp"])
+        mem = memory.rank_memory(model, gpu, tp, gpu_memory_utilization=float(row["gpu_memory_utilization"]),
+                                 batched_tokens=int(row["max_num_batched_tokens"]),
+                                 max_num_seqs=int(row["max_num_seqs"]))
+        tokens = max(mem.kv_cache, 0.0) // model.kv_bytes_per_token_rank(tp)
+        return tokens, mem.weights, mem.activation_peak, mem.non_torch
+
+    got = _each(points, LAYOUTS["kv_cache"], one, tuple(field for _, _, field, _ in _MEMORY))
+    dtype = pl.when(pl.col("kv_dtype").fill_null("") == "").then(pl.col("weight_dtype")).otherwise(
+        pl.format("{}, kv {}", pl.col("weight_dtype"), pl.col("kv_dtype")))
+    base = points.with_columns(dtype.alias("dtype"), pl.format("tp {}", pl.col("tp")).alias("regime"),
+                               pl.format("{} {}", pl.col("engine"), pl.col("engine_version")).alias("engine"),
+                               got["skipped"])
+    return pl.concat([base.with_columns(pl.lit(name).alias("set"), pl.col(column).cast(pl.Float64).alias("measured"),
+                                        (got[field] * scale).alias("predicted"))
+                      for name, column, field, scale in _MEMORY])
+
+
+PREDICT = {"generation": predict_generation, "offline": predict_offline, "training": predict_training,
+           "kv_cache": predict_kv_cache}
 
 
 def load_points(path: Path) -> tuple[str, pl.DataFrame]:
-    """A validation CSV and which layout it has ("generation", "offline" or "training", told apart by columns)."""
+    """A validation CSV and which layout it has ("generation", "offline", "training" or "kv_cache", told apart by
+    columns)."""
     try:
         frame = pl.read_csv(path, infer_schema_length=None)
     except (OSError, pl.exceptions.PolarsError) as e:

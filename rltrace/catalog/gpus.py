@@ -11,6 +11,8 @@ from rltrace.catalog._toml import build_entry, load_catalog, lookup
 from rltrace.errors import ConfigError
 
 NCCL_ARCHS = ("", "volta", "ampere", "hopper", "blackwell")
+MEMORY_TOTAL_RATIO = 0.99
+"""CUDA's device total over the datasheet's GB read in GiB: H100 0.990, H20 0.990, A100 0.991, B200 0.991, H200 0.992"""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,9 +34,8 @@ class GPUSpec:
     """host interface (PCIe) bandwidth per direction in GB/s, the datasheet's figure (0: unknown)"""
     host_link_source: str = ""
     memory_total_mib: float = 0.0
-    """device memory as the driver reports it (nvidia-smi's total, MiB): what software allocates from, 6.8-7.4% above
-    the datasheet's "80 GB" read as 1e9 bytes (0: unknown, then ``memory_gb`` GiB: every catalog part's total is
-    within 0.6% of its datasheet figure read in GiB)"""
+    """device memory as CUDA reports it (MiB; ``torch.cuda.get_device_properties(0).total_memory``): what vLLM's
+    ``gpu_memory_utilization`` multiplies (0: unknown, then 0.99 x ``memory_gb`` GiB, the ratio of every cited total)"""
     memory_total_source: str = ""
     fp8_tflops: float = 0.0
     """dense (no sparsity) FP8 tensor-core TFLOP/s (0: no FP8 tensor cores; FP8 weights then run at BF16 rate)"""
@@ -56,9 +57,9 @@ class GPUSpec:
 
     @property
     def memory_bytes(self) -> float:
-        """Device memory in bytes as software sees it: the driver's total where the catalog has it, else the
-        datasheet's figure read in GiB (how it comes out for every part the catalog has a total for)."""
-        return (self.memory_total_mib or self.memory_gb * 1024) * 2**20
+        """Device memory in bytes as CUDA reports it: the catalog's cited total, else 0.99 x the datasheet's GB read
+        in GiB (each cited H100, H200, H20, A100 and B200 total is within 0.2% of that)."""
+        return self.memory_total_mib * 2**20 if self.memory_total_mib else MEMORY_TOTAL_RATIO * self.memory_gb * 2**30
 
     @property
     def hbm_bytes_per_s(self) -> float:

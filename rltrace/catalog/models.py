@@ -132,7 +132,11 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        return self.params * self.dtype_bytes
+        """Bytes of the weights as served. FP8 quantizes the linear layers only: the token embedding and the LM head
+        stay BF16 (DeepSeek-V3's and RedHatAI's FP8 checkpoints, vLLM's online ``quantization=fp8``; vLLM 0.19 loads
+        Llama-3.1-8B in FP8 as 8.49 GiB, which is this, not 7.48)."""
+        embeddings = self.embedding_params
+        return (self.params - embeddings) * self.dtype_bytes + embeddings * max(self.dtype_bytes, 2)
 
     @property
     def tensors(self) -> int:

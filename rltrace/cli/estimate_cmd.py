@@ -61,7 +61,8 @@ def estimate(
     Example: rltrace estimate decode --model Llama-2-7B --gpu H100 --batch 64 --context 2048 --json
 
     `rltrace estimate validate` predicts every point of the shipped public measurements (vLLM/SGLang TPOT, TTFT,
-    offline throughput, training tokens/s/GPU; sources in docs/costmodels.md) and prints the errors by slice.
+    offline throughput, training tokens/s/GPU, vLLM's KV-cache sizing; sources in docs/costmodels.md) and prints
+    the errors by slice.
     """
     if kind is Kind.validate:
         show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points)
@@ -103,6 +104,7 @@ def estimate(
               f"kernel floors and launches {result.floor_s * 1e3:.3f} ms")
     if not fits:
         share = cost.gpu.memory_bytes * GPU_MEMORY_UTILIZATION / 1e9
-        print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights and KV cache; vLLM's "
+        print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights, activations, buffers "
+              "and KV cache; vLLM's "
               f"{GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} GB is {share:.1f} GB "
               "(it would preempt or queue)")

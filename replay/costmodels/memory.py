@@ -1,0 +1,91 @@
+"""GPU memory of one vLLM rank: what vLLM's share of the device leaves for the KV cache.
+
+vLLM sizes its KV cache once, at start-up (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` and
+``vllm/utils/mem_utils.py`` ``memory_profiling``): ``gpu_memory_utilization`` x the device total, less what the
+instance holds beside the cache, each measured while it profiles:
+
+- the weights it loaded (its log: "Model loading took ... GiB"); FP8 checkpoints keep the token embedding and the
+  LM head in BF16 (:attr:`.ModelSpec.weight_bytes`);
+- the torch activation peak of ``profile_run``: one dummy forward of ``max_num_batched_tokens`` tokens, then the
+  sampler over ``min(max_num_seqs, tokens)`` rows of logits. At vLLM's defaults the sampler's buffers (FP32
+  logits, probabilities, sort/top-k scratch: :data:`SAMPLER_BYTES_PER_LOGIT` per row and vocabulary entry) are the
+  peak of a dense model; an MoE's fused-MoE workspace (its three intermediate caches, ``tokens x top-k x
+  (3 x expert width / tp + hidden)`` values) stays allocated through the sampler and adds to it;
+- memory outside torch since start-up (:data:`NON_TORCH_BYTES`): cuBLAS and CUDA's own, and with tp > 1 NCCL's
+  and vLLM's all-reduce buffers.
+
+From vLLM 0.21 the cache also gives up CUDA graphs' estimated memory (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
+on by default); the public logs this is held against (vLLM 0.17-0.19) did not, and neither does this model: there
+it is 0.6-1.9 GiB a GPU that vLLM 0.21+ keeps out of the cache and the model counts in it.
+
+The two constants are read off one public run each (vLLM 0.19.0 on H100, ``llm-d-incubation/llm-d-planner``
+@ d3121e05, ``accuracy/results/v0.19.0/logs/``) and held against every other run of the set
+(``replay/costmodels/data/kv_cache_validation.csv``; ``rltrace estimate validate``; docs/costmodels.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
+
+from rltrace.catalog import GPUSpec, ModelSpec
+
+GIB = 2**30
+ACTIVATION_BYTES = 2  # vLLM serves in BF16/FP16 activations (FP8 checkpoints too: they compute in BF16)
+SAMPLER_BYTES_PER_LOGIT = 1.89 * GIB / (1024 * 128_256)
+"""bytes the profiling sampler holds per logit (rows x vocabulary): Llama-3.1-8B on one H100 under vLLM 0.19.0
+logs a 1.89 GiB torch activation peak at its defaults (1,024 rows of a 128,256-entry vocabulary; the forward of
+8,192 tokens needs 0.78 GiB): 15.45 bytes. vLLM 0.15-0.16 logged 38.9 bytes (Qwen3-14B: 5.64 GiB; 0.17: 2.23),
+before its sampler stopped sorting the whole vocabulary."""
+NON_TORCH_BYTES = {1: 0.25 * GIB, 2: 2.07 * GIB}
+"""memory outside torch a rank gains from start-up to the end of profiling, by tp == 1 and tp > 1: Llama-3.1-8B
+under vLLM 0.19.0 on H100 logs 0.25 GiB at tp 1 and 2.07 GiB at tp 2 (NCCL's channel buffers and vLLM's
+all-reduce buffers; ``non-torch forward increase memory``)"""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankMemory:
+    """How one rank's share of GPU memory splits, in bytes (what vLLM logs at start-up)."""
+
+    share: float
+    """``gpu_memory_utilization`` x the device total"""
+    weights: float
+    activation_peak: float
+    non_torch: float
+
+    @property
+    def kv_cache(self) -> float:
+        """Bytes left for the KV cache (negative: the weights and buffers do not fit in the share)."""
+        return self.share - self.weights - self.activation_peak - self.non_torch
+
+
+def activation_peak_bytes(model: ModelSpec, tp: int, batched_tokens: int = serving.MAX_BATCHED_TOKENS,
+                          max_num_seqs: int = serving.MAX_NUM_SEQS) -> float:
+    """The torch activation peak of vLLM's profiling run on one of ``tp`` ranks (see the module text)."""
+    t, h = float(batched_tokens), model.hidden
+    rows = min(max_num_seqs, batched_tokens)
+    sampler = rows * model.vocab * SAMPLER_BYTES_PER_LOGIT
+    q = model.heads * (model.qk_nope_head_dim + model.qk_rope_head_dim if model.is_mla else model.dim_head)
+    kv = (model.heads * (model.qk_nope_head_dim + model.v_head_dim) if model.is_mla
+          else 2 * model.kv_heads * model.dim_head)
+    # live in one layer: the residual, the normed input and the block's widest intermediates
+    attention = 2 * h + (2 * q + kv) / tp
+    dense = 2 * h + 3 * model.intermediate / tp if (not model.is_moe or model.dense_layers) else 0.0
+    forward = t * max(attention, dense) * ACTIVATION_BYTES
+    workspace = 0.0
+    if model.is_moe:  # fused_moe's caches: gate/up outputs, their activation, the experts' outputs, per (token, k)
+        width = model.expert_intermediate / tp
+        workspace = t * model.experts_per_token * (3 * width + h) * ACTIVATION_BYTES
+    return workspace + max(sampler, forward)
+
+
+def rank_memory(model: ModelSpec, gpu: GPUSpec, tp: int, *,
+                gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                batched_tokens: int = serving.MAX_BATCHED_TOKENS,
+                max_num_seqs: int = serving.MAX_NUM_SEQS) -> RankMemory:
+    """vLLM's split of one rank's memory for ``model`` over ``tp`` GPUs of ``gpu`` (see the module text)."""
+    return RankMemory(share=gpu.memory_bytes * gpu_memory_utilization, weights=model.weight_bytes / tp,
+                      activation_peak=activation_peak_bytes(model, tp, batched_tokens, max_num_seqs),
+                      non_torch=NON_TORCH_BYTES[min(tp, 2)])

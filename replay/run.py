@@ -177,7 +177,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
                               "profile measured on that device (rltrace calibrate --device)")
         generation = RooflineGeneration(model=spec, gpu=gpu, memory_efficiency=cost.memory_efficiency,
                                         compute_efficiency=cost.compute_efficiency,
-                                        gpu_memory_utilization=cost.gpu_memory_utilization, profile=profile)
+                                        gpu_memory_utilization=cost.gpu_memory_utilization,
+                                        max_num_seqs=cluster.max_seqs, profile=profile)
         generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
         source = f", efficiencies from {cost.profile}" if profile is not None else ""
         notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{source}")

@@ -65,3 +65,12 @@ def test_tensor_parallel_ranks_hold_communication_buffers(tp: int, non_torch_gib
 def test_no_room_for_a_kv_cache_is_one_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"leaves no KV cache on 1 x H100: .* activations and buffers"):
         RooflineGeneration(model=get_model("Llama-3-70B"), gpu=H100).kv_capacity_tokens(1)
+
+
+def test_a_replays_engine_cap_sets_the_rows_profiling_samples() -> None:
+    # --max-seqs 256 (the replay's default) profiles 256 rows: the forward, not the sampler, is the peak
+    wide, narrow = (RooflineGeneration(model=LLAMA8, gpu=H100, max_num_seqs=n).kv_capacity_tokens(1)
+                    for n in (1024, 256))
+    freed = activation_peak_bytes(LLAMA8, 1, max_num_seqs=1024) - activation_peak_bytes(LLAMA8, 1, max_num_seqs=256)
+    assert freed > 0
+    assert narrow - wide == pytest.approx(freed / LLAMA8.kv_bytes_per_token, abs=1)

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 import polars as pl
+from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.memory import rank_memory
@@ -53,7 +54,9 @@ class RooflineGeneration:
     memory_efficiency: float = MEMORY_EFFICIENCY
     compute_efficiency: float = COMPUTE_EFFICIENCY
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
-    """vLLM's default share of GPU memory for weights plus KV cache; activations take some of the rest"""
+    """vLLM's share of GPU memory (0.9 by default) for the weights, profiling's activation peak, buffers and KV cache"""
+    max_num_seqs: int = serving.MAX_NUM_SEQS
+    """the engine's cap on running requests: the rows vLLM's profiling run samples (its activation peak)"""
     profile: pl.DataFrame | None = field(default=None, compare=False)
     """fitted efficiencies per TP (see :mod:`.profile`); they replace the two factors above"""
     # per copy: replace() must not share it
@@ -86,7 +89,8 @@ class RooflineGeneration:
         # per rank: what vLLM's share leaves after the weights' share, profiling's activation peak and the buffers
         # outside torch, at the rank's bytes per token (MLA's latent and KV heads beyond tp are replicated, so the
         # cache does not grow with tp the way the weights' share shrinks)
-        mem = rank_memory(self.model, self.gpu, tp, gpu_memory_utilization=self.gpu_memory_utilization)
+        mem = rank_memory(self.model, self.gpu, tp, gpu_memory_utilization=self.gpu_memory_utilization,
+                          max_num_seqs=self.max_num_seqs)
         if mem.kv_cache <= 0:
             raise ConfigError(
                 f"{self.model.name} leaves no KV cache on {tp} x {self.gpu.name}: vLLM's "

@@ -15,6 +15,7 @@ from rltrace.replay.costmodels.benchmark import serving_benchmark
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.validation import (
     GENERATION_CSV,
+    KV_CACHE_CSV,
     OFFLINE_CSV,
     SHIPPED,
     TRAINING_CSV,
@@ -163,3 +164,22 @@ def test_a_bad_offline_row_is_one_line_or_a_skipped_point(tmp_path: Path, rate: 
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"rltrace: error: {data}: {outcome}"]
     else:
         assert result.returncode == 0 and "(no point predicted)" in result.stdout and outcome in result.stdout
+
+
+@pytest.mark.parametrize(("column", "value", "message"), [
+    ("tp", "0", "line 2: tp (0), max_num_batched_tokens (8192) and max_num_seqs (1024) must be >= 1"),
+    ("gpu_memory_utilization", "95", "gpu_memory_utilization (95.0) in (0, 1]"),
+    ("kv_dtype", "fp4", "line 2: unknown kv_dtype 'fp4'"),
+    ("kv_tokens", "0", "line 2: kv_tokens must be > 0, got 0"),
+    ("kv_tokens", "lots", "line 2: could not convert string to float: 'lots'"),
+    ("max_num_seqs", None, "closest is the kv_cache layout, which also needs: max_num_seqs"),
+])
+def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, value: str | None,
+                                                 message: str) -> None:
+    row = pl.read_csv(KV_CACHE_CSV, infer_schema_length=0).head(1)  # every column as text
+    row = row.drop(column) if value is None else row.with_columns(pl.lit(value).alias(column))
+    data = tmp_path / "mine.csv"
+    row.write_csv(data)
+    result = run_cli("estimate", "validate", "--data", str(data), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr

@@ -73,7 +73,7 @@ def _prefill_once(roof: Roofline, prompt: int) -> float:
 
 
 def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, output_tokens: int,
-                      samples: int = 1, engine: str = "vllm") -> Serving:
+                      samples: int = 1, engine: str = "vllm", max_num_seqs: int = serving.MAX_NUM_SEQS) -> Serving:
     """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight by ``engine`` (vllm, sglang: its
     scheduling policy, see the module text)."""
     if concurrency < 1 or prompt_tokens < 1 or output_tokens < 1 or samples < 1:
@@ -82,11 +82,11 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
         raise ConfigError(f"unknown engine {engine!r}; expected one of {', '.join(serving.SCHEDULING)}")
     # vLLM allocates KV blocks as a request grows, so the cache holds requests at their mean length, prompt + half
     # the output, not their final one
-    slots = roof_kv_batch(roof, prompt_tokens + output_tokens / 2)
+    slots = roof_kv_batch(roof, prompt_tokens + output_tokens / 2, max_num_seqs=max_num_seqs)
     if slots < 1:  # the engine that ran such a point held more than vLLM's share of memory: the model cannot say how
         raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: the weights, activations and buffers "
                           "leave no KV cache within vLLM's 0.9 of GPU memory")
-    batch = min(concurrency, serving.MAX_NUM_SEQS, slots)
+    batch = min(concurrency, max_num_seqs, slots)
     decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
     per_request = serving.shared_prefill_tokens(prompt_tokens, samples) / samples
     stall = batch * _prefill_once(roof, math.ceil(per_request)) / output_tokens
@@ -106,9 +106,11 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
 
 
 def roof_kv_batch(roof: Roofline, tokens_per_request: float,
-                  gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
-    """Requests of ``tokens_per_request`` tokens whose KV cache fits in what one rank leaves for it."""
-    return int(roof.kv_capacity_tokens(gpu_memory_utilization) // tokens_per_request)
+                  gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                  max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
+    """Requests of ``tokens_per_request`` tokens whose KV cache fits in what one rank leaves for it (an engine of
+    ``max_num_seqs`` profiles that many sampled rows at start-up)."""
+    return int(roof.kv_capacity_tokens(gpu_memory_utilization, max_num_seqs) // tokens_per_request)
 
 
 def offline_throughput(roof: Roofline, *, requests: int, prompt_tokens: int, output_tokens: int,
@@ -126,13 +128,13 @@ def offline_throughput(roof: Roofline, *, requests: int, prompt_tokens: int, out
         raise ConfigError("an offline run needs requests >= 1")
     if not request_rate > 0:
         raise ConfigError("request_rate must be > 0 (inf: every request at once)")
-    fits = roof_kv_batch(roof, prompt_tokens + output_tokens)
+    fits = roof_kv_batch(roof, prompt_tokens + output_tokens, max_num_seqs=max_num_seqs)
     if fits < 1:
         raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: no request of "
                           f"{prompt_tokens + output_tokens} tokens fits beside the weights, activations and buffers")
     batch = min(requests, max_num_seqs, fits)
     one = serving_benchmark(roof, concurrency=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                            samples=samples, engine=engine)
+                            samples=samples, engine=engine, max_num_seqs=max_num_seqs)
     seconds = requests * output_tokens / one.output_tokens_per_s  # rounds of ``batch``, every one the same
     if math.isfinite(request_rate):
         latency = one.ttft_s - one.queue_s + (output_tokens - 1) * one.tpot_s

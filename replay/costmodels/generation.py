@@ -37,7 +37,8 @@ class GenerationCost(Protocol):
         ...
 
     def kv_capacity_tokens(self, tp: int) -> int:
-        """Tokens of KV cache an instance of ``tp`` GPUs holds (GPU memory left after the weights)."""
+        """Tokens of KV cache an instance of ``tp`` GPUs holds (what vLLM's share of GPU memory leaves after the
+        weights, the activation peak and buffers: :mod:`.memory`)."""
         ...
 
     def prefill_seconds_array(self, tokens: np.ndarray, prompts: np.ndarray, tp: int) -> np.ndarray:
@@ -98,7 +99,7 @@ class RooflineGeneration:
                 f"{mem.weights / 1e9:.1f} GB, activations and buffers {(mem.activation_peak + mem.non_torch) / 1e9:.1f}"
                 " GB; raise tp"
             )
-        return int(mem.kv_cache // self.model.kv_bytes_per_token_rank(tp))
+        return mem.kv_tokens(self.model.kv_bytes_per_token_rank(tp))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

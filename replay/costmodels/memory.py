@@ -8,10 +8,10 @@ it profiles:
 - the weights it loaded (its log: "Model loading took ... GiB"); FP8 checkpoints keep the token embedding and the
   LM head in BF16 (:attr:`.ModelSpec.weight_bytes`);
 - the torch activation peak of ``profile_run``: one dummy forward of ``max_num_batched_tokens`` tokens, then the
-  sampler over ``min(max_num_seqs, tokens)`` rows of logits. At vLLM's defaults the sampler's buffers (FP32
-  logits, probabilities, sort/top-k scratch: :data:`SAMPLER_BYTES_PER_LOGIT` per row and vocabulary entry) are the
-  peak of a dense model; an MoE's fused-MoE workspace (its three intermediate caches, ``tokens x top-k x
-  (3 x expert width / tp + hidden)`` values) stays allocated through the sampler and adds to it;
+  sampler over ``min(max_num_seqs, tokens)`` rows of logits. At vLLM's defaults the sampler's buffers (its logits
+  and what temperature, top-k/top-p and sampling allocate: :data:`SAMPLER_BYTES_PER_LOGIT` per row and vocabulary
+  entry, as measured) are the peak of a dense model; an MoE's fused-MoE workspace (its three intermediate caches,
+  ``tokens x top-k x (3 x expert width / tp + hidden)`` values) stays allocated through the sampler and adds to it;
 - memory outside torch since start-up (:data:`NON_TORCH_BYTES`): cuBLAS and CUDA's own, and with tp > 1 NCCL's
   and vLLM's all-reduce buffers.
 
@@ -41,8 +41,8 @@ ACTIVATION_BYTES = 2  # vLLM serves in BF16/FP16 activations (FP8 checkpoints to
 SAMPLER_BYTES_PER_LOGIT = 1.89 * GIB / (1024 * 128_256)
 """bytes the profiling sampler holds per logit (rows x vocabulary): Llama-3.1-8B on one H100 under vLLM 0.19.0
 logs a 1.89 GiB torch activation peak at its defaults (1,024 rows of a 128,256-entry vocabulary; the forward of
-8,192 tokens needs 0.78 GiB): 15.45 bytes. vLLM 0.15-0.16 logged 38.9 bytes (Qwen3-14B: 5.64 GiB; 0.17: 2.23),
-before its sampler stopped sorting the whole vocabulary."""
+8,192 tokens needs 0.78 GiB): 15.45 bytes. Under vLLM 0.15-0.16 the same peak is 38.9 bytes a logit (Qwen3-14B:
+5.64 GiB; 2.23 from 0.17; the sweep does not say what changed)."""
 NON_TORCH_BYTES = {1: 0.25 * GIB, 2: 2.07 * GIB}
 """memory outside torch a rank gains from start-up to the end of profiling, by tp == 1 and tp > 1: Llama-3.1-8B
 under vLLM 0.19.0 on H100 logs 0.25 GiB at tp 1 and 2.07 GiB at tp 2 (NCCL's channel buffers and vLLM's

@@ -1,7 +1,7 @@
 """The cost models held against public real measurements: serving engines' TPOT, TTFT and offline throughput, and
 training frameworks' tokens per second.
 
-Three CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
+Four CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
 
 - ``generation_validation.csv``: vLLM and SGLang TPOT and TTFT at a fixed concurrency, prompt and output length,
   measured by NVIDIA's aiconfigurator team on H100, H200 and B200 (their ``silicon_sample.csv``);
@@ -16,8 +16,8 @@ Each point is predicted from the GPU and model catalogs (datasheets, Hugging Fac
 public API (:func:`.benchmark.serving_benchmark`, :func:`.benchmark.offline_throughput`,
 :func:`.training.step_seconds`, :func:`.memory.rank_memory`): one parameter set per GPU kind, nothing fitted to
 these points, except that :mod:`.memory`'s two constants are read off two runs of the memory set (Llama-3.1-8B at
-tp 1 and 2), which stay in it. A user's own
-CSV in any of the four layouts is checked the same way (``rltrace estimate validate --data FILE``).
+tp 1 and 2), which stay in it. A user's own CSV in any of the four layouts is checked the same way (``rltrace
+estimate validate --data FILE``).
 """
 
 from __future__ import annotations

@@ -156,16 +156,15 @@ class Roofline:
 
     # ---- kernels --------------------------------------------------------------------------------------------
 
-    def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, peak: float,
-                width: int | None = None) -> np.ndarray:
-        """A GEMM's time on weights of ``width`` bytes per element (the model's own by default)."""
-        compute = np.asarray(flops) / (peak * self.compute_efficiency)
+    def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, width: int) -> np.ndarray:
+        """A GEMM's time on weights of ``width`` bytes per element (FP8 at the part's FP8 peak)."""
+        compute = np.asarray(flops) / (self.gpu.flops_for(width) * self.compute_efficiency)
         if not (self._floors and self.gemm_ramp):
             t = np.maximum(np.asarray(nbytes) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency), compute)
             return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
         # a GPU GEMM streams its weights after a ramp (launch, tile set-up, pipeline fill), so small kernels run
         # far below the bandwidth large ones reach: ramp + bytes / (fraction x HBM), fitted to the H100 table
-        stream = serving.stream_seconds(nbytes, width or self.model.dtype_bytes, self.gpu.hbm_bytes_per_s)
+        stream = serving.stream_seconds(nbytes, width, self.gpu.hbm_bytes_per_s)
         seconds: np.ndarray = np.maximum(np.maximum(stream, compute), serving.GEMM_FLOOR_S)
         return seconds
 
@@ -197,7 +196,7 @@ class Roofline:
             nonlocal seconds, flops, nbytes
             b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp
-            seconds = seconds + count * self._kernel(b, f, self.gpu.flops_for(width), width)
+            seconds = seconds + count * self._kernel(b, f, width)
             flops = flops + count * f
             nbytes = nbytes + count * b
 

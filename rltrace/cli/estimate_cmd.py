@@ -103,8 +103,7 @@ def estimate(
         print(f"  experts: {result.experts:.1f} of {arch.experts} read per MoE layer (top-{arch.experts_per_token}); "
               f"kernel floors and launches {result.floor_s * 1e3:.3f} ms")
     if not fits:
-        share = cost.gpu.memory_bytes * GPU_MEMORY_UTILIZATION / 1e9
+        share = cost.rank_memory().share / 1e9
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights, activations, buffers "
-              "and KV cache; vLLM's "
-              f"{GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} GB is {share:.1f} GB "
-              "(it would preempt or queue)")
+              f"and KV cache; vLLM's {GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} "
+              f"GB is {share:.1f} GB (it would preempt or queue)")

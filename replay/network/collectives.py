@@ -94,11 +94,16 @@ NVLS_TREE = Protocol("Simple", 25e-6, 0.0, 14e-6, 1.0)
 # faster. One node's figure (Hopper 141 GB/s) is not applied: tried on 2026-11-23, it worsened the one-node fit.
 LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
 # Point-to-point (all-to-all, send/recv) picks its protocol itself, not through the tuner, and never LL128
-# (src/enqueue.cc, NVIDIA/nccl 2.26.2 to 2.30.7: LL while a peer's bytes are at most its channels x
-# NCCL_P2P_LL_THRESHOLD, 16 KiB, and the connection has LL buffers, else Simple). Across nodes it has none:
-# NCCL_ALLOC_P2P_NET_LL_BUFFERS is 0 by default (src/init.cc), so a transfer between nodes runs Simple; inside a node
-# the model takes the faster of LL and Simple (the channel count that sets the threshold is not modelled).
+# (src/enqueue.cc addP2pToPlan, NVIDIA/nccl 2.26.2 to 2.30.7, and master @ 5067397c: LL while a peer's bytes are at
+# most its channels x NCCL_P2P_LL_THRESHOLD, 16 KiB, and the connection has LL buffers, else Simple). A peer's
+# channels are min(nChannelsMin, ceil(bytes / minPartSize)), minPartSize an eighth of the 512 KiB NVLink p2p chunk
+# inside a node and half the 128 KiB network chunk across nodes (64 KiB either way): up to 64 KiB one channel, and
+# above it every channel holds more than 16 KiB. So LL runs exactly while a peer's bytes are at most 16 KiB,
+# whatever the channel counts. Across nodes it never runs: NCCL_ALLOC_P2P_NET_LL_BUFFERS is 0 by default
+# (src/init.cc). Until 2026-11-26 the model took the faster of LL and Simple inside a node, LL up to 2-4 MB
+# all-to-alls on 2-8 GPUs, 20-46% fast there against aiconfigurator's H100 sweep.
 P2P_PROTOCOLS = (LL, SIMPLE)
+P2P_LL_THRESHOLD_BYTES = 16 << 10
 # A pipelined schedule (hierarchical, NVLSTree) moves the bytes in chunks through its stages at once: the slowest
 # stage sets the time, and each other stage adds its time for one chunk (the pipeline's fill). NCCL's Simple
 # protocol moves a channel's data in steps of buffSize / NCCL_STEPS = 4 MiB / 8 (src/include/comm.h
@@ -458,8 +463,9 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
         return timed(topo, ranks, size, algo)
     eff = get_gpu(topo.gpu).nvls_efficiency * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
     protocols = {"nvls": (NVLS,), "tree": TREE_PROTOCOLS, "nvls_tree": (NVLS_TREE,)}.get(algo, PROTOCOLS)
-    if op == "all_to_all":  # point-to-point: Simple across nodes, LL or Simple inside one (P2P_PROTOCOLS)
-        protocols = P2P_PROTOCOLS if protocol != "auto" or nodes == 1 else (SIMPLE,)
+    if op == "all_to_all":  # point-to-point: LL for a peer's 16 KiB or less inside a node, else Simple
+        p2p_ll = nodes == 1 and size / len(ranks) <= P2P_LL_THRESHOLD_BYTES
+        protocols = P2P_PROTOCOLS if protocol != "auto" else ((LL,) if p2p_ll else (SIMPLE,))
     if protocol != "auto":  # NCCL_PROTO-style override
         protocols = tuple(p for p in protocols if p.name.lower() == protocol.lower())
         if not protocols:

@@ -1,8 +1,8 @@
 """Hold the collective model against measured NCCL timings: the public H100 tables in ../shared/data.
 
 - aiconfigurator's NCCL sweep (ai-dynamo/aiconfigurator, Apache-2.0; NCCL on 2/4/8 H100 SXM of one node):
-  all_gather, reduce_scatter, all_reduce; ``message_size`` counts elements (half: 2 bytes, int8: 1), latency
-  in ms;
+  all_gather, reduce_scatter, all_reduce, alltoall; ``message_size`` counts elements (half: 2 bytes, int8: 1),
+  latency in ms;;
 - Vidur's h100_dgx all-reduce profile (microsoft/vidur, MIT): ``size`` in bytes, time in ms, 2/4/8 GPUs; its
   dtype is not in the table; Vidur's profiler allocates float16 (GraphedCollective's default dtype in
   vidur/profiling/collectives/collectives_impl.py), so it is taken as half;
@@ -32,6 +32,10 @@ from rltrace.errors import ConfigError
 
 DTYPE_BYTES = {"half": 2, "int8": 1, "float": 4, "bfloat16": 2}
 MODELLED_AS = {"send_recv": "broadcast"}  # one sender, one receiver: a two-rank broadcast is one hop
+# aiconfigurator's op names (nccl-tests' binaries) -> the model's; its all-to-all is nccl-tests' alltoall_perf, whose
+# size is each rank's send buffer (collector/network/collect_nccl.py), as the model's is
+AIC_OPS = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "all_reduce": "all_reduce",
+           "alltoall": "all_to_all"}
 
 
 def measured(directory: str | Path) -> pl.DataFrame:
@@ -40,9 +44,9 @@ def measured(directory: str | Path) -> pl.DataFrame:
     aic = root / "aic_nccl_perf.parquet"
     if aic.exists():
         frame = pl.read_parquet(aic).filter(pl.col("nccl_dtype").is_in(list(DTYPE_BYTES)),
-                                            pl.col("op_name").is_in(["all_gather", "reduce_scatter", "all_reduce"]))
+                                            pl.col("op_name").is_in(list(AIC_OPS)))
         parts.append(frame.select(
-            pl.lit("aiconfigurator").alias("source"), pl.col("op_name").alias("op"),
+            pl.lit("aiconfigurator").alias("source"), pl.col("op_name").replace_strict(AIC_OPS).alias("op"),
             pl.col("nccl_dtype").alias("dtype"), pl.col("num_gpus").alias("gpus"), pl.lit(1).alias("nodes"),
             (pl.col("message_size") * pl.col("nccl_dtype").replace_strict(DTYPE_BYTES, return_dtype=pl.Int64))
             .alias("bytes"),
@@ -191,3 +195,4 @@ def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("points"), pl.col("cluster").n_unique().alias("clusters"),
         pl.col("error").abs().median().alias("median_abs_error"),
         pl.col("error").abs().max().alias("max_abs_error")).sort(*keys)
+

@@ -2,7 +2,7 @@
 
 - aiconfigurator's NCCL sweep (ai-dynamo/aiconfigurator, Apache-2.0; NCCL on 2/4/8 H100 SXM of one node):
   all_gather, reduce_scatter, all_reduce, alltoall; ``message_size`` counts elements (half: 2 bytes, int8: 1),
-  latency in ms;;
+  latency in ms; the same sweeps of H100, H200, B200 and A100 are packaged (:func:`one_node_compare`);
 - Vidur's h100_dgx all-reduce profile (microsoft/vidur, MIT): ``size`` in bytes, time in ms, 2/4/8 GPUs; its
   dtype is not in the table; Vidur's profiler allocates float16 (GraphedCollective's default dtype in
   vidur/profiling/collectives/collectives_impl.py), so it is taken as half;
@@ -196,3 +196,42 @@ def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
         pl.col("error").abs().median().alias("median_abs_error"),
         pl.col("error").abs().max().alias("max_abs_error")).sort(*keys)
 
+
+# aiconfigurator's one-node NCCL sweeps of four GPU kinds, packaged (replay/network/data/one_node_nccl.parquet; each
+# row its source file at ai-dynamo/aiconfigurator @ 095f58a5, Apache-2.0): nccl-tests' all_gather, reduce_scatter,
+# all_reduce and alltoall binaries on 2, 4 and 8 GPUs of one node (collector/network/collect_nccl.py: ``-t`` GPUs
+# as threads of one process, ``-a 1``, the out-of-place time), half and int8, 512 B to 512 MiB. H100 and H200 under
+# NCCL 2.29.2, B200 2.29.2, A100 2.27.3. The model's NVLink and copy constants were read off a different H100
+# sweep (../shared/data/kernels/h100, the 2.27.3 folder's); none of these took part.
+ONE_NODE_PARQUET = Path(__file__).resolve().parent / "data" / "one_node_nccl.parquet"
+ONE_NODE_BANDS = ((0, 1 << 20, "< 1 MB"), (1 << 20, 64 << 20, "1 - 64 MB"), (64 << 20, 1 << 62, ">= 64 MB"))
+
+
+def one_node_compare(path: str | Path = ONE_NODE_PARQUET) -> pl.DataFrame:
+    """Every packaged one-node point beside the model's time, algorithm and protocol on one NVSwitch node of its
+    GPU kind; error = model_s / measured_s - 1."""
+    if not Path(path).exists():
+        raise ConfigError(f"{path}: no one-node validation table")
+    rows = pl.read_parquet(path)
+    keys = rows.select("gpu", "op", "dtype", "gpus", "size_bytes").unique(maintain_order=True)
+    modelled = [collective(parse(f"nvswitch:gpus={g},gpu={gpu}"), op, g, b, dtype=dtype)
+                for gpu, op, dtype, g, b in keys.iter_rows()]
+    keys = keys.with_columns(pl.Series("model_s", [m.seconds for m in modelled]),
+                             pl.Series("model_algorithm", [m.algorithm for m in modelled]),
+                             pl.Series("model_protocol", [m.protocol for m in modelled]))
+    bands = pl.lit(ONE_NODE_BANDS[0][2])
+    for lo, _, name in ONE_NODE_BANDS[1:]:
+        bands = pl.when(pl.col("size_bytes") >= lo).then(pl.lit(name)).otherwise(bands)
+    return rows.join(keys, on=["gpu", "op", "dtype", "gpus", "size_bytes"]).with_columns(
+        (pl.col("time_us") / 1e6).alias("measured_s"), bands.alias("size_band"),
+    ).with_columns((pl.col("model_s") / pl.col("measured_s") - 1).alias("error"))
+
+
+def one_node_summary(compared: pl.DataFrame) -> pl.DataFrame:
+    """Median (signed and |error|) and worst |error| by GPU kind, op, GPU count and size band."""
+    keys = ("gpu", "op", "gpus", "size_band")
+    order = pl.col("size_band").replace_strict({n: i for i, (*_, n) in enumerate(ONE_NODE_BANDS)})
+    return compared.group_by(*keys).agg(
+        pl.len().alias("points"), pl.col("error").median().alias("median_error"),
+        pl.col("error").abs().median().alias("median_abs_error"),
+        pl.col("error").abs().max().alias("max_abs_error")).sort("gpu", "op", "gpus", order)

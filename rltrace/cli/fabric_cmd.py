@@ -16,7 +16,14 @@ from rltrace.config import override, parse_set
 from rltrace.errors import ConfigError
 from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, OPS, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
-from rltrace.replay.network.validation import compare, multinode_compare, multinode_summary, summary
+from rltrace.replay.network.validation import (
+    compare,
+    multinode_compare,
+    multinode_summary,
+    one_node_compare,
+    one_node_summary,
+    summary,
+)
 from rltrace.replay.topologies import names, parse
 from rltrace.scalars import number
 
@@ -77,27 +84,36 @@ def validate(
     tables: Annotated[Path | None, typer.Option(
         help="Folder with aic_nccl_perf.parquet / vidur_h100_dgx_{all_reduce,send_recv}.csv (one node).")] = None,
     multinode: Annotated[bool, typer.Option(help="Also hold it against the packaged public multi-node runs.")] = True,
+    one_node: Annotated[bool, typer.Option(help="Also hold it against the packaged one-node sweeps (H100, H200, "
+                                                "B200, A100; aiconfigurator's).")] = True,
     gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
     min_size: Annotated[str, typer.Option(help="Summarise messages of at least this size.")] = "64M",
-    as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON (the one-node tables' "
-                                                         "with --tables, else the multi-node runs').")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON: --tables' points if "
+                                                         "given, else the multi-node runs', else (--no-multinode) "
+                                                         "the packaged one-node sweeps'.")] = False,
 ) -> None:
     """Hold the collective model (spec-sheet NVLink and NICs, NCCL's constants, no per-size fit) against measured
-    NCCL timings: one-node tables (--tables) and the packaged public multi-node nccl-tests runs.
+    NCCL timings: the packaged public multi-node nccl-tests runs, the packaged one-node sweeps of four GPU kinds,
+    and one-node tables of your own (--tables).
 
     Example: rltrace fabric validate --tables ../shared/data/kernels/h100
     """
-    if tables is None and not multinode:
-        raise ConfigError("nothing to validate: give --tables or leave --multinode on")
+    if tables is None and not multinode and not one_node:
+        raise ConfigError("nothing to validate: give --tables or leave --multinode or --one-node on")
     with stage(stderr(), "pricing every measured point"):
         compared = compare(tables, gpu) if tables is not None else None
-        across = multinode_compare() if multinode else None
-    if as_json:  # the one-node points when --tables is given, else the multi-node points
-        print(json.dumps((compared if compared is not None else across).to_dicts(), indent=2))  # type: ignore[union-attr]  # one is set: checked above
+        across = multinode_compare() if multinode and not (as_json and compared is not None) else None
+        inside = one_node_compare() if one_node and not (as_json and (compared is not None or across is not None)) \
+            else None
+    if as_json:  # the first of: --tables' points, the multi-node points, the packaged one-node points
+        chosen = next(c for c in (compared, across, inside) if c is not None)
+        print(json.dumps(chosen.to_dicts(), indent=2))
         return
     console = Console(highlight=False, width=120)
     if across is not None:
         _print_multinode(console, across)
+    if inside is not None:
+        _print_one_node(console, inside)
     if compared is None:
         return
     table = Table(title=f"Model vs measured NCCL on {gpu}, messages >= {min_size}", title_justify="left")
@@ -106,6 +122,21 @@ def validate(
     for row in summary(compared, parse_size(min_size)).iter_rows(named=True):
         table.add_row(row["source"], row["op"], row["dtype"], str(row["gpus"]), str(row["nodes"]), row["algorithm"],
                       str(row["points"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
+    console.print(table)
+
+
+def _print_one_node(console: Console, inside: object) -> None:
+    """The packaged one-node table: median (signed and |error|) and worst |error| by GPU kind, op, GPUs and size."""
+    import polars as pl
+
+    assert isinstance(inside, pl.DataFrame)
+    table = Table(title="Model vs aiconfigurator's one-node NCCL sweeps (replay/network/data/one_node_nccl.parquet; "
+                        "error < 0: the model faster)", title_justify="left")
+    for col in ("GPU", "op", "GPUs", "size", "points", "median error", "median |error|", "max |error|"):
+        table.add_column(col, justify="left" if col in ("GPU", "op", "size") else "right")
+    for row in one_node_summary(inside).iter_rows(named=True):
+        table.add_row(row["gpu"], row["op"], str(row["gpus"]), row["size_band"], str(row["points"]),
+                      f"{row['median_error']:+.1%}", f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
     console.print(table)
 
 

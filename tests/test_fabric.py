@@ -25,6 +25,7 @@ from rltrace.replay.network.validation import compare, summary
 from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
 from rltrace.replay.topologies import parse
+from rltrace.replay.topologies.base import LOCAL_BYTES_PER_SM_CYCLE
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -50,10 +51,10 @@ def test_max_min_gives_the_leftover_to_the_unconstrained_flow() -> None:
 def test_a_ring_all_reduce_takes_2_n_minus_1_over_n_bytes_over_bandwidth_plus_latency() -> None:
     topo = parse("nvswitch:gpus=8,gpu=H100,nvlink_efficiency=1.0,copy_efficiency=1.0")
     b, n, bw = 1 << 30, 8, 900e9 / 2  # H100 NVLink: 900 GB/s both directions
-    hbm = 3350e9  # H100 HBM3: 3.35 TB/s
+    local = 132 * 1.98e9 * LOCAL_BYTES_PER_SM_CYCLE  # H100: 132 SMs at 1.98 GHz (deviceQuery), 2.28 TB/s
     # the link term, one NVLink hop per step and the base latency (Simple at 1 GiB), and one local reduction of a
     # shard (two operands read, one written)
-    expected = 2 * (n - 1) / n * b / bw + 2 * (n - 1) * SIMPLE.nvlink_hop_s + SIMPLE.base_s + 3 * b / n / hbm
+    expected = 2 * (n - 1) / n * b / bw + 2 * (n - 1) * SIMPLE.nvlink_hop_s + SIMPLE.base_s + 3 * b / n / local
     result = collective(topo, "all_reduce", n, b, "ring")
     assert result.protocol == "Simple"
     assert result.seconds == pytest.approx(expected, rel=1e-12)
@@ -129,8 +130,15 @@ def test_fewer_gpus_reach_less_bus_bandwidth_because_each_passes_a_bigger_shard_
     busbw = [collective(parse(f"nvswitch:gpus={g},gpu=H100"), "all_gather", g, 512 << 20).busbw_gbps for g in (2, 4, 8)]
     assert busbw == sorted(busbw)
     assert busbw == pytest.approx([258, 317, 336], rel=0.06)
-    faster = collective(parse("nvswitch:gpus=2,gpu=H100,copy_efficiency=1.0"), "all_gather", 2, 512 << 20).busbw_gbps
-    assert faster > busbw[0]  # a faster local copy narrows the gap
+    slower = collective(parse("nvswitch:gpus=2,gpu=H100,copy_efficiency=0.5"), "all_gather", 2, 512 << 20).busbw_gbps
+    assert slower < busbw[0]  # a slower local copy widens the gap
+    # the pass runs at the SMs' rate, not the HBM's: H200 (H100's 132 SMs at 1.98 GHz, 4.8 TB/s of HBM) the same, as
+    # aiconfigurator's H200 sweep measured (258 GB/s); B200 (148 SMs at 1.965 GHz) faster by their ratio
+    h200 = collective(parse("nvswitch:gpus=2,gpu=H200"), "all_gather", 2, 512 << 20).busbw_gbps
+    assert h200 == pytest.approx(busbw[0], rel=1e-9)
+    rates = {g: parse(f"nvswitch:gpus=2,gpu={g}").memory_bytes_per_s for g in ("H100", "B200", "H20")}
+    assert rates["B200"] / rates["H100"] == pytest.approx(148 * 1965 / (132 * 1980))
+    assert rates["H20"] == pytest.approx(0.68 * 4000e9)  # no cited SM clock: the HBM rule
 
 
 def test_nvls_moves_1_plus_1_over_n_of_the_buffer_each_way_at_nccls_hopper_efficiency() -> None:

@@ -35,11 +35,15 @@ NETWORK_HOP_S = 2.0e-6
 # (256 -> 512 MB) of aiconfigurator's half-precision all-gather on 4 and 8 H100 (NCCL 2.29.2: 327.6 and
 # 346.6 GB/s), and held for every other size, GPU count, op and dtype (docs/fabrics.md):
 # - NVLink: 0.805 of 450 GB/s per direction (362 GB/s): what the ring's link transfers reach;
-# - local memory: 0.68 of HBM bandwidth (3.35 TB/s: 2.28 TB/s; a copy reads and writes each byte, so 1.14 TB/s
-#   copied): a ring also passes one shard through local memory, outside the link pipeline (all-gather copies
-#   its own shard into the output; reduce-scatter and all-reduce reduce into it, 3 bytes of traffic per byte),
-#   which is why fewer GPUs reach less bus bandwidth on the same links (2-GPU all-gather at 512 MB: 272 GB/s,
-#   against 338 on 8).
+# - local memory: 2.28 TB/s of traffic on H100 (a copy reads and writes each byte, so 1.14 TB/s copied): a ring also
+#   passes one shard through local memory, outside the link pipeline (all-gather copies its own shard into the
+#   output; reduce-scatter and all-reduce reduce into it, 3 bytes of traffic per byte), which is why fewer GPUs
+#   reach less bus bandwidth on the same links (2-GPU all-gather at 512 MB: 272 GB/s, against 338 on 8). NCCL's
+#   kernels make that pass with the SMs of their channels, so its rate is the GPU's SMs x clock, not its HBM: 8.716
+#   bytes per SM cycle (2.28 TB/s over 132 SMs at 1.98 GHz). Until 2026-11-26 it was 0.68 of HBM bandwidth, which
+#   gave H200 (HBM 4.8 TB/s, H100's SMs) a faster pass; aiconfigurator's H200 sweep measured the same bus bandwidth
+#   as H100's on every op and GPU count from 64 MB (within 1.3%), and B200 a 2-GPU all-gather 23% below the HBM
+#   rule (docs/fabrics.md). A GPU without SM figures in the catalog keeps the HBM rule (LEGACY_COPY_SHARE).
 # NIC: 0.9, rltrace's assumption for NCCL collectives over InfiniBand/RoCE. The one public measurement across
 # H100 nodes in ../shared is point-to-point (Vidur's h100_dgx send/recv): about 0.7 of a 400 Gb/s NIC (33.8
 # GB/s marginal from 16 MB up, 35.9 at 64 MB). NCCL's send/recv has its own network path, so that figure is
@@ -49,7 +53,9 @@ NETWORK_HOP_S = 2.0e-6
 NCCL_ALGOS = ("auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet_direct", "collnet_chain")
 NCCL_PROTOS = ("auto", "LL", "LL128", "Simple")
 NVLINK_EFFICIENCY = 0.805
-COPY_EFFICIENCY = 0.68
+COPY_EFFICIENCY = 1.0
+LOCAL_BYTES_PER_SM_CYCLE = 8.716
+LEGACY_COPY_SHARE = 0.68
 NIC_EFFICIENCY = 0.9
 
 
@@ -242,8 +248,11 @@ class NodeFabric:
 
     @property
     def memory_bytes_per_s(self) -> float:
-        """HBM traffic (bytes read plus written) per second one GPU's collective kernels reach."""
-        return get_gpu(self.gpu).hbm_bytes_per_s * self.copy_efficiency
+        """Local memory traffic (bytes read plus written) per second one GPU's collective kernels reach: its SMs x
+        clock x LOCAL_BYTES_PER_SM_CYCLE (without SM figures: 0.68 of its HBM bandwidth), times ``copy_efficiency``."""
+        spec = get_gpu(self.gpu)
+        rate = spec.sm_cycles_per_s * LOCAL_BYTES_PER_SM_CYCLE or LEGACY_COPY_SHARE * spec.hbm_bytes_per_s
+        return rate * self.copy_efficiency
 
     @property
     def nics(self) -> int:

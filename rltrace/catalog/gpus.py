@@ -42,6 +42,11 @@ class GPUSpec:
     nccl_arch: str = ""
     """the row of NCCL's per-architecture tuner tables the part takes (volta, ampere, hopper, blackwell; "": none,
     its per-channel bandwidth ceilings are then not applied)"""
+    sm_count: int = 0
+    """streaming multiprocessors CUDA exposes (deviceQuery's "Multiprocessors"; 0: unknown)"""
+    sm_clock_mhz: float = 0.0
+    """maximum SM clock, MHz (deviceQuery's "GPU Max Clock rate"; 0: unknown)"""
+    sm_source: str = ""
 
     @property
     def flops(self) -> float:
@@ -66,6 +71,11 @@ class GPUSpec:
         return self.hbm_gbps * 1e9
 
     @property
+    def sm_cycles_per_s(self) -> float:
+        """SMs x their maximum clock, cycles per second (0: either unknown)."""
+        return self.sm_count * self.sm_clock_mhz * 1e6
+
+    @property
     def host_link_bytes_per_s(self) -> float:
         """Host interface bandwidth per direction, bytes/s (0: unknown)."""
         return self.host_link_gbps * 1e9
@@ -85,6 +95,9 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
         raise ConfigError(f"{where}: gpu {name!r}: nccl_arch must be empty or one of {', '.join(NCCL_ARCHS[1:])}")
     if not isinstance(spec.memory_total_mib, (int, float)) or spec.memory_total_mib < 0:
         raise ConfigError(f"{where}: gpu {name!r}: memory_total_mib must be a number >= 0")
+    for key in ("sm_count", "sm_clock_mhz"):
+        if not isinstance(getattr(spec, key), (int, float)) or getattr(spec, key) < 0:
+            raise ConfigError(f"{where}: gpu {name!r}: {key} must be a number >= 0")
     if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
         raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec

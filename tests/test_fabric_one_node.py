@@ -39,12 +39,14 @@ def test_collectives_on_h100_and_h200_hold_11_percent_from_64_mb(compared: pl.Da
 
 
 def test_the_known_misses_stay_visible(compared: pl.DataFrame) -> None:
-    """What docs/fabrics.md reports as misses, held so that a change that moves them shows: the all-to-all (NCCL's
-    point-to-point path) is fast on every GPU kind from 64 MB, and A100's all-gather 15-21%."""
+    """What docs/fabrics.md reports as misses, held so that a change that moves them shows: from 64 MB B200's
+    all-to-all (NCCL's point-to-point path) is 24% fast and A100's all-gather 17%; H100's and H200's all-to-all
+    hold 11%."""
     big = compared.filter(pl.col("size_bytes") >= 64 << 20)
     a2a = big.filter(pl.col("op") == "all_to_all")
-    assert (a2a["model_algorithm"] == "p2p").all() and (a2a.group_by("gpu").agg(pl.col("error").median())["error"]
-                                                         < -0.10).all()
+    assert (a2a["model_algorithm"] == "p2p").all()
+    median = dict(a2a.group_by("gpu").agg(pl.col("error").median()).iter_rows())
+    assert -0.30 < median["B200"] < -0.18 and -0.11 < median["H100"] < 0 and -0.11 < median["H200"] < 0
     gathers = big.filter(pl.col("gpu") == "A100", pl.col("op") == "all_gather")["error"]
     assert -0.25 < gathers.median() < -0.12
 

@@ -31,6 +31,7 @@ from rltrace.replay.network.collectives import (
     REDUCE_TRAFFIC,
     Phase,
     _tree,
+    all_to_all,
     dtree,
     tree_edges,
 )
@@ -143,9 +144,7 @@ def across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_p
     channels = min(nics, per) if uniform else nic_channels(local, gpus_per_node, nics)
     orders = channel_orders(ranks, gpus_per_node, channels)
     if op == "all_to_all":
-        src, dst = np.repeat(ranks, n), np.tile(ranks, n)
-        keep = src != dst
-        return [Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1)]
+        return [all_to_all(ranks, size)]
     if op == "broadcast":  # NCCL pipelines a broadcast along each channel's ring from the root (the first rank)
         # (src/device/broadcast.h: runRing), so each channel's chain is its ring cut open at the root: it leaves the
         # root's node through that channel's NIC, and the root's node-mates before it in the ring come last.

@@ -37,7 +37,7 @@ from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 from rltrace.replay.costmodels.memory import RankMemory, rank_memory
-from rltrace.replay.costmodels.parallel import ep_alltoall_seconds, tp_allreduce_seconds
+from rltrace.replay.costmodels.parallel import collective_seconds, ep_alltoall_seconds, tp_allreduce_seconds
 from rltrace.replay.costmodels.training import step_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
@@ -235,6 +235,8 @@ class Roofline:
         for i, n in enumerate(t):  # a handful of sizes: the network model caches each collective
             allreduces = 2 * m.layers - (m.moe_layers if self.ep > 1 else 0)
             s = allreduces * tp_allreduce_seconds(self.gpu, tp, float(n), m.hidden)
+            if m.tp_norm_allreduces:  # a norm over every head: each token's q and k variance, two fp32 values
+                s += m.tp_norm_allreduces * m.layers * collective_seconds(self.gpu, "all_reduce", tp, 8.0 * n)
             if self.ep > 1:
                 s += 2 * m.moe_layers * ep_alltoall_seconds(self.gpu, self.ep, float(n) / self.ep, m.hidden,
                                                             m.experts_per_token)

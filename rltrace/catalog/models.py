@@ -60,6 +60,10 @@ class ModelSpec:
     v_head_dim: int = 0
     sliding_window: int = 0
     """attention window in tokens on every layer (0: full attention)"""
+    tp_norm_allreduces: int = 0
+    """all-reduces per layer that tensor parallelism adds for a norm over the whole width: MiniMax-M2's QK norm
+    (config ``qk_norm_type`` "per_layer") spans every head, so vLLM's MiniMaxText01RMSNormTP all-reduces each token's
+    q and k variance across the TP group (vllm/model_executor/layers/minimax_rms_norm/rms_norm_tp.py)"""
 
     @property
     def dim_head(self) -> int:
@@ -279,6 +283,7 @@ def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "dtype_bytes": 1 if fp8 else _DTYPE_BYTES.get(str(_first(cfg, "torch_dtype", "dtype", default="bfloat16")), 2),
         "sliding_window": int(cfg.get("sliding_window") or 0) if cfg.get("use_sliding_window", True) else 0,
+        "tp_norm_allreduces": int(bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer"),
     }
     if experts:
         sparse_step = int(cfg.get("decoder_sparse_step") or 1)

@@ -112,3 +112,21 @@ def test_gpu_memory_is_cudas_total_not_the_datasheets_gb(gpu: str, mib: float) -
     assert bool(spec.memory_total_source) == bool(spec.memory_total_mib)
     # the fallback's premise: every cited total is within 0.2% of 0.99 x its datasheet figure read in GiB
     assert spec.memory_bytes / (spec.memory_gb * 2**30) == pytest.approx(0.99, abs=0.002)
+
+
+def test_every_sm_figure_carries_its_source_and_bad_ones_are_refused(tmp_path) -> None:
+    from rltrace.catalog import load_gpus
+    from rltrace.errors import ConfigError
+
+    for name, gpu in load_gpus().items():
+        assert (gpu.sm_count > 0) == bool(gpu.sm_source), name  # a figure, then its source
+    assert (get_gpu("B200").sm_count, get_gpu("B200").sm_clock_mhz) == (148, 1965)
+    assert get_gpu("H20").sm_cycles_per_s == 0  # 78 SMs cited, no clock: the network model's HBM rule
+    base = "[gpus.X1]\nbf16_tflops = 1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n"
+    for line, message in (("sm_count = 1.5", "sm_count must be a whole number"),
+                          ("sm_count = true", "sm_count must be a whole number"),
+                          ("sm_clock_mhz = -1", "sm_clock_mhz must be a number >= 0")):
+        bad = tmp_path / "mine.toml"
+        bad.write_text(base + line + "\n")
+        with pytest.raises(ConfigError, match=message):
+            load_gpus(bad)

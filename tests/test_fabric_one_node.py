@@ -57,9 +57,15 @@ def test_the_summary_orders_the_size_bands(compared: pl.DataFrame) -> None:
     assert by["points"].sum() == 42  # two dtypes x 21 sizes
 
 
-def test_a_missing_table_is_a_config_error(tmp_path: Path) -> None:
+def test_a_missing_corrupt_or_wrong_table_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no one-node validation table"):
         one_node_compare(tmp_path / "absent.parquet")
+    (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(ConfigError, match="not a readable Parquet file"):
+        one_node_compare(tmp_path / "corrupt.parquet")
+    pl.read_parquet(ONE_NODE_PARQUET).drop("time_us").write_parquet(tmp_path / "short.parquet")
+    with pytest.raises(ConfigError, match="missing columns time_us"):
+        one_node_compare(tmp_path / "short.parquet")
 
 
 def test_fabric_validate_prints_the_one_node_table_and_its_points() -> None:

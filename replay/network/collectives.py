@@ -96,12 +96,15 @@ LL_MAX_BUSBW = {"intel": (39.0e9, 20.4e9), "amd": (22.5e9, 19.0e9)}
 # Point-to-point (all-to-all, send/recv) picks its protocol itself, not through the tuner, and never LL128
 # (src/enqueue.cc addP2pToPlan, NVIDIA/nccl 2.26.2 to 2.30.7, and master @ 5067397c: LL while a peer's bytes are at
 # most its channels x NCCL_P2P_LL_THRESHOLD, 16 KiB, and the connection has LL buffers, else Simple). A peer's
-# channels are min(nChannelsMin, ceil(bytes / minPartSize)), minPartSize an eighth of the 512 KiB NVLink p2p chunk
-# inside a node and half the 128 KiB network chunk across nodes (64 KiB either way): up to 64 KiB one channel, and
-# above it every channel holds more than 16 KiB. So LL runs exactly while a peer's bytes are at most 16 KiB,
-# whatever the channel counts. Across nodes it never runs: NCCL_ALLOC_P2P_NET_LL_BUFFERS is 0 by default
-# (src/init.cc). Until 2026-11-26 the model took the faster of LL and Simple inside a node, LL up to 2-4 MB
-# all-to-alls on 2-8 GPUs, 20-46% fast there against aiconfigurator's H100 sweep.
+# channels are min(nChannelsMin, ceil(bytes / minPartSize)), minPartSize an eighth of the 512 KiB p2p chunk of a node
+# whose GPUs all talk over NVLink (src/init.cc computeBuffSizes): up to 64 KiB one channel, and above it every
+# channel holds more than 16 KiB. So on an NVLink node LL runs exactly while a peer's bytes are at most 16 KiB,
+# whatever the channel counts (a PCIe node's 128 KiB chunk would allow up to nChannelsMin x 16 KiB; every GPU here
+# has NVLink). Across nodes it never runs: NCCL_ALLOC_P2P_NET_LL_BUFFERS is 0 by default (src/init.cc). An
+# all-to-all's send to itself is a copy, never LL (its local pass, :func:`all_to_all`). A protocol a call forces
+# (``protocol="LL"``) runs at any size: a what-if, not what NCCL would do. Until 2026-11-26 the model took the faster
+# of LL and Simple inside a node, LL up to 2-4 MB all-to-alls on 2-8 GPUs, 20-46% fast there against
+# aiconfigurator's H100 sweep.
 P2P_PROTOCOLS = (LL, SIMPLE)
 P2P_LL_THRESHOLD_BYTES = 16 << 10
 # A pipelined schedule (hierarchical, NVLSTree) moves the bytes in chunks through its stages at once: the slowest
@@ -281,10 +284,11 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
 
 def all_to_all(ranks: np.ndarray, size: float) -> Phase:
     """NCCL's all-to-all: every rank sends ``size / n`` to every other at once (grouped sends and receives), and
-    copies its own ``size / n`` in local memory, as an all-gather copies its shard (NCCL sends to itself in the
-    p2p schedule's first round, src/init.cc ncclP2pSchedule delta 0; the copy is its kernel's, src/enqueue.cc
-    addP2pToPlan ``selfSend``). Until 2026-11-26 the self copy was left out: from 64 MB the model was 15-53% fast
-    against aiconfigurator's one-node sweeps of four GPU kinds."""
+    copies its own ``size / n`` in local memory (NCCL sends to itself in the p2p schedule's first round, src/init.cc
+    ncclP2pSchedule delta 0, and its kernel copies it, src/device/sendrecv.h, on warps of its own beside the other
+    sends). The copy is a local pass added to the transfers, as a ring's is: a modelling choice (SM work beside
+    SM-driven transfers), where NCCL runs the two at once. Until 2026-11-26 the copy was left out: from 64 MB the model
+    was 15-53% fast against aiconfigurator's one-node sweeps of four GPU kinds (H100: -18% -> -5%, median)."""
     n = len(ranks)
     src, dst = np.repeat(ranks, n), np.tile(ranks, n)
     keep = src != dst

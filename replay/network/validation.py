@@ -205,6 +205,7 @@ def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
 # sweep (../shared/data/kernels/h100, the 2.27.3 folder's); none of these took part.
 ONE_NODE_PARQUET = Path(__file__).resolve().parent / "data" / "one_node_nccl.parquet"
 ONE_NODE_BANDS = ((0, 1 << 20, "< 1 MB"), (1 << 20, 64 << 20, "1 - 64 MB"), (64 << 20, 1 << 62, ">= 64 MB"))
+ONE_NODE_COLUMNS = ("source", "gpu", "op", "dtype", "gpus", "size_bytes", "time_us")
 
 
 def one_node_compare(path: str | Path = ONE_NODE_PARQUET) -> pl.DataFrame:
@@ -212,7 +213,13 @@ def one_node_compare(path: str | Path = ONE_NODE_PARQUET) -> pl.DataFrame:
     GPU kind; error = model_s / measured_s - 1."""
     if not Path(path).exists():
         raise ConfigError(f"{path}: no one-node validation table")
-    rows = pl.read_parquet(path)
+    try:
+        rows = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise ConfigError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    missing = [c for c in ONE_NODE_COLUMNS if c not in rows.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing columns {', '.join(missing)} (expected {', '.join(ONE_NODE_COLUMNS)})")
     keys = rows.select("gpu", "op", "dtype", "gpus", "size_bytes").unique(maintain_order=True)
     modelled = [collective(parse(f"nvswitch:gpus={g},gpu={gpu}"), op, g, b, dtype=dtype)
                 for gpu, op, dtype, g, b in keys.iter_rows()]

@@ -43,7 +43,10 @@ NETWORK_HOP_S = 2.0e-6
 #   bytes per SM cycle (2.28 TB/s over 132 SMs at 1.98 GHz). Until 2026-11-26 it was 0.68 of HBM bandwidth, which
 #   gave H200 (HBM 4.8 TB/s, H100's SMs) a faster pass; aiconfigurator's H200 sweep measured the same bus bandwidth
 #   as H100's on every op and GPU count from 64 MB (within 1.3%), and B200 a 2-GPU all-gather 23% below the HBM
-#   rule (docs/fabrics.md). A GPU without SM figures in the catalog keeps the HBM rule (LEGACY_COPY_SHARE).
+#   rule (docs/fabrics.md). Which GPU figure sets the rate (SMs x clock, the clock alone, or one rate for all) those
+#   four kinds cannot settle; SMs x clock fits them best. A GPU without SM figures in the catalog (H20: no cited clock)
+#   takes the HBM rule, 0.68 of its HBM bandwidth (HBM_COPY_SHARE). copy_efficiency scales the rate (1.0; it was 0.68
+#   of HBM before, so a spec that set copy_efficiency=0.68 now slows the pass by that much again).
 # NIC: 0.9, rltrace's assumption for NCCL collectives over InfiniBand/RoCE. The one public measurement across
 # H100 nodes in ../shared is point-to-point (Vidur's h100_dgx send/recv): about 0.7 of a 400 Gb/s NIC (33.8
 # GB/s marginal from 16 MB up, 35.9 at 64 MB). NCCL's send/recv has its own network path, so that figure is
@@ -55,7 +58,7 @@ NCCL_PROTOS = ("auto", "LL", "LL128", "Simple")
 NVLINK_EFFICIENCY = 0.805
 COPY_EFFICIENCY = 1.0
 LOCAL_BYTES_PER_SM_CYCLE = 8.716
-LEGACY_COPY_SHARE = 0.68
+HBM_COPY_SHARE = 0.68
 NIC_EFFICIENCY = 0.9
 
 
@@ -251,8 +254,9 @@ class NodeFabric:
         """Local memory traffic (bytes read plus written) per second one GPU's collective kernels reach: its SMs x
         clock x LOCAL_BYTES_PER_SM_CYCLE (without SM figures: 0.68 of its HBM bandwidth), times ``copy_efficiency``."""
         spec = get_gpu(self.gpu)
-        rate = spec.sm_cycles_per_s * LOCAL_BYTES_PER_SM_CYCLE or LEGACY_COPY_SHARE * spec.hbm_bytes_per_s
-        return rate * self.copy_efficiency
+        if spec.sm_cycles_per_s > 0:
+            return spec.sm_cycles_per_s * LOCAL_BYTES_PER_SM_CYCLE * self.copy_efficiency
+        return HBM_COPY_SHARE * spec.hbm_bytes_per_s * self.copy_efficiency
 
     @property
     def nics(self) -> int:

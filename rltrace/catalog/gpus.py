@@ -47,6 +47,7 @@ class GPUSpec:
     sm_clock_mhz: float = 0.0
     """maximum SM clock, MHz (deviceQuery's "GPU Max Clock rate"; 0: unknown)"""
     sm_source: str = ""
+    """where ``sm_count`` and ``sm_clock_mhz`` come from (program output or a document, cited)"""
 
     @property
     def flops(self) -> float:
@@ -95,9 +96,10 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
         raise ConfigError(f"{where}: gpu {name!r}: nccl_arch must be empty or one of {', '.join(NCCL_ARCHS[1:])}")
     if not isinstance(spec.memory_total_mib, (int, float)) or spec.memory_total_mib < 0:
         raise ConfigError(f"{where}: gpu {name!r}: memory_total_mib must be a number >= 0")
-    for key in ("sm_count", "sm_clock_mhz"):
-        if not isinstance(getattr(spec, key), (int, float)) or getattr(spec, key) < 0:
-            raise ConfigError(f"{where}: gpu {name!r}: {key} must be a number >= 0")
+    if isinstance(spec.sm_count, bool) or not isinstance(spec.sm_count, int) or spec.sm_count < 0:
+        raise ConfigError(f"{where}: gpu {name!r}: sm_count must be a whole number >= 0")
+    if isinstance(spec.sm_clock_mhz, bool) or not isinstance(spec.sm_clock_mhz, (int, float)) or spec.sm_clock_mhz < 0:
+        raise ConfigError(f"{where}: gpu {name!r}: sm_clock_mhz must be a number >= 0")
     if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
         raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec

@@ -39,14 +39,15 @@ NETWORK_HOP_S = 2.0e-6
 #   passes one shard through local memory, outside the link pipeline (all-gather copies its own shard into the
 #   output; reduce-scatter and all-reduce reduce into it, 3 bytes of traffic per byte), which is why fewer GPUs
 #   reach less bus bandwidth on the same links (2-GPU all-gather at 512 MB: 272 GB/s, against 338 on 8). NCCL's
-#   kernels make that pass with the SMs of their channels, so its rate is the GPU's SMs x clock, not its HBM: 8.716
-#   bytes per SM cycle (2.28 TB/s over 132 SMs at 1.98 GHz). Until 2026-11-26 it was 0.68 of HBM bandwidth, which
-#   gave H200 (HBM 4.8 TB/s, H100's SMs) a faster pass; aiconfigurator's H200 sweep measured the same bus bandwidth
-#   as H100's on every op and GPU count from 64 MB (within 1.3%), and B200 a 2-GPU all-gather 23% below the HBM
-#   rule (docs/fabrics.md). Which GPU figure sets the rate (SMs x clock, the clock alone, or one rate for all) those
-#   four kinds cannot settle; SMs x clock fits them best. A GPU without SM figures in the catalog (H20: no cited clock)
-#   takes the HBM rule, 0.68 of its HBM bandwidth (HBM_COPY_SHARE). copy_efficiency scales the rate (1.0; it was 0.68
-#   of HBM before, so a spec that set copy_efficiency=0.68 now slows the pass by that much again).
+#   kernels make that pass with the SMs of their channels, and it is not bound by the HBM; its rate is taken as the
+#   GPU's SMs x clock: 8.716 bytes per SM cycle (2.28 TB/s over 132 SMs at 1.98 GHz). Until 2026-11-26 it was 0.68 of
+#   HBM bandwidth, which gave H200 (HBM 4.8 TB/s, H100's SMs) a faster pass; aiconfigurator's H200 sweep measured the
+#   same ring bus bandwidth as H100's from 64 MB (all-gather and reduce-scatter within 0.5% at 512 MB), and B200 a
+#   2-GPU all-gather 23% below the HBM rule (docs/fabrics.md). Which GPU figure sets the rate (SMs x clock, the
+#   clock alone, or one rate for all) those four kinds cannot settle; SMs x clock fits them best. A GPU without SM
+#   figures in the catalog (H20: no cited clock) takes the HBM rule, 0.68 of its HBM bandwidth (HBM_COPY_SHARE).
+#   copy_efficiency scales the rate (1.0; it was 0.68 of HBM before, so a spec that set copy_efficiency=0.68 now
+#   slows the pass by that much again).
 # NIC: 0.9, rltrace's assumption for NCCL collectives over InfiniBand/RoCE. The one public measurement across
 # H100 nodes in ../shared is point-to-point (Vidur's h100_dgx send/recv): about 0.7 of a 400 Gb/s NIC (33.8
 # GB/s marginal from 16 MB up, 35.9 at 64 MB). NCCL's send/recv has its own network path, so that figure is

@@ -100,15 +100,16 @@ def validate(
     """
     if tables is None and not multinode and not one_node:
         raise ConfigError("nothing to validate: give --tables or leave --multinode or --one-node on")
-    with stage(stderr(), "pricing every measured point"):
-        compared = compare(tables, gpu) if tables is not None else None
-        across = multinode_compare() if multinode and not (as_json and compared is not None) else None
-        inside = one_node_compare() if one_node and not (as_json and (compared is not None or across is not None)) \
-            else None
-    if as_json:  # the first of: --tables' points, the multi-node points, the packaged one-node points
-        chosen = next(c for c in (compared, across, inside) if c is not None)
+    if as_json:  # one set's points: --tables' if given, else the multi-node runs', else the one-node sweeps'
+        with stage(stderr(), "pricing every measured point"):
+            chosen = (compare(tables, gpu) if tables is not None else multinode_compare() if multinode
+                      else one_node_compare())
         print(json.dumps(chosen.to_dicts(), indent=2))
         return
+    with stage(stderr(), "pricing every measured point"):
+        compared = compare(tables, gpu) if tables is not None else None
+        across = multinode_compare() if multinode else None
+        inside = one_node_compare() if one_node else None
     console = Console(highlight=False, width=120)
     if across is not None:
         _print_multinode(console, across)

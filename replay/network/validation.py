@@ -222,8 +222,10 @@ def one_node_compare(path: str | Path = ONE_NODE_PARQUET) -> pl.DataFrame:
     if missing:
         raise ConfigError(f"{path}: missing columns {', '.join(missing)} (expected {', '.join(ONE_NODE_COLUMNS)})")
     keys = rows.select("gpu", "op", "dtype", "gpus", "size_bytes").unique(maintain_order=True)
-    modelled = [collective(parse(f"nvswitch:gpus={g},gpu={gpu}"), op, g, b, dtype=dtype)
-                for gpu, op, dtype, g, b in keys.iter_rows()]
+    # one node per GPU kind and count, built once: a topology caches its links for every collective on it
+    nodes = keys.select("gpu", "gpus").unique().iter_rows()
+    topos = {(gpu, g): parse(f"nvswitch:gpus={g},gpu={gpu}") for gpu, g in nodes}
+    modelled = [collective(topos[gpu, g], op, g, b, dtype=dtype) for gpu, op, dtype, g, b in keys.iter_rows()]
     keys = keys.with_columns(pl.Series("model_s", [m.seconds for m in modelled]),
                              pl.Series("model_algorithm", [m.algorithm for m in modelled]),
                              pl.Series("model_protocol", [m.protocol for m in modelled]))

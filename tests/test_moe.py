@@ -93,6 +93,19 @@ def test_prefix_sharing_prefills_a_prompt_once() -> None:
     assert shared < separate / 4
 
 
+def test_prefill_computes_logits_once_per_request() -> None:
+    # vLLM samples at each scheduled request's last token, so a prefill's LM head has one row per prompt in the
+    # chunk: its FLOPs are the layers' per token plus vocab x hidden x 2 per prompt, not per token
+    roof = Roofline(model=TINY, gpu=H100, kernel_floors=False)
+    head = 2 * TINY.vocab * TINY.hidden
+    per_token = roof.decode(1, 0).flops - head  # a decode row runs every GEMM once, LM head included
+    attention = TINY.prefill_attention_flops_per_token * 100 * 100 / 2
+    one = roof.prefill(100, 1)
+    assert one.flops == pytest.approx(100 * per_token + head + attention, rel=1e-9)
+    two = roof.prefill(200, 2)  # two prompts of 100: two logit rows, each prompt's own causal pairs
+    assert two.flops == pytest.approx(200 * per_token + 2 * head + 2 * attention, rel=1e-9)
+
+
 def test_cuda_graph_padding_follows_vllm_capture_sizes() -> None:
     assert serving.capture_sizes()[:5].tolist() == [1, 2, 4, 8, 16]
     assert serving.capture_sizes()[-1] == 512

@@ -175,9 +175,13 @@ class Roofline:
             return self.gpu.hbm_bytes_per_s * serving.GEMM_STREAM.get(self.model.dtype_bytes, serving.GEMM_STREAM[2])[1]
         return self.gpu.hbm_bytes_per_s * self.memory_efficiency
 
-    def _layers(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _layers(self, tokens: np.ndarray, logit_rows: np.ndarray | float | None = None,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Seconds of every kernel but attention and communication for ``tokens`` rows per rank, with the
-        FLOPs, bytes and expected experts behind them (arrays over ``tokens``)."""
+        FLOPs, bytes and expected experts behind them (arrays over ``tokens``). The LM head runs on
+        ``logit_rows`` rows (None: every token, as in decode): vLLM computes logits only at each scheduled
+        request's last token (``logits_indices = query_start_loc[1:] - 1``, vllm/v1/worker/gpu_model_runner.py),
+        so a prefill chunk's LM head has one row per request in it, not one per token."""
         m, tp, wb = self.model, self.tp, self.model.dtype_bytes
         t = np.asarray(tokens, dtype=np.float64)
         o_params = m.heads * (m.v_head_dim if m.is_mla else m.dim_head) * m.hidden
@@ -213,7 +217,8 @@ class Roofline:
             for share in (2 / 3, 1 / 3):  # grouped gate/up and down over the experts the tokens touch
                 add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
                     read=share * m.expert_params * experts)
-        add(m.vocab * m.hidden, 1, width=max(wb, 2))  # LM head (vocab-parallel over TP; BF16 in FP8 checkpoints)
+        # LM head (vocab-parallel over TP; BF16 in FP8 checkpoints)
+        add(m.vocab * m.hidden, 1, rows=t if logit_rows is None else logit_rows, width=max(wb, 2))
         if self._floors:
             elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * serving.MOE_ELEMENTWISE
             seconds = seconds + elementwise * serving.ELEMENTWISE_FLOOR_S
@@ -331,7 +336,9 @@ class Roofline:
         total = tokens + prompts * extra * recomputed
         n = serving.chunks(int(np.ceil(total)), self.batched_tokens)
         chunk = total / n
-        gemm, gflops, gbytes, experts = (float(x[0]) for x in self._layers(np.array([chunk])))
+        # logits at each request's last scheduled token: a chunk holds its share of the requests, at least one
+        requests = max(prompts * samples / n, 1.0)
+        gemm, gflops, gbytes, experts = (float(x[0]) for x in self._layers(np.array([chunk]), requests))
         # causal attention: each prompt's own pairs, and the later samples' recomputed tail against the prompt
         pairs = prompts * per_prompt * per_prompt / 2 + prompts * extra * recomputed * per_prompt
         attn_flops = m.prefill_attention_flops_per_token / self.tp * pairs

@@ -12,6 +12,8 @@ import pytest
 from rltrace.synth import load_config
 
 REPO = Path(__file__).resolve().parents[1]
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+"""the ring/tree collectives of the network validation sets (point-to-point: send/recv, all-to-all, own tests)"""
 
 
 def shared_data() -> Path:

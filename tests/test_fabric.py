@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from helpers import run_cli, shared_data
+from helpers import COLLECTIVES, run_cli, shared_data
 from rltrace.replay.network.collectives import (
     LL,
     LL128,
@@ -213,7 +213,6 @@ def test_two_stage_weight_sync_moves_exactly_one_model_copy_across_datacenters()
     assert per_tensor.seconds > two.seconds  # 339 broadcasts each pay the 5 ms interconnect latency
 
 
-COLLECTIVES = ["all_gather", "reduce_scatter", "all_reduce"]  # point-to-point (send/recv, all-to-all): own tests
 
 
 def test_the_model_holds_15_percent_at_64_mb_and_up_on_2_4_and_8_h100() -> None:

@@ -375,6 +375,8 @@ def test_the_multi_node_validation_holds_from_1_gb_and_names_its_sources() -> No
     large = compared.filter(pl.col("size_bytes") >= GIB)["error"].abs()
     assert large.median() <= 0.10 and large.max() <= 0.30
     assert compared.filter(pl.col("size_bytes") >= 64 << 20)["error"].abs().median() <= 0.08  # the issue's: 10%
+    bands = multinode_summary(compared).filter(op="all_reduce", gpu="H100", nodes=2)["size_band"].to_list()
+    assert bands == ["< 64 MB", "64 MB - 1 GB", ">= 1 GB"]  # small to large, not alphabetical
     summary = multinode_summary(compared).filter(pl.col("size_band") == ">= 1 GB")
     # all-reduce on 8 nodes from 1 GB: 10.7%, its untuned runs 7-13% short and the tuned ones (NCCL_MIN_CTAS=24,
     # 2 QPs) 11-14% long; all-gather on 4 nodes: 5-9% short

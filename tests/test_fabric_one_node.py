@@ -8,12 +8,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import run_cli
+from helpers import COLLECTIVES, run_cli
 from rltrace.replay.network.validation import ONE_NODE_PARQUET, one_node_compare, one_node_summary
 
 from rltrace.errors import ConfigError
-
-COLLECTIVES = ["all_gather", "reduce_scatter", "all_reduce"]
 
 
 @pytest.fixture(scope="module")

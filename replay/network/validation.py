@@ -191,10 +191,11 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
 def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
     """Median and worst |error| by op, GPU kind, node count and size band."""
     keys = ("op", "gpu", "nodes", "size_band")
+    order = pl.col("size_band").replace_strict({n: i for i, (*_, n) in enumerate(SIZE_BANDS)})  # small to large
     return compared.group_by(*keys).agg(
         pl.len().alias("points"), pl.col("cluster").n_unique().alias("clusters"),
         pl.col("error").abs().median().alias("median_abs_error"),
-        pl.col("error").abs().max().alias("max_abs_error")).sort(*keys)
+        pl.col("error").abs().max().alias("max_abs_error")).sort("op", "gpu", "nodes", order)
 
 
 # aiconfigurator's one-node NCCL sweeps of four GPU kinds, packaged (replay/network/data/one_node_nccl.parquet; each

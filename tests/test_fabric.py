@@ -213,8 +213,6 @@ def test_two_stage_weight_sync_moves_exactly_one_model_copy_across_datacenters()
     assert per_tensor.seconds > two.seconds  # 339 broadcasts each pay the 5 ms interconnect latency
 
 
-
-
 def test_the_model_holds_15_percent_at_64_mb_and_up_on_2_4_and_8_h100() -> None:
     s = summary(compare(DATA)).filter(pl.col("op").is_in(COLLECTIVES))
     # aiconfigurator: 3 ops x 2 dtypes x 3 GPU counts (half all-reduce runs NVLS on 4 and 8); Vidur: 3 GPU counts

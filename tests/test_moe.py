@@ -214,6 +214,30 @@ def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:
     assert offline_throughput(roof, requests=256, prompt_tokens=512, output_tokens=512) > 1000
 
 
+def test_a_prompt_riding_beside_decodes_costs_what_its_rows_add_to_their_iteration() -> None:
+    """vLLM runs a prompt chunk and the running decodes as one forward: the chunk costs the iteration's GEMMs over
+    decodes plus chunk rows less over the decodes alone, one more logits row, and the prompt's causal attention."""
+    model = dataclasses.replace(TINY, experts=0, experts_per_token=0, expert_intermediate=0, dense_layers=0)
+    roof = Roofline(model=model, gpu=H100, kernel_floors=False, batched_tokens=16_384)
+    flop_s = H100.flops * roof.compute_efficiency
+    read_s = H100.hbm_bytes_per_s * roof.memory_efficiency
+    head = 2 * model.vocab * model.hidden
+    per_token = roof.decode(1, 0).flops - head  # every GEMM once for one row, the LM head aside
+    prompt = 1000
+    attention = max(model.prefill_attention_flops_per_token * prompt * prompt / 2 / flop_s,
+                    prompt * model.kv_bytes_per_token / read_s)
+    sampler = serving.SAMPLER_PASSES * model.vocab * 4 / read_s  # the chunk's one logits row
+    # 4,096 decodes leave no GEMM of this small model memory-bound: the chunk adds exactly its FLOPs
+    expected = (prompt * per_token + head) / flop_s + sampler + attention
+    assert roof.mixed_prefill(prompt, 4096) == pytest.approx(expected, rel=1e-9)
+    # with no decodes the chunk is an iteration of its own: the prefill's time
+    assert roof.mixed_prefill(prompt, 0) == pytest.approx(roof.prefill(prompt).seconds, rel=1e-9)
+    # a memory-bound decode iteration (8 rows) has compute to spare, which the chunk takes first
+    assert roof.mixed_prefill(prompt, 8) < roof.mixed_prefill(prompt, 0)
+    with pytest.raises(ConfigError, match="mixed_prefill"):
+        roof.mixed_prefill(0, 8)
+
+
 def test_sglang_runs_a_closed_loop_of_identical_requests_in_lockstep_waves() -> None:
     """SGLang prefills a wave alone and first: request i of c gets its first token after i / c of the wave's prefill
     and waits through the rest before its second; a round is vLLM's work (the wave plus output - 1 decodes)."""
@@ -222,8 +246,7 @@ def test_sglang_runs_a_closed_loop_of_identical_requests_in_lockstep_waves() -> 
     mixed = serving_benchmark(roof, concurrency=c, prompt_tokens=prompt, output_tokens=out)
     waves = serving_benchmark(roof, concurrency=c, prompt_tokens=prompt, output_tokens=out, engine="sglang")
     assert waves.decode_s == mixed.decode_s and waves.batch == mixed.batch == c
-    fixed = float(roof.decode_table([1])[0])  # a prefill batch's own iteration part, per chunk
-    wave = mixed.prefill_stall_s * out + serving.chunks(c * prompt, roof.batched_tokens) * fixed
+    wave = roof.prefill(c * prompt, c).seconds  # the wave's prompts, a prefill batch of their own
     assert waves.ttft_s == pytest.approx(wave * (c + 1) / (2 * c))
     assert waves.tpot_s == pytest.approx(mixed.decode_s + wave * (c - 1) / (2 * c * (out - 1)))
     assert waves.ttft_s + (out - 1) * waves.tpot_s == pytest.approx(wave + (out - 1) * mixed.decode_s)

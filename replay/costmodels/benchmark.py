@@ -9,10 +9,12 @@ prompt chunks of the requests that arrived):
 - over one round every request generates ``output`` tokens, i.e. ``output`` iterations at a batch of
   ``concurrency`` and a mean context of ``prompt + output / 2``, and every request is prefilled once: the prefill
   chunks ride in those iterations and stall every running request while they run;
-- so ``TPOT = decode(concurrency, prompt + output / 2) + concurrency x prefill(prompt) / output``, the prefill
-  term being what a chunk adds to an iteration (:meth:`Roofline.prefill` of the prompt: its GEMMs at the chunk's
-  rows, its attention);
-- ``TTFT`` = the prompt's own prefill, plus waiting for the iteration in flight (half of one, on average), plus,
+- so ``TPOT = decode(concurrency, prompt + output / 2) + concurrency x added(prompt) / output``, where
+  ``added`` is what the prompt's chunks add to the iterations they ride in beside the other requests' decodes
+  (:meth:`Roofline.mixed_prefill`: the GEMMs and collectives over decodes plus chunk rows less over the decodes
+  alone, and the prompt's causal attention);
+- ``TTFT`` = waiting for the iteration in flight (half of one, on average), then the iterations that carry the
+  prompt's chunks (the others' decodes plus what each chunk adds), plus,
   when the KV cache holds fewer than ``concurrency`` requests at once, the wait for a free slot: a closed loop
   of c clients over b slots, each request holding its slot for ``S = TTFT + (output - 1) x TPOT``, completes
   b requests per S, so each client cycles in ``c S / b`` and waits ``(c / b - 1) S`` of it (Little's law);
@@ -23,8 +25,8 @@ That is vLLM's steady state (``engine="vllm"``): its requests drift apart, since
 their successors arrive one by one. SGLang (``engine="sglang"``) runs a prefill batch alone and before any decode
 (:data:`.serving.SCHEDULING`), so a closed loop of identical requests started together stays in lockstep: every
 request of a wave is prefilled before any decodes, all decode together and finish at the same step, and the next
-wave arrives at once. The wave's prefill ``W`` (its ``concurrency`` prompts, plus a fixed iteration part per
-``batched_tokens`` chunk) is split by position: request ``i`` of ``c`` sees its first token after ``i / c`` of it
+wave arrives at once. The wave's prefill ``W`` (:meth:`Roofline.prefill` of its ``concurrency`` prompts, in
+``batched_tokens`` chunks) is split by position: request ``i`` of ``c`` sees its first token after ``i / c`` of it
 and waits through the rest before its second, so on average ``TTFT = W (c + 1) / 2c`` and ``TPOT = decode +
 W (c - 1) / (2c (output - 1))``; a round takes ``W + (output - 1) x decode`` as vLLM's does, only split otherwise.
 
@@ -60,18 +62,6 @@ class Serving:
     """mean wait for a free slot before the prefill (0 unless the KV cache holds fewer than the concurrency)"""
 
 
-def _iteration_fixed(roof: Roofline) -> float:
-    """An iteration's fixed part: a decode of one row (its weights, kernel floors, sampler)."""
-    return float(roof.decode_table([1])[0])
-
-
-def _prefill_once(roof: Roofline, prompt: int) -> float:
-    """One prompt's prefill inside a running engine: its chunks ride in iterations that run anyway for the
-    decodes, so each chunk adds its cost less an iteration's fixed part (weights of one row, floors, sampler)."""
-    fixed = _iteration_fixed(roof)
-    return max(roof.prefill(prompt).seconds - serving.chunks(prompt, roof.batched_tokens) * fixed, 0.0)
-
-
 def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, output_tokens: int,
                       samples: int = 1, engine: str = "vllm", max_num_seqs: int = serving.MAX_NUM_SEQS) -> Serving:
     """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight by ``engine`` (vllm, sglang: its
@@ -88,19 +78,25 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
                           "leave no KV cache within vLLM's 0.9 of GPU memory")
     batch = min(concurrency, max_num_seqs, slots)
     decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
-    per_request = serving.shared_prefill_tokens(prompt_tokens, samples) / samples
-    stall = batch * _prefill_once(roof, math.ceil(per_request)) / output_tokens
-    tpot = decode + stall
-    ttft = roof.prefill(prompt_tokens).seconds + decode / 2
-    rate = batch / tpot
+    per_request = math.ceil(serving.shared_prefill_tokens(prompt_tokens, samples) / samples)
     if serving.SCHEDULING[engine] == "prefill_first" and output_tokens > 1:  # lockstep waves
-        # a prefill batch runs alone: each chunk pays an iteration's fixed part
-        chunks = serving.chunks(math.ceil(batch * per_request), roof.batched_tokens)
-        wave = stall * output_tokens + chunks * _iteration_fixed(roof)
+        # a prefill batch of the wave's prompts runs alone, before the decodes
+        wave = roof.prefill(batch * per_request, batch).seconds
         stall = wave * (batch - 1) / (2 * batch * (output_tokens - 1))
         tpot = decode + stall
         ttft = wave * (batch + 1) / (2 * batch)
         rate = batch * output_tokens / (wave + (output_tokens - 1) * decode)
+    else:
+        # each prompt's chunks ride in iterations beside the other requests' decodes (Roofline.mixed_prefill)
+        others = batch - 1
+        stall = batch * roof.mixed_prefill(per_request, others) / output_tokens
+        tpot = decode + stall
+        # its first token: half the iteration in flight, then the iterations that carry its chunks, each the
+        # others' decodes plus what its chunk adds
+        others_s = roof.decode(others, prompt_tokens + output_tokens / 2).seconds if others else 0.0
+        chunks = serving.chunks(prompt_tokens, max(roof.batched_tokens - others, 1))
+        ttft = others_s / 2 + chunks * others_s + roof.mixed_prefill(prompt_tokens, others)
+        rate = batch / tpot
     queue = (concurrency / batch - 1) * (ttft + (output_tokens - 1) * tpot) if concurrency > batch else 0.0
     return Serving(tpot, ttft + queue, decode, stall, batch, rate, queue)
 

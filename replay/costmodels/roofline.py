@@ -356,6 +356,36 @@ class Roofline:
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
                         max(seconds - comm - max(compute_s, memory_s), 0.0), experts)
 
+    def mixed_prefill(self, prompt: int, batch: int) -> float:
+        """Seconds a prompt of ``prompt`` tokens adds to the iterations it rides in beside ``batch`` running decodes
+        (vLLM's chunked prefill: each iteration schedules the running requests' decodes first and fills the rest
+        of the token budget with prompt chunks, one forward over both). Each chunk costs what its rows add to its
+        iteration: the GEMMs and collectives over ``batch`` + chunk rows less those over the decodes' rows alone (a
+        memory-bound decode iteration has compute to spare, which the chunk takes first), one more row of logits,
+        and the prompt's causal attention and KV-cache writes. With no decodes running the chunks are iterations of
+        their own and pay their fixed parts (weights, kernel floors) as :meth:`prefill` does."""
+        if prompt < 1 or batch < 0:
+            raise ConfigError(f"mixed_prefill needs prompt >= 1 and batch >= 0, got prompt={prompt}, batch={batch}")
+        self._serving_ep()
+        m = self.model
+        n = serving.chunks(prompt, max(self.batched_tokens - batch, 1))  # the decodes take part of the budget
+        chunk = prompt / n
+
+        def iteration(rows: float, logit_rows: float) -> float:  # GEMMs, collectives, host launches beyond graphs
+            t = np.array([rows], dtype=np.float64)
+            padded = serving.padded_tokens(t.astype(np.int64)).astype(np.float64) if self._floors else t
+            gpu = self._layers(padded, logit_rows)[0] + self._comm(padded)
+            return float(self._launch_bound(t, gpu)[0])
+
+        added = iteration(batch + chunk, batch + 1) - (iteration(batch, batch) if batch else 0.0)
+        if not batch and self._floors:
+            added += m.layers * serving.ATTENTION_FLOOR_S  # the chunk's own attention kernels
+        flops = m.prefill_attention_flops_per_token / self.tp * prompt * prompt / 2
+        kv_write = prompt * self.kv_bytes_per_token
+        attention = max(flops / (self.gpu.flops * self.compute_efficiency),
+                        kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency))
+        return n * (added + float(self._sampler(1))) + attention
+
     def train(self, tokens: int, gpus: int, *, seq_len: int | None = None, precision: str = "bf16") -> Estimate:
         """One optimizer step over ``tokens`` tokens (forward and backward) on ``gpus`` GPUs, as validated
         (:func:`.training.step_seconds`): ``6 x active parameters x tokens`` plus causal attention over

@@ -1,0 +1,94 @@
+"""The replay engine against the closed form `rltrace estimate validate` checks, on the offline validation set.
+
+`rltrace estimate validate` holds `offline_throughput` (a closed form over the per-iteration model) against public
+measurements; `rltrace replay` runs the discrete engine (replay/entities/instance.py) over the same per-iteration
+model. This script writes each offline point as a one-step bundle (its requests, prompt and output lengths,
+arrivals all at once or at the point's request rate), replays it with the real CLI and prints the engine's output
+tokens/s beside the closed form's: how far what users run is from what is validated.
+
+Both sides take the catalog's model as it is (the replay reads a bundle's model from the catalog by name: Llama-3-8B
+in BF16 where a row served it in FP8), so each row is compared with itself here, not with its measurement.
+
+    python benchmarks/replay_vs_closed_form.py [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+from rltrace.replay.costmodels.benchmark import offline_throughput
+from rltrace.replay.costmodels.roofline import Roofline
+
+import rltrace
+from rltrace.catalog import get_gpu, get_model
+from rltrace.manifest import Manifest, ModelInfo, Pool
+
+REPO = Path(__file__).resolve().parents[1]
+OFFLINE = REPO / "replay" / "costmodels" / "data" / "offline_validation.csv"
+RLTRACE = str(Path(sys.executable).parent / "rltrace")
+
+
+def bundle(folder: Path, row: dict, index: int) -> None:
+    """One step of ``row``'s requests: identical lengths, sent at once or ``request_rate`` a second."""
+    spec = get_model(row["model"])
+    n, rate = int(row["requests"]), row["request_rate"]
+    arrivals = [int(k / rate * 1e9) if rate else 0 for k in range(n)]
+    table = pl.DataFrame({"prompt_tokens": [row["prompt_tokens"]] * n,
+                          "output_tokens": [row["output_tokens"]] * n}).with_columns(
+        pl.lit(0, pl.Int32).alias("step"), pl.format("r{}", pl.int_range(n)).alias("request_id"),
+        pl.format("g{}", pl.int_range(n)).alias("group_id"), pl.lit("rollout/engine0").alias("engine"),
+        pl.Series("arrival_ns", arrivals, pl.Int64), pl.lit("length").alias("finish_reason"),
+        *(pl.lit(None, pl.Int64).alias(c) for c in ("scheduled_ns", "first_token_ns", "finish_ns")),
+        pl.lit(None, pl.Int32).alias("policy_version"), pl.lit(0, pl.Int32).alias("turn"),
+        pl.lit(0, pl.Int32).alias("num_preemptions"))
+    manifest = Manifest(run_id=f"offline-{index}", source="import",
+                        cluster={"rollout": Pool(device=row["gpu"], count=row["tp"], tp=row["tp"]),
+                                 "trainer": Pool(device=row["gpu"], count=1, tp=1)},
+                        model=ModelInfo(name=spec.name, params=spec.params, layers=spec.layers, hidden=spec.hidden,
+                                        heads=spec.heads, kv_heads=spec.kv_heads, vocab=spec.vocab,
+                                        intermediate=spec.intermediate, head_dim=spec.head_dim))
+    rltrace.write_bundle(folder, manifest, {"requests": table})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=REPO / ".replay_vs_closed_form", help="scratch folder")
+    args = parser.parse_args()
+    rows = []
+    for i, row in enumerate(pl.read_csv(OFFLINE, infer_schema_length=10_000).iter_rows(named=True)):
+        spec = get_model(row["model"])
+        folder, out = args.work / f"bundle{i}", args.work / f"run{i}"
+        if not folder.exists():
+            bundle(folder, row, i)
+        seqs = int(row["max_num_seqs"] or 1024)
+        done = subprocess.run([RLTRACE, "replay", str(folder), "-s", "disagg-sync", "--max-seqs", str(seqs),
+                               "--set", 'cost.generation="roofline"', "-o", str(out)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise SystemExit(f"row {i}: rltrace replay failed: {done.stderr.strip()[-500:]}")
+        finish = pl.read_parquet(out / "disagg-sync" / "requests.parquet")["finish_s"].max()
+        replayed = row["requests"] * row["output_tokens"] / finish
+        roof = Roofline(model=spec, gpu=get_gpu(row["gpu"]), tp=int(row["tp"]))
+        closed = offline_throughput(roof, requests=int(row["requests"]), prompt_tokens=int(row["prompt_tokens"]),
+                                    output_tokens=int(row["output_tokens"]), engine=str(row["engine"]),
+                                    max_num_seqs=seqs, request_rate=row["request_rate"] or math.inf)
+        rows.append({"row": i + 2, "engine": row["engine"], "gpu": row["gpu"], "model": row["model"],
+                     "in/out": f"{row['prompt_tokens']}/{row['output_tokens']}",
+                     "arrivals": f"{row['request_rate']}/s" if row["request_rate"] else "at once",
+                     "closed_tok_s": round(closed, 1), "replay_tok_s": round(replayed, 1),
+                     "replay/closed": round(replayed / closed, 3)})
+    table = pl.DataFrame(rows)
+    ratio = table["replay/closed"]
+    with pl.Config(tbl_rows=len(rows), tbl_width_chars=160):
+        print(table)
+    print(f"{len(rows)} offline points: replay / closed form median {ratio.median():.3f}, "
+          f"range {ratio.min():.3f}-{ratio.max():.3f}")
+
+
+if __name__ == "__main__":
+    main()

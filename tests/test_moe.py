@@ -11,6 +11,7 @@ import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.benchmark import offline_throughput, roof_kv_batch, serving_benchmark
+from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY as COMPUTE
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.roofline import Roofline
@@ -236,6 +237,23 @@ def test_a_prompt_riding_beside_decodes_costs_what_its_rows_add_to_their_iterati
     assert roof.mixed_prefill(prompt, 8) < roof.mixed_prefill(prompt, 0)
     with pytest.raises(ConfigError, match="mixed_prefill"):
         roof.mixed_prefill(0, 8)
+
+
+def test_routed_experts_run_at_the_fused_moe_kernels_own_share_of_the_peak() -> None:
+    """A compute-bound MoE layer (a prompt's tokens) runs its routed experts' GEMMs at the engine's fused-MoE kernel's
+    share of the peak (the catalog's, from the public kernel table), every other GEMM at the model's efficiency."""
+    plain = dataclasses.replace(H100, moe_compute_efficiency=0.0)
+    tabled = dataclasses.replace(H100, moe_compute_efficiency=0.25)
+    tokens = 8192  # every expert's GEMM compute-bound on this small model
+    fast = Roofline(model=TINY, gpu=plain, kernel_floors=False).prefill(tokens)
+    slow = Roofline(model=TINY, gpu=tabled, kernel_floors=False).prefill(tokens)
+    expert_flops = 2 * tokens * TINY.expert_params * TINY.experts_per_token * TINY.moe_layers
+    extra = expert_flops / H100.flops * (1 / 0.25 - 1 / COMPUTE)
+    assert slow.seconds - fast.seconds == pytest.approx(extra, rel=1e-9)
+    assert slow.flops == fast.flops  # the same work, done slower
+    dense = dataclasses.replace(TINY, experts=0, experts_per_token=0, expert_intermediate=0, dense_layers=0)
+    assert (Roofline(model=dense, gpu=tabled, kernel_floors=False).prefill(tokens).seconds
+            == Roofline(model=dense, gpu=plain, kernel_floors=False).prefill(tokens).seconds)
 
 
 def test_sglang_runs_a_closed_loop_of_identical_requests_in_lockstep_waves() -> None:

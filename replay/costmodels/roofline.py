@@ -156,9 +156,11 @@ class Roofline:
 
     # ---- kernels --------------------------------------------------------------------------------------------
 
-    def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, width: int) -> np.ndarray:
-        """A GEMM's time on weights of ``width`` bytes per element (FP8 at the part's FP8 peak)."""
-        compute = np.asarray(flops) / (self.gpu.flops_for(width) * self.compute_efficiency)
+    def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, width: int,
+                efficiency: float | None = None) -> np.ndarray:
+        """A GEMM's time on weights of ``width`` bytes per element (FP8 at the part's FP8 peak), its FLOPs at
+        ``efficiency`` of that peak (None: :attr:`compute_efficiency`)."""
+        compute = np.asarray(flops) / (self.gpu.flops_for(width) * (efficiency or self.compute_efficiency))
         if not (self._floors and self.gemm_ramp):
             t = np.maximum(np.asarray(nbytes) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency), compute)
             return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
@@ -195,12 +197,12 @@ class Roofline:
 
         def add(
             params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None,
-            width: int = wb,
+            width: int = wb, efficiency: float | None = None,
         ) -> None:
             nonlocal seconds, flops, nbytes
             b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp
-            seconds = seconds + count * self._kernel(b, f, width)
+            seconds = seconds + count * self._kernel(b, f, width, efficiency)
             flops = flops + count * f
             nbytes = nbytes + count * b
 
@@ -214,9 +216,13 @@ class Roofline:
             for p in shared:
                 if p:
                     add(p, m.moe_layers)
-            for share in (2 / 3, 1 / 3):  # grouped gate/up and down over the experts the tokens touch
+            # grouped gate/up and down over the experts the tokens touch, compute-bound at the engine's fused-MoE
+            # kernel's own share of the peak where the public tables give one (routing, permutation and a grouped
+            # GEMM of uneven groups reach a quarter of it on Hopper: benchmarks/moe_kernel_efficiency.py)
+            moe = self.gpu.moe_compute_efficiency or None
+            for share in (2 / 3, 1 / 3):
                 add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
-                    read=share * m.expert_params * experts)
+                    read=share * m.expert_params * experts, efficiency=moe)
         # LM head (vocab-parallel over TP; BF16 in FP8 checkpoints)
         add(m.vocab * m.hidden, 1, rows=t if logit_rows is None else logit_rows, width=max(wb, 2))
         if self._floors:

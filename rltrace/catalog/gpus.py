@@ -48,6 +48,11 @@ class GPUSpec:
     """maximum SM clock, MHz (deviceQuery's "GPU Max Clock rate"; 0: unknown)"""
     sm_source: str = ""
     """where ``sm_count`` and ``sm_clock_mhz`` come from (program output or a document, cited)"""
+    moe_compute_efficiency: float = 0.0
+    """fraction of the part's peak the serving engine's fused-MoE kernel reaches when compute-bound (the public
+    kernel table's, benchmarks/moe_kernel_efficiency.py; 0: unknown, the routed experts' GEMMs then take the cost
+    model's compute efficiency like every other GEMM)"""
+    moe_source: str = ""
 
     @property
     def flops(self) -> float:
@@ -100,6 +105,9 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
         raise ConfigError(f"{where}: gpu {name!r}: sm_count must be a whole number >= 0")
     if isinstance(spec.sm_clock_mhz, bool) or not isinstance(spec.sm_clock_mhz, (int, float)) or spec.sm_clock_mhz < 0:
         raise ConfigError(f"{where}: gpu {name!r}: sm_clock_mhz must be a number >= 0")
+    moe = spec.moe_compute_efficiency
+    if isinstance(moe, bool) or not isinstance(moe, (int, float)) or not 0 <= moe <= 1:
+        raise ConfigError(f"{where}: gpu {name!r}: moe_compute_efficiency must be in [0, 1]")
     if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
         raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec

@@ -7,7 +7,10 @@ one after another:
 
 - GEMMs: attention in and out projections, the dense MLP's gate/up and down, the LM head; MoE layers read the
   router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
-  expected of E, top-k each); FP8 weights read one byte and run at the FP8 peak where the part has one; on a
+  expected of E, top-k each), whose FLOPs run at the fused-MoE kernel's own share of the peak where the GPU
+  catalog has one (``moe_compute_efficiency``); the LM head on one row per request (a prefill chunk's logits are
+  its requests' last tokens: vLLM's ``logits_indices``, SGLang's ``last_index`` in its logits processor); FP8
+  weights read one byte and run at the FP8 peak where the part has one; on a
   GPU a GEMM's memory time is a ramp plus its bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`,
   fitted to the public H100 GEMM table), not one efficiency for every size;
 - attention: a floor plus the KV cache read (decode: ``batch x context`` tokens at the model's bytes per token

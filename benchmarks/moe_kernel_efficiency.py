@@ -6,7 +6,8 @@ The catalog's ``moe_compute_efficiency`` (rltrace/catalog/gpus.toml) comes from 
 parallelism inside the kernel (moe_tp_size = moe_ep_size = 1), at least 4,096 tokens (the compute-bound end: the
 weights are read once for every 4,096 x top-k rows), in block FP8. Each row's FLOPs are ``tokens x topk x 3 x
 hidden x inter x 2`` (gate, up and down); the figure is the median over the table's model shapes of FLOPs / latency
-/ the datasheet's dense FP8 peak.
+/ the datasheet's dense FP8 peak. It prints the BF16 rows' rate beside it, as a share of the same FP8 peak: the
+catalog applies the figure to the FP8 peak whatever the experts' type.
 
     python benchmarks/moe_kernel_efficiency.py AICONFIGURATOR_REPO
 
@@ -34,7 +35,8 @@ MIN_TOKENS = 4096
 
 
 def efficiency(table: pl.DataFrame, dtype: str, peak_tflops: float) -> tuple[float, int]:
-    """Median fraction of ``peak_tflops`` over the table's model shapes (compute-bound rows), and the row count."""
+    """Median fraction of ``peak_tflops`` over the table's ``dtype`` model shapes (compute-bound rows), and the row
+    count."""
     rows = table.filter(pl.col("distribution") == "balanced", pl.col("moe_dtype") == dtype,
                         pl.col("moe_tp_size") == 1, pl.col("moe_ep_size") == 1,
                         pl.col("num_tokens") >= MIN_TOKENS)
@@ -53,8 +55,11 @@ def main() -> None:
         gpu = get_gpu(kind)
         peak = gpu.fp8_tflops
         path = base / folder / "moe" / "vllm" / release / "moe_perf.parquet"
-        share, n = efficiency(pl.read_parquet(path), dtype, peak)
-        print(f"{kind}: {share:.3f} of the {dtype} peak ({peak:g} TFLOP/s), {n} rows, vLLM {release} ({path.name})")
+        table = pl.read_parquet(path)
+        share, n = efficiency(table, dtype, peak)
+        bf16, m = efficiency(table, "bfloat16", peak)  # BF16 experts, as a share of the same FP8 peak
+        print(f"{kind}: {share:.3f} of the FP8 peak ({peak:g} TFLOP/s, {n} {dtype} rows; BF16 experts {bf16:.3f}, "
+              f"{m} rows), vLLM {release}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ one after another:
 
 - GEMMs: attention in and out projections, the dense MLP's gate/up and down, the LM head; MoE layers read the
   router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
-  expected of E, top-k each), whose FLOPs run at the fused-MoE kernel's own share of the peak where the GPU
-  catalog has one (``moe_compute_efficiency``); the LM head on one row per request (a prefill chunk's logits are
+  expected of E, top-k each), whose FLOPs run at the fused-MoE kernel's own rate where the GPU catalog has one
+  (``moe_compute_efficiency`` of the FP8 peak); the LM head on one row per request (a prefill chunk's logits are
   its requests' last tokens: vLLM's ``logits_indices``, SGLang's ``last_index`` in its logits processor); FP8
   weights read one byte and run at the FP8 peak where the part has one; on a
   GPU a GEMM's memory time is a ramp plus its bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`,
@@ -160,10 +160,10 @@ class Roofline:
     # ---- kernels --------------------------------------------------------------------------------------------
 
     def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, width: int,
-                efficiency: float | None = None) -> np.ndarray:
-        """A GEMM's time on weights of ``width`` bytes per element (FP8 at the part's FP8 peak), its FLOPs at
-        ``efficiency`` of that peak (None: :attr:`compute_efficiency`)."""
-        compute = np.asarray(flops) / (self.gpu.flops_for(width) * (efficiency or self.compute_efficiency))
+                rate: float | None = None) -> np.ndarray:
+        """A GEMM's time on weights of ``width`` bytes per element, its FLOPs at ``rate`` FLOP/s (None: the part's
+        peak for that width, FP8's for one byte, at :attr:`compute_efficiency`)."""
+        compute = np.asarray(flops) / (rate or self.gpu.flops_for(width) * self.compute_efficiency)
         if not (self._floors and self.gemm_ramp):
             t = np.maximum(np.asarray(nbytes) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency), compute)
             return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
@@ -200,12 +200,12 @@ class Roofline:
 
         def add(
             params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None,
-            width: int = wb, efficiency: float | None = None,
+            width: int = wb, rate: float | None = None,
         ) -> None:
             nonlocal seconds, flops, nbytes
             b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp
-            seconds = seconds + count * self._kernel(b, f, width, efficiency)
+            seconds = seconds + count * self._kernel(b, f, width, rate)
             flops = flops + count * f
             nbytes = nbytes + count * b
 
@@ -220,12 +220,13 @@ class Roofline:
                 if p:
                     add(p, m.moe_layers)
             # grouped gate/up and down over the experts the tokens touch, compute-bound at the engine's fused-MoE
-            # kernel's own share of the peak where the public tables give one (routing, permutation and a grouped
-            # GEMM of uneven groups reach a quarter of it on Hopper: benchmarks/moe_kernel_efficiency.py)
-            moe = self.gpu.moe_compute_efficiency or None
+            # kernel's own rate where the public tables give one (routing, permutation and a grouped GEMM of uneven
+            # groups reach a quarter of the FP8 peak on Hopper, BF16 experts about as fast as block-FP8 ones:
+            # benchmarks/moe_kernel_efficiency.py)
+            moe = self.gpu.flops_for(1) * self.gpu.moe_compute_efficiency or None
             for share in (2 / 3, 1 / 3):
                 add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
-                    read=share * m.expert_params * experts, efficiency=moe)
+                    read=share * m.expert_params * experts, rate=moe)
         # LM head (vocab-parallel over TP; BF16 in FP8 checkpoints)
         add(m.vocab * m.hidden, 1, rows=t if logit_rows is None else logit_rows, width=max(wb, 2))
         if self._floors:

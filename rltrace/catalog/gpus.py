@@ -49,9 +49,10 @@ class GPUSpec:
     sm_source: str = ""
     """where ``sm_count`` and ``sm_clock_mhz`` come from (program output or a document, cited)"""
     moe_compute_efficiency: float = 0.0
-    """fraction of the part's peak the serving engine's fused-MoE kernel reaches when compute-bound (the public
-    kernel table's, benchmarks/moe_kernel_efficiency.py; 0: unknown, the routed experts' GEMMs then take the cost
-    model's compute efficiency like every other GEMM)"""
+    """the rate the serving engine's fused-MoE kernel computes at when compute-bound, as a fraction of the part's FP8
+    peak whatever the experts' type (the public kernel tables' block-FP8 rows; their BF16 rows reach 88-100% of that
+    rate: benchmarks/moe_kernel_efficiency.py); 0: unknown, the routed experts' GEMMs then take the cost model's
+    compute efficiency like every other GEMM"""
     moe_source: str = ""
 
     @property

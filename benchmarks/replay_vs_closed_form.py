@@ -21,12 +21,13 @@ import sys
 from pathlib import Path
 
 import polars as pl
+from rltrace.collectors.importers.base import ImportOptions, requests_table
 from rltrace.replay.costmodels.benchmark import offline_throughput
 from rltrace.replay.costmodels.roofline import Roofline
 
 import rltrace
 from rltrace.catalog import get_gpu, get_model
-from rltrace.manifest import Manifest, ModelInfo, Pool
+from rltrace.manifest import Manifest, Pool
 
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE = REPO / "replay" / "costmodels" / "data" / "offline_validation.csv"
@@ -37,21 +38,13 @@ def bundle(folder: Path, row: dict, index: int) -> None:
     """One step of ``row``'s requests: identical lengths, sent at once or ``request_rate`` a second."""
     spec = get_model(row["model"])
     n, rate = int(row["requests"]), row["request_rate"]
-    arrivals = [int(k / rate * 1e9) if rate else 0 for k in range(n)]
-    table = pl.DataFrame({"prompt_tokens": [row["prompt_tokens"]] * n,
-                          "output_tokens": [row["output_tokens"]] * n}).with_columns(
-        pl.lit(0, pl.Int32).alias("step"), pl.format("r{}", pl.int_range(n)).alias("request_id"),
-        pl.format("g{}", pl.int_range(n)).alias("group_id"), pl.lit("rollout/engine0").alias("engine"),
-        pl.Series("arrival_ns", arrivals, pl.Int64), pl.lit("length").alias("finish_reason"),
-        *(pl.lit(None, pl.Int64).alias(c) for c in ("scheduled_ns", "first_token_ns", "finish_ns")),
-        pl.lit(None, pl.Int32).alias("policy_version"), pl.lit(0, pl.Int32).alias("turn"),
-        pl.lit(0, pl.Int32).alias("num_preemptions"))
-    manifest = Manifest(run_id=f"offline-{index}", source="import",
+    source = pl.DataFrame({"prompt": [row["prompt_tokens"]] * n, "output": [row["output_tokens"]] * n,
+                           "arrival_ns": [int(k / rate * 1e9) if rate else 0 for k in range(n)]})
+    table = requests_table(pl.col("prompt"), pl.col("output"), pl.col("arrival_ns"), source,
+                           ImportOptions()).with_columns(pl.lit("length").alias("finish_reason"))
+    manifest = Manifest(run_id=f"offline-{index}", source="import", model=spec.info(),
                         cluster={"rollout": Pool(device=row["gpu"], count=row["tp"], tp=row["tp"]),
-                                 "trainer": Pool(device=row["gpu"], count=1, tp=1)},
-                        model=ModelInfo(name=spec.name, params=spec.params, layers=spec.layers, hidden=spec.hidden,
-                                        heads=spec.heads, kv_heads=spec.kv_heads, vocab=spec.vocab,
-                                        intermediate=spec.intermediate, head_dim=spec.head_dim))
+                                 "trainer": Pool(device=row["gpu"], count=1, tp=1)})
     rltrace.write_bundle(folder, manifest, {"requests": table})
 
 

@@ -101,6 +101,20 @@ def summary(compared: pl.DataFrame, min_bytes: int = 64 << 20) -> pl.DataFrame:
 # the source states it, and the out-of-place time and busbw it printed. Nothing here is fitted to them.
 MULTINODE_CSV = Path(__file__).resolve().parent / "data" / "multinode_nccl.csv"
 SIZE_BANDS = ((0, 64 << 20, "< 64 MB"), (64 << 20, 1 << 30, "64 MB - 1 GB"), (1 << 30, 1 << 62, ">= 1 GB"))
+Bands = tuple[tuple[int, int, str], ...]
+
+
+def _size_band(bands: Bands) -> pl.Expr:
+    """Each row's band by its ``size_bytes`` (bands ascending, the first from 0)."""
+    band = pl.lit(bands[0][2])
+    for lo, _, name in bands[1:]:
+        band = pl.when(pl.col("size_bytes") >= lo).then(pl.lit(name)).otherwise(band)
+    return band.alias("size_band")
+
+
+def _band_order(bands: Bands) -> pl.Expr:
+    """A sort key that puts the bands small to large (their names sort otherwise: "64 MB - 1 GB" before "< 64 MB")."""
+    return pl.col("size_band").replace_strict({name: i for i, (*_, name) in enumerate(bands)})
 
 
 def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
@@ -167,7 +181,7 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     """Every multi-node point beside the model's time, algorithm and protocol, under the algorithm the run
     forced (NCCL_ALGO) or NCCL-like auto selection; error = model_s / measured_s - 1."""
     rows = multinode_measured(path)
-    model_s, algos, protos, bands = [], [], [], []
+    model_s, algos, protos = [], [], []
     for i, r in enumerate(rows.iter_rows(named=True)):
         settings = str(r.get("settings") or "")
         try:
@@ -181,21 +195,19 @@ def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
         model_s.append(c.seconds)
         algos.append(c.algorithm)
         protos.append(c.protocol)
-        bands.append(next(name for lo, hi, name in SIZE_BANDS if lo <= r["size_bytes"] < hi))
     return rows.with_columns(
         (pl.col("time_us") / 1e6).alias("measured_s"), pl.Series("model_s", model_s),
-        pl.Series("model_algorithm", algos), pl.Series("model_protocol", protos), pl.Series("size_band", bands),
+        pl.Series("model_algorithm", algos), pl.Series("model_protocol", protos), _size_band(SIZE_BANDS),
     ).with_columns((pl.col("model_s") / pl.col("measured_s") - 1).alias("error"))
 
 
 def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
     """Median and worst |error| by op, GPU kind, node count and size band."""
     keys = ("op", "gpu", "nodes", "size_band")
-    order = pl.col("size_band").replace_strict({n: i for i, (*_, n) in enumerate(SIZE_BANDS)})  # small to large
     return compared.group_by(*keys).agg(
         pl.len().alias("points"), pl.col("cluster").n_unique().alias("clusters"),
         pl.col("error").abs().median().alias("median_abs_error"),
-        pl.col("error").abs().max().alias("max_abs_error")).sort("op", "gpu", "nodes", order)
+        pl.col("error").abs().max().alias("max_abs_error")).sort("op", "gpu", "nodes", _band_order(SIZE_BANDS))
 
 
 # aiconfigurator's one-node NCCL sweeps of four GPU kinds, packaged (replay/network/data/one_node_nccl.parquet; each
@@ -230,19 +242,15 @@ def one_node_compare(path: str | Path = ONE_NODE_PARQUET) -> pl.DataFrame:
     keys = keys.with_columns(pl.Series("model_s", [m.seconds for m in modelled]),
                              pl.Series("model_algorithm", [m.algorithm for m in modelled]),
                              pl.Series("model_protocol", [m.protocol for m in modelled]))
-    bands = pl.lit(ONE_NODE_BANDS[0][2])
-    for lo, _, name in ONE_NODE_BANDS[1:]:
-        bands = pl.when(pl.col("size_bytes") >= lo).then(pl.lit(name)).otherwise(bands)
     return rows.join(keys, on=["gpu", "op", "dtype", "gpus", "size_bytes"]).with_columns(
-        (pl.col("time_us") / 1e6).alias("measured_s"), bands.alias("size_band"),
+        (pl.col("time_us") / 1e6).alias("measured_s"), _size_band(ONE_NODE_BANDS),
     ).with_columns((pl.col("model_s") / pl.col("measured_s") - 1).alias("error"))
 
 
 def one_node_summary(compared: pl.DataFrame) -> pl.DataFrame:
     """Median (signed and |error|) and worst |error| by GPU kind, op, GPU count and size band."""
     keys = ("gpu", "op", "gpus", "size_band")
-    order = pl.col("size_band").replace_strict({n: i for i, (*_, n) in enumerate(ONE_NODE_BANDS)})
     return compared.group_by(*keys).agg(
         pl.len().alias("points"), pl.col("error").median().alias("median_error"),
         pl.col("error").abs().median().alias("median_abs_error"),
-        pl.col("error").abs().max().alias("max_abs_error")).sort("gpu", "op", "gpus", order)
+        pl.col("error").abs().max().alias("max_abs_error")).sort("gpu", "op", "gpus", _band_order(ONE_NODE_BANDS))

@@ -45,7 +45,7 @@ import polars as pl
 
 import rltrace
 from rltrace.catalog import get_model
-from rltrace.manifest import Manifest, ModelInfo, Pool
+from rltrace.manifest import Manifest, Pool
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -173,9 +173,7 @@ def run_rltrace(work: Path, requests: pl.DataFrame, batch: int, profile: Path | 
         manifest = Manifest(run_id="azure-conv-llama2-7b", source="import",
                             cluster={"rollout": Pool(device="H100", count=1, tp=1),
                                      "trainer": Pool(device="H100", count=1, tp=1)},
-                            model=ModelInfo(name=spec.name, params=spec.params, layers=spec.layers, hidden=spec.hidden,
-                                            heads=spec.heads, kv_heads=spec.kv_heads, vocab=spec.vocab,
-                                            intermediate=spec.intermediate, head_dim=spec.head_dim))
+                            model=spec.info())
         rltrace.write_bundle(bundle, manifest, {"requests": table})
     out = work / ("rltrace_profiled" if profile else "rltrace_default")
     cmd = [str(Path(sys.executable).parent / "rltrace"), "replay", str(bundle), "-s", "disagg-sync",

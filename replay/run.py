@@ -33,7 +33,8 @@ from rltrace.replay.simulator import Simulator
 from rltrace.replay.workload import Workload, extract, renumber_steps, retarget, select_steps
 
 from rltrace.bundle import Bundle
-from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
+from rltrace.catalog import GPUSpec, ModelSpec, from_info, get_gpu, get_model
+from rltrace.catalog.models import differences
 from rltrace.config import to_dict
 from rltrace.errors import ConfigError
 from rltrace.limits import check_shape
@@ -127,17 +128,23 @@ class RunResult:
 
 
 def model_spec(info: ModelInfo | None, override: str | None = None) -> ModelSpec | None:
-    """The catalog's spec for the bundle's model (or ``override``), else one built from the manifest."""
+    """``override`` (a catalog name or a config.json), else the model the bundle's manifest records
+    (:func:`rltrace.catalog.from_info`: its recorded architecture, else the catalog's entry of its name)."""
     if override:
         return get_model(override)
-    if info is None:
-        return None
+    return from_info(info) if info is not None else None
+
+
+def _model_note(spec: ModelSpec) -> str | None:
+    """A note when the bundle's model is not the catalog's entry of the same name (an FP8 run of a BF16 entry, a
+    fine-tune with other widths): the replay prices what was recorded, and says so."""
     try:
-        return get_model(info.name)
+        listed = get_model(spec.name)
     except ConfigError:
-        return ModelSpec(name=info.name, hidden=info.hidden, layers=info.layers, heads=info.heads,
-                         kv_heads=info.kv_heads, intermediate=info.intermediate or 4 * info.hidden,
-                         vocab=info.vocab, head_dim=info.head_dim, dtype_bytes=info.dtype_bytes)
+        return None
+    changed = differences(listed, spec)
+    return (f"model {spec.name}: the bundle records another architecture than the catalog's entry of that name "
+            f"({', '.join(changed)}); replayed as recorded") if changed else None
 
 
 def _gpu(device: str | None) -> GPUSpec | None:
@@ -157,6 +164,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     replay/uncertainty.py)."""
     notes: list[str] = []
     spec = model_spec(workload.model, model)
+    if spec is not None and model is None and (note := _model_note(spec)):
+        notes.append(note)
     profile = load_profile(cost.profile) if cost.profile else None
     rollout = workload.cluster.get("rollout")
     trainer = workload.cluster.get("trainer")

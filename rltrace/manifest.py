@@ -34,6 +34,12 @@ _BOUNDS: dict[tuple[str, str], tuple[int, int]] = {
     ("ModelInfo", "layers"): (1, 100_000),
     ("ModelInfo", "vocab"): (1, 1 << 24),
     ("ModelInfo", "dtype_bytes"): (1, 16),
+    ("ModelInfo", "kv_dtype_bytes"): (1, 16),
+    **{("ModelInfo", f): (0, 1 << 20) for f in ("experts", "experts_per_token", "shared_experts", "expert_intermediate",
+                                                "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                                                "v_head_dim", "sliding_window")},
+    ("ModelInfo", "dense_layers"): (0, 100_000),
+    ("ModelInfo", "tp_norm_allreduces"): (0, 16),
     ("ModelInfo", "params"): (1, 10**15),
     ("RLConfig", "prompts_per_step"): (1, 10**7),
     ("RLConfig", "samples_per_prompt"): (1, 10**7),
@@ -43,7 +49,12 @@ _BOUNDS: dict[tuple[str, str], tuple[int, int]] = {
 
 @dataclass(kw_only=True, slots=True)
 class ModelInfo:
-    """Architecture of the policy model (numbers as in its Hugging Face config)."""
+    """Architecture of the policy model (numbers as in its Hugging Face config).
+
+    The fields after ``head_dim`` (format 1.4) record what a dense GQA model lacks: mixture-of-experts, MLA, a
+    sliding window, biases, tied embeddings, the KV cache's type, as the catalog's ``ModelSpec`` names them (0 or
+    False: absent). A writer sets all of them or none: ``experts`` null marks a manifest from before 1.4, whose
+    model replay takes from the catalog by name."""
 
     name: str
     params: int
@@ -55,6 +66,22 @@ class ModelInfo:
     dtype_bytes: int = 2
     intermediate: int | None = None
     head_dim: int | None = None
+    experts: int | None = None
+    experts_per_token: int | None = None
+    shared_experts: int | None = None
+    expert_intermediate: int | None = None
+    dense_layers: int | None = None
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    sliding_window: int | None = None
+    tp_norm_allreduces: int | None = None
+    qkv_bias: bool | None = None
+    tied_embeddings: bool | None = None
+    kv_dtype_bytes: int | None = None
+    """bytes per KV-cache element; null: the weights' type (BF16 for FP8 weights), as in the catalog"""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -223,6 +250,10 @@ def _coerce(type_text: Any, value: Any, file: str, key: str, strict: bool = Fals
                     for k, v in value.items()}
         if t.startswith(name):
             return _build(nested, _obj(value, file, key), file, f"{key}.", strict=strict)
+    if t.startswith("bool"):
+        if not isinstance(value, bool):
+            raise ValidationError(f"field '{key}' must be true or false, got {_short(value)}", file=file)
+        return value
     if t.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(f"field '{key}' must be an integer, got {_short(value)}", file=file)

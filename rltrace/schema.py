@@ -7,7 +7,7 @@ that introduced it and its value rules. Everything else derives from these decla
 writer casts to, the polars dtypes the reader casts to, the validation checks, and the markdown table in
 docs/format.md (``rltrace schema``).
 
-Versioning: ``FORMAT_VERSION`` is ``major.minor``. A minor version only adds columns or tables, so a reader accepts
+Versioning: ``FORMAT_VERSION`` is ``major.minor``. A minor version only adds columns, tables or manifest fields, so a reader accepts
 every older minor version and fills the columns it lacks with their declared default (a table newer than the
 bundle reads as empty). A newer minor version is
 read too (unknown columns are dropped). A different major version is refused.
@@ -19,6 +19,8 @@ Changelog:
     1.2  requests gains ``trajectory_id`` (the turns of one multi-turn trajectory share it).
     1.3  iterations: one row per generation-engine iteration (its duration and the requests in the engine),
          which resolves decode time against batch where per-request timings cannot.
+    1.4  the manifest's ``model`` gains the architecture beyond a dense GQA model (experts, MLA, sliding window,
+         biases, tied embeddings, KV-cache type), so a bundle of a model the catalog lacks replays as recorded.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
 
 FINISH_REASONS = ("stop", "length", "abort")

@@ -17,14 +17,24 @@ from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import MOE_TRAIN_MFU, default_mfu, step_seconds
 
-from rltrace.catalog import get_gpu, get_model
-from rltrace.catalog.models import ModelSpec
-from rltrace.errors import ConfigError
+import rltrace
+from rltrace.catalog import from_info, get_gpu, get_model, load_models
+from rltrace.catalog.models import ARCHITECTURE, ModelSpec, differences
+from rltrace.errors import ConfigError, ValidationError
+from rltrace.manifest import Manifest
 
 H100 = get_gpu("H100")
 # A small MoE: 4 experts, top-2, width 64, one dense layer then three MoE layers.
 TINY = ModelSpec(name="tiny-moe", hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=1000,
                  experts=4, experts_per_token=2, expert_intermediate=64, dense_layers=1)
+# DeepSeek-V3's config.json (deepseek-ai/DeepSeek-V3), the keys the catalog reads
+DEEPSEEK_V3_CONFIG = {
+    "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "intermediate_size": 18432, "vocab_size": 129280, "n_routed_experts": 256,
+    "num_experts_per_tok": 8, "n_shared_experts": 1, "moe_intermediate_size": 2048, "first_k_dense_replace": 3,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                                       "weight_block_size": [128, 128]}}
 
 
 def test_expected_experts_closed_form() -> None:
@@ -146,15 +156,9 @@ def test_minimax_m2_matches_its_published_totals_and_all_reduces_its_qk_norm(tmp
 
 def test_hf_config_of_an_moe_and_an_mla_model(tmp_path: Path) -> None:
     ds = get_model("DeepSeek-V3")
-    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
-           "num_key_value_heads": 128, "intermediate_size": 18432, "vocab_size": 129280, "n_routed_experts": 256,
-           "num_experts_per_tok": 8, "n_shared_experts": 1, "moe_intermediate_size": 2048, "first_k_dense_replace": 3,
-           "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-           "v_head_dim": 128, "torch_dtype": "bfloat16",
-           "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
     path = tmp_path / "DeepSeek-V3" / "config.json"
     path.parent.mkdir()
-    path.write_text(json.dumps(cfg))
+    path.write_text(json.dumps(DEEPSEEK_V3_CONFIG))
     spec = get_model(str(path))
     assert spec.params == ds.params and spec.active_params == ds.active_params
     assert spec.dtype_bytes == 1 and spec.kv_bytes_per_token == ds.kv_bytes_per_token
@@ -303,3 +307,73 @@ def test_clients_beyond_the_kv_cache_wait_for_a_slot_by_littles_law() -> None:
     assert beyond.batch == slots and beyond.tpot_s == pytest.approx(inside.tpot_s)
     service = inside.ttft_s + 999 * inside.tpot_s
     assert beyond.queue_s == pytest.approx(2 * service) and beyond.ttft_s == pytest.approx(inside.ttft_s + 2 * service)
+
+
+# ---- a bundle's model: the manifest records the architecture, replay rebuilds it ----------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(load_models()))
+def test_a_manifest_carries_every_catalog_model_through_json(name: str) -> None:
+    spec = get_model(name)
+    info = Manifest.from_json(Manifest(run_id="r", model=spec.info()).to_json()).model
+    assert info is not None and from_info(info) == spec
+
+
+def _acme_moe(tmp_path: Path) -> Path:
+    """DeepSeek-V3's config.json under a name the catalog does not hold."""
+    path = tmp_path / "acme" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**DEEPSEEK_V3_CONFIG, "_name_or_path": "acme/MoE-X"}))
+    return path
+
+
+def test_a_bundle_of_a_model_the_catalog_lacks_replays_as_the_moe_it_recorded(tmp_path: Path) -> None:
+    config = _acme_moe(tmp_path)
+    bundle = tmp_path / "bundle"
+    made = run_cli("synth", "--preset", "rollpacker", "--set", "steps=1", "--set", f"model={config}", "-o",
+                   str(bundle))
+    assert made.returncode == 0, made.stderr
+    info = rltrace.open(bundle).manifest.model
+    assert info is not None and info.experts == 256 and info.kv_lora_rank == 512 and info.dtype_bytes == 1
+    spec = from_info(info)
+    assert spec.name == "acme/MoE-X" and spec.is_mla and differences(spec, get_model(str(config))) == []
+    # before format 1.4 the manifest's dense fields were all replay had: a 38.6B dense model, which fits on 8 H800s;
+    # the recorded MoE's 671B FP8 weights (84.1 GB a GPU at TP 8) do not, and the replay says so as --model would
+    replay = run_cli("replay", str(bundle), "--gen-gpus", "8", "--tp", "8", "-s", "disagg-sync", "-o",
+                     str(tmp_path / "out"))
+    assert replay.returncode == 2
+    assert replay.stderr.strip().splitlines() == [
+        ("rltrace: error: acme/MoE-X leaves no KV cache on 8 x H800: vLLM's 0.9 share is 76.5 GB a GPU, the "
+         "weights take 84.1 GB, activations and buffers 3.8 GB; raise tp")]
+    legacy = dataclasses.replace(info, **dict.fromkeys(ARCHITECTURE))
+    assert not from_info(legacy).is_moe  # a 1.3 manifest of an unknown name: only its dense fields
+
+
+def test_a_manifest_from_before_the_architecture_names_a_catalog_model() -> None:
+    info = dataclasses.replace(get_model("DeepSeek-V3").info(), **dict.fromkeys(ARCHITECTURE), dtype_bytes=2)
+    assert from_info(info) == get_model("DeepSeek-V3")  # 1.3 writers set no dtype from the run: the name decides
+
+
+def test_a_recorded_architecture_other_than_the_catalogs_is_replayed_and_noted(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    assert run_cli("synth", "--preset", "rollpacker", "--set", "steps=1", "-o", str(bundle)).returncode == 0
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["model"]["dtype_bytes"] = 1  # an FP8 run of the catalog's BF16 Qwen2.5-7B
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert from_info(rltrace.open(bundle).manifest.model).dtype_bytes == 1
+    replay = run_cli("replay", str(bundle), "-s", "disagg-sync", "-o", str(tmp_path / "out"))
+    assert replay.returncode == 0, replay.stderr
+    assert ("note: model Qwen2.5-7B: the bundle records another architecture than the catalog's entry of that name "
+            "(dtype_bytes 2 -> 1); replayed as recorded") in " ".join((replay.stdout + replay.stderr).split())
+    manifest["model"].update(experts=8, experts_per_token=300, expert_intermediate=64)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    bad = run_cli("replay", str(bundle), "-s", "disagg-sync", "-o", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "the bundle's manifest: model 'Qwen2.5-7B': an MoE needs 0 < experts_per_token <= experts" in bad.stderr
+
+
+def test_a_manifest_flag_must_be_a_boolean() -> None:
+    text = Manifest(run_id="r", model=get_model("Qwen2.5-7B").info()).to_json().replace(
+        '"qkv_bias": true', '"qkv_bias": "yes"')
+    with pytest.raises(ValidationError, match="field 'model.qkv_bias' must be true or false"):
+        Manifest.from_json(text)

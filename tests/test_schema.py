@@ -48,5 +48,5 @@ def test_schema_command_prints_the_reference() -> None:
 
 
 def test_version_parsing() -> None:
-    assert parse_version(FORMAT_VERSION) == (1, 3)
+    assert parse_version(FORMAT_VERSION) == (1, 4)
     assert parse_version("1") == (1, 0)

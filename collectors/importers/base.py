@@ -12,7 +12,7 @@ import polars as pl
 from rltrace.replay.registry import Registry
 
 from rltrace.catalog import get_model
-from rltrace.manifest import Manifest, ModelInfo, Pool
+from rltrace.manifest import Manifest, Pool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,10 +47,7 @@ class Imported:
         """The bundle's manifest: source "import", the command, the notes (and the skips, counted)."""
         model = None
         if options.model:
-            spec = get_model(options.model)
-            model = ModelInfo(name=spec.name, params=spec.params, layers=spec.layers, hidden=spec.hidden,
-                              heads=spec.heads, kv_heads=spec.kv_heads, vocab=spec.vocab,
-                              intermediate=spec.intermediate, head_dim=spec.head_dim)
+            model = get_model(options.model).info()
         pools = {name: Pool(device=options.gpu or p.device, count=p.count, tp=p.tp) for name, p in self.pools.items()}
         notes = [f"imported by `rltrace import {kind}` from {', '.join(f.name for f in files)}", *self.notes]
         notes += [f"skipped {n} event(s): {why}" for why, n in sorted(self.skipped.items())]

@@ -205,7 +205,7 @@ class ModelSpec:
         return e * (1.0 - math.pow(1.0 - k / e, tokens))
 
     def info(self) -> ModelInfo:
-        """The manifest's view of this model."""
+        """The manifest's view of this model: every architecture field, so :func:`from_info` rebuilds it."""
         return ModelInfo(
             name=self.name,
             params=self.params,
@@ -217,6 +217,7 @@ class ModelSpec:
             dtype_bytes=self.dtype_bytes,
             intermediate=self.intermediate,
             head_dim=self.dim_head,
+            **{f: getattr(self, f) for f in ARCHITECTURE},
         )
 
 
@@ -234,6 +235,40 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> ModelSpec:
     if spec.dtype_bytes not in (1, 2, 4) or (spec.kv_dtype_bytes or 2) not in (1, 2, 4):
         raise ConfigError(f"{where}: model {name!r}: dtype_bytes and kv_dtype_bytes must be 1, 2 or 4")
     return spec
+
+
+ARCHITECTURE = ("experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers",
+                "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window",
+                "tp_norm_allreduces", "qkv_bias", "tied_embeddings", "kv_dtype_bytes")
+"""The fields a manifest's ``model`` records beyond a dense model's (format 1.4), named as in :class:`ModelSpec`."""
+_SHAPE = ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "dim_head", "dtype_bytes", *ARCHITECTURE)
+
+
+def differences(a: ModelSpec, b: ModelSpec) -> list[str]:
+    """The architecture fields where two specs differ, as ``field a -> b`` (empty: the same model to the cost
+    models, whatever their names, sources or published totals)."""
+    return [f"{f} {getattr(a, f)} -> {getattr(b, f)}" for f in _SHAPE if getattr(a, f) != getattr(b, f)]
+
+
+def from_info(info: ModelInfo) -> ModelSpec:
+    """The model a bundle's manifest records. A manifest that records its architecture (format 1.4 writers:
+    ``experts`` not null) is rebuilt as recorded, and is the catalog's entry of its name when that entry has the
+    same architecture (keeping its published totals and source); an older one is the catalog's entry of its
+    name, else a dense model of its fields. A recorded architecture the catalog would refuse (top-k above the
+    experts, a dtype of 3 bytes) is a :class:`ConfigError` naming the manifest."""
+    where = "the bundle's manifest"
+    raw: dict[str, Any] = {"hidden": info.hidden, "layers": info.layers, "heads": info.heads,
+                           "kv_heads": info.kv_heads, "intermediate": info.intermediate or 4 * info.hidden,
+                           "vocab": info.vocab, "head_dim": info.head_dim, "dtype_bytes": info.dtype_bytes}
+    try:
+        listed: ModelSpec | None = lookup(_builtin(), info.name, "model")
+    except ConfigError:
+        listed = None
+    if info.experts is None:  # written before the architecture was recorded: the name is all there is
+        return listed or _spec(info.name, raw, where)
+    raw.update({f: v for f in ARCHITECTURE if (v := getattr(info, f)) is not None})
+    recorded = _spec(info.name, raw, where)
+    return listed if listed is not None and not differences(listed, recorded) else recorded
 
 
 _BUILTIN = Path(__file__).with_name("models.toml")

@@ -7,10 +7,10 @@ that introduced it and its value rules. Everything else derives from these decla
 writer casts to, the polars dtypes the reader casts to, the validation checks, and the markdown table in
 docs/format.md (``rltrace schema``).
 
-Versioning: ``FORMAT_VERSION`` is ``major.minor``. A minor version only adds columns, tables or manifest fields, so a reader accepts
-every older minor version and fills the columns it lacks with their declared default (a table newer than the
-bundle reads as empty). A newer minor version is
-read too (unknown columns are dropped). A different major version is refused.
+Versioning: ``FORMAT_VERSION`` is ``major.minor``. A minor version only adds columns, tables or manifest fields, so
+a reader accepts every older minor version and fills the columns it lacks with their declared default (a table newer
+than the bundle reads as empty). A newer minor version is read too (unknown columns are dropped). A different major
+version is refused.
 
 Changelog:
     1.0  requests, collectives, weight_syncs, spans.

@@ -1,13 +1,21 @@
-"""The fraction of a GPU's peak vLLM's fused-MoE kernel reaches when compute-bound, from aiconfigurator's tables.
+"""The rate vLLM's fused-MoE kernel computes at, against each rank's expert width, from aiconfigurator's tables.
 
-The catalog's ``moe_compute_efficiency`` (rltrace/catalog/gpus.toml) comes from here: in each GPU kind's newest vLLM
-``moe_perf.parquet`` of ai-dynamo/aiconfigurator (@ 095f58a5, ``aic-core/src/aiconfigurator_core/systems/data/
-<gpu>/moe/vllm/<release>/moe_perf.parquet``, Apache-2.0), the rows with balanced routing, no tensor or expert
-parallelism inside the kernel (moe_tp_size = moe_ep_size = 1), at least 4,096 tokens (the compute-bound end: the
-weights are read once for every 4,096 x top-k rows), in block FP8. Each row's FLOPs are ``tokens x topk x 3 x
-hidden x inter x 2`` (gate, up and down); the figure is the median over the table's model shapes of FLOPs / latency
-/ the datasheet's dense FP8 peak. It prints the BF16 rows' rate beside it, as a share of the same FP8 peak: the
-catalog applies the figure to the FP8 peak whatever the experts' type.
+The catalog's ``moe_compute_efficiency`` and ``moe_half_width`` (rltrace/catalog/gpus.toml) come from here: in each
+GPU kind's newest vLLM ``moe_perf.parquet`` of ai-dynamo/aiconfigurator (@ 095f58a5, ``aic-core/src/
+aiconfigurator_core/systems/data/<gpu>/moe/vllm/<release>/moe_perf.parquet``, Apache-2.0), the rows with balanced
+routing, no expert parallelism inside the kernel (moe_ep_size = 1, every tensor-parallel size the table has), at
+least 256 rows an expert (tokens x top-k / experts: the compute-bound end, each expert's weights read once for 256
+rows or more; a top-1 model of 128 experts never gets there within the table's 16,384 tokens), in block FP8.
+Each row's FLOPs are ``tokens x topk x 3 x hidden x inter / moe_tp x 2`` (gate, up and down on one rank's slice);
+its share is FLOPs / latency / the datasheet's dense FP8 peak. Tensor parallelism splits each expert's intermediate
+width over the ranks, and the kernel's grouped GEMMs get slower as that width ``w = inter / moe_tp`` narrows (a
+quarter of the FP8 peak at 2,048 on Hopper, a tenth at 128), so the catalog holds the curve
+
+    share(w) = ceiling x w / (w + half_width)
+
+fitted over the table's shapes and TP sizes (each shape and size's median share; least squares on log share, so a
+share 20% low weighs as one 20% high). It prints the fit, the median share by width beside it, and the BF16 rows' rate
+as a share of the same FP8 peak (the catalog applies the curve to the FP8 peak whatever the experts' type).
 
     python benchmarks/moe_kernel_efficiency.py AICONFIGURATOR_REPO
 
@@ -20,30 +28,46 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from rltrace.catalog import get_gpu
 
-TABLES = {  # GPU kind -> (aiconfigurator system folder, newest vLLM release with a table there, its dtype rows)
-    "H100": ("h100_sxm", "0.24.0", "fp8_block"),
-    "H200": ("h200_sxm", "0.24.0", "fp8_block"),
-    "B200": ("b200_sxm", "0.24.0", "fp8_block"),
+TABLES = {  # GPU kind -> (aiconfigurator system folder, newest vLLM release with a table there)
+    "H100": ("h100_sxm", "0.24.0"),
+    "H200": ("h200_sxm", "0.24.0"),
+    "B200": ("b200_sxm", "0.24.0"),
 }
 # A100's only vLLM table (0.14.0) has no balanced-routing rows; H20 and H800 have none: the catalog gives H800 H100's
-# figure (the same die and clocks) and leaves A100 and H20 at the dense compute efficiency
-MIN_TOKENS = 4096
+# figures (the same die and clocks) and leaves A100 and H20 at the dense compute efficiency
+MIN_ROWS_PER_EXPERT = 256
+SHAPE = ("hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size")
 
 
-def efficiency(table: pl.DataFrame, dtype: str, peak_tflops: float) -> tuple[float, int]:
-    """Median fraction of ``peak_tflops`` over the table's ``dtype`` model shapes (compute-bound rows), and the row
-    count."""
+def shares(table: pl.DataFrame, dtype: str, peak_tflops: float) -> pl.DataFrame:
+    """Median share of ``peak_tflops`` per model shape and TP size (compute-bound rows), with the width per rank."""
     rows = table.filter(pl.col("distribution") == "balanced", pl.col("moe_dtype") == dtype,
-                        pl.col("moe_tp_size") == 1, pl.col("moe_ep_size") == 1,
-                        pl.col("num_tokens") >= MIN_TOKENS)
+                        pl.col("moe_ep_size") == 1,
+                        pl.col("num_tokens") * pl.col("topk") >= MIN_ROWS_PER_EXPERT * pl.col("num_experts"))
     flops = pl.col("num_tokens") * pl.col("topk") * 3 * pl.col("hidden_size") * pl.col("inter_size") * 2
-    rows = rows.with_columns((flops / (pl.col("latency") * 1e-3) / (peak_tflops * 1e12)).alias("share"))
-    shapes = rows.group_by("hidden_size", "inter_size", "num_experts", "topk").agg(pl.col("share").median())
-    return float(shapes["share"].median()), rows.height
+    rows = rows.with_columns(
+        (flops / pl.col("moe_tp_size") / (pl.col("latency") * 1e-3) / (peak_tflops * 1e12)).alias("share"),
+        (pl.col("inter_size") / pl.col("moe_tp_size")).alias("width"))
+    return rows.group_by(*SHAPE).agg(pl.col("width").first(), pl.col("share").median(), pl.len().alias("rows"))
+
+
+def fit(points: pl.DataFrame) -> tuple[float, float]:
+    """(ceiling, half_width) of ``share = ceiling x w / (w + half_width)``, least squares on log share: for each half
+    width on a fine grid the best ceiling is closed-form (the mean log ratio), and the grid keeps the best pair."""
+    width = points["width"].to_numpy()
+    log_share = np.log(points["share"].to_numpy())
+    best = (np.inf, 0.0, 0.0)
+    for half in np.geomspace(8, 16384, 4000):
+        shape = np.log(width / (width + half))
+        log_ceiling = float(np.mean(log_share - shape))
+        sse = float(np.sum((log_share - shape - log_ceiling) ** 2))
+        best = min(best, (sse, float(np.exp(log_ceiling)), float(half)))
+    return best[1], best[2]
 
 
 def main() -> None:
@@ -51,15 +75,22 @@ def main() -> None:
     parser.add_argument("repo", type=Path, help="a checkout of ai-dynamo/aiconfigurator")
     args = parser.parse_args()
     base = args.repo / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
-    for kind, (folder, release, dtype) in TABLES.items():
-        gpu = get_gpu(kind)
-        peak = gpu.fp8_tflops
-        path = base / folder / "moe" / "vllm" / release / "moe_perf.parquet"
-        table = pl.read_parquet(path)
-        share, n = efficiency(table, dtype, peak)
-        bf16, m = efficiency(table, "bfloat16", peak)  # BF16 experts, as a share of the same FP8 peak
-        print(f"{kind}: {share:.3f} of the FP8 peak ({peak:g} TFLOP/s, {n} {dtype} rows; BF16 experts {bf16:.3f}, "
-              f"{m} rows), vLLM {release}")
+    for kind, (folder, release) in TABLES.items():
+        peak = get_gpu(kind).fp8_tflops
+        table = pl.read_parquet(base / folder / "moe" / "vllm" / release / "moe_perf.parquet")
+        points = shares(table, "fp8_block", peak)
+        ceiling, half = fit(points)
+        model = ceiling * points["width"] / (points["width"] + half)
+        error = (model / points["share"] - 1).abs()
+        bf16 = shares(table, "bfloat16", peak)["share"].median()
+        tp1 = points.filter(pl.col("moe_tp_size") == 1)["share"].median()
+        print(f"{kind}: ceiling {ceiling:.3f} of the FP8 peak ({peak:g} TFLOP/s), half width {half:.0f}; "
+              f"{points.height} shape x TP points ({points['rows'].sum()} rows), |error| median "
+              f"{error.median():.1%}, worst {error.max():.1%}; TP 1 median {tp1:.3f}; BF16 experts' median "
+              f"{bf16:.3f}; vLLM {release}")
+        by_width = points.group_by("width").agg(pl.col("share").median()).sort("width")
+        print("  width: " + ", ".join(f"{w:g} {s:.3f} ({ceiling * w / (w + half):.3f})"
+                                      for w, s in by_width.iter_rows()))
 
 
 if __name__ == "__main__":

@@ -210,6 +210,23 @@ def test_training_counts_active_params_and_prices_expert_all_to_alls() -> None:
     assert ep.alltoall_bytes == pytest.approx(4 * 48 * 8192 * 8 * 2048 * 2 * 7 / 8)
 
 
+@pytest.mark.parametrize(("tp", "ep", "width"), [(1, 1, 64), (2, 1, 32), (4, 1, 16), (2, 2, 64)])
+def test_the_fused_moe_kernel_slows_as_tensor_parallelism_narrows_each_experts_slice(tp: int, ep: int,
+                                                                                     width: int) -> None:
+    """vLLM's fused-MoE grouped GEMMs run at ceiling x w / (w + half width) of the FP8 peak, w the expert width on one
+    rank: TP splits each expert's intermediate over the ranks, expert parallelism keeps experts whole."""
+    gpu = dataclasses.replace(H100, moe_compute_efficiency=0.3, moe_half_width=48.0)
+    assert gpu.moe_flops(width) == pytest.approx(H100.fp8_tflops * 1e12 * 0.3 * width / (width + 48))
+    assert dataclasses.replace(gpu, moe_compute_efficiency=0.0).moe_flops(width) is None
+    tokens = 8192
+    ideal = dataclasses.replace(gpu, moe_half_width=0.0)
+    slow = Roofline(model=TINY, gpu=gpu, tp=tp, ep=ep, kernel_floors=False).prefill(tokens)
+    fast = Roofline(model=TINY, gpu=ideal, tp=tp, ep=ep, kernel_floors=False).prefill(tokens)
+    expert_flops = 2 * tokens * TINY.expert_params * TINY.experts_per_token * TINY.moe_layers / tp
+    rate = H100.fp8_tflops * 1e12 * 0.3
+    assert slow.seconds - fast.seconds == pytest.approx(expert_flops / rate * 48 / width, rel=1e-9)
+
+
 def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:
     roof = Roofline(model=dataclasses.replace(get_model("Llama-3-70B"), dtype_bytes=1), gpu=H100, tp=8)
     short = serving_benchmark(roof, concurrency=64, prompt_tokens=1024, output_tokens=1024)
@@ -248,7 +265,7 @@ def test_routed_experts_run_at_the_fused_moe_kernels_own_rate() -> None:
     rate (the catalog's share of the FP8 peak, from the public kernel table, whatever the experts' type: these are
     BF16), every other GEMM at the model's efficiency of its own peak."""
     plain = dataclasses.replace(H100, moe_compute_efficiency=0.0)
-    tabled = dataclasses.replace(H100, moe_compute_efficiency=0.25)
+    tabled = dataclasses.replace(H100, moe_compute_efficiency=0.25, moe_half_width=0.0)
     tokens = 8192  # every expert's GEMM compute-bound on this small model
     fast = Roofline(model=TINY, gpu=plain, kernel_floors=False).prefill(tokens)
     slow = Roofline(model=TINY, gpu=tabled, kernel_floors=False).prefill(tokens)

@@ -49,10 +49,13 @@ class GPUSpec:
     sm_source: str = ""
     """where ``sm_count`` and ``sm_clock_mhz`` come from (program output or a document, cited)"""
     moe_compute_efficiency: float = 0.0
-    """the rate the serving engine's fused-MoE kernel computes at when compute-bound, as a fraction of the part's FP8
-    peak whatever the experts' type (the public kernel tables' block-FP8 rows; their BF16 rows reach 88-100% of that
-    rate: benchmarks/moe_kernel_efficiency.py); 0: unknown, the routed experts' GEMMs then take the cost model's
-    compute efficiency like every other GEMM"""
+    """the ceiling of the rate the serving engine's fused-MoE kernel computes at when compute-bound, as a fraction of
+    the part's FP8 peak whatever the experts' type (the public kernel tables' block-FP8 rows:
+    benchmarks/moe_kernel_efficiency.py); 0: unknown, the routed experts' GEMMs then take the cost model's compute
+    efficiency like every other GEMM"""
+    moe_half_width: float = 0.0
+    """the expert width on one rank (intermediate / TP) at which the fused-MoE kernel reaches half its ceiling: its
+    rate is ``ceiling x w / (w + moe_half_width)`` of the FP8 peak (0: the ceiling at every width)"""
     moe_source: str = ""
 
     @property
@@ -66,6 +69,14 @@ class GPUSpec:
         1 byte means FP8, at the part's FP8 peak where it has one.
         """
         return self.fp8_tflops * 1e12 if weight_bytes == 1 and self.fp8_tflops > 0 else self.flops
+
+    def moe_flops(self, width: float) -> float | None:
+        """FLOP/s of the fused-MoE kernel's grouped GEMMs on experts ``width`` wide on each rank, when compute-bound
+        (None: the catalog has no figure for the part)."""
+        if not self.moe_compute_efficiency:
+            return None
+        share = width / (width + self.moe_half_width) if width > 0 else 1.0
+        return self.flops_for(1) * self.moe_compute_efficiency * share
 
     @property
     def memory_bytes(self) -> float:
@@ -109,6 +120,9 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
     moe = spec.moe_compute_efficiency
     if isinstance(moe, bool) or not isinstance(moe, (int, float)) or not 0 <= moe <= 1:
         raise ConfigError(f"{where}: gpu {name!r}: moe_compute_efficiency must be in [0, 1]")
+    half = spec.moe_half_width
+    if isinstance(half, bool) or not isinstance(half, (int, float)) or half < 0:
+        raise ConfigError(f"{where}: gpu {name!r}: moe_half_width must be a number >= 0")
     if not isinstance(spec.host_link_gbps, (int, float)) or spec.host_link_gbps < 0:
         raise ConfigError(f"{where}: gpu {name!r}: host_link_gbps must be a number >= 0")
     return spec

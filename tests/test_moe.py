@@ -352,6 +352,8 @@ def test_a_bundle_of_a_model_the_catalog_lacks_replays_as_the_moe_it_recorded(tm
     assert made.returncode == 0, made.stderr
     info = rltrace.open(bundle).manifest.model
     assert info is not None and info.experts == 256 and info.kv_lora_rank == 512 and info.dtype_bytes == 1
+    shown = run_cli("inspect", str(bundle))
+    assert shown.returncode == 0 and "acme/MoE-X (671B params, MoE: 256 experts, top-8, MLA, FP8)" in shown.stdout
     spec = from_info(info)
     assert spec.name == "acme/MoE-X" and spec.is_mla and differences(spec, get_model(str(config))) == []
     # before format 1.4 the manifest's dense fields were all replay had: a 38.6B dense model, which fits on 8 H800s;

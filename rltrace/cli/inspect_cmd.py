@@ -95,7 +95,15 @@ def render(s: Summary, console: Console) -> None:
     console.print(f"[bold]{escape(clean(s.path))}[/bold]", markup=True, highlight=False)
     facts = [("run", m.run_id), ("source", m.source), ("format", m.format_version)]
     if m.model:
-        facts.append(("model", f"{clean(m.model.name, MAX_CELL_CHARS)} ({_count(m.model.params)} params)"))
+        info = m.model
+        traits = [f"{_count(info.params)} params"]
+        if info.experts:  # format 1.4 manifests record the architecture
+            traits.append(f"MoE: {info.experts} experts, top-{info.experts_per_token}")
+        if info.kv_lora_rank:
+            traits.append("MLA")
+        if info.dtype_bytes == 1:
+            traits.append("FP8")
+        facts.append(("model", f"{clean(info.name, MAX_CELL_CHARS)} ({', '.join(traits)})"))
     if m.cluster:
         facts.append(("cluster", ", ".join(f"{k}: {p.count} x {p.device} (tp {p.tp})" for k, p in m.cluster.items())))
     if m.rl:

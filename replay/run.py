@@ -34,7 +34,7 @@ from rltrace.replay.workload import Workload, extract, renumber_steps, retarget,
 
 from rltrace.bundle import Bundle
 from rltrace.catalog import GPUSpec, ModelSpec, from_info, get_gpu, get_model
-from rltrace.catalog.models import differences
+from rltrace.catalog.models import catalog_entry, differences
 from rltrace.config import to_dict
 from rltrace.errors import ConfigError
 from rltrace.limits import check_shape
@@ -138,9 +138,8 @@ def model_spec(info: ModelInfo | None, override: str | None = None) -> ModelSpec
 def _model_note(spec: ModelSpec) -> str | None:
     """A note when the bundle's model is not the catalog's entry of the same name (an FP8 run of a BF16 entry, a
     fine-tune with other widths): the replay prices what was recorded, and says so."""
-    try:
-        listed = get_model(spec.name)
-    except ConfigError:
+    listed = catalog_entry(spec.name)
+    if listed is None:
         return None
     changed = differences(listed, spec)
     return (f"model {spec.name}: the bundle records another architecture than the catalog's entry of that name "

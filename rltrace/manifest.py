@@ -53,8 +53,8 @@ class ModelInfo:
 
     The fields after ``head_dim`` (format 1.4) record what a dense GQA model lacks: mixture-of-experts, MLA, a
     sliding window, biases, tied embeddings, the KV cache's type, as the catalog's ``ModelSpec`` names them (0 or
-    False: absent). A writer sets all of them or none: ``experts`` null marks a manifest from before 1.4, whose
-    model replay takes from the catalog by name."""
+    False: absent). A writer sets all of them or none (``kv_dtype_bytes`` may be null either way: the weights'
+    type): ``experts`` null marks a manifest from before 1.4, whose model replay takes from the catalog by name."""
 
     name: str
     params: int

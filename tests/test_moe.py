@@ -356,6 +356,7 @@ def test_a_bundle_of_a_model_the_catalog_lacks_replays_as_the_moe_it_recorded(tm
     assert shown.returncode == 0 and "acme/MoE-X (671B params, MoE: 256 experts, top-8, MLA, FP8)" in shown.stdout
     spec = from_info(info)
     assert spec.name == "acme/MoE-X" and spec.is_mla and differences(spec, get_model(str(config))) == []
+    assert spec == dataclasses.replace(get_model(str(config)), source="")  # all but where the config was read
     # before format 1.4 the manifest's dense fields were all replay had: a 38.6B dense model, which fits on 8 H800s;
     # the recorded MoE's 671B FP8 weights (84.1 GB a GPU at TP 8) do not, and the replay says so as --model would
     replay = run_cli("replay", str(bundle), "--gen-gpus", "8", "--tp", "8", "-s", "disagg-sync", "-o",
@@ -384,7 +385,13 @@ def test_a_recorded_architecture_other_than_the_catalogs_is_replayed_and_noted(t
     assert replay.returncode == 0, replay.stderr
     assert ("note: model Qwen2.5-7B: the bundle records another architecture than the catalog's entry of that name "
             "(dtype_bytes 2 -> 1); replayed as recorded") in " ".join((replay.stdout + replay.stderr).split())
-    manifest["model"].update(experts=8, experts_per_token=300, expert_intermediate=64)
+    manifest["model"]["qkv_bias"] = None  # part of the architecture, as no writer leaves it
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    partial = run_cli("replay", str(bundle), "-s", "disagg-sync", "-o", str(tmp_path / "partial"))
+    assert partial.returncode == 2 and partial.stderr.strip().splitlines() == [
+        ("rltrace: error: the bundle's manifest: model 'Qwen2.5-7B': field 'qkv_bias' is null while other "
+         "architecture fields are set (a format 1.4 writer sets all of them)")]
+    manifest["model"].update(qkv_bias=True, experts=8, experts_per_token=300, expert_intermediate=64)
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     bad = run_cli("replay", str(bundle), "-s", "disagg-sync", "-o", str(tmp_path / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -241,7 +241,8 @@ ARCHITECTURE = ("experts", "experts_per_token", "shared_experts", "expert_interm
                 "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window",
                 "tp_norm_allreduces", "qkv_bias", "tied_embeddings", "kv_dtype_bytes")
 """The fields a manifest's ``model`` records beyond a dense model's (format 1.4), named as in :class:`ModelSpec`."""
-_SHAPE = ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "dim_head", "dtype_bytes", *ARCHITECTURE)
+_SHAPE = ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab", "dim_head", "dtype_bytes", "kv_bytes",
+          *(f for f in ARCHITECTURE if f != "kv_dtype_bytes"))  # the KV cache's effective type, not how it is spelt
 
 
 def differences(a: ModelSpec, b: ModelSpec) -> list[str]:
@@ -250,25 +251,38 @@ def differences(a: ModelSpec, b: ModelSpec) -> list[str]:
     return [f"{f} {getattr(a, f)} -> {getattr(b, f)}" for f in _SHAPE if getattr(a, f) != getattr(b, f)]
 
 
+def catalog_entry(name: str) -> ModelSpec | None:
+    """The built-in catalog's model of this name (case-insensitive), or None; never a file, whatever the name."""
+    try:
+        return lookup(_builtin(), name, "model")
+    except ConfigError:
+        return None
+
+
 def from_info(info: ModelInfo) -> ModelSpec:
     """The model a bundle's manifest records. A manifest that records its architecture (format 1.4 writers:
     ``experts`` not null) is rebuilt as recorded, and is the catalog's entry of its name when that entry has the
     same architecture (keeping its published totals and source); an older one is the catalog's entry of its
-    name, else a dense model of its fields. A recorded architecture the catalog would refuse (top-k above the
-    experts, a dtype of 3 bytes) is a :class:`ConfigError` naming the manifest."""
+    name, else a dense model of its fields. A manifest with some architecture fields set and others null, or a
+    recorded architecture the catalog would refuse (top-k above the experts, a dtype of 3 bytes), is a
+    :class:`ConfigError` naming the manifest."""
     where = "the bundle's manifest"
+    # head_dim as written is the computed one: keep it only where it is not hidden / heads, as a config.json does
+    head_dim = info.head_dim if info.head_dim != info.hidden // info.heads else None
     raw: dict[str, Any] = {"hidden": info.hidden, "layers": info.layers, "heads": info.heads,
                            "kv_heads": info.kv_heads, "intermediate": info.intermediate or 4 * info.hidden,
-                           "vocab": info.vocab, "head_dim": info.head_dim, "dtype_bytes": info.dtype_bytes}
-    try:
-        listed: ModelSpec | None = lookup(_builtin(), info.name, "model")
-    except ConfigError:
-        listed = None
-    if info.experts is None:  # written before the architecture was recorded: the name is all there is
+                           "vocab": info.vocab, "head_dim": head_dim, "dtype_bytes": info.dtype_bytes}
+    listed = catalog_entry(info.name)
+    recorded = {f: getattr(info, f) for f in ARCHITECTURE}
+    nulls = [f for f, v in recorded.items() if v is None and f != "kv_dtype_bytes"]
+    if 0 < len(nulls) < len(ARCHITECTURE) - 1 or (nulls and recorded["kv_dtype_bytes"] is not None):
+        raise ConfigError(f"{where}: model {info.name!r}: field {nulls[0]!r} is null while other architecture fields "
+                          "are set (a format 1.4 writer sets all of them)")
+    if nulls:  # written before the architecture was recorded: the name is all there is
         return listed or _spec(info.name, raw, where)
-    raw.update({f: v for f in ARCHITECTURE if (v := getattr(info, f)) is not None})
-    recorded = _spec(info.name, raw, where)
-    return listed if listed is not None and not differences(listed, recorded) else recorded
+    raw.update({f: v for f, v in recorded.items() if v is not None})
+    spec = _spec(info.name, raw, where)
+    return listed if listed is not None and not differences(listed, spec) else spec
 
 
 _BUILTIN = Path(__file__).with_name("models.toml")

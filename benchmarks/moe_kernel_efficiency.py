@@ -9,13 +9,14 @@ rows or more; a top-1 model of 128 experts never gets there within the table's 1
 Each row's FLOPs are ``tokens x topk x 3 x hidden x inter / moe_tp x 2`` (gate, up and down on one rank's slice);
 its share is FLOPs / latency / the datasheet's dense FP8 peak. Tensor parallelism splits each expert's intermediate
 width over the ranks, and the kernel's grouped GEMMs get slower as that width ``w = inter / moe_tp`` narrows (a
-quarter of the FP8 peak at 2,048 on Hopper, a tenth at 128), so the catalog holds the curve
+0.28 of the FP8 peak at 2,048 on Hopper, 0.09 at 128), so the catalog holds the curve
 
     share(w) = ceiling x w / (w + half_width)
 
 fitted over the table's shapes and TP sizes (each shape and size's median share; least squares on log share, so a
-share 20% low weighs as one 20% high). It prints the fit, the median share by width beside it, and the BF16 rows' rate
-as a share of the same FP8 peak (the catalog applies the curve to the FP8 peak whatever the experts' type).
+share 20% low weighs as one 20% high). It prints the fit, the median share by width beside the curve's, and how fast
+the BF16 rows run against the block-FP8 rows of the same shape and TP size (the catalog applies the curve to the FP8
+peak whatever the experts' type).
 
     python benchmarks/moe_kernel_efficiency.py AICONFIGURATOR_REPO
 
@@ -82,12 +83,13 @@ def main() -> None:
         ceiling, half = fit(points)
         model = ceiling * points["width"] / (points["width"] + half)
         error = (model / points["share"] - 1).abs()
-        bf16 = shares(table, "bfloat16", peak)["share"].median()
+        bf16 = shares(table, "bfloat16", peak).join(points, on=list(SHAPE), suffix="_fp8")
+        bf16_ratio = (bf16["share"] / bf16["share_fp8"]).median()
         tp1 = points.filter(pl.col("moe_tp_size") == 1)["share"].median()
         print(f"{kind}: ceiling {ceiling:.3f} of the FP8 peak ({peak:g} TFLOP/s), half width {half:.0f}; "
               f"{points.height} shape x TP points ({points['rows'].sum()} rows), |error| median "
-              f"{error.median():.1%}, worst {error.max():.1%}; TP 1 median {tp1:.3f}; BF16 experts' median "
-              f"{bf16:.3f}; vLLM {release}")
+              f"{error.median():.1%}, worst {error.max():.1%}; TP 1 median {tp1:.3f}; BF16 experts at "
+              f"{bf16_ratio:.2f}x the block-FP8 rate (median over {bf16.height} matched points); vLLM {release}")
         by_width = points.group_by("width").agg(pl.col("share").median()).sort("width")
         print("  width: " + ", ".join(f"{w:g} {s:.3f} ({ceiling * w / (w + half):.3f})"
                                       for w, s in by_width.iter_rows()))

@@ -123,7 +123,7 @@ def test_every_sm_figure_carries_its_source_and_bad_ones_are_refused(tmp_path) -
     assert (get_gpu("B200").sm_count, get_gpu("B200").sm_clock_mhz) == (148, 1965)
     assert get_gpu("H20").sm_cycles_per_s == 0  # 78 SMs cited, no clock: the network model's HBM rule
     for name, gpu in load_gpus().items():  # the fused-MoE kernel's share of the peak, then its kernel table
-        assert (gpu.moe_compute_efficiency > 0) == bool(gpu.moe_source), name
+        assert (gpu.moe_compute_efficiency > 0) == bool(gpu.moe_source) == (gpu.moe_half_width > 0), name
     h800, h100 = get_gpu("H800"), get_gpu("H100")  # the same die
     assert (h800.moe_compute_efficiency, h800.moe_half_width) == (h100.moe_compute_efficiency, h100.moe_half_width)
     base = "[gpus.X1]\nbf16_tflops = 1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n"

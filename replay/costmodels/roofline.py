@@ -8,7 +8,8 @@ one after another:
 - GEMMs: attention in and out projections, the dense MLP's gate/up and down, the LM head; MoE layers read the
   router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
   expected of E, top-k each), whose FLOPs run at the fused-MoE kernel's own rate where the GPU catalog has one
-  (``moe_compute_efficiency x w / (w + moe_half_width)`` of the FP8 peak, w each rank's expert width); the LM
+  (``moe_compute_efficiency x w / (w + moe_half_width)`` of the FP8 peak, w = ``expert_intermediate x ep / tp``,
+  each rank's width of an expert); the LM
   head on one row per request (a prefill chunk's logits are its requests' last tokens: vLLM's ``logits_indices``,
   SGLang's ``last_index`` in its logits processor); FP8
   weights read one byte and run at the FP8 peak where the part has one; on a
@@ -222,9 +223,10 @@ class Roofline:
                     add(p, m.moe_layers)
             # grouped gate/up and down over the experts the tokens touch, compute-bound at the engine's fused-MoE
             # kernel's own rate where the public tables give one: routing, permutation and a grouped GEMM of uneven
-            # groups reach about a quarter of the FP8 peak on Hopper, less as TP narrows each rank's slice of an
-            # expert (expert parallelism keeps experts whole): benchmarks/moe_kernel_efficiency.py
-            width = m.expert_intermediate / (self.tp if self.ep == 1 else 1)
+            # groups reach about 0.3 of the FP8 peak on Hopper on whole experts, 0.09 on 128-column slices, as TP
+            # narrows each rank's slice (expert parallelism keeps experts whole; the tables' EP rows run slower
+            # still, which is not priced): benchmarks/moe_kernel_efficiency.py
+            width = m.expert_intermediate * self.ep / self.tp
             moe = self.gpu.moe_flops(width)
             for share in (2 / 3, 1 / 3):
                 add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,

@@ -101,18 +101,19 @@ def summary(compared: pl.DataFrame, min_bytes: int = 64 << 20) -> pl.DataFrame:
 # the source states it, and the out-of-place time and busbw it printed. Nothing here is fitted to them.
 MULTINODE_CSV = Path(__file__).resolve().parent / "data" / "multinode_nccl.csv"
 SIZE_BANDS = ((0, 64 << 20, "< 64 MB"), (64 << 20, 1 << 30, "64 MB - 1 GB"), (1 << 30, 1 << 62, ">= 1 GB"))
-Bands = tuple[tuple[int, int, str], ...]
+_Bands = tuple[tuple[int, int, str], ...]  # (from bytes, to bytes, name), contiguous and ascending
 
 
-def _size_band(bands: Bands) -> pl.Expr:
-    """Each row's band by its ``size_bytes`` (bands ascending, the first from 0)."""
+def _size_band(bands: _Bands) -> pl.Expr:
+    """Each row's band by its ``size_bytes``: the last band whose lower bound it reaches (the bands are contiguous, so
+    each upper bound is the next band's lower one)."""
     band = pl.lit(bands[0][2])
     for lo, _, name in bands[1:]:
         band = pl.when(pl.col("size_bytes") >= lo).then(pl.lit(name)).otherwise(band)
     return band.alias("size_band")
 
 
-def _band_order(bands: Bands) -> pl.Expr:
+def _band_order(bands: _Bands) -> pl.Expr:
     """A sort key that puts the bands small to large (their names sort otherwise: "64 MB - 1 GB" before "< 64 MB")."""
     return pl.col("size_band").replace_strict({name: i for i, (*_, name) in enumerate(bands)})
 

@@ -54,8 +54,9 @@ class GPUSpec:
     benchmarks/moe_kernel_efficiency.py); 0: unknown, the routed experts' GEMMs then take the cost model's compute
     efficiency like every other GEMM"""
     moe_half_width: float = 0.0
-    """the expert width on one rank (intermediate / TP) at which the fused-MoE kernel reaches half its ceiling: its
-    rate is ``ceiling x w / (w + moe_half_width)`` of the FP8 peak (0: the ceiling at every width)"""
+    """the expert width on one rank (``expert_intermediate / tp``; whole experts under expert parallelism) at which the
+    fused-MoE kernel reaches half its ceiling: its rate is ``ceiling x w / (w + moe_half_width)`` of the FP8 peak (0:
+    the ceiling at every width)"""
     moe_source: str = ""
 
     @property

@@ -208,3 +208,23 @@ def test_mixture_quantile_inverts_its_cdf(tail: float, alpha: float) -> None:
     u = np.concatenate([np.random.default_rng(0).random(20_000), [1e-9, 1e-6, 1 - 1e-6, 1 - 1e-10]])
     err = np.abs(dist.cdf(dist.quantile(u)) - u) / np.minimum(u, 1 - u)
     assert err.max() < 1e-3
+
+
+def test_an_moe_trains_and_prefills_at_its_active_parameters() -> None:
+    """A token runs through top-k of an MoE's routed experts: prefill and training FLOPs count the active
+    parameters (Qwen3-30B-A3B: 3.3B of 30.5B), the optimizer and the weight sync all of them."""
+    from rltrace.catalog import get_gpu
+    from rltrace.synth.timing import costs
+
+    moe, dense = get_model("Qwen3-30B-A3B"), get_model("Qwen2.5-7B")
+    cfg = small_config("model=\"Qwen3-30B-A3B\"")
+    gpu, gen = get_gpu(cfg.training.device), get_gpu(cfg.generation.device)
+    c = costs(cfg, moe, gen, gpu)
+    flops = cfg.training.gpus * gpu.flops * cfg.timing.train_mfu
+    assert c.train_s_per_token == pytest.approx(6 * moe.active_params / flops)
+    assert c.forward_s_per_token == pytest.approx(2 * moe.active_params / flops)
+    assert moe.active_params < moe.params / 8
+    assert c.prefill_s_per_token == pytest.approx(
+        2 * moe.active_params / (cfg.generation.tp * gen.flops * cfg.timing.prefill_mfu))
+    assert costs(cfg, dense, gen, gpu).train_s_per_token == pytest.approx(
+        6 * dense.params / flops)  # a dense model's every parameter is active

@@ -58,9 +58,10 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
         engines=cfg.generation.gpus // tp,
         weight_read_s=model.weight_bytes / engine_bw,
         kv_read_s_per_token=model.kv_bytes_per_token / engine_bw,
-        prefill_s_per_token=2 * model.params / (tp * gen.flops * t.prefill_mfu),
-        train_s_per_token=6 * model.params / train_flops,
-        forward_s_per_token=2 * model.params / train_flops,
+        # a token runs through the active parameters only: an MoE's routed experts it is not sent to do no work
+        prefill_s_per_token=2 * model.active_params / (tp * gen.flops * t.prefill_mfu),
+        train_s_per_token=6 * model.active_params / train_flops,
+        forward_s_per_token=2 * model.active_params / train_flops,
         optimizer_s=ADAM_BYTES_PER_PARAM * model.params / ranks / train.hbm_bytes_per_s,
         sync_s=model.weight_bytes / (t.sync_gbps * 1e9),
         all_gather_s=ring,

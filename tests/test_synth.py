@@ -224,6 +224,9 @@ def test_an_moe_trains_and_prefills_at_its_active_parameters() -> None:
     assert c.train_s_per_token == pytest.approx(6 * moe.active_params / flops)
     assert c.forward_s_per_token == pytest.approx(2 * moe.active_params / flops)
     assert moe.active_params < moe.params / 8
+    # FSDP gathers a whole block, experts and all: 48 blocks of 30.5B less the embeddings
+    block = (moe.params - moe.embedding_params - moe.hidden) // moe.layers
+    assert c.shard_elems == -(-block // cfg.training.gpus) and block > 10 * moe.layer_params
     assert c.prefill_s_per_token == pytest.approx(
         2 * moe.active_params / (cfg.generation.tp * gen.flops * cfg.timing.prefill_mfu))
     assert costs(cfg, dense, gen, gpu).train_s_per_token == pytest.approx(

@@ -49,7 +49,10 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
     engine_bw = tp * gen.hbm_bytes_per_s * t.decode_efficiency
     ranks = cfg.training.gpus
     train_flops = ranks * train.flops * t.train_mfu
-    shard = -(-model.layer_params // ranks)  # ceil: FSDP pads the last shard
+    # FSDP gathers one transformer block at a time: the mean block (an MoE block holds all its experts; a dense
+    # model's is layer_params exactly), sharded over the ranks, the last shard padded
+    block = (model.params - model.embedding_params - model.hidden) // model.layers
+    shard = -(-block // ranks)
     full_bytes = shard * ranks * model.dtype_bytes
     # Within one NVLink domain (8 GPUs) a ring uses NVLink at half the bidirectional figure; beyond, the NIC.
     bus = train.nvlink_gbps / 2 * 1e9 if ranks <= 8 else t.network_gbps * 1e9

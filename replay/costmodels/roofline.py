@@ -9,12 +9,11 @@ one after another:
   router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
   expected of E, top-k each), whose FLOPs run at the fused-MoE kernel's own rate where the GPU catalog has one
   (``moe_compute_efficiency x w / (w + moe_half_width)`` of the FP8 peak, w = ``expert_intermediate x ep / tp``,
-  each rank's width of an expert); the LM
-  head on one row per request (a prefill chunk's logits are its requests' last tokens: vLLM's ``logits_indices``,
-  SGLang's ``last_index`` in its logits processor); FP8
-  weights read one byte and run at the FP8 peak where the part has one; on a
-  GPU a GEMM's memory time is a ramp plus its bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`,
-  fitted to the public H100 GEMM table), not one efficiency for every size;
+  each rank's width of an expert); the LM head on one row per request (a prefill chunk's logits are its
+  requests' last tokens: vLLM's ``logits_indices``, SGLang's ``last_index`` in its logits processor); FP8 weights
+  read one byte and run at the FP8 peak where the part has one; on a GPU a GEMM's memory time is a ramp plus its
+  bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`, fitted to the public H100 GEMM table), not
+  one efficiency for every size;
 - attention: a floor plus the KV cache read (decode: ``batch x context`` tokens at the model's bytes per token
   and rank, MLA's compressed latent, a sliding window's cap) at the attention kernels' efficiency, or its
   FLOPs (``2 x heads x (2 kv_lora_rank + rope)`` per context token for MLA's absorbed decode) where larger;

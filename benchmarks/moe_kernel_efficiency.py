@@ -1,4 +1,5 @@
-"""The rate vLLM's fused-MoE kernel computes at, against each rank's expert width, from aiconfigurator's tables.
+"""vLLM's fused-MoE layer in aiconfigurator's tables: its compute rate against each rank's expert width, and its
+fixed time and streaming rate when memory-bound.
 
 The catalog's ``moe_compute_efficiency`` and ``moe_half_width`` (rltrace/catalog/gpus.toml) come from here: in each
 GPU kind's newest vLLM ``moe_perf.parquet`` of ai-dynamo/aiconfigurator (@ 095f58a5, ``aic-core/src/
@@ -17,6 +18,14 @@ fitted over the table's shapes and TP sizes (each shape and size's median share;
 share 20% low weighs as one 20% high). It prints the fit, the median share by width beside the curve's, and how fast
 the BF16 rows run against the block-FP8 rows of the same shape and TP size (the catalog applies the curve to the FP8
 peak whatever the experts' type).
+
+The same tables' memory-bound rows (balanced, block FP8, moe_ep_size = 1, every TP size, at most one row an expert:
+tokens x top-k <= experts, so each touched expert's weights are read for one row) give ``moe_fixed_us`` and
+``moe_stream_efficiency``: latency = fixed + bytes / (efficiency x HBM), bytes the touched experts' FP8 weights on one
+rank (min(experts, tokens x top-k) x 3 x hidden x inter / moe_tp), least squares on the relative error. The table
+times the FusedMoE module's forward from router logits under a CUDA graph (collector/vllm/collect_moe.py,
+``benchmark_with_power``), so the fixed part is GPU time: routing, align, the activations' quantization, the two
+grouped GEMMs' fill and the weighted sum.
 
     python benchmarks/moe_kernel_efficiency.py AICONFIGURATOR_REPO
 
@@ -71,13 +80,27 @@ def fit(points: pl.DataFrame) -> tuple[float, float]:
     return best[1], best[2]
 
 
+def memory_bound(table: pl.DataFrame, hbm_bytes_per_s: float) -> tuple[float, float, np.ndarray]:
+    """(fixed seconds, streaming fraction of HBM) of the fused-MoE layer when memory-bound, and each row's relative
+    error: least squares on (fixed + bytes x b) / latency - 1, linear in the two."""
+    rows = table.filter(pl.col("distribution") == "balanced", pl.col("moe_dtype") == "fp8_block",
+                        pl.col("moe_ep_size") == 1, pl.col("num_tokens") * pl.col("topk") <= pl.col("num_experts"))
+    touched = pl.min_horizontal(pl.col("num_experts"), pl.col("num_tokens") * pl.col("topk"))
+    nbytes = (touched * 3 * pl.col("hidden_size") * pl.col("inter_size") / pl.col("moe_tp_size")).alias("bytes")
+    rows = rows.with_columns(nbytes)
+    x, y = rows["bytes"].to_numpy(), rows["latency"].to_numpy() * 1e-3
+    (fixed, per_byte), *_ = np.linalg.lstsq(np.vstack([1 / y, x / y]).T, np.ones_like(y), rcond=None)
+    return float(fixed), float(1 / (per_byte * hbm_bytes_per_s)), (fixed + x * per_byte) / y - 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("repo", type=Path, help="a checkout of ai-dynamo/aiconfigurator")
     args = parser.parse_args()
     base = args.repo / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
     for kind, (folder, release) in TABLES.items():
-        peak = get_gpu(kind).fp8_tflops
+        gpu = get_gpu(kind)
+        peak = gpu.fp8_tflops
         table = pl.read_parquet(base / folder / "moe" / "vllm" / release / "moe_perf.parquet")
         points = shares(table, "fp8_block", peak)
         ceiling, half = fit(points)
@@ -93,6 +116,10 @@ def main() -> None:
         by_width = points.group_by("width").agg(pl.col("share").median()).sort("width")
         print("  width: " + ", ".join(f"{w:g} {s:.3f} ({ceiling * w / (w + half):.3f})"
                                       for w, s in by_width.iter_rows()))
+        fixed, stream, rel = memory_bound(table, gpu.hbm_bytes_per_s)
+        print(f"  memory-bound: fixed {fixed * 1e6:.1f} us, weights at {stream:.3f} of HBM ({len(rel)} rows, |error| "
+              f"median {np.median(np.abs(rel)):.1%}, 90th percentile {np.percentile(np.abs(rel), 90):.1%}, worst "
+              f"{np.abs(rel).max():.1%})")
 
 
 if __name__ == "__main__":

@@ -124,6 +124,7 @@ def test_every_sm_figure_carries_its_source_and_bad_ones_are_refused(tmp_path) -
     assert get_gpu("H20").sm_cycles_per_s == 0  # 78 SMs cited, no clock: the network model's HBM rule
     for name, gpu in load_gpus().items():  # the fused-MoE kernel's share of the peak, then its kernel table
         assert (gpu.moe_compute_efficiency > 0) == bool(gpu.moe_source) == (gpu.moe_half_width > 0), name
+        assert (gpu.moe_fixed_us > 0) == (gpu.moe_stream_efficiency > 0) == bool(gpu.moe_source), name
     h800, h100 = get_gpu("H800"), get_gpu("H100")  # the same die
     assert (h800.moe_compute_efficiency, h800.moe_half_width) == (h100.moe_compute_efficiency, h100.moe_half_width)
     base = "[gpus.X1]\nbf16_tflops = 1\nhbm_gbps = 1\nmemory_gb = 1\nnvlink_gbps = 1\n"
@@ -133,7 +134,9 @@ def test_every_sm_figure_carries_its_source_and_bad_ones_are_refused(tmp_path) -
                           ("moe_compute_efficiency = 1.5", r"moe_compute_efficiency must be in \[0, 1\]"),
                           ("moe_compute_efficiency = true", r"moe_compute_efficiency must be in \[0, 1\]"),
                           ("moe_half_width = -8", "moe_half_width must be a number >= 0"),
-                          ('moe_half_width = "wide"', "moe_half_width must be a number >= 0")):
+                          ('moe_half_width = "wide"', "moe_half_width must be a number >= 0"),
+                          ("moe_fixed_us = -1", "moe_fixed_us must be a number >= 0"),
+                          ("moe_stream_efficiency = 1.2", r"moe_stream_efficiency must be in \[0, 1\]")):
         bad = tmp_path / "mine.toml"
         bad.write_text(base + line + "\n")
         with pytest.raises(ConfigError, match=message):

@@ -227,6 +227,25 @@ def test_the_fused_moe_kernel_slows_as_tensor_parallelism_narrows_each_experts_s
     assert slow.seconds - fast.seconds == pytest.approx(expert_flops / rate * 48 / width, rel=1e-9)
 
 
+def test_a_memory_bound_moe_layer_is_the_fused_ops_fixed_time_plus_its_experts_streamed() -> None:
+    """Where the GPU's kernel table gives them, a memory-bound MoE layer's routed experts cost moe_fixed_us (routing,
+    align, quantization, the grouped GEMMs' fill, the weighted sum: one fused op in a CUDA graph) plus the touched
+    experts' weights at moe_stream_efficiency of HBM, in place of two GEMMs and three elementwise floors."""
+    gpu = dataclasses.replace(H100, moe_fixed_us=40.0, moe_stream_efficiency=0.9)
+    quicker = dataclasses.replace(gpu, moe_fixed_us=10.0)
+    batch, context = 4, 100
+    slow, fast = (Roofline(model=TINY, gpu=g).decode(batch, context) for g in (gpu, quicker))
+    assert slow.seconds - fast.seconds == pytest.approx(TINY.moe_layers * 30e-6, rel=1e-9)
+    # the streamed part: the experts the batch touches, read once, at 0.9 of HBM
+    faster = dataclasses.replace(gpu, moe_stream_efficiency=0.45)
+    touched = TINY.expected_experts(batch) * TINY.expert_params * TINY.dtype_bytes
+    extra = TINY.moe_layers * touched * (1 / 0.45 - 1 / 0.9) / H100.hbm_bytes_per_s
+    assert Roofline(model=TINY, gpu=faster).decode(batch, context).seconds - slow.seconds == pytest.approx(extra)
+    # without a table the layer is two GEMMs and three floors, as before
+    plain = dataclasses.replace(gpu, moe_fixed_us=0.0, moe_stream_efficiency=0.0)
+    assert Roofline(model=TINY, gpu=plain).decode(batch, context).seconds != slow.seconds
+
+
 def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:
     roof = Roofline(model=dataclasses.replace(get_model("Llama-3-70B"), dtype_bytes=1), gpu=H100, tp=8)
     short = serving_benchmark(roof, concurrency=64, prompt_tokens=1024, output_tokens=1024)

@@ -7,9 +7,10 @@ one after another:
 
 - GEMMs: attention in and out projections, the dense MLP's gate/up and down, the LM head; MoE layers read the
   router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
-  expected of E, top-k each), whose FLOPs run at the fused-MoE kernel's own rate where the GPU catalog has one
-  (``moe_compute_efficiency x w / (w + moe_half_width)`` of the FP8 peak, w = ``expert_intermediate x ep / tp``,
-  each rank's width of an expert); the LM head on one row per request (a prefill chunk's logits are its
+  expected of E, top-k each), priced where the GPU catalog has the fused-MoE kernel's table figures as one fused
+  op: ``moe_fixed_us`` plus the touched experts' weights at ``moe_stream_efficiency`` of HBM, or its FLOPs at
+  ``moe_compute_efficiency x w / (w + moe_half_width)`` of the FP8 peak (w = ``expert_intermediate x ep / tp``,
+  each rank's width of an expert) where larger; the LM head on one row per request (a prefill chunk's logits are its
   requests' last tokens: vLLM's ``logits_indices``, SGLang's ``last_index`` in its logits processor); FP8 weights
   read one byte and run at the FP8 peak where the part has one; on a GPU a GEMM's memory time is a ramp plus its
   bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`, fitted to the public H100 GEMM table), not
@@ -175,6 +176,12 @@ class Roofline:
         return seconds
 
     @property
+    def _fused_moe(self) -> bool:
+        """Whether the routed experts are priced as the fused-MoE op of the GPU's kernel table (a GPU path with
+        floors, and a table for the part), not as two GEMMs."""
+        return bool(self._floors and self.gemm_ramp and self.gpu.moe_stream_efficiency and self.gpu.moe_fixed_us)
+
+    @property
     def _gemm_bandwidth(self) -> float:
         """Bytes per second a GEMM streams its weights at, ramps aside (for the memory-bound share of a report)."""
         if self._floors and self.gemm_ramp:
@@ -227,13 +234,24 @@ class Roofline:
             # still, which is not priced): benchmarks/moe_kernel_efficiency.py
             width = m.expert_intermediate * self.ep / self.tp
             moe = self.gpu.moe_flops(width)
-            for share in (2 / 3, 1 / 3):
-                add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
-                    read=share * m.expert_params * experts, rate=moe)
+            if self._fused_moe:
+                # one fused op as the table times it: its fixed part, then the touched experts' weights streamed, or
+                # its FLOPs at the kernel's rate where larger
+                b = m.expert_params * experts * wb / tp
+                f = 2.0 * t * m.expert_params * m.experts_per_token / tp
+                read = self.gpu.moe_fixed_us * 1e-6 + b / (self.gpu.hbm_bytes_per_s * self.gpu.moe_stream_efficiency)
+                seconds = seconds + m.moe_layers * np.maximum(read, f / (moe or self.gpu.flops_for(wb)))
+                flops = flops + m.moe_layers * f
+                nbytes = nbytes + m.moe_layers * b
+            else:
+                for share in (2 / 3, 1 / 3):
+                    add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
+                        read=share * m.expert_params * experts, rate=moe)
         # LM head (vocab-parallel over TP; BF16 in FP8 checkpoints)
         add(m.vocab * m.hidden, 1, rows=t if logit_rows is None else logit_rows, width=max(wb, 2))
         if self._floors:
-            elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * serving.MOE_ELEMENTWISE
+            routing = 0 if self._fused_moe else serving.MOE_ELEMENTWISE  # the fused op's fixed part holds them
+            elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * routing
             seconds = seconds + elementwise * serving.ELEMENTWISE_FLOOR_S
         return seconds, flops, nbytes, experts
 

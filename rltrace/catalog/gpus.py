@@ -57,6 +57,13 @@ class GPUSpec:
     """the expert width on one rank (``expert_intermediate / tp``; whole experts under expert parallelism) at which the
     fused-MoE kernel reaches half its ceiling: its rate is ``ceiling x w / (w + moe_half_width)`` of the FP8 peak (0:
     the ceiling at every width)"""
+    moe_fixed_us: float = 0.0
+    """GPU time of one fused-MoE layer beyond its weight reads, in a CUDA graph: routing from the router's logits,
+    align and permute, the activations' quantization, the two grouped GEMMs' fill, the weighted sum (0: unknown,
+    the routed experts are then priced as two GEMMs and three elementwise floors)"""
+    moe_stream_efficiency: float = 0.0
+    """fraction of HBM bandwidth the fused-MoE kernel reads the touched experts' weights at, memory-bound (one row an
+    expert); with ``moe_fixed_us`` from the same public table"""
     moe_source: str = ""
 
     @property
@@ -121,6 +128,11 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
     moe = spec.moe_compute_efficiency
     if isinstance(moe, bool) or not isinstance(moe, (int, float)) or not 0 <= moe <= 1:
         raise ConfigError(f"{where}: gpu {name!r}: moe_compute_efficiency must be in [0, 1]")
+    if not isinstance(spec.moe_fixed_us, (int, float)) or isinstance(spec.moe_fixed_us, bool) or spec.moe_fixed_us < 0:
+        raise ConfigError(f"{where}: gpu {name!r}: moe_fixed_us must be a number >= 0")
+    stream = spec.moe_stream_efficiency
+    if isinstance(stream, bool) or not isinstance(stream, (int, float)) or not 0 <= stream <= 1:
+        raise ConfigError(f"{where}: gpu {name!r}: moe_stream_efficiency must be in [0, 1]")
     half = spec.moe_half_width
     if isinstance(half, bool) or not isinstance(half, (int, float)) or half < 0:
         raise ConfigError(f"{where}: gpu {name!r}: moe_half_width must be a number >= 0")

@@ -244,6 +244,13 @@ def test_a_memory_bound_moe_layer_is_the_fused_ops_fixed_time_plus_its_experts_s
     # without a table the layer is two GEMMs and three floors, as before
     plain = dataclasses.replace(gpu, moe_fixed_us=0.0, moe_stream_efficiency=0.0)
     assert Roofline(model=TINY, gpu=plain).decode(batch, context).seconds != slow.seconds
+    # compute-bound (a long prompt), the op runs at the width curve's rate, or the dense efficiency without one
+    wide, tokens = dataclasses.replace(TINY, hidden=4096, expert_intermediate=2048), 8192  # one chunk, compute-bound
+    flops = 2 * tokens * wide.expert_params * wide.experts_per_token * wide.moe_layers
+    no_curve = dataclasses.replace(gpu, moe_compute_efficiency=0.0)
+    dense_s, curve_s = (Roofline(model=wide, gpu=g).prefill(tokens).seconds for g in (no_curve, gpu))
+    expected = flops / (H100.flops * COMPUTE) - flops / gpu.moe_flops(wide.expert_intermediate)
+    assert dense_s - curve_s == pytest.approx(expected, rel=1e-6)
 
 
 def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:

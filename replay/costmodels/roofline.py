@@ -240,7 +240,8 @@ class Roofline:
                 b = m.expert_params * experts * wb / tp
                 f = 2.0 * t * m.expert_params * m.experts_per_token / tp
                 read = self.gpu.moe_fixed_us * 1e-6 + b / (self.gpu.hbm_bytes_per_s * self.gpu.moe_stream_efficiency)
-                seconds = seconds + m.moe_layers * np.maximum(read, f / (moe or self.gpu.flops_for(wb)))
+                rate = moe or self.gpu.flops_for(wb) * self.compute_efficiency
+                seconds = seconds + m.moe_layers * np.maximum(read, f / rate)
                 flops = flops + m.moe_layers * f
                 nbytes = nbytes + m.moe_layers * b
             else:

@@ -136,7 +136,8 @@ def test_every_sm_figure_carries_its_source_and_bad_ones_are_refused(tmp_path) -
                           ("moe_half_width = -8", "moe_half_width must be a number >= 0"),
                           ('moe_half_width = "wide"', "moe_half_width must be a number >= 0"),
                           ("moe_fixed_us = -1", "moe_fixed_us must be a number >= 0"),
-                          ("moe_stream_efficiency = 1.2", r"moe_stream_efficiency must be in \[0, 1\]")):
+                          ("moe_stream_efficiency = 1.2", r"moe_stream_efficiency must be in \[0, 1\]"),
+                          ("moe_fixed_us = 30", "moe_fixed_us and moe_stream_efficiency come together")):
         bad = tmp_path / "mine.toml"
         bad.write_text(base + line + "\n")
         with pytest.raises(ConfigError, match=message):

@@ -10,7 +10,8 @@ one after another:
   expected of E, top-k each), priced where the GPU catalog has the fused-MoE kernel's table figures as one fused
   op: ``moe_fixed_us`` plus the touched experts' weights at ``moe_stream_efficiency`` of HBM, or its FLOPs at
   ``moe_compute_efficiency x w / (w + moe_half_width)`` of the FP8 peak (w = ``expert_intermediate x ep / tp``,
-  each rank's width of an expert) where larger; the LM head on one row per request (a prefill chunk's logits are its
+  each rank's width of an expert) where larger (without the table's figures: two GEMMs and three elementwise
+  floors); the LM head on one row per request (a prefill chunk's logits are its
   requests' last tokens: vLLM's ``logits_indices``, SGLang's ``last_index`` in its logits processor); FP8 weights
   read one byte and run at the FP8 peak where the part has one; on a GPU a GEMM's memory time is a ramp plus its
   bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`, fitted to the public H100 GEMM table), not
@@ -18,7 +19,8 @@ one after another:
 - attention: a floor plus the KV cache read (decode: ``batch x context`` tokens at the model's bytes per token
   and rank, MLA's compressed latent, a sliding window's cap) at the attention kernels' efficiency, or its
   FLOPs (``2 x heads x (2 kv_lora_rank + rope)`` per context token for MLA's absorbed decode) where larger;
-- elementwise kernels (norms, rotary, activation, routing) at their floor; the sampler's passes over the logits;
+- elementwise kernels (norms, rotary, activation; routing where no fused-MoE op holds it) at their floor; the
+  sampler's passes over the logits;
 - tensor parallelism: two all-reduces per layer, expert parallelism: a dispatch and a combine all-to-all per
   MoE layer, each priced by the network model (:mod:`.parallel`);
 - CUDA graphs (vLLM's captured sizes, :mod:`.serving`): GEMMs run on the padded batch; beyond the largest
@@ -178,7 +180,7 @@ class Roofline:
     @property
     def _fused_moe(self) -> bool:
         """Whether the routed experts are priced as the fused-MoE op of the GPU's kernel table (a GPU path with
-        floors, and a table for the part), not as two GEMMs."""
+        floors and GEMM ramps, i.e. not a fitted profile, and both table figures for the part), not as two GEMMs."""
         return bool(self._floors and self.gemm_ramp and self.gpu.moe_stream_efficiency and self.gpu.moe_fixed_us)
 
     @property

@@ -62,8 +62,8 @@ class GPUSpec:
     align and permute, the activations' quantization, the two grouped GEMMs' fill, the weighted sum (0: unknown,
     the routed experts are then priced as two GEMMs and three elementwise floors)"""
     moe_stream_efficiency: float = 0.0
-    """fraction of HBM bandwidth the fused-MoE kernel reads the touched experts' weights at, memory-bound (one row an
-    expert); with ``moe_fixed_us`` from the same public table"""
+    """fraction of HBM bandwidth the fused-MoE kernel reads the touched experts' weights at when memory-bound (each
+    touched expert sees about one token); with ``moe_fixed_us`` from the same public table: both or neither"""
     moe_source: str = ""
 
     @property
@@ -133,6 +133,9 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
     stream = spec.moe_stream_efficiency
     if isinstance(stream, bool) or not isinstance(stream, (int, float)) or not 0 <= stream <= 1:
         raise ConfigError(f"{where}: gpu {name!r}: moe_stream_efficiency must be in [0, 1]")
+    if (spec.moe_fixed_us > 0) != (stream > 0):  # one without the other would silently keep the two-GEMM pricing
+        raise ConfigError(f"{where}: gpu {name!r}: moe_fixed_us and moe_stream_efficiency come together (both or "
+                          "neither)")
     half = spec.moe_half_width
     if isinstance(half, bool) or not isinstance(half, (int, float)) or half < 0:
         raise ConfigError(f"{where}: gpu {name!r}: moe_half_width must be a number >= 0")

@@ -253,6 +253,28 @@ def test_a_memory_bound_moe_layer_is_the_fused_ops_fixed_time_plus_its_experts_s
     assert dense_s - curve_s == pytest.approx(expected, rel=1e-6)
 
 
+def test_a_decodes_reported_memory_share_streams_the_fused_experts_at_the_ops_own_fraction_of_hbm() -> None:
+    """``decode``'s ``memory_s`` (the memory-bound share in ``--json`` and the bound label) counts the fused op's
+    expert bytes at moe_stream_efficiency, the other GEMMs' at the GEMM stream fraction; the op's fixed part is not
+    streaming, so it stays out of memory_s (it shows in the floor). Until 2026-11-26 every byte took the GEMMs'
+    0.822 of HBM: a few percent off on MoE models, the priced seconds unchanged."""
+    gpu = dataclasses.replace(H100, moe_fixed_us=40.0, moe_stream_efficiency=0.9)
+    batch, context = 4, 100
+    roof = Roofline(model=TINY, gpu=gpu)
+    est = roof.decode(batch, context)
+    rows = float(serving.padded_tokens(np.array([batch]))[0])
+    experts = TINY.moe_layers * TINY.expected_experts(rows) * TINY.expert_params * TINY.dtype_bytes
+    kv = batch * TINY.attended(context) * roof.kv_bytes_per_token
+    others = est.bytes - experts - kv
+    gemm_bw = H100.hbm_bytes_per_s * serving.GEMM_STREAM[TINY.dtype_bytes][1]
+    read_bw = H100.hbm_bytes_per_s * (roof.attention_efficiency or roof.memory_efficiency)
+    expected = others / gemm_bw + experts / (H100.hbm_bytes_per_s * 0.9) + kv / read_bw
+    assert est.memory_s == pytest.approx(expected, rel=1e-9)
+    # the fixed part moves the priced time, not the memory share
+    quicker = Roofline(model=TINY, gpu=dataclasses.replace(gpu, moe_fixed_us=10.0)).decode(batch, context)
+    assert quicker.memory_s == pytest.approx(est.memory_s, rel=1e-12) and quicker.seconds < est.seconds
+
+
 def test_serving_benchmark_adds_prefill_stalls_to_decode() -> None:
     roof = Roofline(model=dataclasses.replace(get_model("Llama-3-70B"), dtype_bytes=1), gpu=H100, tp=8)
     short = serving_benchmark(roof, concurrency=64, prompt_tokens=1024, output_tokens=1024)

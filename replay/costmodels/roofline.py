@@ -37,6 +37,7 @@ the public H100 kernel tables (see :mod:`.serving` and docs/costmodels.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -76,6 +77,18 @@ class Estimate:
         return {"seconds": self.seconds, "bound": self.bound, "compute_s": self.compute_s, "memory_s": self.memory_s,
                 "comm_s": self.comm_s, "flops": self.flops, "bytes": self.bytes, "floor_s": self.floor_s,
                 "experts": self.experts}
+
+
+class _Layers(NamedTuple):
+    """What :meth:`Roofline._layers` prices, each an array over the rows asked for."""
+
+    seconds: np.ndarray
+    flops: np.ndarray
+    nbytes: np.ndarray
+    stream_s: np.ndarray
+    """the weights' bytes over the bandwidth each kernel streams them at (ramps and fixed parts aside): the
+    memory-bound share a report shows"""
+    experts: np.ndarray
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -190,10 +203,9 @@ class Roofline:
             return self.gpu.hbm_bytes_per_s * serving.GEMM_STREAM.get(self.model.dtype_bytes, serving.GEMM_STREAM[2])[1]
         return self.gpu.hbm_bytes_per_s * self.memory_efficiency
 
-    def _layers(self, tokens: np.ndarray, logit_rows: np.ndarray | float | None = None,
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _layers(self, tokens: np.ndarray, logit_rows: np.ndarray | float | None = None) -> _Layers:
         """Seconds of every kernel but attention and communication for ``tokens`` rows per rank, with the
-        FLOPs, bytes and expected experts behind them (arrays over ``tokens``). The LM head runs on
+        FLOPs, bytes, streaming seconds and expected experts behind them (arrays over ``tokens``). The LM head runs on
         ``logit_rows`` rows (None: every token, as in decode): vLLM computes logits only at each scheduled
         request's last token (``logits_indices = query_start_loc[1:] - 1``, vllm/v1/worker/gpu_model_runner.py),
         so a prefill chunk's LM head has one row per request in it, not one per token."""
@@ -207,17 +219,19 @@ class Roofline:
         seconds = np.zeros_like(t)
         flops = np.zeros_like(t)
         nbytes = np.zeros_like(t)
+        stream = np.zeros_like(t)
 
         def add(
             params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None,
             width: int = wb, rate: float | None = None,
         ) -> None:
-            nonlocal seconds, flops, nbytes
+            nonlocal seconds, flops, nbytes, stream
             b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp
             seconds = seconds + count * self._kernel(b, f, width, rate)
             flops = flops + count * f
             nbytes = nbytes + count * b
+            stream = stream + count * b / self._gemm_bandwidth
 
         for p in gemms:
             add(p, m.layers)
@@ -241,11 +255,12 @@ class Roofline:
                 # its FLOPs at the kernel's rate where larger
                 b = m.expert_params * experts * wb / tp
                 f = 2.0 * t * m.expert_params * m.experts_per_token / tp
-                read = self.gpu.moe_fixed_us * 1e-6 + b / (self.gpu.hbm_bytes_per_s * self.gpu.moe_stream_efficiency)
+                streamed = b / (self.gpu.hbm_bytes_per_s * self.gpu.moe_stream_efficiency)
                 rate = moe or self.gpu.flops_for(wb) * self.compute_efficiency
-                seconds = seconds + m.moe_layers * np.maximum(read, f / rate)
+                seconds = seconds + m.moe_layers * np.maximum(self.gpu.moe_fixed_us * 1e-6 + streamed, f / rate)
                 flops = flops + m.moe_layers * f
                 nbytes = nbytes + m.moe_layers * b
+                stream = stream + m.moe_layers * streamed  # at the op's own fraction of HBM; its fixed part is a floor
             else:
                 for share in (2 / 3, 1 / 3):
                     add(share * m.expert_params * m.experts_per_token, m.moe_layers, rows=t,
@@ -256,7 +271,7 @@ class Roofline:
             routing = 0 if self._fused_moe else serving.MOE_ELEMENTWISE  # the fused op's fixed part holds them
             elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * routing
             seconds = seconds + elementwise * serving.ELEMENTWISE_FLOOR_S
-        return seconds, flops, nbytes, experts
+        return _Layers(seconds, flops, nbytes, stream, experts)
 
     def _serving_ep(self) -> None:
         if self.ep not in (1, self.tp):
@@ -300,7 +315,7 @@ class Roofline:
         experts touched, floors, sampler, TP/EP communication (everything but the KV reads)."""
         b = np.asarray(batches, dtype=np.int64)
         rows = serving.padded_tokens(b) if self._floors else b
-        gemm = self._layers(rows)[0]
+        gemm = self._layers(rows).seconds
         attention_floor = self.model.layers * serving.ATTENTION_FLOOR_S if self._floors else 0.0
         gpu_s = gemm + attention_floor + self._sampler(b) + self._comm_table(b)
         return np.where(b > 0, self._launch_bound(b, gpu_s), 0.0)
@@ -339,7 +354,7 @@ class Roofline:
         m = self.model
         b = np.array([batch])
         rows = serving.padded_tokens(b) if self._floors else b
-        _, gflops, gbytes, experts = (float(x[0]) for x in self._layers(rows))
+        _, gflops, gbytes, gstream, experts = (float(x[0]) for x in self._layers(rows))
         table = float(self.decode_table(b)[0])
         attended = batch * m.attended(context)
         per_c, per_m = self._attention_per_ctx
@@ -351,7 +366,7 @@ class Roofline:
         flops = gflops + m.attention_flops_per_token / self.tp * attended
         nbytes = gbytes + kv_read
         compute_s = flops / (self.gpu.flops_for(m.dtype_bytes) * self.compute_efficiency)
-        memory_s = gbytes / self._gemm_bandwidth + per_m * attended
+        memory_s = gstream + per_m * attended
         floor = max(seconds - engine - comm - max(compute_s, memory_s), 0.0)
         bound = "launch" if floor > max(compute_s, memory_s) else ("compute" if compute_s >= memory_s else "memory")
         return Estimate(seconds, bound, compute_s, memory_s, comm + engine, flops, nbytes, floor, experts)
@@ -372,7 +387,7 @@ class Roofline:
         chunk = total / n
         # logits at each request's last scheduled token: a chunk holds its share of the requests, at least one
         requests = max(prompts * samples / n, 1.0)
-        gemm, gflops, gbytes, experts = (float(x[0]) for x in self._layers(np.array([chunk]), requests))
+        gemm, gflops, gbytes, gstream, experts = (float(x[0]) for x in self._layers(np.array([chunk]), requests))
         # causal attention: each prompt's own pairs, and the later samples' recomputed tail against the prompt
         pairs = prompts * per_prompt * per_prompt / 2 + prompts * extra * recomputed * per_prompt
         attn_flops = m.prefill_attention_flops_per_token / self.tp * pairs
@@ -385,7 +400,7 @@ class Roofline:
         seconds = n * gemm + attention + floor + sampler + comm
         flops = n * gflops + attn_flops
         compute_s = flops / (self.gpu.flops_for(m.dtype_bytes) * self.compute_efficiency)
-        memory_s = n * gbytes / self._gemm_bandwidth + kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
+        memory_s = n * gstream + kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
         bound = "compute" if compute_s >= memory_s else "memory"
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
                         max(seconds - comm - max(compute_s, memory_s), 0.0), experts)
@@ -408,7 +423,7 @@ class Roofline:
         def iteration(rows: float, logit_rows: float) -> float:  # GEMMs, collectives, host launches beyond graphs
             t = np.array([rows], dtype=np.float64)
             padded = serving.padded_tokens(t.astype(np.int64)).astype(np.float64) if self._floors else t
-            gpu = self._layers(padded, logit_rows)[0] + self._comm(padded)
+            gpu = self._layers(padded, logit_rows).seconds + self._comm(padded)
             return float(self._launch_bound(t, gpu)[0])
 
         added = iteration(batch + chunk, batch + 1) - (iteration(batch, batch) if batch else 0.0)

@@ -6,7 +6,12 @@ clocks: wall time (Gloo runs the op on its own thread, so recording work overlap
 thread (the Python kernel, the boxed redispatch, argument parsing, buffering), and CPU time of the whole
 process (adds the flush thread and completion callbacks). Prints JSON.
 
-    python benchmarks/jobs/event_cost.py [N]
+With ``cuda`` the world is one NCCL rank on the first GPU and the tensor lives there; each timed loop ends with a
+device synchronize, so wall time covers the GPU's work. ``rltrace record`` sets ``TORCH_NCCL_ENABLE_TIMING=1``
+(CUDA events around every collective, for their durations); run it with and without that variable to see what the
+events cost apart from the collector.
+
+    python benchmarks/jobs/event_cost.py [N] [cpu|cuda]
 """
 
 import json
@@ -25,15 +30,22 @@ from rltrace.collectors import torch_dist
 from rltrace import collectors
 
 
-def timed(n: int) -> tuple[float, float, float]:
+def timed(n: int, device: str) -> tuple[float, float, float]:
     """Per op: wall time, CPU time of this thread, CPU time of the whole process (every thread)."""
-    t = torch.ones(256)
+    t = torch.ones(256, device=device)
     for _ in range(500):
         dist.all_reduce(t)
+    sync()
     wall, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
     for _ in range(n):
         dist.all_reduce(t)
+    sync()
     return ((time.perf_counter() - wall) / n, (time.thread_time() - thread) / n, (time.process_time() - process) / n)
+
+
+def sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def other_ops(n: int) -> float:
@@ -47,27 +59,31 @@ def other_ops(n: int) -> float:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 30_000
+    device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     rounds = 5
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    if device == "cuda":
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
     plain, recorded, ops_plain, ops_recorded = [], [], [], []
     with tempfile.TemporaryDirectory() as root:
         collectors.start(root)
         for _ in range(rounds):  # alternate, and keep each side's best: the machine's noise only adds time
             torch_dist.uninstall()  # start() attached the collector already (one-rank groups skipped)
-            plain.append(timed(n))
+            plain.append(timed(n, device))
             ops_plain.append(other_ops(n))
             torch_dist.install(min_ranks=1)
-            recorded.append(timed(n))
+            recorded.append(timed(n, device))
             ops_recorded.append(other_ops(n))
             torch_dist.uninstall()
         collectors.stop()
         rows = pq.ParquetDataset(list(Path(root).rglob("collectives-*.parquet"))).read().num_rows
     dist.destroy_process_group()
-    result = {"ops": n, "rounds": rounds, "rows_recorded": rows}
+    result = {"ops": n, "rounds": rounds, "rows_recorded": rows, "device": device,
+              "nccl_timing": os.environ.get("TORCH_NCCL_ENABLE_TIMING", "")}
     for i, clock in enumerate(("wall", "thread_cpu", "process_cpu")):
         b, r = min(p[i] for p in plain), min(p[i] for p in recorded)
         result[clock] = {"plain_us": round(b * 1e6, 2), "recorded_us": round(r * 1e6, 2),

@@ -2,7 +2,7 @@
 # The CUDA path of issue 7 on one GPU: calibrate from this GPU's kernels, execute a replay with real kernels,
 # and compare modelled and executed step time with and without the measured profile.
 #   bash benchmarks/cuda_execute.sh OUTDIR
-# (rltrace and torch with CUDA installed; docs/execute.md has the figures this printed on an H100.)
+# (rltrace and torch with CUDA installed; docs/execute.md has the figures this printed on an H100 and an H200.)
 set -euo pipefail
 out=${1:-/tmp/rltrace_cuda}
 mkdir -p "$out"

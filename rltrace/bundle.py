@@ -356,9 +356,12 @@ def write_atomically(final: Path, manifest: Manifest, fill: Callable[[str, Table
     """Write every table (``fill(name, writer)`` writes its rows) and the manifest into a temporary folder
     beside ``final``, then rename it into place: a reader never sees a partial bundle, and a failure (a full
     disk) leaves none behind. ``manifest.tables`` gets each table's row count."""
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as e:  # name the folder the user asked for, not the temporary one beside it
+        raise BundleError(f"{final}: cannot write a bundle there ({e.strerror or e})") from None
     try:
         for name, schema in TABLES.items():
             with TableWriter(tmp / schema.file, schema) as w:

@@ -41,6 +41,11 @@ def build(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(names))})")
+    required = [f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]  # a config class: a dataclass
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.init]
+    missing = [name for name in required if name not in data]
+    if missing:  # in the file's terms, not the dataclass constructor's
+        raise ConfigError(f"{where}: missing key {missing[0]!r}")
     kwargs = {k: _value(hints[k], v, f"{where}.{k}") for k, v in data.items()}
     try:
         return cls(**kwargs)

@@ -1,4 +1,4 @@
-"""Limits on what a replay, sweep or topology may ask for, and output paths checked before any work starts.
+"""Limits on what a replay, sweep or topology may ask for, and input and output paths checked before any work starts.
 
 Every limit is checked before anything is allocated, and a request beyond it is a :class:`ConfigError` that
 names the limit: ``--steps 1000000000`` or ``--topology fat-tree:k=100000`` is one line and exit 2, not an
@@ -91,6 +91,16 @@ def check_grid_size(axes: dict[str, list[Any]], where: str) -> int:
         raise ConfigError(f"{where}: the axes make {n:,} points, above the limit of {MAX_GRID_POINTS:,} replays "
                           "in one grid")
     return n
+
+
+def check_input(path: str | Path) -> Path:
+    """An input file that exists and is a file (a folder where a file belongs is named as one, not as missing)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{clean(p)}: a folder, expected a file")
+    if not p.is_file():
+        raise ConfigError(f"{clean(p)}: no such file")
+    return p
 
 
 def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_parents: bool | None = None) -> Path:

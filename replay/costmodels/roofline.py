@@ -125,14 +125,17 @@ class Roofline:
 
     def __post_init__(self) -> None:
         m = self.model
-        heads_split = self.tp >= 1 and m.heads % self.tp == 0
+        if self.tp < 1 or self.ep < 1:
+            raise ConfigError(f"tp and ep must be >= 1, got tp {self.tp}, ep {self.ep}")
+        heads_split = m.heads % self.tp == 0
         kv_split = m.is_mla or m.kv_heads % self.tp == 0 or self.tp % m.kv_heads == 0
         if not (heads_split and kv_split):
             raise ConfigError(f"tp {self.tp} does not split {m.name}'s {m.heads} attention heads "
                               f"({m.kv_heads} KV heads) evenly")
-        if self.ep < 1 or (self.ep > 1 and (not m.is_moe or m.experts % self.ep)):
-            raise ConfigError(f"ep {self.ep}: expert parallelism needs an MoE whose {m.experts or 'no'} experts split "
-                              "evenly over the ep ranks")
+        if self.ep > 1 and not m.is_moe:
+            raise ConfigError(f"ep {self.ep}: expert parallelism needs an MoE; {m.name} is dense")
+        if self.ep > 1 and m.experts % self.ep:
+            raise ConfigError(f"ep {self.ep} does not split {m.name}'s {m.experts} experts evenly")
         for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "attention_efficiency"):
             value = getattr(self, name)
             if value is not None and not 0 < value <= 1:

@@ -23,6 +23,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: a directory, not a TOML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a TOML file (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: invalid TOML ({e})") from None
 

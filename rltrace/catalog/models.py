@@ -361,6 +361,10 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: a directory, not a config.json") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a config.json (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}: invalid JSON ({e.msg})") from None
     if not isinstance(cfg, dict):

@@ -89,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `rltrace inspect --json | head`: stop quietly, as the Python docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:
+        if e.filename is None:  # not about a path the user named or asked for: a bug, shown as one
+            raise
+        # an output folder that cannot be made, a path that is a folder where a file was meant, no permission
+        return _fail(f"{e.filename}: {e.strerror or e}")
     return result if isinstance(result, int) else 0
 
 

@@ -102,6 +102,8 @@ class SynthConfig:
         for key in ("steps", "prompts_per_step", "samples_per_prompt", "max_new_tokens"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.seed < 0:  # numpy's generators take non-negative seeds only
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
         for where, length in (("output", self.output), ("prompt", self.prompt)):
             if length.kind not in LENGTH_KINDS:
                 raise ConfigError(

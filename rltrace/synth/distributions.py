@@ -162,8 +162,11 @@ class Empirical:
             raise ConfigError(f"{p}: no column {column!r}") from None
         except (pl.exceptions.PolarsError, OSError) as e:
             raise ConfigError(f"{p}: cannot read ({str(e).splitlines()[0]})") from None
-        values = frame.get_column(column).drop_nulls().cast(pl.Float64).to_numpy()
-        if values.size == 0 or (values < 0).any():
+        try:
+            values = frame.get_column(column).drop_nulls().cast(pl.Float64).to_numpy()
+        except pl.exceptions.PolarsError:  # text that is not a number
+            raise ConfigError(f"{p}: column {column!r} must hold non-negative numbers") from None
+        if values.size == 0 or not np.isfinite(values).all() or (values < 0).any():
             raise ConfigError(f"{p}: column {column!r} must hold non-negative numbers")
         return cls(np.sort(values), scale)
 

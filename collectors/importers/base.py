@@ -12,6 +12,7 @@ import polars as pl
 from rltrace.replay.registry import Registry
 
 from rltrace.catalog import get_model
+from rltrace.errors import ValidationError
 from rltrace.manifest import Manifest, Pool
 
 
@@ -84,9 +85,13 @@ def importer(name: str) -> Importer:
 def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source: pl.DataFrame,
                    options: ImportOptions, cached: pl.Expr | None = None) -> pl.DataFrame:
     """A requests table from request-log columns: ids by row, engines round-robin, steps by window."""
-    frame = source.select(prompt.cast(pl.Int64).alias("prompt_tokens"), output.cast(pl.Int64).alias("output_tokens"),
-                          arrival_ns.cast(pl.Int64).alias("arrival_ns"),
-                          (cached if cached is not None else pl.lit(None, pl.Int64)).alias("cached_tokens"))
+    try:
+        frame = source.select(prompt.cast(pl.Int64).alias("prompt_tokens"),
+                              output.cast(pl.Int64).alias("output_tokens"),
+                              arrival_ns.cast(pl.Int64).alias("arrival_ns"),
+                              (cached if cached is not None else pl.lit(None, pl.Int64)).alias("cached_tokens"))
+    except pl.exceptions.PolarsError as e:  # text where a token count or a time belongs
+        raise ValidationError(f"token counts and arrival times must be numbers ({str(e).splitlines()[0]})") from None
     n = frame.height
     t0 = frame["arrival_ns"].min() if n else 0
     step = ((pl.col("arrival_ns") - t0) // int(options.window_s * 1e9)) if options.window_s else pl.lit(0)

@@ -21,14 +21,14 @@ from rltrace.collectors.importers.base import Imported, ImportOptions, register
 from rltrace.collectors.importers.comms import op_of
 
 from rltrace.errors import ConfigError
+from rltrace.limits import check_input
 from rltrace.manifest import Pool
 
 _RANK = re.compile(r"(\d+)(?=\D*$)")  # the last number in a file name: dlrm_eg_3.json -> 3
 
 
 def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
+    check_input(path)
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):
         try:
             with tarfile.open(path) as tar:

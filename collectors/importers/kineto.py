@@ -26,6 +26,7 @@ from rltrace.collectors.importers.base import Imported, ImportOptions, register
 from rltrace.collectors.importers.comms import dtype_bytes, op_of, parse_ranks
 
 from rltrace.errors import ConfigError
+from rltrace.limits import check_input
 from rltrace.manifest import Pool
 
 COMPUTE, COMMUNICATION, CPU = 0, 1, 2
@@ -219,8 +220,7 @@ def kineto(files: list[Path], options: ImportOptions, progress: Callable[[int, i
     imported = Imported({}, notes)
     ranks_seen: list[int] = []
     for index, path in enumerate(files):
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such file")
+        check_input(path)
         info, base = _metadata(path)
         rank = int(info["rank"]) if "rank" in info else index
         if "rank" not in info:

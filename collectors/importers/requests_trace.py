@@ -10,6 +10,7 @@ Files are read with polars (chunked, typed); several files concatenate in order.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import polars as pl
 from rltrace.collectors.importers.base import REQUEST_NOTES, Imported, ImportOptions, register, requests_table
 
 from rltrace.errors import ConfigError
+from rltrace.limits import check_input
 from rltrace.manifest import Pool
 
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake's trace README: hash_ids are ids of 512-token prompt blocks
@@ -24,12 +26,36 @@ UNITS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
 
 
 def _read(path: Path, reader: Callable[[Path], pl.DataFrame], what: str) -> pl.DataFrame:
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
+    check_input(path)
     try:
         return reader(path)
     except (pl.exceptions.PolarsError, OSError, ValueError) as e:
-        raise ConfigError(f"{path}: not a {what} ({str(e).splitlines()[0]})") from None
+        why = (_bad_json_line(path) if reader is pl.read_ndjson else None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not a {what} ({why})") from None
+
+
+def _bad_json_line(path: Path) -> str | None:
+    """Where a JSON-lines file goes wrong, in its own terms (the reader's message names its internals): the first
+    line that is not a JSON object, or the first field whose type differs from the first line's."""
+    first: dict[str, type] | None = None
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                return f"line {number} is not JSON"
+            if not isinstance(row, dict):
+                return f"line {number} is not a JSON object"
+            types = {k: type(v) for k, v in row.items() if v is not None}
+            if first is None:
+                first = types
+                continue
+            for key, kind in types.items():
+                if key in first and first[key] is not kind and {first[key], kind} != {int, float}:
+                    return f"line {number}: {key!r} is {kind.__name__} here, {first[key].__name__} on the first line"
+    return None
 
 
 def _read_all(files: list[Path], reader: Callable[[Path], pl.DataFrame], what: str, columns: list[str]) -> pl.DataFrame:
@@ -97,7 +123,10 @@ def csv(files: list[Path], options: ImportOptions, progress: Callable[[int, int]
     """Any request log in CSV: ``--map arrival=COL,prompt=COL,output=COL`` names the columns."""
     names = {"arrival", "prompt", "output"}
     if set(options.mapping) != names:
-        raise ConfigError(f"import csv needs --map arrival=COL,prompt=COL,output=COL (got {options.mapping or 'none'})")
+        unknown, missing = sorted(set(options.mapping) - names), sorted(names - set(options.mapping))
+        said = "; ".join(part for part in (f"unknown {', '.join(unknown)}" if unknown else "",
+                                           f"missing {', '.join(missing)}" if missing else "") if part)
+        raise ConfigError(f"import csv needs --map arrival=COL,prompt=COL,output=COL ({said})")
     if options.time_unit not in (*UNITS, "datetime"):
         raise ConfigError(f"--time-unit must be one of s, ms, us, ns, datetime, got {options.time_unit!r}")
     source = _read_all(files, pl.read_csv, "request log (CSV)", list(options.mapping.values()))

@@ -23,6 +23,7 @@ from rltrace.replay.costmodels.iteration import Linear
 
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError
+from rltrace.limits import check_input
 
 PROFILE_COLUMNS = {"gpu": pl.String, "tp": pl.Int32, "regime": pl.String, "efficiency": pl.Float64,
                    "kernels": pl.Int64, "median_abs_error": pl.Float64, "source": pl.String}
@@ -173,10 +174,11 @@ def broadcast_bytes_per_s(profile: pl.DataFrame) -> float | None:
 
 def load_profile(path: str | Path) -> pl.DataFrame:
     """Read and check a profile Parquet."""
+    check_input(path)
     try:
         frame = pl.read_parquet(path)
-    except (OSError, pl.exceptions.PolarsError) as e:
-        raise ConfigError(f"{path}: not a readable profile ({type(e).__name__})") from None
+    except (OSError, pl.exceptions.PolarsError) as e:  # the reader's own words: what is wrong with the file
+        raise ConfigError(f"{path}: not a readable profile ({str(e).splitlines()[0] or type(e).__name__})") from None
     missing = [c for c in PROFILE_COLUMNS if c not in frame.columns]
     if missing:
         raise ConfigError(f"{path}: not a profile, missing column {missing[0]!r}")

@@ -36,6 +36,7 @@ from rltrace.replay.costmodels.training import step_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError, RltraceError
+from rltrace.limits import check_input
 
 DATA = Path(__file__).parent / "data"
 GENERATION_CSV = DATA / "generation_validation.csv"
@@ -229,6 +230,7 @@ PREDICT = {"generation": predict_generation, "offline": predict_offline, "traini
 def load_points(path: Path) -> tuple[str, pl.DataFrame]:
     """A validation CSV and which layout it has ("generation", "offline", "training" or "kv_cache", told apart by
     columns)."""
+    check_input(path)
     try:
         frame = pl.read_csv(path, infer_schema_length=None)
     except (OSError, pl.exceptions.PolarsError) as e:

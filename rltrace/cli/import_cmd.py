@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rltrace.bundle import write_bundle
+from rltrace.catalog import get_gpu
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.collectors.importers import ImportOptions, importer, names
 from rltrace.errors import ConfigError
@@ -41,13 +43,18 @@ def import_cmd(
     """
     chosen = importer(kind)
     check_output(output, "--output", folder=True)
-    if engines < 1 or (window_s is not None and window_s <= 0):
-        raise ConfigError("--engines must be >= 1 and --window-s positive")
+    if engines < 1 or (window_s is not None and not 0 < window_s < math.inf):
+        raise ConfigError("--engines must be >= 1 and --window-s a positive number of seconds")
+    if gpu is not None:
+        get_gpu(gpu)  # an unknown kind is refused here, not when the bundle is replayed
     options = ImportOptions(model=model, gpu=gpu, engines=engines, window_s=window_s, mapping=_mapping(map_),
                             time_unit=time_unit)
     err = stderr()
     with Bar(err, f"import {kind}: reading {len(files)} file(s)", "bytes") as bar:
         result = chosen(files, options, bar.update)
+    if not any(table.height for table in result.tables.values()):  # nothing to replay: say why, write nothing
+        why = "; ".join(f"{n} skipped: {reason}" for reason, n in sorted(result.skipped.items()))
+        raise ConfigError(f"no usable rows in {', '.join(str(f) for f in files)}{f' ({why})' if why else ''}")
     manifest = result.manifest(kind, files, options)
     with stage(err, f"writing {output}"):
         path = write_bundle(output, manifest, result.tables, overwrite=force)

@@ -20,9 +20,10 @@ from typing import Any
 
 import polars as pl
 from rltrace.replay.schedulers.base import SCHEDULERS, capabilities
-from rltrace.replay.sweep.grid import Point, check, point_id
+from rltrace.replay.sweep.grid import Point, check, check_names, point_id
 from rltrace.replay.sweep.runner import Store, run_sweep
 
+from rltrace.bundle import open_bundle
 from rltrace.catalog import load_gpus
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
@@ -68,8 +69,25 @@ def load_space(path: Path) -> Space:
     unknown = set(data) - known
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
-    kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "fixed":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: fixed must be a table of replay parameters")
+            kwargs[key] = value
+            continue
+        values = tuple(value) if isinstance(value, list) else (value,)  # one value is a list of one
+        want = _SPACE_TYPES[key]
+        if not values or any(isinstance(v, bool) or not isinstance(v, want) for v in values):
+            kind = "strings" if want is str else "whole numbers" if want is int else "numbers"
+            raise ConfigError(f"{path}: {key} must be {kind} (one, or a non-empty list), got {value!r}")
+        kwargs[key] = values
     return Space(**kwargs)
+
+
+# what each --space list holds: a string where a list belongs would otherwise be walked letter by letter
+_SPACE_TYPES: dict[str, type | tuple[type, ...]] = {"gpu": str, "scheduler": str, "topology": str,
+                                                     "gen_share": (int, float), "total_gpus": int}
 
 
 def point_of(design: dict[str, Any], total: int, fixed: dict[str, Any]) -> Point:
@@ -112,6 +130,8 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
     designs = space.designs()
     for design in designs:  # refuse a bad space before anything runs
         check([point_of(design, space.total_gpus[0], space.fixed)], "--space")
+    recorded = {pool.device for pool in open_bundle(bundle).manifest.cluster.values()}
+    check_names([point_of(d, space.total_gpus[0], space.fixed) for d in designs], "--space", recorded)
     sizes = sorted(space.total_gpus)
     best: dict[int, tuple[int, dict[str, Any] | None, str | None]] = {}  # design -> (GPUs, row, error)
     open_designs, replays = list(range(len(designs))), 0

@@ -29,6 +29,7 @@ from rltrace.replay.run import Shape
 from rltrace.replay.schedulers import names
 from rltrace.replay.settings import resolve
 
+from rltrace.catalog import get_gpu, get_model
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
 from rltrace.limits import check_grid_size
@@ -91,6 +92,20 @@ def check(points: list[Point], where: str) -> None:
         resolve([scheduler], values=settings(point), where=where)
         try:  # types and limits of the shape keys (steps = "two" is named here, not a TypeError later)
             Shape(**{k: v for k, v in point.items() if k in SHAPE_KEYS and k != "source_steps"})
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+
+
+def check_names(points: list[Point], where: str, recorded: set[str]) -> None:
+    """Refuse GPU kinds and models the catalog does not know, before anything runs (not as a failed point per
+    design). A device the bundle recorded passes as it does in a replay, catalogued or not (a CPU run's "cpu")."""
+    for point in points:
+        try:
+            for key in ("gpu", "gen_gpu", "train_gpu"):
+                if point.get(key) is not None and point[key] not in recorded:
+                    get_gpu(point[key])
+            if point.get("model") is not None:
+                get_model(point["model"])
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
 

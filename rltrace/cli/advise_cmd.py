@@ -50,6 +50,8 @@ def advise_cmd(
     if not 0 < target_throughput < math.inf:
         raise ConfigError(f"--target-throughput must be a positive number of samples per second, got "
                           f"{target_throughput:g}")
+    if top < 1:
+        raise ConfigError(f"--top must be at least 1, got {top}")
     if output is not None:
         check_output(output, "--output", folder=True)
     chosen = load_space(space) if space is not None else Space()

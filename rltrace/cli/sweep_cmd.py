@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.dashboards.report import build_sweep
 from rltrace.limits import check_output
-from rltrace.replay.sweep.grid import load_grid
+from rltrace.replay.sweep.grid import check_names, load_grid
 from rltrace.replay.sweep.runner import Store, run_sweep
 
 
@@ -41,7 +42,8 @@ def sweep(
     points = load_grid(grid).points()
     axes = list(load_grid(grid).axes)
     path = str(resolve_bundle(bundle))
-    open_bundle(path)  # a bad bundle fails here, once, not in every point
+    opened = open_bundle(path)  # a bad bundle fails here, once, not in every point
+    check_names(points, str(grid), {pool.device for pool in opened.manifest.cluster.values()})
     store = Store(output)
     err = stderr()
     where = f"Ray at {ray_address}" if ray_address else "a local Ray" if ray else f"{workers} local process(es)"
@@ -57,4 +59,5 @@ def sweep(
     for pid, error in result.failed.items():
         print(f"failed {pid}: {error}")
     if result.failed:
+        print(f"rltrace: {len(result.failed)} of {len(points)} points failed (listed on stdout)", file=sys.stderr)
         raise typer.Exit(1)

@@ -11,9 +11,12 @@ interconnect is priced per Gb/s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 from rltrace.replay.topologies.base import Topology
+
+from rltrace.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,6 +26,12 @@ class FabricPrices:
     ocs_port_usd: float = 2_500.0
     cable_usd: float = 100.0
     dci_usd_per_gbps: float = 1_000.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not 0 <= value < math.inf:
+                raise ConfigError(f"{f.name} must be a price >= 0, got {value}")
 
 
 def fabric_cost(topo: Topology, prices: FabricPrices | None = None) -> dict[str, float]:

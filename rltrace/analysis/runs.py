@@ -67,6 +67,7 @@ def load_run(folder: str | Path, name: str | None = None) -> Run:
     if not (root / "metrics.json").is_file():
         raise ConfigError(f"{root}: not a run folder (no metrics.json)")
     metrics, config = _json(root / "metrics.json"), _json(root / "config.json")
+    _check_numbers(metrics, root / "metrics.json")
     frames: dict[str, pl.DataFrame | None] = {}
     for table in TABLES:
         path = root / f"{table}.parquet"
@@ -85,6 +86,28 @@ def load_run(folder: str | Path, name: str | None = None) -> Run:
         one = "job" not in requests.columns or requests["job"].n_unique() <= 1
         timeline = timeline.with_columns(pl.lit(0 if one else -1, pl.Int32).alias("job"))
     return Run(name or root.name, metrics, config, timeline, requests, frames["links"], frames["steps"])
+
+
+# metrics.json sections that hold figures only (others, such as ``network`` and ``spread``, also name things)
+_FIGURES = ("bubble_fraction", "gpu_utilization", "gpus", "latency", "staleness", "step_time_s")
+
+
+def _check_numbers(metrics: dict[str, Any], path: Path) -> None:
+    """A replay's metrics.json holds numbers (or null) at its top level and in its sections of figures: a word
+    there is a damaged file, named here rather than met as a ValueError deep in a dashboard."""
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, f"{where}.{key}")
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner, where)
+        elif not (value is None or isinstance(value, (int, float))):
+            raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
+
+    for key, value in metrics.items():
+        if not isinstance(value, dict | list) or key in _FIGURES:
+            walk(value, key)
 
 
 def load_runs(paths: list[Path]) -> list[Run]:

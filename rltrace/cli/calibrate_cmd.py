@@ -47,6 +47,10 @@ def calibrate(
     check_output(output, "--output", make_parents=True)
     if kernels_out is not None:
         check_output(kernels_out, "--kernels-out")
+    if ranks < 1:
+        raise ConfigError(f"--ranks must be at least 1 (1: no collectives), got {ranks}")
+    if engine is not None and engine != "vllm":
+        raise ConfigError(f"--engine {engine!r}: the only engine measured is vllm")
     if (tables is None) == (device is None):
         raise ConfigError("give --tables DIR (public kernel tables) or --device cpu|cuda (measure here), one of them")
     if device is not None:
@@ -57,7 +61,7 @@ def calibrate(
 
         engine_dir = None
         if engine is not None:
-            if engine != "vllm" or not Path(model).is_file():
+            if not Path(model).is_file():
                 raise ConfigError("--engine vllm needs --model PATH/config.json of a model folder with its weights")
             engine_dir = Path(model).parent
         with stage(stderr(), f"measuring {model}'s kernels on {device}"):

@@ -34,12 +34,15 @@ UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 2
          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
 
-def parse_size(text: str) -> int:
-    """``1048576``, ``64M``, ``64MiB`` or ``1G`` (binary units) -> bytes."""
+def parse_size(text: str, option: str = "--size", minimum: int = 1) -> int:
+    """``1048576``, ``64M``, ``64MiB`` or ``1G`` (binary units) -> bytes, at least ``minimum``."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in UNITS:
-        raise ConfigError(f"--size {text!r}: expected bytes, e.g. 1048576, 64M or 1GiB")
-    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+        raise ConfigError(f"{option} {text!r}: expected bytes, e.g. 1048576, 64M or 1GiB")
+    size = int(float(m.group(1)) * UNITS[m.group(2).lower()])
+    if size < minimum:  # 0.5 is no byte count either: it would round to nothing
+        raise ConfigError(f"{option} {text!r}: at least {minimum} byte(s)")
+    return size
 
 
 @fabric.command("bench")
@@ -100,6 +103,7 @@ def validate(
     """
     if tables is None and not multinode and not one_node:
         raise ConfigError("nothing to validate: give --tables or leave --multinode or --one-node on")
+    smallest = parse_size(min_size, "--min-size", minimum=0)
     if as_json:  # one set's points: --tables' if given, else the multi-node runs', else the one-node sweeps'
         with stage(stderr(), "pricing every measured point"):
             chosen = (compare(tables, gpu) if tables is not None else multinode_compare() if multinode
@@ -120,7 +124,7 @@ def validate(
     table = Table(title=f"Model vs measured NCCL on {gpu}, messages >= {min_size}", title_justify="left")
     for col in ("source", "op", "dtype", "GPUs", "nodes", "model", "points", "median |error|", "max |error|"):
         table.add_column(col, justify="left" if col in ("source", "op", "dtype", "model") else "right")
-    for row in summary(compared, parse_size(min_size)).iter_rows(named=True):
+    for row in summary(compared, smallest).iter_rows(named=True):
         table.add_row(row["source"], row["op"], row["dtype"], str(row["gpus"]), str(row["nodes"]), row["algorithm"],
                       str(row["points"]), f"{row['median_abs_error']:.1%}", f"{row['max_abs_error']:.1%}")
     console.print(table)

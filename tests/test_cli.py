@@ -92,7 +92,36 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     existing.mkdir()
     (existing / "manifest.json").write_text("{}")
     out = str(tmp / "out")
+    (tmp / "binary.toml").write_bytes(b"\xff\xfe\x00steps")
+    header = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    (tmp / "ok.csv").write_text(header + "2023-11-16 18:15:46.6805900,374,44\n")
+    (tmp / "words.csv").write_text(header + "2023-11-16 18:15:46.6805900,abc,44\n")
+    (tmp / "negative.csv").write_text(header + "2023-11-16 18:15:46.6805900,-374,44\n")
+    (tmp / "grid.toml").write_text('[fixed]\nscheduler = "colocated-sync"\n[axes]\ngpu = ["Z9"]\n')
+    run = tmp / "runs" / "colocated-sync"  # a run folder whose metrics.json holds a word where a figure belongs
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text('{"makespan_s": "lots"}')
+    (run / "config.json").write_text("{}")
     return [
+        # bad input found by a sweep of 489 cases on 2026-11-26, each a traceback or a silent acceptance before
+        (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--tp", "0"], "tp and ep must be >= 1"),
+        (["synth", "-o", out, "--config", str(tmp)], "a directory, not a TOML file"),
+        (["synth", "-o", out, "--config", str(tmp / "binary.toml")], "not a TOML file (not UTF-8 text)"),
+        (["synth", "-o", out, "--seed", "-1"], "seed must be >= 0, got -1"),
+        (["synth", "-o", "/proc/rltrace-no-such-folder", "--preset", "rollpacker"], "cannot write a bundle there"),
+        (["import", "azure-llm", str(tmp / "words.csv"), "-o", out], "token counts and arrival times must be numbers"),
+        (["import", "azure-llm", str(tmp / "negative.csv"), "-o", out], "no usable rows in"),
+        (["import", "azure-llm", str(tmp / "ok.csv"), "-o", out, "--gpu", "Z9"], "unknown GPU kind 'Z9'"),
+        (["import", "azure-llm", str(tmp), "-o", out], "a folder, expected a file"),
+        (["import", "mooncake", str(tmp / "file.txt"), "-o", out], "line 1 is not JSON"),
+        (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=H100", "--size", "0.5"], "at least 1 byte(s)"),
+        (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=H100", "--size", "1G", "--price", "cable_usd=-1"],
+         "cable_usd must be a price >= 0"),
+        (["fabric", "validate", "--min-size", "lots"], "--min-size 'lots'"),
+        (["calibrate", "--device", "cpu", "--ranks", "0", "-o", str(tmp / "p.parquet")], "--ranks must be at least 1"),
+        (["advise", "rollpacker_qwen7b", "--top", "0"], "--top must be at least 1"),
+        (["dashboard", str(tmp / "runs"), "-o", str(tmp / "r.html")], "makespan_s must be a number, got 'lots'"),
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out], "unknown GPU kind 'Z9'"),
         (["inspect", "/no/such/bundle"], "/no/such/bundle: no such file or directory"),
         (["inspect", str(tmp / "file.txt")], "not a trace bundle"),
         (["inspect", str(existing)], "manifest.json: missing field 'run_id'"),

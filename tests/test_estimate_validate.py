@@ -138,7 +138,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
                          "x,y,Llama-2-7B,H100,8,1,1,1,4096,8,bf16,100\n")
     cases = {
         ("--data", str(junk)): "not a validation set",
-        ("--data", str(tmp_path / "missing.csv")): "cannot read validation data",
+        ("--data", str(tmp_path / "missing.csv")): "missing.csv: no such file",
+        ("--data", str(tmp_path)): "a folder, expected a file",
         ("--by", "colour"): "cannot slice by colour",
         ("--points", str(tmp_path / "no" / "dir" / "p.csv")): "cannot write",
     }

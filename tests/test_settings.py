@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli
+from rltrace.replay.jobs import JobSpec
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.run import ReplayConfig
 from rltrace.replay.schedulers import lookup
@@ -99,3 +100,10 @@ def test_a_check_across_fields_names_the_assignments_it_judged(tmp_path: Path) -
     done = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == f"rltrace: error: {grid}: cost.train_mfu must be in (0, 1], got 2.0"
+
+
+def test_a_table_missing_a_required_key_names_the_key() -> None:
+    """A [[jobs]] entry without its name said "JobSpec.__init__() missing 1 required keyword-only argument"."""
+    with pytest.raises(ConfigError, match=r"^jobs\[0\]: missing key 'name'$"):
+        build(JobSpec, {"bundle": "rollpacker_qwen7b"}, "jobs[0]")
+    assert build(JobSpec, {"name": "a", "bundle": "b"}, "jobs[0]").name == "a"

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from browser import open_page
 from helpers import run_cli, small_config
-from rltrace.replay.advise import Space, bottleneck, point_of
+from rltrace.replay.advise import Space, bottleneck, load_space, point_of
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
 
 import rltrace
@@ -135,15 +135,17 @@ def test_a_sweep_on_an_existing_ray_cluster_matches_the_local_pool(bundle: Path,
 
 def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path: Path):
     grid = tmp_path / "grid.toml"
-    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\ngpu = ["H100", "cpu", "A100"]\n')  # "cpu" is no GPU kind
+    # 3 generation GPUs cannot hold instances of tp 2: a point that fails as it runs (names are checked before)
+    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\ngen_gpus = [2, 3, 4]\n[fixed]\ntp = 2\n')
     out = tmp_path / "out"
     done = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "2")
     assert done.returncode == 1
     assert "3 points on 2 local process(es): 2 ran, 0 already done, 1 failed" in done.stdout
-    assert "unknown GPU kind 'cpu'" in done.stdout and "Traceback" not in done.stdout + done.stderr
-    assert pl.read_parquet(out / "sweep.parquet")["gpu"].sort().to_list() == ["A100", "H100"]
+    assert "do not split into instances of tp 2" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "rltrace: 1 of 3 points failed (listed on stdout)"
+    assert pl.read_parquet(out / "sweep.parquet")["gen_gpus"].sort().to_list() == [2, 4]
     errors = list((out / "points").glob("*.error.json"))
-    assert len(errors) == 1 and json.loads(errors[0].read_text())["point"]["gpu"] == "cpu"
+    assert len(errors) == 1 and json.loads(errors[0].read_text())["point"]["gen_gpus"] == 3
     again = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1")
     assert "0 ran, 2 already done, 1 failed" in again.stdout  # only the failed point is tried again
 
@@ -154,6 +156,8 @@ def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path
     ('[axes]\nscheduler = ["disagg-sync"]\n[fixed]\nscheduler = "streamrl"\n', "both varied and fixed"),
     ('[fixed]\nscheduler = "streamrl"\n', "no [axes]"),
     ("[axes\n", "invalid TOML"),
+    ('[axes]\nscheduler = ["disagg-sync"]\ngpu = ["H100", "Z9"]\n', "unknown GPU kind 'Z9'"),
+    ('[axes]\nscheduler = ["disagg-sync"]\n[fixed]\nmodel = "GPT-9"\n', "unknown model 'GPT-9'"),
 ])
 def test_bad_grid_is_one_line_and_exit_2(grid, message, bundle: Path, tmp_path: Path):
     path = tmp_path / "grid.toml"
@@ -179,6 +183,30 @@ def test_point_of_splits_the_gpus():
     assert point_of({**design, "gen_share": 0.99}, 4, {})["train_gpus"] == 1
     with pytest.raises(ConfigError):
         Space(gen_share=(1.0,))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('gpu = "H800"\ntotal_gpus = 16\n', {"gpu": ("H800",), "total_gpus": (16,)}),  # one value: a list of one
+    ('gpu = ["H100", "A100"]\ngen_share = [0.5, 0.75]\n', {"gpu": ("H100", "A100"), "gen_share": (0.5, 0.75)}),
+])
+def test_a_space_takes_lists_or_single_values(text, expected, tmp_path: Path):
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+    space = load_space(path)
+    assert {key: getattr(space, key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gpu = 8\n", "gpu must be strings"),  # not walked letter by letter, nor digit by digit
+    ('total_gpus = ["16"]\n', "total_gpus must be whole numbers"),
+    ("gen_share = []\n", r"gen_share must be numbers \(one, or a non-empty list\), got \[\]"),
+    ('fixed = "steps=2"\n', "fixed must be a table"),
+])
+def test_a_badly_typed_space_is_refused(text, message, tmp_path: Path):
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_space(path)
 
 
 def test_advise_prints_the_cheapest_configuration_meeting_the_target(tmp_path: Path):

@@ -136,8 +136,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     own_training = tmp_path / "dtype.csv"
     own_training.write_text("source,framework,model,gpu,gpus,tp,pp,ep,seq_len,global_batch,precision,tokens_per_s_per_gpu\n"
                          "x,y,Llama-2-7B,H100,8,1,1,1,4096,8,bf16,100\n")
+    words = tmp_path / "words.csv"
+    words.write_text(own_training.read_text().replace(",H100,8,", ",H100,eight,"))
     cases = {
         ("--data", str(junk)): "not a validation set",
+        ("--data", str(words)): "line 2: gpus must be a number, got 'eight'",
         ("--data", str(tmp_path / "missing.csv")): "missing.csv: no such file",
         ("--data", str(tmp_path)): "a folder, expected a file",
         ("--by", "colour"): "cannot slice by colour",
@@ -153,7 +156,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("rate", "outcome"), [
-    ("abc", "line 2: could not convert string to float: 'abc'"),  # not a number: the file is refused, one line
+    ("abc", "line 2: request_rate must be a number, got 'abc'"),  # not a number: the file is refused, one line
     ("0", "request_rate must be > 0"),  # a number the model refuses: that point is skipped, with its reason
 ])
 def test_a_bad_offline_row_is_one_line_or_a_skipped_point(tmp_path: Path, rate: str, outcome: str) -> None:
@@ -172,7 +175,7 @@ def test_a_bad_offline_row_is_one_line_or_a_skipped_point(tmp_path: Path, rate: 
     ("gpu_memory_utilization", "95", "gpu_memory_utilization (95.0) in (0, 1]"),
     ("kv_dtype", "fp4", "line 2: unknown kv_dtype 'fp4'"),
     ("kv_tokens", "0", "line 2: kv_tokens must be > 0, got 0"),
-    ("kv_tokens", "lots", "line 2: could not convert string to float: 'lots'"),
+    ("kv_tokens", "lots", "line 2: kv_tokens must be a number, got 'lots'"),
     ("max_num_seqs", None, "closest is the kv_cache layout, which also needs: max_num_seqs"),
 ])
 def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, value: str | None,

@@ -100,8 +100,12 @@ def _each(points: pl.DataFrame, columns: tuple[str, ...], predict: Callable[[dic
         except RltraceError as e:
             values.append((None,) * len(names))
             why.append(str(e).splitlines()[0])
-        except (ValueError, TypeError) as e:  # a value that is not a number where one is needed
-            raise ConfigError(f"line {number}: {e}") from None
+        except (ValueError, TypeError) as e:  # a value that is not a number where one is needed: name its column
+            column = None
+            if str(e).startswith(("could not convert string to float", "invalid literal for int()")):
+                column = next((k for k, v in row.items() if isinstance(v, str) and repr(v) in str(e)), None)
+            said = f"{column} must be a number, got {row[column]!r}" if column else str(e)
+            raise ConfigError(f"line {number}: {said}") from None
     series = [pl.Series(n, [v[i] for v in values], dtype=pl.Float64) for i, n in enumerate(names)]
     return pl.DataFrame([*series, pl.Series("skipped", why, dtype=pl.Utf8)])
 

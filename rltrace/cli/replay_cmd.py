@@ -134,7 +134,8 @@ def replay(
         check_output(dashboard, "--dashboard")
     # the flags' values go to the config as they are: the spec is read once, by the topology's own grammar
     flags = {"network.topology": topology, "network.sync_strategy": sync_strategy}
-    settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where="--topology / --sync-strategy")
+    named = " / ".join(f for f, v in (("--topology", topology), ("--sync-strategy", sync_strategy)) if v)
+    settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where=named or "--set")
     config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
     gen_gpu, train_gpu = _gpu_kinds(gpu)
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gen_gpu=gen_gpu, train_gpu=train_gpu, tp=tp,

@@ -18,7 +18,8 @@ from rltrace.errors import ConfigError
 
 
 def replay_comms(
-    bundle: Annotated[Path | None, typer.Argument(help="Bundle directory or sample name.")] = None,
+    bundle: Annotated[Path | None, typer.Argument(
+        help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
     ranks: Annotated[int, typer.Option(
         help="Local processes (Gloo on CPU, NCCL on CUDA); recorded ranks fold onto them.")] = 2,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",

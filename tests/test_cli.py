@@ -105,7 +105,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     return [
         # bad input found by a sweep of 489 cases on 2026-11-26, each a traceback or a silent acceptance before
         (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--tp", "0"], "tp and ep must be >= 1"),
-        (["synth", "-o", out, "--config", str(tmp)], "a directory, not a TOML file"),
+        (["synth", "-o", out, "--config", str(tmp)], "a folder, expected a file"),
         (["synth", "-o", out, "--config", str(tmp / "binary.toml")], "not a TOML file (not UTF-8 text)"),
         (["synth", "-o", out, "--seed", "-1"], "seed must be >= 0, got -1"),
         (["synth", "-o", "/proc/rltrace-no-such-folder", "--preset", "rollpacker"], "cannot write a bundle there"),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rltrace.errors import ConfigError
+from rltrace.limits import check_input
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -18,13 +19,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; a missing or malformed file is a ConfigError naming it."""
-    p = Path(path)
+    p = check_input(path)
     try:
         return tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: a directory, not a TOML file") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a TOML file (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as e:

@@ -15,6 +15,7 @@ from typing import Any
 
 from rltrace.catalog._toml import build_entry, load_catalog, lookup
 from rltrace.errors import ConfigError
+from rltrace.limits import check_input
 from rltrace.manifest import ModelInfo
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
@@ -356,13 +357,9 @@ def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
 def from_hf_config(path: str | Path) -> ModelSpec:
     """Build a spec from a Hugging Face ``config.json``: dense, MoE (experts, top-k, shared experts, expert
     width, leading dense layers) and MLA (latent rank, rope dims) keys; FP8 from its quantization_config."""
-    p = Path(path)
+    p = check_input(path)
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: a directory, not a config.json") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a config.json (not UTF-8 text)") from None
     except json.JSONDecodeError as e:

@@ -131,6 +131,17 @@ def test_engine_closed_form_matches_the_estimate() -> None:
             assert it.iteration(b, b * c) == pytest.approx(roof.decode(b, c).seconds, rel=1e-9)
 
 
+@pytest.mark.parametrize(("name", "tp"), [("Mixtral-8x7B", 2), ("MiniMax-M2.5", 4)])
+def test_serving_expert_parallelism_inside_the_tp_group_all_reduces_like_tp(name: str, tp: int) -> None:
+    """Without data parallelism vLLM takes no all-to-all kernels (use_all2all_kernels needs dp_size > 1): every rank
+    holds every token, runs its own experts and the MoE output is all-reduced, so EP's collectives are TP's."""
+    model = get_model(name)
+    for batch in (1, 64, 512):
+        with_ep = Roofline(model=model, gpu=H100, tp=tp, ep=tp).decode(batch, 1024)
+        without = Roofline(model=model, gpu=H100, tp=tp).decode(batch, 1024)
+        assert with_ep.comm_s == pytest.approx(without.comm_s, rel=1e-12) and with_ep.comm_s > 0
+
+
 def test_minimax_m2_matches_its_published_totals_and_all_reduces_its_qk_norm(tmp_path: Path) -> None:
     """MiniMax-M2.5 (aiconfigurator's copy of its config.json): 229.9B, 9.8B active without the embeddings; its QK
     norm spans every head, so each TP rank all-reduces each token's q and k variance once a layer."""

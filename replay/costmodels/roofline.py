@@ -21,8 +21,11 @@ one after another:
   FLOPs (``2 x heads x (2 kv_lora_rank + rope)`` per context token for MLA's absorbed decode) where larger;
 - elementwise kernels (norms, rotary, activation; routing where no fused-MoE op holds it) at their floor; the
   sampler's passes over the logits;
-- tensor parallelism: two all-reduces per layer, expert parallelism: a dispatch and a combine all-to-all per
-  MoE layer, each priced by the network model (:mod:`.parallel`);
+- tensor parallelism: two all-reduces per layer, priced by the network model (:mod:`.parallel`); expert
+  parallelism inside the TP group (``ep`` = ``tp``) keeps the same two: every rank holds every token, runs its own
+  whole experts on them, and the MoE output is all-reduced as a TP-sharded MoE's is (vLLM takes its all-to-all
+  kernels only with data parallelism, ``use_all2all_kernels = dp_size > 1 and use_ep`` in
+  vllm/model_executor/layers/fused_moe/config.py; SGLang's default ``moe_a2a_backend`` is none);
 - CUDA graphs (vLLM's captured sizes, :mod:`.serving`): GEMMs run on the padded batch; beyond the largest
   captured size every kernel is launched from the host and the iteration takes at least the launches' time.
 
@@ -45,7 +48,7 @@ from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 from rltrace.replay.costmodels.memory import RankMemory, rank_memory
-from rltrace.replay.costmodels.parallel import collective_seconds, ep_alltoall_seconds, tp_allreduce_seconds
+from rltrace.replay.costmodels.parallel import collective_seconds, tp_allreduce_seconds
 from rltrace.replay.costmodels.training import step_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
@@ -282,7 +285,8 @@ class Roofline:
                               f"(ep 1 or {self.tp})")
 
     def _comm(self, tokens: np.ndarray | float) -> np.ndarray:
-        """TP all-reduces and EP all-to-alls of one iteration over ``tokens`` tokens (network model)."""
+        """TP all-reduces of one iteration over ``tokens`` tokens (network model); with EP too (see the module
+        text: no all-to-all without data parallelism)."""
         m, tp = self.model, self.tp
         self._serving_ep()
         t = np.atleast_1d(np.asarray(tokens, dtype=np.float64))
@@ -290,13 +294,9 @@ class Roofline:
         if tp == 1:
             return np.zeros_like(t)
         for i, n in enumerate(t):  # a handful of sizes: the network model caches each collective
-            allreduces = 2 * m.layers - (m.moe_layers if self.ep > 1 else 0)
-            s = allreduces * tp_allreduce_seconds(self.gpu, tp, float(n), m.hidden)
+            s = 2 * m.layers * tp_allreduce_seconds(self.gpu, tp, float(n), m.hidden)
             if m.tp_norm_allreduces:  # a norm over every head: each token's q and k variance, two fp32 values
                 s += m.tp_norm_allreduces * m.layers * collective_seconds(self.gpu, "all_reduce", tp, 8.0 * n)
-            if self.ep > 1:
-                s += 2 * m.moe_layers * ep_alltoall_seconds(self.gpu, self.ep, float(n) / self.ep, m.hidden,
-                                                            m.experts_per_token)
             out[i] = s
         return out
 

@@ -383,7 +383,13 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
                             seed=shape.seed)
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
-        unmeasured = workload.steps.with_columns(pl.lit(None, pl.Float64).alias(c) for c in measured)
+        # so do the volumes: a sync delivers a copy of the new model (0: its weights, in prepare), and the
+        # recorded training collectives (data-parallel gradients and weights) carry its parameters instead
+        before = model_spec(workload.model)
+        ratio = get_model(shape.model).weight_bytes / before.weight_bytes if before else 0.0
+        unmeasured = workload.steps.with_columns(*(pl.lit(None, pl.Float64).alias(c) for c in measured),
+                                                 pl.lit(0.0).alias("sync_bytes"),
+                                                 pl.col("collective_bytes") * ratio)
         workload = replace(workload, steps=unmeasured)
     return prepare(workload, cluster, cost, recording=recording.collect(), iterations=iterations,
                    measured=bundle.manifest.source == "record", model=shape.model, step_weights=step_weights)

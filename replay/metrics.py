@@ -226,6 +226,7 @@ def compute_metrics(
         "gpu_utilization": {pool: m["busy"] for pool, m in metrics.items()},
         "staleness": {"mean": float(staleness.mean()), "max": int(staleness.max())},
         "weight_sync_s": number(sync["end_s"].mean()) if sync.height else 0.0,
+        "volume_bytes_per_step": _volumes(run, [key for key, _ in ends]),
         "cost_usd": cost,
         "usd_per_1k_samples": cost / samples * 1000 if samples else 0.0,
         "samples": samples,
@@ -238,6 +239,27 @@ def compute_metrics(
         "latency": latency(requests),
         **({"extra": dict(run.extra)} if run.extra else {}),
     }
+
+
+def _volumes(run: RunRecord, steps: list[tuple[int, int]]) -> dict[str, float | None]:
+    """Mean bytes per finished step: the model copy a weight sync delivers to every generation instance (None: no
+    model and no recorded sync to size it) and what each training rank sends in expert-parallel all-to-alls (0
+    without them; generation has none: an engine's EP inside its TP group all-reduces, docs/costmodels.md)."""
+    jobs = {job.id: job for job in run.jobs}
+
+    def mean(field: str, absent: float | None) -> float | None:
+        values: list[float] = []
+        for job_id, step in steps:
+            per_step = getattr(jobs[job_id], field)
+            if per_step is None:
+                if absent is None:
+                    return None
+                values.append(absent)
+            elif step < len(per_step):
+                values.append(per_step[step])
+        return float(np.mean(values)) if values else None
+
+    return {"weight_sync": mean("sync_bytes", None), "expert_alltoall_per_train_rank": mean("alltoall_bytes", 0.0)}
 
 
 def _bubbles(capacity: float, busy: float, idle_in_tail: float) -> dict[str, float]:

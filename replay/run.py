@@ -57,12 +57,18 @@ class CostConfig:
                 raise ConfigError(f"cost.{name} must be in (0, 1], got {getattr(self, name)}")
         if not 1e-3 <= self.sync_gbps <= 1e6:  # also refuses NaN and 1e-300 (a sync of 10^300 seconds)
             raise ConfigError(f"cost.sync_gbps must be in 0.001..1,000,000 GB/s, got {self.sync_gbps}")
+        if self.train_ep < 1:
+            raise ConfigError(f"cost.train_ep must be >= 1, got {self.train_ep}")
     memory_efficiency: float = MEMORY_EFFICIENCY
     compute_efficiency: float = COMPUTE_EFFICIENCY
     train_mfu: float | None = None
     """training's model FLOPs utilisation without a measured step (None: the published figure for the model's
     kind on the training GPU, :func:`rltrace.replay.costmodels.training.default_mfu`)"""
     sync_gbps: float = SYNC_GBPS
+    train_ep: int = 1
+    """expert-parallel ranks of the trainer of an MoE (Megatron's ``--expert-model-parallel-size``): a modelled
+    step adds the dispatch and combine all-to-alls of every MoE layer, forward and backward, and the metrics
+    their volume; 1: the experts sharded like the dense layers, no all-to-all"""
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
     profile: str = ""
     """an efficiency profile (Parquet, from `rltrace calibrate`) replacing the two efficiency factors"""
@@ -191,10 +197,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         source = f", efficiencies from {cost.profile}" if profile is not None else ""
         notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{source}")
     measured_bw = broadcast_bytes_per_s(profile) if profile is not None else None
+    _check_train_ep(cost.train_ep, spec, cluster.train_gpus)
     training = TrainingCost(model=spec, gpu=_gpu(cluster.train_gpu), gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
                             recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
-                            sync_gbps=measured_bw / 1e9 if measured_bw else cost.sync_gbps)
+                            ep=cost.train_ep, sync_gbps=measured_bw / 1e9 if measured_bw else cost.sync_gbps)
     samples, steps = workload.samples, workload.steps
     counts = samples.group_by("step", maintain_order=True).len()["len"].to_numpy()
     first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
@@ -236,6 +243,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               sync_bytes=[float(b) / engines or weights for b in steps["sync_bytes"].to_list()],
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
               sync_tensors=spec.tensors if spec is not None else 1,
+              alltoall_bytes=[training.alltoall_bytes(t) for t in tokens] if cost.train_ep > 1 else None,
               extra={"params": float(spec.params), "weight_bytes": weights} if spec is not None else {})
     if (rollout and rollout.device != cluster.gen_gpu) or (trainer and trainer.device != cluster.train_gpu):
         # syncs measured on other hardware: the network model prices them on the replay's GPUs
@@ -246,6 +254,18 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         pl.lit(0).alias("job"), turns["next_turn"].cast(pl.Int64))
     fitted = tuple(sorted(recording["step"].unique().to_list())) if use_trace and recording is not None else ()
     return Prepared(frame, [job], cluster, notes, fitted)
+
+
+def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
+    """``cost.train_ep`` names expert parallelism a trainer of this model on these GPUs can run."""
+    if ep == 1:
+        return
+    if spec is None or not spec.is_moe:
+        raise ConfigError(f"cost.train_ep {ep}: expert parallelism needs an MoE; the replayed model "
+                          f"({spec.name if spec else 'unknown'}) has no experts")
+    if spec.experts % ep or ep > train_gpus:
+        raise ConfigError(f"cost.train_ep {ep} must divide {spec.name}'s {spec.experts} experts and be at most the "
+                          f"{train_gpus} training GPUs")
 
 
 def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: Any = None,

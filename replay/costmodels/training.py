@@ -143,12 +143,15 @@ class TrainingCost:
         return self._step(tokens * self.forward_passes, 1.0, seq_len)
 
     def alltoall_bytes(self, tokens: float) -> float:
-        """Bytes each trainer rank sends in expert-parallel all-to-alls over one step of ``tokens`` tokens (0 for
-        a dense model or ep 1): what a report shows beside the weight-sync volume."""
+        """Bytes each trainer rank sends in expert-parallel all-to-alls over one step of ``tokens`` tokens, its
+        forward-only passes included (0 for a dense model or ep 1): what a report shows beside the weight-sync
+        volume."""
         if self.model is None or self.gpu is None or self.ep <= 1:
             return 0.0
-        return step_seconds(self.model, self.gpu, tokens=tokens, gpus=self.gpus, mfu=self.train_mfu,
-                            ep=self.ep).alltoall_bytes
+        train = step_seconds(self.model, self.gpu, tokens=tokens, gpus=self.gpus, mfu=self.train_mfu, ep=self.ep)
+        forward = step_seconds(self.model, self.gpu, tokens=tokens * self.forward_passes, gpus=self.gpus,
+                               mfu=self.train_mfu, ep=self.ep, passes=1.0)
+        return train.alltoall_bytes + forward.alltoall_bytes
 
     def optimizer_seconds(self, measured: float | None) -> float:
         if measured is not None:

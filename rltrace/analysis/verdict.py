@@ -61,7 +61,9 @@ class Objective:
 
 def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     """One row per run: its work (analysis/work.py) and, on the same work, samples/s, $ per 1k samples and
-    their ratios to the baseline (``*_x``); the run's own figures as ``run_*``; ``baseline`` marks its row.
+    their ratios to the baseline (``*_x``); the run's own figures as ``run_*``, and its bytes per step (``sync_gb``:
+    the model copy each weight sync delivers, ``alltoall_gb``: a training rank's expert all-to-alls; null where
+    the run does not say); ``baseline`` marks its row.
 
     Same work: the recorded samples over ``same_work_s``; its cost is the run's cost per second over that
     time (a run's GPUs cost the same per second whatever they do)."""
@@ -69,6 +71,7 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     rows = []
     for run in runs:
         m = run.metrics
+        volume = m.get("volume_bytes_per_step") or {}  # runs written before the key existed have none
         rows.append({"run": run.name, "scheduler": run.scheduler,
                      "run_samples_per_s": float(m.get("throughput_samples_per_s", 0.0)),
                      "run_tokens_per_s": float(m.get("throughput_tokens_per_s", 0.0)),
@@ -76,7 +79,9 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "run_usd_per_1k_samples": float(m.get("usd_per_1k_samples", 0.0)),
                      "makespan_s": float(m.get("makespan_s", 0.0)), "cost_usd": float(m.get("cost_usd", 0.0)),
                      "gen_busy": float(m.get("gpu_utilization", {}).get("generation", 0.0)),
-                     "train_busy": float(m.get("gpu_utilization", {}).get("training", 0.0))})
+                     "train_busy": float(m.get("gpu_utilization", {}).get("training", 0.0)),
+                     "sync_gb": _gigabytes(volume.get("weight_sync")),
+                     "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
     frame = pl.DataFrame(rows).join(w, on="run", how="left", maintain_order="left")
     same = pl.col("same_work_s")
     frame = frame.with_columns(
@@ -88,6 +93,10 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     ratios = [(pl.col(c) / base[c] if base[c] else pl.lit(None, pl.Float64)).alias(f"{c}_x")
               for c in ("samples_per_s", "usd_per_1k_samples", "run_samples_per_s", "run_tokens_per_s")]
     return frame.with_columns(*ratios, pl.col("run").eq(base["run"]).alias("baseline"))
+
+
+def _gigabytes(nbytes: float | None) -> float | None:
+    return None if nbytes is None else float(nbytes) / 1e9
 
 
 def choose(frame: pl.DataFrame, objective: Objective) -> tuple[str | None, str]:

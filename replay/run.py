@@ -404,9 +404,10 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
         # so do the volumes: a sync delivers a copy of the new model (0: its weights, in prepare), and the
-        # recorded training collectives (data-parallel gradients and weights) carry its parameters instead
+        # recorded training collectives (data-parallel gradients and weights) carry its parameters instead, in the
+        # trainer's precision whatever the checkpoint's (an FP8 serving copy does not halve them)
         before = model_spec(workload.model)
-        ratio = get_model(shape.model).weight_bytes / before.weight_bytes if before else 0.0
+        ratio = get_model(shape.model).params / before.params if before else 0.0
         unmeasured = workload.steps.with_columns(*(pl.lit(None, pl.Float64).alias(c) for c in measured),
                                                  pl.lit(0.0).alias("sync_bytes"),
                                                  pl.col("collective_bytes") * ratio)

@@ -12,6 +12,7 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 from rltrace.bundle import write_bundle
+from rltrace.catalog import from_info, get_model
 from rltrace.errors import ConfigError
 from rltrace.schema import TABLES
 
@@ -181,3 +182,18 @@ def test_each_pool_takes_its_own_gpu_kind(sample: str, shape: Shape, kinds: tupl
 def test_a_requested_gpu_kind_must_be_in_the_catalog() -> None:
     with pytest.raises(ConfigError, match="unknown GPU kind 'cpu'"):
         from_bundle(rltrace.open(sample_path("streamrl_qwen32b")), Shape(train_gpu="cpu"), CostConfig())
+
+
+def test_another_model_brings_its_own_sync_and_collective_volumes() -> None:
+    """``--model``: the recorded phase times and volumes belonged to the recorded model. A sync delivers a copy of the
+    new model's weights, and the recorded training collectives scale by the parameters they carry."""
+    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
+    recorded = from_bundle(bundle, Shape(gpu="H100"), CostConfig()).jobs[0]
+    other = from_bundle(bundle, Shape(gpu="H100", model="Qwen2.5-7B"), CostConfig()).jobs[0]
+    qwen, tiny = get_model("Qwen2.5-7B"), from_info(bundle.manifest.model)  # type: ignore[arg-type]
+    assert recorded.sync_bytes is not None and recorded.sync_bytes[0] < 1e7  # the tiny Llama's 1.8 MB
+    assert other.sync_bytes == [float(qwen.weight_bytes)] * len(other.sync_bytes)
+    assert recorded.collective_bytes is not None and other.collective_bytes is not None
+    ratio = qwen.params / tiny.params  # another model resamples the workload: each step keeps the recorded median
+    median = float(np.median(recorded.collective_bytes))
+    assert other.collective_bytes == pytest.approx([median * ratio] * len(other.collective_bytes), rel=1e-5)

@@ -33,8 +33,9 @@ def estimate(
     gpu: Annotated[str | None, typer.Option(
         help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree (decode, prefill).")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert-parallel ranks (MoE; decode/prefill: equal to --tp; train: "
-                                         "the trainer's EP group).")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel ranks (MoE; decode/prefill: 1 or --tp, whole experts "
+                                         "per rank, all-reduced as TP's; train: the trainer's EP group, "
+                                         "all-to-alls).")] = 1,
     samples: Annotated[int, typer.Option(help="Samples per prompt sharing its prefix (prefill: one prefill, "
                                               "later samples recompute only the uncached tail).")] = 1,
     batch: Annotated[int, typer.Option(help="Running sequences (decode).")] = 1,

@@ -53,8 +53,8 @@ AS_RUN = [
     Column("makespan_s", "run time (s)", ",.0f"), Column("run_usd_per_1k_samples", "$ per 1k samples", ".3f"),
     Column("gen_busy", "generation busy", ".0%"), Column("train_busy", "training busy", ".0%"),
     Column("stale_max", "staleness max", "d"),
-    Column("sync_gb", "weight sync per step (GB)", ".3g"),
-    Column("alltoall_gb", "expert all-to-all per step, per training GPU (GB)", ".3g"),
+    Column("sync_gb", "weight sync per step, one model copy per generation instance (GB)", ",.1f"),
+    Column("alltoall_gb", "expert all-to-all per step, sent by each training GPU (GB)", ",.1f"),
 ]
 """each run's own figures, whatever work it trained (what metrics.json says)"""
 

@@ -37,9 +37,10 @@ class Job:
     """bytes of the model copy each step's sync delivers to every generator (for a network model)"""
     collective_bytes: list[float] | None = None
     """bytes each training rank puts into collectives per step (for a network model; None: unknown)"""
-    alltoall_bytes: list[float] | None = None
-    """bytes each training rank sends in expert-parallel all-to-alls per step (an MoE with ``cost.train_ep`` > 1;
-    None: none)"""
+    alltoall_bytes: list[float | None] | None = None
+    """bytes each training rank sends in the modelled expert-parallel all-to-alls per step (an MoE with
+    ``cost.train_ep`` > 1); None, for the job or a step: none modelled (EP 1, or a measured trainer span, which holds
+    the recorded job's own)"""
     sync_tensors: int = 1
     max_new_tokens: int | None = None
     """the generation length cap, known before any response is (None: the source records none)"""

@@ -39,6 +39,9 @@ class JobSpec:
     max_new_tokens: int | None = None
     model: str | None = None
     seed: int = 0
+    train_ep: int | None = None
+    """this job's trainer expert parallelism (None: ``cost.train_ep``); a list of dense and MoE jobs sets it per
+    job, since a dense model has no experts to spread"""
 
     def __post_init__(self) -> None:
         if self.arrival_s < 0 or self.slo < 1:
@@ -68,7 +71,8 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
         shape = replace(cluster, steps=spec.steps, prompts_per_step=spec.prompts_per_step,
                         samples_per_prompt=spec.samples_per_prompt, max_new_tokens=spec.max_new_tokens,
                         model=spec.model or cluster.model, seed=spec.seed)
-        prepared = from_bundle(open_bundle(where), shape, cost, prices)
+        mine = cost if spec.train_ep is None else replace(cost, train_ep=spec.train_ep)
+        prepared = from_bundle(open_bundle(where), shape, mine, prices)
         job = prepared.jobs[0]
         job.id, job.name, job.arrival_s = i, spec.name, spec.arrival_s
         job.first = (np.asarray(job.first) + offset).tolist()

@@ -242,24 +242,22 @@ def compute_metrics(
 
 
 def _volumes(run: RunRecord, steps: list[tuple[int, int]]) -> dict[str, float | None]:
-    """Mean bytes per finished step: the model copy a weight sync delivers to every generation instance (None: no
-    model and no recorded sync to size it) and what each training rank sends in expert-parallel all-to-alls (0
-    without them; generation has none: an engine's EP inside its TP group all-reduces, docs/costmodels.md)."""
+    """Mean bytes per finished step, over every job's: one model copy, what a weight sync delivers to each
+    generation instance (None: no model and no recorded sync to size it), and what each training GPU sends in the
+    modelled expert all-to-alls (``cost.train_ep`` > 1, steps without a measured trainer span; 0 without them).
+    Generation has none: an engine's EP inside its TP group all-reduces (docs/costmodels.md)."""
     jobs = {job.id: job for job in run.jobs}
-
-    def mean(field: str, absent: float | None) -> float | None:
-        values: list[float] = []
-        for job_id, step in steps:
-            per_step = getattr(jobs[job_id], field)
-            if per_step is None:
-                if absent is None:
-                    return None
-                values.append(absent)
-            elif step < len(per_step):
-                values.append(per_step[step])
-        return float(np.mean(values)) if values else None
-
-    return {"weight_sync": mean("sync_bytes", None), "expert_alltoall_per_train_rank": mean("alltoall_bytes", 0.0)}
+    syncs: list[float] = []
+    alltoall: list[float] = []
+    for job_id, step in steps:
+        job = jobs[job_id]
+        if job.sync_bytes is not None:
+            syncs.append(job.sync_bytes[step])
+        if job.alltoall_bytes is not None and (sent := job.alltoall_bytes[step]) is not None:
+            alltoall.append(sent)
+    sync = float(np.mean(syncs)) if syncs else 0.0
+    return {"weight_sync": sync or None,  # 0 bytes: nothing sized the copy (no model, no recorded sync)
+            "expert_alltoall_per_train_rank": float(np.mean(alltoall)) if alltoall else 0.0}
 
 
 def _bubbles(capacity: float, busy: float, idle_in_tail: float) -> dict[str, float]:

@@ -219,6 +219,14 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     sync = [training.sync_seconds(m) for m in col("weight_sync_s")]
     reward = [r or 0.0 for r in col("reward_s")]
     other = [o or 0.0 for o in col("other_s")]
+    # Expert all-to-alls of the steps the trainer is modelled for; a measured span holds the recorded job's own.
+    alltoall = None
+    if cost.train_ep > 1:
+        alltoall = [training.alltoall_bytes(t) if m is None else None for m, t in zip(col("train_s"), tokens)]
+        if all(a is None for a in alltoall):
+            alltoall = None
+            notes.append(f"cost.train_ep {cost.train_ep}: every step's trainer time is measured, and its all-to-alls "
+                         "with it; none are added (--model prices the trainer instead)")
     engine = samples["engine"]
     # A sync delivers one model copy to every engine: the recorded bytes (one flow per engine) over the engines;
     # unrecorded, the model's weights.
@@ -240,10 +248,10 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               engine=None if engine.null_count() else engine.to_list(),
               engines=rollout.count // max(rollout.tp, 1) if rollout else 1, heads=heads,
               max_new_tokens=workload.max_new_tokens,
-              sync_bytes=[float(b) / engines or weights for b in steps["sync_bytes"].to_list()],
+              sync_bytes=[float(b) / engines if b else weights for b in steps["sync_bytes"].to_list()],
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
               sync_tensors=spec.tensors if spec is not None else 1,
-              alltoall_bytes=[training.alltoall_bytes(t) for t in tokens] if cost.train_ep > 1 else None,
+              alltoall_bytes=alltoall,
               extra={"params": float(spec.params), "weight_bytes": weights} if spec is not None else {})
     if (rollout and rollout.device != cluster.gen_gpu) or (trainer and trainer.device != cluster.train_gpu):
         # syncs measured on other hardware: the network model prices them on the replay's GPUs
@@ -257,15 +265,19 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
 
 
 def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
-    """``cost.train_ep`` names expert parallelism a trainer of this model on these GPUs can run."""
+    """``cost.train_ep`` names expert parallelism a trainer of this model on these GPUs can run (Megatron: the EP
+    size divides the experts and the data-parallel ranks)."""
     if ep == 1:
         return
-    if spec is None or not spec.is_moe:
-        raise ConfigError(f"cost.train_ep {ep}: expert parallelism needs an MoE; the replayed model "
-                          f"({spec.name if spec else 'unknown'}) has no experts")
-    if spec.experts % ep or ep > train_gpus:
-        raise ConfigError(f"cost.train_ep {ep} must divide {spec.name}'s {spec.experts} experts and be at most the "
-                          f"{train_gpus} training GPUs")
+    if spec is None:
+        raise ConfigError(f"cost.train_ep {ep} needs the model's architecture, which the bundle does not record: "
+                          "give --model")
+    if not spec.is_moe:
+        raise ConfigError(f"cost.train_ep {ep}: expert parallelism needs an MoE; {spec.name} has no experts")
+    if spec.experts % ep:
+        raise ConfigError(f"cost.train_ep {ep} must divide {spec.name}'s {spec.experts} experts")
+    if train_gpus % ep:
+        raise ConfigError(f"cost.train_ep {ep} must divide the {train_gpus} training GPUs")
 
 
 def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: Any = None,
@@ -401,16 +413,24 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,
                             samples_per_prompt=shape.samples_per_prompt, max_new_tokens=shape.max_new_tokens,
                             seed=shape.seed)
+    before: ModelSpec | None = None
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")
         # so do the volumes: a sync delivers a copy of the new model (0: its weights, in prepare), and the
         # recorded training collectives (data-parallel gradients and weights) carry its parameters instead, in the
         # trainer's precision whatever the checkpoint's (an FP8 serving copy does not halve them)
-        before = model_spec(workload.model)
-        ratio = get_model(shape.model).params / before.params if before else 0.0
+        try:
+            before = model_spec(workload.model)
+        except ConfigError:  # a half-written architecture: --model is the way to replay such a bundle
+            before = None
+        ratio = get_model(shape.model).params / before.params if before else 1.0
         unmeasured = workload.steps.with_columns(*(pl.lit(None, pl.Float64).alias(c) for c in measured),
-                                                 pl.lit(0.0).alias("sync_bytes"),
+                                                 pl.lit(0.0).alias("sync_bytes"),  # 0: a copy of the new model
                                                  pl.col("collective_bytes") * ratio)
         workload = replace(workload, steps=unmeasured)
-    return prepare(workload, cluster, cost, recording=recording.collect(), iterations=iterations,
-                   measured=bundle.manifest.source == "record", model=shape.model, step_weights=step_weights)
+    prepared = prepare(workload, cluster, cost, recording=recording.collect(), iterations=iterations,
+                       measured=bundle.manifest.source == "record", model=shape.model, step_weights=step_weights)
+    if shape.model and before is None and workload.steps["collective_bytes"].sum():
+        prepared.notes.append("training collectives as recorded: the recorded model is unknown, so they are not "
+                              f"rescaled to {shape.model}")
+    return prepared

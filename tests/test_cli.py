@@ -102,6 +102,10 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     run.mkdir(parents=True)
     (run / "metrics.json").write_text('{"makespan_s": "lots"}')
     (run / "config.json").write_text("{}")
+    flat = tmp / "flat" / "colocated-sync"  # a section of figures that is not a table
+    flat.mkdir(parents=True)
+    (flat / "metrics.json").write_text('{"volume_bytes_per_step": 5}')
+    (flat / "config.json").write_text("{}")
     return [
         # bad input found by a sweep of 489 cases on 2026-11-26, each a traceback or a silent acceptance before
         (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--tp", "0"], "tp and ep must be >= 1"),
@@ -121,6 +125,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["calibrate", "--device", "cpu", "--ranks", "0", "-o", str(tmp / "p.parquet")], "--ranks must be at least 1"),
         (["advise", "rollpacker_qwen7b", "--top", "0"], "--top must be at least 1"),
         (["dashboard", str(tmp / "runs"), "-o", str(tmp / "r.html")], "makespan_s must be a number, got 'lots'"),
+        (["dashboard", str(tmp / "flat"), "-o", str(tmp / "r.html")],
+         "volume_bytes_per_step must be a table of figures, got 5"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out], "unknown GPU kind 'Z9'"),
         (["inspect", "/no/such/bundle"], "/no/such/bundle: no such file or directory"),
         (["inspect", str(tmp / "file.txt")], "not a trace bundle"),

@@ -416,6 +416,7 @@ def test_the_choice_and_why():
     runs = [base, fair, short]
     t = verdict.table(runs)
     rows = t.rows_by_key("run", named=True, unique=True)
+    assert rows["fair"]["sync_gb"] is None and rows["fair"]["alltoall_gb"] is None  # metrics without volumes: "-"
     # short ran 10 s but trained 400 of 1,300 tokens: 32.5 s for the same work, not 10
     assert rows["short"]["same_work_s"] == pytest.approx(32.5)
     assert rows["short"]["run_samples_per_s_x"] == pytest.approx(10.0)  # as run: 10x, which the same work undoes

@@ -2,9 +2,10 @@
 protocols on the GPUs' NVSwitch node, or a leaf-spine of such nodes when a group spans several.
 
 - tensor parallelism: two all-reduces per layer of ``tokens x hidden`` BF16 activations (attention out and MLP
-  out; Megatron's and vLLM's row-parallel layers), one of them per MoE layer when its experts run expert-parallel;
-- expert parallelism: a dispatch and a combine all-to-all per MoE layer, each rank sending its tokens' hidden
-  states to the ranks holding their top-k experts (forward; training adds the same two in backward);
+  out; Megatron's and vLLM's row-parallel layers); serving's EP inside the TP group keeps both (every rank holds
+  every token: :mod:`.roofline`'s module text);
+- training's expert parallelism: a dispatch and a combine all-to-all per MoE layer, each rank sending its tokens'
+  hidden states to the ranks holding their top-k experts (forward, and the same two in backward);
 - data parallelism / ZeRO / FSDP: gradients reduce-scattered (or all-reduced) and weights all-gathered once per
   step, 2 or 4 bytes per parameter.
 

@@ -285,8 +285,8 @@ class Roofline:
                               f"(ep 1 or {self.tp})")
 
     def _comm(self, tokens: np.ndarray | float) -> np.ndarray:
-        """TP all-reduces of one iteration over ``tokens`` tokens (network model); with EP too (see the module
-        text: no all-to-all without data parallelism)."""
+        """TP all-reduces of one iteration over ``tokens`` tokens (network model); the same with ``ep`` = ``tp``: the
+        engines take no all-to-all without data parallelism (module text)."""
         m, tp = self.model, self.tp
         self._serving_ep()
         t = np.atleast_1d(np.asarray(tokens, dtype=np.float64))

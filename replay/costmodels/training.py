@@ -88,13 +88,28 @@ def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mf
     linear_peak = gpu.flops_for(1) if precision == "fp8" else gpu.flops
     achieved = gpus * (mfu or default_mfu(model, gpu))
     compute = linear / (achieved * linear_peak) + attention / (achieved * gpu.flops)
-    comm, volume = 0.0, 0.0
+    comm = 0.0
     if ep > 1 and model.is_moe:
-        per_rank = tokens / gpus
-        calls = 2 * (2 if passes > 1 else 1) * model.moe_layers  # dispatch + combine, forward (and backward)
-        comm = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token)
-        volume = calls * per_rank * model.experts_per_token * model.hidden * 2 * (ep - 1) / ep
-    return Step(compute + comm, compute, comm, flops, volume)
+        calls = _alltoall_calls(model, passes)
+        comm = calls * ep_alltoall_seconds(gpu, ep, tokens / gpus, model.hidden, model.experts_per_token)
+    return Step(compute + comm, compute, comm, flops, alltoall_volume(model, tokens=tokens, gpus=gpus, ep=ep,
+                                                                      passes=passes))
+
+
+def _alltoall_calls(model: ModelSpec, passes: float) -> int:
+    """Expert all-to-alls of one pass over the tokens: a dispatch and a combine per MoE layer, forward (and backward
+    when ``passes`` > 1)."""
+    return 2 * (2 if passes > 1 else 1) * model.moe_layers
+
+
+def alltoall_volume(model: ModelSpec, *, tokens: float, gpus: int, ep: int, passes: float = 3.0) -> float:
+    """Bytes each of ``gpus`` ranks sends in expert-parallel all-to-alls over ``tokens`` tokens (0 for a dense model
+    or ``ep`` 1): its share of the tokens, each as top-k BF16 hidden states, (ep - 1) / ep of them leaving the rank,
+    once per dispatch and combine (:func:`step_seconds` prices them)."""
+    if ep <= 1 or not model.is_moe:
+        return 0.0
+    per_message = tokens / gpus * model.experts_per_token * model.hidden * 2 * (ep - 1) / ep
+    return _alltoall_calls(model, passes) * per_message
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,12 +161,11 @@ class TrainingCost:
         """Bytes each trainer rank sends in expert-parallel all-to-alls over one step of ``tokens`` tokens, its
         forward-only passes included (0 for a dense model or ep 1): what a report shows beside the weight-sync
         volume."""
-        if self.model is None or self.gpu is None or self.ep <= 1:
+        if self.model is None:
             return 0.0
-        train = step_seconds(self.model, self.gpu, tokens=tokens, gpus=self.gpus, mfu=self.train_mfu, ep=self.ep)
-        forward = step_seconds(self.model, self.gpu, tokens=tokens * self.forward_passes, gpus=self.gpus,
-                               mfu=self.train_mfu, ep=self.ep, passes=1.0)
-        return train.alltoall_bytes + forward.alltoall_bytes
+        return (alltoall_volume(self.model, tokens=tokens, gpus=self.gpus, ep=self.ep)
+                + alltoall_volume(self.model, tokens=tokens * self.forward_passes, gpus=self.gpus, ep=self.ep,
+                                  passes=1.0))
 
     def optimizer_seconds(self, measured: float | None) -> float:
         if measured is not None:

@@ -107,6 +107,8 @@ def _check_numbers(metrics: dict[str, Any], path: Path) -> None:
             raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
 
     for key, value in metrics.items():
+        if key in _FIGURES and value is not None and not isinstance(value, dict):  # a dashboard reads its keys
+            raise ConfigError(f"{path}: {key} must be a table of figures, got {value!r}")
         if not isinstance(value, dict | list) or key in _FIGURES:
             walk(value, key)
 

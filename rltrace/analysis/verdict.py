@@ -62,8 +62,8 @@ class Objective:
 def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     """One row per run: its work (analysis/work.py) and, on the same work, samples/s, $ per 1k samples and
     their ratios to the baseline (``*_x``); the run's own figures as ``run_*``, and its bytes per step (``sync_gb``:
-    the model copy each weight sync delivers, ``alltoall_gb``: a training rank's expert all-to-alls; null where
-    the run does not say); ``baseline`` marks its row.
+    the one model copy a weight sync delivers to each generation instance, ``alltoall_gb``: what one training GPU
+    sends in expert all-to-alls; null where the run does not say); ``baseline`` marks its row.
 
     Same work: the recorded samples over ``same_work_s``; its cost is the run's cost per second over that
     time (a run's GPUs cost the same per second whatever they do)."""
@@ -96,6 +96,7 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
 
 
 def _gigabytes(nbytes: float | None) -> float | None:
+    """Bytes as GB (None stays None: the run does not say)."""
     return None if nbytes is None else float(nbytes) / 1e9
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rltrace.replay.costmodels.generation import GenerationCost
+from rltrace.replay.costmodels.training import AllToAll
 
 
 @dataclass(kw_only=True, slots=True)
@@ -37,10 +38,10 @@ class Job:
     """bytes of the model copy each step's sync delivers to every generator (for a network model)"""
     collective_bytes: list[float] | None = None
     """bytes each training rank puts into collectives per step (for a network model; None: unknown)"""
-    alltoall_bytes: list[float | None] | None = None
-    """bytes each training rank sends in the modelled expert-parallel all-to-alls per step (an MoE with
-    ``cost.train_ep`` > 1); None, for the job or a step: none modelled (EP 1, or a measured trainer span, which holds
-    the recorded job's own)"""
+    alltoalls: list[tuple[AllToAll, ...] | None] | None = None
+    """the modelled expert-parallel all-to-alls inside each step's trainer time (an MoE with ``cost.train_ep`` > 1;
+    a network model re-times them); None, for the job or a step: none modelled (EP 1, or a measured trainer span,
+    which holds the recorded job's own)"""
     sync_tensors: int = 1
     max_new_tokens: int | None = None
     """the generation length cap, known before any response is (None: the source records none)"""

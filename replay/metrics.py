@@ -253,8 +253,8 @@ def _volumes(run: RunRecord, steps: list[tuple[int, int]]) -> dict[str, float | 
         job = jobs[job_id]
         if job.sync_bytes is not None:
             syncs.append(job.sync_bytes[step])
-        if job.alltoall_bytes is not None and (sent := job.alltoall_bytes[step]) is not None:
-            alltoall.append(sent)
+        if job.alltoalls is not None and (parts := job.alltoalls[step]) is not None:
+            alltoall.append(sum(p.sent_bytes for p in parts))
     sync = float(np.mean(syncs)) if syncs else 0.0
     return {"weight_sync": sync or None,  # 0 bytes: nothing sized the copy (no model, no recorded sync)
             "expert_alltoall_per_train_rank": float(np.mean(alltoall)) if alltoall else 0.0}

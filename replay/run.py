@@ -222,7 +222,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     # Expert all-to-alls of the steps the trainer is modelled for; a measured span holds the recorded job's own.
     alltoall = None
     if cost.train_ep > 1:
-        alltoall = [training.alltoall_bytes(t) if m is None else None for m, t in zip(col("train_s"), tokens)]
+        alltoall = [training.alltoalls(t) if m is None else None for m, t in zip(col("train_s"), tokens)]
         if all(a is None for a in alltoall):
             alltoall = None
             notes.append(f"cost.train_ep {cost.train_ep}: every step's trainer time is measured, and its all-to-alls "
@@ -251,7 +251,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               sync_bytes=[float(b) / engines if b else weights for b in steps["sync_bytes"].to_list()],
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
               sync_tensors=spec.tensors if spec is not None else 1,
-              alltoall_bytes=alltoall,
+              alltoalls=alltoall,
               extra={"params": float(spec.params), "weight_bytes": weights} if spec is not None else {})
     if (rollout and rollout.device != cluster.gen_gpu) or (trainer and trainer.device != cluster.train_gpu):
         # syncs measured on other hardware: the network model prices them on the replay's GPUs

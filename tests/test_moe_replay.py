@@ -119,3 +119,32 @@ def test_a_job_list_sets_expert_parallelism_per_job(tmp_path: Path) -> None:
                                                   / 2, rel=0.01)
     everywhere = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux", "--set", "cost.train_ep=8")
     assert everywhere.returncode == 2 and "Qwen2.5-7B has no experts" in everywhere.stderr
+
+
+def _routed(tmp_path: Path, ep: int, nodes: int) -> tuple[dict, pl.DataFrame, float]:
+    """One disaggregated step of the MoE on ``nodes`` rail-optimised H800 nodes, half generating, half training."""
+    gpus = nodes * 8 // 2
+    out = tmp_path / f"ep{ep}-n{nodes}"
+    done = run_cli("replay", "--model", MOE, "--gpu", "H800", "--gen-gpus", str(gpus), "--train-gpus", str(gpus),
+                   "--set", f"cost.train_ep={ep}", "--steps", "1", "-s", "disagg-sync", "--replicates", "0",
+                   "--topology", f"rail:nodes={nodes},gpu=H800", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    folder = out / "disagg-sync"
+    requests = pl.read_parquet(folder / "requests.parquet").filter(pl.col("step") == 0)
+    tokens = float((requests["prompt_tokens"] + requests["output_tokens"]).sum())
+    return (json.loads((folder / "metrics.json").read_text()), pl.read_parquet(folder / "links.parquet"), tokens)
+
+
+def test_expert_all_to_alls_take_the_topologys_time_and_links(tmp_path: Path) -> None:
+    """With --topology the trainer's expert all-to-alls run on it: EP groups of consecutive training GPUs. Inside
+    one node (EP 8) the rail node's NVSwitch times them as the built-in node does, on NVLink only; across two
+    nodes (EP 16) they cross the NICs and take longer."""
+    inside, links, tokens = _routed(tmp_path, 8, 2)
+    cost = TrainingCost(model=get_model(MOE), gpu=get_gpu("H800"), gpus=8, recorded_gpus=8, recorded_gpu=None, ep=8)
+    assert inside["network"]["expert_alltoall_s"] == pytest.approx(sum(p.seconds for p in cost.alltoalls(tokens)),
+                                                                   rel=1e-9)
+    trained = links.filter(pl.col("what") == "train")
+    assert trained.height and set(trained["kind"]) == {"nvlink"}
+    across, links16, _ = _routed(tmp_path, 16, 4)
+    assert links16.filter((pl.col("what") == "train") & (pl.col("kind") == "nic"))["bytes"].sum() > 0
+    assert across["network"]["expert_alltoall_s"] > inside["network"]["expert_alltoall_s"]

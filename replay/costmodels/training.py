@@ -32,6 +32,7 @@ MFU defaults, one home (``default_mfu``), each from a published run, of BF16 den
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from rltrace.replay.costmodels.defaults import SYNC_GBPS
 from rltrace.replay.costmodels.parallel import ep_alltoall_seconds
@@ -112,6 +113,31 @@ def alltoall_volume(model: ModelSpec, *, tokens: float, gpus: int, ep: int, pass
     return _alltoall_calls(model, passes) * per_message
 
 
+class AllToAll(NamedTuple):
+    """One kind of expert all-to-all a training step runs, all its calls: what a network model re-times."""
+
+    size_bytes: float
+    """each rank's send buffer per call (nccl-tests' message size): its share of the tokens, top-k hidden states"""
+    calls: int
+    ranks: int
+    """the expert-parallel group each call spans"""
+    seconds: float
+    """all calls, as :func:`step_seconds` priced them (an NVSwitch node, leaf-spine nodes past 8 GPUs)"""
+    sent_bytes: float
+    """all calls, the bytes leaving each rank"""
+
+
+def alltoalls(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, ep: int,
+              passes: float = 3.0) -> AllToAll | None:
+    """The expert all-to-alls :func:`step_seconds` prices for these arguments (None: a dense model or ``ep`` 1)."""
+    if ep <= 1 or not model.is_moe:
+        return None
+    calls, per_rank = _alltoall_calls(model, passes), tokens / gpus
+    seconds = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token)
+    return AllToAll(per_rank * model.experts_per_token * model.hidden * 2, calls, ep, seconds,
+                    alltoall_volume(model, tokens=tokens, gpus=gpus, ep=ep, passes=passes))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainingCost:
     """Per-step training-side seconds for ``model`` on ``gpus`` GPUs of kind ``gpu``."""
@@ -157,15 +183,21 @@ class TrainingCost:
             return measured * self._scale
         return self._step(tokens * self.forward_passes, 1.0, seq_len)
 
+    def alltoalls(self, tokens: float) -> tuple[AllToAll, ...]:
+        """The expert all-to-alls a modelled step of ``tokens`` tokens runs: the trained tokens' (forward and
+        backward), then the forward-only passes' (empty for a dense model or ep 1)."""
+        if self.model is None or self.gpu is None:
+            return ()
+        parts = (alltoalls(self.model, self.gpu, tokens=tokens, gpus=self.gpus, ep=self.ep),
+                 alltoalls(self.model, self.gpu, tokens=tokens * self.forward_passes, gpus=self.gpus, ep=self.ep,
+                           passes=1.0) if self.forward_passes else None)
+        return tuple(p for p in parts if p is not None)
+
     def alltoall_bytes(self, tokens: float) -> float:
         """Bytes each trainer rank sends in expert-parallel all-to-alls over one step of ``tokens`` tokens, its
         forward-only passes included (0 for a dense model or ep 1): what a report shows beside the weight-sync
         volume."""
-        if self.model is None:
-            return 0.0
-        return (alltoall_volume(self.model, tokens=tokens, gpus=self.gpus, ep=self.ep)
-                + alltoall_volume(self.model, tokens=tokens * self.forward_passes, gpus=self.gpus, ep=self.ep,
-                                  passes=1.0))
+        return sum(p.sent_bytes for p in self.alltoalls(tokens))
 
     def optimizer_seconds(self, measured: float | None) -> float:
         if measured is not None:

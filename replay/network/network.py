@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
+from rltrace.replay.costmodels.training import AllToAll
 from rltrace.replay.job import Job
 from rltrace.replay.network.collectives import collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
@@ -52,6 +53,8 @@ class Routed:
     collective_bytes: dict[tuple[int, int], np.ndarray]
     reconfig_s: float
     cost: dict[str, float]
+    alltoall_s: dict[tuple[int, int], float] = field(default_factory=dict)
+    """each step's expert all-to-alls (an MoE trainer with ``cost.train_ep`` > 1), on the topology"""
 
 
 def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig) -> Routed:
@@ -65,6 +68,7 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
     generators, trainers = np.arange(gen_gpus), gen_gpus + np.arange(train_gpus)
     out = Routed(topo, {}, {}, {}, {}, 0.0, fabric_cost(topo, config.prices))
     for job in jobs:
+        expert_alltoalls = _ExpertAllToAlls(topo, trainers, job)
         for step in range(job.steps):
             key = (job.id, step)
             nbytes = job.sync_bytes[step] if job.sync_bytes else 0.0
@@ -73,15 +77,53 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
                 out.sync_s[key], out.sync_bytes[key] = s.seconds, s.link_bytes
                 out.reconfig_s += s.reconfig_s
                 job.sync_s[step] = s.seconds
+            parts = job.alltoalls[step] if job.alltoalls else None
+            if parts:  # not overlapped with compute: the step takes the topology's time for them, not the built-in's
+                seconds, carried = expert_alltoalls(parts, step)
+                out.alltoall_s[key] = seconds
+                out.collective_bytes[key] = carried
+                job.train_s[step] += seconds - sum(p.seconds for p in parts)
             volume = job.collective_bytes[step] if job.collective_bytes else 0.0
             if volume > 0 and train_gpus > 1:
                 # the step's per-rank collective volume, timed as one ring all-gather over the training GPUs
                 n = train_gpus
                 c = collective(topo, "all_gather", trainers, volume * n / (n - 1))  # NCCL's ring; one per NIC
-                out.collective_s[key], out.collective_bytes[key] = c.seconds, c.link_bytes
+                out.collective_s[key] = c.seconds
+                out.collective_bytes[key] = out.collective_bytes.get(key, 0.0) + c.link_bytes
                 out.reconfig_s += c.reconfig_s
                 job.train_s[step] = max(job.train_s[step], c.seconds)
     return out
+
+
+class _ExpertAllToAlls:
+    """A job's expert all-to-alls on the topology: consecutive training GPUs form the expert-parallel groups
+    (Megatron's order: EP inside a node while it fits), every group runs each call at once, and a call takes its
+    slowest group. A collective's time is affine in its size, so each group is timed at the smallest and largest
+    size the job's steps send and each step's size drawn on that line; the bytes it puts on a link are
+    proportional to the size."""
+
+    def __init__(self, topo: Topology, trainers: np.ndarray, job: Job) -> None:
+        parts = [p for step in job.alltoalls or [] if step for p in step]
+        self.links = len(topo.links())
+        self.lines: dict[int, tuple[float, float, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for ranks in sorted({p.ranks for p in parts}):
+            sizes = [p.size_bytes for p in parts if p.ranks == ranks]
+            lo, hi = min(sizes), max(sizes)
+            groups = trainers.reshape(-1, ranks)
+            at_lo = [collective(topo, "all_to_all", g, lo) for g in groups]
+            at_hi = [collective(topo, "all_to_all", g, hi) for g in groups] if hi > lo else at_lo
+            self.lines[ranks] = (lo, hi, np.array([c.seconds for c in at_lo]), np.array([c.seconds for c in at_hi]),
+                                 sum((c.link_bytes for c in at_hi), np.zeros(self.links)) / max(hi, 1e-300))
+
+    def __call__(self, parts: tuple[AllToAll, ...], step: int) -> tuple[float, np.ndarray]:
+        """Seconds of one step's all-to-alls on the topology and the bytes they put on each link."""
+        seconds, carried = 0.0, np.zeros(self.links)
+        for p in parts:
+            lo, hi, t_lo, t_hi, per_byte = self.lines[p.ranks]
+            share = (p.size_bytes - lo) / (hi - lo) if hi > lo else 0.0
+            seconds += p.calls * float((t_lo + share * (t_hi - t_lo)).max())
+            carried += p.calls * p.size_bytes * per_byte
+        return seconds, carried
 
 
 def link_frame(routed: Routed, timeline: pl.DataFrame) -> pl.DataFrame:
@@ -125,6 +167,7 @@ def metrics(routed: Routed, links: pl.DataFrame, throughput: float, config: Netw
         "sync_strategy": config.sync_strategy,
         "weight_sync_s": float(np.mean(list(routed.sync_s.values()))) if routed.sync_s else 0.0,
         "collective_s": float(np.mean(list(routed.collective_s.values()))) if routed.collective_s else 0.0,
+        "expert_alltoall_s": float(np.mean(list(routed.alltoall_s.values()))) if routed.alltoall_s else 0.0,
         "reconfig_s": routed.reconfig_s,
         "max_link_utilization": number(links["utilization"].max()) if links.height else 0.0,
         "fabric": routed.cost,

@@ -21,7 +21,7 @@ from rltrace.replay.costmodels.calibrate import fit_generation
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
-from rltrace.replay.costmodels.training import TrainingCost
+from rltrace.replay.costmodels.training import AllToAll, TrainingCost
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
@@ -219,10 +219,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     sync = [training.sync_seconds(m) for m in col("weight_sync_s")]
     reward = [r or 0.0 for r in col("reward_s")]
     other = [o or 0.0 for o in col("other_s")]
-    # Expert all-to-alls of the steps the trainer is modelled for; a measured span holds the recorded job's own.
-    alltoall = None
+    # Expert all-to-alls of the trainer spans that are modelled; a measured span holds the recorded job's own.
+    alltoall: list[tuple[AllToAll, ...] | None] | None = None
     if cost.train_ep > 1:
-        alltoall = [training.alltoalls(t) if m is None else None for m, t in zip(col("train_s"), tokens)]
+        alltoall = [training.alltoalls(t, train=m is None, forward=r is None) or None
+                    for m, r, t in zip(col("train_s"), col("reference_s"), tokens)]
         if all(a is None for a in alltoall):
             alltoall = None
             notes.append(f"cost.train_ep {cost.train_ep}: every step's trainer time is measured, and its all-to-alls "
@@ -287,7 +288,8 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     policy, policy_config = create(scheduler, settings)
     jobs, routed = prepared.jobs, None
     if config.network.topology:  # the network sets sync and collective times: on copies, the input stays as it is
-        jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s)) for j in prepared.jobs]
+        jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s), forward_s=list(j.forward_s))
+                for j in prepared.jobs]
         c = prepared.cluster
         routed = route(jobs, c.gen_gpus, c.train_gpus, config.network)
     f = prepared.requests_frame
@@ -309,9 +311,9 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
-        "notes": prepared.notes + ([(f"{scheduler} read true output lengths before they were generated (oracle=true): "
-                                     "an upper bound, not what the real system could know")]
-                                   if record.extra.get("oracle") else []),
+        "notes": prepared.notes + (routed.notes if routed is not None else []) + (
+            [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
+              "what the real system could know")] if record.extra.get("oracle") else []),
     }
     ends = sorted(record.step_end_s.items())
     steps = pl.DataFrame({"job": [j for (j, _), _ in ends], "step": [s for (_, s), _ in ends],

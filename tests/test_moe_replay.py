@@ -121,30 +121,55 @@ def test_a_job_list_sets_expert_parallelism_per_job(tmp_path: Path) -> None:
     assert everywhere.returncode == 2 and "Qwen2.5-7B has no experts" in everywhere.stderr
 
 
-def _routed(tmp_path: Path, ep: int, nodes: int) -> tuple[dict, pl.DataFrame, float]:
-    """One disaggregated step of the MoE on ``nodes`` rail-optimised H800 nodes, half generating, half training."""
-    gpus = nodes * 8 // 2
-    out = tmp_path / f"ep{ep}-n{nodes}"
-    done = run_cli("replay", "--model", MOE, "--gpu", "H800", "--gen-gpus", str(gpus), "--train-gpus", str(gpus),
-                   "--set", f"cost.train_ep={ep}", "--steps", "1", "-s", "disagg-sync", "--replicates", "0",
-                   "--topology", f"rail:nodes={nodes},gpu=H800", "-o", str(out))
+def _routed(tmp_path: Path, ep: int, topology: str, gen: int, train: int,
+            *extra: str) -> tuple[dict, pl.DataFrame, str]:
+    """Two disaggregated steps of the MoE on H800s of ``topology``: its metrics, links and printed output."""
+    out = tmp_path / f"ep{ep}-{topology.replace(':', '-').replace(',', '-').replace('=', '')}-{gen}"
+    done = run_cli("replay", "--model", MOE, "--gpu", "H800", "--gen-gpus", str(gen), "--train-gpus", str(train),
+                   "--set", f"cost.train_ep={ep}", "--steps", "2", "-s", "disagg-sync", "--replicates", "0",
+                   "--topology", topology, "-o", str(out), *extra)
     assert done.returncode == 0, done.stderr
     folder = out / "disagg-sync"
-    requests = pl.read_parquet(folder / "requests.parquet").filter(pl.col("step") == 0)
-    tokens = float((requests["prompt_tokens"] + requests["output_tokens"]).sum())
-    return (json.loads((folder / "metrics.json").read_text()), pl.read_parquet(folder / "links.parquet"), tokens)
+    return (json.loads((folder / "metrics.json").read_text()), pl.read_parquet(folder / "links.parquet"),
+            " ".join((done.stdout + done.stderr).split()))
 
 
 def test_expert_all_to_alls_take_the_topologys_time_and_links(tmp_path: Path) -> None:
-    """With --topology the trainer's expert all-to-alls run on it: EP groups of consecutive training GPUs. Inside
-    one node (EP 8) the rail node's NVSwitch times them as the built-in node does, on NVLink only; across two
-    nodes (EP 16) they cross the NICs and take longer."""
-    inside, links, tokens = _routed(tmp_path, 8, 2)
-    cost = TrainingCost(model=get_model(MOE), gpu=get_gpu("H800"), gpus=8, recorded_gpus=8, recorded_gpu=None, ep=8)
-    assert inside["network"]["expert_alltoall_s"] == pytest.approx(sum(p.seconds for p in cost.alltoalls(tokens)),
-                                                                   rel=1e-9)
-    trained = links.filter(pl.col("what") == "train")
-    assert trained.height and set(trained["kind"]) == {"nvlink"}
-    across, links16, _ = _routed(tmp_path, 16, 4)
+    """With --topology the trainer's expert all-to-alls run on it: EP groups of consecutive training GPUs, every
+    group at once. Inside one node (EP 8, two groups on two nodes) the rail node's NVSwitch times them as the
+    built-in node does, on NVLink only: each byte a GPU sends crosses its link to the switch and the switch's link
+    to the receiver; the step grows by exactly their time. Across nodes (EP 16) they cross the NICs, take longer,
+    and the command prints them."""
+    plain, plain_links, _ = _routed(tmp_path, 1, "rail:nodes=4,gpu=H800", 16, 16)
+    inside, links, _ = _routed(tmp_path, 8, "rail:nodes=4,gpu=H800", 16, 16)
+    steps = json.loads(run_cli("replay", "--model", MOE, "--gpu", "H800", "--gen-gpus", "16", "--train-gpus", "16",
+                               "--set", "cost.train_ep=8", "--steps", "2", "-s", "disagg-sync", "--replicates", "0",
+                               "--json").stdout)["disagg-sync"]
+    assert inside["network"]["expert_alltoall_s"] > 0
+    assert inside["step_time_s"]["mean"] - plain["step_time_s"]["mean"] == pytest.approx(
+        inside["network"]["expert_alltoall_s"], rel=1e-6)
+    # the built-in node prices the same all-to-alls: the same steps, whatever the fabric does to the rest
+    assert inside["volume_bytes_per_step"] == steps["volume_bytes_per_step"]
+    def trained(frame: pl.DataFrame, kind: str) -> float:
+        return float(frame.filter((pl.col("what") == "train") & (pl.col("kind") == kind))["bytes"].sum())
+
+    sent = inside["volume_bytes_per_step"]["expert_alltoall_per_train_rank"]
+    assert trained(links, "nic") == pytest.approx(trained(plain_links, "nic"), rel=1e-12)  # FSDP's, as without EP
+    added = trained(links, "nvlink") - trained(plain_links, "nvlink")
+    assert added == pytest.approx(2 * 16 * sent * 2, rel=1e-9)  # 2 hops, 16 GPUs, 2 steps
+    across, links16, printed = _routed(tmp_path, 16, "rail:nodes=4,gpu=H800", 16, 16)
     assert links16.filter((pl.col("what") == "train") & (pl.col("kind") == "nic"))["bytes"].sum() > 0
     assert across["network"]["expert_alltoall_s"] > inside["network"]["expert_alltoall_s"]
+    assert f"expert all-to-alls {across['network']['expert_alltoall_s']:.3f} s per step" in printed
+
+
+def test_expert_all_to_alls_on_a_reconfigurable_fabric_and_a_pool_that_starts_mid_node(tmp_path: Path) -> None:
+    """RFabric times the all-to-alls on settled circuits: its reconfiguration delay is its syncs' and collectives',
+    not charged once per call. A training pool that starts mid-node splits EP groups over two nodes, which the run
+    says."""
+    slow, _, _ = _routed(tmp_path, 16, "rfabric:k=8,gpu=H800,reconfig_ms=100", 8, 16)
+    quick, _, _ = _routed(tmp_path, 16, "rfabric:k=8,gpu=H800,reconfig_ms=0.01", 8, 16)
+    assert slow["network"]["expert_alltoall_s"] == pytest.approx(quick["network"]["expert_alltoall_s"], rel=1e-9)
+    _, _, printed = _routed(tmp_path, 8, "rail:nodes=4,gpu=H800", 12, 16, "--tp", "4")
+    assert ("expert-parallel groups of 8 cross nodes: the training GPUs start at GPU 12, inside a node of 8"
+            in printed)

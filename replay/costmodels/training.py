@@ -116,6 +116,9 @@ def alltoall_volume(model: ModelSpec, *, tokens: float, gpus: int, ep: int, pass
 class AllToAll(NamedTuple):
     """One kind of expert all-to-all a training step runs, all its calls: what a network model re-times."""
 
+    span: str
+    """the trainer time it sits in: "train" (the trained tokens, forward and backward) or "forward" (the
+    forward-only passes)"""
     size_bytes: float
     """each rank's send buffer per call (nccl-tests' message size): its share of the tokens, top-k hidden states"""
     calls: int
@@ -134,8 +137,8 @@ def alltoalls(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, ep: i
         return None
     calls, per_rank = _alltoall_calls(model, passes), tokens / gpus
     seconds = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token)
-    return AllToAll(per_rank * model.experts_per_token * model.hidden * 2, calls, ep, seconds,
-                    alltoall_volume(model, tokens=tokens, gpus=gpus, ep=ep, passes=passes))
+    return AllToAll("train" if passes > 1 else "forward", per_rank * model.experts_per_token * model.hidden * 2,
+                    calls, ep, seconds, alltoall_volume(model, tokens=tokens, gpus=gpus, ep=ep, passes=passes))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,14 +186,15 @@ class TrainingCost:
             return measured * self._scale
         return self._step(tokens * self.forward_passes, 1.0, seq_len)
 
-    def alltoalls(self, tokens: float) -> tuple[AllToAll, ...]:
-        """The expert all-to-alls a modelled step of ``tokens`` tokens runs: the trained tokens' (forward and
-        backward), then the forward-only passes' (empty for a dense model or ep 1)."""
+    def alltoalls(self, tokens: float, *, train: bool = True, forward: bool = True) -> tuple[AllToAll, ...]:
+        """The expert all-to-alls a step of ``tokens`` tokens runs in its modelled spans: the trained tokens' (forward
+        and backward, with ``train``: :meth:`train_seconds` modelled), then the forward-only passes' (with
+        ``forward``: :meth:`forward_seconds` modelled); empty for a dense model or ep 1."""
         if self.model is None or self.gpu is None:
             return ()
-        parts = (alltoalls(self.model, self.gpu, tokens=tokens, gpus=self.gpus, ep=self.ep),
+        parts = (alltoalls(self.model, self.gpu, tokens=tokens, gpus=self.gpus, ep=self.ep) if train else None,
                  alltoalls(self.model, self.gpu, tokens=tokens * self.forward_passes, gpus=self.gpus, ep=self.ep,
-                           passes=1.0) if self.forward_passes else None)
+                           passes=1.0) if forward and self.forward_passes else None)
         return tuple(p for p in parts if p is not None)
 
     def alltoall_bytes(self, tokens: float) -> float:

@@ -55,6 +55,8 @@ class Routed:
     cost: dict[str, float]
     alltoall_s: dict[tuple[int, int], float] = field(default_factory=dict)
     """each step's expert all-to-alls (an MoE trainer with ``cost.train_ep`` > 1), on the topology"""
+    notes: list[str] = field(default_factory=list)
+    """what a reader of the run should know about how the network was used"""
 
 
 def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig) -> Routed:
@@ -69,6 +71,10 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
     out = Routed(topo, {}, {}, {}, {}, 0.0, fabric_cost(topo, config.prices))
     for job in jobs:
         expert_alltoalls = _ExpertAllToAlls(topo, trainers, job)
+        if expert_alltoalls.straddling and not out.notes:
+            out.notes.append(f"expert-parallel groups of {expert_alltoalls.straddling[0]} cross nodes: the training "
+                             f"GPUs start at GPU {gen_gpus}, inside a node of {topo.gpus_per_node} (a generation "
+                             "pool of whole nodes keeps each group in one)")
         for step in range(job.steps):
             key = (job.id, step)
             nbytes = job.sync_bytes[step] if job.sync_bytes else 0.0
@@ -77,12 +83,21 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
                 out.sync_s[key], out.sync_bytes[key] = s.seconds, s.link_bytes
                 out.reconfig_s += s.reconfig_s
                 job.sync_s[step] = s.seconds
+            # expert all-to-alls: not overlapped with compute, so each span takes the topology's time for them in
+            # place of the built-in node's; the training pass's are added after FSDP's overlap below
             parts = job.alltoalls[step] if job.alltoalls else None
-            if parts:  # not overlapped with compute: the step takes the topology's time for them, not the built-in's
-                seconds, carried = expert_alltoalls(parts, step)
-                out.alltoall_s[key] = seconds
+            expert_train = 0.0
+            if parts:
+                seconds, carried = expert_alltoalls(parts)
+                out.alltoall_s[key] = sum(seconds.values())
                 out.collective_bytes[key] = carried
-                job.train_s[step] += seconds - sum(p.seconds for p in parts)
+                for p in parts:
+                    if p.span == "forward":
+                        job.forward_s[step] -= p.seconds
+                    else:
+                        job.train_s[step] -= p.seconds
+                job.forward_s[step] += seconds.get("forward", 0.0)
+                expert_train = seconds.get("train", 0.0)
             volume = job.collective_bytes[step] if job.collective_bytes else 0.0
             if volume > 0 and train_gpus > 1:
                 # the step's per-rank collective volume, timed as one ring all-gather over the training GPUs
@@ -92,36 +107,49 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
                 out.collective_bytes[key] = out.collective_bytes.get(key, 0.0) + c.link_bytes
                 out.reconfig_s += c.reconfig_s
                 job.train_s[step] = max(job.train_s[step], c.seconds)
+            job.train_s[step] += expert_train
     return out
 
 
 class _ExpertAllToAlls:
     """A job's expert all-to-alls on the topology: consecutive training GPUs form the expert-parallel groups
-    (Megatron's order: EP inside a node while it fits), every group runs each call at once, and a call takes its
-    slowest group. A collective's time is affine in its size, so each group is timed at the smallest and largest
-    size the job's steps send and each step's size drawn on that line; the bytes it puts on a link are
-    proportional to the size."""
+    (Megatron's order), every group runs each call at once, and a call takes its slowest group. A collective's time
+    is affine in its size (point-to-point's LL below 16 KiB a peer aside: a few tokens a GPU), so each group is
+    timed at the smallest and largest size the job's steps send and each step's size drawn on that line; the bytes
+    it puts on a link are proportional to the size. Timed on settled circuits: a reconfigurable fabric's circuit
+    changes are its syncs' and collectives' (its state is restored after the timing runs)."""
 
     def __init__(self, topo: Topology, trainers: np.ndarray, job: Job) -> None:
         parts = [p for step in job.alltoalls or [] if step for p in step]
         self.links = len(topo.links())
         self.lines: dict[int, tuple[float, float, np.ndarray, np.ndarray, np.ndarray]] = {}
+        circuits = getattr(topo, "circuits", None)
+        saved = (circuits.copy(), getattr(topo, "reconfigurations", 0)) if circuits is not None else None
+        self.straddling: list[int] = []
         for ranks in sorted({p.ranks for p in parts}):
             sizes = [p.size_bytes for p in parts if p.ranks == ranks]
             lo, hi = min(sizes), max(sizes)
             groups = trainers.reshape(-1, ranks)
+            nodes = groups // topo.gpus_per_node
+            if ranks <= topo.gpus_per_node and (nodes.min(axis=1) != nodes.max(axis=1)).any():
+                self.straddling.append(ranks)  # the training pool starts mid-node
             at_lo = [collective(topo, "all_to_all", g, lo) for g in groups]
             at_hi = [collective(topo, "all_to_all", g, hi) for g in groups] if hi > lo else at_lo
-            self.lines[ranks] = (lo, hi, np.array([c.seconds for c in at_lo]), np.array([c.seconds for c in at_hi]),
+            self.lines[ranks] = (lo, hi, np.array([c.seconds - c.reconfig_s for c in at_lo]),
+                                 np.array([c.seconds - c.reconfig_s for c in at_hi]),
                                  sum((c.link_bytes for c in at_hi), np.zeros(self.links)) / max(hi, 1e-300))
+        if saved is not None:
+            topo.circuits, topo.reconfigurations = saved  # type: ignore[attr-defined]  # an RFabric's state
 
-    def __call__(self, parts: tuple[AllToAll, ...], step: int) -> tuple[float, np.ndarray]:
-        """Seconds of one step's all-to-alls on the topology and the bytes they put on each link."""
-        seconds, carried = 0.0, np.zeros(self.links)
+    def __call__(self, parts: tuple[AllToAll, ...]) -> tuple[dict[str, float], np.ndarray]:
+        """Seconds of one step's all-to-alls on the topology, by the trainer span they sit in, and the bytes they
+        put on each link."""
+        seconds: dict[str, float] = {}
+        carried = np.zeros(self.links)
         for p in parts:
             lo, hi, t_lo, t_hi, per_byte = self.lines[p.ranks]
             share = (p.size_bytes - lo) / (hi - lo) if hi > lo else 0.0
-            seconds += p.calls * float((t_lo + share * (t_hi - t_lo)).max())
+            seconds[p.span] = seconds.get(p.span, 0.0) + p.calls * float((t_lo + share * (t_hi - t_lo)).max())
             carried += p.calls * p.size_bytes * per_byte
         return seconds, carried
 

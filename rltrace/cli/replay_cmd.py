@@ -263,10 +263,14 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
     for name, r in results.items():
         net = r.metrics.get("network")
         if net:
+            experts = net.get("expert_alltoall_s", 0.0)
             console.print(f"network ({name}): {net['topology']}, {net['sync_strategy']} weight sync "
-                          f"{net['weight_sync_s']:.3f} s, training collectives {net['collective_s']:.3f} s per step, "
+                          f"{net['weight_sync_s']:.3f} s, training collectives {net['collective_s']:.3f} s"
+                          f"{f', expert all-to-alls {experts:.3f} s' if experts else ''} per step, "
                           f"busiest link {net['max_link_utilization']:.0%}, fabric ${net['fabric']['capex_usd']:,.0f}",
                           markup=False)
+    # the run's own notes (the network's, the scheduler's) after the preparation's, each once
+    notes = list(dict.fromkeys([*notes, *(n for r in results.values() for n in r.config.get("notes", []))]))
     for note in notes:
         console.print(f"note: {note}", markup=False)
     if output is not None:

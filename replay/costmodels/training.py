@@ -89,12 +89,9 @@ def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mf
     linear_peak = gpu.flops_for(1) if precision == "fp8" else gpu.flops
     achieved = gpus * (mfu or default_mfu(model, gpu))
     compute = linear / (achieved * linear_peak) + attention / (achieved * gpu.flops)
-    comm = 0.0
-    if ep > 1 and model.is_moe:
-        calls = _alltoall_calls(model, passes)
-        comm = calls * ep_alltoall_seconds(gpu, ep, tokens / gpus, model.hidden, model.experts_per_token)
-    return Step(compute + comm, compute, comm, flops, alltoall_volume(model, tokens=tokens, gpus=gpus, ep=ep,
-                                                                      passes=passes))
+    a2a = alltoalls(model, gpu, tokens=tokens, gpus=gpus, ep=ep, passes=passes)
+    comm, volume = (a2a.seconds, a2a.sent_bytes) if a2a else (0.0, 0.0)
+    return Step(compute + comm, compute, comm, flops, volume)
 
 
 def _alltoall_calls(model: ModelSpec, passes: float) -> int:

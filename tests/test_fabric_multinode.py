@@ -13,15 +13,13 @@ from rltrace.replay.network.collectives import (
     NVLS_TREE,
     SIMPLE,
     TREE_PROTOCOLS,
-    btree_parents,
     collective,
-    dtree,
     nvls_tree_unit_bytes,
     phase_latency,
-    phases,
     tree_correction,
     tree_unit_bytes,
 )
+from rltrace.replay.network.schedules import btree_parents, dtree, phases
 from rltrace.replay.network.tuner import channel_ceilings_gbps
 from rltrace.replay.network.validation import (
     MULTINODE_CSV,

@@ -25,14 +25,14 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from rltrace.replay.network.collectives import (
+from rltrace.replay.network.schedules import (
     COPY_TRAFFIC,
     OPS,
     REDUCE_TRAFFIC,
     Phase,
-    _tree,
     all_to_all,
     dtree,
+    tree_allreduce,
     tree_edges,
 )
 
@@ -158,7 +158,7 @@ def across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_p
             raise ConfigError("nvls_tree needs the GPU's nvls_efficiency > 0")
         return nvls_tree(orders, size, per, nvls_efficiency)
     if op == "all_reduce" and algorithm == "tree":  # one GPU per node (or uneven nodes): the tree over all ranks
-        return [_tree(ranks, size, gpus_per_node)]
+        return [tree_allreduce(ranks, size, gpus_per_node)]
     if op == "all_reduce":
         return [channel_ring(orders, 2 * (n - 1) / n * size, 2 * (n - 1), REDUCE_TRAFFIC * size / n)]
     if op in ("all_gather", "reduce_scatter"):

@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.collectives import Phase, collective, phases, run_phases, tree_edges
+from rltrace.replay.network.collectives import collective, run_phases
+from rltrace.replay.network.schedules import Phase, phases, tree_edges
 from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import Topology
 

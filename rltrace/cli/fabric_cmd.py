@@ -14,8 +14,9 @@ from rich.table import Table
 from rltrace.cli.progress import stage, stderr
 from rltrace.config import override, parse_set
 from rltrace.errors import ConfigError
-from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, OPS, SWITCH_REDUCIBLE, collective
+from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
+from rltrace.replay.network.schedules import OPS
 from rltrace.replay.network.validation import (
     compare,
     multinode_compare,

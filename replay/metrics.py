@@ -241,23 +241,31 @@ def compute_metrics(
     }
 
 
-def _volumes(run: RunRecord, steps: list[tuple[int, int]]) -> dict[str, float | None]:
-    """Mean bytes per finished step, over every job's: one model copy, what a weight sync delivers to each
-    generation instance (None: no model and no recorded sync to size it), and what each training GPU sends in the
-    modelled expert all-to-alls (``cost.train_ep`` > 1, steps without a measured trainer span; 0 without them).
-    Generation has none: an engine's EP inside its TP group all-reduces (docs/costmodels.md)."""
+def step_volumes(run: RunRecord, steps: list[tuple[int, int]]) -> tuple[list[float | None], list[float | None]]:
+    """Each finished (job, step)'s bytes: one model copy, what its weight sync delivers to each generation instance
+    (None: no model and no recorded sync to size it), and what each training GPU sends in its modelled expert
+    all-to-alls (``cost.train_ep`` > 1; None where none is modelled: EP 1, or a measured trainer span)."""
     jobs = {job.id: job for job in run.jobs}
-    syncs: list[float] = []
-    alltoall: list[float] = []
+    syncs: list[float | None] = []
+    alltoalls: list[float | None] = []
     for job_id, step in steps:
         job = jobs[job_id]
-        if job.sync_bytes is not None:
-            syncs.append(job.sync_bytes[step])
-        if job.alltoalls is not None and (parts := job.alltoalls[step]) is not None:
-            alltoall.append(sum(p.sent_bytes for p in parts))
-    sync = float(np.mean(syncs)) if syncs else 0.0
-    return {"weight_sync": sync or None,  # 0 bytes: nothing sized the copy (no model, no recorded sync)
-            "expert_alltoall_per_train_rank": float(np.mean(alltoall)) if alltoall else 0.0}
+        syncs.append((job.sync_bytes[step] or None) if job.sync_bytes is not None else None)  # 0: nothing sized it
+        parts = job.alltoalls[step] if job.alltoalls is not None else None
+        alltoalls.append(float(sum(p.sent_bytes for p in parts)) if parts is not None else None)
+    return syncs, alltoalls
+
+
+def _volumes(run: RunRecord, steps: list[tuple[int, int]]) -> dict[str, float | None]:
+    """Mean bytes per finished step, over every job's (:func:`step_volumes`; steps.parquet holds each job's steps):
+    one model copy a weight sync delivers to each generation instance (None: nothing sized it), and what each
+    training GPU sends in the modelled expert all-to-alls (0 without them). Generation has none: an engine's EP
+    inside its TP group all-reduces (docs/costmodels.md)."""
+    syncs, alltoalls = step_volumes(run, steps)
+    sized = [b for b in syncs if b is not None]
+    modelled = [b for b in alltoalls if b is not None]
+    return {"weight_sync": float(np.mean(sized)) if sized else None,
+            "expert_alltoall_per_train_rank": float(np.mean(modelled)) if modelled else 0.0}
 
 
 def _bubbles(capacity: float, busy: float, idle_in_tail: float) -> dict[str, float]:

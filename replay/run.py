@@ -24,7 +24,7 @@ from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from
 from rltrace.replay.costmodels.training import AllToAll, TrainingCost
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
-from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
+from rltrace.replay.metrics import MetricsConfig, compute_metrics, step_volumes, timeline_frame
 from rltrace.replay.network.network import NetworkConfig, link_frame, route
 from rltrace.replay.network.network import metrics as network_metrics
 from rltrace.replay.network.weight_sync import local_fabric, reprice_syncs
@@ -111,7 +111,9 @@ class RunResult:
     events: int
     wall_s: float
     steps: pl.DataFrame | None = None
-    """job, step, end_s, step_time_s: when each step ended and how long it took"""
+    """job, step, end_s, step_time_s: when each step ended and how long it took; weight_sync_bytes (the copy each
+    generation instance received; null: nothing sized it) and expert_alltoall_bytes_per_train_rank (null: none
+    modelled), as metrics.json's ``volume_bytes_per_step`` averages them over every job's steps"""
     event_log: list[tuple[float, int, int, str, str]] | None = None
     """every event fired, in order (only with ``keep_log``)"""
     links: pl.DataFrame | None = None
@@ -316,14 +318,18 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
               "what the real system could know")] if record.extra.get("oracle") else []),
     }
     ends = sorted(record.step_end_s.items())
+    syncs, alltoalls = step_volumes(record, [key for key, _ in ends])
     steps = pl.DataFrame({"job": [j for (j, _), _ in ends], "step": [s for (_, s), _ in ends],
-                          "end_s": [t for _, t in ends]},
-                         schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64})
+                          "end_s": [t for _, t in ends], "weight_sync_bytes": syncs,
+                          "expert_alltoall_bytes_per_train_rank": alltoalls},
+                         schema={"job": pl.Int32, "step": pl.Int32, "end_s": pl.Float64,
+                                 "weight_sync_bytes": pl.Float64, "expert_alltoall_bytes_per_train_rank": pl.Float64})
     starts = {job.id: job.arrival_s for job in jobs}
     steps = steps.with_columns(
         (pl.col("end_s") - pl.col("end_s").shift(1).over("job")
          .fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
-        .alias("step_time_s"))
+        .alias("step_time_s")).select("job", "step", "end_s", "step_time_s", "weight_sync_bytes",
+                                      "expert_alltoall_bytes_per_train_rank")
     return RunResult(scheduler, metrics, timeline, req_frame, resolved, record.events, wall, steps, record.event_log,
                      links)
 

@@ -48,6 +48,9 @@ def test_an_moe_replay_on_h20_and_h800_reports_weight_sync_and_expert_all_to_all
     cost = TrainingCost(model=spec, gpu=get_gpu("H800"), gpus=cluster["train_gpus"],
                         recorded_gpus=cluster["train_gpus"], recorded_gpu=None, ep=8)
     assert volume["expert_alltoall_per_train_rank"] == pytest.approx(cost.alltoall_bytes(tokens), rel=1e-9)
+    step = pl.read_parquet(folder / "steps.parquet").row(0, named=True)  # the one step's own figures, as their mean
+    assert (step["weight_sync_bytes"], step["expert_alltoall_bytes_per_train_rank"]) == (
+        volume["weight_sync"], volume["expert_alltoall_per_train_rank"])
 
     plain = run_cli("replay", "--model", MOE, "--gpu", "H20,H800", "--steps", "1", "-s", "disagg-sync",
                     "--replicates", "0", "--json")
@@ -106,17 +109,23 @@ def test_an_impossible_trainer_expert_parallelism_is_one_line_and_exit_2(model: 
 
 
 def test_a_job_list_sets_expert_parallelism_per_job(tmp_path: Path) -> None:
-    """rollmux's job list mixes a dense job with an MoE one: only the MoE job's trainer runs expert-parallel, and the
-    run's volume is the mean over both jobs' steps (the dense one's all-to-alls are 0)."""
+    """rollmux's job list mixes a dense job with an MoE one: only the MoE job's trainer runs expert-parallel.
+    steps.parquet holds each job's step volumes (the dense job's all-to-alls null: none modelled); metrics.json's
+    weight sync is the mean over both jobs' steps, its all-to-all the mean over the steps that model one."""
     jobs = tmp_path / "jobs.toml"
     jobs.write_text('[[jobs]]\nname = "dense"\nbundle = "rollpacker_qwen7b"\nsteps = 1\n'
                     f'[[jobs]]\nname = "moe"\nbundle = "rollpacker_qwen7b"\nsteps = 1\nmodel = "{MOE}"\ntrain_ep = 8\n')
-    done = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux", "--replicates", "0", "--json")
+    out = tmp_path / "runs"
+    done = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux", "--replicates", "0", "-o", str(out))
     assert done.returncode == 0, done.stderr
-    volume = json.loads(done.stdout)["rollmux"]["volume_bytes_per_step"]
-    assert volume["expert_alltoall_per_train_rank"] > 0
-    assert volume["weight_sync"] == pytest.approx((get_model("Qwen2.5-7B").weight_bytes + get_model(MOE).weight_bytes)
-                                                  / 2, rel=0.01)
+    volume = json.loads((out / "rollmux" / "metrics.json").read_text())["volume_bytes_per_step"]
+    dense, moe = get_model("Qwen2.5-7B").weight_bytes, get_model(MOE).weight_bytes
+    assert volume["weight_sync"] == pytest.approx((dense + moe) / 2, rel=0.01)
+    steps = pl.read_parquet(out / "rollmux" / "steps.parquet").sort("job", "step")
+    assert steps["job"].to_list() == [0, 1] and steps["weight_sync_bytes"].to_list() == [dense, moe]
+    alltoall = steps["expert_alltoall_bytes_per_train_rank"].to_list()
+    assert alltoall[0] is None and alltoall[1] == pytest.approx(volume["expert_alltoall_per_train_rank"], rel=1e-12)
+    assert alltoall[1] > 0
     everywhere = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux", "--set", "cost.train_ep=8")
     assert everywhere.returncode == 2 and "Qwen2.5-7B has no experts" in everywhere.stderr
 

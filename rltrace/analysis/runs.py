@@ -49,7 +49,7 @@ class Run:
     links: pl.DataFrame | None = None
     """link, kind, what, step, start_s, end_s, bytes, utilization (runs with a --topology)"""
     steps: pl.DataFrame | None = None
-    """job, step, end_s, step_time_s"""
+    """job, step, end_s, step_time_s (and, from runs of 2026-11-26 on, each step's volumes: replay.run.RunResult)"""
 
     @property
     def scheduler(self) -> str:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from helpers import run_cli
-from rltrace.replay.costmodels.training import TrainingCost, step_seconds
+from rltrace.replay.costmodels.training import AllToAll, TrainingCost, step_seconds
 
 from rltrace.catalog import get_gpu, get_model
 
@@ -182,3 +183,36 @@ def test_expert_all_to_alls_on_a_reconfigurable_fabric_and_a_pool_that_starts_mi
     _, _, printed = _routed(tmp_path, 8, "rail:nodes=4,gpu=H800", 12, 16, "--tp", "4")
     assert ("expert-parallel groups of 8 cross nodes: the training GPUs start at GPU 12, inside a node of 8"
             in printed)
+
+
+@pytest.mark.parametrize(("ep", "per_peer_kib"), [
+    (8, (4.0, 16.0, 16.001, 64.0, 512.0)),  # inside a node: LL up to 16 KiB a peer, Simple past it
+    (16, (4.0, 16.0, 16.001, 64.0, 512.0)),  # across the two nodes: Simple at every size
+    (8, (100.0, 300.0, 700.0)),  # one protocol: the two ends' line
+])
+def test_each_steps_all_to_all_is_timed_as_the_collective_of_its_size(ep: int, per_peer_kib: tuple[float, ...]) -> None:
+    """route() re-times each step's expert all-to-alls from a few timing runs per EP group (the job's smallest and
+    largest message, and both sides of point-to-point's LL threshold when the sizes cross it): every step's time is
+    the collective model's for its own size, the slowest group's, to rounding."""
+    from rltrace.replay.costmodels.generation import FittedGeneration
+    from rltrace.replay.costmodels.iteration import IterationModel
+    from rltrace.replay.job import Job
+    from rltrace.replay.network.collectives import collective
+    from rltrace.replay.network.network import NetworkConfig, route
+    from rltrace.replay.topologies import TopologySpec
+
+    steps = len(per_peer_kib)
+    sizes = [kib * 1024 * ep for kib in per_peer_kib]
+    job = Job(id=0, name="job0", first=list(range(steps + 1)),
+              generation=FittedGeneration(model=IterationModel.fixed(0.01)), train_s=[1.0] * steps,
+              forward_s=[0.0] * steps, optimizer_s=[0.0] * steps, sync_s=[0.0] * steps, reward_s=[0.0] * steps,
+              other_s=[0.0] * steps,
+              alltoalls=[(AllToAll("train", size, 3, ep, 0.0, 0.0),) for size in sizes])
+    spec = TopologySpec.parse("rail:nodes=4,gpu=H800")
+    routed = route([job], 16, 16, NetworkConfig(topology=spec))
+    topo = spec.build()
+    groups = (16 + np.arange(16)).reshape(-1, ep)
+    for step, size in enumerate(sizes):
+        expected = 3 * max(collective(topo, "all_to_all", g, size).seconds for g in groups)
+        assert routed.alltoall_s[(0, step)] == pytest.approx(expected, rel=1e-9), (step, size)
+        assert job.train_s[step] == pytest.approx(1.0 + expected, rel=1e-9)

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.training import AllToAll
 from rltrace.replay.job import Job
-from rltrace.replay.network.collectives import collective
+from rltrace.replay.network.collectives import P2P_LL_THRESHOLD_BYTES, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.weight_sync import STRATEGIES, weight_sync
 from rltrace.replay.topologies import Topology, TopologySpec
@@ -114,15 +114,16 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
 class _ExpertAllToAlls:
     """A job's expert all-to-alls on the topology: consecutive training GPUs form the expert-parallel groups
     (Megatron's order), every group runs each call at once, and a call takes its slowest group. A collective's time
-    is affine in its size (point-to-point's LL below 16 KiB a peer aside: a few tokens a GPU), so each group is
-    timed at the smallest and largest size the job's steps send and each step's size drawn on that line; the bytes
-    it puts on a link are proportional to the size. Timed on settled circuits: a reconfigurable fabric's circuit
-    changes are its syncs' and collectives' (its state is restored after the timing runs)."""
+    is affine in its size while its protocol stays, so each group is timed at the smallest and largest size the job's
+    steps send, and on both sides of point-to-point's LL threshold inside a node where the sizes cross it
+    (P2P_LL_THRESHOLD_BYTES a peer: a few tokens a GPU); each step's size is drawn on those lines, and the bytes it
+    puts on a link are proportional to the size. Timed on settled circuits: a reconfigurable fabric's circuit changes
+    are its syncs' and collectives' (its state is restored after the timing runs)."""
 
     def __init__(self, topo: Topology, trainers: np.ndarray, job: Job) -> None:
         parts = [p for step in job.alltoalls or [] if step for p in step]
         self.links = len(topo.links())
-        self.lines: dict[int, tuple[float, float, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.lines: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         circuits = getattr(topo, "circuits", None)
         saved = (circuits.copy(), getattr(topo, "reconfigurations", 0)) if circuits is not None else None
         self.straddling: list[int] = []
@@ -133,11 +134,12 @@ class _ExpertAllToAlls:
             nodes = groups // topo.gpus_per_node
             if ranks <= topo.gpus_per_node and (nodes.min(axis=1) != nodes.max(axis=1)).any():
                 self.straddling.append(ranks)  # the training pool starts mid-node
-            at_lo = [collective(topo, "all_to_all", g, lo) for g in groups]
-            at_hi = [collective(topo, "all_to_all", g, hi) for g in groups] if hi > lo else at_lo
-            self.lines[ranks] = (lo, hi, np.array([c.seconds - c.reconfig_s for c in at_lo]),
-                                 np.array([c.seconds - c.reconfig_s for c in at_hi]),
-                                 sum((c.link_bytes for c in at_hi), np.zeros(self.links)) / max(hi, 1e-300))
+            ll_top = P2P_LL_THRESHOLD_BYTES * ranks  # the largest all-to-all that runs LL inside a node
+            knots = [lo, ll_top, ll_top + 1, hi] if lo <= ll_top < hi else [lo, hi] if hi > lo else [lo]
+            timed = [[collective(topo, "all_to_all", g, size) for size in knots] for g in groups]
+            self.lines[ranks] = (np.array(knots, dtype=np.float64),
+                                 np.array([[c.seconds - c.reconfig_s for c in g] for g in timed]),
+                                 sum((g[-1].link_bytes for g in timed), np.zeros(self.links)) / max(hi, 1e-300))
         if saved is not None:
             topo.circuits, topo.reconfigurations = saved  # type: ignore[attr-defined]  # an RFabric's state
 
@@ -147,11 +149,22 @@ class _ExpertAllToAlls:
         seconds: dict[str, float] = {}
         carried = np.zeros(self.links)
         for p in parts:
-            lo, hi, t_lo, t_hi, per_byte = self.lines[p.ranks]
-            share = (p.size_bytes - lo) / (hi - lo) if hi > lo else 0.0
-            seconds[p.span] = seconds.get(p.span, 0.0) + p.calls * float((t_lo + share * (t_hi - t_lo)).max())
+            knots, times, per_byte = self.lines[p.ranks]
+            slowest = float(_on_lines(p.size_bytes, knots, times).max())
+            seconds[p.span] = seconds.get(p.span, 0.0) + p.calls * slowest
             carried += p.calls * p.size_bytes * per_byte
         return seconds, carried
+
+
+def _on_lines(size: float, knots: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Every group's time at ``size``, linear between the knots (sizes, ascending) it was timed at (``times``: one
+    row per group); a size beyond them keeps the nearest segment's line."""
+    if len(knots) == 1:
+        return times[:, 0]
+    i = int(np.clip(np.searchsorted(knots, size, side="right") - 1, 0, len(knots) - 2))
+    share = (size - knots[i]) / (knots[i + 1] - knots[i])
+    result: np.ndarray = times[:, i] + share * (times[:, i + 1] - times[:, i])
+    return result
 
 
 def link_frame(routed: Routed, timeline: pl.DataFrame) -> pl.DataFrame:

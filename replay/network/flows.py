@@ -19,24 +19,29 @@ EPS = 1e-9  # relative: a flow with this share of its bytes left is done
 def max_min_rates(indptr: np.ndarray, ids: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """Max-min fair rate (bytes/s) of each flow, given its links (CSR) and the links' capacities."""
     n = len(indptr) - 1
-    flow = np.repeat(np.arange(n), np.diff(indptr))
     rate = np.zeros(n)
     frozen = np.diff(indptr) == 0  # a flow that crosses no link (a GPU to itself) is not limited here
     rate[frozen] = np.inf
     residual = capacity.astype(np.float64).copy()
     if np.any(capacity[ids] <= 0):
         raise ConfigError("a flow crosses a link with no capacity (an optical circuit that is not set up?)")
-    while not frozen.all():
-        live = ~frozen[flow]
-        count = np.bincount(ids[live], minlength=len(capacity))
+    # the unfrozen flows' (flow, link) entries, dropped as their flows freeze: each level costs what is left
+    flow, link = np.repeat(np.arange(n), np.diff(indptr)), ids
+    level = 0.0  # every unfrozen flow's rate: the increments so far, summed in the same order for each
+    while len(flow):
+        count = np.bincount(link, minlength=len(capacity))
         used = count > 0
         share = np.full(len(capacity), np.inf)
         share[used] = residual[used] / count[used]
         inc = float(share.min())
-        rate[~frozen] += inc
+        level += inc
         residual[used] -= inc * count[used]
         full = share <= inc * (1 + 1e-9)  # the bottleneck links: saturated now, by construction
-        frozen[flow[live & full[ids]]] = True
+        newly = flow[full[link]]
+        rate[newly] = level
+        frozen[newly] = True
+        keep = ~frozen[flow]
+        flow, link = flow[keep], link[keep]
     return rate
 
 
@@ -63,6 +68,9 @@ def run_flows(indptr: np.ndarray, ids: np.ndarray, capacity: np.ndarray, nbytes:
     lengths = np.diff(indptr)
     flow_of = np.repeat(np.arange(n), lengths)
     link_bytes = np.bincount(ids, weights=left[flow_of], minlength=len(capacity))
+    # the rates depend only on the links these flows cross: number them 0.. once, not every link at every event
+    crossed, ids = np.unique(ids, return_inverse=True)
+    capacity = np.asarray(capacity)[crossed]
     now, events = 0.0, 0
     done = left <= 0
     finish[done] = start[done]

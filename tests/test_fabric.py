@@ -319,8 +319,31 @@ def test_fabric_validate_cli_prints_the_table_and_every_point() -> None:
     assert rows.filter(pl.col("op") == "send_recv").group_by("nodes").len().sort("nodes")["len"].to_list() == [993, 993]
 
 
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("aic_nccl_perf.parquet", b"junk", "not a readable Parquet file"),
+    ("aic_nccl_perf.parquet", None, "missing columns nccl_dtype"),  # a Parquet of other columns
+    ("vidur_h100_dgx_all_reduce.csv", b"a,b\n1,2\n", "missing columns num_workers"),
+    ("vidur_h100_dgx_send_recv.csv", b"", "not a readable CSV file"),
+    ("vidur_h100_dgx_all_reduce.csv",
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,1024,-1\n", "impossible measurement"),
+    ("vidur_h100_dgx_all_reduce.csv",
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,big,1\n", "not numbers"),
+])
+def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, content: bytes | None,
+                                                  message: str) -> None:
+    if content is None:
+        pl.DataFrame({"op_name": ["all_reduce"], "num_gpus": [8]}).write_parquet(tmp_path / name)
+    else:
+        (tmp_path / name).write_bytes(content)
+    done = run_cli("fabric", "validate", "--tables", str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["fabric", "validate", "--tables", "."], "no NCCL tables"),
+    (["fabric", "validate", "--tables", "no-such-folder"], "no such folder"),
     (["fabric", "bench", "--topology", "mesh:n=3", "--size", "1M"], "unknown topology 'mesh'"),
     (["fabric", "bench", "--topology", "fat-tree:k=4,radix=9", "--size", "1M"], "unknown key 'radix'"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"],

@@ -38,13 +38,33 @@ AIC_OPS = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "all_
            "alltoall": "all_to_all"}
 
 
+AIC_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
+VIDUR_COLUMNS = ("num_workers", "devices_per_node", "size")
+
+
+def read_table(path: Path, columns: tuple[str, ...]) -> pl.DataFrame:
+    """A measured table (Parquet, or CSV by its suffix) with at least ``columns``; what is wrong with it, the file
+    named, as a ConfigError."""
+    try:
+        frame = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        kind = "Parquet" if path.suffix == ".parquet" else "CSV"
+        raise ConfigError(f"{path}: not a readable {kind} file ({str(e).splitlines()[0]})") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing columns {', '.join(missing)} (expected {', '.join(columns)})")
+    return frame
+
+
 def measured(directory: str | Path) -> pl.DataFrame:
     """source, op, dtype, gpus, nodes, bytes, measured_s from whichever tables ``directory`` holds."""
     root, parts = Path(directory), []
+    if not root.is_dir():
+        raise ConfigError(f"{root}: no such folder (--tables takes a folder of NCCL tables)")
     aic = root / "aic_nccl_perf.parquet"
     if aic.exists():
-        frame = pl.read_parquet(aic).filter(pl.col("nccl_dtype").is_in(list(DTYPE_BYTES)),
-                                            pl.col("op_name").is_in(list(AIC_OPS)))
+        frame = read_table(aic, AIC_COLUMNS).filter(pl.col("nccl_dtype").is_in(list(DTYPE_BYTES)),
+                                                    pl.col("op_name").is_in(list(AIC_OPS)))
         parts.append(frame.select(
             pl.lit("aiconfigurator").alias("source"), pl.col("op_name").replace_strict(AIC_OPS).alias("op"),
             pl.col("nccl_dtype").alias("dtype"), pl.col("num_gpus").alias("gpus"), pl.lit(1).alias("nodes"),
@@ -54,7 +74,7 @@ def measured(directory: str | Path) -> pl.DataFrame:
     for op in ("all_reduce", "send_recv"):
         vidur = root / f"vidur_h100_dgx_{op}.csv"
         if vidur.exists():
-            parts.append(pl.read_csv(vidur).select(
+            parts.append(read_table(vidur, (*VIDUR_COLUMNS, f"time_stats.{op}.median")).select(
                 pl.lit("vidur").alias("source"), pl.lit(op).alias("op"), pl.lit("half").alias("dtype"),
                 pl.col("num_workers").alias("gpus"),
                 (pl.col("num_workers") // pl.col("devices_per_node")).alias("nodes"),
@@ -62,8 +82,21 @@ def measured(directory: str | Path) -> pl.DataFrame:
     if not parts:
         raise ConfigError(f"{root}: no NCCL tables (aic_nccl_perf.parquet, vidur_h100_dgx_all_reduce.csv, "
                           "vidur_h100_dgx_send_recv.csv)")
-    return (pl.concat(parts, how="vertical_relaxed")
-            .group_by("source", "op", "dtype", "gpus", "nodes", "bytes").agg(pl.col("measured_s").median()))
+    try:
+        rows = (pl.concat(parts, how="vertical_relaxed")
+                .with_columns(pl.col("gpus", "nodes").cast(pl.Int64), pl.col("bytes").cast(pl.Float64).cast(pl.Int64),
+                              pl.col("measured_s").cast(pl.Float64))
+                .group_by("source", "op", "dtype", "gpus", "nodes", "bytes").agg(pl.col("measured_s").median()))
+    except pl.exceptions.PolarsError as e:  # a column of text where a count, size or time belongs
+        raise ConfigError(f"{root}: a table's columns are not numbers where they should be "
+                          f"({str(e).splitlines()[0]})") from None
+    bad = rows.filter((pl.col("gpus") < 1) | (pl.col("nodes") < 1) | (pl.col("bytes") <= 0)
+                      | ~(pl.col("measured_s") > 0) | (pl.col("gpus") % pl.col("nodes") != 0))
+    if bad.height:
+        row = bad.row(0, named=True)
+        raise ConfigError(f"{root}: impossible measurement ({row['op']}, {row['gpus']} GPUs on {row['nodes']} nodes, "
+                          f"{row['bytes']} bytes, {row['measured_s']} s): counts, sizes and times must be > 0")
+    return rows
 
 
 def compare(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
@@ -122,7 +155,8 @@ def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
     """The multi-node validation rows (see the CSV's columns); ConfigError when the file is missing."""
     if not Path(path).exists():
         raise ConfigError(f"{path}: no multi-node validation table")
-    return pl.read_csv(path)
+    return read_table(Path(path), ("source", "cluster", "gpu", "nodes", "gpus_per_node", "nics_per_node", "nic_gbps",
+                                   "op", "dtype", "size_bytes", "time_us"))
 
 
 # The inter-node latency each network's NCCL net plugin reports to NCCL (topologies' ``net_latency_us``), by the
@@ -228,13 +262,7 @@ def one_node_compare(path: str | Path = ONE_NODE_PARQUET) -> pl.DataFrame:
     GPU kind; error = model_s / measured_s - 1."""
     if not Path(path).exists():
         raise ConfigError(f"{path}: no one-node validation table")
-    try:
-        rows = pl.read_parquet(path)
-    except (pl.exceptions.PolarsError, OSError) as e:
-        raise ConfigError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
-    missing = [c for c in ONE_NODE_COLUMNS if c not in rows.columns]
-    if missing:
-        raise ConfigError(f"{path}: missing columns {', '.join(missing)} (expected {', '.join(ONE_NODE_COLUMNS)})")
+    rows = read_table(Path(path), ONE_NODE_COLUMNS)
     keys = rows.select("gpu", "op", "dtype", "gpus", "size_bytes").unique(maintain_order=True)
     # one node per GPU kind and count, built once: a topology caches its links for every collective on it
     nodes = keys.select("gpu", "gpus").unique().iter_rows()

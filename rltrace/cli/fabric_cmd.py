@@ -91,7 +91,8 @@ def validate(
     one_node: Annotated[bool, typer.Option(help="Also hold it against the packaged one-node sweeps (H100, H200, "
                                                 "B200, A100; aiconfigurator's).")] = True,
     gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
-    min_size: Annotated[str, typer.Option(help="Summarise messages of at least this size.")] = "64M",
+    min_size: Annotated[str, typer.Option(help="Summarise --tables' messages of at least this size (the packaged "
+                                               "sets print fixed size bands).")] = "64M",
     as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON: --tables' points if "
                                                          "given, else the multi-node runs', else (--no-multinode) "
                                                          "the packaged one-node sweeps'.")] = False,

@@ -21,7 +21,7 @@ from rltrace.replay.costmodels.calibrate import fit_generation
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
-from rltrace.replay.costmodels.training import AllToAll, TrainingCost
+from rltrace.replay.costmodels.training import AllToAll, TrainingCost, check_expert_parallel
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, step_volumes, timeline_frame
@@ -268,19 +268,15 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
 
 
 def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
-    """``cost.train_ep`` names expert parallelism a trainer of this model on these GPUs can run (Megatron: the EP
-    size divides the experts and the data-parallel ranks)."""
-    if ep == 1:
-        return
-    if spec is None:
+    """``cost.train_ep`` names expert parallelism a trainer of this model on these GPUs can run
+    (:func:`.training.check_expert_parallel`)."""
+    if ep != 1 and spec is None:
         raise ConfigError(f"cost.train_ep {ep} needs the model's architecture, which the bundle does not record: "
                           "give --model")
-    if not spec.is_moe:
-        raise ConfigError(f"cost.train_ep {ep}: expert parallelism needs an MoE; {spec.name} has no experts")
-    if spec.experts % ep:
-        raise ConfigError(f"cost.train_ep {ep} must divide {spec.name}'s {spec.experts} experts")
-    if train_gpus % ep:
-        raise ConfigError(f"cost.train_ep {ep} must divide the {train_gpus} training GPUs")
+    if spec is not None:
+        check_expert_parallel(spec, ep, train_gpus, "cost.train_ep")
+    elif ep < 1:
+        raise ConfigError(f"cost.train_ep must be >= 1, got {ep}")
 
 
 def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: Any = None,

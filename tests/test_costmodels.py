@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import polars as pl
@@ -194,9 +195,34 @@ def test_estimate_train_and_replay_training_price_the_validated_step() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--precision", "fp4"], "training precision must be bf16, fp16 or fp8, got 'fp4'"),
+    (["--precision", "fp4"], "--precision must be one of bf16, fp16, fp8, got 'fp4'"),
     (["--context", "0"], "train needs tokens, gpus and a sequence length >= 1"),
+    (["--tp", "4"], "--tp is for decode and prefill"),
+    (["--ep", "8"], "--ep 8: expert parallelism needs an MoE; Llama-2-7B has no experts"),
+    (["--model", "Qwen3-30B-A3B", "--gpus", "16", "--ep", "32"], "--ep 32 must divide the 16 training GPUs"),
+    (["--model", "Qwen3-30B-A3B", "--gpus", "12", "--ep", "8"], "--ep 8 must divide the 12 training GPUs"),
+    (["--model", "Qwen3-30B-A3B", "--gpus", "12", "--ep", "5"], "--ep 5 must divide Qwen3-30B-A3B's 128 experts"),
+    (["--gpu", "A100", "--precision", "fp8"], "A100 has no FP8 tensor cores"),
 ])
 def test_estimate_train_refuses_bad_values_in_one_line(args: list[str], message: str) -> None:
     done = run_cli("estimate", "train", "--model", "Llama-2-7B", "--gpu", "H100", *args)
-    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_estimate_precision_sets_the_served_weights_and_is_checked() -> None:
+    """decode and prefill take the weights' type from --precision when given (FP8: half the bytes to stream),
+    else the model's own; an unknown precision is one line and exit 2 for every kind."""
+    def decode(*extra: str) -> dict[str, float]:
+        done = run_cli("estimate", "decode", "--model", "Llama-3-70B", "--gpu", "H100", "--tp", "8", "--batch", "32",
+                       "--context", "2048", "--json", *extra)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    own, bf16, fp8 = decode(), decode("--precision", "bf16"), decode("--precision", "fp8")
+    assert own == bf16
+    expected = dataclasses.replace(get_model("Llama-3-70B"), dtype_bytes=1)
+    assert fp8["seconds"] == Roofline(model=expected, gpu=H100, tp=8).decode(32, 2048).seconds < own["seconds"]
+    for kind in ("decode", "prefill"):
+        done = run_cli("estimate", kind, "--model", "Llama-3-70B", "--gpu", "H100", "--precision", "garbage")
+        assert done.returncode == 2 and "--precision must be one of bf16, fp16, fp8" in done.stderr

@@ -1,7 +1,8 @@
 """The validation tables the docs print are the commands' current output, not a figure from an older model.
 
 A model change that moves a validated figure must re-measure the doc in the same commit: these tests fail until it
-does (docs/costmodels.md's `rltrace estimate validate` block, docs/fabrics.md's multi-node table).
+does (docs/costmodels.md's `rltrace estimate validate` block and its decode example, docs/fabrics.md's multi-node
+table).
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ def test_costmodels_doc_shows_the_current_estimate_validate_output() -> None:
     shown = _block_after((REPO / "docs" / "costmodels.md").read_text(), "rltrace estimate validate")
     # the CLI pads its columns with trailing blanks, which an editor may strip
     assert [line.rstrip() for line in shown] == [line.rstrip() for line in done.stdout.splitlines()]
+
+
+def test_costmodels_doc_shows_the_current_decode_example() -> None:
+    command = "rltrace estimate decode --model Qwen3-30B-A3B --gpu H100 --batch 64 --context 512"
+    done = run_cli(*command.split()[1:])
+    assert done.returncode == 0, done.stderr
+    assert _block_after((REPO / "docs" / "costmodels.md").read_text(), command) == done.stdout.splitlines()
 
 
 def test_fabrics_doc_shows_the_current_multi_node_table() -> None:

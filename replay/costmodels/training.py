@@ -82,6 +82,9 @@ def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mf
     expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16)."""
     if precision not in ("bf16", "fp16", "fp8"):
         raise ConfigError(f"training precision must be bf16, fp16 or fp8, got {precision!r}")
+    if precision == "fp8" and not gpu.fp8_tflops > 0:
+        raise ConfigError(f"{gpu.name} has no FP8 tensor cores: train it in bf16")
+    check_expert_parallel(model, ep, gpus)
     linear = 2.0 * passes * model.active_params * tokens
     attention = (passes * model.prefill_attention_flops_per_token * attention_pairs_per_token(model, seq_len) * tokens
                  if seq_len else 0.0)
@@ -92,6 +95,21 @@ def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mf
     a2a = alltoalls(model, gpu, tokens=tokens, gpus=gpus, ep=ep, passes=passes)
     comm, volume = (a2a.seconds, a2a.sent_bytes) if a2a else (0.0, 0.0)
     return Step(compute + comm, compute, comm, flops, volume)
+
+
+def check_expert_parallel(model: ModelSpec, ep: int, gpus: int, name: str = "ep") -> None:
+    """``ep`` names expert parallelism a trainer of ``model`` on ``gpus`` GPUs can run (Megatron: the EP size divides
+    the experts and the data-parallel ranks); ``name`` is the option the message names."""
+    if ep < 1:
+        raise ConfigError(f"{name} must be >= 1, got {ep}")
+    if ep == 1:
+        return
+    if not model.is_moe:
+        raise ConfigError(f"{name} {ep}: expert parallelism needs an MoE; {model.name} has no experts")
+    if model.experts % ep:
+        raise ConfigError(f"{name} {ep} must divide {model.name}'s {model.experts} experts")
+    if gpus % ep:
+        raise ConfigError(f"{name} {ep} must divide the {gpus} training GPUs")
 
 
 def _alltoall_calls(model: ModelSpec, passes: float) -> int:

@@ -16,6 +16,9 @@ from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
+from rltrace.replay.costmodels.training import check_expert_parallel
+
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}  # bytes per weight element
 
 
 class Kind(str, Enum):
@@ -44,8 +47,10 @@ def estimate(
     tokens: Annotated[int, typer.Option(help="Tokens (prefill: prompt tokens; train: tokens per step).")] = 4096,
     prompts: Annotated[int, typer.Option(help="Prompts the prefill tokens are split over.")] = 1,
     gpus: Annotated[int, typer.Option(help="GPUs sharing the training step.")] = 8,
-    precision: Annotated[str, typer.Option(help="train: the linear layers' precision, bf16 or fp8 (Transformer "
-                                                "Engine's FP8 recipes; attention stays BF16).")] = "bf16",
+    precision: Annotated[str | None, typer.Option(
+        help="bf16, fp16 or fp8. train: the linear layers' (Transformer Engine's FP8 recipes; attention stays BF16; "
+             "default bf16); decode, prefill: the weights' (default: the model's own, a config.json's "
+             "quantization_config included).")] = None,
     profile: Annotated[Path | None, typer.Option(help="Efficiency profile from `rltrace calibrate` (Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
     data: Annotated[list[Path] | None, typer.Option(
@@ -70,9 +75,18 @@ def estimate(
         return
     if model is None or gpu is None:
         raise ConfigError(f"estimate {kind.value} needs --model and --gpu")
+    if precision is not None and precision not in PRECISION_BYTES:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISION_BYTES)}, got {precision!r}")
+    if kind is Kind.train and tp != 1:
+        raise ConfigError("estimate train prices data and expert parallelism over --gpus (--ep); --tp is for decode "
+                          "and prefill")
     spec = get_gpu(gpu)
     fitted = factors(load_profile(profile), spec.name, tp) if profile else None
     arch = get_model(model)
+    if kind is Kind.train:
+        check_expert_parallel(arch, ep, gpus, "--ep")
+    elif precision is not None and arch.dtype_bytes != PRECISION_BYTES[precision]:  # the weights served in it
+        arch = dataclasses.replace(arch, dtype_bytes=PRECISION_BYTES[precision])
     cost = Roofline(model=arch, gpu=spec, tp=tp, ep=ep)
     if fitted is not None:  # the profile's factors, in the profile's own GEMM form
         cost = dataclasses.replace(cost, compute_efficiency=fitted.compute_efficiency,
@@ -89,20 +103,31 @@ def estimate(
         kv_tokens = tokens
         what = f"prefill of {tokens:,} tokens in {prompts} prompt(s)"
     else:
+        precision = precision or "bf16"
         result = cost.train(tokens, gpus, seq_len=context, precision=precision)
-        what = f"training step of {tokens:,} tokens in {context:,}-token sequences on {gpus} GPUs ({precision})"
+        what = (f"training step of {tokens:,} tokens in {context:,}-token sequences on {gpus} GPUs ({precision}"
+                f"{f', ep {ep}' if ep > 1 else ''})")
     fits = kind is Kind.train or cost.fits(kv_tokens)
     if as_json:
         extra = {} if kind is Kind.train else {"fits": fits, "memory_needed_gb": cost.memory_needed_gb(kv_tokens)}
         print(json.dumps({**result.to_json(), **extra}))
         return
-    print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}): {what}")
-    print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
-          f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, "
-          f"tp comm {result.comm_s * 1e3:.3f} ms)")
-    if arch.is_moe and kind is not Kind.train:
-        print(f"  experts: {result.experts:.1f} of {arch.experts} read per MoE layer (top-{arch.experts_per_token}); "
-              f"kernel floors and launches {result.floor_s * 1e3:.3f} ms")
+    if kind is Kind.train:
+        print(f"{cost.model.name} on {cost.gpu.name}: {what}")
+        print(f"  {result.seconds * 1e3:.3f} ms (compute {result.compute_s * 1e3:.3f} ms, expert all-to-alls "
+              f"{result.comm_s * 1e3:.3f} ms)")
+    else:
+        print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}, {'fp8' if cost.model.dtype_bytes == 1 else 'bf16'} "
+              f"weights): {what}")
+        print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
+              f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, "
+              f"tp comm {result.comm_s * 1e3:.3f} ms)")
+    if kind is not Kind.train:
+        # what the kernels' work does not explain: their fixed parts and ramps (a fused-MoE layer's at narrow expert
+        # widths too) and the host's launches
+        top = f"top-{arch.experts_per_token}"
+        experts = f"experts: {result.experts:.1f} of {arch.experts} read per MoE layer ({top}); " if arch.is_moe else ""
+        print(f"  {experts}kernel fixed parts, ramps and launches {result.floor_s * 1e3:.3f} ms")
     if not fits:
         share = cost.rank_memory().share / 1e9
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights, activations, buffers "

@@ -85,6 +85,34 @@ def test_hugging_face_config_json(tmp_path: Path) -> None:
         get_model(str(path))
 
 
+MOE_CONFIG = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 4,
+              "intermediate_size": 6144, "vocab_size": 151936, "num_experts": 64, "num_experts_per_tok": 4,
+              "moe_intermediate_size": 768}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"num_experts": -4}, "num_experts must be an integer >= 0, got -4"),
+    ({"num_experts_per_tok": 65}, "num_experts_per_tok (65) must be at most num_experts (64)"),
+    ({"moe_intermediate_size": 0}, "moe_intermediate_size must be an integer >= 1, got 0"),
+    ({"mlp_only_layers": [100]}, "mlp_only_layers must list layer indices 0..23, got [100]"),
+    ({"mlp_only_layers": list(range(24))}, "num_experts 64, but first_k_dense_replace, mlp_only_layers"),
+    ({"num_key_value_heads": 64}, "num_key_value_heads (64) must divide num_attention_heads (32)"),
+    ({"num_attention_heads": 30}, "num_key_value_heads (4) must divide num_attention_heads (30)"),
+    ({"num_hidden_layers": "24"}, "num_hidden_layers must be an integer >= 1, got '24'"),
+    ({"kv_lora_rank": -1}, "kv_lora_rank must be an integer >= 0, got -1"),
+    ({"kv_lora_rank": 512}, "missing key 'qk_rope_head_dim'"),
+])
+def test_a_config_json_no_model_can_have_names_its_key(tmp_path: Path, change: dict, message: str) -> None:
+    """What a config.json cannot mean is refused in the config's own key names, not read as another model."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MOE_CONFIG, **change}))
+    with pytest.raises(ConfigError) as refused:
+        get_model(str(path))
+    assert message in str(refused.value) and str(path) in str(refused.value)
+    path.write_text(json.dumps(MOE_CONFIG))  # the same config, unchanged, is an MoE of 64 experts
+    assert (get_model(str(path)).experts, get_model(str(path)).experts_per_token) == (64, 4)
+
+
 def test_every_gpu_has_a_price_with_its_source() -> None:
     from rltrace.catalog import load_gpus
 

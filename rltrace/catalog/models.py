@@ -315,42 +315,72 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+def _int(cfg: dict[str, Any], key: str, minimum: int, default: int | None = None) -> int:
+    """``cfg[key]`` as an integer of at least ``minimum`` (``default`` when absent or null; no default: required, a
+    KeyError naming it); a ConfigError naming the key otherwise."""
+    value = cfg.get(key)
+    if value is None:
+        if default is None:
+            raise KeyError(key)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
 def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     """Catalog fields from a Hugging Face config.json's keys (Llama, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3,
-    GLM-4.5 spellings); a KeyError names a missing required key."""
+    GLM-4.5 spellings); a KeyError names a missing required key, a ConfigError a value no such model can have (by
+    the config's own key names)."""
     quant = cfg.get("quantization_config") or {}
     fp8 = str(quant.get("quant_method", "")).lower() == "fp8" or str(quant.get("fmt", "")).startswith("e4m3")
-    experts = int(_first(cfg, "num_experts", "n_routed_experts", "num_local_experts", default=0) or 0)
+    experts_key = next((k for k in ("num_experts", "n_routed_experts", "num_local_experts") if cfg.get(k) is not None),
+                       "num_experts")
+    experts = _int(cfg, experts_key, 0, default=0)
+    hidden, layers = _int(cfg, "hidden_size", 1), _int(cfg, "num_hidden_layers", 1)  # the keys in their usual order
+    heads = _int(cfg, "num_attention_heads", 1)
+    kv_heads = _int(cfg, "num_key_value_heads", 1, default=heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise ConfigError(f"num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})")
     raw: dict[str, Any] = {
-        "hidden": cfg["hidden_size"],
-        "layers": cfg["num_hidden_layers"],
-        "heads": cfg["num_attention_heads"],
-        "kv_heads": cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-        "intermediate": cfg["intermediate_size"],
-        "vocab": cfg["vocab_size"],
-        "head_dim": cfg.get("head_dim"),
+        "hidden": hidden,
+        "layers": layers,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "intermediate": _int(cfg, "intermediate_size", 1),
+        "vocab": _int(cfg, "vocab_size", 1),
+        "head_dim": _int(cfg, "head_dim", 1) if cfg.get("head_dim") is not None else None,
         "qkv_bias": bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
         "dtype_bytes": 1 if fp8 else _DTYPE_BYTES.get(str(_first(cfg, "torch_dtype", "dtype", default="bfloat16")), 2),
-        "sliding_window": int(cfg.get("sliding_window") or 0) if cfg.get("use_sliding_window", True) else 0,
+        "sliding_window": _int(cfg, "sliding_window", 0, default=0) if cfg.get("use_sliding_window", True) else 0,
         "tp_norm_allreduces": int(bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer"),
     }
     if experts:
-        sparse_step = int(cfg.get("decoder_sparse_step") or 1)
-        mlp_only = set(cfg.get("mlp_only_layers") or [])
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
-        moe = [i for i in range(raw["layers"])
-               if i >= first_dense and i not in mlp_only and (i + 1) % sparse_step == 0]
+        sparse_step = _int(cfg, "decoder_sparse_step", 1, default=1)
+        mlp_only = cfg.get("mlp_only_layers") or []
+        if not isinstance(mlp_only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
+                                                 for i in mlp_only):
+            raise ConfigError(f"mlp_only_layers must list layer indices 0..{layers - 1}, got {mlp_only!r}")
+        first_dense = _int(cfg, "first_k_dense_replace", 0, default=0)
+        moe = [i for i in range(layers)
+               if i >= first_dense and i not in set(mlp_only) and (i + 1) % sparse_step == 0]
+        if not moe:
+            raise ConfigError(f"{experts_key} {experts}, but first_k_dense_replace, mlp_only_layers and "
+                              "decoder_sparse_step leave no MoE layer")
         shared = int(_first(cfg, "n_shared_experts", "num_shared_experts", default=0) or 0)
-        width = int(_first(cfg, "moe_intermediate_size", default=raw["intermediate"]))  # Mixtral: the expert's
+        width = _int(cfg, "moe_intermediate_size", 1, default=raw["intermediate"])  # Mixtral: the expert's
         if not shared and cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
-            shared = max(round(cfg["shared_expert_intermediate_size"] / width), 1)
-        raw.update(experts=experts, experts_per_token=int(cfg["num_experts_per_tok"]), shared_experts=shared,
-                   expert_intermediate=width, dense_layers=raw["layers"] - len(moe))
-    if cfg.get("kv_lora_rank"):
-        raw.update(kv_lora_rank=int(cfg["kv_lora_rank"]), q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-                   qk_rope_head_dim=int(cfg["qk_rope_head_dim"]), qk_nope_head_dim=int(cfg["qk_nope_head_dim"]),
-                   v_head_dim=int(cfg["v_head_dim"]), head_dim=None)
+            shared = max(round(_int(cfg, "shared_expert_intermediate_size", 1) / width), 1)
+        top_k = _int(cfg, "num_experts_per_tok", 1)
+        if top_k > experts:
+            raise ConfigError(f"num_experts_per_tok ({top_k}) must be at most {experts_key} ({experts})")
+        raw.update(experts=experts, experts_per_token=top_k, shared_experts=shared, expert_intermediate=width,
+                   dense_layers=layers - len(moe))
+    if _int(cfg, "kv_lora_rank", 0, default=0):
+        raw.update(kv_lora_rank=_int(cfg, "kv_lora_rank", 1), q_lora_rank=_int(cfg, "q_lora_rank", 0, default=0),
+                   qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", 0), qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", 1),
+                   v_head_dim=_int(cfg, "v_head_dim", 1), head_dim=None)
     return raw
 
 
@@ -370,6 +400,8 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         raw = hf_fields(cfg)
     except KeyError as e:
         raise ConfigError(f"{p}: missing key {e.args[0]!r} for a decoder-only transformer") from None
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{p}: unexpected value ({e})") from None
     raw["source"] = str(p)

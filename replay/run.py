@@ -260,7 +260,9 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         # syncs measured on other hardware: the network model prices them on the replay's GPUs
         job.sync_s = reprice_syncs(job.sync_bytes or [], cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu,
                                    tensors=job.sync_tensors)
-        notes.append(f"weight syncs priced on {local_fabric(cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu)}")
+        notes.append(f"weight syncs measured on other GPUs priced on "
+                     f"{local_fabric(cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu)} (cost.sync_gbps unused; "
+                     "--topology, when given, prices them instead)")
     frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
         pl.lit(0).alias("job"), turns["next_turn"].cast(pl.Int64))
     fitted = tuple(sorted(recording["step"].unique().to_list())) if use_trace and recording is not None else ()
@@ -290,6 +292,10 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
                 for j in prepared.jobs]
         c = prepared.cluster
         routed = route(jobs, c.gen_gpus, c.train_gpus, config.network)
+        if routed.topology.gpu.lower() != c.train_gpu.lower():  # its NVLink, HBM and NCCL figures are another GPU's
+            routed.notes.append(f"the topology's GPUs are {routed.topology.gpu}s, the training GPUs "
+                                f"{c.train_gpu}s: its NVLink, memory and NCCL figures are the {routed.topology.gpu}'s "
+                                f"(state gpu={c.train_gpu} in the spec to price the replay's own)")
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
                         f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy(),

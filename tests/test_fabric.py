@@ -349,6 +349,7 @@ def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, cont
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"],
      "unknown collective 'gossip'"),
     (["replay", "-s", "disagg-sync", "--topology", "nvswitch:gpus=8"], "has 8 GPUs, the replay needs 16 + 16"),
+    (["replay", "-s", "disagg-sync", "--sync-strategy", "tree"], "(--sync-strategy) picks how a sync runs on a fabric"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=A100", "--size", "1M", "--algorithm", "nvls"],
      "nvls needs an all-reduce of a GPU with NVLS"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--dtype", "bf61"], "unknown dtype 'bf61'"),

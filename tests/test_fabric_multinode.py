@@ -321,7 +321,7 @@ def test_nccls_per_channel_ceilings_bound_trees_and_ll128_rings(
 @pytest.mark.parametrize(("op", "algo", "protocol", "steps"), [
     ("all_reduce", "ring", "LL128", 2), ("all_reduce", "ring", "Simple", 4),  # 2 (nodes - 1) steps; Simple twice
     ("all_reduce", "tree", "LL128", 2), ("all_gather", "ring", "LL128", 1), ("broadcast", "ring", "LL128", 0),
-    ("all_to_all", "ring", "Simple", 0), ("all_reduce", "collnet_chain", "Simple", 2),  # CollNet: one, twice
+    ("all_to_all", "auto", "Simple", 0), ("all_reduce", "collnet_chain", "Simple", 2),  # CollNet: one, twice
 ])
 def test_the_net_plugins_latency_is_charged_as_nccls_tuner_charges_it(op: str, algo: str, protocol: str,
                                                                       steps: int) -> None:

@@ -436,6 +436,11 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
         protocol = getattr(topo, "nccl_proto", "auto")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+    if op == "all_to_all" and algorithm != "auto":  # NCCL runs it as grouped sends and receives: no algorithm
+        raise ConfigError(f"all_to_all runs as point-to-point sends and receives; algorithm {algorithm} is not one "
+                          "of its (leave it auto)")
+    if op in ("all_gather", "reduce_scatter", "broadcast") and algorithm not in ("auto", "ring"):
+        raise ConfigError(f"{op} runs NCCL's ring here; {algorithm} runs all-reduces only")
     if n < 1 or size < 0:
         raise ConfigError("a collective needs at least one rank and a size >= 0")
     if ranks.max() >= topo.gpus or ranks.min() < 0 or len(np.unique(ranks)) != n:

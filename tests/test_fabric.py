@@ -363,3 +363,33 @@ def test_bad_fabric_input_is_one_line_and_exit_2(args: list[str], message: str) 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(("spec", "ranks"), [
+    ("rail:nodes=4,gpu=H800", 32), ("leaf-spine:nodes=8,gpu=H100", 64), ("fat-tree:k=8,gpu=H800", 64),
+    ("fat-tree:k=8,gpu=H800,oversub=4", 64), ("rfabric:k=8", 64),
+])
+def test_an_all_to_alls_max_min_run_ends_when_its_busiest_link_has_carried_its_bytes(spec: str, ranks: int) -> None:
+    """Why a phase of more than EXACT_FLOWS independent flows may take its busiest link's load over its capacity: the
+    exact run (max-min rates, re-solved whenever a flow ends) ends exactly then on every kind of fabric."""
+    from rltrace.replay.network.schedules import all_to_all
+
+    topo = parse(spec)
+    phase = all_to_all(np.arange(ranks), 1 << 30)
+    indptr, ids = topo.paths(phase.src, phase.dst, np.arange(len(phase.src)))
+    capacity = topo.links().capacity_Bps
+    exact = run_flows(indptr, ids, capacity, phase.nbytes).makespan_s
+    load = np.bincount(ids, weights=np.repeat(phase.nbytes, np.diff(indptr)), minlength=len(capacity))
+    assert exact == pytest.approx(float((load[load > 0] / capacity[load > 0]).max()), rel=1e-9)
+
+
+def test_past_exact_flows_an_all_to_all_takes_the_bound_and_the_same_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rltrace.replay.network import collectives
+
+    topo = parse("leaf-spine:nodes=9,gpu=H100")
+    assert 72 * 71 > collectives.EXACT_FLOWS  # this all-to-all's flows take the bound
+    bound = collective(topo, "all_to_all", 72, 1 << 30)
+    monkeypatch.setattr(collectives, "EXACT_FLOWS", 10**9)
+    exact = collective(topo, "all_to_all", 72, 1 << 30)
+    assert bound.seconds == pytest.approx(exact.seconds, rel=1e-9)
+    assert np.allclose(bound.link_bytes, exact.link_bytes, rtol=1e-9)

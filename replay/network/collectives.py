@@ -116,6 +116,12 @@ PIPELINE_CHUNK_BYTES = 512 << 10
 # the tree and NVLSTree by their time without it, and then they run with it: the fill is in the time, not the pick.
 # Until 2026-11-25 NVLSTree's fill was in its pick too; hierarchical is rltrace's own and keeps it.
 FILL_UNSEEN = ("tree",)
+# Independent flows (an all-to-all's) run under max-min sharing to their ends, one rate solve per finishing time:
+# 0.35 s for 64 ranks' 4,032 flows on a k=16 fat-tree, 7 s for 128 ranks', 2 minutes for 256 ranks' (2-core VM,
+# 2026-11-26). Past this many flows in a phase the phase takes its busiest link's bytes over its capacity instead,
+# the bound every max-min run is at least: the exact runs equalled it to 4 digits on all-to-alls of 32-128 ranks over
+# rail, leaf-spine, k=8 and k=16 fat-trees (one 4:1 oversubscribed) and RFabric (tests/test_fabric.py).
+EXACT_FLOWS = 4096
 
 
 
@@ -204,7 +210,9 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
             links = topo.links()
         keys = np.full(len(p.src), key + i, dtype=np.int64) + np.arange(len(p.src))
         indptr, ids = topo.paths(p.src, p.dst, keys)
-        if p.levels is not None:  # a pipelined ring, chain or tree: chunks advance in step, the busiest link sets it
+        if p.levels is not None or len(p.src) > EXACT_FLOWS:
+            # a pipelined ring, chain or tree: chunks advance in step, the busiest link sets it; and so, past
+            # EXACT_FLOWS, do independent flows (their max-min run's makespan, where it was computed, is that bound)
             run = _pipelined(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)
         else:  # independent flows (all-to-all, point-to-point): max-min sharing, each flow to its end
             run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # lower efficiency: more bytes

@@ -393,3 +393,16 @@ def test_past_exact_flows_an_all_to_all_takes_the_bound_and_the_same_time(monkey
     exact = collective(topo, "all_to_all", 72, 1 << 30)
     assert bound.seconds == pytest.approx(exact.seconds, rel=1e-9)
     assert np.allclose(bound.link_bytes, exact.link_bytes, rtol=1e-9)
+
+
+def test_a_fabric_buys_its_switch_links_by_bandwidth() -> None:
+    """Switch-to-switch links count in NIC-speed links, so an oversubscribed tree buys fewer uplinks, and a leaf-spine's
+    one modelled link per leaf and spine is the leaf_down / spines ports it stands for."""
+    from rltrace.replay.network.cost import fabric_cost
+
+    full, thin = (fabric_cost(parse(f"fat-tree:k=8,gpu=H800,oversub={o}")) for o in (1, 4))
+    nics = 128  # a k=8 tree: 128 hosts, each NIC link one port
+    assert full["switch_ports"] == nics + 2 * 256 and thin["switch_ports"] == nics + 2 * (128 // 4 + 128)
+    assert thin["capex_usd"] < full["capex_usd"]
+    spine = fabric_cost(parse("leaf-spine:nodes=8,leaf_down=32,spines=8"))  # 2 leaves x 8 spines x 4 ports
+    assert spine["switch_ports"] == 64 + 2 * 64 and spine["cables"] == 64 + 64

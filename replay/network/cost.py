@@ -3,10 +3,10 @@
 The unit prices below are rltrace's planning assumptions for 400 Gb/s parts, not quotes: no public price list
 was at hand when they were set (docs/fabrics.md says so). Override every one of them
 (``--set network.prices.transceiver_usd=650`` on replay, ``--price`` on ``rltrace fabric bench``).
-Counting: each GPU's NIC link is one switch port, two transceivers and one cable; each switch-to-switch link
-two ports, two transceivers and one cable; each optical uplink (RFabric) one electrical port, one
-transceiver, one OCS port and one cable (the OCS is passive: no transceiver on its side); a datacenter
-interconnect is priced per Gb/s.
+Counting: each GPU's NIC link is one switch port, two transceivers and one cable; each switch-to-switch link of a
+NIC's speed two ports, two transceivers and one cable (a wider or narrower link: that many, by its bandwidth); each
+optical uplink (RFabric) one electrical port, one transceiver, one OCS port and one cable (the OCS is passive: no
+transceiver on its side); a datacenter interconnect is priced per Gb/s.
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def fabric_cost(topo: Topology, prices: FabricPrices | None = None) -> dict[str,
     kinds = links.kind
     per_slot = max(1, int(getattr(topo, "nics", 1)) // max(topo.gpus_per_node, 1))  # NICs behind one GPU's link
     nic = int((kinds == "nic").sum()) // 2 * per_slot  # up and down of one GPU's link, each NIC priced
-    fabric = int((kinds == "fabric").sum()) // 2
+    # switch-to-switch links by their bandwidth in NIC-speed ports: a leaf-spine's one link per leaf and spine is
+    # leaf_down / spines of them, an oversubscribed uplink its 1 / oversub share (fewer ports bought, not slower ones)
+    port = float(getattr(topo, "nic_gbps", 0.0)) / 8 * 1e9 * float(getattr(topo, "nic_efficiency", 1.0))
+    between = float(links.capacity_Bps[kinds == "fabric"].sum()) / 2
+    fabric = math.ceil(between / port - 1e-6) if port > 0 else int((kinds == "fabric").sum()) // 2
     ocs_pairs = int((kinds == "ocs").sum())
     optical = 0
     if ocs_pairs:

@@ -128,6 +128,10 @@ def estimate(
         top = f"top-{arch.experts_per_token}"
         experts = f"experts: {result.experts:.1f} of {arch.experts} read per MoE layer ({top}); " if arch.is_moe else ""
         print(f"  {experts}kernel fixed parts, ramps and launches {result.floor_s * 1e3:.3f} ms")
+        if ep > 1:  # TP's collectives and, routing balanced, its bytes a rank reads: only the experts' width differs
+            print(f"  ep {ep}: whole experts per rank inside the TP group, all-reduced as TP's (vLLM's expert "
+                  "parallelism without data parallelism); routing balanced, so it differs from --ep 1 only where "
+                  "the fused-MoE kernel computes (full-width experts)")
     if not fits:
         share = cost.rank_memory().share / 1e9
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights, activations, buffers "

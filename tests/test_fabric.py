@@ -344,6 +344,7 @@ def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, cont
 @pytest.mark.parametrize(("args", "message"), [
     (["fabric", "validate", "--tables", "."], "no NCCL tables"),
     (["fabric", "validate", "--tables", "no-such-folder"], "no such folder"),
+    (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--ranks", "1"], "--ranks must be in 2..8"),
     (["fabric", "bench", "--topology", "mesh:n=3", "--size", "1M"], "unknown topology 'mesh'"),
     (["fabric", "bench", "--topology", "fat-tree:k=4,radix=9", "--size", "1M"], "unknown key 'radix'"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"],

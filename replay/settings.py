@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rltrace.replay.run import ReplayConfig
-from rltrace.replay.schedulers import lookup
+from rltrace.replay.schedulers import lookup, names
 
 from rltrace.catalog import load_gpus
 from rltrace.config import Assignment, override, parse_set
@@ -52,6 +52,9 @@ def resolve(schedulers: list[str], sets: Iterable[str] = (), values: Mapping[str
             prices[rest] = check_price(key, value)
         elif head in by_scheduler and rest:
             by_scheduler[head].append((rest, value, origin))
+        elif rest and head in names():
+            raise ConfigError(f"{origin}: unknown key {key!r} ({head} is not among the chosen schedulers: "
+                              f"{', '.join(schedulers)})")
         else:  # anything else is the replay's (an unchosen scheduler's key is unknown there)
             replay.append((key, value, origin))
     per_scheduler = {name: override(lookup(name).Config(), by_scheduler[name], f"scheduler {name}", f"{name}.")

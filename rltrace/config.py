@@ -125,7 +125,12 @@ def override(obj: T, assignments: Iterable[Assignment], where: str = "config", p
         for depth, part in enumerate(parts):
             names = {f.name for f in dataclasses.fields(target) if f.init} if _is_config(target) else set()  # type: ignore[arg-type]  # _is_config: a dataclass
             if part not in names:
-                raise ConfigError(f"{origin}: unknown key {prefix + key!r}")
+                level = prefix + ".".join(parts[:depth])
+                alike = [n for n in sorted(names) if part in n or n in part]  # cost.ep -> cost.train_ep
+                hint = f"; did you mean {level + '.' if level else ''}{alike[0]}?" if alike else ""
+                under = f" under {level}" if level else ""
+                listed = f" (known{under}: {', '.join(sorted(names))}{hint})" if names else ""
+                raise ConfigError(f"{origin}: unknown key {prefix + key!r}{listed}")
             if depth == len(parts) - 1:
                 node[part] = (value, origin)
             else:

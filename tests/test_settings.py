@@ -69,7 +69,9 @@ def test_a_config_goes_to_json_and_back_unchanged() -> None:
     (["nokey=1"], "--set 'nokey=1': unknown key 'nokey'"),
     (["nokey"], "--set 'nokey': expected key=value"),
     (["disagg-sync.bogus=1"], "unknown key 'disagg-sync.bogus'"),
-    (["rollpacker.eta=1.5"], "unknown key 'rollpacker.eta'"),  # a scheduler not chosen
+    (["rollpacker.eta=1.5"], "unknown key 'rollpacker.eta' (rollpacker is not among the chosen schedulers"),
+    (["cost.ep=8"], "unknown key 'cost.ep' (known under cost: compute_efficiency"),
+    (["cost.ep=8"], "did you mean cost.train_ep?"),
     (["cost.train_mfu=abc"], "replay.cost.train_mfu: expected a number, got 'abc'"),
     (["cost.train_mfu.x=1"], "unknown key 'cost.train_mfu.x'"),
     (["prices.NOSUCH=1"], "unknown key 'prices.NOSUCH'"),

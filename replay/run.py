@@ -154,6 +154,9 @@ def _model_note(spec: ModelSpec) -> str | None:
             f"({', '.join(changed)}); replayed as recorded") if changed else None
 
 
+TRAIN_STATE_BYTES_PER_PARAM = 16  # mixed-precision Adam: 2 + 2 + 4 + 4 + 4 (ZeRO's 16 psi)
+
+
 def _gpu(device: str | None) -> GPUSpec | None:
     try:
         return get_gpu(device) if device else None
@@ -200,7 +203,17 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{source}")
     measured_bw = broadcast_bytes_per_s(profile) if profile is not None else None
     _check_train_ep(cost.train_ep, spec, cluster.train_gpus)
-    training = TrainingCost(model=spec, gpu=_gpu(cluster.train_gpu), gpus=cluster.train_gpus,
+    train_gpu = _gpu(cluster.train_gpu)
+    if spec is not None and train_gpu is not None:
+        # mixed-precision Adam holds 16 bytes a parameter (ZeRO, Rajbhandari et al. 2020, sec. 3.1: BF16 weights and
+        # gradients, FP32 master weights, momentum and variance), at best sharded over every training GPU
+        state = TRAIN_STATE_BYTES_PER_PARAM * spec.params / cluster.train_gpus
+        if state > train_gpu.memory_bytes:
+            notes.append(f"training {spec.name} on {cluster.train_gpus} {train_gpu.name}s: its weights, gradients and "
+                         f"Adam state alone are {state / 1e9:,.0f} GB a GPU sharded over all of them, above the "
+                         f"{train_gpu.name}'s {train_gpu.memory_bytes / 1e9:.0f} GB: a real job needs more GPUs or "
+                         "offloading (the replay prices the step as given)")
+    training = TrainingCost(model=spec, gpu=train_gpu, gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
                             recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
                             ep=cost.train_ep, sync_gbps=measured_bw / 1e9 if measured_bw else cost.sync_gbps)

@@ -216,3 +216,16 @@ def test_each_steps_all_to_all_is_timed_as_the_collective_of_its_size(ep: int, p
         expected = 3 * max(collective(topo, "all_to_all", g, size).seconds for g in groups)
         assert routed.alltoall_s[(0, step)] == pytest.approx(expected, rel=1e-9), (step, size)
         assert job.train_s[step] == pytest.approx(1.0 + expected, rel=1e-9)
+
+
+def test_a_trainer_too_small_for_the_models_adam_state_says_so() -> None:
+    """16 bytes a parameter (BF16 weights and gradients, FP32 master weights and Adam moments) sharded over every
+    training GPU: Qwen3-235B-A22B on 16 H800s needs 235 GB a GPU, above 80; Qwen3-30B-A3B fits."""
+    big = run_cli("replay", "--model", "Qwen3-235B-A22B", "--gpu", "H20,H800", "--tp", "8", "--steps", "1",
+                  "-s", "disagg-sync", "--replicates", "0")
+    assert big.returncode == 0, big.stderr
+    said = " ".join((big.stdout + big.stderr).split())
+    assert "training Qwen3-235B-A22B on 16 H800s: its weights, gradients and Adam state alone are 235 GB a GPU" in said
+    small = run_cli("replay", "--model", MOE, "--gpu", "H20,H800", "--steps", "1", "-s", "disagg-sync",
+                    "--replicates", "0")
+    assert small.returncode == 0 and "Adam state" not in small.stdout + small.stderr

@@ -174,8 +174,13 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
             + "): each is put on its own recorded work, and ratios compare rates, not the same samples")
     if not table["known"].all():
         page.text("runs written before replay recorded what it trained: their finished requests count as trained")
-    for note in sorted({n for r in runs for n in r.config.get("notes", [])}):
-        page.text(f"note: {note}")
+    said: dict[str, list[str]] = {}  # each note once, with the runs it belongs to
+    for r in runs:
+        for n in r.config.get("notes", []):
+            said.setdefault(n, []).append(r.name)
+    for note, owners in sorted(said.items()):
+        whose = "every run" if len(owners) == len(runs) else ", ".join(owners)
+        page.text(f"note ({whose}): {note}")
     page.figure(header.figure(table, winner))
     page.figure(work_fig.figure(trained_ccdf(runs), dict(zip(table["run"], table["changed"]))))
     page.details("each run's own figures, whatever work it trained (metrics.json)")

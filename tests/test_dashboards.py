@@ -301,6 +301,9 @@ def test_dashboard_cli_writes_one_self_contained_file(runs_dir: Path, tmp_path: 
     assert html.count('class="fig"') >= 12
     base_row = html.split('<tr class="base">', 1)[1].split("</tr>", 1)[0]
     assert "rollpacker" in base_row and base_row.count(">1.00<") == 2  # x baseline of samples/s and of cost
+    # each note once, with the runs it is about: the fabric's GPUs (H800) are not the replay's (H100), in all three
+    assert html.count("the topology&#x27;s GPUs are H800s") + html.count("the topology's GPUs are H800s") == 1
+    assert "note (every run): the topology" in html
 
 
 def test_dashboard_objective_flags(runs_dir: Path, tmp_path: Path):

@@ -325,14 +325,32 @@ def test_fabric_validate_cli_prints_the_table_and_every_point() -> None:
     ("vidur_h100_dgx_all_reduce.csv", b"a,b\n1,2\n", "missing columns num_workers"),
     ("vidur_h100_dgx_send_recv.csv", b"", "not a readable CSV file"),
     ("vidur_h100_dgx_all_reduce.csv",
-     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,1024,-1\n", "impossible measurement"),
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,1024,-1\n",
+     "column time_stats.all_reduce.median must be above 0"),
     ("vidur_h100_dgx_all_reduce.csv",
-     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,big,1\n", "not numbers"),
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,big,1\n", "column size holds values"),
+    ("vidur_h100_dgx_all_reduce.csv",
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,1024,fast\n", "not numbers"),
+    ("vidur_h100_dgx_all_reduce.csv",
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,8,1024,\n", "has empty values"),
+    ("vidur_h100_dgx_all_reduce.csv",
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\neight,8,1024,1\n", "column num_workers"),
+    ("vidur_h100_dgx_all_reduce.csv",
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n8,0,1024,1\n",
+     "column devices_per_node must be above 0"),
+    ("vidur_h100_dgx_all_reduce.csv",
+     b"num_workers,devices_per_node,size,time_stats.all_reduce.median\n4,8,1024,1\n", "impossible measurement"),
+    ("aic_nccl_perf.parquet", {"latency": ["slow"]}, "column latency holds values that are not numbers"),
+    ("aic_nccl_perf.parquet", {"nccl_dtype": [2]}, "no measurement of an op"),  # no dtype it knows: nothing to hold
 ])
-def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, content: bytes | None,
+def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, content: bytes | dict | None,
                                                   message: str) -> None:
     if content is None:
         pl.DataFrame({"op_name": ["all_reduce"], "num_gpus": [8]}).write_parquet(tmp_path / name)
+    elif isinstance(content, dict):  # one good aiconfigurator row, a column replaced
+        row = {"op_name": ["all_reduce"], "nccl_dtype": ["half"], "num_gpus": [8], "message_size": [1 << 20],
+               "latency": [0.05]}
+        pl.DataFrame({**row, **content}).write_parquet(tmp_path / name)
     else:
         (tmp_path / name).write_bytes(content)
     done = run_cli("fabric", "validate", "--tables", str(tmp_path))

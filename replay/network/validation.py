@@ -42,9 +42,10 @@ AIC_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
 VIDUR_COLUMNS = ("num_workers", "devices_per_node", "size")
 
 
-def read_table(path: Path, columns: tuple[str, ...]) -> pl.DataFrame:
-    """A measured table (Parquet, or CSV by its suffix) with at least ``columns``; what is wrong with it, the file
-    named, as a ConfigError."""
+def read_table(path: Path, columns: tuple[str, ...], positive: tuple[str, ...] = ()) -> pl.DataFrame:
+    """A measured table (Parquet, or CSV by its suffix) with at least ``columns``, none of them empty, and the
+    ``positive`` ones numbers above 0 (cast to Float64); what is wrong with it, the file and column named, as a
+    ConfigError."""
     try:
         frame = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
     except (pl.exceptions.PolarsError, OSError) as e:
@@ -53,6 +54,17 @@ def read_table(path: Path, columns: tuple[str, ...]) -> pl.DataFrame:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ConfigError(f"{path}: missing columns {', '.join(missing)} (expected {', '.join(columns)})")
+    empty = [c for c in columns if frame[c].null_count()]
+    if empty:
+        raise ConfigError(f"{path}: column {empty[0]} has empty values")
+    for c in positive:
+        try:
+            values = frame[c].cast(pl.Float64, strict=True)
+        except (pl.exceptions.PolarsError, TypeError):  # text (or a type polars cannot make a number of)
+            raise ConfigError(f"{path}: column {c} holds values that are not numbers") from None
+        if not bool((values > 0).all()):
+            raise ConfigError(f"{path}: column {c} must be above 0 in every row, got {values.min()}")
+        frame = frame.with_columns(values)
     return frame
 
 
@@ -63,8 +75,9 @@ def measured(directory: str | Path) -> pl.DataFrame:
         raise ConfigError(f"{root}: no such folder (--tables takes a folder of NCCL tables)")
     aic = root / "aic_nccl_perf.parquet"
     if aic.exists():
-        frame = read_table(aic, AIC_COLUMNS).filter(pl.col("nccl_dtype").is_in(list(DTYPE_BYTES)),
-                                                    pl.col("op_name").is_in(list(AIC_OPS)))
+        frame = (read_table(aic, AIC_COLUMNS, ("num_gpus", "message_size", "latency"))
+                 .with_columns(pl.col("nccl_dtype", "op_name").cast(pl.String))
+                 .filter(pl.col("nccl_dtype").is_in(list(DTYPE_BYTES)), pl.col("op_name").is_in(list(AIC_OPS))))
         parts.append(frame.select(
             pl.lit("aiconfigurator").alias("source"), pl.col("op_name").replace_strict(AIC_OPS).alias("op"),
             pl.col("nccl_dtype").alias("dtype"), pl.col("num_gpus").alias("gpus"), pl.lit(1).alias("nodes"),
@@ -74,7 +87,8 @@ def measured(directory: str | Path) -> pl.DataFrame:
     for op in ("all_reduce", "send_recv"):
         vidur = root / f"vidur_h100_dgx_{op}.csv"
         if vidur.exists():
-            parts.append(read_table(vidur, (*VIDUR_COLUMNS, f"time_stats.{op}.median")).select(
+            timed = (*VIDUR_COLUMNS, f"time_stats.{op}.median")
+            parts.append(read_table(vidur, timed, timed).select(
                 pl.lit("vidur").alias("source"), pl.lit(op).alias("op"), pl.lit("half").alias("dtype"),
                 pl.col("num_workers").alias("gpus"),
                 (pl.col("num_workers") // pl.col("devices_per_node")).alias("nodes"),
@@ -90,6 +104,9 @@ def measured(directory: str | Path) -> pl.DataFrame:
     except pl.exceptions.PolarsError as e:  # a column of text where a count, size or time belongs
         raise ConfigError(f"{root}: a table's columns are not numbers where they should be "
                           f"({str(e).splitlines()[0]})") from None
+    if not rows.height:
+        raise ConfigError(f"{root}: no measurement of an op ({', '.join(AIC_OPS)}) and dtype "
+                          f"({', '.join(DTYPE_BYTES)}) the model knows")
     bad = rows.filter((pl.col("gpus") < 1) | (pl.col("nodes") < 1) | (pl.col("bytes") <= 0)
                       | ~(pl.col("measured_s") > 0) | (pl.col("gpus") % pl.col("nodes") != 0))
     if bad.height:

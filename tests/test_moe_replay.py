@@ -189,6 +189,8 @@ def test_expert_all_to_alls_on_a_reconfigurable_fabric_and_a_pool_that_starts_mi
     (8, (4.0, 16.0, 16.001, 64.0, 512.0)),  # inside a node: LL up to 16 KiB a peer, Simple past it
     (16, (4.0, 16.0, 16.001, 64.0, 512.0)),  # across the two nodes: Simple at every size
     (8, (100.0, 300.0, 700.0)),  # one protocol: the two ends' line
+    (8, (4.0, 16.0 + 1 / 8192)),  # the largest just one byte past the threshold: the knots at both ends of it
+    (8, (16.0, 16.0)),  # one size only
 ])
 def test_each_steps_all_to_all_is_timed_as_the_collective_of_its_size(ep: int, per_peer_kib: tuple[float, ...]) -> None:
     """route() re-times each step's expert all-to-alls from a few timing runs per EP group (the job's smallest and

@@ -135,7 +135,8 @@ class _ExpertAllToAlls:
             if ranks <= topo.gpus_per_node and (nodes.min(axis=1) != nodes.max(axis=1)).any():
                 self.straddling.append(ranks)  # the training pool starts mid-node
             ll_top = P2P_LL_THRESHOLD_BYTES * ranks  # the largest all-to-all that runs LL inside a node
-            knots = [lo, ll_top, ll_top + 1, hi] if lo <= ll_top < hi else [lo, hi] if hi > lo else [lo]
+            crossing = [ll_top, min(ll_top + 1.0, hi)] if lo <= ll_top < hi else []
+            knots = sorted({float(lo), float(hi), *crossing})  # ascending, each once
             timed = [[collective(topo, "all_to_all", g, size) for size in knots] for g in groups]
             self.lines[ranks] = (np.array(knots, dtype=np.float64),
                                  np.array([[c.seconds - c.reconfig_s for c in g] for g in timed]),
@@ -162,7 +163,7 @@ def _on_lines(size: float, knots: np.ndarray, times: np.ndarray) -> np.ndarray:
     if len(knots) == 1:
         return times[:, 0]
     i = int(np.clip(np.searchsorted(knots, size, side="right") - 1, 0, len(knots) - 2))
-    share = (size - knots[i]) / (knots[i + 1] - knots[i])
+    share = min(max((size - knots[i]) / (knots[i + 1] - knots[i]), 0.0), 1.0)  # knots are distinct: no 0 / 0
     result: np.ndarray = times[:, i] + share * (times[:, i + 1] - times[:, i])
     return result
 

@@ -63,7 +63,7 @@ def read_table(path: Path, columns: tuple[str, ...], positive: tuple[str, ...] =
         except (pl.exceptions.PolarsError, TypeError):  # text (or a type polars cannot make a number of)
             raise ConfigError(f"{path}: column {c} holds values that are not numbers") from None
         if not bool((values > 0).all()):
-            raise ConfigError(f"{path}: column {c} must be above 0 in every row, got {values.min()}")
+            raise ConfigError(f"{path}: column {c} must be above 0 in every row, got {values.min()!r}")
         frame = frame.with_columns(values)
     return frame
 

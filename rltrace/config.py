@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import math
 import sys
 import types
@@ -113,6 +114,18 @@ Assignment = tuple[str, Any, str]
 """(dotted key, typed value, where it came from for messages: ``--set 'cost.train_mfu=0.4'``, a grid file)"""
 
 
+def _known(names: set[str], prefix: str, above: list[str], part: str) -> str:
+    """What an unknown key's message adds: the keys known at its level, and the nearest one (a typo, trian_ep; or a
+    part of the name, cost.ep for cost.train_ep)."""
+    level = ".".join(filter(None, (prefix.rstrip("."), *above)))
+    if not names:
+        return f" ({level} takes no settings)" if level else ""
+    near = difflib.get_close_matches(part, sorted(names), n=1) or [n for n in sorted(names) if len(part) > 1
+                                                                   and part in n]
+    hint = f"; did you mean {level + '.' if level else ''}{near[0]}?" if near else ""
+    return f" (known{' under ' + level if level else ''}: {', '.join(sorted(names))}{hint})"
+
+
 def override(obj: T, assignments: Iterable[Assignment], where: str = "config", prefix: str = "") -> T:
     """A copy of config dataclass ``obj`` with each dotted key set to its value, checked against the field's
     type as ``build`` checks a table. Each nested dataclass is replaced once, with all its new values, so its
@@ -125,12 +138,7 @@ def override(obj: T, assignments: Iterable[Assignment], where: str = "config", p
         for depth, part in enumerate(parts):
             names = {f.name for f in dataclasses.fields(target) if f.init} if _is_config(target) else set()  # type: ignore[arg-type]  # _is_config: a dataclass
             if part not in names:
-                level = prefix + ".".join(parts[:depth])
-                alike = [n for n in sorted(names) if part in n or n in part]  # cost.ep -> cost.train_ep
-                hint = f"; did you mean {level + '.' if level else ''}{alike[0]}?" if alike else ""
-                under = f" under {level}" if level else ""
-                listed = f" (known{under}: {', '.join(sorted(names))}{hint})" if names else ""
-                raise ConfigError(f"{origin}: unknown key {prefix + key!r}{listed}")
+                raise ConfigError(f"{origin}: unknown key {prefix + key!r}{_known(names, prefix, parts[:depth], part)}")
             if depth == len(parts) - 1:
                 node[part] = (value, origin)
             else:

@@ -368,7 +368,10 @@ def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, cont
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"],
      "unknown collective 'gossip'"),
     (["replay", "-s", "disagg-sync", "--topology", "nvswitch:gpus=8"], "has 8 GPUs, the replay needs 16 + 16"),
-    (["replay", "-s", "disagg-sync", "--sync-strategy", "tree"], "(--sync-strategy) picks how a sync runs on a fabric"),
+    (["replay", "-s", "disagg-sync", "--sync-strategy", "tree"], "--sync-strategy tree: a weight-sync strategy picks"),
+    (["replay", "-s", "disagg-sync", "--sync-strategy", "bucketed"], "it needs --topology"),  # the default, named
+    (["replay", "-s", "disagg-sync", "--set", "network.sync_strategy=tree"],
+     "--set 'network.sync_strategy=tree': a weight-sync strategy picks how a sync runs on a fabric"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1G", "--op", "all_gather", "--algorithm", "tree"],
      "all_gather runs NCCL's ring here; tree runs all-reduces only"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1G", "--op", "all_to_all", "--algorithm", "ring"],

@@ -72,6 +72,8 @@ def test_a_config_goes_to_json_and_back_unchanged() -> None:
     (["rollpacker.eta=1.5"], "unknown key 'rollpacker.eta' (rollpacker is not among the chosen schedulers"),
     (["cost.ep=8"], "unknown key 'cost.ep' (known under cost: compute_efficiency"),
     (["cost.ep=8"], "did you mean cost.train_ep?"),
+    (["cost.trian_ep=8"], "did you mean cost.train_ep?"),
+    (["disagg-sync.bogus=1"], "disagg-sync takes no settings"),
     (["cost.train_mfu=abc"], "replay.cost.train_mfu: expected a number, got 'abc'"),
     (["cost.train_mfu.x=1"], "unknown key 'cost.train_mfu.x'"),
     (["prices.NOSUCH=1"], "unknown key 'prices.NOSUCH'"),

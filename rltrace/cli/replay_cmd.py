@@ -21,7 +21,6 @@ from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
 from rltrace.replay.jobs import load_jobs, prepare_jobs
-from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
@@ -138,9 +137,11 @@ def replay(
     named = " / ".join(f for f, v in (("--topology", topology), ("--sync-strategy", sync_strategy)) if v)
     settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where=named or "--set")
     config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
-    if config.network.topology is None and config.network.sync_strategy != NetworkConfig().sync_strategy:
-        raise ConfigError(f"network.sync_strategy {config.network.sync_strategy} (--sync-strategy) picks how a sync "
-                          "runs on a fabric: it needs --topology")
+    strategy = [f"--sync-strategy {sync_strategy}"] if sync_strategy else []
+    strategy += [f"--set {item!r}" for item in set_ or [] if item.partition("=")[0].strip() == "network.sync_strategy"]
+    if config.network.topology is None and strategy:  # without a fabric no sync strategy runs: say so, not ignore it
+        raise ConfigError(f"{strategy[0]}: a weight-sync strategy picks how a sync runs on a fabric; it needs "
+                          "--topology")
     gen_gpu, train_gpu = _gpu_kinds(gpu)
     shape = Shape(gen_gpus=gen_gpus, train_gpus=train_gpus, gen_gpu=gen_gpu, train_gpu=train_gpu, tp=tp,
                   max_seqs=max_seqs, model=model,

@@ -418,8 +418,8 @@ def test_past_exact_flows_an_all_to_all_takes_the_bound_and_the_same_time(monkey
 
 
 def test_a_fabric_buys_its_switch_links_by_bandwidth() -> None:
-    """Switch-to-switch links count in NIC-speed links, so an oversubscribed tree buys fewer uplinks, and a leaf-spine's
-    one modelled link per leaf and spine is the leaf_down / spines ports it stands for."""
+    """Switch-to-switch links count in NIC-speed links, so an oversubscribed tree buys fewer edge uplinks, and a
+    leaf-spine buys each leaf's populated NICs' worth of uplinks (none for a single leaf)."""
     from rltrace.replay.network.cost import fabric_cost
 
     full, thin = (fabric_cost(parse(f"fat-tree:k=8,gpu=H800,oversub={o}")) for o in (1, 4))
@@ -428,3 +428,5 @@ def test_a_fabric_buys_its_switch_links_by_bandwidth() -> None:
     assert thin["capex_usd"] < full["capex_usd"]
     spine = fabric_cost(parse("leaf-spine:nodes=8,leaf_down=32,spines=8"))  # 2 leaves x 8 spines x 4 ports
     assert spine["switch_ports"] == 64 + 2 * 64 and spine["cables"] == 64 + 64
+    assert fabric_cost(parse("leaf-spine:nodes=4"))["switch_ports"] == 32  # one leaf: no traffic reaches a spine
+    assert fabric_cost(parse("leaf-spine:nodes=5"))["switch_ports"] == 40 + 2 * 40  # a full leaf and one of 8 NICs

@@ -34,6 +34,16 @@ class LeafSpine(NodeFabric):
     def leaves(self) -> int:
         return -(-self.gpus // self.leaf_down)
 
+    def switch_links(self) -> float:
+        """The leaf-to-spine links a buyer needs, in NIC-speed links (replay/network/cost.py): each leaf's populated
+        NICs over ``oversub``, and none for a single leaf (its traffic never reaches a spine). The model gives a
+        partly populated leaf a full leaf's uplinks, which its fewer NICs cannot fill unless oversubscribed."""
+        if self.leaves <= 1:
+            return 0.0
+        per_slot = max(1, self.nics // self.gpus_per_node)
+        populated = sum(min(self.leaf_down, self.gpus - leaf * self.leaf_down) for leaf in range(self.leaves))
+        return populated * per_slot / self.oversub
+
     def _network(self) -> list[tuple[str, str, float, float]]:
         if self.leaf_down < 1 or self.spines < 1 or self.oversub < 1:
             raise ConfigError("leaf-spine: leaf_down and spines >= 1, oversub >= 1")

@@ -116,11 +116,13 @@ PIPELINE_CHUNK_BYTES = 512 << 10
 # the tree and NVLSTree by their time without it, and then they run with it: the fill is in the time, not the pick.
 # Until 2026-11-25 NVLSTree's fill was in its pick too; hierarchical is rltrace's own and keeps it.
 FILL_UNSEEN = ("tree",)
-# Independent flows (an all-to-all's) run under max-min sharing to their ends, one rate solve per finishing time:
-# 0.35 s for 64 ranks' 4,032 flows on a k=16 fat-tree, 7 s for 128 ranks', 2 minutes for 256 ranks' (2-core VM,
-# 2026-11-26). Past this many flows in a phase the phase takes its busiest link's bytes over its capacity instead,
-# the bound every max-min run is at least: the exact runs equalled it to 4 digits on all-to-alls of 32-128 ranks over
-# rail, leaf-spine, k=8 and k=16 fat-trees (one 4:1 oversubscribed) and RFabric (tests/test_fabric.py).
+# An all-to-all's flows run under max-min sharing to their ends, one rate solve per finishing time: 0.35 s for 64
+# ranks' 4,032 flows on a k=16 fat-tree, 7 s for 128 ranks', 2 minutes for 256 ranks' (2-core VM, 2026-11-26). Past
+# this many flows an all-to-all phase takes its busiest link's bytes over its capacity instead, the bound every
+# max-min run is at least: the exact runs equal it to 1e-9 on 32-64 ranks of rail, leaf-spine, k=8 fat-trees (one
+# 4:1 oversubscribed) and RFabric (tests/test_fabric.py), and to 4 digits at 64 and 128 ranks of a k=16 fat-tree and
+# 128 of a k=8 one (checked by hand the same day). Other independent flows (a tree weight sync's, a two-stage
+# scatter's) always run exactly.
 EXACT_FLOWS = 4096
 
 
@@ -210,9 +212,9 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
             links = topo.links()
         keys = np.full(len(p.src), key + i, dtype=np.int64) + np.arange(len(p.src))
         indptr, ids = topo.paths(p.src, p.dst, keys)
-        if p.levels is not None or len(p.src) > EXACT_FLOWS:
+        if p.levels is not None or (p.all_to_all and len(p.src) > EXACT_FLOWS):
             # a pipelined ring, chain or tree: chunks advance in step, the busiest link sets it; and so, past
-            # EXACT_FLOWS, do independent flows (their max-min run's makespan, where it was computed, is that bound)
+            # EXACT_FLOWS, does an all-to-all (its max-min run's makespan, wherever it was computed, is that bound)
             run = _pipelined(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)
         else:  # independent flows (all-to-all, point-to-point): max-min sharing, each flow to its end
             run = run_flows(indptr, ids, links.capacity_Bps, p.nbytes / p.efficiency)  # lower efficiency: more bytes
@@ -250,7 +252,8 @@ def run_phases(topo: Topology, parts: list[Phase], key: int = 0,
 def _pipelined(indptr: np.ndarray, ids: np.ndarray, capacity: np.ndarray, nbytes: np.ndarray) -> FlowRun:
     """A pipelined schedule's flows: every chunk passes every hop, so all flows move at the pace of the most loaded
     link, which takes its bytes over its capacity (under max-min sharing a flow off the bottleneck would finish
-    early, which a pipeline cannot). One pass over the flows, however unequal their bytes."""
+    early, which a pipeline cannot). One pass over the flows, however unequal their bytes. Also the time of an
+    all-to-all past EXACT_FLOWS flows, whose max-min run ends at the same bound."""
     per_hop = np.repeat(np.asarray(nbytes, dtype=np.float64), np.diff(indptr))
     load = np.bincount(ids, weights=per_hop, minlength=len(capacity))
     used = load > 0

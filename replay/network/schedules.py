@@ -22,6 +22,9 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
 @dataclass(frozen=True, slots=True)
 class Phase:
+    """One step of a schedule: flows ``src[i] -> dst[i]`` of ``nbytes[i]`` that run at once (a pipelined ring, chain or
+    tree in steady state, or independent flows), with what :func:`.collectives.run_phases` needs to time them."""
+
     src: np.ndarray
     dst: np.ndarray
     nbytes: np.ndarray
@@ -38,7 +41,9 @@ class Phase:
     """local memory traffic of every rank outside the link pipeline, at the topology's ``memory_bytes_per_s``:
     a ring's one pass over a shard, a copy (all-gather: its own shard into the output; reads and writes each
     byte, 2 x shard) or a reduction (reduce-scatter, all-reduce: two operands in, one out, 3 x shard)"""
-
+    all_to_all: bool = False
+    """every rank sends the same bytes to every other at once: past ``EXACT_FLOWS`` flows such a phase is timed by
+    its busiest link (:data:`.collectives.EXACT_FLOWS`)"""
 
 
 COPY_TRAFFIC, REDUCE_TRAFFIC = 2, 3  # local memory bytes per shard byte: copy (read, write), reduce (2 reads, write)
@@ -167,7 +172,8 @@ def all_to_all(ranks: np.ndarray, size: float) -> Phase:
     n = len(ranks)
     src, dst = np.repeat(ranks, n), np.tile(ranks, n)
     keep = src != dst
-    return Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1, local_bytes=COPY_TRAFFIC * size / n)
+    return Phase(src[keep], dst[keep], np.full(int(keep.sum()), size / n), 1, local_bytes=COPY_TRAFFIC * size / n,
+                 all_to_all=True)
 
 
 def _merge(parts: list[Phase]) -> Phase:

@@ -21,6 +21,7 @@ from rltrace.replay.costmodels.calibrate import fit_generation
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
+from rltrace.replay.costmodels.switching import ModelState
 from rltrace.replay.costmodels.training import AllToAll, TrainingCost, check_expert_parallel
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
@@ -154,9 +155,6 @@ def _model_note(spec: ModelSpec) -> str | None:
             f"({', '.join(changed)}); replayed as recorded") if changed else None
 
 
-TRAIN_STATE_BYTES_PER_PARAM = 16  # mixed-precision Adam: 2 + 2 + 4 + 4 + 4 (ZeRO's 16 psi)
-
-
 def _gpu(device: str | None) -> GPUSpec | None:
     try:
         return get_gpu(device) if device else None
@@ -205,12 +203,12 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     _check_train_ep(cost.train_ep, spec, cluster.train_gpus)
     train_gpu = _gpu(cluster.train_gpu)
     if spec is not None and train_gpu is not None:
-        # mixed-precision Adam holds 16 bytes a parameter (ZeRO, Rajbhandari et al. 2020, sec. 3.1: BF16 weights and
-        # gradients, FP32 master weights, momentum and variance), at best sharded over every training GPU
-        state = TRAIN_STATE_BYTES_PER_PARAM * spec.params / cluster.train_gpus
-        if state > train_gpu.memory_bytes:
-            notes.append(f"training {spec.name} on {cluster.train_gpus} {train_gpu.name}s: its weights, gradients and "
-                         f"Adam state alone are {state / 1e9:,.0f} GB a GPU sharded over all of them, above the "
+        # the weights and mixed-precision Adam state a switch moves (.switching), at best sharded over every trainer
+        state = ModelState(params=float(spec.params), weight_bytes=float(spec.weight_bytes))
+        per_gpu = state.training_bytes(cluster.train_gpus)
+        if per_gpu > train_gpu.memory_bytes:
+            notes.append(f"training {spec.name} on {cluster.train_gpus} {train_gpu.name}s: its weights and Adam state "
+                         f"alone are {per_gpu / 1e9:,.0f} GB a GPU sharded over all of them, above the "
                          f"{train_gpu.name}'s {train_gpu.memory_bytes / 1e9:.0f} GB: a real job needs more GPUs or "
                          "offloading (the replay prices the step as given)")
     training = TrainingCost(model=spec, gpu=train_gpu, gpus=cluster.train_gpus,

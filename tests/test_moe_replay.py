@@ -221,13 +221,19 @@ def test_each_steps_all_to_all_is_timed_as_the_collective_of_its_size(ep: int, p
 
 
 def test_a_trainer_too_small_for_the_models_adam_state_says_so() -> None:
-    """16 bytes a parameter (BF16 weights and gradients, FP32 master weights and Adam moments) sharded over every
-    training GPU: Qwen3-235B-A22B on 16 H800s needs 235 GB a GPU, above 80; Qwen3-30B-A3B fits."""
-    big = run_cli("replay", "--model", "Qwen3-235B-A22B", "--gpu", "H20,H800", "--tp", "8", "--steps", "1",
+    """The weights and mixed-precision Adam state a switch would move (fp32 master weight, two moments, the
+    gradient), sharded over every training GPU: Qwen3-235B-A22B on 16 H800s needs 265 GB a GPU, above 80;
+    Qwen3-30B-A3B fits."""
+    from rltrace.replay.costmodels.switching import ModelState
+
+    spec = get_model("Qwen3-235B-A22B")
+    per_gpu = ModelState(params=float(spec.params), weight_bytes=float(spec.weight_bytes)).training_bytes(16)
+    big = run_cli("replay", "--model", spec.name, "--gpu", "H20,H800", "--tp", "8", "--steps", "1",
                   "-s", "disagg-sync", "--replicates", "0")
     assert big.returncode == 0, big.stderr
     said = " ".join((big.stdout + big.stderr).split())
-    assert "training Qwen3-235B-A22B on 16 H800s: its weights, gradients and Adam state alone are 235 GB a GPU" in said
+    assert (f"training Qwen3-235B-A22B on 16 H800s: its weights and Adam state alone are {per_gpu / 1e9:,.0f} GB a GPU"
+            in said)
     small = run_cli("replay", "--model", MOE, "--gpu", "H20,H800", "--steps", "1", "-s", "disagg-sync",
                     "--replicates", "0")
     assert small.returncode == 0 and "Adam state" not in small.stdout + small.stderr

@@ -176,7 +176,7 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
         page.text("runs written before replay recorded what it trained: their finished requests count as trained")
     said: dict[str, list[str]] = {}  # each note once, with the runs it belongs to
     for r in runs:
-        for n in r.config.get("notes", []):
+        for n in dict.fromkeys(r.config.get("notes", [])):  # a run's note once, however often it was said
             said.setdefault(n, []).append(r.name)
     for note, owners in sorted(said.items()):
         whose = "every run" if len(owners) == len(runs) else ", ".join(owners)

@@ -303,10 +303,11 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
                 for j in prepared.jobs]
         c = prepared.cluster
         routed = route(jobs, c.gen_gpus, c.train_gpus, config.network)
-        if routed.topology.gpu.lower() != c.train_gpu.lower():  # its NVLink, HBM and NCCL figures are another GPU's
+        trainer = _gpu(c.train_gpu)  # None: not a catalog GPU (a CPU recording)
+        if trainer is not None and get_gpu(routed.topology.gpu).name != trainer.name:  # another GPU's NVLink, HBM, NCCL
             routed.notes.append(f"the topology's GPUs are {routed.topology.gpu}s, the training GPUs "
-                                f"{c.train_gpu}s: its NVLink, memory and NCCL figures are the {routed.topology.gpu}'s "
-                                f"(state gpu={c.train_gpu} in the spec to price the replay's own)")
+                                f"{trainer.name}s: its NVLink, memory and NCCL figures are the {routed.topology.gpu}'s "
+                                f"(state gpu={trainer.name} in the spec to price the replay's own)")
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
                         f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy(),

@@ -101,6 +101,8 @@ MOE_CONFIG = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads
     ({"num_hidden_layers": "24"}, "num_hidden_layers must be an integer >= 1, got '24'"),
     ({"kv_lora_rank": -1}, "kv_lora_rank must be an integer >= 0, got -1"),
     ({"kv_lora_rank": 512}, "missing key 'qk_rope_head_dim'"),
+    ({"n_shared_experts": -1}, "n_shared_experts must be an integer >= 0, got -1"),
+    ({"quantization_config": "fp8"}, "quantization_config must be an object, got 'fp8'"),
 ])
 def test_a_config_json_no_model_can_have_names_its_key(tmp_path: Path, change: dict, message: str) -> None:
     """What a config.json cannot mean is refused in the config's own key names, not read as another model."""

@@ -226,3 +226,28 @@ def test_estimate_precision_sets_the_served_weights_and_is_checked() -> None:
     for kind in ("decode", "prefill"):
         done = run_cli("estimate", kind, "--model", "Llama-3-70B", "--gpu", "H100", "--precision", "garbage")
         assert done.returncode == 2 and "--precision must be one of bf16, fp16, fp8" in done.stderr
+    # the header names the weights priced: the one asked for, else the model's own (a config.json's FP8 kept)
+    for extra, label in ((("--precision", "fp16"), "fp16 weights"), ((), "bf16 weights")):
+        done = run_cli("estimate", "decode", "--model", "Llama-3-70B", "--gpu", "H100", *extra)
+        assert done.returncode == 0 and f"(tp 1, {label})" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_config_jsons_fp8_is_priced_as_fp8_without_precision(tmp_path) -> None:
+    cfg = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 128256, "quantization_config": {"quant_method": "fp8"}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    done = run_cli("estimate", "decode", "--model", str(path), "--gpu", "H100", "--json")
+    assert done.returncode == 0, done.stderr
+    own = json.loads(done.stdout)["seconds"]
+    assert own == Roofline(model=get_model(str(path)), gpu=H100).decode(1, 1024).seconds
+    assert get_model(str(path)).dtype_bytes == 1
+    printed = run_cli("estimate", "decode", "--model", str(path), "--gpu", "H100")
+    assert "fp8 weights" in printed.stdout
+
+
+def test_estimate_train_shows_all_to_alls_only_for_an_expert_parallel_moe() -> None:
+    dense = run_cli("estimate", "train", "--model", "Llama-2-7B", "--gpu", "H100")
+    moe = run_cli("estimate", "train", "--model", "Qwen3-30B-A3B", "--gpu", "H800", "--gpus", "16", "--ep", "8")
+    assert dense.returncode == 0 and moe.returncode == 0
+    assert "all-to-all" not in dense.stdout and "expert all-to-alls" in moe.stdout and "ep 8" in moe.stdout

@@ -40,6 +40,7 @@ from rltrace.replay.costmodels.parallel import ep_alltoall_seconds
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 
+PRECISIONS = ("bf16", "fp16", "fp8")  # the linear layers' (Transformer Engine's FP8 recipes for fp8)
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, two moments and the gradient, read once per optimizer step
 DENSE_TRAIN_MFU = 0.40  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783, Table 4)
 MOE_TRAIN_MFU = 0.35  # DeepSeek-V3 pre-training, 6 x 37B x 14.8T FLOPs over 2.664M H800-hours (arXiv 2412.19437)
@@ -80,8 +81,8 @@ def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mf
     sequences when given, at ``mfu`` (None: :func:`default_mfu`) of the BF16 peak, the linear layers at the FP8
     peak instead when ``precision`` is "fp8"; plus ``2 x passes`` all-to-alls per MoE layer across ``ep``
     expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16)."""
-    if precision not in ("bf16", "fp16", "fp8"):
-        raise ConfigError(f"training precision must be bf16, fp16 or fp8, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"training precision must be {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp8" and not gpu.fp8_tflops > 0:
         raise ConfigError(f"{gpu.name} has no FP8 tensor cores: train it in bf16")
     check_expert_parallel(model, ep, gpus)

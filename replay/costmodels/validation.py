@@ -283,8 +283,9 @@ def summarize(results: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         (pl.col("abs_error") <= 0.10).mean().alias("within_10pct"),
         (pl.col("abs_error") <= 0.20).mean().alias("within_20pct"),
         pl.col("error").median().alias("median_error"),
-    ).with_columns(pl.col("regime").str.extract(r"(\d+)").cast(pl.Int64).alias("_first") if "regime" in keys
-                   else pl.lit(0).alias("_first"))
-        # regimes by their first number ("batch 9-32" before "batch 33-128"), then by name
-        .sort([k if k != "regime" else "_first" for k in keys] + (["regime"] if "regime" in keys else []))
+    ).with_columns(pl.col("regime").str.extract(r"(\d+(?:\.\d+)?)").cast(pl.Float64).alias("_first")
+                   if "regime" in keys else pl.lit(0.0).alias("_first"))
+        # regimes by their first number ("batch 9-32" before "batch 33-128"; those without one last), then by name
+        .sort([k if k != "regime" else "_first" for k in keys] + (["regime"] if "regime" in keys else []),
+              nulls_last=True)
         .drop("_first"))

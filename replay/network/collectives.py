@@ -126,7 +126,6 @@ FILL_UNSEEN = ("tree",)
 EXACT_FLOWS = 4096
 
 
-
 @dataclass(frozen=True, slots=True)
 class PhasesTime:
     """Phases run one after another under the fastest protocol."""
@@ -155,7 +154,6 @@ class CollectiveTime:
 
 
 COLLNET = ("collnet_direct", "collnet_chain")  # in-network reduction on a SHARP fabric (.collnet)
-
 
 
 def candidates(op: str, ranks: np.ndarray, gpus_per_node: int, nvls: bool, sharp: bool = False) -> tuple[str, ...]:

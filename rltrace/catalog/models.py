@@ -333,6 +333,8 @@ def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     GLM-4.5 spellings); a KeyError names a missing required key, a ConfigError a value no such model can have (by
     the config's own key names)."""
     quant = cfg.get("quantization_config") or {}
+    if not isinstance(quant, dict):
+        raise ConfigError(f"quantization_config must be an object, got {quant!r}")
     fp8 = str(quant.get("quant_method", "")).lower() == "fp8" or str(quant.get("fmt", "")).startswith("e4m3")
     experts_key = next((k for k in ("num_experts", "n_routed_experts", "num_local_experts") if cfg.get(k) is not None),
                        "num_experts")
@@ -368,7 +370,9 @@ def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         if not moe:
             raise ConfigError(f"{experts_key} {experts}, but first_k_dense_replace, mlp_only_layers and "
                               "decoder_sparse_step leave no MoE layer")
-        shared = int(_first(cfg, "n_shared_experts", "num_shared_experts", default=0) or 0)
+        shared_key = next((k for k in ("n_shared_experts", "num_shared_experts") if cfg.get(k) is not None),
+                          "n_shared_experts")
+        shared = _int(cfg, shared_key, 0, default=0)
         width = _int(cfg, "moe_intermediate_size", 1, default=raw["intermediate"])  # Mixtral: the expert's
         if not shared and cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
             shared = max(round(_int(cfg, "shared_expert_intermediate_size", 1) / width), 1)

@@ -18,7 +18,7 @@ from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
 from rltrace.replay.costmodels.training import check_expert_parallel
 
-PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}  # bytes per weight element
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}  # bytes per weight element of each of training.PRECISIONS
 
 
 class Kind(str, Enum):
@@ -114,11 +114,11 @@ def estimate(
         return
     if kind is Kind.train:
         print(f"{cost.model.name} on {cost.gpu.name}: {what}")
-        print(f"  {result.seconds * 1e3:.3f} ms (compute {result.compute_s * 1e3:.3f} ms, expert all-to-alls "
-              f"{result.comm_s * 1e3:.3f} ms)")
+        a2a = f", expert all-to-alls {result.comm_s * 1e3:.3f} ms" if arch.is_moe and ep > 1 else ""
+        print(f"  {result.seconds * 1e3:.3f} ms (compute {result.compute_s * 1e3:.3f} ms{a2a})")
     else:
-        print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}, {'fp8' if cost.model.dtype_bytes == 1 else 'bf16'} "
-              f"weights): {what}")
+        weights = precision or {1: "fp8", 2: "bf16", 4: "fp32"}.get(cost.model.dtype_bytes, "bf16")
+        print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}, {weights} weights): {what}")
         print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
               f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, "
               f"tp comm {result.comm_s * 1e3:.3f} ms)")

@@ -66,7 +66,9 @@ def bench(
     """
     topo = parse(topology)
     n = topo.gpus if ranks is None else ranks
-    if not 2 <= n <= topo.gpus:  # one rank has nobody to talk to
+    if topo.gpus < 2:  # one rank has nobody to talk to
+        raise ConfigError(f"a collective needs at least 2 GPUs; topology {topology} has {topo.gpus}")
+    if not 2 <= n <= topo.gpus:
         raise ConfigError(f"--ranks must be in 2..{topo.gpus} for this topology, got {n}")
     prices = override(FabricPrices(), [(*parse_set(p, "--price"), f"--price {p!r}") for p in price or []], "--price")
     result = collective(topo, op, n, parse_size(size), algorithm, dtype, protocol)

@@ -41,8 +41,8 @@ def fabric_cost(topo: Topology, prices: FabricPrices | None = None) -> dict[str,
     kinds = links.kind
     per_slot = max(1, int(getattr(topo, "nics", 1)) // max(topo.gpus_per_node, 1))  # NICs behind one GPU's link
     nic = int((kinds == "nic").sum()) // 2 * per_slot  # up and down of one GPU's link, each NIC priced
-    # switch-to-switch links by their bandwidth in NIC-speed ports: a leaf-spine's one link per leaf and spine is
-    # leaf_down / spines of them, an oversubscribed uplink its 1 / oversub share (fewer ports bought, not slower ones)
+    # switch-to-switch links by their bandwidth in NIC-speed ports (an oversubscribed uplink is its 1 / oversub share:
+    # fewer ports bought, not slower ones), or as many as the topology says a buyer needs (a leaf-spine's)
     port = float(getattr(topo, "nic_gbps", 0.0)) / 8 * 1e9 * float(getattr(topo, "nic_efficiency", 1.0))
     between = float(links.capacity_Bps[kinds == "fabric"].sum()) / 2
     needed = getattr(topo, "switch_links", None)  # a topology that knows which of its links a buyer needs

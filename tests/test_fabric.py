@@ -363,6 +363,8 @@ def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, cont
     (["fabric", "validate", "--tables", "."], "no NCCL tables"),
     (["fabric", "validate", "--tables", "no-such-folder"], "no such folder"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--ranks", "1"], "--ranks must be in 2..8"),
+    (["fabric", "bench", "--topology", "fat-tree:k=8,routing=adaptive", "--size", "1M"],
+     "fat-tree: routing must be one of ecmp, dmodk, got 'adaptive'"),
     (["fabric", "bench", "--topology", "mesh:n=3", "--size", "1M"], "unknown topology 'mesh'"),
     (["fabric", "bench", "--topology", "fat-tree:k=4,radix=9", "--size", "1M"], "unknown key 'radix'"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--op", "gossip"],
@@ -430,3 +432,15 @@ def test_a_fabric_buys_its_switch_links_by_bandwidth() -> None:
     assert spine["switch_ports"] == 64 + 2 * 64 and spine["cables"] == 64 + 64
     assert fabric_cost(parse("leaf-spine:nodes=4"))["switch_ports"] == 32  # one leaf: no traffic reaches a spine
     assert fabric_cost(parse("leaf-spine:nodes=5"))["switch_ports"] == 40 + 2 * 40  # a full leaf and one of 8 NICs
+
+
+@pytest.mark.parametrize("ranks", [16, 32, 64])
+def test_d_mod_k_routing_keeps_a_rings_flows_apart_where_ecmp_collides(ranks: int) -> None:
+    """On a non-blocking k=8 fat-tree a ring's flows hashed by ECMP share edge uplinks; routed by destination
+    (InfiniBand's D-mod-k) they never do, and the ring runs at a leaf-spine's NIC-bound rate."""
+    size = 1 << 30
+    by_hash = collective(parse("fat-tree:k=8,gpu=H100"), "all_reduce", ranks, size, "ring")
+    by_destination = collective(parse("fat-tree:k=8,gpu=H100,routing=dmodk"), "all_reduce", ranks, size, "ring")
+    clos = collective(parse("leaf-spine:nodes=16,gpu=H100"), "all_reduce", ranks, size, "ring")
+    assert by_destination.busbw_gbps == pytest.approx(clos.busbw_gbps, rel=1e-3)
+    assert by_hash.busbw_gbps < 0.75 * by_destination.busbw_gbps

@@ -180,6 +180,15 @@ def user_keys(cls: type) -> list[str]:
 INTERNAL_KEYS = frozenset({"circuits", "reconfigurations"})  # rfabric's optical state, set by the model itself
 
 
+ROUTINGS = ("ecmp", "dmodk")  # a flow's way up a tree: a hash of it, or its destination (InfiniBand's D-mod-k)
+
+
+def check_routing(name: str, routing: str) -> None:
+    """``routing`` is one of :data:`ROUTINGS` (a ConfigError naming the topology otherwise)."""
+    if routing not in ROUTINGS:
+        raise ConfigError(f"{name}: routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+
+
 def ecmp(src: np.ndarray, dst: np.ndarray, key: np.ndarray, ways: int, salt: int = 0) -> np.ndarray:
     """A deterministic hash of each flow onto one of ``ways`` equal-cost choices (splitmix64's finaliser over
     source, destination, flow key and a salt per routing decision)."""

@@ -1,10 +1,14 @@
 """``fat-tree``: a three-tier k-ary fat-tree (Al-Fares et al., SIGCOMM 2008) of NICs, nodes of NVSwitch GPUs.
 
-    fat-tree:k=16,gpus_per_node=8,nic_gbps=400,oversub=1,gpus=1024,gpu=H100
+    fat-tree:k=16,gpus_per_node=8,nic_gbps=400,oversub=1,gpus=1024,routing=ecmp,gpu=H100
 
 k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core switches; each edge switch takes k/2 NICs, so
 the tree holds k^3/4 (``gpus`` may populate fewer). Edge uplinks carry ``1/oversub`` of the NIC bandwidth.
-Paths go up only as far as needed; ECMP picks the aggregation switch and the core switch.
+Paths go up only as far as needed. ``routing=ecmp`` (the default) hashes each flow onto the aggregation and core
+switch, as an Ethernet (RoCE) fabric's ECMP does; ``routing=dmodk`` routes by destination, as InfiniBand's subnet
+manager does on a fat-tree (OpenSM's ftree engine, D-mod-k: Zahavi et al., "Optimized InfiniBand fat-tree routing
+for shift all-to-all communication patterns"): the destination NIC's number mod k/2 picks the aggregation
+switch, its quotient mod k/2 the core switch, so a shift pattern such as a ring's never shares an uplink.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
+from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, check_routing, csr, ecmp, register
 
 from rltrace.errors import ConfigError
 
@@ -35,9 +39,12 @@ class FatTree(NodeFabric):
     oversub: float = 1.0
     gpus: int = 0
     """GPUs populated (0: all k^3/4)"""
+    routing: str = "ecmp"
+    """how a flow picks its way up: ecmp (a hash of the flow) or dmodk (its destination)"""
 
     def __post_init__(self) -> None:
         self.gpus = k_ary_gpus("fat-tree", self.k, self.gpus)
+        check_routing("fat-tree", self.routing)
 
     def _network(self) -> list[tuple[str, str, float, float]]:
         if self.oversub < 1:
@@ -60,8 +67,10 @@ class FatTree(NodeFabric):
         c2p = a2c + self.k * h * h       # core -> pod p's agg: c2p + core * k + p
         es, ed = self.nic_of(src) // h, self.nic_of(dst) // h  # the edge switch of each flow's NICs
         ps, pd = es // h, ed // h
-        j = ecmp(src, dst, key, h)
-        c = ecmp(src, dst, key, h, salt=1)
+        if self.routing == "dmodk":  # by the destination NIC: its number mod h, then its quotient mod h
+            j, c = self.nic_of(dst) % h, self.nic_of(dst) // h % h
+        else:
+            j, c = ecmp(src, dst, key, h), ecmp(src, dst, key, h, salt=1)
         hops = np.full((n, 6), -1, dtype=np.int64)
         hops[:, 0], hops[:, 5] = 2 * g + self.nic_of(src), 3 * g + self.nic_of(dst)
         up = es != ed

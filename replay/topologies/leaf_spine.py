@@ -1,9 +1,11 @@
 """``leaf-spine``: nodes of NVSwitch GPUs, one NIC per GPU into a two-tier Clos network.
 
-    leaf-spine:nodes=4,gpus_per_node=8,nic_gbps=400,leaf_down=32,spines=8,oversub=1,gpu=H100
+    leaf-spine:nodes=4,gpus_per_node=8,nic_gbps=400,leaf_down=32,spines=8,oversub=1,routing=ecmp,gpu=H100
 
 A leaf takes ``leaf_down`` NICs; every leaf has one uplink to each of ``spines`` spines, together carrying
-``leaf_down x nic / oversub``. Traffic between leaves spreads over the spines by ECMP.
+``leaf_down x nic / oversub``. Traffic between leaves spreads over the spines by ECMP (``routing=ecmp``, a hash of
+each flow), or by destination (``routing=dmodk``: the destination NIC's number mod ``spines``, as InfiniBand's subnet
+manager routes a fat-tree; .fat_tree).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, csr, ecmp, register
+from rltrace.replay.topologies.base import NETWORK_HOP_S, NodeFabric, check_routing, csr, ecmp, register
 
 from rltrace.errors import ConfigError
 
@@ -25,6 +27,8 @@ class LeafSpine(NodeFabric):
     leaf_down: int = 32
     spines: int = 8
     oversub: float = 1.0
+    routing: str = "ecmp"
+    """how a flow picks its spine: ecmp (a hash of the flow) or dmodk (its destination)"""
 
     @property
     def gpus(self) -> int:
@@ -47,6 +51,7 @@ class LeafSpine(NodeFabric):
     def _network(self) -> list[tuple[str, str, float, float]]:
         if self.leaf_down < 1 or self.spines < 1 or self.oversub < 1:
             raise ConfigError("leaf-spine: leaf_down and spines >= 1, oversub >= 1")
+        check_routing("leaf-spine", self.routing)
         up = self.leaf_down * self.nic_bytes_per_s / self.oversub / self.spines
         pairs = [(leaf, s) for leaf in range(self.leaves) for s in range(self.spines)]
         extra = [(f"leaf{leaf}->spine{s}", "fabric", up, NETWORK_HOP_S) for leaf, s in pairs]
@@ -60,7 +65,8 @@ class LeafSpine(NodeFabric):
         hops[local, :2] = self._local(src[local], dst[local], g)
         far = ~local
         ls, ld = self.nic_of(src[far]) // self.leaf_down, self.nic_of(dst[far]) // self.leaf_down
-        spine = ecmp(src[far], dst[far], key[far], self.spines)
+        spine = (self.nic_of(dst[far]) % self.spines if self.routing == "dmodk"
+                 else ecmp(src[far], dst[far], key[far], self.spines))
         cross = ls != ld
         row = np.full((far.sum(), 4), -1, dtype=np.int64)
         row[:, 0] = 2 * g + self.nic_of(src[far])

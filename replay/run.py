@@ -283,13 +283,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
 def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
     """``cost.train_ep`` names expert parallelism a trainer of this model on these GPUs can run
     (:func:`.training.check_expert_parallel`)."""
-    if ep != 1 and spec is None:
-        raise ConfigError(f"cost.train_ep {ep} needs the model's architecture, which the bundle does not record: "
-                          "give --model")
     if spec is not None:
         check_expert_parallel(spec, ep, train_gpus, "cost.train_ep")
-    elif ep < 1:
-        raise ConfigError(f"cost.train_ep must be >= 1, got {ep}")
+    elif ep != 1:  # (CostConfig has refused ep < 1)
+        raise ConfigError(f"cost.train_ep {ep} needs the model's architecture, which the bundle does not record: "
+                          "give --model")
 
 
 def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: Any = None,

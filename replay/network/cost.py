@@ -44,12 +44,13 @@ def fabric_cost(topo: Topology, prices: FabricPrices | None = None) -> dict[str,
     # switch-to-switch links by their bandwidth in NIC-speed ports (an oversubscribed uplink is its 1 / oversub share:
     # fewer ports bought, not slower ones), or as many as the topology says a buyer needs (a leaf-spine's)
     port = float(getattr(topo, "nic_gbps", 0.0)) / 8 * 1e9 * float(getattr(topo, "nic_efficiency", 1.0))
-    between = float(links.capacity_Bps[kinds == "fabric"].sum()) / 2
     needed = getattr(topo, "switch_links", None)  # a topology that knows which of its links a buyer needs
     if needed is not None:
         fabric = math.ceil(needed() - 1e-6)
+    elif port > 0:
+        fabric = math.ceil(float(links.capacity_Bps[kinds == "fabric"].sum()) / 2 / port - 1e-6)
     else:
-        fabric = math.ceil(between / port - 1e-6) if port > 0 else int((kinds == "fabric").sum()) // 2
+        fabric = int((kinds == "fabric").sum()) // 2
     ocs_pairs = int((kinds == "ocs").sum())
     optical = 0
     if ocs_pairs:

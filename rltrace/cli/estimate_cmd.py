@@ -16,9 +16,8 @@ from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
-from rltrace.replay.costmodels.training import check_expert_parallel
-
-PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}  # bytes per weight element of each of training.PRECISIONS
+from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel
+from rltrace.replay.costmodels.validation import DTYPE_BYTES
 
 
 class Kind(str, Enum):
@@ -75,8 +74,8 @@ def estimate(
         return
     if model is None or gpu is None:
         raise ConfigError(f"estimate {kind.value} needs --model and --gpu")
-    if precision is not None and precision not in PRECISION_BYTES:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISION_BYTES)}, got {precision!r}")
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if kind is Kind.train and tp != 1:
         raise ConfigError("estimate train prices data and expert parallelism over --gpus (--ep); --tp is for decode "
                           "and prefill")
@@ -85,8 +84,8 @@ def estimate(
     arch = get_model(model)
     if kind is Kind.train:
         check_expert_parallel(arch, ep, gpus, "--ep")
-    elif precision is not None and arch.dtype_bytes != PRECISION_BYTES[precision]:  # the weights served in it
-        arch = dataclasses.replace(arch, dtype_bytes=PRECISION_BYTES[precision])
+    elif precision is not None and arch.dtype_bytes != DTYPE_BYTES[precision]:  # the weights served in it
+        arch = dataclasses.replace(arch, dtype_bytes=DTYPE_BYTES[precision])
     cost = Roofline(model=arch, gpu=spec, tp=tp, ep=ep)
     if fitted is not None:  # the profile's factors, in the profile's own GEMM form
         cost = dataclasses.replace(cost, compute_efficiency=fitted.compute_efficiency,

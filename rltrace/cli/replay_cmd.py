@@ -17,6 +17,7 @@ from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
+from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
@@ -138,7 +139,7 @@ def replay(
     settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where=named or "--set")
     config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
     strategy = [f"--sync-strategy {sync_strategy}"] if sync_strategy else []
-    strategy += [f"--set {item!r}" for item in set_ or [] if item.partition("=")[0].strip() == "network.sync_strategy"]
+    strategy += [f"--set {item!r}" for item in set_ or [] if parse_set(item)[0] == "network.sync_strategy"]
     if config.network.topology is None and strategy:  # without a fabric no sync strategy runs: say so, not ignore it
         raise ConfigError(f"{strategy[0]}: a weight-sync strategy picks how a sync runs on a fabric; it needs "
                           "--topology")

@@ -6,8 +6,8 @@ model. This script writes each offline point as a one-step bundle (its requests,
 arrivals all at once or at the point's request rate), replays it with the real CLI and prints the engine's output
 tokens/s beside the closed form's: how far what users run is from what is validated.
 
-Both sides take the catalog's model as it is (the replay reads a bundle's model from the catalog by name: Llama-3-8B
-in BF16 where a row served it in FP8), so each row is compared with itself here, not with its measurement.
+Both sides take the catalog's model with the row's weight type (`weight_dtype`; the bundle's manifest records it and
+the replay rebuilds the model from it), so each row is compared with itself here, not with its measurement.
 
     python benchmarks/replay_vs_closed_form.py [--work DIR]
 """
@@ -15,6 +15,7 @@ in BF16 where a row served it in FP8), so each row is compared with itself here,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import subprocess
 import sys
@@ -24,9 +25,10 @@ import polars as pl
 from rltrace.collectors.importers.base import ImportOptions, requests_table
 from rltrace.replay.costmodels.benchmark import offline_throughput
 from rltrace.replay.costmodels.roofline import Roofline
+from rltrace.replay.costmodels.validation import DTYPE_BYTES
 
 import rltrace
-from rltrace.catalog import get_gpu, get_model
+from rltrace.catalog import ModelSpec, get_gpu, get_model
 from rltrace.manifest import Manifest, Pool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,9 +36,14 @@ OFFLINE = REPO / "replay" / "costmodels" / "data" / "offline_validation.csv"
 RLTRACE = str(Path(sys.executable).parent / "rltrace")
 
 
+def served(row: dict) -> ModelSpec:
+    """The catalog's model of ``row`` with the weights it served (an FP8 checkpoint: one byte a weight)."""
+    return dataclasses.replace(get_model(row["model"]), dtype_bytes=DTYPE_BYTES[row["weight_dtype"]])
+
+
 def bundle(folder: Path, row: dict, index: int) -> None:
     """One step of ``row``'s requests: identical lengths, sent at once or ``request_rate`` a second."""
-    spec = get_model(row["model"])
+    spec = served(row)
     n, rate = int(row["requests"]), row["request_rate"]
     source = pl.DataFrame({"prompt": [row["prompt_tokens"]] * n, "output": [row["output_tokens"]] * n,
                            "arrival_ns": [int(k / rate * 1e9) if rate else 0 for k in range(n)]})
@@ -54,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for i, row in enumerate(pl.read_csv(OFFLINE, infer_schema_length=10_000).iter_rows(named=True)):
-        spec = get_model(row["model"])
+        spec = served(row)
         folder, out = args.work / f"bundle{i}", args.work / f"run{i}"
         if not folder.exists():
             bundle(folder, row, i)

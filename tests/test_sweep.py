@@ -67,6 +67,8 @@ def test_point_id_ignores_key_order_and_settings_keep_their_types():
     ({"scheduler": "disagg-sync", "rollpacker.short_round_quantile": 0.5}, "unknown key"),  # another scheduler's key
     ({"scheduler": "disagg-sync", "topology": "mesh:n=3"}, "unknown topology 'mesh'"),  # read where the grid is
     ({"scheduler": "disagg-sync", "topology": "rail:nodes=two"}, "topology rail.nodes: expected an integer"),
+    ({"scheduler": "disagg-sync", "sync_strategy": "bucketed"}, "sync_strategy 'bucketed' and no topology"),
+    ({"scheduler": "disagg-sync", "topology": "", "network.sync_strategy": "bucketed"}, "and no topology"),
 ])
 def test_bad_points_are_refused_before_anything_runs(point, message):
     with pytest.raises(ConfigError, match=message):

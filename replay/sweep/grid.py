@@ -90,6 +90,13 @@ def check(points: list[Point], where: str) -> None:
                 raise ConfigError(f"{where}: unknown parameter {key!r} (known: scheduler, {', '.join(SHAPE_KEYS)}, "
                                   f"{', '.join(NETWORK_KEYS)}, or a dotted --set key such as cost.train_mfu)")
         resolve([scheduler], values=settings(point), where=where)
+        values = settings(point)
+        if values.get("network.sync_strategy") and not values.get("network.topology"):
+            # without a fabric no sync strategy runs: such points would repeat the no-topology result under other
+            # strategy names (rltrace replay refuses the same)
+            raise ConfigError(f"{where}: a point with sync_strategy {values['network.sync_strategy']!r} and no "
+                              "topology: a weight-sync strategy picks how a sync runs on a fabric; vary "
+                              "sync_strategy only in a grid whose every point has a topology")
         try:  # types and limits of the shape keys (steps = "two" is named here, not a TypeError later)
             Shape(**{k: v for k, v in point.items() if k in SHAPE_KEYS and k != "source_steps"})
         except ConfigError as e:

@@ -21,10 +21,12 @@ from rltrace.replay.costmodels.validation import (
     TRAINING_CSV,
     load_points,
     summarize,
+    track_record,
     validate,
 )
 
 from rltrace.catalog import get_gpu, get_model
+from rltrace.errors import ConfigError
 
 # owner/repo@commit, path; or a GitHub pull request of owner/repo, by number
 SOURCE = re.compile(r"^[\w.-]+/[\w.-]+(@[0-9a-f]{40}, \S+| pull request #\d+ )")
@@ -187,3 +189,49 @@ def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, va
     result = run_cli("estimate", "validate", "--data", str(data), cwd=tmp_path)
     assert result.returncode == 2, result.stdout
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("kind", "model", "gpu", "scope"), [
+    ("decode", "Llama-3-70B", "H100", "Llama-3-70B on H100"),  # the same model measured on the same GPU kind
+    ("decode", "Qwen3-32B", "A100", "Qwen3-32B on H100"),  # the model, measured on another kind only
+    ("decode", "Qwen3-30B-A3B", "H100", "other models on H100"),  # the kind, with other models
+    ("decode", "Llama-2-7B", "A100", "Llama-2-7B or A100"),  # neither: no points
+    ("train", "Qwen3-30B-A3B", "H100", "Qwen3-30B-A3B on H100"),
+])
+def test_an_estimates_track_record_is_its_nearest_slice_of_the_validation(kind: str, model: str, gpu: str,
+                                                                          scope: str) -> None:
+    """The record an estimate prints is what `estimate validate` finds for the same points: the model on the GPU
+    kind, else the model on other kinds, else other models on the kind."""
+    record = track_record(kind, model, gpu)
+    assert record.scope == scope
+    metric_set = {"decode": "generation TPOT", "train": "training tokens/s/GPU"}[kind]
+    scored = validate([GENERATION_CSV if kind == "decode" else TRAINING_CSV]).filter(
+        pl.col("set") == metric_set, pl.col("error").is_not_null())
+    where = {"Llama-3-70B on H100": (pl.col("model") == model) & (pl.col("gpu") == gpu),
+             "Qwen3-32B on H100": pl.col("model") == model,
+             "other models on H100": (pl.col("gpu") == gpu) & (pl.col("model") != model),
+             "Llama-2-7B or A100": pl.lit(False),
+             "Qwen3-30B-A3B on H100": (pl.col("model") == model) & (pl.col("gpu") == gpu)}[scope]
+    errors = scored.filter(where)["error"]
+    assert record.points == errors.len()
+    if record.points:
+        assert record.median_abs_error == pytest.approx(errors.abs().median())
+        assert record.median_error == pytest.approx(errors.median())
+        assert record.within_20pct == pytest.approx((errors.abs() <= 0.2).mean())
+    with pytest.raises(ConfigError, match="no track record for 'prefill'"):
+        track_record("prefill", model, gpu)
+
+
+def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
+    done = run_cli("estimate", "train", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--gpus", "16", "--ep", "8",
+                   "--precision", "fp8")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.splitlines()[-1]
+    assert line.startswith("  track record (1 training tokens/s per GPU point of Qwen3-30B-A3B on H100)"), line
+    assert line.endswith("(+: the model faster)")
+    as_json = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "A100", "--json")
+    assert json.loads(as_json.stdout)["track_record"] == {
+        "metric": "decode TPOT", "above": "slower", "scope": "Llama-2-7B or A100", "points": 0,
+        "median_abs_error": None, "within_20pct": None, "median_error": None}
+    prefill = run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100")
+    assert "no direct measurement of a prefill's time" in prefill.stdout

@@ -267,6 +267,57 @@ def validate(paths: list[Path] | None = None) -> pl.DataFrame:
     return result.with_columns(((pl.col("predicted") - pl.col("measured")) / pl.col("measured")).alias("error"))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrackRecord:
+    """How the model did on the shipped measurements nearest one estimate: the same model on the same GPU kind, else
+    the model on other kinds, else other models on the kind (``scope`` says which; ``points`` 0: none of them)."""
+
+    metric: str
+    """what was measured: decode TPOT, or training tokens/s per GPU"""
+    above: str
+    """what a positive error means: the model "slower" (a time) or "faster" (a rate) than measured"""
+    scope: str
+    points: int
+    median_abs_error: float | None = None
+    within_20pct: float | None = None
+    median_error: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The record as plain values (``--json``)."""
+        return dataclasses.asdict(self)
+
+
+# the set an estimate kind is held against: (CSV, its layout, the set's name in the prediction, the metric printed,
+# what a positive error means)
+_RECORDS = {"decode": (GENERATION_CSV, "generation", "generation TPOT", "decode TPOT", "slower"),
+            "train": (TRAINING_CSV, "training", "training tokens/s/GPU", "training tokens/s per GPU", "faster")}
+
+
+def track_record(kind: str, model: str, gpu: str) -> TrackRecord:
+    """The validation record of an estimate of ``kind`` (decode or train) for ``model`` on ``gpu``: only the
+    nearest slice's points are predicted (a few hundred at most, well under a second)."""
+    if kind not in _RECORDS:
+        raise ConfigError(f"no track record for {kind!r}; known: {', '.join(_RECORDS)}")
+    path, layout, name, metric, above = _RECORDS[kind]
+    _, points = load_points(path)
+    same_model, same_gpu = pl.col("model") == model, pl.col("gpu") == gpu
+    for where, scope in ((same_model & same_gpu, f"{model} on {gpu}"), (same_model, ""),
+                         (same_gpu & ~same_model, f"other models on {gpu}")):
+        chosen = points.filter(where)
+        if chosen.height:
+            break
+    else:
+        return TrackRecord(metric, above, f"{model} or {gpu}", 0)
+    scope = scope or f"{model} on {', '.join(sorted(chosen['gpu'].unique()))}"  # the model on other kinds only
+    error = (pl.col("predicted") - pl.col("measured")) / pl.col("measured")
+    scored = PREDICT[layout](chosen).filter(pl.col("set") == name).select(error.alias("e")).drop_nulls()
+    if scored.is_empty():  # every point refused by the model
+        return TrackRecord(metric, above, scope, 0)
+    stats = scored.select(pl.col("e").abs().median().alias("abs"), (pl.col("e").abs() <= 0.20).mean().alias("w20"),
+                          pl.col("e").median().alias("med")).row(0, named=True)
+    return TrackRecord(metric, above, scope, scored.height, stats["abs"], stats["w20"], stats["med"])
+
+
 def summarize(results: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Error statistics per slice: points, median and 90th-percentile |error|, worst, share within 10% and 20%,
     and the median signed error (the model's bias; for times > 0 is slower than measured, for throughputs faster)."""

@@ -46,3 +46,11 @@ def test_fabrics_doc_shows_the_current_multi_node_table() -> None:
             break
         shown.append(line)
     assert shown == rows
+
+
+def test_fabrics_doc_shows_the_current_bench_example() -> None:
+    command = ("rltrace fabric bench --topology rail:nodes=2,nics_per_node=8,nic_gbps=200,gpu=H100 --op all_reduce "
+               "--dtype float --size 256M")
+    done = run_cli(*command.split()[1:], env={"COLUMNS": "250"})
+    assert done.returncode == 0, done.stderr
+    assert _block_after((REPO / "docs" / "fabrics.md").read_text(), command) == done.stdout.splitlines()

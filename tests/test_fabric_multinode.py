@@ -27,6 +27,8 @@ from rltrace.replay.network.validation import (
     multinode_summary,
     multinode_topology,
     nccl_env,
+    one_node_compare,
+    track_record,
 )
 from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.topologies import parse
@@ -574,3 +576,46 @@ def test_a_node_without_nvswitch_runs_no_nvls() -> None:
     mesh = _leaf(2, 4, nvswitch="false")
     assert collective(mesh, "all_reduce", 8, GIB, dtype="float").algorithm in ("ring", "tree")
     assert collective(_leaf(2, 4), "all_reduce", 8, GIB, dtype="float").algorithm == "nvls_tree"
+
+
+M, G = 1 << 20, 1 << 30
+
+
+@pytest.mark.parametrize(("op", "gpu", "ranks", "size", "scope", "where"), [
+    ("all_reduce", "H100", 16, 256 * M, "all_reduce of 64 MB - 1 GB across nodes on H100, 2 nodes",
+     (pl.col("gpu") == "H100") & (pl.col("nodes") == 2)),
+    ("reduce_scatter", "H200", 512, G, "reduce_scatter of >= 1 GB across nodes on any GPU kind and node count",
+     pl.lit(True)),  # no H200 reduce-scatter measured: every kind's
+    ("all_gather", "H100", 4, M, "all_gather of 1 - 64 MB in one node on H100, 4 GPUs",
+     (pl.col("gpu") == "H100") & (pl.col("gpus") == 4)),
+    ("all_to_all", "H800", 8, 4 * M, "all_to_all of 1 - 64 MB in one node on any GPU kind and GPU count",
+     pl.lit(True)),  # no H800 measured
+    ("broadcast", "H100", 8, 64 * M, "broadcast of >= 64 MB in one node: no measured run", pl.lit(False)),
+])
+def test_a_collectives_track_record_is_the_nearest_measured_slice(op: str, gpu: str, ranks: int, size: int,
+                                                                  scope: str, where: pl.Expr) -> None:
+    """What `fabric bench` prints beside its time: the validation's own errors on the nearest slice (op and size
+    band, then GPU kind and node or GPU count), recomputed here from the whole validation."""
+    record = track_record(op, gpu, ranks, 8, size)
+    assert record.scope == scope
+    one = ranks <= 8
+    compared = one_node_compare() if one else multinode_compare()
+    lo, hi = {"1 - 64 MB": (M, 64 * M), ">= 64 MB": (64 * M, 1 << 62), "64 MB - 1 GB": (64 * M, G),
+              ">= 1 GB": (G, 1 << 62)}[scope.split(" of ")[1].split(" in ")[0].split(" across")[0]]
+    errors = compared.filter(pl.col("op") == op, pl.col("size_bytes") >= lo, pl.col("size_bytes") < hi, where)
+    assert record.points == errors.height
+    if record.points:
+        assert record.clusters == errors["gpu" if one else "cluster"].n_unique()
+        assert record.median_abs_error == pytest.approx(errors["error"].abs().median())
+        assert record.max_abs_error == pytest.approx(errors["error"].abs().max())
+        assert record.median_error == pytest.approx(errors["error"].median())
+
+
+def test_fabric_bench_prints_its_track_record_and_json_carries_it() -> None:
+    args = ["fabric", "bench", "--topology", "rail:nodes=2,gpu=H100,nic_gbps=200", "--op", "all_to_all", "--size",
+            "1G"]
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].startswith("  track record (") and "(+: the model slower)" in done.stdout
+    record = json.loads(run_cli(*args, "--json").stdout)["track_record"]
+    assert record["scope"] == "all_to_all of >= 1 GB across nodes on H100, 2 nodes" and record["points"] >= 1

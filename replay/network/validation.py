@@ -20,6 +20,7 @@ own latencies and NVLS efficiency, two efficiency constants (NVLink and local co
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -229,10 +230,11 @@ def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_g
                  f"sharp={str(sharp).lower()},nccl_algo={nccl_algo},nccl_proto={nccl_proto}")
 
 
-def multinode_compare(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
-    """Every multi-node point beside the model's time, algorithm and protocol, under the algorithm the run
-    forced (NCCL_ALGO) or NCCL-like auto selection; error = model_s / measured_s - 1."""
+def multinode_compare(path: str | Path = MULTINODE_CSV, where: pl.Expr | None = None) -> pl.DataFrame:
+    """Every multi-node point (``where``: those it selects) beside the model's time, algorithm and protocol, under
+    the algorithm the run forced (NCCL_ALGO) or NCCL-like auto selection; error = model_s / measured_s - 1."""
     rows = multinode_measured(path)
+    rows = rows if where is None else rows.filter(where)
     model_s, algos, protos = [], [], []
     for i, r in enumerate(rows.iter_rows(named=True)):
         settings = str(r.get("settings") or "")
@@ -274,12 +276,13 @@ ONE_NODE_BANDS = ((0, 1 << 20, "< 1 MB"), (1 << 20, 64 << 20, "1 - 64 MB"), (64 
 ONE_NODE_COLUMNS = ("source", "gpu", "op", "dtype", "gpus", "size_bytes", "time_us")
 
 
-def one_node_compare(path: str | Path = ONE_NODE_PARQUET) -> pl.DataFrame:
-    """Every packaged one-node point beside the model's time, algorithm and protocol on one NVSwitch node of its
-    GPU kind; error = model_s / measured_s - 1."""
+def one_node_compare(path: str | Path = ONE_NODE_PARQUET, where: pl.Expr | None = None) -> pl.DataFrame:
+    """Every packaged one-node point (``where``: those it selects) beside the model's time, algorithm and protocol
+    on one NVSwitch node of its GPU kind; error = model_s / measured_s - 1."""
     if not Path(path).exists():
         raise ConfigError(f"{path}: no one-node validation table")
     rows = read_table(Path(path), ONE_NODE_COLUMNS)
+    rows = rows if where is None else rows.filter(where)
     keys = rows.select("gpu", "op", "dtype", "gpus", "size_bytes").unique(maintain_order=True)
     # one node per GPU kind and count, built once: a topology caches its links for every collective on it
     nodes = keys.select("gpu", "gpus").unique().iter_rows()
@@ -300,3 +303,54 @@ def one_node_summary(compared: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("points"), pl.col("error").median().alias("median_error"),
         pl.col("error").abs().median().alias("median_abs_error"),
         pl.col("error").abs().max().alias("max_abs_error")).sort("gpu", "op", "gpus", _band_order(ONE_NODE_BANDS))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FabricRecord:
+    """The collective model's error on the measured NCCL runs nearest one collective (``rltrace fabric bench``): the
+    same op, size band and GPU kind on as many nodes (one node: as many GPUs), else on any node or GPU count, else
+    on any GPU kind (``scope`` says which; ``points`` 0: none)."""
+
+    scope: str
+    points: int
+    clusters: int = 0
+    """independent sources among the points (one-node sweeps: one per GPU kind)"""
+    median_abs_error: float | None = None
+    max_abs_error: float | None = None
+    median_error: float | None = None
+    """signed: > 0 the model is slower than measured"""
+
+    def to_json(self) -> dict[str, object]:
+        """The record as plain values (``--json``)."""
+        return dataclasses.asdict(self)
+
+
+def _band(size_bytes: int, bands: _Bands) -> str:
+    return next(name for lo, hi, name in bands if lo <= size_bytes < hi)
+
+
+def track_record(op: str, gpu: str, ranks: int, gpus_per_node: int, size_bytes: int) -> FabricRecord:
+    """Where the model stands for ``op`` of ``size_bytes`` over ``ranks`` GPUs (``gpus_per_node`` a node) of kind
+    ``gpu``: only the nearest slice's measured points are priced again (well under a second)."""
+    nodes = -(-ranks // gpus_per_node)
+    one = nodes == 1
+    bands = ONE_NODE_BANDS if one else SIZE_BANDS
+    band = _band(size_bytes, bands)
+    count, span, word = ("gpus", f"{ranks} GPUs", "GPU count") if one else ("nodes", f"{nodes} nodes", "node count")
+    lo, hi = next((lo, hi) for lo, hi, name in bands if name == band)
+    same = (pl.col("op") == op) & (pl.col("size_bytes") >= lo) & (pl.col("size_bytes") < hi)
+    tiers = ((same & (pl.col("gpu") == gpu) & (pl.col(count) == (ranks if one else nodes)), f"{gpu}, {span}"),
+             (same & (pl.col("gpu") == gpu), f"{gpu}, any {word}"), (same, f"any GPU kind and {word}"))
+    what = f"{op} of {band}{' in one node' if one else ' across nodes'}"
+    for where, scope in tiers:
+        compared = one_node_compare(where=where) if one else multinode_compare(where=where)
+        if compared.height:
+            break
+    else:
+        return FabricRecord(f"{what}: no measured run", 0)
+    errors = compared["error"]
+    sources = compared["gpu"] if one else compared["cluster"]
+    stats = compared.select(pl.col("error").abs().median().alias("abs"), pl.col("error").abs().max().alias("max"),
+                            pl.col("error").median().alias("med")).row(0, named=True)
+    return FabricRecord(f"{what} on {scope}", errors.len(), sources.n_unique(), stats["abs"], stats["max"],
+                        stats["med"])

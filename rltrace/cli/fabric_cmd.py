@@ -18,12 +18,14 @@ from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, SWITCH_REDUCI
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.schedules import OPS
 from rltrace.replay.network.validation import (
+    FabricRecord,
     compare,
     multinode_compare,
     multinode_summary,
     one_node_compare,
     one_node_summary,
     summary,
+    track_record,
 )
 from rltrace.replay.topologies import names, parse
 from rltrace.scalars import number
@@ -73,8 +75,9 @@ def bench(
     prices = override(FabricPrices(), [(*parse_set(p, "--price"), f"--price {p!r}") for p in price or []], "--price")
     result = collective(topo, op, n, parse_size(size), algorithm, dtype, protocol)
     cost = fabric_cost(topo, prices)
+    record = track_record(op, topo.gpu, n, topo.gpus_per_node, parse_size(size))
     out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": parse_size(size), "topology": topology,
-           "fabric_capex_usd": cost["capex_usd"]}
+           "fabric_capex_usd": cost["capex_usd"], "track_record": record.to_json()}
     if as_json:
         print(json.dumps(out, indent=2))
         return
@@ -83,6 +86,19 @@ def bench(
                   f"busbw {result.busbw_gbps:.1f} GB/s ({result.algorithm}, {result.protocol}); "
                   f"fabric capex ${cost['capex_usd']:,.0f}",
                   markup=False, soft_wrap=True)
+    console.print(f"  {_describe(record)}", markup=False, soft_wrap=True)
+
+
+def _describe(record: FabricRecord) -> str:
+    """One line: the model's error on the measured runs nearest this collective (`rltrace fabric validate`)."""
+    if not record.points:
+        return f"track record: {record.scope}"
+    assert record.median_abs_error is not None and record.max_abs_error is not None
+    assert record.median_error is not None
+    return (f"track record ({record.points} measured point{'s' if record.points > 1 else ''} from "
+            f"{record.clusters} source{'s' if record.clusters > 1 else ''}: {record.scope}): median |error| "
+            f"{100 * record.median_abs_error:.1f}%, worst {100 * record.max_abs_error:.1f}%, median "
+            f"{100 * record.median_error:+.1f}% (+: the model slower)")
 
 
 @fabric.command("validate")

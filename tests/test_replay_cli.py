@@ -78,6 +78,12 @@ def test_the_table_compares_the_runs() -> None:
     assert result.returncode == 0, result.stderr
     for text in ("disagg-sync", "one-step-async", "samples/s", "roofline of Qwen2.5-7B on H100"):
         assert text in result.stdout
+    # the roofline's record on the nearest public measurements: no Qwen2.5-7B was measured, H100 was
+    flat = " ".join(result.stdout.split())
+    assert "note: generation cost's track record (" in flat and "decode TPOT points of other models on H100)" in flat
+    fitted = run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H100",
+                     "--set", "cost.memory_efficiency=0.5")
+    assert fitted.returncode == 0 and "track record" not in fitted.stdout  # not the validated defaults: no record
 
 
 def test_gpu_gives_each_pool_its_kind(tmp_path: Path) -> None:

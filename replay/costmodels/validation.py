@@ -286,6 +286,16 @@ class TrackRecord:
         """The record as plain values (``--json``)."""
         return dataclasses.asdict(self)
 
+    def line(self) -> str:
+        """One line for a person: the slice, its points and errors."""
+        if not self.points:
+            return f"track record: no {self.metric} measurement of {self.scope} in the validation set"
+        assert self.median_abs_error is not None and self.within_20pct is not None and self.median_error is not None
+        return (f"track record ({self.points} {self.metric} point{'s' if self.points > 1 else ''} of "
+                f"{self.scope}): median |error| {100 * self.median_abs_error:.1f}%, "
+                f"{100 * self.within_20pct:.0f}% within 20%, median {100 * self.median_error:+.1f}% "
+                f"(+: the model {self.above})")
+
 
 # the set an estimate kind is held against: (CSV, its layout, the set's name in the prediction, the metric printed,
 # what a positive error means)

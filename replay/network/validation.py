@@ -324,6 +324,16 @@ class FabricRecord:
         """The record as plain values (``--json``)."""
         return dataclasses.asdict(self)
 
+    def line(self) -> str:
+        """One line for a person: the slice, its points, sources and errors."""
+        if not self.points:
+            return f"track record: {self.scope}"
+        assert self.median_abs_error is not None and self.max_abs_error is not None and self.median_error is not None
+        return (f"track record ({self.points} measured point{'s' if self.points > 1 else ''} from {self.clusters} "
+                f"source{'s' if self.clusters > 1 else ''}: {self.scope}): median |error| "
+                f"{100 * self.median_abs_error:.1f}%, worst {100 * self.max_abs_error:.1f}%, median "
+                f"{100 * self.median_error:+.1f}% (+: the model slower)")
+
 
 def _band(size_bytes: int, bands: _Bands) -> str:
     return next(name for lo, hi, name in bands if lo <= size_bytes < hi)

@@ -17,7 +17,7 @@ from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
 from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel
-from rltrace.replay.costmodels.validation import DTYPE_BYTES, TrackRecord, track_record
+from rltrace.replay.costmodels.validation import DTYPE_BYTES, track_record
 
 
 class Kind(str, Enum):
@@ -137,7 +137,7 @@ def estimate(
                   "parallelism without data parallelism); routing balanced, so it differs from --ep 1 only where "
                   "the fused-MoE kernel computes (full-width experts)")
     if record is not None:
-        print(f"  {_describe(record)}")
+        print(f"  {record.line()}")
     elif kind is Kind.prefill:
         print("  track record: no direct measurement of a prefill's time in the validation set (its TTFT points "
               "include queueing: docs/costmodels.md)")
@@ -147,13 +147,3 @@ def estimate(
               f"and KV cache; vLLM's {GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} "
               f"GB is {share:.1f} GB (it would preempt or queue)")
 
-
-def _describe(record: TrackRecord) -> str:
-    """One line: how the model did on the measurements nearest the estimate (`rltrace estimate validate`)."""
-    if not record.points:
-        return f"track record: no {record.metric} measurement of {record.scope} in the validation set"
-    assert record.median_abs_error is not None and record.within_20pct is not None and record.median_error is not None
-    return (f"track record ({record.points} {record.metric} point{'s' if record.points > 1 else ''} of "
-            f"{record.scope}): median |error| {100 * record.median_abs_error:.1f}%, "
-            f"{100 * record.within_20pct:.0f}% within 20%, median {100 * record.median_error:+.1f}% "
-            f"(+: the model {record.above})")

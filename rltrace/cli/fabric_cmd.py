@@ -18,7 +18,6 @@ from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, SWITCH_REDUCI
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.schedules import OPS
 from rltrace.replay.network.validation import (
-    FabricRecord,
     compare,
     multinode_compare,
     multinode_summary,
@@ -86,19 +85,7 @@ def bench(
                   f"busbw {result.busbw_gbps:.1f} GB/s ({result.algorithm}, {result.protocol}); "
                   f"fabric capex ${cost['capex_usd']:,.0f}",
                   markup=False, soft_wrap=True)
-    console.print(f"  {_describe(record)}", markup=False, soft_wrap=True)
-
-
-def _describe(record: FabricRecord) -> str:
-    """One line: the model's error on the measured runs nearest this collective (`rltrace fabric validate`)."""
-    if not record.points:
-        return f"track record: {record.scope}"
-    assert record.median_abs_error is not None and record.max_abs_error is not None
-    assert record.median_error is not None
-    return (f"track record ({record.points} measured point{'s' if record.points > 1 else ''} from "
-            f"{record.clusters} source{'s' if record.clusters > 1 else ''}: {record.scope}): median |error| "
-            f"{100 * record.median_abs_error:.1f}%, worst {100 * record.max_abs_error:.1f}%, median "
-            f"{100 * record.median_error:+.1f}% (+: the model slower)")
+    console.print(f"  {record.line()}", markup=False, soft_wrap=True)
 
 
 @fabric.command("validate")

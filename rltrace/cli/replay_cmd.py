@@ -21,6 +21,9 @@ from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
+from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
+from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.costmodels.validation import track_record
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
@@ -162,6 +165,7 @@ def replay(
         with stage(err, "opening and preparing the bundle"):
             source = open_bundle(resolve_bundle(bundle))
             prepared = from_bundle(source, shape, config.cost, prices)
+    prepared.notes.extend(_track_records(prepared))
     total = prepared.requests_frame.height
     results: dict[str, RunResult] = {}
     for name in chosen:
@@ -208,6 +212,16 @@ def replay(
     _print_table(results, prepared.notes, output, dashboard)
     for name, ex in executions.items():
         _print_execution(name, ex.summary())
+
+
+def _track_records(prepared: Prepared) -> list[str]:
+    """The roofline generation's record on the public measurements nearest each job's model and GPU kind: only
+    where it runs the validated defaults (a fitted trace, a profile or other efficiencies are not what was held
+    against the measurements)."""
+    pairs = dict.fromkeys((g.model.name, g.gpu.name) for g in (job.generation for job in prepared.jobs)
+                          if isinstance(g, RooflineGeneration) and g.profile is None
+                          and (g.memory_efficiency, g.compute_efficiency) == (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY))
+    return [f"generation cost's {track_record('decode', model, gpu).line()}" for model, gpu in pairs]
 
 
 def _spread(source: Bundle, shape: Shape, config: ReplayConfig, prepared: Prepared,

@@ -317,6 +317,29 @@ def test_a_prompt_riding_beside_decodes_costs_what_its_rows_add_to_their_iterati
     assert roof.mixed_prefill(prompt, 8) < roof.mixed_prefill(prompt, 0)
     with pytest.raises(ConfigError, match="mixed_prefill"):
         roof.mixed_prefill(0, 8)
+    # chunks sharing an iteration: where the GEMMs are compute-bound each still adds its FLOPs; beside a
+    # memory-bound decode the spare compute is spent once, so each of 4 chunks pays more than one riding alone
+    assert roof.mixed_prefill(prompt, 4096, sharing=4) == pytest.approx(roof.mixed_prefill(prompt, 4096), rel=1e-9)
+    assert roof.mixed_prefill(prompt, 8, sharing=4) > roof.mixed_prefill(prompt, 8)
+    with pytest.raises(ConfigError, match="sharing >= 1"):
+        roof.mixed_prefill(prompt, 8, sharing=0.5)
+
+
+@pytest.mark.parametrize(("concurrency", "prompt", "output", "batch"), [
+    (1000, 128, 4, 16_384 * 4 // 132),  # the budget holds 4 decodes' worth of 132-token requests per 132 rows
+    (64, 128, 4, 64),  # within the budget: every request runs
+    (1000, 2000, 100, 16_384 * 100 // 2100),
+    (256, 8192, 1024, 256),  # long outputs: the prompts' chunks are fewer than the round's iterations
+])
+def test_vllms_running_batch_is_what_its_token_budget_holds(concurrency: int, prompt: int, output: int,
+                                                            batch: int) -> None:
+    """A round of vLLM's steady state carries each running request's prompt once: past max_num_batched_tokens
+    the requests finish faster than their prompts come in, so the running batch is budget x output / (prompt +
+    output); below it every request of the concurrency runs (here the KV cache holds them all)."""
+    model = dataclasses.replace(TINY, experts=0, experts_per_token=0, expert_intermediate=0, dense_layers=0)
+    roof = Roofline(model=model, gpu=H100, batched_tokens=16_384)
+    result = serving_benchmark(roof, concurrency=concurrency, prompt_tokens=prompt, output_tokens=output)
+    assert result.batch == batch
 
 
 def test_routed_experts_run_at_the_fused_moe_kernels_own_rate() -> None:

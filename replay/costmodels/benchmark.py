@@ -87,9 +87,17 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
         ttft = wave * (batch + 1) / (2 * batch)
         rate = batch * output_tokens / (wave + (output_tokens - 1) * decode)
     else:
-        # each prompt's chunks ride in iterations beside the other requests' decodes (Roofline.mixed_prefill)
+        # each prompt's chunks ride in iterations beside the other requests' decodes (Roofline.mixed_prefill): a
+        # round of `output` iterations carries every running request's prompt once, several chunks an iteration
+        # when there are more chunks than iterations, as many as the token budget leaves room for beside the decodes
+        # (past it the requests finish faster than prompts come in, and the running batch is what the budget holds)
+        budget = roof.batched_tokens
+        batch = max(1, min(batch, budget * output_tokens // (per_request + output_tokens)))
+        decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
         others = batch - 1
-        stall = batch * roof.mixed_prefill(per_request, others) / output_tokens
+        pieces = batch * serving.chunks(per_request, max(budget - others, 1))
+        sharing = max(1.0, pieces / output_tokens)
+        stall = batch * roof.mixed_prefill(per_request, others, sharing) / output_tokens
         tpot = decode + stall
         # its first token: half the iteration in flight, then the iterations that carry its chunks, each the
         # others' decodes plus what its chunk adds

@@ -408,16 +408,20 @@ class Roofline:
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
                         max(seconds - comm - max(compute_s, memory_s), 0.0), experts)
 
-    def mixed_prefill(self, prompt: int, batch: int) -> float:
+    def mixed_prefill(self, prompt: int, batch: int, sharing: float = 1.0) -> float:
         """Seconds a prompt of ``prompt`` tokens adds to the iterations it rides in beside ``batch`` running decodes
         (vLLM's chunked prefill: each iteration schedules the running requests' decodes first and fills the rest
         of the token budget with prompt chunks, one forward over both). Each chunk costs what its rows add to its
         iteration: the GEMMs and collectives over ``batch`` + chunk rows less those over the decodes' rows alone (a
         memory-bound decode iteration has compute to spare, which the chunk takes first), one more row of logits,
         and the prompt's causal attention and KV-cache writes. With no decodes running the chunks are iterations of
-        their own and pay their fixed parts (weights, kernel floors) as :meth:`prefill` does."""
-        if prompt < 1 or batch < 0:
-            raise ConfigError(f"mixed_prefill needs prompt >= 1 and batch >= 0, got prompt={prompt}, batch={batch}")
+        their own and pay their fixed parts (weights, kernel floors) as :meth:`prefill` does. ``sharing`` chunks
+        (of as many prompts) ride in each such iteration when there are more chunks than iterations to carry them:
+        the iteration's added rows are theirs together, and each pays its share (the spare compute of a
+        memory-bound decode is spent once, not once per chunk)."""
+        if prompt < 1 or batch < 0 or not sharing >= 1:
+            raise ConfigError(f"mixed_prefill needs prompt >= 1, batch >= 0 and sharing >= 1, got prompt={prompt}, "
+                              f"batch={batch}, sharing={sharing}")
         self._serving_ep()
         m = self.model
         n = serving.chunks(prompt, max(self.batched_tokens - batch, 1))  # the decodes take part of the budget
@@ -429,7 +433,8 @@ class Roofline:
             gpu = self._layers(padded, logit_rows).seconds + self._comm(padded)
             return float(self._launch_bound(t, gpu)[0])
 
-        added = iteration(batch + chunk, batch + 1) - (iteration(batch, batch) if batch else 0.0)
+        added = (iteration(batch + sharing * chunk, batch + sharing)
+                 - (iteration(batch, batch) if batch else 0.0)) / sharing
         if not batch and self._floors:
             added += m.layers * serving.ATTENTION_FLOOR_S  # the chunk's own attention kernels
         flops = m.prefill_attention_flops_per_token / self.tp * prompt * prompt / 2

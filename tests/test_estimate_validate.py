@@ -13,6 +13,7 @@ import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels.benchmark import serving_benchmark
 from rltrace.replay.costmodels.roofline import Roofline
+from rltrace.replay.costmodels.track_record import track_record
 from rltrace.replay.costmodels.validation import (
     GENERATION_CSV,
     KV_CACHE_CSV,
@@ -21,7 +22,6 @@ from rltrace.replay.costmodels.validation import (
     TRAINING_CSV,
     load_points,
     summarize,
-    track_record,
     validate,
 )
 
@@ -191,35 +191,50 @@ def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, va
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(("kind", "model", "gpu", "scope"), [
-    ("decode", "Llama-3-70B", "H100", "Llama-3-70B on H100"),  # the same model measured on the same GPU kind
-    ("decode", "Qwen3-32B", "A100", "Qwen3-32B on H100"),  # the model, measured on another kind only
-    ("decode", "Qwen3-30B-A3B", "H100", "other models on H100"),  # the kind, with other models
-    ("decode", "Llama-2-7B", "A100", "Llama-2-7B or A100"),  # neither: no points
-    ("train", "Qwen3-30B-A3B", "H100", "Qwen3-30B-A3B on H100"),
+@pytest.mark.parametrize(("kind", "model", "gpu", "precision", "scope", "where"), [
+    # the same model on the same GPU kind in the same precision
+    ("decode", "Llama-3-70B", "H100", "fp8", "Llama-3-70B on H100, fp8",
+     (pl.col("model") == "Llama-3-70B") & (pl.col("gpu") == "H100") & (pl.col("dtype") == "fp8")),
+    # measured in FP8 only: the record says so
+    ("decode", "Llama-3-8B", "H200", "bf16", "Llama-3-8B on H200, fp8",
+     (pl.col("model") == "Llama-3-8B") & (pl.col("gpu") == "H200")),
+    ("decode", "Qwen3-32B", "A100", "bf16", "Qwen3-32B on H100, bf16/fp8", pl.col("model") == "Qwen3-32B"),
+    ("decode", "Qwen3-30B-A3B", "H100", "bf16", "other models on H100, Qwen3-30B-A3B unmeasured, bf16/fp8",
+     (pl.col("gpu") == "H100") & (pl.col("model") != "Qwen3-30B-A3B")),
+    ("decode", "Llama-2-7B", "A100", "bf16", "Llama-2-7B on any GPU, nor of any model on A100", pl.lit(False)),
+    ("train", "Qwen3-30B-A3B", "H100", "bf16", "Qwen3-30B-A3B on H100, fp8",
+     (pl.col("model") == "Qwen3-30B-A3B") & (pl.col("gpu") == "H100")),
 ])
-def test_an_estimates_track_record_is_its_nearest_slice_of_the_validation(kind: str, model: str, gpu: str,
-                                                                          scope: str) -> None:
+def test_an_estimates_track_record_is_its_nearest_slice_of_the_validation(
+        kind: str, model: str, gpu: str, precision: str, scope: str, where: pl.Expr) -> None:
     """The record an estimate prints is what `estimate validate` finds for the same points: the model on the GPU
-    kind, else the model on other kinds, else other models on the kind."""
-    record = track_record(kind, model, gpu)
+    kind in its precision, else in any, else on other kinds, else other models on the kind."""
+    record = track_record(kind, get_model(model), gpu, precision)
     assert record.scope == scope
     metric_set = {"decode": "generation TPOT", "train": "training tokens/s/GPU"}[kind]
-    scored = validate([GENERATION_CSV if kind == "decode" else TRAINING_CSV]).filter(
-        pl.col("set") == metric_set, pl.col("error").is_not_null())
-    where = {"Llama-3-70B on H100": (pl.col("model") == model) & (pl.col("gpu") == gpu),
-             "Qwen3-32B on H100": pl.col("model") == model,
-             "other models on H100": (pl.col("gpu") == gpu) & (pl.col("model") != model),
-             "Llama-2-7B or A100": pl.lit(False),
-             "Qwen3-30B-A3B on H100": (pl.col("model") == model) & (pl.col("gpu") == gpu)}[scope]
-    errors = scored.filter(where)["error"]
+    errors = validate([GENERATION_CSV if kind == "decode" else TRAINING_CSV]).filter(
+        pl.col("set") == metric_set, pl.col("error").is_not_null(), where)["error"]
     assert record.points == errors.len()
     if record.points:
         assert record.median_abs_error == pytest.approx(errors.abs().median())
         assert record.median_error == pytest.approx(errors.median())
         assert record.within_20pct == pytest.approx((errors.abs() <= 0.2).mean())
     with pytest.raises(ConfigError, match="no track record for 'prefill'"):
-        track_record("prefill", model, gpu)
+        track_record("prefill", get_model(model), gpu, precision)
+
+
+def test_a_config_json_is_matched_to_the_catalog_by_architecture_not_by_its_folders_name(tmp_path: Path) -> None:
+    qwen = {"hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "head_dim": 128, "intermediate_size": 25600, "vocab_size": 151936, "tie_word_embeddings": False}
+    real = tmp_path / "some-checkpoint" / "config.json"
+    real.parent.mkdir()
+    real.write_text(json.dumps(qwen))
+    assert track_record("decode", get_model(str(real)), "H100", "bf16").scope == "Qwen3-32B on H100, bf16"
+    other = tmp_path / "Qwen3-32B" / "config.json"  # a folder named after a catalog model, holding another shape
+    other.parent.mkdir()
+    other.write_text(json.dumps({**qwen, "num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 8}))
+    scope = track_record("decode", get_model(str(other)), "H100", "bf16").scope
+    assert scope.startswith("other models on H100, ") and scope.endswith("'s architecture unmeasured, bf16/fp8")
 
 
 def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
@@ -227,11 +242,13 @@ def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
                    "--precision", "fp8")
     assert done.returncode == 0, done.stderr
     line = done.stdout.splitlines()[-1]
-    assert line.startswith("  track record (1 training tokens/s per GPU point of Qwen3-30B-A3B on H100)"), line
+    assert line.startswith("  track record (1 training tokens/s per GPU point of Qwen3-30B-A3B on H100, fp8)"), line
     assert line.endswith("(+: the model faster)")
     as_json = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "A100", "--json")
     assert json.loads(as_json.stdout)["track_record"] == {
-        "metric": "decode TPOT", "above": "slower", "scope": "Llama-2-7B or A100", "points": 0,
-        "median_abs_error": None, "within_20pct": None, "median_error": None}
+        "metric": "decode TPOT", "above": "slower", "scope": "Llama-2-7B on any GPU, nor of any model on A100",
+        "points": 0, "median_abs_error": None, "within_20pct": None, "median_error": None}
     prefill = run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100")
     assert "no direct measurement of a prefill's time" in prefill.stdout
+    assert json.loads(run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100", "--json").stdout)[
+        "track_record"] is None

@@ -20,6 +20,7 @@ from rltrace.replay.network.collectives import (
     tree_unit_bytes,
 )
 from rltrace.replay.network.schedules import btree_parents, dtree, phases
+from rltrace.replay.network.track_record import track_record
 from rltrace.replay.network.tuner import channel_ceilings_gbps
 from rltrace.replay.network.validation import (
     MULTINODE_CSV,
@@ -28,7 +29,6 @@ from rltrace.replay.network.validation import (
     multinode_topology,
     nccl_env,
     one_node_compare,
-    track_record,
 )
 from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.topologies import parse
@@ -579,33 +579,48 @@ def test_a_node_without_nvswitch_runs_no_nvls() -> None:
 
 
 M, G = 1 << 20, 1 << 30
+BANDS = {"< 64 MB": (0, 64 * M), "64 MB - 1 GB": (64 * M, G), ">= 1 GB": (G, 1 << 62), "< 1 MB": (0, M),
+         "1 - 64 MB": (M, 64 * M), ">= 64 MB": (64 * M, 1 << 62)}
+H100 = pl.col("gpu") == "H100"
 
 
-@pytest.mark.parametrize(("op", "gpu", "ranks", "size", "scope", "where"), [
-    ("all_reduce", "H100", 16, 256 * M, "all_reduce of 64 MB - 1 GB across nodes on H100, 2 nodes",
-     (pl.col("gpu") == "H100") & (pl.col("nodes") == 2)),
-    ("reduce_scatter", "H200", 512, G, "reduce_scatter of >= 1 GB across nodes on any GPU kind and node count",
-     pl.lit(True)),  # no H200 reduce-scatter measured: every kind's
-    ("all_gather", "H100", 4, M, "all_gather of 1 - 64 MB in one node on H100, 4 GPUs",
-     (pl.col("gpu") == "H100") & (pl.col("gpus") == 4)),
-    ("all_to_all", "H800", 8, 4 * M, "all_to_all of 1 - 64 MB in one node on any GPU kind and GPU count",
-     pl.lit(True)),  # no H800 measured
-    ("broadcast", "H100", 8, 64 * M, "broadcast of >= 64 MB in one node: no measured run", pl.lit(False)),
+@pytest.mark.parametrize(("op", "gpu", "ranks", "per_node", "size", "nvswitch", "scope", "where"), [
+    ("all_reduce", "H100", 16, 8, 256 * M, True,
+     "all_reduce of 64 MB - 1 GB across nodes on H100, 2 nodes of 8 GPUs",
+     H100 & (pl.col("nodes") == 2) & (pl.col("gpus_per_node") == 8) & pl.col("nvswitch")),
+    # NREL's 4-GPU boards: the node's shape is matched, NVSwitch or not
+    ("all_reduce", "H100", 64, 4, G, False,
+     "all_reduce of >= 1 GB across nodes on H100, 16 nodes of 4 GPUs without NVSwitch",
+     H100 & (pl.col("nodes") == 16) & (pl.col("gpus_per_node") == 4) & ~pl.col("nvswitch")),
+    # 12 ranks leave the second node partly filled: no measured run did, so any node count
+    ("all_reduce", "H100", 12, 8, 256 * M, True, "all_reduce of 64 MB - 1 GB across nodes on H100, any node count",
+     H100),
+    ("reduce_scatter", "H200", 512, 8, G, True,
+     "reduce_scatter of >= 1 GB across nodes on any GPU kind and node count", pl.lit(True)),
+    ("all_gather", "H100", 4, 8, M, True, "all_gather of 1 - 64 MB in one node on H100, 4 GPUs",
+     H100 & (pl.col("gpus") == 4)),
+    # the one-node sweeps ran NVSwitch nodes: a 4-GPU NVLink board gets the kind's record at any count
+    ("all_reduce", "H100", 4, 4, 256 * M, False, "all_reduce of >= 64 MB in one node on H100, any GPU count", H100),
+    ("all_to_all", "H800", 8, 8, 4 * M, True, "all_to_all of 1 - 64 MB in one node on any GPU kind and GPU count",
+     pl.lit(True)),
+    ("broadcast", "H100", 8, 8, 64 * M, True, "broadcast of >= 64 MB in one node: no measured run", pl.lit(False)),
+    ("all_reduce", "H100", 8, 8, 1 << 63, True, "all_reduce of >= 64 MB in one node on H100, 8 GPUs",
+     H100 & (pl.col("gpus") == 8)),  # past every band's lower bound: the last band, open above
 ])
-def test_a_collectives_track_record_is_the_nearest_measured_slice(op: str, gpu: str, ranks: int, size: int,
-                                                                  scope: str, where: pl.Expr) -> None:
+def test_a_collectives_track_record_is_the_nearest_measured_slice(op: str, gpu: str, ranks: int, per_node: int,
+                                                                  size: int, nvswitch: bool, scope: str,
+                                                                  where: pl.Expr) -> None:
     """What `fabric bench` prints beside its time: the validation's own errors on the nearest slice (op and size
-    band, then GPU kind and node or GPU count), recomputed here from the whole validation."""
-    record = track_record(op, gpu, ranks, 8, size)
+    band, then GPU kind and node shape and count, or GPU count in one node), recomputed from the whole validation."""
+    record = track_record(op, gpu, ranks, per_node, size, nvswitch)
     assert record.scope == scope
-    one = ranks <= 8
-    compared = one_node_compare() if one else multinode_compare()
-    lo, hi = {"1 - 64 MB": (M, 64 * M), ">= 64 MB": (64 * M, 1 << 62), "64 MB - 1 GB": (64 * M, G),
-              ">= 1 GB": (G, 1 << 62)}[scope.split(" of ")[1].split(" in ")[0].split(" across")[0]]
-    errors = compared.filter(pl.col("op") == op, pl.col("size_bytes") >= lo, pl.col("size_bytes") < hi, where)
+    one = -(-ranks // per_node) == 1
+    lo, hi = next(v for k, v in BANDS.items() if f" of {k} " in scope or scope.startswith(f"{op} of {k}:"))
+    errors = (one_node_compare() if one else multinode_compare()).filter(
+        pl.col("op") == op, pl.col("size_bytes") >= lo, pl.col("size_bytes") < hi, where)
     assert record.points == errors.height
     if record.points:
-        assert record.clusters == errors["gpu" if one else "cluster"].n_unique()
+        assert record.sources == errors["gpu" if one else "cluster"].n_unique()
         assert record.median_abs_error == pytest.approx(errors["error"].abs().median())
         assert record.max_abs_error == pytest.approx(errors["error"].abs().max())
         assert record.median_error == pytest.approx(errors["error"].median())
@@ -618,4 +633,7 @@ def test_fabric_bench_prints_its_track_record_and_json_carries_it() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1].startswith("  track record (") and "(+: the model slower)" in done.stdout
     record = json.loads(run_cli(*args, "--json").stdout)["track_record"]
-    assert record["scope"] == "all_to_all of >= 1 GB across nodes on H100, 2 nodes" and record["points"] >= 1
+    assert record == track_record("all_to_all", "H100", 16, 8, G).to_json()
+    assert record["scope"] == "all_to_all of >= 1 GB across nodes on H100, 2 nodes of 8 GPUs" and record["points"] > 0
+    huge = run_cli("fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=H100", "--size", "5000000000G")
+    assert huge.returncode == 0 and "track record (" in huge.stdout, huge.stderr

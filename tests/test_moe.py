@@ -318,7 +318,8 @@ def test_a_prompt_riding_beside_decodes_costs_what_its_rows_add_to_their_iterati
     with pytest.raises(ConfigError, match="mixed_prefill"):
         roof.mixed_prefill(0, 8)
     # chunks sharing an iteration: where the GEMMs are compute-bound each still adds its FLOPs; beside a
-    # memory-bound decode the spare compute is spent once, so each of 4 chunks pays more than one riding alone
+    # memory-bound decode the spare compute is spent once, so each of 4 chunks pays more than one riding alone (with
+    # floors on, an iteration's fixed costs are also paid once, which can make a shared chunk the cheaper)
     assert roof.mixed_prefill(prompt, 4096, sharing=4) == pytest.approx(roof.mixed_prefill(prompt, 4096), rel=1e-9)
     assert roof.mixed_prefill(prompt, 8, sharing=4) > roof.mixed_prefill(prompt, 8)
     with pytest.raises(ConfigError, match="sharing >= 1"):
@@ -340,6 +341,11 @@ def test_vllms_running_batch_is_what_its_token_budget_holds(concurrency: int, pr
     roof = Roofline(model=model, gpu=H100, batched_tokens=16_384)
     result = serving_benchmark(roof, concurrency=concurrency, prompt_tokens=prompt, output_tokens=output)
     assert result.batch == batch
+    # each prompt's chunks alone beside the decodes (one chunk an iteration), summed over the round
+    alone = roof.decode(batch, prompt + output / 2).seconds + batch * roof.mixed_prefill(prompt, batch - 1) / output
+    if batch * serving.chunks(prompt, 16_384 - batch + 1) <= output:  # no more chunks than iterations: no sharing
+        assert result.tpot_s == pytest.approx(alone, rel=1e-12)
+    assert result.output_tokens_per_s == pytest.approx(batch / result.tpot_s, rel=1e-12)
 
 
 def test_routed_experts_run_at_the_fused_moe_kernels_own_rate() -> None:

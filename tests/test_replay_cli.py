@@ -80,7 +80,8 @@ def test_the_table_compares_the_runs() -> None:
         assert text in result.stdout
     # the roofline's record on the nearest public measurements: no Qwen2.5-7B was measured, H100 was
     flat = " ".join(result.stdout.split())
-    assert "note: generation cost's track record (" in flat and "decode TPOT points of other models on H100)" in flat
+    assert "note: generation cost's track record (" in flat
+    assert "points of other models on H100, Qwen2.5-7B unmeasured" in flat
     fitted = run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H100",
                      "--set", "cost.memory_efficiency=0.5")
     assert fitted.returncode == 0 and "track record" not in fitted.stdout  # not the validated defaults: no record

@@ -95,12 +95,17 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
         batch = max(1, min(batch, budget * output_tokens // (per_request + output_tokens)))
         decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
         others = batch - 1
-        pieces = batch * serving.chunks(per_request, max(budget - others, 1))
-        sharing = max(1.0, pieces / output_tokens)
+        room = max(budget - others, 1)
+        n = serving.chunks(per_request, room)
+        # chunks of different prompts an iteration carries: as many as the round needs, at most one a request and
+        # what the budget holds beside the decodes
+        sharing = max(1.0, min(batch * n / output_tokens, batch, room * n / per_request))
         stall = batch * roof.mixed_prefill(per_request, others, sharing) / output_tokens
         tpot = decode + stall
         # its first token: half the iteration in flight, then the iterations that carry its chunks, each the
         # others' decodes plus what its chunk adds
+        # (one chunk an iteration here: the closed loop's TTFT is not validated, it hangs on arrival phases the
+        # sources do not record, docs/costmodels.md)
         others_s = roof.decode(others, prompt_tokens + output_tokens / 2).seconds if others else 0.0
         chunks = serving.chunks(prompt_tokens, max(roof.batched_tokens - others, 1))
         ttft = others_s / 2 + chunks * others_s + roof.mixed_prefill(prompt_tokens, others)

@@ -418,7 +418,8 @@ class Roofline:
         their own and pay their fixed parts (weights, kernel floors) as :meth:`prefill` does. ``sharing`` chunks
         (of as many prompts) ride in each such iteration when there are more chunks than iterations to carry them:
         the iteration's added rows are theirs together, and each pays its share (the spare compute of a
-        memory-bound decode is spent once, not once per chunk)."""
+        memory-bound decode, and the step from CUDA graphs to eager launches past their sizes, count once, not once
+        per chunk)."""
         if prompt < 1 or batch < 0 or not sharing >= 1:
             raise ConfigError(f"mixed_prefill needs prompt >= 1, batch >= 0 and sharing >= 1, got prompt={prompt}, "
                               f"batch={batch}, sharing={sharing}")

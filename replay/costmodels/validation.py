@@ -84,7 +84,9 @@ def _roofline(specs: _Specs, row: dict[str, Any]) -> Roofline:
     model, gpu = specs(row["model"], row["gpu"], row["weight_dtype"])
     # a dense model has no experts to spread: its ep column (1 in the shipped sets) is not passed on
     ep = int(row["ep"] or 1) if model.is_moe else 1
-    return Roofline(model=model, gpu=gpu, tp=int(row["tp"]), ep=ep)
+    # the engine's token budget as the point ran it (vLLM's API server on an A100: 2,048), else the model's default
+    budget = int(_given(row.get("max_num_batched_tokens"), serving.MAX_BATCHED_TOKENS))
+    return Roofline(model=model, gpu=gpu, tp=int(row["tp"]), ep=ep, batched_tokens=budget)
 
 
 def _each(points: pl.DataFrame, columns: tuple[str, ...], predict: Callable[[dict[str, Any]], tuple[float, ...]],
@@ -144,9 +146,9 @@ def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
     """Offline-throughput points, output tokens/s."""
     specs = _Specs()
 
-    # optional: the engine's cap as the point ran it (vLLM <= 0.6: 256; now 1,024), and the arrival rate of a
-    # serving benchmark's requests (requests/s; empty: all at once)
-    optional = tuple(c for c in ("max_num_seqs", "request_rate") if c in points.columns)
+    # optional: the engine's caps as the point ran them (max_num_seqs: vLLM <= 0.6 256, now 1,024; its token budget,
+    # max_num_batched_tokens), and the arrival rate of a serving benchmark's requests (requests/s; empty: all at once)
+    optional = tuple(c for c in ("max_num_seqs", "max_num_batched_tokens", "request_rate") if c in points.columns)
 
     def one(row: dict[str, Any]) -> tuple[float]:
         return (offline_throughput(_roofline(specs, row), requests=int(row["requests"]),
@@ -265,67 +267,6 @@ def validate(paths: list[Path] | None = None) -> pl.DataFrame:
             raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
     result = pl.concat(frames, how="vertical")
     return result.with_columns(((pl.col("predicted") - pl.col("measured")) / pl.col("measured")).alias("error"))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TrackRecord:
-    """How the model did on the shipped measurements nearest one estimate: the same model on the same GPU kind, else
-    the model on other kinds, else other models on the kind (``scope`` says which; ``points`` 0: none of them)."""
-
-    metric: str
-    """what was measured: decode TPOT, or training tokens/s per GPU"""
-    above: str
-    """what a positive error means: the model "slower" (a time) or "faster" (a rate) than measured"""
-    scope: str
-    points: int
-    median_abs_error: float | None = None
-    within_20pct: float | None = None
-    median_error: float | None = None
-
-    def to_json(self) -> dict[str, object]:
-        """The record as plain values (``--json``)."""
-        return dataclasses.asdict(self)
-
-    def line(self) -> str:
-        """One line for a person: the slice, its points and errors."""
-        if not self.points:
-            return f"track record: no {self.metric} measurement of {self.scope} in the validation set"
-        assert self.median_abs_error is not None and self.within_20pct is not None and self.median_error is not None
-        return (f"track record ({self.points} {self.metric} point{'s' if self.points > 1 else ''} of "
-                f"{self.scope}): median |error| {100 * self.median_abs_error:.1f}%, "
-                f"{100 * self.within_20pct:.0f}% within 20%, median {100 * self.median_error:+.1f}% "
-                f"(+: the model {self.above})")
-
-
-# the set an estimate kind is held against: (CSV, its layout, the set's name in the prediction, the metric printed,
-# what a positive error means)
-_RECORDS = {"decode": (GENERATION_CSV, "generation", "generation TPOT", "decode TPOT", "slower"),
-            "train": (TRAINING_CSV, "training", "training tokens/s/GPU", "training tokens/s per GPU", "faster")}
-
-
-def track_record(kind: str, model: str, gpu: str) -> TrackRecord:
-    """The validation record of an estimate of ``kind`` (decode or train) for ``model`` on ``gpu``: only the
-    nearest slice's points are predicted (a few hundred at most, well under a second)."""
-    if kind not in _RECORDS:
-        raise ConfigError(f"no track record for {kind!r}; known: {', '.join(_RECORDS)}")
-    path, layout, name, metric, above = _RECORDS[kind]
-    _, points = load_points(path)
-    same_model, same_gpu = pl.col("model") == model, pl.col("gpu") == gpu
-    for where, scope in ((same_model & same_gpu, f"{model} on {gpu}"), (same_model, ""),
-                         (same_gpu & ~same_model, f"other models on {gpu}")):
-        chosen = points.filter(where)
-        if chosen.height:
-            break
-    else:
-        return TrackRecord(metric, above, f"{model} or {gpu}", 0)
-    scope = scope or f"{model} on {', '.join(sorted(chosen['gpu'].unique()))}"  # the model on other kinds only
-    error = (pl.col("predicted") - pl.col("measured")) / pl.col("measured")
-    scored = PREDICT[layout](chosen).filter(pl.col("set") == name).select(error.alias("e")).drop_nulls()
-    if scored.is_empty():  # every point refused by the model
-        return TrackRecord(metric, above, scope, 0)
-    stats = scored.select(pl.col("e").abs().median().alias("abs"), (pl.col("e").abs() <= 0.20).mean().alias("w20"),
-                          pl.col("e").median().alias("med")).row(0, named=True)
-    return TrackRecord(metric, above, scope, scored.height, stats["abs"], stats["w20"], stats["med"])
 
 
 def summarize(results: pl.DataFrame, by: list[str]) -> pl.DataFrame:

@@ -20,7 +20,6 @@ own latencies and NVLS efficiency, two efficiency constants (NVLink and local co
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -303,64 +302,3 @@ def one_node_summary(compared: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("points"), pl.col("error").median().alias("median_error"),
         pl.col("error").abs().median().alias("median_abs_error"),
         pl.col("error").abs().max().alias("max_abs_error")).sort("gpu", "op", "gpus", _band_order(ONE_NODE_BANDS))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FabricRecord:
-    """The collective model's error on the measured NCCL runs nearest one collective (``rltrace fabric bench``): the
-    same op, size band and GPU kind on as many nodes (one node: as many GPUs), else on any node or GPU count, else
-    on any GPU kind (``scope`` says which; ``points`` 0: none)."""
-
-    scope: str
-    points: int
-    clusters: int = 0
-    """independent sources among the points (one-node sweeps: one per GPU kind)"""
-    median_abs_error: float | None = None
-    max_abs_error: float | None = None
-    median_error: float | None = None
-    """signed: > 0 the model is slower than measured"""
-
-    def to_json(self) -> dict[str, object]:
-        """The record as plain values (``--json``)."""
-        return dataclasses.asdict(self)
-
-    def line(self) -> str:
-        """One line for a person: the slice, its points, sources and errors."""
-        if not self.points:
-            return f"track record: {self.scope}"
-        assert self.median_abs_error is not None and self.max_abs_error is not None and self.median_error is not None
-        return (f"track record ({self.points} measured point{'s' if self.points > 1 else ''} from {self.clusters} "
-                f"source{'s' if self.clusters > 1 else ''}: {self.scope}): median |error| "
-                f"{100 * self.median_abs_error:.1f}%, worst {100 * self.max_abs_error:.1f}%, median "
-                f"{100 * self.median_error:+.1f}% (+: the model slower)")
-
-
-def _band(size_bytes: int, bands: _Bands) -> str:
-    return next(name for lo, hi, name in bands if lo <= size_bytes < hi)
-
-
-def track_record(op: str, gpu: str, ranks: int, gpus_per_node: int, size_bytes: int) -> FabricRecord:
-    """Where the model stands for ``op`` of ``size_bytes`` over ``ranks`` GPUs (``gpus_per_node`` a node) of kind
-    ``gpu``: only the nearest slice's measured points are priced again (well under a second)."""
-    nodes = -(-ranks // gpus_per_node)
-    one = nodes == 1
-    bands = ONE_NODE_BANDS if one else SIZE_BANDS
-    band = _band(size_bytes, bands)
-    count, span, word = ("gpus", f"{ranks} GPUs", "GPU count") if one else ("nodes", f"{nodes} nodes", "node count")
-    lo, hi = next((lo, hi) for lo, hi, name in bands if name == band)
-    same = (pl.col("op") == op) & (pl.col("size_bytes") >= lo) & (pl.col("size_bytes") < hi)
-    tiers = ((same & (pl.col("gpu") == gpu) & (pl.col(count) == (ranks if one else nodes)), f"{gpu}, {span}"),
-             (same & (pl.col("gpu") == gpu), f"{gpu}, any {word}"), (same, f"any GPU kind and {word}"))
-    what = f"{op} of {band}{' in one node' if one else ' across nodes'}"
-    for where, scope in tiers:
-        compared = one_node_compare(where=where) if one else multinode_compare(where=where)
-        if compared.height:
-            break
-    else:
-        return FabricRecord(f"{what}: no measured run", 0)
-    errors = compared["error"]
-    sources = compared["gpu"] if one else compared["cluster"]
-    stats = compared.select(pl.col("error").abs().median().alias("abs"), pl.col("error").abs().max().alias("max"),
-                            pl.col("error").median().alias("med")).row(0, named=True)
-    return FabricRecord(f"{what} on {scope}", errors.len(), sources.n_unique(), stats["abs"], stats["max"],
-                        stats["med"])

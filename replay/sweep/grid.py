@@ -89,8 +89,8 @@ def check(points: list[Point], where: str) -> None:
             if key != "scheduler" and key not in SHAPE_KEYS and key not in NETWORK_KEYS and "." not in key:
                 raise ConfigError(f"{where}: unknown parameter {key!r} (known: scheduler, {', '.join(SHAPE_KEYS)}, "
                                   f"{', '.join(NETWORK_KEYS)}, or a dotted --set key such as cost.train_mfu)")
-        resolve([scheduler], values=settings(point), where=where)
         values = settings(point)
+        resolve([scheduler], values=values, where=where)
         if values.get("network.sync_strategy") and not values.get("network.topology"):
             # without a fabric no sync strategy runs: such points would repeat the no-topology result under other
             # strategy names (rltrace replay refuses the same)

@@ -16,8 +16,9 @@ from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
+from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel
-from rltrace.replay.costmodels.validation import DTYPE_BYTES, track_record
+from rltrace.replay.costmodels.validation import DTYPE_BYTES
 
 
 class Kind(str, Enum):
@@ -107,21 +108,21 @@ def estimate(
         what = (f"training step of {tokens:,} tokens in {context:,}-token sequences on {gpus} GPUs ({precision}"
                 f"{f', ep {ep}' if ep > 1 else ''})")
     fits = kind is Kind.train or cost.fits(kv_tokens)
-    # the shipped measurements nearest this estimate (a profile's factors are not what they validate)
-    record = track_record(kind.value, arch.name, spec.name) if kind is not Kind.prefill and not profile else None
+    weights = precision or weights_precision(cost.model)
+    # the shipped measurements nearest this estimate (a profile's factors are not what they validate; no measurement
+    # times a prefill alone)
+    record = (track_record(kind.value, arch, spec.name, weights)
+              if kind is not Kind.prefill and not profile else None)
     if as_json:
         extra: dict[str, object] = {} if kind is Kind.train else {
             "fits": fits, "memory_needed_gb": cost.memory_needed_gb(kv_tokens)}
-        if record is not None:
-            extra["track_record"] = record.to_json()
-        print(json.dumps({**result.to_json(), **extra}))
+        print(json.dumps({**result.to_json(), **extra, "track_record": record.to_json() if record else None}))
         return
     if kind is Kind.train:
         print(f"{cost.model.name} on {cost.gpu.name}: {what}")
         a2a = f", expert all-to-alls {result.comm_s * 1e3:.3f} ms" if arch.is_moe and ep > 1 else ""
         print(f"  {result.seconds * 1e3:.3f} ms (compute {result.compute_s * 1e3:.3f} ms{a2a})")
     else:
-        weights = precision or {1: "fp8", 2: "bf16", 4: "fp32"}.get(cost.model.dtype_bytes, "bf16")
         print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}, {weights} weights): {what}")
         print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
               f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, "
@@ -141,9 +142,10 @@ def estimate(
     elif kind is Kind.prefill:
         print("  track record: no direct measurement of a prefill's time in the validation set (its TTFT points "
               "include queueing: docs/costmodels.md)")
+    else:
+        print("  track record: none for a profile's efficiencies (the validation holds the defaults)")
     if not fits:
         share = cost.rank_memory().share / 1e9
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights, activations, buffers "
               f"and KV cache; vLLM's {GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} "
               f"GB is {share:.1f} GB (it would preempt or queue)")
-

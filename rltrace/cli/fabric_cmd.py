@@ -17,6 +17,7 @@ from rltrace.errors import ConfigError
 from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.schedules import OPS
+from rltrace.replay.network.track_record import track_record
 from rltrace.replay.network.validation import (
     compare,
     multinode_compare,
@@ -24,7 +25,6 @@ from rltrace.replay.network.validation import (
     one_node_compare,
     one_node_summary,
     summary,
-    track_record,
 )
 from rltrace.replay.topologies import names, parse
 from rltrace.scalars import number
@@ -72,10 +72,11 @@ def bench(
     if not 2 <= n <= topo.gpus:
         raise ConfigError(f"--ranks must be in 2..{topo.gpus} for this topology, got {n}")
     prices = override(FabricPrices(), [(*parse_set(p, "--price"), f"--price {p!r}") for p in price or []], "--price")
-    result = collective(topo, op, n, parse_size(size), algorithm, dtype, protocol)
+    nbytes = parse_size(size)
+    result = collective(topo, op, n, nbytes, algorithm, dtype, protocol)
     cost = fabric_cost(topo, prices)
-    record = track_record(op, topo.gpu, n, topo.gpus_per_node, parse_size(size))
-    out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": parse_size(size), "topology": topology,
+    record = track_record(op, topo.gpu, n, topo.gpus_per_node, nbytes, getattr(topo, "nvswitch", True))
+    out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": nbytes, "topology": topology,
            "fabric_capex_usd": cost["capex_usd"], "track_record": record.to_json()}
     if as_json:
         print(json.dumps(out, indent=2))

@@ -23,7 +23,7 @@ from rltrace.errors import ConfigError
 from rltrace.limits import check_output
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.generation import RooflineGeneration
-from rltrace.replay.costmodels.validation import track_record
+from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
@@ -218,10 +218,11 @@ def _track_records(prepared: Prepared) -> list[str]:
     """The roofline generation's record on the public measurements nearest each job's model and GPU kind: only
     where it runs the validated defaults (a fitted trace, a profile or other efficiencies are not what was held
     against the measurements)."""
-    pairs = dict.fromkeys((g.model.name, g.gpu.name) for g in (job.generation for job in prepared.jobs)
-                          if isinstance(g, RooflineGeneration) and g.profile is None
-                          and (g.memory_efficiency, g.compute_efficiency) == (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY))
-    return [f"generation cost's {track_record('decode', model, gpu).line()}" for model, gpu in pairs]
+    generations = {(g.model.name, g.gpu.name): g for g in (job.generation for job in prepared.jobs)
+                   if isinstance(g, RooflineGeneration) and g.profile is None
+                   and (g.memory_efficiency, g.compute_efficiency) == (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY)}
+    records = (track_record("decode", g.model, g.gpu.name, weights_precision(g.model)) for g in generations.values())
+    return [f"generation cost's {record.line()}" for record in records]
 
 
 def _spread(source: Bundle, shape: Shape, config: ReplayConfig, prepared: Prepared,

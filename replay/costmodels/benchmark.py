@@ -77,9 +77,12 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
         raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: the weights, activations and buffers "
                           "leave no KV cache within vLLM's 0.9 of GPU memory")
     batch = min(concurrency, max_num_seqs, slots)
-    decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
     per_request = math.ceil(serving.shared_prefill_tokens(prompt_tokens, samples) / samples)
-    if serving.SCHEDULING[engine] == "prefill_first" and output_tokens > 1:  # lockstep waves
+    waves = serving.SCHEDULING[engine] == "prefill_first" and output_tokens > 1
+    if not waves:  # past the token budget the requests finish faster than prompts come in: it holds the running batch
+        batch = max(1, min(batch, roof.batched_tokens * output_tokens // (per_request + output_tokens)))
+    decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
+    if waves:  # lockstep waves
         # a prefill batch of the wave's prompts runs alone, before the decodes
         wave = roof.prefill(batch * per_request, batch).seconds
         stall = wave * (batch - 1) / (2 * batch * (output_tokens - 1))
@@ -90,12 +93,8 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
         # each prompt's chunks ride in iterations beside the other requests' decodes (Roofline.mixed_prefill): a
         # round of `output` iterations carries every running request's prompt once, several chunks an iteration
         # when there are more chunks than iterations, as many as the token budget leaves room for beside the decodes
-        # (past it the requests finish faster than prompts come in, and the running batch is what the budget holds)
-        budget = roof.batched_tokens
-        batch = max(1, min(batch, budget * output_tokens // (per_request + output_tokens)))
-        decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
         others = batch - 1
-        room = max(budget - others, 1)
+        room = max(roof.batched_tokens - others, 1)
         n = serving.chunks(per_request, room)
         # chunks of different prompts an iteration carries: as many as the round needs, at most one a request and
         # what the budget holds beside the decodes

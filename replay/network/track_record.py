@@ -56,8 +56,7 @@ def track_record(op: str, gpu: str, ranks: int, gpus_per_node: int, size_bytes: 
     one = nodes == 1
     bands = ONE_NODE_BANDS if one else SIZE_BANDS
     lo, hi, band = next(b for b in reversed(bands) if size_bytes >= b[0])  # the last band is open above
-    same = (pl.col("op") == op) & (pl.col("size_bytes") >= lo)
-    same = same & (pl.col("size_bytes") < hi) if band != bands[-1][2] else same
+    same = (pl.col("op") == op) & (pl.col("size_bytes") >= lo) & (pl.col("size_bytes") < hi)
     kind = pl.col("gpu") == gpu
     tiers: list[tuple[pl.Expr, str]] = []
     if one and nvswitch:  # the one-node sweeps ran 2, 4 and 8 GPUs of NVSwitch nodes

@@ -238,6 +238,25 @@ def test_the_fused_moe_kernel_slows_as_tensor_parallelism_narrows_each_experts_s
     assert slow.seconds - fast.seconds == pytest.approx(expert_flops / rate * 48 / width, rel=1e-9)
 
 
+@pytest.mark.parametrize(("gpu", "peak_tflops"), [("H100", 1978.9), ("A100", 312.0)])
+def test_the_fused_moe_curve_runs_on_the_fp8_peak_or_bf16_without_fp8_cores(gpu: str, peak_tflops: float) -> None:
+    """The catalog's fused-MoE curve is a share of the FP8 peak; an A100 has no FP8 cores, so its curve (SGLang's
+    Triton table, BF16 rows) is a share of the BF16 peak, and a BF16 prompt's experts run at it, not at the dense
+    compute efficiency."""
+    part = get_gpu(gpu)
+    width = 352.0  # GLM-4.5-Air's 1,408-wide experts at TP 4
+    share = part.moe_compute_efficiency * width / (width + part.moe_half_width)
+    assert part.moe_flops(width) == pytest.approx(peak_tflops * 1e12 * share)
+    assert 0.25 < part.moe_flops(width) / part.flops_for(2) < 0.32  # of the BF16 peak: under the dense GEMMs' 0.7
+    bf16 = dataclasses.replace(TINY, expert_intermediate=1408, dtype_bytes=2)
+    with_curve = Roofline(model=bf16, gpu=part, tp=4, kernel_floors=False).prefill(8192)
+    dense_rate = Roofline(model=bf16, gpu=dataclasses.replace(part, moe_compute_efficiency=0.0, moe_half_width=0.0),
+                          tp=4, kernel_floors=False).prefill(8192)
+    expert_flops = 2 * 8192 * bf16.expert_params * bf16.experts_per_token * bf16.moe_layers / 4
+    extra = expert_flops / part.moe_flops(width) - expert_flops / (part.flops_for(2) * COMPUTE)
+    assert with_curve.seconds - dense_rate.seconds == pytest.approx(extra, rel=1e-9)
+
+
 def test_a_memory_bound_moe_layer_is_the_fused_ops_fixed_time_plus_its_experts_streamed() -> None:
     """Where the GPU's kernel table gives them, a memory-bound MoE layer's routed experts cost moe_fixed_us (routing,
     align, quantization, the grouped GEMMs' fill, the weighted sum: one fused op in a CUDA graph) plus the touched

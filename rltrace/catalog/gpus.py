@@ -50,12 +50,12 @@ class GPUSpec:
     """where ``sm_count`` and ``sm_clock_mhz`` come from (program output or a document, cited)"""
     moe_compute_efficiency: float = 0.0
     """the ceiling of the rate the serving engine's fused-MoE kernel computes at when compute-bound, as a fraction of
-    the part's FP8 peak whatever the experts' type (the public kernel tables' block-FP8 rows:
-    benchmarks/moe_kernel_efficiency.py); 0: unknown, the routed experts' GEMMs then take the cost model's compute
-    efficiency like every other GEMM"""
+    the part's FP8 peak (BF16's on a part without FP8 cores) whatever the experts' type (the public kernel tables'
+    block-FP8 rows, BF16 rows on the A100: benchmarks/moe_kernel_efficiency.py); 0: unknown, the routed experts'
+    GEMMs then take the cost model's compute efficiency like every other GEMM"""
     moe_half_width: float = 0.0
     """the expert width on one rank (``expert_intermediate / tp``; whole experts under expert parallelism) at which the
-    fused-MoE kernel reaches half its ceiling: its rate is ``ceiling x w / (w + moe_half_width)`` of the FP8 peak (0:
+    fused-MoE kernel reaches half its ceiling: its rate is ``ceiling x w / (w + moe_half_width)`` of that peak (0:
     the ceiling at every width)"""
     moe_fixed_us: float = 0.0
     """GPU time of one fused-MoE layer beyond its weight reads, in a CUDA graph: routing from the router's logits,

@@ -10,7 +10,7 @@ import pytest
 from helpers import require_shared, run_cli
 from rltrace.replay.costmodels import Roofline, serving
 from rltrace.replay.costmodels.parallel import tp_allreduce_seconds
-from rltrace.replay.costmodels.profile import fit_gemm_stream
+from rltrace.replay.costmodels.profile import fit_gemm_compute, fit_gemm_stream
 from rltrace.replay.costmodels.training import DENSE_TRAIN_MFU_BY_GPU, default_mfu, step_seconds
 
 from rltrace.catalog import get_gpu, get_model
@@ -149,6 +149,24 @@ def test_a_gpu_gemm_is_a_ramp_plus_its_bytes_at_the_streaming_fraction_fitted_to
     assert gpu.seconds > gemms * ramp + weights / (fraction * hbm)
     cpu_like = Roofline(model=LLAMA, gpu=H100, kernel_floors=False, memory_efficiency=0.6).decode(batch=1, context=0)
     assert cpu_like.seconds == pytest.approx(weights / (0.6 * hbm) + 4 * LLAMA.vocab * 4 / (0.6 * hbm), rel=1e-6)
+
+
+def test_an_fp8_gemm_reaches_the_share_of_its_peak_the_h100_table_gives_fp8_not_bf16s() -> None:
+    """serving.FP8_GEMM_SHARE is the H100 table's FP8 compute-bound median over its BF16 one (re-fitted here); a
+    compute-bound FP8 prefill runs its GEMMs at the FP8 peak x compute_efficiency x that share, a BF16 one (and FP8
+    weights on a part without FP8 cores) at its peak x compute_efficiency."""
+    fit = {row["weight_bytes"]: row for row in
+           fit_gemm_compute(require_shared("kernels/h100/aic_gemm_perf.parquet")).iter_rows(named=True)}
+    assert fit[2]["share"] == pytest.approx(0.750, abs=0.001)  # the calibration's BF16 compute factor
+    assert fit[1]["share"] / fit[2]["share"] == pytest.approx(serving.FP8_GEMM_SHARE, abs=0.001)
+    assert min(fit[1]["kernels"], fit[2]["kernels"]) > 9000
+    layers = 2 * 8192 * (_gemm_params(LLAMA) - LLAMA.vocab * LLAMA.hidden)  # one chunk's projections; not the LM head
+    a100 = get_gpu("A100")
+    for gpu, rate in [(H100, H100.fp8_tflops * 1e12 * 0.7 * serving.FP8_GEMM_SHARE), (a100, a100.flops * 0.7)]:
+        bf16, fp8 = (Roofline(model=dataclasses.replace(LLAMA, dtype_bytes=wb), gpu=gpu, kernel_floors=False,
+                              compute_efficiency=0.7).prefill(8192) for wb in (2, 1))
+        # compute-bound: only the projections' rate differs (attention, the LM head and the KV stay BF16)
+        assert bf16.seconds - fp8.seconds == pytest.approx(layers / (gpu.flops * 0.7) - layers / rate, rel=1e-6)
 
 
 @pytest.mark.parametrize(("share", "fits"), [(0.85, True), (0.899, True), (0.901, False), (0.95, False)])

@@ -141,6 +141,30 @@ def fit_gemm_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+
+def fit_gemm_compute(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
+    """The share of its own peak a compute-bound GEMM reaches, per weight dtype, in aiconfigurator's GEMM table at
+    ``path``: the median of ``2 m n k / peak / latency`` over the kernels whose FLOPs at the peak outlast their bytes
+    (weights at the dtype's width, BF16 activations in and out) at full HBM bandwidth; BF16 against the BF16 peak,
+    FP8 (per-tensor scaled) against the FP8 peak. One row per dtype: weight_bytes, share, kernels.
+    :data:`.serving.FP8_GEMM_SHARE` is the FP8 row over the BF16 row of the H100 table."""
+    part = get_gpu(gpu)
+    table = pl.read_parquet(path)
+    rows = []
+    for dtype, wb in _AIC_DTYPES.items():
+        one = table.filter(pl.col("gemm_dtype") == dtype)
+        if not one.height:
+            continue
+        m, n, k = (one[c].to_numpy().astype(float) for c in ("m", "n", "k"))
+        peak = part.flops_for(wb)
+        compute = 2 * m * n * k / peak
+        bound = compute >= (n * k * wb + m * (k + n) * 2) / part.hbm_bytes_per_s
+        share = compute[bound] / (one["latency"].to_numpy()[bound] * 1e-3)
+        rows.append({"weight_bytes": wb, "share": float(np.median(share)), "kernels": int(bound.sum())})
+    if not rows:
+        raise ConfigError(f"{path}: no bfloat16 or fp8 GEMMs")
+    return pl.DataFrame(rows)
+
 @dataclass(frozen=True, slots=True)
 class Factors:
     """Roofline factors for one GPU kind and TP degree, from a profile."""

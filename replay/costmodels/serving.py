@@ -39,6 +39,11 @@ ELEMENTWISE_FLOOR_S = GEMM_FLOOR_S  # norms, rotary, activation, top-k: no table
 GEMM_STREAM = {2: (3.05e-6, 0.826), 1: (4.87e-6, 0.822)}
 """(ramp seconds, fraction of HBM) of a memory-bound GEMM by weight bytes per parameter (BF16, FP8): fitted to
 aic_gemm_perf.parquet's m <= 16 kernels by :func:`.profile.fit_gemm_stream` (tests/test_costmodels.py re-fits it)"""
+FP8_GEMM_SHARE = 0.636
+"""a compute-bound FP8 GEMM's share of the FP8 peak over a BF16 GEMM's share of the BF16 peak: 0.477 against 0.750 in
+aic_gemm_perf.parquet (medians of 9,080 per-tensor FP8 and 11,014 BF16 compute-bound kernels,
+:func:`.profile.fit_gemm_compute`; tests/test_costmodels.py re-fits it). FP8 GEMMs run 1.27x BF16's FLOP/s, not 2x:
+the FP8 peak x ``compute_efficiency`` x this"""
 EAGER_LAUNCH_S = 4e-6
 """host time to launch one kernel outside a CUDA graph (PyTorch op dispatch plus cudaLaunchKernel: NVIDIA's
 'Getting Started with CUDA Graphs' blog measures launch-bound kernels at 3.8 us each without graphs)"""

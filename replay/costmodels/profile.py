@@ -13,7 +13,7 @@ row per (gpu, tp, regime); ``load_profile`` turns it into the factors a :class:`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,30 +116,32 @@ STREAM_MAX_M = 16  # rows of a decode-sized GEMM: <= 16 FLOP per byte, far below
 _AIC_DTYPES = {"bfloat16": 2, "fp8": 1}  # aiconfigurator's gemm_dtype -> weight bytes (fp8: per-tensor scaled)
 
 
+def _gemms_by_dtype(table: pl.DataFrame) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per aiconfigurator GEMM dtype the table holds: (weight bytes, m, n, k, seconds) of its kernels."""
+    for dtype, wb in _AIC_DTYPES.items():
+        one = table.filter(pl.col("gemm_dtype") == dtype)
+        if one.height:
+            m, n, k = (one[c].to_numpy().astype(float) for c in ("m", "n", "k"))
+            yield wb, m, n, k, one["latency"].to_numpy() * 1e-3
+
+
 def fit_gemm_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
     """A memory-bound GEMM's time as ``ramp + bytes / (efficiency x HBM)``, fitted per weight dtype to the m <=
     :data:`STREAM_MAX_M` kernels of aiconfigurator's GEMM table at ``path`` (least squares in relative error,
     so small and large kernels weigh alike); one row per dtype: weight_bytes, ramp_s, efficiency, kernels and
     the fit's median |error|. :data:`.serving.GEMM_STREAM` holds this fit of the H100 table."""
     hbm = get_gpu(gpu).hbm_bytes_per_s
-    table = pl.read_parquet(path).filter(pl.col("m") <= STREAM_MAX_M)
     rows = []
-    for dtype, wb in _AIC_DTYPES.items():
-        one = table.filter(pl.col("gemm_dtype") == dtype)
-        if not one.height:
-            continue
-        m, n, k = (one[c].to_numpy().astype(float) for c in ("m", "n", "k"))
+    for wb, m, n, k, seconds in _gemms_by_dtype(pl.read_parquet(path).filter(pl.col("m") <= STREAM_MAX_M)):
         nbytes = n * k * wb + m * (k + n) * 2  # weights, plus BF16 activations in and out
-        seconds = one["latency"].to_numpy() * 1e-3
         (ramp, per_byte), *_ = np.linalg.lstsq(np.stack([1 / seconds, nbytes / seconds], 1), np.ones_like(seconds),
                                                rcond=None)
         error = np.abs((ramp + per_byte * nbytes) / seconds - 1)
         rows.append({"weight_bytes": wb, "ramp_s": float(ramp), "efficiency": float(1 / (per_byte * hbm)),
-                     "kernels": one.height, "median_abs_error": float(np.median(error))})
+                     "kernels": len(seconds), "median_abs_error": float(np.median(error))})
     if not rows:
         raise ConfigError(f"{path}: no bfloat16 or fp8 GEMMs with m <= {STREAM_MAX_M}")
     return pl.DataFrame(rows)
-
 
 
 def fit_gemm_compute(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
@@ -149,21 +151,16 @@ def fit_gemm_compute(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
     FP8 (per-tensor scaled) against the FP8 peak. One row per dtype: weight_bytes, share, kernels.
     :data:`.serving.FP8_GEMM_SHARE` is the FP8 row over the BF16 row of the H100 table."""
     part = get_gpu(gpu)
-    table = pl.read_parquet(path)
     rows = []
-    for dtype, wb in _AIC_DTYPES.items():
-        one = table.filter(pl.col("gemm_dtype") == dtype)
-        if not one.height:
-            continue
-        m, n, k = (one[c].to_numpy().astype(float) for c in ("m", "n", "k"))
-        peak = part.flops_for(wb)
-        compute = 2 * m * n * k / peak
+    for wb, m, n, k, seconds in _gemms_by_dtype(pl.read_parquet(path)):
+        compute = 2 * m * n * k / part.flops_for(wb)
         bound = compute >= (n * k * wb + m * (k + n) * 2) / part.hbm_bytes_per_s
-        share = compute[bound] / (one["latency"].to_numpy()[bound] * 1e-3)
+        share = compute[bound] / seconds[bound]
         rows.append({"weight_bytes": wb, "share": float(np.median(share)), "kernels": int(bound.sum())})
     if not rows:
         raise ConfigError(f"{path}: no bfloat16 or fp8 GEMMs")
     return pl.DataFrame(rows)
+
 
 @dataclass(frozen=True, slots=True)
 class Factors:

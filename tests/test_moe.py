@@ -238,6 +238,21 @@ def test_the_fused_moe_kernel_slows_as_tensor_parallelism_narrows_each_experts_s
     assert slow.seconds - fast.seconds == pytest.approx(expert_flops / rate * 48 / width, rel=1e-9)
 
 
+@pytest.mark.parametrize("floors", [True, False])
+def test_fp8_experts_without_a_moe_curve_run_at_the_dense_fp8_gemm_rate(floors: bool) -> None:
+    """A part with no fused-MoE curve (H20, a user's part) computes its FP8 experts as any FP8 GEMM: at the FP8 peak
+    x compute_efficiency x FP8_GEMM_SHARE, i.e. as a flat curve at that share would, in the fused op (kernel floors
+    on, the table's fixed part and streaming rate kept) and as two GEMMs (floors off)."""
+    fp8 = dataclasses.replace(get_model("Qwen3-30B-A3B"), dtype_bytes=1)  # experts large enough to be compute-bound
+    none = dataclasses.replace(H100, moe_compute_efficiency=0.0, moe_half_width=0.0)
+    flat = dataclasses.replace(H100, moe_compute_efficiency=COMPUTE * serving.FP8_GEMM_SHARE, moe_half_width=0.0)
+    for tokens in (16, 8192):
+        without, with_flat = (Roofline(model=fp8, gpu=g, kernel_floors=floors).prefill(tokens) for g in (none, flat))
+        assert without.seconds == pytest.approx(with_flat.seconds, rel=1e-12)
+    curve = Roofline(model=fp8, gpu=H100, kernel_floors=floors).prefill(8192)
+    assert curve.seconds > without.seconds  # H100's curve at 768 columns: 0.21 of the FP8 peak, not 0.45
+
+
 @pytest.mark.parametrize(("gpu", "peak_tflops"), [("H100", 1978.9), ("A100", 312.0)])
 def test_the_fused_moe_curve_runs_on_the_fp8_peak_or_bf16_without_fp8_cores(gpu: str, peak_tflops: float) -> None:
     """The catalog's fused-MoE curve is a share of the FP8 peak; an A100 has no FP8 cores, so its curve (SGLang's

@@ -13,7 +13,7 @@ row per (gpu, tp, regime); ``load_profile`` turns it into the factors a :class:`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,13 +116,14 @@ STREAM_MAX_M = 16  # rows of a decode-sized GEMM: <= 16 FLOP per byte, far below
 _AIC_DTYPES = {"bfloat16": 2, "fp8": 1}  # aiconfigurator's gemm_dtype -> weight bytes (fp8: per-tensor scaled)
 
 
-def _gemms_by_dtype(table: pl.DataFrame) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Per aiconfigurator GEMM dtype the table holds: (weight bytes, m, n, k, seconds) of its kernels."""
-    for dtype, wb in _AIC_DTYPES.items():
+def _gemms_by_dtype(table: pl.DataFrame, dtypes: Mapping[str, int] = _AIC_DTYPES,
+                    ) -> Iterator[tuple[str, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per GEMM dtype of ``dtypes`` the table holds: (dtype, weight bytes, m, n, k, seconds) of its kernels."""
+    for dtype, wb in dtypes.items():
         one = table.filter(pl.col("gemm_dtype") == dtype)
         if one.height:
             m, n, k = (one[c].to_numpy().astype(float) for c in ("m", "n", "k"))
-            yield wb, m, n, k, one["latency"].to_numpy() * 1e-3
+            yield dtype, wb, m, n, k, one["latency"].to_numpy() * 1e-3
 
 
 def fit_gemm_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
@@ -132,7 +133,7 @@ def fit_gemm_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
     the fit's median |error|. :data:`.serving.GEMM_STREAM` holds this fit of the H100 table."""
     hbm = get_gpu(gpu).hbm_bytes_per_s
     rows = []
-    for wb, m, n, k, seconds in _gemms_by_dtype(pl.read_parquet(path).filter(pl.col("m") <= STREAM_MAX_M)):
+    for _, wb, m, n, k, seconds in _gemms_by_dtype(pl.read_parquet(path).filter(pl.col("m") <= STREAM_MAX_M)):
         nbytes = n * k * wb + m * (k + n) * 2  # weights, plus BF16 activations in and out
         (ramp, per_byte), *_ = np.linalg.lstsq(np.stack([1 / seconds, nbytes / seconds], 1), np.ones_like(seconds),
                                                rcond=None)
@@ -144,21 +145,31 @@ def fit_gemm_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def fit_gemm_compute(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
-    """The share of its own peak a compute-bound GEMM reaches, per weight dtype, in aiconfigurator's GEMM table at
-    ``path``: the median of ``2 m n k / peak / latency`` over the kernels whose FLOPs at the peak outlast their bytes
-    (weights at the dtype's width, BF16 activations in and out) at full HBM bandwidth; BF16 against the BF16 peak,
-    FP8 (per-tensor scaled) against the FP8 peak. One row per dtype: weight_bytes, share, kernels.
-    :data:`.serving.FP8_GEMM_SHARE` is the FP8 row over the BF16 row of the H100 table."""
+def fit_gemm_compute(path: str | Path, gpu: str = "H100", dtypes: Mapping[str, int] = _AIC_DTYPES) -> pl.DataFrame:
+    """The share of its own peak a compute-bound GEMM reaches, per GEMM dtype, in aiconfigurator's GEMM table at
+    ``path`` timed on ``gpu``: the median of ``2 m n k / peak / latency`` over the kernels whose FLOPs at the peak
+    outlast their bytes (weights at the dtype's width, BF16 activations in and out) at full HBM bandwidth; a 2-byte
+    dtype against the BF16 peak, a 1-byte one (``dtypes`` maps aiconfigurator's ``gemm_dtype`` to weight bytes:
+    per-tensor ``fp8`` by default, ``fp8_block`` on request) against the FP8 peak. One row per dtype the table
+    holds: dtype, weight_bytes, share, kernels. :data:`.serving.FP8_GEMM_SHARE` is the fp8 row over the bfloat16
+    row of the H100 table. A 1-byte dtype on a part without FP8 cores, a dtype without a compute-bound kernel, or a
+    share above 1 (the table was timed on another part) is a ConfigError."""
     part = get_gpu(gpu)
+    one_byte = [dtype for dtype, wb in dtypes.items() if wb == 1]
+    if one_byte and not part.fp8_tflops:
+        raise ConfigError(f"{part.name} has no FP8 peak to hold {', '.join(one_byte)} GEMMs against")
     rows = []
-    for wb, m, n, k, seconds in _gemms_by_dtype(pl.read_parquet(path)):
+    for dtype, wb, m, n, k, seconds in _gemms_by_dtype(pl.read_parquet(path), dtypes):
         compute = 2 * m * n * k / part.flops_for(wb)
         bound = compute >= (n * k * wb + m * (k + n) * 2) / part.hbm_bytes_per_s
-        share = compute[bound] / seconds[bound]
-        rows.append({"weight_bytes": wb, "share": float(np.median(share)), "kernels": int(bound.sum())})
+        if not bound.any():
+            raise ConfigError(f"{path}: no compute-bound {dtype} GEMM on {part.name}")
+        share = float(np.median(compute[bound] / seconds[bound]))
+        if share > 1:
+            raise ConfigError(f"{path}: {dtype} GEMMs run at {share:.2f}x {part.name}'s peak: timed on another part")
+        rows.append({"dtype": dtype, "weight_bytes": wb, "share": share, "kernels": int(bound.sum())})
     if not rows:
-        raise ConfigError(f"{path}: no bfloat16 or fp8 GEMMs")
+        raise ConfigError(f"{path}: no GEMMs of {', '.join(dtypes)}")
     return pl.DataFrame(rows)
 
 

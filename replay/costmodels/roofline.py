@@ -184,8 +184,8 @@ class Roofline:
 
     def _kernel(self, nbytes: np.ndarray | float, flops: np.ndarray | float, width: int,
                 rate: float | None = None) -> np.ndarray:
-        """A GEMM's time on weights of ``width`` bytes per element, its FLOPs at ``rate`` FLOP/s (None: the part's
-        peak for that width, FP8's for one byte, at :attr:`compute_efficiency`)."""
+        """A GEMM's time on weights of ``width`` bytes per element, its FLOPs at ``rate`` FLOP/s (None: the dense GEMM
+        rate for that width, :meth:`_gemm_flops`)."""
         compute = np.asarray(flops) / (rate or self._gemm_flops(width))
         if not (self._floors and self.gemm_ramp):
             t = np.maximum(np.asarray(nbytes) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency), compute)

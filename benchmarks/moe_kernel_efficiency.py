@@ -71,14 +71,17 @@ TABLES = {  # GPU kind -> its table (vLLM's newest where it has balanced-routing
 }
 # H20 and H800 have no table: the catalog gives H800 H100's figures (the same die and clocks) and leaves H20 at the
 # dense compute efficiency
-A100_VLLM_CHECK = Table(folder="a100_sxm", engine="vllm", release="0.14.0", dtype="bfloat16", bytes_per_element=2)
+CHECKS = {  # GPU kind -> (a second table, its routing): printed beside the fit, not used
+    "A100": (Table(folder="a100_sxm", engine="vllm", release="0.14.0", dtype="bfloat16", bytes_per_element=2),
+             "power_law_1.01"),
+}
 MIN_ROWS_PER_EXPERT = 256
 SHAPE = ("hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size")
 
 
-def shares(table: pl.DataFrame, dtype: str, peak_tflops: float) -> pl.DataFrame:
+def shares(table: pl.DataFrame, dtype: str, peak_tflops: float, distribution: str = "balanced") -> pl.DataFrame:
     """Median share of ``peak_tflops`` per model shape and TP size (compute-bound rows), with the width per rank."""
-    rows = table.filter(pl.col("distribution") == "balanced", pl.col("moe_dtype") == dtype,
+    rows = table.filter(pl.col("distribution") == distribution, pl.col("moe_dtype") == dtype,
                         pl.col("moe_ep_size") == 1,
                         pl.col("num_tokens") * pl.col("topk") >= MIN_ROWS_PER_EXPERT * pl.col("num_experts"))
     flops = pl.col("num_tokens") * pl.col("topk") * 3 * pl.col("hidden_size") * pl.col("inter_size") * 2
@@ -152,11 +155,11 @@ def main() -> None:
         print(f"  memory-bound: fixed {fixed * 1e6:.1f} us, weights at {stream:.3f} of HBM ({len(rel)} rows, |error| "
               f"median {np.median(np.abs(rel)):.1%}, 90th percentile {np.percentile(np.abs(rel), 90):.1%}, worst "
               f"{np.abs(rel).max():.1%})")
-        if kind == "A100":  # vLLM's own A100 table times skewed routing only: its compute-bound rows as a check
-            check = read(base, A100_VLLM_CHECK).filter(pl.col("distribution") == "power_law_1.01")
-            check_points = shares(check.with_columns(distribution=pl.lit("balanced")), "bfloat16", peak)
+        if kind in CHECKS:  # e.g. vLLM's own A100 table, skewed routing only: its compute-bound rows
+            other, routing = CHECKS[kind]
+            check_points = shares(read(base, other), other.dtype, peak, routing)
             c_ceiling, c_half = fit(check_points)
-            print(f"  check, vLLM {A100_VLLM_CHECK.release}'s power_law_1.01 rows (compute-bound): ceiling "
+            print(f"  check, {other.engine} {other.release}'s {routing} rows (compute-bound): ceiling "
                   f"{c_ceiling:.3f}, half width {c_half:.0f} ({check_points.height} shape x TP points)")
 
 

@@ -175,7 +175,7 @@ def test_a_compute_bound_fp8_gemm_runs_at_the_fp8_peak_times_the_share() -> None
                               compute_efficiency=0.7).prefill(8192) for wb in (2, 1))
         # compute-bound: only the projections' rate differs (attention, the LM head and the KV stay BF16)
         assert bf16.seconds - fp8.seconds == pytest.approx(layers / (gpu.flops * 0.7) - layers / rate, rel=1e-6)
-        assert fp8.compute_s == pytest.approx(fp8.flops / rate)  # the reported bound uses the same rate
+        assert bf16.compute_s - fp8.compute_s == pytest.approx(bf16.seconds - fp8.seconds, rel=1e-6)  # as reported
 
 
 @pytest.mark.parametrize(("share", "fits"), [(0.85, True), (0.899, True), (0.901, False), (0.95, False)])

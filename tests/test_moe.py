@@ -251,6 +251,8 @@ def test_fp8_experts_without_a_moe_curve_run_at_the_dense_fp8_gemm_rate(floors: 
         assert without.seconds == pytest.approx(with_flat.seconds, rel=1e-12)
     curve = Roofline(model=fp8, gpu=H100, kernel_floors=floors).prefill(8192)
     assert curve.seconds > without.seconds  # H100's curve at 768 columns: 0.21 of the FP8 peak, not 0.45
+    # the report counts the experts at the rate they ran at: what it calls fixed parts is not the curve's slowdown
+    assert curve.floor_s < 0.02 * curve.seconds
 
 
 @pytest.mark.parametrize(("gpu", "peak_tflops"), [("H100", 1978.9), ("A100", 312.0)])

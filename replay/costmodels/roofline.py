@@ -92,6 +92,9 @@ class _Layers(NamedTuple):
     """the weights' bytes over the bandwidth each kernel streams them at (ramps and fixed parts aside): the
     memory-bound share a report shows"""
     experts: np.ndarray
+    compute_s: np.ndarray
+    """each kernel's FLOPs at the rate it computes at (the fused-MoE curve for routed experts, the FP8 share for FP8
+    GEMMs): the compute-bound share a report shows"""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -233,16 +236,18 @@ class Roofline:
         flops = np.zeros_like(t)
         nbytes = np.zeros_like(t)
         stream = np.zeros_like(t)
+        compute = np.zeros_like(t)
 
         def add(
             params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None,
             width: int = wb, rate: float | None = None,
         ) -> None:
-            nonlocal seconds, flops, nbytes, stream
+            nonlocal seconds, flops, nbytes, stream, compute
             b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp
             seconds = seconds + count * self._kernel(b, f, width, rate)
             flops = flops + count * f
+            compute = compute + count * f / (rate or self._gemm_flops(width))
             nbytes = nbytes + count * b
             stream = stream + count * b / self._gemm_bandwidth
 
@@ -272,6 +277,7 @@ class Roofline:
                 rate = moe or self._gemm_flops(wb)
                 seconds = seconds + m.moe_layers * np.maximum(self.gpu.moe_fixed_us * 1e-6 + streamed, f / rate)
                 flops = flops + m.moe_layers * f
+                compute = compute + m.moe_layers * f / rate
                 nbytes = nbytes + m.moe_layers * b
                 stream = stream + m.moe_layers * streamed  # at the op's own fraction of HBM; its fixed part is a floor
             else:
@@ -284,7 +290,7 @@ class Roofline:
             routing = 0 if self._fused_moe else serving.MOE_ELEMENTWISE  # the fused op's fixed part holds them
             elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * routing
             seconds = seconds + elementwise * serving.ELEMENTWISE_FLOOR_S
-        return _Layers(seconds, flops, nbytes, stream, experts)
+        return _Layers(seconds, flops, nbytes, stream, experts, compute)
 
     def _serving_ep(self) -> None:
         if self.ep not in (1, self.tp):
@@ -364,7 +370,7 @@ class Roofline:
         m = self.model
         b = np.array([batch])
         rows = serving.padded_tokens(b) if self._floors else b
-        _, gflops, gbytes, gstream, experts = (float(x[0]) for x in self._layers(rows))
+        _, gflops, gbytes, gstream, experts, gcompute = (float(x[0]) for x in self._layers(rows))
         table = float(self.decode_table(b)[0])
         attended = batch * m.attended(context)
         per_c, per_m = self._attention_per_ctx
@@ -375,7 +381,7 @@ class Roofline:
         seconds = max(per_c * attended, table + per_m * attended) + engine
         flops = gflops + m.attention_flops_per_token / self.tp * attended
         nbytes = gbytes + kv_read
-        compute_s = flops / self._gemm_flops(m.dtype_bytes)
+        compute_s = gcompute + per_c * attended  # every kernel at its own rate (attention at BF16's)
         memory_s = gstream + per_m * attended
         floor = max(seconds - engine - comm - max(compute_s, memory_s), 0.0)
         bound = "launch" if floor > max(compute_s, memory_s) else ("compute" if compute_s >= memory_s else "memory")
@@ -397,7 +403,8 @@ class Roofline:
         chunk = total / n
         # logits at each request's last scheduled token: a chunk holds its share of the requests, at least one
         requests = max(prompts * samples / n, 1.0)
-        gemm, gflops, gbytes, gstream, experts = (float(x[0]) for x in self._layers(np.array([chunk]), requests))
+        layers = self._layers(np.array([chunk]), requests)
+        gemm, gflops, gbytes, gstream, experts, gcompute = (float(x[0]) for x in layers)
         # causal attention: each prompt's own pairs, and the later samples' recomputed tail against the prompt
         pairs = prompts * per_prompt * per_prompt / 2 + prompts * extra * recomputed * per_prompt
         attn_flops = m.prefill_attention_flops_per_token / self.tp * pairs
@@ -409,7 +416,7 @@ class Roofline:
         sampler = float(self._sampler(prompts * samples))
         seconds = n * gemm + attention + floor + sampler + comm
         flops = n * gflops + attn_flops
-        compute_s = flops / self._gemm_flops(m.dtype_bytes)
+        compute_s = n * gcompute + attn_flops / flop_s  # every kernel at its own rate (attention at BF16's)
         memory_s = n * gstream + kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
         bound = "compute" if compute_s >= memory_s else "memory"
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,

@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 from rltrace.replay.costmodels.profile import fit_gemm_compute
 
+from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 PARTS = {"h100_sxm": "H100", "h200_sxm": "H200", "b200_sxm": "B200", "a100_sxm": "A100"}  # folder -> catalog kind
@@ -34,11 +35,12 @@ def main() -> None:
     rows = []
     for folder, kind in PARTS.items():
         for table in sorted(base.glob(f"{folder}/gemm/*/*/gemm_perf.parquet")):
-            dtypes = DTYPES if kind != "A100" else {"bfloat16": 2}  # no FP8 cores: no FP8 rows to hold
+            # a part without FP8 cores has no FP8 peak to hold FP8 rows against
+            dtypes = DTYPES if get_gpu(kind).fp8_tflops else {d: b for d, b in DTYPES.items() if b == 2}
             try:
                 fit = {r["dtype"]: r["share"] for r in fit_gemm_compute(table, kind, dtypes).iter_rows(named=True)}
-            except ConfigError as e:
-                rows.append({"gpu": kind, "table": f"{table.parts[-3]} {table.parts[-2]}", "note": str(e)})
+            except ConfigError as e:  # e.g. a dtype with no compute-bound kernel: say so, go on
+                print(f"{kind} {table.parts[-3]} {table.parts[-2]}: {e}")
                 continue
             bf16 = fit.get("bfloat16")
             rows.append({"gpu": kind, "table": f"{table.parts[-3]} {table.parts[-2]}", "bf16": bf16,

@@ -245,9 +245,10 @@ class Roofline:
             nonlocal seconds, flops, nbytes, stream, compute
             b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp
-            seconds = seconds + count * self._kernel(b, f, width, rate)
+            flop_s = rate or self._gemm_flops(width)
+            seconds = seconds + count * self._kernel(b, f, width, flop_s)
             flops = flops + count * f
-            compute = compute + count * f / (rate or self._gemm_flops(width))
+            compute = compute + count * f / flop_s
             nbytes = nbytes + count * b
             stream = stream + count * b / self._gemm_bandwidth
 

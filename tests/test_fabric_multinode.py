@@ -398,6 +398,39 @@ def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
     assert rows.height == multinode_compare().height
 
 
+def test_fabric_validate_holds_the_model_against_runs_of_your_own(tmp_path) -> None:
+    # one cluster's rows without the optional columns (algorithm, settings, nvswitch, network: auto, none, true, ib)
+    mine = pl.read_csv(MULTINODE_CSV).filter(pl.col("cluster") == "voltagepark-h100-ib")
+    mine.drop("algorithm", "settings", "nvswitch", "network").write_csv(tmp_path / "mine.csv")
+    table = run_cli("fabric", "validate", "--runs", str(tmp_path / "mine.csv"), "--no-one-node")
+    assert table.returncode == 0, table.stderr
+    assert "mine.csv" in table.stdout and "broadcast" in table.stdout and "aiconfigurator" not in table.stdout
+    assert f"< 64 MB: {mine.filter(pl.col('size_bytes') < 64 << 20).height} points" in table.stdout
+    points = pl.DataFrame(json.loads(run_cli("fabric", "validate", "--runs", str(tmp_path / "mine.csv"),
+                                             "--runs", str(MULTINODE_CSV), "--json").stdout))
+    packaged = multinode_compare().filter(pl.col("cluster") == "voltagepark-h100-ib")
+    # the packaged rows state only defaults for this cluster, so their model times are the same as the bare file's
+    assert points.height == mine.height + multinode_compare().height
+    assert points.head(mine.height)["model_s"].to_list() == packaged["model_s"].to_list()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"gpu": "V100"}, "mine.csv: row 2: unknown GPU kind 'V100'"),
+    ({"op": "allreduce"}, "mine.csv: row 2: unknown collective 'allreduce'"),
+    ({"dtype": "int3"}, "mine.csv: row 2: unknown dtype 'int3'"),
+    ({"nodes": 1.5}, "column nodes must hold whole numbers"),
+    ({"nodes": 1, "gpus_per_node": 1}, "a collective needs at least 2 GPUs"),
+    ({"time_us": 0}, "column time_us must be above 0"),
+    ({"nic_gbps": "fast"}, "column nic_gbps holds values that are not numbers"),
+])
+def test_a_bad_run_of_your_own_is_one_line_and_exit_2(tmp_path, change: dict, message: str) -> None:
+    rows = pl.read_csv(MULTINODE_CSV).head(2)
+    rows.with_columns(pl.lit(v).alias(c) for c, v in change.items()).write_csv(tmp_path / "mine.csv")
+    result = run_cli("fabric", "validate", "--runs", str(tmp_path / "mine.csv"))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, cpu, gpu,"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"],

@@ -168,12 +168,25 @@ def _band_order(bands: _Bands) -> pl.Expr:
     return pl.col("size_band").replace_strict({name: i for i, (*_, name) in enumerate(bands)})
 
 
+MULTINODE_COLUMNS = ("source", "cluster", "gpu", "nodes", "gpus_per_node", "nics_per_node", "nic_gbps", "op", "dtype",
+                     "size_bytes", "time_us")
+_COUNTS = ("nodes", "gpus_per_node", "nics_per_node", "size_bytes")  # whole numbers above 0
+
+
 def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
-    """The multi-node validation rows (see the CSV's columns); ConfigError when the file is missing."""
+    """The multi-node validation rows (see the CSV's columns; ``algorithm``, ``settings``, ``nvswitch`` and
+    ``network`` are optional: auto, none, true, ib); what is wrong with the file, as a ConfigError."""
     if not Path(path).exists():
         raise ConfigError(f"{path}: no multi-node validation table")
-    return read_table(Path(path), ("source", "cluster", "gpu", "nodes", "gpus_per_node", "nics_per_node", "nic_gbps",
-                                   "op", "dtype", "size_bytes", "time_us"))
+    rows = read_table(Path(path), MULTINODE_COLUMNS, positive=(*_COUNTS, "nic_gbps", "time_us"))
+    for c in _COUNTS:
+        if not bool((rows[c] == rows[c].round()).all()):
+            raise ConfigError(f"{path}: column {c} must hold whole numbers")
+    rows = rows.with_columns(pl.col(*_COUNTS).cast(pl.Int64))
+    if not bool((rows["nodes"] * rows["gpus_per_node"] >= 2).all()):
+        raise ConfigError(f"{path}: a collective needs at least 2 GPUs (nodes x gpus_per_node) in every row")
+    defaults = {"algorithm": "auto", "settings": "", "nvswitch": "true", "network": "ib"}
+    return rows.with_columns(pl.lit(v).alias(c) for c, v in defaults.items() if c not in rows.columns)
 
 
 # The inter-node latency each network's NCCL net plugin reports to NCCL (topologies' ``net_latency_us``), by the
@@ -232,23 +245,23 @@ def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_g
 def multinode_compare(path: str | Path = MULTINODE_CSV, where: pl.Expr | None = None) -> pl.DataFrame:
     """Every multi-node point (``where``: those it selects) beside the model's time, algorithm and protocol, under
     the algorithm the run forced (NCCL_ALGO) or NCCL-like auto selection; error = model_s / measured_s - 1."""
-    rows = multinode_measured(path)
+    rows = multinode_measured(path).with_row_index("line", offset=2)  # the file's line, header first
     rows = rows if where is None else rows.filter(where)
     model_s, algos, protos = [], [], []
-    for i, r in enumerate(rows.iter_rows(named=True)):
-        settings = str(r.get("settings") or "")
-        try:
-            env = nccl_env(settings)
-        except ConfigError as e:  # the row, so the one line says where
-            raise ConfigError(f"{path}: row {i + 2}: {e}") from None
-        topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"],
-                                  str(r.get("nvswitch", "true")).lower() != "false", str(r.get("network", "ib")),
-                                  "NCCL_COLLNET_ENABLE=1" in settings, *env)
-        c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"], r["dtype"])
+    for r in rows.iter_rows(named=True):
+        settings = str(r["settings"] or "")
+        try:  # a setting, GPU, op or dtype the model does not know: the row, so the one line says where
+            topo = multinode_topology(r["nodes"], r["gpus_per_node"], r["nics_per_node"], r["nic_gbps"], r["gpu"],
+                                      str(r["nvswitch"]).lower() != "false", str(r["network"]),
+                                      "NCCL_COLLNET_ENABLE=1" in settings, *nccl_env(settings))
+            c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"],
+                           r["dtype"])
+        except ConfigError as e:
+            raise ConfigError(f"{path}: row {r['line']}: {e}") from None
         model_s.append(c.seconds)
         algos.append(c.algorithm)
         protos.append(c.protocol)
-    return rows.with_columns(
+    return rows.drop("line").with_columns(
         (pl.col("time_us") / 1e6).alias("measured_s"), pl.Series("model_s", model_s),
         pl.Series("model_algorithm", algos), pl.Series("model_protocol", protos), _size_band(SIZE_BANDS),
     ).with_columns((pl.col("model_s") / pl.col("measured_s") - 1).alias("error"))

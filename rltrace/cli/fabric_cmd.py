@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
+import polars as pl
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -19,6 +20,7 @@ from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.schedules import OPS
 from rltrace.replay.network.track_record import track_record
 from rltrace.replay.network.validation import (
+    MULTINODE_CSV,
     compare,
     multinode_compare,
     multinode_summary,
@@ -96,6 +98,10 @@ def validate(
     multinode: Annotated[bool, typer.Option(help="Also hold it against the packaged public multi-node runs.")] = True,
     one_node: Annotated[bool, typer.Option(help="Also hold it against the packaged one-node sweeps (H100, H200, "
                                                 "B200, A100; aiconfigurator's).")] = True,
+    runs: Annotated[list[Path] | None, typer.Option(
+        help="Multi-node nccl-tests runs of your own in place of the packaged ones: a CSV with the packaged set's "
+             "columns (source, cluster, gpu, nodes, gpus_per_node, nics_per_node, nic_gbps, op, dtype, size_bytes, "
+             "time_us; algorithm, settings, nvswitch, network optional), repeatable.")] = None,
     gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
     min_size: Annotated[str, typer.Option(help="Summarise --tables' messages of at least this size (the packaged "
                                                "sets print fixed size bands).")] = "64M",
@@ -111,20 +117,28 @@ def validate(
     """
     if tables is None and not multinode and not one_node:
         raise ConfigError("nothing to validate: give --tables or leave --multinode or --one-node on")
+    if runs and not multinode:
+        raise ConfigError("--runs are multi-node runs: drop --no-multinode")
     smallest = parse_size(min_size, "--min-size", minimum=0)
+    files = runs or [MULTINODE_CSV]
+
+    def across_nodes() -> pl.DataFrame:
+        return pl.concat([multinode_compare(f) for f in files], how="diagonal_relaxed")
+
     if as_json:  # one set's points: --tables' if given, else the multi-node runs', else the one-node sweeps'
         with stage(stderr(), "pricing every measured point"):
-            chosen = (compare(tables, gpu) if tables is not None else multinode_compare() if multinode
+            chosen = (compare(tables, gpu) if tables is not None else across_nodes() if multinode
                       else one_node_compare())
         print(json.dumps(chosen.to_dicts(), indent=2))
         return
     with stage(stderr(), "pricing every measured point"):
         compared = compare(tables, gpu) if tables is not None else None
-        across = multinode_compare() if multinode else None
+        across = across_nodes() if multinode else None
         inside = one_node_compare() if one_node else None
     console = Console(highlight=False, width=120)
     if across is not None:
-        _print_multinode(console, across)
+        _print_multinode(console, across, "public multi-node nccl-tests runs (replay/network/data/multinode_nccl.csv)"
+                         if runs is None else f"multi-node nccl-tests runs ({', '.join(map(str, runs))})")
     if inside is not None:
         _print_one_node(console, inside)
     if compared is None:
@@ -138,11 +152,8 @@ def validate(
     console.print(table)
 
 
-def _print_one_node(console: Console, inside: object) -> None:
+def _print_one_node(console: Console, inside: pl.DataFrame) -> None:
     """The packaged one-node table: median (signed and |error|) and worst |error| by GPU kind, op, GPUs and size."""
-    import polars as pl
-
-    assert isinstance(inside, pl.DataFrame)
     table = Table(title="Model vs aiconfigurator's one-node NCCL sweeps (replay/network/data/one_node_nccl.parquet; "
                         "error < 0: the model faster)", title_justify="left")
     for col in ("GPU", "op", "GPUs", "size", "points", "median error", "median |error|", "max |error|"):
@@ -153,13 +164,9 @@ def _print_one_node(console: Console, inside: object) -> None:
     console.print(table)
 
 
-def _print_multinode(console: Console, across: object) -> None:
-    """The multi-node table: median and worst |error| by op, GPU kind, node count and size band."""
-    import polars as pl
-
-    assert isinstance(across, pl.DataFrame)
-    table = Table(title="Model vs public multi-node nccl-tests runs (replay/network/data/multinode_nccl.csv)",
-                  title_justify="left")
+def _print_multinode(console: Console, across: pl.DataFrame, what: str) -> None:
+    """The multi-node table of ``what``: median and worst |error| by op, GPU kind, node count and size band."""
+    table = Table(title=f"Model vs {what}", title_justify="left")
     for col in ("op", "GPU", "nodes", "size band", "points", "clusters", "median |error|", "max |error|"):
         table.add_column(col, justify="left" if col in ("op", "GPU", "size band") else "right")
     for row in multinode_summary(across).iter_rows(named=True):

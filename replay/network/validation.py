@@ -51,6 +51,12 @@ def read_table(path: Path, columns: tuple[str, ...], positive: tuple[str, ...] =
     except (pl.exceptions.PolarsError, OSError) as e:
         kind = "Parquet" if path.suffix == ".parquet" else "CSV"
         raise ConfigError(f"{path}: not a readable {kind} file ({str(e).splitlines()[0]})") from None
+    return checked(frame, path, columns, positive)
+
+
+def checked(frame: pl.DataFrame, path: str | Path, columns: tuple[str, ...],
+            positive: tuple[str, ...] = ()) -> pl.DataFrame:
+    """:func:`read_table`'s checks on a table already read (``path`` names it in the errors)."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ConfigError(f"{path}: missing columns {', '.join(missing)} (expected {', '.join(columns)})")
@@ -173,12 +179,15 @@ MULTINODE_COLUMNS = ("source", "cluster", "gpu", "nodes", "gpus_per_node", "nics
 _COUNTS = ("nodes", "gpus_per_node", "nics_per_node", "size_bytes")  # whole numbers above 0
 
 
-def multinode_measured(path: str | Path = MULTINODE_CSV) -> pl.DataFrame:
-    """The multi-node validation rows (see the CSV's columns; ``algorithm``, ``settings``, ``nvswitch`` and
-    ``network`` are optional: auto, none, true, ib); what is wrong with the file, as a ConfigError."""
-    if not Path(path).exists():
+def multinode_measured(path: str | Path = MULTINODE_CSV, frame: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The multi-node validation rows of the CSV at ``path`` (or of ``frame``, read elsewhere: ``path`` names it) with
+    their checks (see the CSV's columns; ``algorithm``, ``settings``, ``nvswitch`` and ``network`` are optional:
+    auto, none, true, ib); what is wrong with them, as a ConfigError."""
+    if frame is None and not Path(path).exists():
         raise ConfigError(f"{path}: no multi-node validation table")
-    rows = read_table(Path(path), MULTINODE_COLUMNS, positive=(*_COUNTS, "nic_gbps", "time_us"))
+    positive = (*_COUNTS, "nic_gbps", "time_us")
+    rows = (read_table(Path(path), MULTINODE_COLUMNS, positive) if frame is None
+            else checked(frame, path, MULTINODE_COLUMNS, positive))
     for c in _COUNTS:
         if not bool((rows[c] == rows[c].round()).all()):
             raise ConfigError(f"{path}: column {c} must hold whole numbers")
@@ -242,10 +251,12 @@ def multinode_topology(nodes: int, gpus_per_node: int, nics_per_node: int, nic_g
                  f"sharp={str(sharp).lower()},nccl_algo={nccl_algo},nccl_proto={nccl_proto}")
 
 
-def multinode_compare(path: str | Path = MULTINODE_CSV, where: pl.Expr | None = None) -> pl.DataFrame:
-    """Every multi-node point (``where``: those it selects) beside the model's time, algorithm and protocol, under
-    the algorithm the run forced (NCCL_ALGO) or NCCL-like auto selection; error = model_s / measured_s - 1."""
-    rows = multinode_measured(path).with_row_index("line", offset=2)  # the file's line, header first
+def multinode_compare(path: str | Path = MULTINODE_CSV, where: pl.Expr | None = None,
+                      frame: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every multi-node point of the CSV at ``path`` (or of ``frame``, :func:`multinode_measured`; ``where``: those
+    it selects) beside the model's time, algorithm and protocol, under the algorithm the run forced (NCCL_ALGO) or
+    NCCL-like auto selection; error = model_s / measured_s - 1."""
+    rows = multinode_measured(path, frame).with_row_index("line", offset=2)  # the file's line, header first
     rows = rows if where is None else rows.filter(where)
     model_s, algos, protos = [], [], []
     for r in rows.iter_rows(named=True):

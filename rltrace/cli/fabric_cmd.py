@@ -17,6 +17,7 @@ from rltrace.config import override, parse_set
 from rltrace.errors import ConfigError
 from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
+from rltrace.replay.network.nccl_tests import parse_cluster, read_log
 from rltrace.replay.network.schedules import OPS
 from rltrace.replay.network.track_record import track_record
 from rltrace.replay.network.validation import (
@@ -99,9 +100,11 @@ def validate(
     one_node: Annotated[bool, typer.Option(help="Also hold it against the packaged one-node sweeps (H100, H200, "
                                                 "B200, A100; aiconfigurator's).")] = True,
     runs: Annotated[list[Path] | None, typer.Option(
-        help="Multi-node nccl-tests runs of your own in place of the packaged ones: a CSV with the packaged set's "
-             "columns (source, cluster, gpu, nodes, gpus_per_node, nics_per_node, nic_gbps, op, dtype, size_bytes, "
-             "time_us; algorithm, settings, nvswitch, network optional), repeatable.")] = None,
+        help="Multi-node nccl-tests runs of your own in place of the packaged ones, repeatable: a log as nccl-tests "
+             "printed it (with --cluster), or a .csv with the packaged set's columns.")] = None,
+    cluster: Annotated[str | None, typer.Option(
+        help="What --runs' logs do not print: nics_per_node=N,nic_gbps=G[,network=efa][,nvswitch=false]"
+             "[,gpu=KIND][,op=OP].")] = None,
     gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
     min_size: Annotated[str, typer.Option(help="Summarise --tables' messages of at least this size (the packaged "
                                                "sets print fixed size bands).")] = "64M",
@@ -121,9 +124,15 @@ def validate(
         raise ConfigError("--runs are multi-node runs: drop --no-multinode")
     smallest = parse_size(min_size, "--min-size", minimum=0)
     files = runs or [MULTINODE_CSV]
+    logs = [f for f in files if f.suffix != ".csv"]
+    if logs and cluster is None:
+        raise ConfigError(f"{logs[0]}: an nccl-tests log does not print its NICs; give --cluster "
+                          "nics_per_node=N,nic_gbps=G")
+    spec = parse_cluster(cluster) if cluster is not None else None
 
     def across_nodes() -> pl.DataFrame:
-        return pl.concat([multinode_compare(f) for f in files], how="diagonal_relaxed")
+        return pl.concat([multinode_compare(f) if spec is None or f.suffix == ".csv"
+                          else multinode_compare(f, frame=read_log(f, spec)) for f in files], how="diagonal_relaxed")
 
     if as_json:  # one set's points: --tables' if given, else the multi-node runs', else the one-node sweeps'
         with stage(stderr(), "pricing every measured point"):

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import re
+import subprocess
 from pathlib import Path
 
 import polars as pl
@@ -76,20 +77,22 @@ def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     overall = {row["set"]: row for row in out["overall"]}
-    gen, offline, train, kv = (pl.read_csv(p) for p in SHIPPED)
+    gen, held_out, offline, train, kv = (pl.read_csv(p) for p in SHIPPED)
     # DeepSeek-V3's FP8 weights on 4 B200s (SGLang ran them) leave no KV cache in vLLM's 0.9 share once its
     # activation peak and buffers are counted: listed with the reason, not priced (TPOT and TTFT of 4 points)
     assert {(s["gpu"], s["model"]) for s in out["skipped"]} == {("B200", "DeepSeek-V3")}
     assert len(out["skipped"]) == 8 and all("leave no KV cache" in s["skipped"] for s in out["skipped"])
     served = gen.height - 4
     assert overall["generation TPOT"]["points"] == overall["generation TTFT"]["points"] == served
+    # the held-out points (collected after the model was set) are reported apart, every one priced
+    assert overall["generation TPOT, held out"]["points"] == held_out.height
     assert overall["offline output tokens/s"]["points"] == offline.height
     assert overall["training tokens/s/GPU"]["points"] == train.height
     for quantity in ("KV cache tokens", "weights GiB", "activation peak GiB", "non-torch GiB"):
         assert overall[f"vLLM {quantity}"]["points"] == kv.height
     assert overall["vLLM KV cache tokens"]["median_abs_error"] < 0.01  # the memory split, from vLLM's own logs
     assert all(0 <= row["median_abs_error"] <= row["worst_abs_error"] for row in out["slices"])
-    total = 2 * gen.height + offline.height + train.height + 4 * kv.height
+    total = 2 * (gen.height + held_out.height) + offline.height + train.height + 4 * kv.height
     assert sum(r["points"] for r in out["slices"]) == total - len(out["skipped"])
     points = pl.read_csv(tmp_path / "p.csv")
     assert points.height == total and points["predicted"].is_null().sum() == len(out["skipped"])
@@ -127,9 +130,54 @@ def test_a_point_whose_weights_leave_no_kv_cache_is_listed_not_priced(tmp_path: 
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["overall"] == [] and len(out["skipped"]) == 2  # its TPOT and its TTFT
-    why = ("DeepSeek-V3 on 2 x B200: the weights, activations and buffers leave no KV cache within vLLM's 0.9 of GPU "
-           "memory")
+    why = "DeepSeek-V3 on 2 x B200: the weights, activations and buffers leave no KV cache within 0.9 of GPU memory"
     assert {s["skipped"] for s in out["skipped"]} == {why}
+
+
+def _one_point(tmp_path: Path, **settings: object) -> dict:
+    """One DeepSeek-V3 point on 8 B200 (SGLang, 8k in, 1k out, 16 running) with ``settings`` as extra columns: its
+    TPOT and TTFT as the CLI prices them."""
+    mine = tmp_path / "mine.csv"
+    pl.DataFrame({
+        "source": ["me@" + "0" * 40 + ", run.log"], "engine": ["sglang"], "model": ["DeepSeek-V3"], "gpu": ["B200"],
+        "tp": [8], "ep": [1], "weight_dtype": ["fp8"], "concurrency": [16], "prompt_tokens": [8192],
+        "output_tokens": [1024], "tpot_ms": [20.0], "ttft_ms": [500.0], **{k: [v] for k, v in settings.items()},
+    }).write_csv(mine)
+    result = run_cli("estimate", "validate", "--data", str(mine), "--json", "--by", "", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return {r["set"]: r for r in json.loads(result.stdout)["overall"]}
+
+
+def test_a_points_stated_engine_settings_reach_the_model(tmp_path: Path) -> None:
+    base = _one_point(tmp_path)
+    tpot = base["generation TPOT"]["median_error"]
+    # an FP8 cache reads half the KV bytes a decode step: faster
+    assert _one_point(tmp_path, kv_dtype="fp8")["generation TPOT"]["median_error"] < tpot
+    # a larger chunk (SGLang's chunked-prefill-size) prefills the wave in fewer, fuller steps: the time changes
+    assert _one_point(tmp_path, max_num_batched_tokens=32768)["generation TTFT"]["median_error"] != \
+        base["generation TTFT"]["median_error"]
+    # 4 running requests at most: the other 12 queue, and the running ones decode a smaller batch
+    capped = _one_point(tmp_path, max_num_seqs=4)
+    assert capped["generation TPOT"]["median_error"] < tpot
+    assert capped["generation TTFT"]["median_error"] > base["generation TTFT"]["median_error"]
+    # a split names the set the point is reported in
+    assert set(_one_point(tmp_path, split="held out")) == {"generation TPOT, held out", "generation TTFT, held out"}
+
+
+def test_a_larger_memory_fraction_lets_a_tight_point_fit(tmp_path: Path) -> None:
+    # DeepSeek-V3 on 4 B200 (168 GB of FP8 weights a GPU): no KV cache within 0.9, some within SGLang's stated 0.95
+    def four(util: float | None) -> subprocess.CompletedProcess[str]:
+        mine = tmp_path / "four.csv"
+        row = {"source": ["me"], "engine": ["sglang"], "model": ["DeepSeek-V3"], "gpu": ["B200"], "tp": [4], "ep": [1],
+               "weight_dtype": ["fp8"], "concurrency": [1], "prompt_tokens": [7372], "output_tokens": [921],
+               "tpot_ms": [8.0], "ttft_ms": [400.0], "kv_dtype": ["fp8"]}
+        pl.DataFrame(row | ({"gpu_memory_utilization": [util]} if util else {})).write_csv(mine)
+        return run_cli("estimate", "validate", "--data", str(mine), "--json", cwd=tmp_path)
+
+    refused = json.loads(four(None).stdout)["skipped"]
+    assert len(refused) == 2 and all(s["skipped"].endswith("within 0.9 of GPU memory") for s in refused)
+    fits = json.loads(four(0.95).stdout)
+    assert fits["skipped"] == [] and {r["points"] for r in fits["overall"]} == {1}
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -252,3 +300,13 @@ def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
     assert "no direct measurement of a prefill's time" in prefill.stdout
     assert json.loads(run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100", "--json").stdout)[
         "track_record"] is None
+
+
+def test_validate_slices_by_each_points_origin(tmp_path: Path) -> None:
+    out = json.loads(run_cli("estimate", "validate", "--by", "origin", "--json", cwd=tmp_path).stdout)
+    origins = {(r["set"], r["origin"]) for r in out["slices"]}
+    assert ("generation TPOT", "ai-dynamo/aiconfigurator") in origins
+    assert {o for s, o in origins if s == "generation TPOT, held out"} == {"SemiAnalysisAI/InferenceX",
+                                                                          "sgl-project/sgl-cookbook"}
+    assert {o for s, o in origins if s == "training tokens/s/GPU"} == {"pytorch/torchtitan", "NVIDIA/Megatron-LM",
+                                                                       "NVIDIA-NeMo/Megatron-Bridge"}

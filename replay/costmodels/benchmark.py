@@ -63,19 +63,20 @@ class Serving:
 
 
 def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, output_tokens: int,
-                      samples: int = 1, engine: str = "vllm", max_num_seqs: int = serving.MAX_NUM_SEQS) -> Serving:
+                      samples: int = 1, engine: str = "vllm", max_num_seqs: int = serving.MAX_NUM_SEQS,
+                      gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> Serving:
     """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight by ``engine`` (vllm, sglang: its
-    scheduling policy, see the module text)."""
+    scheduling policy, see the module text), its KV cache in ``gpu_memory_utilization`` of each GPU's memory."""
     if concurrency < 1 or prompt_tokens < 1 or output_tokens < 1 or samples < 1:
         raise ConfigError("a serving benchmark needs concurrency, prompt_tokens, output_tokens and samples >= 1")
     if engine not in serving.SCHEDULING:
         raise ConfigError(f"unknown engine {engine!r}; expected one of {', '.join(serving.SCHEDULING)}")
     # vLLM allocates KV blocks as a request grows, so the cache holds requests at their mean length, prompt + half
     # the output, not their final one
-    slots = roof_kv_batch(roof, prompt_tokens + output_tokens / 2, max_num_seqs=max_num_seqs)
-    if slots < 1:  # the engine that ran such a point held more than vLLM's share of memory: the model cannot say how
+    slots = roof_kv_batch(roof, prompt_tokens + output_tokens / 2, gpu_memory_utilization, max_num_seqs)
+    if slots < 1:  # the engine that ran such a point held more than that share of memory: the model cannot say how
         raise ConfigError(f"{roof.model.name} on {roof.tp} x {roof.gpu.name}: the weights, activations and buffers "
-                          "leave no KV cache within vLLM's 0.9 of GPU memory")
+                          f"leave no KV cache within {gpu_memory_utilization:g} of GPU memory")
     batch = min(concurrency, max_num_seqs, slots)
     per_request = math.ceil(serving.shared_prefill_tokens(prompt_tokens, samples) / samples)
     waves = serving.SCHEDULING[engine] == "prefill_first" and output_tokens > 1

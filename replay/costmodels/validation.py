@@ -1,10 +1,12 @@
 """The cost models held against public real measurements: serving engines' TPOT, TTFT and offline throughput, and
 training frameworks' tokens per second.
 
-Four CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
+Five CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
 
 - ``generation_validation.csv``: vLLM and SGLang TPOT and TTFT at a fixed concurrency, prompt and output length,
   measured by NVIDIA's aiconfigurator team on H100, H200 and B200 (their ``silicon_sample.csv``);
+- ``generation_heldout.csv``: the same layout from other sources (InferenceX, SGLang's cookbook), collected after
+  the model's constants were set and reported as their own sets (its ``split`` column);
 - ``offline_validation.csv``: output tokens/s of an offline run of identical requests (vLLM
   ``benchmark_throughput.py``);
 - ``training_validation.csv``: tokens/s per GPU of a stated model, parallelism and GPU count (torchtitan,
@@ -31,6 +33,7 @@ from typing import Any
 import polars as pl
 from rltrace.replay.costmodels import memory, serving
 from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
+from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import step_seconds
 
@@ -40,10 +43,11 @@ from rltrace.limits import check_input
 
 DATA = Path(__file__).parent / "data"
 GENERATION_CSV = DATA / "generation_validation.csv"
+HELD_OUT_CSV = DATA / "generation_heldout.csv"
 OFFLINE_CSV = DATA / "offline_validation.csv"
 TRAINING_CSV = DATA / "training_validation.csv"
 KV_CACHE_CSV = DATA / "kv_cache_validation.csv"
-SHIPPED = (GENERATION_CSV, OFFLINE_CSV, TRAINING_CSV, KV_CACHE_CSV)
+SHIPPED = (GENERATION_CSV, HELD_OUT_CSV, OFFLINE_CSV, TRAINING_CSV, KV_CACHE_CSV)
 
 _SERVING = ("source", "engine", "model", "gpu", "tp", "ep", "weight_dtype", "prompt_tokens", "output_tokens")
 LAYOUTS: dict[str, tuple[str, ...]] = {
@@ -55,7 +59,10 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
                  "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "weights_gib",
                  "activation_peak_gib", "non_torch_gib", "kv_tokens"),
 }
-SLICES = ("set", "gpu", "model", "engine", "dtype", "regime")
+SLICES = ("set", "gpu", "model", "engine", "dtype", "regime", "origin")
+# a point's origin: the repository its source names first (owner/name), else the source's opening words
+_ORIGIN = pl.col("source").str.extract(r"^(?:https?://)?(?:github\.com/)?([\w.-]+/[\w.-]+)").fill_null(
+    pl.col("source").str.slice(0, 40))
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}  # INT8 (W8A8) weights: one byte each, as FP8
 
 
@@ -80,8 +87,19 @@ class _Specs:
         return self._cache[key]
 
 
+def _with_kv(model: ModelSpec, row: dict[str, Any]) -> ModelSpec:
+    """``model`` with the KV cache in the row's ``kv_dtype`` (empty or absent: the weights', BF16 for FP8 weights)."""
+    kv = str(row.get("kv_dtype") or "").lower()
+    if not kv:
+        return model
+    if kv not in DTYPE_BYTES:  # a value the set cannot hold is bad input (exit 2), not a point the model declines
+        raise ValueError(f"unknown kv_dtype {kv!r}; expected one of {', '.join(DTYPE_BYTES)} or empty")
+    return dataclasses.replace(model, kv_dtype_bytes=DTYPE_BYTES[kv])
+
+
 def _roofline(specs: _Specs, row: dict[str, Any]) -> Roofline:
     model, gpu = specs(row["model"], row["gpu"], row["weight_dtype"])
+    model = _with_kv(model, row)
     # a dense model has no experts to spread: its ep column (1 in the shipped sets) is not passed on
     ep = int(row["ep"] or 1) if model.is_moe else 1
     # the engine's token budget as the point ran it (vLLM's API server on an A100: 2,048), else the model's default
@@ -117,21 +135,34 @@ def _batch_regime(concurrency: pl.Expr) -> pl.Expr:
             .when(concurrency <= 128).then(pl.lit("batch 33-128")).otherwise(pl.lit("batch > 128")))
 
 
+# optional columns of a serving point: the engine's settings as the run stated them (max_num_seqs: vLLM's, SGLang's
+# max-running-requests; max_num_batched_tokens: vLLM's token budget, SGLang's chunked-prefill-size; kv_dtype: an FP8
+# cache; gpu_memory_utilization: vLLM's, SGLang's mem-fraction-static), and ``split``: a set's name ("held out")
+# where its points are reported apart from the others
+_ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "kv_dtype", "gpu_memory_utilization")
+
+
 def predict_generation(points: pl.DataFrame) -> pl.DataFrame:
     """TPOT and TTFT points: one row per point and metric, ``measured`` and ``predicted`` in ms."""
     specs = _Specs()
+    optional = tuple(c for c in _ENGINE_SETTINGS if c in points.columns)
 
     def one(row: dict[str, Any]) -> tuple[float, float]:
         s = serving_benchmark(_roofline(specs, row), concurrency=int(row["concurrency"]),
                               prompt_tokens=int(row["prompt_tokens"]), output_tokens=int(row["output_tokens"]),
-                              engine=str(row["engine"]))
+                              engine=str(row["engine"]),
+                              max_num_seqs=int(_given(row.get("max_num_seqs"), serving.MAX_NUM_SEQS)),
+                              gpu_memory_utilization=float(_given(row.get("gpu_memory_utilization"),
+                                                                  GPU_MEMORY_UTILIZATION)))
         return 1e3 * s.tpot_s, 1e3 * s.ttft_s
 
-    got = _each(points, (*_SERVING, "concurrency"), one, ("tpot", "ttft"))
+    got = _each(points, (*_SERVING, "concurrency", *optional), one, ("tpot", "ttft"))
+    split = pl.col("split").cast(pl.Utf8).fill_null("") if "split" in points.columns else pl.lit("")
     base = points.with_columns(pl.col("weight_dtype").alias("dtype"),
                                _batch_regime(pl.col("concurrency")).alias("regime"), got["skipped"])
     return pl.concat([
-        base.with_columns(pl.lit(f"generation {m.upper()}").alias("set"),
+        base.with_columns(pl.when(split == "").then(pl.lit(f"generation {m.upper()}"))
+                          .otherwise(pl.format(f"generation {m.upper()}, {{}}", split)).alias("set"),
                           pl.col(f"{m}_ms").cast(pl.Float64).alias("measured"), got[m].alias("predicted"))
         for m in ("tpot", "ttft")
     ])
@@ -204,11 +235,7 @@ def predict_kv_cache(points: pl.DataFrame) -> pl.DataFrame:
 
     def one(row: dict[str, Any]) -> tuple[float, ...]:
         model, gpu = specs(row["model"], row["gpu"], row["weight_dtype"])
-        kv = str(row["kv_dtype"] or "").lower()
-        if kv:  # a value the set cannot hold is bad input (exit 2), not a point the model declines
-            if kv not in DTYPE_BYTES:
-                raise ValueError(f"unknown kv_dtype {kv!r}; expected one of {', '.join(DTYPE_BYTES)} or empty")
-            model = dataclasses.replace(model, kv_dtype_bytes=DTYPE_BYTES[kv])
+        model = _with_kv(model, row)
         for _, column, _, _ in _MEMORY:
             if not float(row[column]) > 0:
                 raise ValueError(f"{column} must be > 0, got {row[column]}")
@@ -260,7 +287,8 @@ def validate(paths: list[Path] | None = None) -> pl.DataFrame:
     for path in paths or SHIPPED:
         kind, points = load_points(path)
         try:
-            frames.append(PREDICT[kind](points).select("source", *SLICES, "measured", "predicted", "skipped"))
+            frames.append(PREDICT[kind](points).with_columns(_ORIGIN.alias("origin"))
+                          .select("source", *SLICES, "measured", "predicted", "skipped"))
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
         except pl.exceptions.PolarsError as e:  # a measured column that is not a number

@@ -55,8 +55,9 @@ def estimate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
     data: Annotated[list[Path] | None, typer.Option(
         help="validate: a validation CSV (repeatable; default: the shipped sets).")] = None,
-    by: Annotated[str, typer.Option(help="validate: slices of the error table, comma-separated "
-                                         "(gpu, model, engine, dtype, regime).")] = "gpu,model,dtype",
+    by: Annotated[str, typer.Option(help="validate: slices of the error table, comma-separated (gpu, model, "
+                                         "engine, dtype, regime, origin: the source's repository).")] = (
+        "gpu,model,dtype"),
     points: Annotated[Path | None, typer.Option(
         help="validate: also write every point, predicted and measured, to this CSV.")] = None,
 ) -> None:

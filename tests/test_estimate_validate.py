@@ -17,6 +17,7 @@ from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.track_record import track_record
 from rltrace.replay.costmodels.validation import (
     GENERATION_CSV,
+    HELD_OUT_CSV,
     KV_CACHE_CSV,
     OFFLINE_CSV,
     SHIPPED,
@@ -247,9 +248,13 @@ def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, va
     ("decode", "Llama-3-8B", "H200", "bf16", "Llama-3-8B on H200, fp8",
      (pl.col("model") == "Llama-3-8B") & (pl.col("gpu") == "H200")),
     ("decode", "Qwen3-32B", "A100", "bf16", "Qwen3-32B on H100, bf16/fp8", pl.col("model") == "Qwen3-32B"),
-    ("decode", "Qwen3-30B-A3B", "H100", "bf16", "other models on H100, Qwen3-30B-A3B unmeasured, bf16/fp8",
+    # the held-out points count too, and the record says how many of its points they are
+    ("decode", "Qwen3-30B-A3B", "H100", "bf16",
+     "other models on H100, Qwen3-30B-A3B unmeasured, bf16/fp8, 3 held out",
      (pl.col("gpu") == "H100") & (pl.col("model") != "Qwen3-30B-A3B")),
-    ("decode", "Llama-2-7B", "A100", "bf16", "Llama-2-7B on any GPU, nor of any model on A100", pl.lit(False)),
+    ("decode", "Llama-2-7B", "A100", "bf16", "other models on A100, Llama-2-7B unmeasured, bf16, 6 held out",
+     pl.col("gpu") == "A100"),
+    ("decode", "Llama-2-7B", "H800", "bf16", "Llama-2-7B on any GPU, nor of any model on H800", pl.lit(False)),
     ("train", "Qwen3-30B-A3B", "H100", "bf16", "Qwen3-30B-A3B on H100, fp8",
      (pl.col("model") == "Qwen3-30B-A3B") & (pl.col("gpu") == "H100")),
 ])
@@ -260,8 +265,8 @@ def test_an_estimates_track_record_is_its_nearest_slice_of_the_validation(
     record = track_record(kind, get_model(model), gpu, precision)
     assert record.scope == scope
     metric_set = {"decode": "generation TPOT", "train": "training tokens/s/GPU"}[kind]
-    errors = validate([GENERATION_CSV if kind == "decode" else TRAINING_CSV]).filter(
-        pl.col("set") == metric_set, pl.col("error").is_not_null(), where)["error"]
+    errors = validate([GENERATION_CSV, HELD_OUT_CSV] if kind == "decode" else [TRAINING_CSV]).filter(
+        pl.col("set").str.starts_with(metric_set), pl.col("error").is_not_null(), where)["error"]
     assert record.points == errors.len()
     if record.points:
         assert record.median_abs_error == pytest.approx(errors.abs().median())
@@ -282,7 +287,8 @@ def test_a_config_json_is_matched_to_the_catalog_by_architecture_not_by_its_fold
     other.parent.mkdir()
     other.write_text(json.dumps({**qwen, "num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 8}))
     scope = track_record("decode", get_model(str(other)), "H100", "bf16").scope
-    assert scope.startswith("other models on H100, ") and scope.endswith("'s architecture unmeasured, bf16/fp8")
+    assert scope.startswith("other models on H100, ")
+    assert scope.endswith("'s architecture unmeasured, bf16/fp8, 3 held out")
 
 
 def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
@@ -292,9 +298,9 @@ def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
     line = done.stdout.splitlines()[-1]
     assert line.startswith("  track record (1 training tokens/s per GPU point of Qwen3-30B-A3B on H100, fp8)"), line
     assert line.endswith("(+: the model faster)")
-    as_json = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "A100", "--json")
+    as_json = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H800", "--json")
     assert json.loads(as_json.stdout)["track_record"] == {
-        "metric": "decode TPOT", "above": "slower", "scope": "Llama-2-7B on any GPU, nor of any model on A100",
+        "metric": "decode TPOT", "above": "slower", "scope": "Llama-2-7B on any GPU, nor of any model on H800",
         "points": 0, "median_abs_error": None, "within_20pct": None, "median_error": None}
     prefill = run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100")
     assert "no direct measurement of a prefill's time" in prefill.stdout

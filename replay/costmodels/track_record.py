@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import polars as pl
-from rltrace.replay.costmodels.validation import GENERATION_CSV, PREDICT, TRAINING_CSV, load_points
+from rltrace.replay.costmodels.validation import GENERATION_CSV, HELD_OUT_CSV, PREDICT, TRAINING_CSV, load_points
 
 from rltrace.catalog import ModelSpec, load_models
 from rltrace.catalog.models import catalog_entry, differences
@@ -49,11 +49,12 @@ class TrackRecord:
                 f"(+: the model {self.above})")
 
 
-# the set an estimate kind is held against: (CSV, its layout, the set's name in the prediction, its precision
-# column, the metric printed, what a positive error means)
+# the sets an estimate kind is held against: (CSVs, their layout, the set's name in the prediction (held-out points
+# add ", held out" to it), its precision column, the metric printed, what a positive error means)
 _RECORDS = {
-    "decode": (GENERATION_CSV, "generation", "generation TPOT", "weight_dtype", "decode TPOT", "slower"),
-    "train": (TRAINING_CSV, "training", "training tokens/s/GPU", "precision", "training tokens/s per GPU", "faster"),
+    "decode": ((GENERATION_CSV, HELD_OUT_CSV), "generation", "generation TPOT", "weight_dtype", "decode TPOT",
+               "slower"),
+    "train": ((TRAINING_CSV,), "training", "training tokens/s/GPU", "precision", "training tokens/s per GPU", "faster"),
 }
 
 
@@ -77,8 +78,8 @@ def track_record(kind: str, model: ModelSpec, gpu: str, precision: str) -> Track
     weights' type; train: the linear layers')."""
     if kind not in _RECORDS:
         raise ConfigError(f"no track record for {kind!r}; known: {', '.join(_RECORDS)}")
-    path, layout, name, column, metric, above = _RECORDS[kind]
-    _, points = load_points(path)
+    paths, layout, name, column, metric, above = _RECORDS[kind]
+    points = pl.concat([load_points(path)[1] for path in paths], how="diagonal_relaxed")
     known = catalog_name(model)
     same_gpu = pl.col("gpu") == gpu
     tiers: list[tuple[pl.Expr, str]] = []
@@ -99,9 +100,12 @@ def track_record(kind: str, model: ModelSpec, gpu: str, precision: str) -> Track
         scope = f"{known} on {', '.join(sorted(chosen['gpu'].unique()))}"
     scope += f", {'/'.join(sorted(chosen[column].str.to_lowercase().unique()))}"  # the precision(s) measured
     error = (pl.col("predicted") - pl.col("measured")) / pl.col("measured")
-    scored = PREDICT[layout](chosen).filter(pl.col("set") == name).select(error.alias("e")).drop_nulls()
+    scored = (PREDICT[layout](chosen).filter(pl.col("set").str.starts_with(name))
+              .select(error.alias("e"), (pl.col("set") != name).alias("held_out")).drop_nulls())
     if scored.is_empty():  # every point refused by the model
         return TrackRecord(metric, above, scope, 0)
+    if held := int(scored["held_out"].sum()):  # points collected after the model was set: say how many
+        scope += f", {held} held out"
     stats = scored.select(pl.col("e").abs().median().alias("abs"), (pl.col("e").abs() <= 0.20).mean().alias("w20"),
                           pl.col("e").median().alias("med")).row(0, named=True)
     return TrackRecord(metric, above, scope, scored.height, stats["abs"], stats["w20"], stats["med"])

@@ -154,8 +154,8 @@ def test_a_points_stated_engine_settings_reach_the_model(tmp_path: Path) -> None
     tpot = base["generation TPOT"]["median_error"]
     # an FP8 cache reads half the KV bytes a decode step: faster
     assert _one_point(tmp_path, kv_dtype="fp8")["generation TPOT"]["median_error"] < tpot
-    # a larger chunk (SGLang's chunked-prefill-size) prefills the wave in fewer, fuller steps: the time changes
-    assert _one_point(tmp_path, max_num_batched_tokens=32768)["generation TTFT"]["median_error"] != \
+    # a larger chunk (SGLang's chunked-prefill-size) prefills the wave in fewer, fuller steps: sooner
+    assert _one_point(tmp_path, max_num_batched_tokens=32768)["generation TTFT"]["median_error"] < \
         base["generation TTFT"]["median_error"]
     # 4 running requests at most: the other 12 queue, and the running ones decode a smaller batch
     capped = _one_point(tmp_path, max_num_seqs=4)

@@ -415,9 +415,10 @@ def test_fabric_validate_holds_the_model_against_runs_of_your_own(tmp_path) -> N
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"gpu": "V100"}, "mine.csv: row 2: unknown GPU kind 'V100'"),
-    ({"op": "allreduce"}, "mine.csv: row 2: unknown collective 'allreduce'"),
-    ({"dtype": "int3"}, "mine.csv: row 2: unknown dtype 'int3'"),
+    ({"gpu": "V100"}, "mine.csv: line 2: unknown GPU kind 'V100'"),
+    ({"op": "allreduce"}, "mine.csv: line 2: unknown collective 'allreduce'"),
+    ({"dtype": "int3"}, "mine.csv: line 2: unknown dtype 'int3'"),
+    ({"network": "efx"}, "unknown network 'efx' (known: ib, roce, efa"),
     ({"nodes": 1.5}, "column nodes must hold whole numbers"),
     ({"nodes": 1, "gpus_per_node": 1}, "a collective needs at least 2 GPUs"),
     ({"time_us": 0}, "column time_us must be above 0"),
@@ -531,7 +532,7 @@ def test_a_stated_nccl_setting_the_model_cannot_hold_is_an_error_not_a_default(s
 def test_a_validation_row_whose_nccl_setting_cannot_be_held_names_its_row(tmp_path) -> None:
     rows = pl.read_csv(MULTINODE_CSV).head(2).with_columns(pl.Series("settings", ["", "NCCL_PROTO=Simple,LL128"]))
     rows.write_csv(tmp_path / "mine.csv")
-    with pytest.raises(ConfigError, match=r"mine.csv: row 3: NCCL_PROTO=Simple,LL128: .* not a list"):
+    with pytest.raises(ConfigError, match=r"mine.csv: line 3: NCCL_PROTO=Simple,LL128: .* not a list"):
         multinode_compare(tmp_path / "mine.csv")
 
 

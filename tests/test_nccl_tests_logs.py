@@ -59,12 +59,19 @@ def test_fabric_validate_reads_logs_beside_a_csv() -> None:
     (RANKS + TABLE, "mine.txt", "", "no collective named in the log or its file name"),
     (RANKS.splitlines(keepends=True)[0] + TABLE, "all_reduce_perf.txt", "", "fewer than 2 ranks"),
     (RANKS.replace("node-1", "node-0", 1) + TABLE, "all_reduce_perf.txt", "", "nodes with different GPU counts"),
+    (RANKS.replace("node-1", "node-2", 1) + TABLE, "all_reduce_perf.txt", "", "nodes with different GPU counts"),
     (RANKS, "all_reduce_perf.txt", "", "no nccl-tests table"),
-    (RANKS + TABLE.replace("60.12", "fast"), "all_reduce_perf.txt", "", "the out-of-place time is not a number"),
+    (RANKS + TABLE.replace("60.12", "fast"), "all_reduce_perf.txt", "", "line 6: the out-of-place time 'fast' is not"),
     (RANKS.replace("80GB HBM3", "PCIe") + TABLE, "all_reduce_perf.txt", "", "not an SXM part the catalog holds"),
     (RANKS.replace("H100 80GB HBM3", "V100-SXM2-32GB") + TABLE, "all_reduce_perf.txt", "", "no single catalog kind"),
     (RANKS.replace("H100", "H200", 1) + TABLE, "all_reduce_perf.txt", "", "ranks on different GPUs"),
-    (RANKS + TABLE, "all_reduce_perf.txt", ",gpu=V100", "row 2: unknown GPU kind 'V100'"),
+    (RANKS + TABLE, "all_reduce_perf.txt", ",gpu=V100", "--cluster gpu=V100: unknown GPU kind 'V100'"),
+    (RANKS + TABLE.replace("float", "int32"), "all_reduce_perf.txt", "", "line 6: unknown dtype 'int32'"),
+    (RANKS.replace("node-1", "node-0") + TABLE, "all_reduce_perf.txt", "", "a run inside one node"),
+    (RANKS.replace("Rank  2", "Rank  0") + TABLE, "all_reduce_perf.txt", "", "line 3: rank 0 listed twice"),
+    (RANKS + TABLE.replace("     time", "  cputime", 1), "all_reduce_perf.txt", "", "reports CPU time (nccl-tests -C"),
+    (RANKS + TABLE, "all_reduce_perf.txt", ",network=efx", "--cluster network=efx: unknown network"),
+    (RANKS + TABLE, "nccl_sendrecv_perf.txt", "", "sendrecv_perf is not a collective the model times"),
     (RANKS + TABLE, "all_reduce_perf.txt", ",op=gather", "--cluster op=gather: unknown collective"),
     (RANKS + TABLE, "all_reduce_perf.txt", ",nvswitch=maybe", "nvswitch is true or false"),
     (RANKS + TABLE, "all_reduce_perf.txt", ",radix=3", "expected nics_per_node=N,nic_gbps=G"),
@@ -109,3 +116,61 @@ def test_the_nccl_algo_a_log_reports_is_the_rows_setting(tmp_path: Path) -> None
     assert rows.select("settings", "nccl_version", "nodes", "gpus_per_node").row(0) == (
         "NCCL_ALGO=Tree", "2.21.5", 2, 2)
     assert multinode_compare(log, frame=rows)["model_algorithm"].to_list() == ["tree"]
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("nccl_all_reduce_perf_4n.txt", RANKS + TABLE),  # the collective anywhere in the file's name
+    ("allreduce.log", RANKS.replace("Group  0 ", "") + TABLE),  # rank lines before nccl-tests 2.13: no Group
+    ("srun_all_reduce_perf.txt", "".join(f"0: {ln}\n" for ln in (RANKS + TABLE).splitlines())),  # srun -l
+    ("mpi.txt", "# Collective test starting: all_reduce_perf\n" + "".join(
+        f"[1,0]<stdout>:{ln}\n" for ln in (RANKS + TABLE).splitlines())),  # mpirun --tag-output
+])
+def test_the_forms_a_log_comes_in_read_alike(tmp_path: Path, name: str, text: str) -> None:
+    log = tmp_path / name
+    log.write_text(text)
+    rows = read_log(log, Cluster(nics_per_node=2, nic_gbps=400))
+    assert rows.select("op", "nodes", "gpus_per_node", "gpu", "size_bytes", "time_us").rows() == [
+        ("all_reduce", 2, 2, "H100", 1048576, 60.12)]
+
+
+def test_a_file_of_several_runs_reads_each_as_its_own(tmp_path: Path) -> None:
+    # a sweep that appends every test to one file: each run keeps its own op, ranks and rows
+    both = tmp_path / "sweep.txt"
+    both.write_text((LOGS / "nccl_allreduce_20260224_225706.txt").read_text()
+                    + (LOGS / "nccl_allgather_20260224_225706.txt").read_text())
+    rows = read_log(both, VOLTAGE_PARK)
+    assert rows.group_by("op").len().sort("op").rows() == [("all_gather", 25), ("all_reduce", 31)]
+    alone = read_log(LOGS / "nccl_allgather_20260224_225706.txt", VOLTAGE_PARK)
+    assert rows.filter(op="all_gather")["time_us"].to_list() == alone["time_us"].to_list()
+    # the second run's rows carry their lines in the joined file
+    assert rows.filter(op="all_gather")["line"].min() > rows.filter(op="all_reduce")["line"].max()
+
+
+def test_what_nccl_reports_as_set_reaches_the_row(tmp_path: Path) -> None:
+    log = tmp_path / "all_reduce_perf.txt"
+    log.write_text("NCCL version 2.23.4+cuda12.6\n"
+                   "node-0:1:1 [0] NCCL INFO NCCL_PROTO set by environment to Simple\n"
+                   "node-0:1:1 [0] NCCL INFO NCCL_COLLNET_ENABLE set by environment to 1.\n"
+                   + RANKS + TABLE.replace("float", "f8e4m3"))
+    rows = read_log(log, Cluster(nics_per_node=2, nic_gbps=400, name="lab-a"))
+    assert rows.select("cluster", "settings", "nccl_version", "dtype").row(0) == (
+        "lab-a", "NCCL_COLLNET_ENABLE=1 NCCL_PROTO=Simple", "2.23.4", "fp8")
+    assert multinode_compare(log, frame=rows)["model_protocol"].to_list() == ["Simple"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--runs", str(MULTINODE_CSV), "--cluster", "nics_per_node=8,nic_gbps=400"], "--runs names none"),
+    (["--runs", str(MULTINODE_CSV), "--tables", str(LOGS), "--json"], "give --tables or --runs, not both"),
+])
+def test_options_that_cannot_go_together_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run_cli("fabric", "validate", *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_a_log_without_a_size_in_a_band_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "all_reduce_perf.txt"
+    log.write_text(RANKS + TABLE)  # one size, 1 MB
+    result = run_cli("fabric", "validate", "--runs", str(log), "--cluster", "nics_per_node=2,nic_gbps=400",
+                     "--no-one-node")
+    assert result.returncode == 0, result.stderr
+    assert "multi-node, >= 64 MB: no points; < 64 MB: 1 points, median" in result.stdout

@@ -60,8 +60,9 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
                  "activation_peak_gib", "non_torch_gib", "kv_tokens"),
 }
 SLICES = ("set", "gpu", "model", "engine", "dtype", "regime", "origin")
-# a point's origin: the repository its source names first (owner/name), else the source's opening words
-_ORIGIN = pl.col("source").str.extract(r"^(?:https?://)?(?:github\.com/)?([\w.-]+/[\w.-]+)").fill_null(
+# a point's origin: the GitHub repository its source opens with (owner/name, as a bare name or a github.com URL; an
+# owner has no dots, so a host/path is not one), else the source's opening words
+_ORIGIN = pl.col("source").str.extract(r"^(?:https?://)?(?:github\.com/)?([\w-]+/[\w.-]+)(?:[@\s/,]|$)").fill_null(
     pl.col("source").str.slice(0, 40))
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}  # INT8 (W8A8) weights: one byte each, as FP8
 

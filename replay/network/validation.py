@@ -47,9 +47,9 @@ def read_table(path: Path, columns: tuple[str, ...], positive: tuple[str, ...] =
     ``positive`` ones numbers above 0 (cast to Float64); what is wrong with it, the file and column named, as a
     ConfigError."""
     try:
-        frame = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
+        frame = pl.read_parquet(path) if path.suffix.lower() == ".parquet" else pl.read_csv(path)
     except (pl.exceptions.PolarsError, OSError) as e:
-        kind = "Parquet" if path.suffix == ".parquet" else "CSV"
+        kind = "Parquet" if path.suffix.lower() == ".parquet" else "CSV"
         raise ConfigError(f"{path}: not a readable {kind} file ({str(e).splitlines()[0]})") from None
     return checked(frame, path, columns, positive)
 
@@ -195,7 +195,12 @@ def multinode_measured(path: str | Path = MULTINODE_CSV, frame: pl.DataFrame | N
     if not bool((rows["nodes"] * rows["gpus_per_node"] >= 2).all()):
         raise ConfigError(f"{path}: a collective needs at least 2 GPUs (nodes x gpus_per_node) in every row")
     defaults = {"algorithm": "auto", "settings": "", "nvswitch": "true", "network": "ib"}
-    return rows.with_columns(pl.lit(v).alias(c) for c, v in defaults.items() if c not in rows.columns)
+    rows = rows.with_columns(pl.lit(v).alias(c) for c, v in defaults.items() if c not in rows.columns)
+    rows = rows.with_columns(pl.col("network").cast(pl.Utf8).str.to_lowercase())
+    unknown = sorted(set(rows["network"].to_list()) - set(NETWORKS))
+    if unknown:  # a misspelt "efa" would silently drop the plugin's latency
+        raise ConfigError(f"{path}: unknown network {unknown[0]!r} (known: {', '.join(NETWORKS)})")
+    return rows
 
 
 # The inter-node latency each network's NCCL net plugin reports to NCCL (topologies' ``net_latency_us``), by the
@@ -205,6 +210,9 @@ def multinode_measured(path: str | Path = MULTINODE_CSV, frame: pl.DataFrame | N
 # reports 0 ("Not set"); aws-ofi-nccl off AWS (Slingshot's CXI provider) keeps its default 0; GCP's TCPXO plugin
 # states none in public source.
 NET_PLUGIN_LATENCY_US = {"efa": 75.0}
+# the networks a row may name (the packaged set's): only EFA's plugin reports a latency; the others are told apart
+# for the reader, not the model
+NETWORKS = ("ib", "roce", "efa", "slingshot", "gpudirect-tcpxo")
 
 
 # NCCL_ALGO's names as the topologies' ``nccl_algo`` spells them (src/graph/tuning.cc ncclAlgoStr, any case)
@@ -256,7 +264,9 @@ def multinode_compare(path: str | Path = MULTINODE_CSV, where: pl.Expr | None = 
     """Every multi-node point of the CSV at ``path`` (or of ``frame``, :func:`multinode_measured`; ``where``: those
     it selects) beside the model's time, algorithm and protocol, under the algorithm the run forced (NCCL_ALGO) or
     NCCL-like auto selection; error = model_s / measured_s - 1."""
-    rows = multinode_measured(path, frame).with_row_index("line", offset=2)  # the file's line, header first
+    rows = multinode_measured(path, frame)
+    if "line" not in rows.columns:  # a CSV's rows: the file's line, the header first (a log's rows carry theirs)
+        rows = rows.with_row_index("line", offset=2)
     rows = rows if where is None else rows.filter(where)
     model_s, algos, protos = [], [], []
     for r in rows.iter_rows(named=True):
@@ -268,7 +278,7 @@ def multinode_compare(path: str | Path = MULTINODE_CSV, where: pl.Expr | None = 
             c = collective(topo, r["op"], r["nodes"] * r["gpus_per_node"], r["size_bytes"], r["algorithm"],
                            r["dtype"])
         except ConfigError as e:
-            raise ConfigError(f"{path}: row {r['line']}: {e}") from None
+            raise ConfigError(f"{path}: line {r['line']}: {e}") from None
         model_s.append(c.seconds)
         algos.append(c.algorithm)
         protos.append(c.protocol)

@@ -123,16 +123,20 @@ def validate(
     if runs and not multinode:
         raise ConfigError("--runs are multi-node runs: drop --no-multinode")
     smallest = parse_size(min_size, "--min-size", minimum=0)
+    if as_json and tables is not None and runs:
+        raise ConfigError("--json prints one set's points: give --tables or --runs, not both")
     files = runs or [MULTINODE_CSV]
-    logs = [f for f in files if f.suffix != ".csv"]
+    logs = [f for f in files if f.suffix.lower() not in (".csv", ".parquet")]
     if logs and cluster is None:
         raise ConfigError(f"{logs[0]}: an nccl-tests log does not print its NICs; give --cluster "
                           "nics_per_node=N,nic_gbps=G")
+    if cluster is not None and not logs:
+        raise ConfigError("--cluster describes nccl-tests logs, and --runs names none (a CSV states its cluster)")
     spec = parse_cluster(cluster) if cluster is not None else None
 
     def across_nodes() -> pl.DataFrame:
-        return pl.concat([multinode_compare(f) if spec is None or f.suffix == ".csv"
-                          else multinode_compare(f, frame=read_log(f, spec)) for f in files], how="diagonal_relaxed")
+        return pl.concat([multinode_compare(f, frame=read_log(f, spec)) if spec is not None and f in logs
+                          else multinode_compare(f) for f in files], how="diagonal_relaxed")
 
     if as_json:  # one set's points: --tables' if given, else the multi-node runs', else the one-node sweeps'
         with stage(stderr(), "pricing every measured point"):
@@ -184,7 +188,8 @@ def _print_multinode(console: Console, across: pl.DataFrame, what: str) -> None:
     console.print(table)
     big = across.filter(pl.col("size_bytes") >= 64 << 20)["error"].abs()
     small = across.filter(pl.col("size_bytes") < 64 << 20)["error"].abs()
-    console.print(f"multi-node, >= 64 MB: {big.len()} points, median |error| {number(big.median()):.1%}, "
-                  f"worst {number(big.max()):.1%}, {int((big <= 0.2).sum())} within 20%; "
-                  f"< 64 MB: {small.len()} points, median {number(small.median()):.1%}",
-                  markup=False)
+    # a run of your own may have no size in a band: say so rather than a median of nothing
+    large = (f"{big.len()} points, median |error| {number(big.median()):.1%}, worst {number(big.max()):.1%}, "
+             f"{int((big <= 0.2).sum())} within 20%" if big.len() else "no points")
+    below = f"{small.len()} points, median {number(small.median()):.1%}" if small.len() else "no points"
+    console.print(f"multi-node, >= 64 MB: {large}; < 64 MB: {below}", markup=False)

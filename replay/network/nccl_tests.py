@@ -32,11 +32,11 @@ _TEST = re.compile(r"Collective test starting:\s*(\w+?)_perf")
 _HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
 _VERSION = re.compile(r"nccl-library=(\d+)|NCCL version (\d+\.\d+\.\d+)")
 _ENV = re.compile(r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_COLLNET_ENABLE) set by environment to (\S+)")
-# nccl-tests' binaries (their names without underscores) -> the model's op; and those it does not time
+# nccl-tests' binaries the model times (their names without underscores) -> the model's op
 _TIMED = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
           "broadcast": "broadcast", "alltoall": "all_to_all"}
-_UNTIMED = ("sendrecv", "hypercube", "gather", "scatter", "reduce")
-# a collective's name in a file name: longest first, so all_reduce is not read as reduce
+# a collective's name in a file name, those the model does not time too (so the refusal names them): the longer
+# names first, so all_reduce is not read as reduce
 _NAMED = re.compile(r"(?<![a-z])(all_?reduce|all_?gather|reduce_?scatter|broadcast|all_?to_?all|sendrecv|hypercube|"
                     r"gather|scatter|reduce)(?![a-z])")
 _DTYPES = {"f8e4m3": "fp8", "f8e5m2": "fp8"}  # nccl-tests' FP8 names -> the model's

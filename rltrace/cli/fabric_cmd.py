@@ -103,8 +103,8 @@ def validate(
         help="Multi-node nccl-tests runs of your own in place of the packaged ones, repeatable: a log as nccl-tests "
              "printed it (with --cluster), or a .csv with the packaged set's columns.")] = None,
     cluster: Annotated[str | None, typer.Option(
-        help="What --runs' logs do not print: nics_per_node=N,nic_gbps=G[,network=efa][,nvswitch=false]"
-             "[,gpu=KIND][,op=OP].")] = None,
+        help="What --runs' logs do not print: nics_per_node=N,nic_gbps=G[,network=ib|roce|efa|...]"
+             "[,nvswitch=false][,name=CLUSTER][,gpu=KIND][,op=OP].")] = None,
     gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
     min_size: Annotated[str, typer.Option(help="Summarise --tables' messages of at least this size (the packaged "
                                                "sets print fixed size bands).")] = "64M",
@@ -114,9 +114,9 @@ def validate(
 ) -> None:
     """Hold the collective model (spec-sheet NVLink and NICs, NCCL's constants, no per-size fit) against measured
     NCCL timings: the packaged public multi-node nccl-tests runs, the packaged one-node sweeps of four GPU kinds,
-    and one-node tables of your own (--tables).
+    and one-node tables of your own (--tables) or multi-node nccl-tests runs of your own (--runs).
 
-    Example: rltrace fabric validate --tables ../shared/data/kernels/h100
+    Example: rltrace fabric validate --runs all_reduce_perf.log --cluster nics_per_node=8,nic_gbps=400
     """
     if tables is None and not multinode and not one_node:
         raise ConfigError("nothing to validate: give --tables or leave --multinode or --one-node on")

@@ -138,9 +138,15 @@ def _batch_regime(concurrency: pl.Expr) -> pl.Expr:
 
 # optional columns of a serving point: the engine's settings as the run stated them (max_num_seqs: vLLM's, SGLang's
 # max-running-requests; max_num_batched_tokens: vLLM's token budget, SGLang's chunked-prefill-size; kv_dtype: an FP8
-# cache; gpu_memory_utilization: vLLM's, SGLang's mem-fraction-static), and ``split``: a set's name ("held out")
-# where its points are reported apart from the others
+# cache; gpu_memory_utilization: vLLM's, SGLang's mem-fraction-static); and ``split`` (:func:`_set_name`)
 _ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "kv_dtype", "gpu_memory_utilization")
+
+
+def _set_name(points: pl.DataFrame, name: str) -> pl.Expr:
+    """``name``, or ``name, <split>`` on the rows whose optional ``split`` column names the set they belong to (a
+    held-out set is reported apart from the points the model was checked on)."""
+    split = pl.col("split").cast(pl.Utf8).fill_null("") if "split" in points.columns else pl.lit("")
+    return pl.when(split == "").then(pl.lit(name)).otherwise(pl.format(f"{name}, {{}}", split)).alias("set")
 
 
 def predict_generation(points: pl.DataFrame) -> pl.DataFrame:
@@ -158,12 +164,10 @@ def predict_generation(points: pl.DataFrame) -> pl.DataFrame:
         return 1e3 * s.tpot_s, 1e3 * s.ttft_s
 
     got = _each(points, (*_SERVING, "concurrency", *optional), one, ("tpot", "ttft"))
-    split = pl.col("split").cast(pl.Utf8).fill_null("") if "split" in points.columns else pl.lit("")
     base = points.with_columns(pl.col("weight_dtype").alias("dtype"),
                                _batch_regime(pl.col("concurrency")).alias("regime"), got["skipped"])
     return pl.concat([
-        base.with_columns(pl.when(split == "").then(pl.lit(f"generation {m.upper()}"))
-                          .otherwise(pl.format(f"generation {m.upper()}, {{}}", split)).alias("set"),
+        base.with_columns(_set_name(points, f"generation {m.upper()}"),
                           pl.col(f"{m}_ms").cast(pl.Float64).alias("measured"), got[m].alias("predicted"))
         for m in ("tpot", "ttft")
     ])
@@ -217,7 +221,7 @@ def predict_training(points: pl.DataFrame) -> pl.DataFrame:
     got = _each(points, ("model", "gpu", "gpus", "ep", "seq_len", "global_batch", "precision"), one, ("predicted",))
     regime = pl.when(pl.col("gpus") <= 8).then(pl.lit("1 node")).otherwise(pl.lit("multi-node"))
     return points.with_columns(
-        pl.lit("training tokens/s/GPU").alias("set"), pl.col("precision").alias("dtype"),
+        _set_name(points, "training tokens/s/GPU"), pl.col("precision").alias("dtype"),
         pl.col("framework").alias("engine"), regime.alias("regime"),
         pl.col("tokens_per_s_per_gpu").cast(pl.Float64).alias("measured"), got["predicted"], got["skipped"])
 

@@ -316,3 +316,12 @@ def test_validate_slices_by_each_points_origin(tmp_path: Path) -> None:
                                                                           "sgl-project/sgl-cookbook"}
     assert {o for s, o in origins if s == "training tokens/s/GPU"} == {"pytorch/torchtitan", "NVIDIA/Megatron-LM",
                                                                        "NVIDIA-NeMo/Megatron-Bridge"}
+
+
+def test_a_training_row_with_a_split_is_reported_in_its_own_set(tmp_path: Path) -> None:
+    rows = pl.read_csv(TRAINING_CSV).head(2).with_columns(pl.Series("split", ["held out", None]))
+    rows.write_csv(tmp_path / "mine.csv")
+    out = json.loads(run_cli("estimate", "validate", "--data", str(tmp_path / "mine.csv"), "--json",
+                             cwd=tmp_path).stdout)
+    assert {r["set"]: r["points"] for r in out["overall"]} == {"training tokens/s/GPU": 1,
+                                                               "training tokens/s/GPU, held out": 1}

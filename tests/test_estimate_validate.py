@@ -22,6 +22,7 @@ from rltrace.replay.costmodels.validation import (
     OFFLINE_CSV,
     SHIPPED,
     TRAINING_CSV,
+    TRAINING_HELD_OUT_CSV,
     load_points,
     summarize,
     validate,
@@ -78,7 +79,7 @@ def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     overall = {row["set"]: row for row in out["overall"]}
-    gen, held_out, offline, train, kv = (pl.read_csv(p) for p in SHIPPED)
+    gen, held_out, offline, train, train_held_out, kv = (pl.read_csv(p) for p in SHIPPED)
     # DeepSeek-V3's FP8 weights on 4 B200s (SGLang ran them) leave no KV cache in vLLM's 0.9 share once its
     # activation peak and buffers are counted: listed with the reason, not priced (TPOT and TTFT of 4 points)
     assert {(s["gpu"], s["model"]) for s in out["skipped"]} == {("B200", "DeepSeek-V3")}
@@ -89,11 +90,12 @@ def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     assert overall["generation TPOT, held out"]["points"] == held_out.height
     assert overall["offline output tokens/s"]["points"] == offline.height
     assert overall["training tokens/s/GPU"]["points"] == train.height
+    assert overall["training tokens/s/GPU, held out"]["points"] == train_held_out.height
     for quantity in ("KV cache tokens", "weights GiB", "activation peak GiB", "non-torch GiB"):
         assert overall[f"vLLM {quantity}"]["points"] == kv.height
     assert overall["vLLM KV cache tokens"]["median_abs_error"] < 0.01  # the memory split, from vLLM's own logs
     assert all(0 <= row["median_abs_error"] <= row["worst_abs_error"] for row in out["slices"])
-    total = 2 * (gen.height + held_out.height) + offline.height + train.height + 4 * kv.height
+    total = 2 * (gen.height + held_out.height) + offline.height + train.height + train_held_out.height + 4 * kv.height
     assert sum(r["points"] for r in out["slices"]) == total - len(out["skipped"])
     points = pl.read_csv(tmp_path / "p.csv")
     assert points.height == total and points["predicted"].is_null().sum() == len(out["skipped"])
@@ -255,8 +257,10 @@ def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, va
     ("decode", "Llama-2-7B", "A100", "bf16", "other models on A100, Llama-2-7B unmeasured, bf16, 6 held out",
      pl.col("gpu") == "A100"),
     ("decode", "Llama-2-7B", "H800", "bf16", "Llama-2-7B on any GPU, nor of any model on H800", pl.lit(False)),
-    ("train", "Qwen3-30B-A3B", "H100", "bf16", "Qwen3-30B-A3B on H100, fp8",
-     (pl.col("model") == "Qwen3-30B-A3B") & (pl.col("gpu") == "H100")),
+    ("train", "Qwen3-30B-A3B", "H100", "bf16", "Qwen3-30B-A3B on H100, bf16, 1 held out",
+     (pl.col("model") == "Qwen3-30B-A3B") & (pl.col("gpu") == "H100") & (pl.col("dtype") == "bf16")),
+    ("train", "Qwen3-30B-A3B", "H100", "fp8", "Qwen3-30B-A3B on H100, fp8, 2 held out",
+     (pl.col("model") == "Qwen3-30B-A3B") & (pl.col("gpu") == "H100") & (pl.col("dtype") == "fp8")),
 ])
 def test_an_estimates_track_record_is_its_nearest_slice_of_the_validation(
         kind: str, model: str, gpu: str, precision: str, scope: str, where: pl.Expr) -> None:
@@ -265,7 +269,8 @@ def test_an_estimates_track_record_is_its_nearest_slice_of_the_validation(
     record = track_record(kind, get_model(model), gpu, precision)
     assert record.scope == scope
     metric_set = {"decode": "generation TPOT", "train": "training tokens/s/GPU"}[kind]
-    errors = validate([GENERATION_CSV, HELD_OUT_CSV] if kind == "decode" else [TRAINING_CSV]).filter(
+    sets = [GENERATION_CSV, HELD_OUT_CSV] if kind == "decode" else [TRAINING_CSV, TRAINING_HELD_OUT_CSV]
+    errors = validate(sets).filter(
         pl.col("set").str.starts_with(metric_set), pl.col("error").is_not_null(), where)["error"]
     assert record.points == errors.len()
     if record.points:
@@ -296,7 +301,8 @@ def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
                    "--precision", "fp8")
     assert done.returncode == 0, done.stderr
     line = done.stdout.splitlines()[-1]
-    assert line.startswith("  track record (1 training tokens/s per GPU point of Qwen3-30B-A3B on H100, fp8)"), line
+    assert line.startswith("  track record (3 training tokens/s per GPU points of Qwen3-30B-A3B on H100, fp8, 2 held "
+                           "out)"), line
     assert line.endswith("(+: the model faster)")
     as_json = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H800", "--json")
     assert json.loads(as_json.stdout)["track_record"] == {

@@ -13,7 +13,14 @@ from __future__ import annotations
 import dataclasses
 
 import polars as pl
-from rltrace.replay.costmodels.validation import GENERATION_CSV, HELD_OUT_CSV, PREDICT, TRAINING_CSV, load_points
+from rltrace.replay.costmodels.validation import (
+    GENERATION_CSV,
+    HELD_OUT_CSV,
+    PREDICT,
+    TRAINING_CSV,
+    TRAINING_HELD_OUT_CSV,
+    load_points,
+)
 
 from rltrace.catalog import ModelSpec, load_models
 from rltrace.catalog.models import catalog_entry, differences
@@ -54,7 +61,8 @@ class TrackRecord:
 _RECORDS = {
     "decode": ((GENERATION_CSV, HELD_OUT_CSV), "generation", "generation TPOT", "weight_dtype", "decode TPOT",
                "slower"),
-    "train": ((TRAINING_CSV,), "training", "training tokens/s/GPU", "precision", "training tokens/s per GPU", "faster"),
+    "train": ((TRAINING_CSV, TRAINING_HELD_OUT_CSV), "training", "training tokens/s/GPU", "precision",
+              "training tokens/s per GPU", "faster"),
 }
 
 

@@ -1,7 +1,7 @@
 """The cost models held against public real measurements: serving engines' TPOT, TTFT and offline throughput, and
 training frameworks' tokens per second.
 
-Five CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
+Six CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
 
 - ``generation_validation.csv``: vLLM and SGLang TPOT and TTFT at a fixed concurrency, prompt and output length,
   measured by NVIDIA's aiconfigurator team on H100, H200 and B200 (their ``silicon_sample.csv``);
@@ -11,6 +11,8 @@ Five CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row
   ``benchmark_throughput.py``);
 - ``training_validation.csv``: tokens/s per GPU of a stated model, parallelism and GPU count (torchtitan,
   Megatron-LM and Megatron-Bridge tables);
+- ``training_heldout.csv``: the same layout from NVIDIA's DGX Cloud benchmarking recipes, NeMo, NeMo AutoModel,
+  Megatron-Bridge and torchtitan tables the model was not checked on, collected after it was set (held out);
 - ``kv_cache_validation.csv``: how vLLM split one GPU's memory at start-up, from its own logs (weights, the
   profiling run's activation peak, memory outside torch, the KV cache in tokens): :mod:`.memory` against it.
 
@@ -46,8 +48,9 @@ GENERATION_CSV = DATA / "generation_validation.csv"
 HELD_OUT_CSV = DATA / "generation_heldout.csv"
 OFFLINE_CSV = DATA / "offline_validation.csv"
 TRAINING_CSV = DATA / "training_validation.csv"
+TRAINING_HELD_OUT_CSV = DATA / "training_heldout.csv"
 KV_CACHE_CSV = DATA / "kv_cache_validation.csv"
-SHIPPED = (GENERATION_CSV, HELD_OUT_CSV, OFFLINE_CSV, TRAINING_CSV, KV_CACHE_CSV)
+SHIPPED = (GENERATION_CSV, HELD_OUT_CSV, OFFLINE_CSV, TRAINING_CSV, TRAINING_HELD_OUT_CSV, KV_CACHE_CSV)
 
 _SERVING = ("source", "engine", "model", "gpu", "tp", "ep", "weight_dtype", "prompt_tokens", "output_tokens")
 LAYOUTS: dict[str, tuple[str, ...]] = {

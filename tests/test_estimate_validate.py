@@ -324,10 +324,11 @@ def test_validate_slices_by_each_points_origin(tmp_path: Path) -> None:
                                                                        "NVIDIA-NeMo/Megatron-Bridge"}
 
 
-def test_a_training_row_with_a_split_is_reported_in_its_own_set(tmp_path: Path) -> None:
-    rows = pl.read_csv(TRAINING_CSV).head(2).with_columns(pl.Series("split", ["held out", None]))
+@pytest.mark.parametrize(("shipped", "name"), [(TRAINING_CSV, "training tokens/s/GPU"),
+                                              (OFFLINE_CSV, "offline output tokens/s")])
+def test_a_row_with_a_split_is_reported_in_its_own_set(tmp_path: Path, shipped: Path, name: str) -> None:
+    rows = pl.read_csv(shipped, infer_schema_length=10_000).head(2).with_columns(pl.Series("split", ["held out", None]))
     rows.write_csv(tmp_path / "mine.csv")
     out = json.loads(run_cli("estimate", "validate", "--data", str(tmp_path / "mine.csv"), "--json",
                              cwd=tmp_path).stdout)
-    assert {r["set"]: r["points"] for r in out["overall"]} == {"training tokens/s/GPU": 1,
-                                                               "training tokens/s/GPU, held out": 1}
+    assert {r["set"]: r["points"] for r in out["overall"]} == {name: 1, f"{name}, held out": 1}

@@ -147,7 +147,7 @@ _ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "kv_dtype", "gpu_m
 
 def _set_name(points: pl.DataFrame, name: str) -> pl.Expr:
     """``name``, or ``name, <split>`` on the rows whose optional ``split`` column names the set they belong to (a
-    held-out set is reported apart from the points the model was checked on)."""
+    held-out set is reported apart from the points the model was checked on), in any layout that has a split."""
     split = pl.col("split").cast(pl.Utf8).fill_null("") if "split" in points.columns else pl.lit("")
     return pl.when(split == "").then(pl.lit(name)).otherwise(pl.format(f"{name}, {{}}", split)).alias("set")
 
@@ -202,7 +202,7 @@ def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
         rate = pl.col("request_rate").cast(pl.Float64)
         regime = pl.when(rate.is_null()).then(regime).otherwise(pl.format("{} requests/s", rate))
     return points.with_columns(
-        pl.lit("offline output tokens/s").alias("set"), pl.col("weight_dtype").alias("dtype"),
+        _set_name(points, "offline output tokens/s"), pl.col("weight_dtype").alias("dtype"),
         regime.alias("regime"), pl.col("output_tokens_per_s").cast(pl.Float64).alias("measured"),
         got["predicted"], got["skipped"])
 

@@ -79,7 +79,8 @@ def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     overall = {row["set"]: row for row in out["overall"]}
-    gen, held_out, offline, train, train_held_out, kv = (pl.read_csv(p) for p in SHIPPED)
+    gen, held_out, offline, offline_held_out, train, train_held_out, kv = (
+        pl.read_csv(p, infer_schema_length=10_000) for p in SHIPPED)
     # DeepSeek-V3's FP8 weights on 4 B200s (SGLang ran them) leave no KV cache in vLLM's 0.9 share once its
     # activation peak and buffers are counted: listed with the reason, not priced (TPOT and TTFT of 4 points)
     assert {(s["gpu"], s["model"]) for s in out["skipped"]} == {("B200", "DeepSeek-V3")}
@@ -89,13 +90,15 @@ def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     # the held-out points (collected after the model was set) are reported apart, every one priced
     assert overall["generation TPOT, held out"]["points"] == held_out.height
     assert overall["offline output tokens/s"]["points"] == offline.height
+    assert overall["offline output tokens/s, held out"]["points"] == offline_held_out.height
     assert overall["training tokens/s/GPU"]["points"] == train.height
     assert overall["training tokens/s/GPU, held out"]["points"] == train_held_out.height
     for quantity in ("KV cache tokens", "weights GiB", "activation peak GiB", "non-torch GiB"):
         assert overall[f"vLLM {quantity}"]["points"] == kv.height
     assert overall["vLLM KV cache tokens"]["median_abs_error"] < 0.01  # the memory split, from vLLM's own logs
     assert all(0 <= row["median_abs_error"] <= row["worst_abs_error"] for row in out["slices"])
-    total = 2 * (gen.height + held_out.height) + offline.height + train.height + train_held_out.height + 4 * kv.height
+    total = (2 * (gen.height + held_out.height) + offline.height + offline_held_out.height + train.height
+             + train_held_out.height + 4 * kv.height)
     assert sum(r["points"] for r in out["slices"]) == total - len(out["skipped"])
     points = pl.read_csv(tmp_path / "p.csv")
     assert points.height == total and points["predicted"].is_null().sum() == len(out["skipped"])

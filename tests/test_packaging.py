@@ -37,7 +37,7 @@ def test_wheel_installs_subpackages_inside_the_rltrace_namespace(wheel: Path) ->
     # what `fabric validate` and `estimate validate` read
     for data in ("replay/network/data/multinode_nccl.csv", "replay/network/data/one_node_nccl.parquet",
                  "replay/costmodels/data/generation_validation.csv", "replay/costmodels/data/generation_heldout.csv",
-                 "replay/costmodels/data/training_heldout.csv"):
+                 "replay/costmodels/data/training_heldout.csv", "replay/costmodels/data/offline_heldout.csv"):
         assert f"rltrace/{data}" in names
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     torch_reqs = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: torch")]

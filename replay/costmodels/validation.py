@@ -1,7 +1,7 @@
 """The cost models held against public real measurements: serving engines' TPOT, TTFT and offline throughput, and
 training frameworks' tokens per second.
 
-Six CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
+Seven CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
 
 - ``generation_validation.csv``: vLLM and SGLang TPOT and TTFT at a fixed concurrency, prompt and output length,
   measured by NVIDIA's aiconfigurator team on H100, H200 and B200 (their ``silicon_sample.csv``);
@@ -9,6 +9,8 @@ Six CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row 
   the model's constants were set and reported as their own sets (its ``split`` column);
 - ``offline_validation.csv``: output tokens/s of an offline run of identical requests (vLLM
   ``benchmark_throughput.py``);
+- ``offline_heldout.csv``: the same layout from other sources (DataCrunch's H200 runs, a vLLM pull request),
+  collected after the model was set (held out);
 - ``training_validation.csv``: tokens/s per GPU of a stated model, parallelism and GPU count (torchtitan,
   Megatron-LM and Megatron-Bridge tables);
 - ``training_heldout.csv``: the same layout from NVIDIA's DGX Cloud benchmarking recipes, NeMo, NeMo AutoModel,
@@ -47,10 +49,12 @@ DATA = Path(__file__).parent / "data"
 GENERATION_CSV = DATA / "generation_validation.csv"
 HELD_OUT_CSV = DATA / "generation_heldout.csv"
 OFFLINE_CSV = DATA / "offline_validation.csv"
+OFFLINE_HELD_OUT_CSV = DATA / "offline_heldout.csv"
 TRAINING_CSV = DATA / "training_validation.csv"
 TRAINING_HELD_OUT_CSV = DATA / "training_heldout.csv"
 KV_CACHE_CSV = DATA / "kv_cache_validation.csv"
-SHIPPED = (GENERATION_CSV, HELD_OUT_CSV, OFFLINE_CSV, TRAINING_CSV, TRAINING_HELD_OUT_CSV, KV_CACHE_CSV)
+SHIPPED = (GENERATION_CSV, HELD_OUT_CSV, OFFLINE_CSV, OFFLINE_HELD_OUT_CSV, TRAINING_CSV, TRAINING_HELD_OUT_CSV,
+           KV_CACHE_CSV)
 
 _SERVING = ("source", "engine", "model", "gpu", "tp", "ep", "weight_dtype", "prompt_tokens", "output_tokens")
 LAYOUTS: dict[str, tuple[str, ...]] = {

@@ -41,18 +41,23 @@ def served(row: dict) -> ModelSpec:
     return dataclasses.replace(get_model(row["model"]), dtype_bytes=DTYPE_BYTES[row["weight_dtype"]])
 
 
-def bundle(folder: Path, row: dict, index: int) -> None:
-    """One step of ``row``'s requests: identical lengths, sent at once or ``request_rate`` a second."""
-    spec = served(row)
-    n, rate = int(row["requests"]), row["request_rate"]
-    source = pl.DataFrame({"prompt": [row["prompt_tokens"]] * n, "output": [row["output_tokens"]] * n,
-                           "arrival_ns": [int(k / rate * 1e9) if rate else 0 for k in range(n)]})
+def write_requests(folder: Path, row: dict, run_id: str, source: pl.DataFrame) -> None:
+    """A one-step bundle of ``source``'s requests (columns prompt, output, arrival_ns) served by ``row``'s model, with
+    its weights' type, on its GPUs."""
     table = requests_table(pl.col("prompt"), pl.col("output"), pl.col("arrival_ns"), source,
                            ImportOptions()).with_columns(pl.lit("length").alias("finish_reason"))
-    manifest = Manifest(run_id=f"offline-{index}", source="import", model=spec.info(),
+    manifest = Manifest(run_id=run_id, source="import", model=served(row).info(),
                         cluster={"rollout": Pool(device=row["gpu"], count=row["tp"], tp=row["tp"]),
                                  "trainer": Pool(device=row["gpu"], count=1, tp=1)})
     rltrace.write_bundle(folder, manifest, {"requests": table})
+
+
+def bundle(folder: Path, row: dict, index: int) -> None:
+    """One step of ``row``'s requests: identical lengths, sent at once or ``request_rate`` a second."""
+    n, rate = int(row["requests"]), row["request_rate"]
+    write_requests(folder, row, f"offline-{index}", pl.DataFrame({
+        "prompt": [row["prompt_tokens"]] * n, "output": [row["output_tokens"]] * n,
+        "arrival_ns": [int(k / rate * 1e9) if rate else 0 for k in range(n)]}))
 
 
 def main() -> None:

@@ -20,19 +20,14 @@ batch before the decodes. Neither side was fitted to these runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from rltrace.collectors.importers.base import ImportOptions, requests_table
-from rltrace.replay.costmodels.validation import DTYPE_BYTES, HELD_OUT_CSV, validate
-
-import rltrace
-from rltrace.catalog import get_model
-from rltrace.manifest import Manifest, Pool
+from replay_vs_closed_form import write_requests
+from rltrace.replay.costmodels.validation import HELD_OUT_CSV, validate
 
 REPO = Path(__file__).resolve().parents[1]
 RLTRACE = str(Path(sys.executable).parent / "rltrace")
@@ -45,18 +40,6 @@ def lengths(prompts: int, prompt_len: int, output_len: int) -> tuple[np.ndarray,
     inputs = np.random.randint(1, prompt_len + 1, size=prompts)
     outputs = np.random.randint(1, output_len + 1, size=prompts)
     return inputs, outputs
-
-
-def bundle(folder: Path, row: dict, inputs: np.ndarray, outputs: np.ndarray) -> None:
-    """The run's requests, all at once, on its GPUs with its weights' type."""
-    spec = dataclasses.replace(get_model(row["model"]), dtype_bytes=DTYPE_BYTES[row["weight_dtype"]])
-    source = pl.DataFrame({"prompt": inputs, "output": outputs, "arrival_ns": [0] * len(inputs)})
-    table = requests_table(pl.col("prompt"), pl.col("output"), pl.col("arrival_ns"), source,
-                           ImportOptions()).with_columns(pl.lit("length").alias("finish_reason"))
-    manifest = Manifest(run_id=folder.name, source="import", model=spec.info(),
-                        cluster={"rollout": Pool(device=row["gpu"], count=row["tp"], tp=row["tp"]),
-                                 "trainer": Pool(device=row["gpu"], count=1, tp=1)})
-    rltrace.write_bundle(folder, manifest, {"requests": table})
 
 
 def mean_tpot_ms(requests: pl.DataFrame) -> float:
@@ -79,8 +62,9 @@ def main() -> None:
         output_len = 1000 if row["output_tokens"] < 2000 else 8000
         inputs, outputs = lengths(PROMPTS[c], prompt_len, output_len)
         folder, out = args.work / f"bundle{row['i']}", args.work / f"run{row['i']}"
-        if not folder.exists():
-            bundle(folder, row, inputs, outputs)
+        if not folder.exists():  # the run's requests, all at once
+            write_requests(folder, row, folder.name,
+                           pl.DataFrame({"prompt": inputs, "output": outputs, "arrival_ns": [0] * len(inputs)}))
         done = subprocess.run([RLTRACE, "replay", str(folder), "-s", "disagg-sync", "--max-seqs", str(c),
                                "--set", 'cost.generation="roofline"', "-o", str(out)],
                               capture_output=True, text=True, check=False)

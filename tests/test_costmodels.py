@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 
 import polars as pl
 import pytest
 from helpers import require_shared, run_cli
 from rltrace.replay.costmodels import Roofline, serving
 from rltrace.replay.costmodels.parallel import tp_allreduce_seconds
-from rltrace.replay.costmodels.profile import fit_gemm_compute, fit_gemm_stream
+from rltrace.replay.costmodels.profile import fit_elementwise_stream, fit_gemm_compute, fit_gemm_stream
 from rltrace.replay.costmodels.training import DENSE_TRAIN_MFU_BY_GPU, default_mfu, step_seconds
 
 from rltrace.catalog import get_gpu, get_model
@@ -149,6 +150,41 @@ def test_a_gpu_gemm_is_a_ramp_plus_its_bytes_at_the_streaming_fraction_fitted_to
     assert gpu.seconds > gemms * ramp + weights / (fraction * hbm)
     cpu_like = Roofline(model=LLAMA, gpu=H100, kernel_floors=False, memory_efficiency=0.6).decode(batch=1, context=0)
     assert cpu_like.seconds == pytest.approx(weights / (0.6 * hbm) + 4 * LLAMA.vocab * 4 / (0.6 * hbm), rel=1e-6)
+
+
+def test_elementwise_stream_is_the_median_of_vidurs_h100_elementwise_ops() -> None:
+    """serving.ELEMENTWISE_STREAM is the median over the ops of Vidur's H100 norms, rotary, activation and residual
+    add once they stream (re-fitted here); each op lands where its kind should (the add above 1 where L2 holds its
+    inputs)."""
+    fit = {row["op"]: row for row in fit_elementwise_stream(
+        require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv")).iter_rows(named=True)}
+    assert set(fit) == {"input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add"}
+    assert statistics.median(row["median"] for row in fit.values()) == pytest.approx(serving.ELEMENTWISE_STREAM,
+                                                                                      abs=0.005)
+    assert all(row["rows"] == 780 for row in fit.values())
+    assert 0.3 < fit["input_layernorm"]["median"] < 0.45 and fit["add"]["median"] > 0.9
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_prefill_chunk_streams_its_norms_rotary_and_activation_and_tp_shards_all_but_the_norms(tp: int) -> None:
+    """One 8,192-token chunk of Llama-2-7B: every layer's two fused residual-add RMSNorms read and write 4 x hidden
+    BF16 values a token on every rank, rotary 2 x (heads + kv heads) x head_dim / tp, SiLU-and-mul 3 x intermediate /
+    tp; their bytes at ELEMENTWISE_STREAM of HBM run in series with the compute-bound GEMMs, so the report counts
+    them as work, not as fixed parts."""
+    tokens, m = 8192, LLAMA
+    est = Roofline(model=m, gpu=H100, tp=tp).prefill(tokens)
+    per_token = 2 * m.layers * 4 * m.hidden + m.layers * 2 * (m.heads + m.kv_heads) * m.dim_head / tp
+    per_token += m.layers * 3 * m.intermediate / tp
+    elementwise = tokens * per_token * 2
+    weights = _gemm_params(m) * m.dtype_bytes / tp
+    kv_write = tokens * m.kv_bytes_per_token / tp
+    assert est.bytes == pytest.approx(weights + elementwise + kv_write, rel=1e-9)
+    streamed = elementwise / (H100.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM)
+    assert est.bound == "compute"
+    assert est.seconds >= est.compute_s + streamed + est.comm_s
+    assert est.floor_s < 0.02 * est.seconds
+    norms = tokens * 2 * m.layers * 4 * m.hidden * 2 / (H100.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM)
+    assert norms > 0.05 * est.seconds  # not sharded by TP: a share that grows as TP shards the GEMMs
 
 
 def test_fp8_gemm_share_is_the_h100_tables_fp8_median_over_its_bf16_median() -> None:

@@ -312,10 +312,14 @@ def test_a_decodes_reported_memory_share_streams_the_fused_experts_at_the_ops_ow
     rows = float(serving.padded_tokens(np.array([batch]))[0])
     experts = TINY.moe_layers * TINY.expected_experts(rows) * TINY.expert_params * TINY.dtype_bytes
     kv = batch * TINY.attended(context) * roof.kv_bytes_per_token
-    others = est.bytes - experts - kv
+    # norms (two a layer), rotary (4 q + 2 kv heads of 32), the dense layer's SiLU-and-mul: BF16 in and out
+    per_token = 2 * TINY.layers * 4 * TINY.hidden + TINY.layers * 2 * 6 * 32 + TINY.dense_layers * 3 * TINY.intermediate
+    elementwise = rows * per_token * 2
+    others = est.bytes - experts - kv - elementwise
     gemm_bw = H100.hbm_bytes_per_s * serving.GEMM_STREAM[TINY.dtype_bytes][1]
     read_bw = H100.hbm_bytes_per_s * (roof.attention_efficiency or roof.memory_efficiency)
-    expected = others / gemm_bw + experts / (H100.hbm_bytes_per_s * 0.9) + kv / read_bw
+    expected = (others / gemm_bw + experts / (H100.hbm_bytes_per_s * 0.9) + kv / read_bw
+                + elementwise / (H100.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM))
     assert est.memory_s == pytest.approx(expected, rel=1e-9)
     # the fixed part moves the priced time, not the memory share
     quicker = Roofline(model=TINY, gpu=dataclasses.replace(gpu, moe_fixed_us=10.0)).decode(batch, context)

@@ -173,6 +173,32 @@ def fit_gemm_compute(path: str | Path, gpu: str = "H100", dtypes: Mapping[str, i
     return pl.DataFrame(rows)
 
 
+ELEMENTWISE_MIN_TOKENS = 512  # below this Vidur's elementwise ops sit on their launch floor (4 us), not HBM
+
+
+def fit_elementwise_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
+    """The fraction of HBM the elementwise ops of a layer reach in Vidur's per-op table at ``path`` (its
+    ``mlp.csv``: median ms by token count and TP size) once they stream (>= :data:`ELEMENTWISE_MIN_TOKENS` tokens),
+    each op's bytes as its kernel moves them in BF16: RMSNorm reads and writes ``tokens x hidden``; rotary, in place,
+    reads and writes q and k (``tokens x (heads + kv heads) x head_dim / tp``); SiLU-and-mul reads ``2 x tokens x
+    intermediate / tp`` and writes half; the residual add reads two ``tokens x hidden`` and writes one. One row per
+    op: op, rows, median, min, max. :data:`.serving.ELEMENTWISE_STREAM` is the median over the ops of the H100 table."""
+    hbm = get_gpu(gpu).hbm_bytes_per_s
+    t = pl.read_csv(path).filter(pl.col("num_tokens") >= ELEMENTWISE_MIN_TOKENS)
+    if not t.height:
+        raise ConfigError(f"{path}: no rows of {ELEMENTWISE_MIN_TOKENS} tokens or more")
+    tokens, tp, hidden = pl.col("num_tokens"), pl.col("num_tensor_parallel_workers"), pl.col("n_embd")
+    qk = (pl.col("n_head") + pl.col("n_kv_head")) * hidden / pl.col("n_head") / tp
+    moved = {"input_layernorm": 2 * tokens * hidden, "post_attention_layernorm": 2 * tokens * hidden,
+             "attn_rope": 2 * tokens * qk, "mlp_act": 3 * tokens * pl.col("n_expanded_embd") / tp,
+             "add": 3 * tokens * hidden}
+    share = [(2 * values / (pl.col(f"time_stats.{op}.median") * 1e-3) / hbm).alias(op) for op, values in moved.items()]
+    long = t.select(share).unpivot(variable_name="op", value_name="fraction")
+    return (long.group_by("op", maintain_order=True)
+            .agg(pl.len().alias("rows"), pl.col("fraction").median().alias("median"),
+                 pl.col("fraction").min().alias("min"), pl.col("fraction").max().alias("max")))
+
+
 @dataclass(frozen=True, slots=True)
 class Factors:
     """Roofline factors for one GPU kind and TP degree, from a profile."""

@@ -19,8 +19,9 @@ one after another:
 - attention: a floor plus the KV cache read (decode: ``batch x context`` tokens at the model's bytes per token
   and rank, MLA's compressed latent, a sliding window's cap) at the attention kernels' efficiency, or its
   FLOPs (``2 x heads x (2 kv_lora_rank + rope)`` per context token for MLA's absorbed decode) where larger;
-- elementwise kernels (norms, rotary, activation; routing where no fused-MoE op holds it) at their floor; the
-  sampler's passes over the logits;
+- elementwise kernels (residual-add norms, rotary, activation): each token's activations in and out at
+  :data:`.serving.ELEMENTWISE_STREAM` of HBM (Vidur's H100 profile), or their floor where longer; routing, where no
+  fused-MoE op holds it, at its floor; the sampler's passes over the logits;
 - tensor parallelism: two all-reduces per layer, priced by the network model (:mod:`.parallel`); expert
   parallelism inside the TP group (``ep`` = ``tp``) keeps the same two: every rank holds every token, runs its own
   whole experts on them, and the MoE output is all-reduced as a TP-sharded MoE's is (vLLM takes its all-to-all
@@ -95,6 +96,15 @@ class _Layers(NamedTuple):
     compute_s: np.ndarray
     """each kernel's FLOPs at the rate it computes at (the fused-MoE curve for routed experts, the FP8 share for FP8
     GEMMs): the compute-bound share a report shows"""
+    elementwise_s: np.ndarray
+    """the norms', rotary's and activations' bytes at the rate they stream at (floors aside), also in ``stream_s``:
+    memory-bound kernels in series with the GEMMs, so a report adds them to a compute-bound iteration's work"""
+
+
+def _work(compute_s: float, memory_s: float, elementwise_s: float) -> float:
+    """Seconds the kernels' work explains: the larger of the two terms, with the elementwise kernels (inside
+    ``memory_s``) in series with a compute-bound rest rather than hidden under it."""
+    return max(compute_s, memory_s - elementwise_s) + elementwise_s
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -287,11 +297,41 @@ class Roofline:
                         read=share * m.expert_params * experts, rate=moe)
         # LM head (vocab-parallel over TP; BF16 in FP8 checkpoints)
         add(m.vocab * m.hidden, 1, rows=t if logit_rows is None else logit_rows, width=max(wb, 2))
+        elementwise = np.zeros_like(t)
         if self._floors:
-            routing = 0 if self._fused_moe else serving.MOE_ELEMENTWISE  # the fused op's fixed part holds them
-            elementwise = m.layers * serving.DENSE_ELEMENTWISE + m.moe_layers * routing
-            seconds = seconds + elementwise * serving.ELEMENTWISE_FLOOR_S
-        return _Layers(seconds, flops, nbytes, stream, experts, compute)
+            ew_seconds, ew_bytes, elementwise = self._elementwise(t)
+            seconds, nbytes, stream = seconds + ew_seconds, nbytes + ew_bytes, stream + elementwise
+        return _Layers(seconds, flops, nbytes, stream, experts, compute, elementwise)
+
+    def _elementwise(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(seconds, bytes, streamed seconds) of the kernels between the GEMMs over ``tokens`` rows per rank: each
+        takes its floor or its activations' bytes at :data:`.serving.ELEMENTWISE_STREAM` of HBM, whichever is longer.
+        Per layer, as vLLM and SGLang run them: two fused residual-add RMSNorms (read the hidden state and the
+        residual, write both: 4 x hidden BF16 values a token, not sharded by TP), rotary embedding in place on each
+        rank's q and k heads (MLA: its rope dimensions, and the two latent RMSNorms), SiLU-and-mul (read 2 x
+        intermediate / tp, write half; MoE layers only their shared experts', the routed experts' being inside the
+        fused op) and the KV-cache write, whose bytes attention prices. Decode batches sit on the floors; a prefill
+        chunk of thousands of tokens streams, and as TP shards the GEMMs but not the norms, the more so at TP 8."""
+        m, tp = self.model, self.tp
+        floor = serving.ELEMENTWISE_FLOOR_S
+        rotary = (2.0 * (m.heads / tp + 1) * m.qk_rope_head_dim + 2.0 * (m.q_lora_rank + m.kv_lora_rank) if m.is_mla
+                  else 2.0 * (m.heads + m.kv_heads) * m.dim_head / tp)
+        shared = 3.0 * m.shared_experts * m.expert_intermediate / tp
+        # (BF16 values each token moves through the kernel, how many such kernels); the KV-cache write and,
+        # without a fused-MoE op, the routing kernels at their floors
+        kernels = [(4.0 * m.hidden, 2 * m.layers), (rotary, m.layers),
+                   (3.0 * m.intermediate / tp, m.dense_layers if m.is_moe else m.layers), (shared, m.moe_layers)]
+        floors = m.layers + (0 if self._fused_moe else serving.MOE_ELEMENTWISE * m.moe_layers)
+        floors += 0 if m.shared_experts else m.moe_layers  # a MoE layer's activation is inside the fused op
+        bw = self.gpu.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM
+        seconds = np.full_like(tokens, floors * floor)
+        nbytes = np.zeros_like(tokens)
+        for values, count in kernels:
+            if values and count:
+                moved = tokens * values * 2
+                seconds = seconds + count * np.maximum(floor, moved / bw)
+                nbytes = nbytes + count * moved
+        return seconds, nbytes, nbytes / bw
 
     def _serving_ep(self) -> None:
         if self.ep not in (1, self.tp):
@@ -371,7 +411,7 @@ class Roofline:
         m = self.model
         b = np.array([batch])
         rows = serving.padded_tokens(b) if self._floors else b
-        _, gflops, gbytes, gstream, experts, gcompute = (float(x[0]) for x in self._layers(rows))
+        _, gflops, gbytes, gstream, experts, gcompute, ew = (float(x[0]) for x in self._layers(rows))
         table = float(self.decode_table(b)[0])
         attended = batch * m.attended(context)
         per_c, per_m = self._attention_per_ctx
@@ -384,7 +424,7 @@ class Roofline:
         nbytes = gbytes + kv_read
         compute_s = gcompute + per_c * attended  # every kernel at its own rate (attention at BF16's)
         memory_s = gstream + per_m * attended
-        floor = max(seconds - engine - comm - max(compute_s, memory_s), 0.0)
+        floor = max(seconds - engine - comm - _work(compute_s, memory_s, ew), 0.0)
         bound = "launch" if floor > max(compute_s, memory_s) else ("compute" if compute_s >= memory_s else "memory")
         return Estimate(seconds, bound, compute_s, memory_s, comm + engine, flops, nbytes, floor, experts)
 
@@ -405,7 +445,7 @@ class Roofline:
         # logits at each request's last scheduled token: a chunk holds its share of the requests, at least one
         requests = max(prompts * samples / n, 1.0)
         layers = self._layers(np.array([chunk]), requests)
-        gemm, gflops, gbytes, gstream, experts, gcompute = (float(x[0]) for x in layers)
+        gemm, gflops, gbytes, gstream, experts, gcompute, ew = (float(x[0]) for x in layers)
         # causal attention: each prompt's own pairs, and the later samples' recomputed tail against the prompt
         pairs = prompts * per_prompt * per_prompt / 2 + prompts * extra * recomputed * per_prompt
         attn_flops = m.prefill_attention_flops_per_token / self.tp * pairs
@@ -421,7 +461,7 @@ class Roofline:
         memory_s = n * gstream + kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
         bound = "compute" if compute_s >= memory_s else "memory"
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
-                        max(seconds - comm - max(compute_s, memory_s), 0.0), experts)
+                        max(seconds - comm - _work(compute_s, memory_s, n * ew), 0.0), experts)
 
     def mixed_prefill(self, prompt: int, batch: int, sharing: float = 1.0) -> float:
         """Seconds a prompt of ``prompt`` tokens adds to the iterations it rides in beside ``batch`` running decodes

@@ -36,6 +36,11 @@ BLOCK_TOKENS = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
 GEMM_FLOOR_S = 2.44e-6  # aic_gemm_perf.parquet, minimum bf16 latency (m=8, n=32, k=32: 0.002438 ms)
 ATTENTION_FLOOR_S = 7.88e-6  # aic_generation_attention_perf.parquet, minimum latency (0.007877 ms)
 ELEMENTWISE_FLOOR_S = GEMM_FLOOR_S  # norms, rotary, activation, top-k: no table of their own; a GEMM's floor
+ELEMENTWISE_STREAM = 0.46
+"""fraction of HBM a norm, rotary embedding or activation reaches once it streams (>= 512 tokens): the median over
+those ops of Vidur's H100 profile, microsoft/vidur @ 7d475133 ``data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/
+mlp.csv`` (RMSNorm 0.35-0.37, rotary 0.46, SiLU-and-mul 0.51, residual add 1.03 where L2 holds its inputs):
+``python benchmarks/elementwise_bandwidth.py``"""
 GEMM_STREAM = {2: (3.05e-6, 0.826), 1: (4.87e-6, 0.822)}
 """(ramp seconds, fraction of HBM) of a memory-bound GEMM by weight bytes per parameter (BF16, FP8): fitted to
 aic_gemm_perf.parquet's m <= 16 kernels by :func:`.profile.fit_gemm_stream` (tests/test_costmodels.py re-fits it)"""
@@ -62,7 +67,8 @@ SAMPLER_PASSES = 4
 softmax and sampling each read them (vllm/v1/sample/sampler.py)"""
 # Kernels per layer besides the GEMMs and attention: input and post-attention RMSNorm, rotary embedding,
 # SiLU-and-mul, KV-cache write (vllm/model_executor/models/llama.py); MoE layers add routing top-k, the
-# align/permute and the weighted sum of expert outputs (fused_moe).
+# align/permute and the weighted sum of expert outputs (fused_moe). The first four stream each token's activations
+# (:meth:`.roofline.Roofline._elementwise`); the KV write's bytes are priced with attention, the routing's as floors.
 DENSE_ELEMENTWISE = 5
 MOE_ELEMENTWISE = 3
 

@@ -187,6 +187,41 @@ def test_a_prefill_chunk_streams_its_norms_rotary_and_activation_and_tp_shards_a
     assert norms > 0.05 * est.seconds  # not sharded by TP: a share that grows as TP shards the GEMMs
 
 
+def test_a_short_chunk_at_high_tp_is_labelled_by_its_gemms_not_by_the_elementwise_bytes_beside_them() -> None:
+    """At TP 8 a 512-token chunk's memory term (weights, activations) outweighs its FLOPs, but the weights stream
+    under compute-bound GEMMs and only the elementwise kernels add to them: compute holds the larger share."""
+    est = Roofline(model=LLAMA, gpu=H100, tp=8).prefill(512)
+    assert est.memory_s > est.compute_s and est.bound == "compute"
+
+
+def _dsv3_elementwise(tp: int) -> float:
+    """DeepSeek-V3's BF16 values a token moves through its elementwise kernels on one rank: two residual-add norms
+    a layer, q's rope dimensions (128 heads) and the shared k's, the q (1,536) and KV (512) latent norms, the 3 dense
+    layers' SiLU-and-mul (18,432 wide) and the 58 MoE layers' shared expert's (2,048 wide; routed ones are inside the
+    fused op on H200)."""
+    return (2 * 61 * 4 * 7168 + 61 * 2 * (128 / tp + 1) * 64 + 61 * 2 * 1536 + 61 * 2 * 512
+            + 3 * 3 * 18432 / tp + 58 * 3 * 2048 / tp)
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp", "values_per_token"), [
+    # GQA: rotary on the rank's q heads and KV heads, replicated once TP exceeds the KV heads (4 of them here)
+    ("Llama-3-70B", "H200", 8, 2 * 80 * 4 * 8192 + 80 * 2 * (64 / 8 + 1) * 128 + 80 * 3 * 28672 / 8),
+    ("Qwen3-30B-A3B", "H100", 8, 2 * 48 * 4 * 2048 + 48 * 2 * (32 / 8 + 1) * 128),  # routed SiLU inside the fused op
+    # no fused-MoE table on H20: the routed experts' SiLU-and-mul is a kernel of its own, each token's top-8
+    ("Qwen3-30B-A3B", "H20", 1, 2 * 48 * 4 * 2048 + 48 * 2 * (32 + 4) * 128 + 48 * 3 * 8 * 768),
+    ("DeepSeek-V3", "H200", 8, _dsv3_elementwise(8)),
+])
+def test_each_architectures_elementwise_bytes_grow_with_the_tokens_as_its_kernels_move_them(
+        model: str, gpu: str, tp: int, values_per_token: float) -> None:
+    """Two single-chunk prefills of 4,096 and 8,192 tokens (every expert touched in both) read the same weights, so
+    their bytes differ by 4,096 tokens' KV-cache writes and elementwise traffic: the latter is each architecture's
+    own per-token sum (BF16, two bytes a value)."""
+    roof = Roofline(model=get_model(model), gpu=get_gpu(gpu), tp=tp)
+    small, large = roof.prefill(4096), roof.prefill(8192)
+    per_token = (large.bytes - small.bytes) / 4096 - roof.kv_bytes_per_token
+    assert per_token == pytest.approx(values_per_token * 2, rel=1e-9)
+
+
 def test_fp8_gemm_share_is_the_h100_tables_fp8_median_over_its_bf16_median() -> None:
     """serving.FP8_GEMM_SHARE is the public H100 table's compute-bound FP8 median over its BF16 one (re-fitted here);
     the table held against another part's peaks is refused, not fitted."""

@@ -66,7 +66,8 @@ class Estimate:
 
     seconds: float
     bound: str
-    """"compute", "memory" (the larger of the kernels' two terms summed) or "launch" (floors and host launches)"""
+    """"compute" or "memory" (the kind of kernel that holds the larger share of the work: the two terms summed, the
+    elementwise kernels memory-bound work in series with the rest) or "launch" (floors and host launches beyond it)"""
     compute_s: float
     memory_s: float
     comm_s: float
@@ -90,8 +91,8 @@ class _Layers(NamedTuple):
     flops: np.ndarray
     nbytes: np.ndarray
     stream_s: np.ndarray
-    """the weights' bytes over the bandwidth each kernel streams them at (ramps and fixed parts aside): the
-    memory-bound share a report shows"""
+    """each kernel's bytes (weights; the elementwise kernels' activations) over the bandwidth it streams them at
+    (ramps and fixed parts aside): the memory-bound share a report shows"""
     experts: np.ndarray
     compute_s: np.ndarray
     """each kernel's FLOPs at the rate it computes at (the fused-MoE curve for routed experts, the FP8 share for FP8
@@ -105,6 +106,13 @@ def _work(compute_s: float, memory_s: float, elementwise_s: float) -> float:
     """Seconds the kernels' work explains: the larger of the two terms, with the elementwise kernels (inside
     ``memory_s``) in series with a compute-bound rest rather than hidden under it."""
     return max(compute_s, memory_s - elementwise_s) + elementwise_s
+
+
+def _bound(compute_s: float, memory_s: float, elementwise_s: float) -> str:
+    """"compute" or "memory": the kind of kernel that holds the larger share of :func:`_work`."""
+    rest = memory_s - elementwise_s
+    memory = (rest if rest > compute_s else 0.0) + elementwise_s
+    return "compute" if compute_s >= rest and compute_s >= memory else "memory"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -307,22 +315,28 @@ class Roofline:
         """(seconds, bytes, streamed seconds) of the kernels between the GEMMs over ``tokens`` rows per rank: each
         takes its floor or its activations' bytes at :data:`.serving.ELEMENTWISE_STREAM` of HBM, whichever is longer.
         Per layer, as vLLM and SGLang run them: two fused residual-add RMSNorms (read the hidden state and the
-        residual, write both: 4 x hidden BF16 values a token, not sharded by TP), rotary embedding in place on each
-        rank's q and k heads (MLA: its rope dimensions, and the two latent RMSNorms), SiLU-and-mul (read 2 x
-        intermediate / tp, write half; MoE layers only their shared experts', the routed experts' being inside the
-        fused op) and the KV-cache write, whose bytes attention prices. Decode batches sit on the floors; a prefill
-        chunk of thousands of tokens streams, and as TP shards the GEMMs but not the norms, the more so at TP 8."""
+        residual, write both: 4 x hidden BF16 values a token, not sharded by TP); rotary embedding in place on each
+        rank's q and k heads (KV heads replicated where TP exceeds them, as the KV cache is; MLA: its rope dimensions,
+        and its two latent RMSNorms as kernels of their own); the MLP's SiLU-and-mul (read 2 x intermediate / tp,
+        write half): dense layers' and shared experts', and the routed experts' where no fused-MoE op holds them
+        (each token's top-k); the KV-cache write at its floor (a prefill's KV bytes are attention's, a decode step's
+        are a token a sequence). Decode batches sit on the floors; a prefill chunk of thousands of tokens streams,
+        and as TP shards the GEMMs but not the norms, the more so at high TP."""
         m, tp = self.model, self.tp
         floor = serving.ELEMENTWISE_FLOOR_S
-        rotary = (2.0 * (m.heads / tp + 1) * m.qk_rope_head_dim + 2.0 * (m.q_lora_rank + m.kv_lora_rank) if m.is_mla
-                  else 2.0 * (m.heads + m.kv_heads) * m.dim_head / tp)
-        shared = 3.0 * m.shared_experts * m.expert_intermediate / tp
-        # (BF16 values each token moves through the kernel, how many such kernels); the KV-cache write and,
-        # without a fused-MoE op, the routing kernels at their floors
-        kernels = [(4.0 * m.hidden, 2 * m.layers), (rotary, m.layers),
-                   (3.0 * m.intermediate / tp, m.dense_layers if m.is_moe else m.layers), (shared, m.moe_layers)]
-        floors = m.layers + (0 if self._fused_moe else serving.MOE_ELEMENTWISE * m.moe_layers)
-        floors += 0 if m.shared_experts else m.moe_layers  # a MoE layer's activation is inside the fused op
+        fused = self._fused_moe
+        routed = m.moe_layers if m.is_moe and not fused else 0
+        # (BF16 values each token moves through the kernel, how many such kernels an iteration runs)
+        kernels = [(4.0 * m.hidden, 2 * m.layers),
+                   (3.0 * m.intermediate / tp, m.dense_layers if m.is_moe else m.layers),
+                   (3.0 * m.shared_experts * m.expert_intermediate / tp, m.moe_layers if m.shared_experts else 0),
+                   (3.0 * m.experts_per_token * m.expert_intermediate / tp, routed)]
+        if m.is_mla:
+            kernels += [(2.0 * (m.heads / tp + 1) * m.qk_rope_head_dim, m.layers),  # q's rope dims and the shared k's
+                        (2.0 * m.q_lora_rank, m.layers if m.q_lora_rank else 0), (2.0 * m.kv_lora_rank, m.layers)]
+        else:
+            kernels.append((2.0 * (m.heads / tp + max(m.kv_heads / tp, 1.0)) * m.dim_head, m.layers))
+        floors = m.layers + routed * serving.MOE_ELEMENTWISE  # the KV-cache write; routing, align, weighted sum
         bw = self.gpu.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM
         seconds = np.full_like(tokens, floors * floor)
         nbytes = np.zeros_like(tokens)
@@ -424,8 +438,9 @@ class Roofline:
         nbytes = gbytes + kv_read
         compute_s = gcompute + per_c * attended  # every kernel at its own rate (attention at BF16's)
         memory_s = gstream + per_m * attended
-        floor = max(seconds - engine - comm - _work(compute_s, memory_s, ew), 0.0)
-        bound = "launch" if floor > max(compute_s, memory_s) else ("compute" if compute_s >= memory_s else "memory")
+        work = _work(compute_s, memory_s, ew)
+        floor = max(seconds - engine - comm - work, 0.0)
+        bound = "launch" if floor > work else _bound(compute_s, memory_s, ew)
         return Estimate(seconds, bound, compute_s, memory_s, comm + engine, flops, nbytes, floor, experts)
 
     def prefill(self, tokens: int, prompts: int = 1, samples: int = 1) -> Estimate:
@@ -459,7 +474,7 @@ class Roofline:
         flops = n * gflops + attn_flops
         compute_s = n * gcompute + attn_flops / flop_s  # every kernel at its own rate (attention at BF16's)
         memory_s = n * gstream + kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency)
-        bound = "compute" if compute_s >= memory_s else "memory"
+        bound = _bound(compute_s, memory_s, n * ew)
         return Estimate(seconds, bound, compute_s, memory_s, comm, flops, n * gbytes + kv_write,
                         max(seconds - comm - _work(compute_s, memory_s, n * ew), 0.0), experts)
 

@@ -204,7 +204,8 @@ def _dsv3_elementwise(tp: int) -> float:
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "values_per_token"), [
-    # GQA: rotary on the rank's q heads and KV heads, replicated once TP exceeds the KV heads (4 of them here)
+    # GQA: rotary on the rank's q heads and KV heads (Llama's 8 KV heads one a rank at TP 8; Qwen3-30B-A3B's 4 are
+    # replicated past TP 4, one a rank, as its KV cache is)
     ("Llama-3-70B", "H200", 8, 2 * 80 * 4 * 8192 + 80 * 2 * (64 / 8 + 1) * 128 + 80 * 3 * 28672 / 8),
     ("Qwen3-30B-A3B", "H100", 8, 2 * 48 * 4 * 2048 + 48 * 2 * (32 / 8 + 1) * 128),  # routed SiLU inside the fused op
     # no fused-MoE table on H20: the routed experts' SiLU-and-mul is a kernel of its own, each token's top-8

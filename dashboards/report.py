@@ -1,6 +1,6 @@
 """The comparison report: runs (and optionally the bundle they replay) in, one HTML page out.
 
-``build`` returns the page as a string; the caller writes it. Sections: runs compared, bubbles, timelines,
+``build`` returns the page as a string; the caller writes it. Sections: runs compared, bubbles, phases, timelines,
 output lengths, load per instance, network, and, with a bundle, what it recorded."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from rltrace.dashboards import (
     latency,
     links,
     load,
+    phases,
     replay_latency,
     steps,
     sweep,
@@ -91,6 +92,10 @@ def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = 
 
     page.section("Bubbles", "each pool's GPU-time split into busy time, dependency bubbles and skewness bubbles")
     page.figure(bubbles.figure(compare.bubbles(runs)))
+    per_phase = compare.phases(runs)
+    if per_phase.height:
+        page.section("Phases", "the mean step's time by phase: generation, reward, log-probs, update, weight sync")
+        page.figure(phases.figure(per_phase))
 
     page.section("Timelines", "one row per resource; requests drawn in their batch slot, phases as bars")
     for run in runs:

@@ -20,10 +20,10 @@ from typing import Any
 
 import polars as pl
 from rltrace.replay.schedulers.base import SCHEDULERS, capabilities
+from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import Point, check, check_names, point_id
 from rltrace.replay.sweep.runner import Store, run_sweep
 
-from rltrace.bundle import open_bundle
 from rltrace.catalog import load_gpus
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
@@ -130,7 +130,7 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
     designs = space.designs()
     for design in designs:  # refuse a bad space before anything runs
         check([point_of(design, space.total_gpus[0], space.fixed)], "--space")
-    recorded = {pool.device for pool in open_bundle(bundle).manifest.cluster.values()}
+    recorded = source_devices(bundle)
     check_names([point_of(d, space.total_gpus[0], space.fixed) for d in designs], "--space", recorded)
     sizes = sorted(space.total_gpus)
     best: dict[int, tuple[int, dict[str, Any] | None, str | None]] = {}  # design -> (GPUs, row, error)

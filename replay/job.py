@@ -12,6 +12,21 @@ from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.costmodels.training import AllToAll
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Colocated:
+    """A described job's trainer time and role switches when every GPU of the cluster trains (colocated
+    schedulers), where the job's own lists are priced on the training pool alone."""
+
+    trainer_s: list[float]
+    """per step: what :meth:`Job.trainer_seconds` gives, on the whole cluster"""
+    to_train_s: float
+    """the engine's sleep and the training state's way in"""
+    to_generate_s: float
+    """the refit, the engine's wake and the training state's way out"""
+    phases: dict[str, float] = field(default_factory=dict)
+    """the switches' parts (sleep, refit, wake), seconds each"""
+
+
 @dataclass(kw_only=True, slots=True)
 class Job:
     """Requests ``first[s]`` .. ``first[s + 1] - 1`` belong to step ``s``; per-step lists are indexed by step."""
@@ -48,6 +63,11 @@ class Job:
     heads: list[list[int]] | None = None
     """multi-turn jobs: per step, the first turns of its trajectories (None: every request is single-turn)"""
     extra: dict[str, float] = field(default_factory=dict)
+    phases: list[dict[str, float]] | None = None
+    """a described job's trainer-side phases per step (old_logprob, reference, critic, train, optimizer; reward
+    apart), whose sum is :meth:`trainer_seconds`; None: not broken down (a recording's spans)"""
+    colocated: Colocated | None = None
+    """a described job's costs when the whole cluster trains (None: the colocated schedulers' own defaults)"""
 
     @property
     def steps(self) -> int:

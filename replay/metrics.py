@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from rltrace.replay.phases import phase_breakdown
 from rltrace.replay.record import PoolUse, RunRecord
 from rltrace.replay.workload import WARMUP_STEPS
 
@@ -237,6 +238,7 @@ def compute_metrics(
         "aborted_attempts": int(requests["aborts"].sum()),
         "events": run.events,
         "latency": latency(requests),
+        "phases_s_per_step": phase_breakdown(timeline, run.jobs),
         **({"extra": dict(run.extra)} if run.extra else {}),
     }
 

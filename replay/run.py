@@ -360,6 +360,9 @@ def _with_training(frame: pl.DataFrame, consumed: list[tuple[int, int, np.ndarra
                               pl.Series("recorded", np.arange(frame.height) < recorded))
 
 
+DEFAULT_MAX_SEQS = 256
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Shape:
     """How to reshape the recorded workload and cluster (None keeps what the bundle recorded)."""
@@ -373,7 +376,8 @@ class Shape:
     train_gpu: str | None = None
     """GPU kind of the training pool (overrides ``gpu``)"""
     tp: int | None = None
-    max_seqs: int = 256
+    max_seqs: int | None = None
+    """vLLM's max_num_seqs per instance (None: 256, vLLM's server default; a described job's framework's)"""
     model: str | None = None
     steps: int | None = None
     prompts_per_step: int | None = None
@@ -426,7 +430,7 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         gen_gpu=gen_gpu,
         train_gpu=train_gpu,
         tp=_given(shape.tp, rollout.tp if rollout else 1),
-        max_seqs=shape.max_seqs,
+        max_seqs=shape.max_seqs or DEFAULT_MAX_SEQS,
         price_per_gpu_hour=prices,
     )
     if shape.reshapes:

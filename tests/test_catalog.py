@@ -38,7 +38,7 @@ def test_kv_cache_bytes_per_token(name: str, kv_bytes: int) -> None:
 def test_lookups_are_case_insensitive_and_errors_list_the_known_names() -> None:
     assert get_gpu("h100").name == "H100"
     assert get_model("qwen2.5-7b").name == "Qwen2.5-7B"
-    with pytest.raises(ConfigError, match=r"unknown GPU kind 'V100' \(known: A100, B200"):
+    with pytest.raises(ConfigError, match=r"unknown GPU kind 'V100' \(known: A100, A800, B200, GB200"):
         get_gpu("V100")
 
 

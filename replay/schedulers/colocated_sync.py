@@ -4,7 +4,8 @@ One pool of ``gen_gpus + train_gpus`` GPUs alternates roles. Switching costs tim
 (free the KV cache, drop the inference weights, load weights and optimizer state from host memory) and back
 to generation (reshard the new weights into the inference engine, which replaces a network weight sync, while
 the training state goes back to host memory). By default both are the model's bytes over the GPU's host link
-plus an engine floor (:mod:`rltrace.replay.costmodels.switching`); a switch span on the trainer shows each.
+plus an engine floor (:mod:`rltrace.replay.costmodels.switching`); a switch span on the trainer shows each. A
+described job brings its own trainer time on the whole cluster and its framework's switches (``Job.colocated``).
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ class ColocatedSync:
         sim.add_resource("reward", "cpu")
         state, cfg = job_state(job), self.config
         train_bytes, serve_bytes = state.training_bytes(gpus), state.rollout_bytes(c.tp)
-        self.to_train = move_seconds(train_bytes, 0.0, c.gen_gpu) if cfg.to_train_s is None else cfg.to_train_s
-        self.to_generate = (move_seconds(serve_bytes, train_bytes, c.gen_gpu) if cfg.to_generate_s is None
-                            else cfg.to_generate_s)
+        # a described job prices its own switches (its framework's sleep, refit and wake) on the whole cluster
+        to_train = job.colocated.to_train_s if job.colocated else move_seconds(train_bytes, 0.0, c.gen_gpu)
+        to_generate = (job.colocated.to_generate_s if job.colocated
+                       else move_seconds(serve_bytes, train_bytes, c.gen_gpu))
+        self.to_train = to_train if cfg.to_train_s is None else cfg.to_train_s
+        self.to_generate = to_generate if cfg.to_generate_s is None else cfg.to_generate_s
         spread(sim, self.instances, job.starts(0))
 
     def on_event(self, sim: View, notice: Notice) -> None:
@@ -61,7 +65,8 @@ class ColocatedSync:
             # Trainer GPUs are the generators: the switch, then forward/backward/optimizer (FIFO on the
             # trainer: the train span starts when the switch ends), then back.
             sim.work("trainer", self.to_train, ("to_train", job.id, step), kind="switch", step=step)
-            sim.work("trainer", job.trainer_seconds(step), (TRAIN, job.id, step), kind="train", step=step)
+            trainer = job.colocated.trainer_s[step] if job.colocated else job.trainer_seconds(step)
+            sim.work("trainer", trainer, (TRAIN, job.id, step), kind="train", step=step)
         elif what == "to_train":
             return
         elif what == TRAIN:

@@ -8,12 +8,11 @@ import json
 import time
 from typing import Any
 
-from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle, replay
+from rltrace.replay.run import CostConfig, Prepared, Shape, replay
 from rltrace.replay.settings import resolve
+from rltrace.replay.sources import prepare_source
 from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, settings
 from rltrace.sample_traces import list_samples, sample_path
-
-from rltrace.bundle import open_bundle
 
 METRICS = {
     # column: path in metrics.json
@@ -45,7 +44,7 @@ def _path(bundle: str) -> str:
 @functools.lru_cache(maxsize=8)
 def _prepared(bundle: str, shape: Shape, cost: CostConfig, prices: tuple[tuple[str, float], ...]) -> Prepared:
     """Points that differ only in scheduler or network share one prepared workload (per process)."""
-    return from_bundle(open_bundle(_path(bundle)), shape, cost, dict(prices))
+    return prepare_source(_path(bundle), shape, cost, dict(prices))[0]
 
 
 def run_point(bundle: str, point: Point) -> dict[str, Any]:

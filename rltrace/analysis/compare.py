@@ -89,3 +89,11 @@ def latency(runs: list[Run]) -> pl.DataFrame:
     schema = {"run": pl.String, "part": pl.String, "label": pl.String, "mean": pl.Float64, "p50": pl.Float64,
               "p90": pl.Float64, "p99": pl.Float64, "max": pl.Float64}
     return pl.DataFrame(rows, schema=schema)
+
+
+def phases(runs: list[Run]) -> pl.DataFrame:
+    """run, phase, seconds: each run's mean seconds per step by phase (metrics.json's ``phases_s_per_step``), phases
+    of zero left out; empty when no run has the breakdown (a run folder from before it)."""
+    rows = [{"run": run.name, "phase": phase, "seconds": float(seconds)} for run in runs
+            for phase, seconds in (run.metrics.get("phases_s_per_step") or {}).items() if seconds]
+    return pl.DataFrame(rows, schema={"run": pl.Utf8, "phase": pl.Utf8, "seconds": pl.Float64})

@@ -89,7 +89,7 @@ def load_run(folder: str | Path, name: str | None = None) -> Run:
 
 
 # metrics.json sections that hold figures only (others, such as ``network`` and ``spread``, also name things)
-_FIGURES = ("bubble_fraction", "gpu_utilization", "gpus", "latency", "staleness", "step_time_s",
+_FIGURES = ("bubble_fraction", "gpu_utilization", "gpus", "latency", "phases_s_per_step", "staleness", "step_time_s",
             "volume_bytes_per_step")
 
 

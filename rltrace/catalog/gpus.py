@@ -26,6 +26,8 @@ class GPUSpec:
     nvlink_gbps: float
     nvls_efficiency: float = 0.0
     """share of NVLink bandwidth NVLink SHARP reaches (NCCL's nvlsEfficiency; 0: no NVLS)"""
+    nvlink_domain: int = 8
+    """GPUs one NVLink switch fabric joins (an HGX baseboard: 8; a GB200 NVL72 rack: 72)"""
     source: str = ""
     usd_per_hour: float = 0.0
     """on-demand rental price of one GPU (0: unknown)"""

@@ -11,13 +11,13 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
 from rltrace.replay.advise import Space, advise, load_space
+from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.runner import Store
 
 COLUMNS = (("gpu", "GPU", "{}"), ("scheduler", "scheduler", "{}"), ("gen_gpus", "gen", "{}"),
@@ -56,7 +56,7 @@ def advise_cmd(
         check_output(output, "--output", folder=True)
     chosen = load_space(space) if space is not None else Space()
     path = str(resolve_bundle(bundle))
-    open_bundle(path)
+    source_devices(path)
     err = stderr()
     with tempfile.TemporaryDirectory() as tmp, Bar(err, "advise: replaying designs", "replays") as bar:
         advice = advise(path, target_throughput, Store(output or Path(tmp)), chosen, budget=budget, workers=workers,

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rltrace.catalog import get_gpu, get_model
-from rltrace.cli.estimate_validate import show_validation
+from rltrace.cli.estimate_validate import show_rl_validation, show_validation
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
@@ -26,11 +26,13 @@ class Kind(str, Enum):
     prefill = "prefill"
     train = "train"
     validate = "validate"
+    validate_rl = "validate-rl"
 
 
 def estimate(
-    kind: Annotated[Kind, typer.Argument(help="decode (one iteration), prefill, train (one optimizer step), or "
-                                               "validate (the model against public real measurements).")],
+    kind: Annotated[Kind, typer.Argument(help="decode (one iteration), prefill, train (one optimizer step), "
+                                               "validate (the model against public real measurements) or "
+                                               "validate-rl (described jobs against published RL runs).")],
     model: Annotated[str | None, typer.Option(
         help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")] = None,
     gpu: Annotated[str | None, typer.Option(
@@ -69,10 +71,17 @@ def estimate(
 
     `rltrace estimate validate` predicts every point of the shipped public measurements (vLLM/SGLang TPOT, TTFT,
     offline throughput, training tokens/s/GPU, vLLM's KV-cache sizing; sources in docs/costmodels.md) and prints
-    the errors by slice.
+    the errors by slice. `rltrace estimate validate-rl` replays every published RL run of the shipped set
+    (docs/described.md) from its stated setup and prints the step and phase errors, by split, and each sync-vs-async
+    pair's ratio.
     """
     if kind is Kind.validate:
         show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points)
+        return
+    if kind is Kind.validate_rl:
+        if data and len(data) > 1:
+            raise ConfigError("validate-rl takes one --data file (a runs CSV in the shipped set's layout)")
+        show_rl_validation(data[0] if data else None, as_json, points)
         return
     if model is None or gpu is None:
         raise ConfigError(f"estimate {kind.value} needs --model and --gpu")

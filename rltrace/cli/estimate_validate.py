@@ -7,9 +7,10 @@ from pathlib import Path
 
 import polars as pl
 
-from rltrace.cli.progress import stage, stderr
+from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels.validation import summarize, validate
+from rltrace.replay.described.validation import pairs, summary, validate_runs
 
 _PCT = ("median_abs_error", "p90_abs_error", "worst_abs_error", "within_10pct", "within_20pct", "median_error")
 
@@ -59,3 +60,57 @@ def show_validation(data: list[Path] | None, by: list[str], as_json: bool, point
         print(f"\n{skipped.height} point(s) not predicted:")
         for reason, count in reasons.iter_rows():
             print(f"  {count} x {reason}")
+
+
+_RL_PCT = ("median_abs_error", "p90_abs_error", "within_15pct", "within_20pct", "median_error", "error",
+           "ratio_error")
+
+
+def _percent(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns([pl.format("{}%", (pl.col(c) * 100).round(1)) for c in _RL_PCT if c in frame.columns])
+
+
+def _write_points(frame: pl.DataFrame, path: Path) -> None:
+    try:
+        frame.write_csv(path)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def show_rl_validation(data: Path | None, as_json: bool, points_out: Path | None) -> None:
+    """Replay every published RL run, print the per-run, per-set and per-pair tables (or JSON)."""
+    with Bar(stderr(), "replaying the published RL runs", "runs") as bar:
+        results = validate_runs(data, progress=bar.update)
+    sets, pair = summary(results), pairs(results)
+    if points_out is not None:
+        _write_points(results, points_out)
+    if as_json:
+        print(json.dumps({"sets": sets.to_dicts(), "pairs": pair.to_dicts(), "runs": results.to_dicts()}))
+        return
+    print("Described jobs vs published RL runs (error = (predicted - measured) / measured step time; a run is "
+          "scored only where its source states every input, the mean response above all)")
+    runs = results.select("run_id", "split", pl.col("scored").str.extract(r"^(yes|no)"), "mode", "measured_step_s",
+                          "predicted_step_s", "error").with_columns(pl.col("predicted_step_s").round(1))
+    print(_table_plain(_percent(runs)))
+    print("\nBy set:")
+    print(_table_plain(_percent(sets)))
+    if pair.height:
+        print("\nSchedules compared on one workload (ratio: the first run's step over the second's):")
+        shown = pair.select("pair", "scored", "measured_ratio", "predicted_ratio", "direction_right").with_columns(
+            pl.col("measured_ratio").round(2), pl.col("predicted_ratio").round(2))
+        print(_table_plain(shown))
+    skipped = results.filter(pl.col("skipped") != "")
+    for row in skipped.iter_rows(named=True):
+        print(f"not predicted: {row['run_id']}: {row['skipped']}")
+
+
+def _table_plain(frame: pl.DataFrame) -> str:
+    """A fixed-width text table of any frame."""
+    header = list(frame.columns)
+    rows = [["" if v is None else str(v) for v in r] for r in frame.iter_rows()]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths))
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -24,12 +24,14 @@ from rltrace.limits import check_output
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
+from rltrace.replay.described import is_description
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
 from rltrace.replay.schedulers.base import BASELINES, capabilities
 from rltrace.replay.settings import resolve
+from rltrace.replay.sources import prepare_source
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, replicate, sources
 
 MAX_REPLICATES = 1000
@@ -65,7 +67,8 @@ def _gpu_kinds(spec: str | None) -> tuple[str | None, str | None]:
 
 def replay(
     bundle: Annotated[Path | None, typer.Argument(
-        help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
+        help="Bundle directory, sample name or described job (a .toml run description, docs/described.md; "
+             "default: the RollPacker-like sample).")] = None,
     scheduler: Annotated[str, typer.Option(
         "--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = ",".join(BASELINES),
     gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
@@ -73,7 +76,8 @@ def replay(
     gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200), or "
                                                  "GENERATION,TRAINING (e.g. H20,H800).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor parallelism of generation instances.")] = None,
-    max_seqs: Annotated[int, typer.Option(help="Most running sequences per instance (vLLM max_num_seqs).")] = 256,
+    max_seqs: Annotated[int | None, typer.Option(help="Most running sequences per instance (vLLM max_num_seqs; "
+                                                 "default 256, a described job's framework's).")] = None,
     model: Annotated[str | None, typer.Option(help="Replay with another catalog model.")] = None,
     steps: Annotated[int | None, typer.Option(help="Steps to replay (resampled from the recording).")] = None,
     prompts: Annotated[int | None, typer.Option(help="Prompts per step (resampled).")] = None,
@@ -116,6 +120,8 @@ def replay(
         rltrace replay -s all --dashboard report.html
 
         rltrace replay --scheduler disagg-sync,one-step-async --gen-gpus 24 --train-gpus 8 -o runs
+
+        rltrace replay examples/described/nemo_rl_qwen3_30b_a3b.toml -s colocated-sync,one-step-async --json
     """
     if execute:  # refuse what cannot run before any replay does
         if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
@@ -161,6 +167,9 @@ def replay(
         single = [n for n in chosen if not capabilities(lookup(n)).several_jobs]
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
+    elif is_description(bundle):
+        with stage(err, f"drawing and pricing the described job {bundle}"):
+            prepared, _ = prepare_source(str(bundle), shape, config.cost, prices)
     else:
         with stage(err, "opening and preparing the bundle"):
             source = open_bundle(resolve_bundle(bundle))

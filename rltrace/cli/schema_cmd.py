@@ -1,13 +1,18 @@
-"""``rltrace schema``: print the trace bundle format reference (the tables in docs/format.md)."""
+"""``rltrace schema``: print the trace bundle format reference (the tables in docs/format.md) and the described-job
+format (docs/described.md)."""
 
 from __future__ import annotations
 
+from rltrace.replay.described import markdown_reference as described_reference
 from rltrace.schema import markdown_reference
 
 
 def schema() -> None:
-    """Print the trace bundle format (every table, column, type, unit and rule) as markdown.
+    """Print the trace bundle format (every table, column, type, unit and rule) and the described-job keys as
+    markdown.
 
     Example: rltrace schema > format.md
     """
     print(markdown_reference(), end="")
+    print()
+    print(described_reference(), end="")

@@ -9,18 +9,18 @@ from typing import Annotated
 
 import typer
 
-from rltrace.bundle import open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.dashboards.report import build_sweep
 from rltrace.limits import check_output
+from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import check_names, load_grid
 from rltrace.replay.sweep.runner import Store, run_sweep
 
 
 def sweep(
-    bundle: Annotated[Path, typer.Argument(help="Bundle directory or sample name.")],
+    bundle: Annotated[Path, typer.Argument(help="Bundle directory, sample name or described job (.toml).")],
     grid: Annotated[Path, typer.Option(help="Grid TOML: [axes] to combine, [fixed] values (docs/sweeps.md).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Sweep folder: points/, sweep.parquet, report.html.")],
     workers: Annotated[int, typer.Option(help="Local processes (or, with --ray and no address, Ray CPUs).")] = max(
@@ -42,8 +42,7 @@ def sweep(
     points = load_grid(grid).points()
     axes = list(load_grid(grid).axes)
     path = str(resolve_bundle(bundle))
-    opened = open_bundle(path)  # a bad bundle fails here, once, not in every point
-    check_names(points, str(grid), {pool.device for pool in opened.manifest.cluster.values()})
+    check_names(points, str(grid), source_devices(path))  # a bad source fails here, once, not in every point
     store = Store(output)
     err = stderr()
     where = f"Ray at {ray_address}" if ray_address else "a local Ray" if ray else f"{workers} local process(es)"

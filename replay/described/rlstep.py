@@ -1,0 +1,130 @@
+"""The trainer side of an RL step as frameworks run it, for a described job (docs/described.md).
+
+After generation a step runs, in order, on the training GPUs:
+
+- reward: ``reward_s_per_sample`` for each sample (a rule-based scorer on the host);
+- old-policy log-probs (``algorithm.recompute_logprobs``) and reference log-probs (``algorithm.reference``): one
+  forward pass each over every token of the step;
+- critic (PPO): a value forward pass, then the critic's own update, the policy's size and shape;
+- policy update: ``training.epochs`` passes of forward and backward over every token, in ``samples / train_batch``
+  optimizer steps, each an Adam update of the rank's shard plus the data-parallel gradient reduce-scatter and
+  weight all-gather;
+- the weights' way back to the engine: a colocated run's refit (the new weights into the sleeping engine, then its
+  wake), a disaggregated run's NCCL broadcast (:func:`rltrace.replay.network.weight_sync.reprice_syncs`).
+
+Compute is :func:`rltrace.replay.costmodels.training.step_seconds` (6N plus causal attention at the published MFU,
+FP8 linear layers at the FP8 peak, expert all-to-alls for ``ep`` > 1); pipeline parallelism adds its 1F1B bubble,
+``(pp - 1) / m`` of the compute for ``m`` micro-batches a data-parallel rank runs per optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from rltrace.replay.costmodels.parallel import collective_seconds
+from rltrace.replay.costmodels.switching import ModelState, move_seconds
+from rltrace.replay.costmodels.training import ADAM_BYTES_PER_PARAM, step_seconds
+from rltrace.replay.described.description import Description
+from rltrace.replay.described.frameworks import Framework
+
+from rltrace.catalog import GPUSpec, ModelSpec
+
+GRAD_BYTES = 2  # BF16 gradients and weights on the wire (Megatron's distributed optimizer, FSDP's mixed precision)
+
+
+@dataclass(frozen=True, slots=True)
+class Phases:
+    """One step's trainer-side seconds, phase by phase."""
+
+    reward: float
+    old_logprob: float
+    reference: float
+    critic: float
+    train: float
+    optimizer: float
+
+    @property
+    def trainer(self) -> float:
+        """What the training GPUs do after the reward: every phase but the reward."""
+        return self.old_logprob + self.reference + self.critic + self.train + self.optimizer
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """A colocated run's role switches, seconds each way."""
+
+    sleep: float
+    """the engine goes to sleep (KV cache freed, weights offloaded) and the training state comes in"""
+    refit: float
+    """the new weights into the engine (gathered from the trainer's layout, handed over in-process)"""
+    wake: float
+    """the engine wakes (weights back, KV cache rebuilt) and the training state goes out"""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepModel:
+    """Prices a described job's trainer-side phases on ``gpus`` GPUs."""
+
+    description: Description
+    framework: Framework
+    model: ModelSpec
+    gpu: GPUSpec
+    mfu: float | None = None
+    """training MFU (None: the published figure for the model's kind, ``training.default_mfu``)"""
+
+    def _compute(self, tokens: float, gpus: int, seq_len: float, passes: float, samples: float) -> float:
+        t, d = self.description.training, self.description
+        seconds = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.mfu, ep=t.ep, passes=passes,
+                               seq_len=seq_len, precision=d.precision).seconds
+        if t.pp > 1:  # 1F1B: (m + pp - 1) / m of the ideal for m micro-batches per data-parallel rank
+            micro = max(samples / self._dp(gpus) / t.micro_batch, 1.0)
+            seconds *= 1.0 + (t.pp - 1) / micro
+        return seconds
+
+    def _dp(self, gpus: int) -> int:
+        t = self.description.training
+        return max(gpus // (t.tp * t.cp * t.pp), 1)
+
+    def _optimizer_step(self, gpus: int) -> float:
+        """One optimizer step: Adam over the rank's shard, gradients reduce-scattered and weights all-gathered over
+        the data-parallel ranks (each rank's model-parallel shard in BF16)."""
+        t, dp = self.description.training, self._dp(gpus)
+        adam = ADAM_BYTES_PER_PARAM * self.model.params / gpus / self.gpu.hbm_bytes_per_s
+        shard = GRAD_BYTES * self.model.params / (t.tp * t.pp)
+        per_node = self.description.cluster.gpus_per_node or self.gpu.nvlink_domain
+        comm = (collective_seconds(self.gpu, "reduce_scatter", dp, shard, per_node)
+                + collective_seconds(self.gpu, "all_gather", dp, shard, per_node))
+        return adam + comm
+
+    def phases(self, gpus: int, tokens: float, samples: int) -> Phases:
+        """The phases of a step of ``samples`` samples holding ``tokens`` tokens (prompts and responses) on ``gpus``
+        training GPUs."""
+        d, f = self.description, self.framework.calibration
+        a, t = d.algorithm, d.training
+        kind = "moe" if self.model.is_moe else "dense"
+        seq = tokens / max(samples, 1)
+        forward = self._compute(tokens, gpus, seq, 1.0, samples) * f.factor("logprob", kind)
+        update = t.epochs * self._compute(tokens, gpus, seq, 3.0, samples) * f.factor("update", kind)
+        steps = t.epochs * max(samples // d.train_batch, 1)
+        optimizer = steps * self._optimizer_step(gpus)
+        critic = forward + update + optimizer if a.name == "ppo" else 0.0
+        return Phases(reward=samples * self.framework.reward_s_per_sample,
+                      old_logprob=forward if a.recompute_logprobs else 0.0,
+                      reference=forward if a.reference else 0.0,
+                      critic=critic, train=update, optimizer=optimizer)
+
+    def switch(self, gpus: int, gen_tp: int, gen_gpu: str) -> Switch:
+        """A colocated run's switches on ``gpus`` GPUs, engines of ``gen_tp``: host-link moves of the serving weights
+        and (when the framework offloads it) the training state; the refit hands each GPU its serving shard at the
+        framework's measured refit rate (gathered from the trainer's layout, passed as IPC handles, loaded by the
+        engine: :class:`.frameworks.Calibration`)."""
+        state = ModelState(params=float(self.model.params), weight_bytes=float(self.model.weight_bytes))
+        training = state.training_bytes(gpus) if self.framework.offload_training_state else 0.0
+        serving = state.rollout_bytes(gen_tp)
+        sleep = move_seconds(training, serving, gen_gpu)
+        wake = move_seconds(serving, training, gen_gpu)
+        refit = serving / (self.framework.calibration.refit_gbps * 1e9)
+        return Switch(sleep=sleep, refit=refit, wake=wake)

@@ -1,0 +1,139 @@
+"""Described jobs: a run's stated setup replayed without a recording (replay/described, docs/described.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rltrace.replay.described import from_description, load_description
+from rltrace.replay.described.description import markdown_reference
+from rltrace.replay.described.lengths import draw_lengths
+from rltrace.replay.run import CostConfig, ReplayConfig, Shape, replay
+
+from rltrace.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml"
+SMALL = """
+model = "Qwen2.5-7B"
+framework = "verl"
+[cluster]
+gpu = "H100"
+gpus = 8
+[batch]
+prompts = 8
+samples = 4
+max_response = 2048
+mean_response = 900
+steps = 3
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_described_job_replays_deterministically(tmp_path: Path) -> None:
+    d = load_description(write(tmp_path, SMALL))
+    config = ReplayConfig()
+    runs = [replay(from_description(d, Shape(), config.cost), s, config, keep_log=True)
+            for s in ("colocated-sync", "one-step-async") for _ in range(2)]
+    for a, b in (runs[0:2], runs[2:4]):
+        assert a.event_log == b.event_log and a.event_log
+        assert json.dumps(a.metrics, sort_keys=True) == json.dumps(b.metrics, sort_keys=True)
+
+
+def test_the_documented_example_has_every_phase_with_a_plausible_share() -> None:
+    config = ReplayConfig()
+    prepared = from_description(load_description(EXAMPLE), Shape(), config.cost)
+    phases = replay(prepared, "colocated-sync", config).metrics["phases_s_per_step"]
+    for name in ("generation", "reward", "old_logprob", "reference", "train", "optimizer", "sleep", "refit", "wake"):
+        assert phases[name] > 0, name
+    assert phases["critic"] == 0  # GRPO: no critic
+    total = sum(phases.values())
+    assert 0.4 < phases["generation"] / total < 0.9  # generation leads a reasoning-RL step
+    assert 0.1 < (phases["train"] + phases["old_logprob"] + phases["reference"]) / total < 0.6
+    disagg = replay(prepared, "disagg-sync", config).metrics["phases_s_per_step"]
+    assert disagg["weight_sync"] > 0 and "refit" not in disagg  # a broadcast, not a colocated refit
+
+
+def test_lengths_hit_the_stated_mean_and_pile_up_at_the_cap(tmp_path: Path) -> None:
+    d = load_description(write(tmp_path, SMALL.replace("mean_response = 900", "mean_response = 1800")))
+    prompt, response = draw_lengths(d, 3)
+    assert response.size == prompt.size == 3 * 8 * 4
+    assert abs(response.mean() - 1800) < 2  # the median is solved on the drawn set
+    assert response.max() == 2048 and (response == 2048).mean() > 0.2
+
+
+def test_what_if_options_reshape_the_description(tmp_path: Path) -> None:
+    d = load_description(write(tmp_path, SMALL))
+    prepared = from_description(d, Shape(gen_gpus=4, train_gpus=4, gpu="H200", tp=2, steps=2), CostConfig())
+    c = prepared.cluster
+    assert (c.gen_gpus, c.train_gpus, c.gen_gpu, c.tp) == (4, 4, "H200", 2)
+    assert prepared.jobs[0].steps == 2
+
+
+def test_replay_cli_takes_a_description(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, SMALL)
+    assert main(["replay", str(path), "-s", "colocated-sync,disagg-sync", "--replicates", "0", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert set(metrics) == {"colocated-sync", "disagg-sync"}
+    assert metrics["colocated-sync"]["phases_s_per_step"]["generation"] > 0
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    (("gpus = 8", "gpus = 8\ngpu_count = 3"), "gpu_count"),
+    (("mean_response = 900", "mean_response = 4000"), "batch.mean_response"),
+    (("mean_response = 900", ""), "mean_response"),
+    (("prompts = 8", 'prompts = "eight"'), "batch.prompts"),
+    (('framework = "verl"', 'framework = "nemo"'), "framework"),
+    (("gpus = 8", "gpus = 8\n[generation]\ntp = 3"), "generation.tp"),
+    (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7B"\nprecision = "int4"'), "precision"),
+    (('gpu = "H100"', 'gpu = "H999"'), "H999"),
+])
+def test_a_malformed_description_is_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            change: tuple[str, str], key: str) -> None:
+    path = write(tmp_path, SMALL.replace(*change))
+    assert main(["replay", str(path), "--replicates", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rltrace: error:") and key in err
+
+
+def test_schema_prints_every_description_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    out = capsys.readouterr().out
+    for key in ("`model`", "`cluster.gpus`", "`batch.train_batch`", "`batch.max_seq`", "`batch.mean_response`",
+                "`generation.tp`", "`training.ep`", "`training.cp`", "`training.pp`", "`precision`", "`framework`"):
+        assert key in out
+    assert markdown_reference() in out
+
+
+RUNS_HEADER = ("run_id,publisher,source,framework,mode,model,gpu,gpus,gen_gpus,train_gpus,prompts,samples,max_response,"
+               "mean_response,step_s,gen_s,train_s,pair,split\n")
+
+
+def test_validate_rl_prints_step_errors_sets_and_pairs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs.csv"
+    runs.write_text(RUNS_HEADER
+                    + "a,me,paper T1,verl,colocated,Qwen2.5-7B,H100,8,,,8,4,2048,900,60,30,20,p,fit\n"
+                    + "b,me,paper T1,verl,fully-async,Qwen2.5-7B,H100,8,4,4,8,4,2048,900,40,,25,p,held out\n")
+    assert main(["estimate", "validate-rl", "--data", str(runs), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by_id = {r["run_id"]: r for r in out["runs"]}
+    assert set(by_id) == {"a", "b"} and all(r["predicted_step_s"] > 0 for r in by_id.values())
+    assert by_id["a"]["error"] == pytest.approx(by_id["a"]["predicted_step_s"] / 60 - 1)
+    assert by_id["a"]["predicted_gen_s"] > 0 and by_id["b"]["predicted_gen_s"] is None  # phases where measured
+    assert [s["set"] for s in out["sets"]] == ["fit", "held out"]
+    assert len(out["pairs"]) == 1 and out["pairs"][0]["measured_ratio"] == pytest.approx(1.5)
+
+
+def test_validate_rl_refuses_a_runs_file_without_its_columns(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs.csv"
+    runs.write_text("run_id,model\nx,Qwen2.5-7B\n")
+    assert main(["estimate", "validate-rl", "--data", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing column 'publisher'" in err

@@ -85,6 +85,8 @@ class TrainingDescription:
     ep: int = key(1, "expert parallelism (MoE)")
     pp: int = key(1, "pipeline parallelism")
     micro_batch: int = key(1, "samples per micro-batch (fills the pipeline stages)")
+    micro_batch_tokens: int = key(0, "tokens one packed micro-batch holds (0: one sequence's room, max_seq or "
+                                  "mean_prompt + max_response); FSDP gathers the weights once a micro-batch")
     epochs: int = key(1, "passes over the rollout batch per step (PPO epochs)")
 
 
@@ -156,7 +158,8 @@ class Description:
         for key, value in (("cluster.gpus", c.gpus), ("cluster.gen_gpus", c.gen_gpus),
                            ("cluster.train_gpus", c.train_gpus), ("batch.train_batch", b.train_batch),
                            ("batch.max_seq", b.max_seq), ("batch.max_response", b.max_response),
-                           ("generation.max_num_seqs", g.max_num_seqs), ("cluster.gpus_per_node", c.gpus_per_node)):
+                           ("generation.max_num_seqs", g.max_num_seqs), ("cluster.gpus_per_node", c.gpus_per_node),
+                           ("training.micro_batch_tokens", t.micro_batch_tokens)):
             if value < 0:
                 raise ConfigError(f"{key} must be >= 0, got {value}")
         for key, value in (("batch.prompts", b.prompts), ("batch.samples", b.samples), ("batch.steps", b.steps),

@@ -13,12 +13,16 @@ After generation a step runs, in order, on the training GPUs:
   wake), a disaggregated run's NCCL broadcast (:func:`rltrace.replay.network.weight_sync.reprice_syncs`).
 
 Compute is :func:`rltrace.replay.costmodels.training.step_seconds` (6N plus causal attention at the published MFU,
-FP8 linear layers at the FP8 peak, expert all-to-alls for ``ep`` > 1); pipeline parallelism adds its 1F1B bubble,
-``(pp - 1) / m`` of the compute for ``m`` micro-batches a data-parallel rank runs per optimizer step.
+FP8 linear layers at the FP8 peak, expert all-to-alls for ``ep`` > 1) times the framework's measured factor
+(:class:`.frameworks.Calibration`); pipeline parallelism adds its 1F1B bubble, ``(pp - 1) / m`` of the compute for
+``m`` micro-batches a data-parallel rank runs per optimizer step. An FSDP backend adds its parameter traffic per
+micro-batch (``training.micro_batch_tokens`` packed tokens): two all-gathers and a reduce-scatter of the rank's
+shard for a forward and backward, one all-gather for a forward-only pass, over the data-parallel ranks.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from rltrace.replay.costmodels.parallel import collective_seconds
@@ -84,9 +88,44 @@ class StepModel:
             seconds *= 1.0 + (t.pp - 1) / micro
         return seconds
 
+    def _fsdp_traffic(self, tokens: float, gpus: int, passes: float) -> float:
+        """FSDP's parameter traffic over ``tokens`` tokens: every micro-batch all-gathers each rank's model-parallel
+        shard (BF16) over the data-parallel ranks for its forward, again for its backward, and reduce-scatters its
+        gradients (a forward-only pass: the one all-gather), not overlapped with compute; 0 for Megatron, whose
+        distributed optimizer moves them once an optimizer step (:meth:`_optimizer_step`)."""
+        d = self.description
+        if self.backend != "fsdp" or self._dp(gpus) < 2:
+            return 0.0
+        t = d.training
+        shard = GRAD_BYTES * self.model.params / (t.tp * t.pp)
+        per_node = self._dp_per_node()
+        gather = collective_seconds(self.gpu, "all_gather", self._dp(gpus), shard, per_node)
+        scatter = collective_seconds(self.gpu, "reduce_scatter", self._dp(gpus), shard, per_node)
+        per_rank = tokens / self._dp(gpus)
+        micro = max(math.ceil(per_rank / self.micro_batch_tokens), 1)
+        return micro * (2 * gather + scatter if passes > 1 else gather)
+
+    @property
+    def backend(self) -> str:
+        return self.description.training.backend or self.framework.backend
+
+    @property
+    def micro_batch_tokens(self) -> float:
+        """Tokens one micro-batch packs: ``training.micro_batch_tokens``, else one sequence's room (``max_seq``, or
+        the mean prompt and the response cap)."""
+        d = self.description
+        return float(d.training.micro_batch_tokens or d.batch.max_seq or d.batch.mean_prompt + d.batch.max_response)
+
     def _dp(self, gpus: int) -> int:
         t = self.description.training
         return max(gpus // (t.tp * t.cp * t.pp), 1)
+
+    def _dp_per_node(self) -> int:
+        """Data-parallel ranks of one group on one NVLink node: the model-parallel ranks (TP innermost, as Megatron and
+        FSDP+TP lay them out) fill a node first, so a group spans nodes once they fill it."""
+        t, d = self.description.training, self.description
+        per_node = d.cluster.gpus_per_node or self.gpu.nvlink_domain
+        return max(per_node // (t.tp * t.cp * t.pp), 1)
 
     def _optimizer_step(self, gpus: int) -> float:
         """One optimizer step: Adam over the rank's shard, gradients reduce-scattered and weights all-gathered over
@@ -94,7 +133,7 @@ class StepModel:
         t, dp = self.description.training, self._dp(gpus)
         adam = ADAM_BYTES_PER_PARAM * self.model.params / gpus / self.gpu.hbm_bytes_per_s
         shard = GRAD_BYTES * self.model.params / (t.tp * t.pp)
-        per_node = self.description.cluster.gpus_per_node or self.gpu.nvlink_domain
+        per_node = self._dp_per_node()
         comm = (collective_seconds(self.gpu, "reduce_scatter", dp, shard, per_node)
                 + collective_seconds(self.gpu, "all_gather", dp, shard, per_node))
         return adam + comm
@@ -106,8 +145,10 @@ class StepModel:
         a, t = d.algorithm, d.training
         kind = "moe" if self.model.is_moe else "dense"
         seq = tokens / max(samples, 1)
-        forward = self._compute(tokens, gpus, seq, 1.0, samples) * f.factor("logprob", kind)
-        update = t.epochs * self._compute(tokens, gpus, seq, 3.0, samples) * f.factor("update", kind)
+        forward = (self._compute(tokens, gpus, seq, 1.0, samples) * f.factor("logprob", kind)
+                   + self._fsdp_traffic(tokens, gpus, 1.0))
+        update = t.epochs * (self._compute(tokens, gpus, seq, 3.0, samples) * f.factor("update", kind)
+                             + self._fsdp_traffic(tokens, gpus, 3.0))
         steps = t.epochs * max(samples // d.train_batch, 1)
         optimizer = steps * self._optimizer_step(gpus)
         critic = forward + update + optimizer if a.name == "ppo" else 0.0

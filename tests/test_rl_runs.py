@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-
 from rltrace.replay.described.fit import fit_calibration
 from rltrace.replay.described.frameworks import CALIBRATION_CSV
 from rltrace.replay.described.validation import pairs, read_runs, summary, validate_runs

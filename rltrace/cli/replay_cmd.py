@@ -24,14 +24,13 @@ from rltrace.limits import check_output
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
-from rltrace.replay.described import is_description
+from rltrace.replay.described import from_description, is_description, load_description
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, names
 from rltrace.replay.schedulers.base import BASELINES, capabilities
 from rltrace.replay.settings import resolve
-from rltrace.replay.sources import prepare_source
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, replicate, sources
 
 MAX_REPLICATES = 1000
@@ -168,8 +167,10 @@ def replay(
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
     elif is_description(bundle):
+        described = load_description(bundle)
+        model = model or described.model  # the described model is what --execute runs
         with stage(err, f"drawing and pricing the described job {bundle}"):
-            prepared, _ = prepare_source(str(bundle), shape, config.cost, prices)
+            prepared = from_description(described, shape, config.cost, prices)
     else:
         with stage(err, "opening and preparing the bundle"):
             source = open_bundle(resolve_bundle(bundle))

@@ -12,12 +12,15 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from rltrace.errors import ConfigError, clean
 
 LOCK_FILE = "lock"
+HOLDER_WAIT_S = 1.0
+"""how long a refused recording waits for the lock's new holder to write its pid (it does so at once)"""
 
 
 @dataclass(slots=True)
@@ -53,6 +56,27 @@ def _pid_in(fd: int) -> int | None:
         return None
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _holder(fd: int, wait_s: float = HOLDER_WAIT_S) -> int | None:
+    """The live pid a held lock file names. A holder writes its pid right after it takes the lock, so a refusal that
+    lands in between reads nothing (or the dead previous owner's pid): it waits up to ``wait_s`` for the new one."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pid = _pid_in(fd)
+        if (pid is not None and _alive(pid)) or time.monotonic() >= deadline:
+            return pid
+        time.sleep(0.005)
+
+
 def take(folder: Path, option: str = "-o") -> Ownership:
     """Own ``folder`` (created with its parents) or raise ConfigError: another live recording owns it, or it
     cannot be created or written (a read-only or full file system)."""
@@ -64,7 +88,7 @@ def take(folder: Path, option: str = "-o") -> Ownership:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        owner = _pid_in(fd)
+        owner = _holder(fd)
         os.close(fd)
         raise ConfigError(f"{clean(folder)}: another recording (pid {owner or 'unknown'}) is writing here; "
                           f"wait for it or record to another {option}") from None

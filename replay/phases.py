@@ -31,11 +31,12 @@ def phase_breakdown(timeline: pl.DataFrame, jobs: list[Job]) -> dict[str, float]
     steps = timeline.filter(pl.col("step") >= 0).select(pl.struct("job", "step").n_unique()).item()
     if not steps:
         return {}
-    gen = (timeline.filter(pl.col("kind").is_in(GENERATION_KINDS)).group_by("job", "step")
-           .agg((pl.col("end_s").max() - pl.col("start_s").min()).alias("s")))
+    # groups in a fixed order: a float sum in another order differs in its last bits (runs must match exactly)
+    gen = (timeline.filter(pl.col("kind").is_in(GENERATION_KINDS)).group_by("job", "step", maintain_order=True)
+           .agg((pl.col("end_s").max() - pl.col("start_s").min()).alias("s")).sort("job", "step"))
     out = {"generation": float(gen["s"].sum()) / steps}
     spans = (timeline.filter(pl.col("kind").is_in(["reward", "train", "switch", "weight_sync"]))
-             .group_by("kind").agg((pl.col("end_s") - pl.col("start_s")).sum().alias("s")))
+             .group_by("kind", maintain_order=True).agg((pl.col("end_s") - pl.col("start_s")).sum().alias("s")))
     per_kind = {k: float(s) / steps for k, s in spans.iter_rows()}
     out["reward"] = per_kind.get("reward", 0.0)
     trainer = _shares([p for job in jobs for p in (job.phases or [])])

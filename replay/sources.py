@@ -8,16 +8,15 @@ from pathlib import Path
 from rltrace.replay.described import from_description, is_description, load_description
 from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle
 
-from rltrace.bundle import Bundle, open_bundle
+from rltrace.bundle import open_bundle
 
 
 def prepare_source(path: str | Path, shape: Shape, cost: CostConfig,
-                   prices: dict[str, float] | None = None) -> tuple[Prepared, Bundle | None]:
-    """The prepared workload of ``path`` and, for a bundle, the bundle (None for a described job)."""
+                   prices: dict[str, float] | None = None) -> Prepared:
+    """The prepared workload of ``path``, a bundle or a described job."""
     if is_description(path):
-        return from_description(load_description(path), shape, cost, prices), None
-    bundle = open_bundle(path)
-    return from_bundle(bundle, shape, cost, prices), bundle
+        return from_description(load_description(path), shape, cost, prices)
+    return from_bundle(open_bundle(path), shape, cost, prices)
 
 
 def source_devices(path: str | Path) -> set[str]:

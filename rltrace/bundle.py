@@ -77,17 +77,22 @@ class Bundle:
     def validate(self) -> None:
         """Check every page checksum, row count and value rule of every table; raises :class:`BundleError`
         (:class:`ValidationError` for a value) at the first problem."""
-        for name, frame in self._frames.items():
-            file = _rel(self.path, TABLES[name].file)
-            try:
-                verify_pages(self.path / TABLES[name].file, file, self.manifest.tables.get(name))
-                check_frame(frame, TABLES[name], file)
-            except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
-                raise BundleError(f"{file}: cannot be read ({_first_line(e)})") from None
-            except BaseException as e:  # polars' Rust panic on a damaged file is a BaseException (pyo3)
-                if type(e).__name__ != "PanicException":
-                    raise
-                raise BundleError(f"{file}: cannot be read (damaged: the Parquet reader gave up)") from None
+        for name in self._frames:
+            self.validate_table(name)
+
+    def validate_table(self, name: str) -> None:
+        """:meth:`validate` for one table."""
+        frame = self.table(name)
+        file = _rel(self.path, TABLES[name].file)
+        try:
+            verify_pages(self.path / TABLES[name].file, file, self.manifest.tables.get(name))
+            check_frame(frame, TABLES[name], file)
+        except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
+            raise BundleError(f"{file}: cannot be read ({_first_line(e)})") from None
+        except BaseException as e:  # polars' Rust panic on a damaged file is a BaseException (pyo3)
+            if type(e).__name__ != "PanicException":
+                raise
+            raise BundleError(f"{file}: cannot be read (damaged: the Parquet reader gave up)") from None
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, run_id={self.manifest.run_id!r})"
@@ -148,6 +153,38 @@ def verify_pages(path: Path, file: str, rows: int | None = None) -> None:
                               "(damaged)")
     except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         raise BundleError(f"{file}: corrupt ({_first_line(e)})") from None
+
+
+_I32_FIELD = 0x15  # Thrift compact protocol: the next field (id + 1), an i32
+
+
+def _varint_end(data: bytes, at: int) -> int:
+    while at < len(data) and data[at] & 0x80:
+        at += 1
+    return at + 1
+
+
+def has_page_checksums(path: Path) -> bool | None:
+    """Whether a Parquet file's pages carry CRCs (its first page's header holds one: PageHeader's fields 1-3 are the
+    page type and sizes, field 4 the optional crc, all i32s); None for a file with no page (an empty table) or one
+    that cannot be read (verification reports that)."""
+    try:
+        meta = pq.ParquetFile(path).metadata
+        if meta.num_row_groups == 0 or meta.num_columns == 0:
+            return None
+        chunk = meta.row_group(0).column(0)
+        first = min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o is not None and o > 0)
+        with open(path, "rb") as f:
+            f.seek(first)
+            header = f.read(64)
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    at = 0
+    for _ in range(3):  # type, uncompressed size, compressed size
+        if at >= len(header) or header[at] != _I32_FIELD:
+            return None
+        at = _varint_end(header, at + 1)
+    return at < len(header) and header[at] == _I32_FIELD
 
 
 def _check_version(text: str, file: str) -> tuple[int, int]:

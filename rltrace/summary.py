@@ -10,8 +10,9 @@ from typing import Any
 
 import polars as pl
 
-from rltrace.bundle import Bundle
+from rltrace.bundle import Bundle, has_page_checksums
 from rltrace.manifest import Manifest
+from rltrace.schema import TABLES
 
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
@@ -34,6 +35,9 @@ class Summary:
     """count and bytes of weight-sync flows"""
     spans_by_phase: pl.DataFrame
     """phase, spans, seconds (span durations summed over actors)"""
+    unchecked: tuple[str, ...] = ()
+    """the bundle's Parquet files whose pages carry no checksum (written before rltrace wrote them): a flipped byte
+    in them can change a value unseen"""
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON form; scripts rely on these keys."""
@@ -54,6 +58,7 @@ class Summary:
                 }
             },
             "weight_syncs": self.weight_syncs,
+            "page_checksums": {"missing": list(self.unchecked)},
             "spans": {
                 "by_phase": {
                     r["phase"]: {"count": r["spans"], "seconds": r["seconds"]} for r in self.spans_by_phase.to_dicts()
@@ -115,6 +120,8 @@ def summarize(bundle: Bundle) -> Summary:
         collectives_by_op=by_op_df,
         weight_syncs={"count": int(sync_row["count"]), "bytes": int(sync_row["bytes"] or 0)},
         spans_by_phase=by_phase_df,
+        unchecked=tuple(schema.file for schema in TABLES.values()
+                        if has_page_checksums(bundle.path / schema.file) is False),
     )
 
 

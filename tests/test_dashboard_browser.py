@@ -17,8 +17,8 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 
-SECTIONS = ["Which run to choose", "Bubbles", "Timelines", "Output lengths", "Load per instance", "Request latency",
-            "Network", "Recorded bundle"]
+SECTIONS = ["Which run to choose", "Bubbles", "Phases", "Timelines", "Output lengths", "Load per instance",
+            "Request latency", "Network", "Recorded bundle"]
 HOSTILE = ['<script>window.__pwned=1;alert(1)</script>', '"><img src=x onerror="window.__pwned=2;alert(2)">',
            "<a href='javascript:window.__pwned=3'>click</a>", "<b onmouseover=alert(4)>bold</b>"]
 

@@ -137,3 +137,12 @@ def test_validate_rl_refuses_a_runs_file_without_its_columns(tmp_path: Path,
     assert main(["estimate", "validate-rl", "--data", str(runs)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing column 'publisher'" in err
+
+
+@pytest.mark.parametrize("gpu", ["H100", "H200", "H800", "H20", "A100", "A800", "B200", "GB200"])
+def test_every_gpu_kind_of_the_published_runs_replays(tmp_path: Path, gpu: str) -> None:
+    d = load_description(write(tmp_path, SMALL.replace('gpu = "H100"', f'gpu = "{gpu}"')))
+    config = ReplayConfig()
+    metrics = replay(from_description(d, Shape(gen_gpus=4, train_gpus=4), config.cost), "disagg-sync",
+                     config).metrics
+    assert metrics["step_time_s"]["mean"] > 0 and metrics["phases_s_per_step"]["train"] > 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
 from rltrace.replay.described.fit import fit_calibration
@@ -41,3 +43,14 @@ def test_the_shipped_calibration_is_the_fit_of_the_fit_split() -> None:
     held_out = set(read_runs().filter(pl.col("split") == "held out")["run_id"])
     used = {run for ids in fitted["fitted_on"] for run in ids.split()}
     assert used and not used & held_out  # no held-out run chose a constant
+
+
+def test_the_docs_state_the_figures_the_set_gives(results: pl.DataFrame) -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "described.md").read_text()
+    for row in summary(results).iter_rows(named=True):
+        label = "not scored" if row["set"] == "not scored" else row["set"]
+        median = f"{row['median_abs_error']:.0%}" if label == "not scored" else f"{row['median_abs_error']:.1%}"
+        line = next(line for line in text.splitlines() if line.startswith(f"| {label}"))
+        assert f"| {row['runs']} | {row['publishers']} | {median} |" in line, (line, median)
+    for row in results.filter(pl.col("scored") == "yes").iter_rows(named=True):
+        assert f"| {row['predicted_step_s']:.1f} | {row['error']:+.1%} |" in text, row["run_id"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from helpers import REPO, run_cli
+from rltrace.replay.described import markdown_reference as described_reference
 
 from rltrace.bundle import polars_dtype, polars_schema
 from rltrace.schema import FORMAT_VERSION, TABLES, markdown_reference, parse_version
@@ -42,7 +43,7 @@ def test_docs_format_md_is_generated_from_the_schema() -> None:
 def test_schema_command_prints_the_reference() -> None:
     result = run_cli("schema")
     assert result.returncode == 0
-    assert result.stdout == markdown_reference()
+    assert result.stdout == markdown_reference() + "\n" + described_reference()
     for table in TABLES.values():
         assert f"`{table.file}`" in result.stdout
 

@@ -58,6 +58,8 @@ class RooflineGeneration:
     """vLLM's share of GPU memory (0.9 by default) for the weights, profiling's activation peak, buffers and KV cache"""
     max_num_seqs: int = serving.MAX_NUM_SEQS
     """the engine's cap on running requests: the rows vLLM's profiling run samples (its activation peak)"""
+    max_num_batched_tokens: int = serving.MAX_BATCHED_TOKENS
+    """the engine's token budget per iteration (chunked prefill, profiling's activation peak)"""
     profile: pl.DataFrame | None = field(default=None, compare=False)
     """fitted efficiencies per TP (see :mod:`.profile`); they replace the two factors above"""
     # per copy: replace() must not share it
@@ -68,12 +70,13 @@ class RooflineGeneration:
         if tp not in self._cache:
             self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
             roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
-                            compute_efficiency=self.compute_efficiency)
+                            compute_efficiency=self.compute_efficiency, batched_tokens=self.max_num_batched_tokens)
             if self.profile is not None:
                 f = factors(self.profile, self.gpu.name, tp)
                 roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=f.memory_efficiency,
                                 compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency,
-                                engine_overhead=f.engine_overhead, gemm_ramp=False)  # the profile's own GEMM form
+                                engine_overhead=f.engine_overhead, gemm_ramp=False,  # the profile's own GEMM form
+                                batched_tokens=self.max_num_batched_tokens)
             self._cache[tp] = (roof.iteration_model(), roof.prefill_model())
         return self._cache[tp]
 
@@ -91,7 +94,7 @@ class RooflineGeneration:
         # outside torch, at the rank's bytes per token (MLA's latent and KV heads beyond tp are replicated, so the
         # cache does not grow with tp the way the weights' share shrinks)
         mem = rank_memory(self.model, self.gpu, tp, gpu_memory_utilization=self.gpu_memory_utilization,
-                          max_num_seqs=self.max_num_seqs)
+                          max_num_seqs=self.max_num_seqs, batched_tokens=self.max_num_batched_tokens)
         if mem.kv_cache <= 0:
             raise ConfigError(
                 f"{self.model.name} leaves no KV cache on {tp} x {self.gpu.name}: vLLM's "

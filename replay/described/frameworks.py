@@ -51,7 +51,6 @@ class Framework:
     gpu_memory_utilization: float
     max_num_batched_tokens: int
     offload_training_state: bool
-    refit: str
     reward_s_per_sample: float
     calibration: Calibration = field(default_factory=Calibration)
 

@@ -84,7 +84,8 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                                     compute_efficiency=cost.compute_efficiency,
                                     gpu_memory_utilization=g.gpu_memory_utilization
                                     or framework.gpu_memory_utilization,
-                                    max_num_seqs=cluster.max_seqs)
+                                    max_num_seqs=cluster.max_seqs,
+                                    max_num_batched_tokens=framework.max_num_batched_tokens)
     generation.iteration_model(instance)  # weights that do not fit: one message, now
     steps = d.batch.steps
     prompt, response = draw_lengths(d, steps)

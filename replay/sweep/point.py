@@ -44,7 +44,7 @@ def _path(bundle: str) -> str:
 @functools.lru_cache(maxsize=8)
 def _prepared(bundle: str, shape: Shape, cost: CostConfig, prices: tuple[tuple[str, float], ...]) -> Prepared:
     """Points that differ only in scheduler or network share one prepared workload (per process)."""
-    return prepare_source(_path(bundle), shape, cost, dict(prices))[0]
+    return prepare_source(_path(bundle), shape, cost, dict(prices))
 
 
 def run_point(bundle: str, point: Point) -> dict[str, Any]:

@@ -116,6 +116,10 @@ def render(s: Summary, console: Console) -> None:
 
     tables = pl.DataFrame({"table": list(s.table_rows), "rows": list(s.table_rows.values())})
     print_table(console, _table("Tables", tables, {"rows": ","}))
+    if s.unchecked:
+        console.print(f"note: {', '.join(s.unchecked)} carry no page checksums (an older writer's): a damaged byte "
+                      "there can change a value without an error (bundles this rltrace writes carry them)",
+                      markup=False, highlight=False)
     ot = s.output_tokens
     if ot["max"] is not None:
         stats = pl.DataFrame({"statistic": list(ot), "output tokens": [v for v in ot.values()]})

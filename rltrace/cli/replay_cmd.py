@@ -20,7 +20,7 @@ from rltrace.cli.tables import print_table, stdout_console
 from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
-from rltrace.limits import check_output
+from rltrace.limits import MAX_STEPS, check_output
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
@@ -43,15 +43,18 @@ def parse_steps(spec: str) -> tuple[int, ...]:
             parts = [int(p) for p in spec.split(":")]
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] < 1):
                 raise ValueError
-            chosen = tuple(range(*parts))
+            chosen: range | tuple[int, ...] = range(*parts)  # lazy: its length is checked before it is built
         else:
             chosen = tuple(int(p) for p in spec.split(","))
     except ValueError:
         raise ConfigError(f"--recorded-steps {spec!r}: give START:STOP[:STRIDE] (stride >= 1) or a list such as "
                           "2,4,6") from None
-    if not chosen or min(chosen) < 0:
+    if not len(chosen) or min(chosen) < 0:
         raise ConfigError(f"--recorded-steps {spec!r} selects no step (steps count from 0)")
-    return chosen
+    if len(chosen) > MAX_STEPS:
+        raise ConfigError(f"--recorded-steps {spec!r} selects {len(chosen):,} steps, above the limit of {MAX_STEPS:,} "
+                          "steps a bundle holds")
+    return tuple(chosen)
 
 
 def _gpu_kinds(spec: str | None) -> tuple[str | None, str | None]:
@@ -141,6 +144,8 @@ def replay(
         check_output(output, "--output", folder=True)
     if dashboard is not None:
         check_output(dashboard, "--dashboard")
+    if baseline is not None and baseline not in chosen:  # refused before any replay runs
+        raise ConfigError(f"--baseline {baseline!r} is not among the replayed schedulers ({', '.join(chosen)})")
     # the flags' values go to the config as they are: the spec is read once, by the topology's own grammar
     flags = {"network.topology": topology, "network.sync_strategy": sync_strategy}
     named = " / ".join(f for f, v in (("--topology", topology), ("--sync-strategy", sync_strategy)) if v)
@@ -166,7 +171,7 @@ def replay(
         single = [n for n in chosen if not capabilities(lookup(n)).several_jobs]
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
-    elif is_description(bundle):
+    elif bundle is not None and is_description(bundle):
         described = load_description(bundle)
         model = model or described.model  # the described model is what --execute runs
         with stage(err, f"drawing and pricing the described job {bundle}"):

@@ -49,7 +49,8 @@ def parse_steps(spec: str) -> tuple[int, ...]:
     except ValueError:
         raise ConfigError(f"--recorded-steps {spec!r}: give START:STOP[:STRIDE] (stride >= 1) or a list such as "
                           "2,4,6") from None
-    if not len(chosen) or min(chosen) < 0:
+    # a range's lowest step is its start (its stride is positive): min() would walk all of it
+    if not len(chosen) or (chosen.start if isinstance(chosen, range) else min(chosen)) < 0:
         raise ConfigError(f"--recorded-steps {spec!r} selects no step (steps count from 0)")
     if len(chosen) > MAX_STEPS:
         raise ConfigError(f"--recorded-steps {spec!r} selects {len(chosen):,} steps, above the limit of {MAX_STEPS:,} "

@@ -62,7 +62,7 @@ def test_the_documented_example_has_every_phase_with_a_plausible_share() -> None
 
 def test_lengths_hit_the_stated_mean_and_pile_up_at_the_cap(tmp_path: Path) -> None:
     d = load_description(write(tmp_path, SMALL.replace("mean_response = 900", "mean_response = 1800")))
-    prompt, response = draw_lengths(d, 3)
+    prompt, response, _ = draw_lengths(d, 3)
     assert response.size == prompt.size == 3 * 8 * 4
     assert abs(response.mean() - 1800) < 2  # the median is solved on the drawn set
     assert response.max() == 2048 and (response == 2048).mean() > 0.2

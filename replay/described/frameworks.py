@@ -55,26 +55,21 @@ class Framework:
     calibration: Calibration = field(default_factory=Calibration)
 
 
-def read_calibration(path: str | Path = CALIBRATION_CSV) -> dict[str, Calibration]:
-    """framework (or :data:`POOLED`) -> its calibration, from a calibration CSV (framework, quantity, value, rows,
+def read_calibration(path: str | Path = CALIBRATION_CSV) -> dict[str, dict[str, float]]:
+    """framework (or :data:`POOLED`) -> quantity -> value, from a calibration CSV (framework, quantity, value, rows,
     fitted_on)."""
     frame = pl.read_csv(path)
-    out: dict[str, Calibration] = {}
-    for (name,), rows in frame.group_by("framework", maintain_order=True):
-        values = dict(zip(rows["quantity"].to_list(), rows["value"].to_list()))
-        out[str(name)] = Calibration(factors={k: float(values[k]) for k in FACTORS if k in values},
-                                     refit_gbps=float(values.get("refit_gbps", DEFAULT_REFIT_GBPS)),
-                                     source=f"{Path(path).name}: {name}")
-    return out
+    return {str(name): dict(zip(rows["quantity"].to_list(), map(float, rows["value"].to_list())))
+            for (name,), rows in frame.group_by("framework", maintain_order=True)}
 
 
-def calibrated(framework: Framework, table: dict[str, Calibration]) -> Framework:
+def calibrated(framework: Framework, table: dict[str, dict[str, float]]) -> Framework:
     """``framework`` with its own calibration where the table has one, each missing quantity from the pooled row."""
-    pooled = table.get(POOLED, Calibration())
-    own = table.get(framework.name, Calibration(refit_gbps=pooled.refit_gbps))
-    factors = {**pooled.factors, **own.factors}
-    refit = own.refit_gbps if framework.name in table else pooled.refit_gbps
-    return dataclasses.replace(framework, calibration=Calibration(factors, refit, own.source or pooled.source))
+    values = {**table.get(POOLED, {}), **table.get(framework.name, {})}
+    source = f"{CALIBRATION_CSV.name}: {framework.name if framework.name in table else POOLED}"
+    return dataclasses.replace(framework, calibration=Calibration(
+        factors={k: values[k] for k in FACTORS if k in values},
+        refit_gbps=values.get("refit_gbps", DEFAULT_REFIT_GBPS), source=source))
 
 
 @cache

@@ -34,8 +34,9 @@ def _solve_scale(draw: np.ndarray, cap: np.ndarray, mean: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def draw_lengths(d: Description, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt, response) token counts of ``steps x prompts x samples`` samples, a prompt's samples adjacent."""
+def draw_lengths(d: Description, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt, response, cap) token counts of ``steps x prompts x samples`` samples, a prompt's samples adjacent
+    (``cap``: each response's cap)."""
     b, n = d.batch, d.lengths
     rng = np.random.default_rng(d.seed)
     groups, per = steps * b.prompts, b.samples
@@ -58,4 +59,4 @@ def draw_lengths(d: Description, steps: int) -> tuple[np.ndarray, np.ndarray]:
     if n.kind != "empirical" or n.scale_to_mean:
         draw = draw * _solve_scale(draw, cap, b.mean_response)
     response = np.clip(np.rint(np.minimum(draw, cap)), 1, None).astype(np.int64)
-    return prompt, response
+    return prompt, response, cap

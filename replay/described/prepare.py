@@ -88,7 +88,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                                     max_num_batched_tokens=framework.max_num_batched_tokens)
     generation.iteration_model(instance)  # weights that do not fit: one message, now
     steps = d.batch.steps
-    prompt, response = draw_lengths(d, steps)
+    prompt, response, cap = draw_lengths(d, steps)
     per_step = d.batch.prompts * d.batch.samples
     step_of = np.repeat(np.arange(steps, dtype=np.int32), per_step)
     tokens = np.bincount(step_of, weights=(prompt + response).astype(np.float64), minlength=steps)
@@ -123,14 +123,8 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     described = (f"described job {d.name or '(unnamed)'}: {spec.name} {d.precision} on {d.total_gpus} {gen_gpu.name}"
                  f"{' + ' + train_gpu.name if train_gpu.name != gen_gpu.name else ''}, {framework.name} profile, "
                  f"{d.batch.prompts} x {d.batch.samples} samples a step, mean response {response.mean():,.0f} tokens "
-                 f"({(response >= _caps(d, prompt)).mean():.0%} at the cap)")
+                 f"({(response >= np.floor(cap)).mean():.0%} at the cap)")
     return Prepared(frame, [job], cluster, [described, *notes])
-
-
-def _caps(d: Description, prompt: np.ndarray) -> np.ndarray:
-    b = d.batch
-    cap = np.full(prompt.shape, b.max_response or np.iinfo(np.int64).max, np.int64)
-    return np.minimum(cap, b.max_seq - prompt) if b.max_seq else cap
 
 
 def _trainer_phases(p: Phases) -> dict[str, float]:

@@ -296,8 +296,8 @@ def validate(paths: list[Path] | None = None) -> pl.DataFrame:
     """Every point of the given CSVs (default: the shipped sets) with ``predicted``, ``measured`` and ``error``
     ((predicted - measured) / measured; null where the model refused the point, ``skipped`` says why)."""
     frames = []
-    for path in paths or SHIPPED:
-        kind, points = load_points(path)
+    loaded = [(path, *load_points(path)) for path in paths or SHIPPED]  # every file read before any prediction
+    for path, kind, points in loaded:
         try:
             frames.append(PREDICT[kind](points).with_columns(_ORIGIN.alias("origin"))
                           .select("source", *SLICES, "measured", "predicted", "skipped"))
@@ -309,12 +309,17 @@ def validate(paths: list[Path] | None = None) -> pl.DataFrame:
     return result.with_columns(((pl.col("predicted") - pl.col("measured")) / pl.col("measured")).alias("error"))
 
 
-def summarize(results: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """Error statistics per slice: points, median and 90th-percentile |error|, worst, share within 10% and 20%,
-    and the median signed error (the model's bias; for times > 0 is slower than measured, for throughputs faster)."""
+def check_slices(by: list[str]) -> None:
+    """Refuse slice names that are not columns of the results (before any prediction runs)."""
     unknown = sorted(set(by) - set(SLICES))
     if unknown:
         raise ConfigError(f"cannot slice by {', '.join(unknown)}; choose from {', '.join(SLICES)}")
+
+
+def summarize(results: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Error statistics per slice: points, median and 90th-percentile |error|, worst, share within 10% and 20%,
+    and the median signed error (the model's bias; for times > 0 is slower than measured, for throughputs faster)."""
+    check_slices(by)
     scored = results.filter(pl.col("error").is_not_null()).with_columns(pl.col("error").abs().alias("abs_error"))
     keys = ["set", *[k for k in by if k != "set"]]
     return (scored.group_by(keys).agg(

@@ -9,7 +9,7 @@ import polars as pl
 
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.errors import ConfigError
-from rltrace.replay.costmodels.validation import summarize, validate
+from rltrace.replay.costmodels.validation import check_slices, summarize, validate
 from rltrace.replay.described.validation import pairs, summary, validate_runs
 
 _PCT = ("median_abs_error", "p90_abs_error", "worst_abs_error", "within_10pct", "within_20pct", "median_error")
@@ -35,6 +35,9 @@ def _table(frame: pl.DataFrame) -> str:
 
 def show_validation(data: list[Path] | None, by: list[str], as_json: bool, points_out: Path | None) -> None:
     """Predict every point, print the overall and per-slice error tables (or JSON), optionally write the points."""
+    check_slices(by)
+    if points_out is not None and not points_out.parent.is_dir():
+        raise ConfigError(f"cannot write {points_out}: no such folder {points_out.parent}")
     with stage(stderr(), "predicting every point"):
         results = validate(data)
     overall = summarize(results, [])

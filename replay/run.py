@@ -19,7 +19,7 @@ import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_generation
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
-from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
+from rltrace.replay.costmodels.generation import GenerationCost, backend_name, catalog_generation
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.costmodels.switching import ModelState
 from rltrace.replay.costmodels.training import AllToAll, TrainingCost, check_expert_parallel
@@ -47,12 +47,13 @@ class CostConfig:
     """Which cost models a replay uses, and their factors."""
 
     generation: str = "auto"
-    """"roofline" (GPU catalog), "trace" (fitted to the bundle's own request timings) or "auto": trace when
-    the bundle is a real recording replayed on its own GPU kind and TP, else roofline"""
+    """"roofline" (GPU catalog), "kernels" (aiconfigurator-core's measured-kernel database, ``rltrace[kernels]``),
+    "trace" (fitted to the bundle's own request timings) or "auto": trace when the bundle is a real recording
+    replayed on its own GPU kind and TP, else roofline"""
 
     def __post_init__(self) -> None:
-        if self.generation not in ("auto", "roofline", "trace"):
-            raise ConfigError(f"cost.generation must be auto, roofline or trace, got {self.generation!r}")
+        if self.generation not in ("auto", "roofline", "trace", "kernels"):
+            raise ConfigError(f"cost.generation must be auto, roofline, trace or kernels, got {self.generation!r}")
         for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "gpu_memory_utilization"):
             if getattr(self, name) is not None and not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"cost.{name} must be in (0, 1], got {getattr(self, name)}")
@@ -192,13 +193,14 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         if spec is None or gpu is None:
             raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model, or a "
                               "profile measured on that device (rltrace calibrate --device)")
-        generation = RooflineGeneration(model=spec, gpu=gpu, memory_efficiency=cost.memory_efficiency,
-                                        compute_efficiency=cost.compute_efficiency,
-                                        gpu_memory_utilization=cost.gpu_memory_utilization,
-                                        max_num_seqs=cluster.max_seqs, profile=profile)
+        generation, note = catalog_generation("kernels" if cost.generation == "kernels" else "roofline",
+                                              model=spec, gpu=gpu, memory_efficiency=cost.memory_efficiency,
+                                              compute_efficiency=cost.compute_efficiency,
+                                              gpu_memory_utilization=cost.gpu_memory_utilization,
+                                              max_num_seqs=cluster.max_seqs, profile=profile)
         generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
         source = f", efficiencies from {cost.profile}" if profile is not None else ""
-        notes.append(f"generation cost: roofline of {spec.name} on {gpu.name}{source}")
+        notes.append(f"{note}{source}")
     measured_bw = broadcast_bytes_per_s(profile) if profile is not None else None
     _check_train_ep(cost.train_ep, spec, cluster.train_gpus)
     train_gpu = _gpu(cluster.train_gpu)
@@ -325,6 +327,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
+        "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
         "notes": prepared.notes + (routed.notes if routed is not None else []) + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
               "what the real system could know")] if record.extra.get("oracle") else []),

@@ -301,7 +301,7 @@ def test_piped_dashboard_and_validations_say_what_they_are_doing(tmp_path: Path)
                    cwd=tmp_path).returncode == 0
     cases = [(("dashboard", str(runs), "-o", str(tmp_path / "r.html")), "building the report of 1 run(s)"),
              (("fabric", "validate"), "pricing every measured point"),
-             (("estimate", "validate"), "predicting every point")]
+             (("estimate", "validate", "--backend", "roofline"), "predicting every point")]
     for args, text in cases:
         done = run_cli(*args, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr

@@ -75,7 +75,7 @@ def test_a_point_is_predicted_through_the_models_public_api() -> None:
 
 def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     result = run_cli("estimate", "validate", "--by", "gpu,model", "--json", "--points", str(tmp_path / "p.csv"),
-                     cwd=tmp_path)
+                     "--backend", "roofline", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     overall = {row["set"]: row for row in out["overall"]}
@@ -106,7 +106,7 @@ def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     mine = summarize(validate(), [])
     assert math.isclose(mine.filter(pl.col("set") == "generation TPOT")["median_abs_error"][0],
                         overall["generation TPOT"]["median_abs_error"], rel_tol=1e-9)
-    text = run_cli("estimate", "validate", cwd=tmp_path)
+    text = run_cli("estimate", "validate", "--backend", "roofline", cwd=tmp_path)
     assert text.returncode == 0 and "generation TPOT" in text.stdout and "By gpu, model, dtype" in text.stdout
 
 
@@ -117,7 +117,7 @@ def test_a_users_own_csv_is_checked_and_unknown_models_are_listed(tmp_path: Path
         "gpu": ["H100"] * 2, "tp": [1, 1], "ep": [1, 1], "weight_dtype": ["bf16"] * 2, "concurrency": [16, 16],
         "prompt_tokens": [512, 512], "output_tokens": [256, 256], "tpot_ms": [9.0, 9.0], "ttft_ms": [50.0, 50.0],
     }).write_csv(mine)
-    result = run_cli("estimate", "validate", "--data", str(mine), "--json", cwd=tmp_path)
+    result = run_cli("estimate", "validate", "--backend", "roofline", "--data", str(mine), "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert [r["points"] for r in out["overall"]] == [1, 1]  # TPOT and TTFT of the known model
@@ -132,7 +132,7 @@ def test_a_point_whose_weights_leave_no_kv_cache_is_listed_not_priced(tmp_path: 
         "tp": [2], "ep": [1], "weight_dtype": ["fp8"], "concurrency": [4], "prompt_tokens": [1024],
         "output_tokens": [256], "tpot_ms": [20.0], "ttft_ms": [200.0],
     }).write_csv(mine)
-    result = run_cli("estimate", "validate", "--data", str(mine), "--json", cwd=tmp_path)
+    result = run_cli("estimate", "validate", "--backend", "roofline", "--data", str(mine), "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["overall"] == [] and len(out["skipped"]) == 2  # its TPOT and its TTFT
@@ -149,7 +149,8 @@ def _one_point(tmp_path: Path, **settings: object) -> dict:
         "tp": [8], "ep": [1], "weight_dtype": ["fp8"], "concurrency": [16], "prompt_tokens": [8192],
         "output_tokens": [1024], "tpot_ms": [20.0], "ttft_ms": [500.0], **{k: [v] for k, v in settings.items()},
     }).write_csv(mine)
-    result = run_cli("estimate", "validate", "--data", str(mine), "--json", "--by", "", cwd=tmp_path)
+    result = run_cli("estimate", "validate", "--backend", "roofline", "--data", str(mine), "--json", "--by", "",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     return {r["set"]: r for r in json.loads(result.stdout)["overall"]}
 
@@ -178,7 +179,7 @@ def test_a_larger_memory_fraction_lets_a_tight_point_fit(tmp_path: Path) -> None
                "weight_dtype": ["fp8"], "concurrency": [1], "prompt_tokens": [7372], "output_tokens": [921],
                "tpot_ms": [8.0], "ttft_ms": [400.0], "kv_dtype": ["fp8"]}
         pl.DataFrame(row | ({"gpu_memory_utilization": [util]} if util else {})).write_csv(mine)
-        return run_cli("estimate", "validate", "--data", str(mine), "--json", cwd=tmp_path)
+        return run_cli("estimate", "validate", "--backend", "roofline", "--data", str(mine), "--json", cwd=tmp_path)
 
     refused = json.loads(four(None).stdout)["skipped"]
     assert len(refused) == 2 and all(s["skipped"].endswith("within 0.9 of GPU memory") for s in refused)
@@ -206,7 +207,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         result = run_cli("estimate", "validate", *args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
-    assert run_cli("estimate", "validate", "--data", str(own_training), cwd=tmp_path).returncode == 0
+    assert run_cli("estimate", "validate", "--backend", "roofline", "--data", str(own_training),
+                   cwd=tmp_path).returncode == 0
     decode = run_cli("estimate", "decode", "--gpu", "H100", cwd=tmp_path)
     assert decode.returncode == 2 and "needs --model and --gpu" in decode.stderr
 
@@ -219,7 +221,7 @@ def test_a_bad_offline_row_is_one_line_or_a_skipped_point(tmp_path: Path, rate: 
     data = tmp_path / "mine.csv"
     data.write_text("source,engine,model,gpu,tp,ep,weight_dtype,prompt_tokens,output_tokens,requests,"
                     f"output_tokens_per_s,request_rate\nx,vllm,Llama-3-8B,H100,1,1,bf16,256,256,100,1000,{rate}\n")
-    result = run_cli("estimate", "validate", "--data", str(data), cwd=tmp_path)
+    result = run_cli("estimate", "validate", "--backend", "roofline", "--data", str(data), cwd=tmp_path)
     if rate == "abc":
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"rltrace: error: {data}: {outcome}"]
     else:
@@ -240,7 +242,7 @@ def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, va
     row = row.drop(column) if value is None else row.with_columns(pl.lit(value).alias(column))
     data = tmp_path / "mine.csv"
     row.write_csv(data)
-    result = run_cli("estimate", "validate", "--data", str(data), cwd=tmp_path)
+    result = run_cli("estimate", "validate", "--backend", "roofline", "--data", str(data), cwd=tmp_path)
     assert result.returncode == 2, result.stdout
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
@@ -318,7 +320,8 @@ def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
 
 
 def test_validate_slices_by_each_points_origin(tmp_path: Path) -> None:
-    out = json.loads(run_cli("estimate", "validate", "--by", "origin", "--json", cwd=tmp_path).stdout)
+    out = json.loads(run_cli("estimate", "validate", "--by", "origin", "--json", "--backend", "roofline",
+                             cwd=tmp_path).stdout)
     origins = {(r["set"], r["origin"]) for r in out["slices"]}
     assert ("generation TPOT", "ai-dynamo/aiconfigurator") in origins
     assert {o for s, o in origins if s == "generation TPOT, held out"} == {"SemiAnalysisAI/InferenceX",
@@ -332,6 +335,6 @@ def test_validate_slices_by_each_points_origin(tmp_path: Path) -> None:
 def test_a_row_with_a_split_is_reported_in_its_own_set(tmp_path: Path, shipped: Path, name: str) -> None:
     rows = pl.read_csv(shipped, infer_schema_length=10_000).head(2).with_columns(pl.Series("split", ["held out", None]))
     rows.write_csv(tmp_path / "mine.csv")
-    out = json.loads(run_cli("estimate", "validate", "--data", str(tmp_path / "mine.csv"), "--json",
-                             cwd=tmp_path).stdout)
+    out = json.loads(run_cli("estimate", "validate", "--backend", "roofline", "--data", str(tmp_path / "mine.csv"),
+                             "--json", cwd=tmp_path).stdout)
     assert {r["set"]: r["points"] for r in out["overall"]} == {name: 1, f"{name}, held out": 1}

@@ -38,12 +38,43 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
-from rltrace.replay.costmodels.roofline import Roofline
 
+from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
+
+
+class ServingCosts(Protocol):
+    """What a serving benchmark asks of a cost model: :class:`.roofline.Roofline` and
+    :class:`.aiconfigurator.KernelDatabase` both answer it."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def gpu(self) -> GPUSpec: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def batched_tokens(self) -> int: ...
+
+    def decode_seconds(self, batch: int, context: float) -> float:
+        """One decode iteration of ``batch`` requests at a mean context of ``context`` tokens."""
+        ...
+
+    def prefill_seconds(self, tokens: int, prompts: int = 1) -> float:
+        """A prefill of ``tokens`` tokens in ``prompts`` equal prompts."""
+        ...
+
+    def mixed_prefill(self, prompt: int, batch: int, sharing: float = 1.0) -> float:
+        """What a prompt's chunks add to the iterations they ride in beside ``batch`` decodes."""
+        ...
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = ..., max_num_seqs: int = ...) -> int:
+        """Tokens of KV cache one rank holds."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +93,7 @@ class Serving:
     """mean wait for a free slot before the prefill (0 unless the KV cache holds fewer than the concurrency)"""
 
 
-def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, output_tokens: int,
+def serving_benchmark(roof: ServingCosts, *, concurrency: int, prompt_tokens: int, output_tokens: int,
                       samples: int = 1, engine: str = "vllm", max_num_seqs: int = serving.MAX_NUM_SEQS,
                       gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> Serving:
     """TPOT, TTFT and output throughput of ``concurrency`` requests kept in flight by ``engine`` (vllm, sglang: its
@@ -82,10 +113,10 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
     waves = serving.SCHEDULING[engine] == "prefill_first" and output_tokens > 1
     if not waves:  # past the token budget the requests finish faster than prompts come in: it holds the running batch
         batch = max(1, min(batch, roof.batched_tokens * output_tokens // (per_request + output_tokens)))
-    decode = roof.decode(batch, prompt_tokens + output_tokens / 2).seconds
+    decode = roof.decode_seconds(batch, prompt_tokens + output_tokens / 2)
     if waves:  # lockstep waves
         # a prefill batch of the wave's prompts runs alone, before the decodes
-        wave = roof.prefill(batch * per_request, batch).seconds
+        wave = roof.prefill_seconds(batch * per_request, batch)
         stall = wave * (batch - 1) / (2 * batch * (output_tokens - 1))
         tpot = decode + stall
         ttft = wave * (batch + 1) / (2 * batch)
@@ -106,7 +137,7 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
         # others' decodes plus what its chunk adds
         # (one chunk an iteration here: the closed loop's TTFT is not validated, it hangs on arrival phases the
         # sources do not record, docs/costmodels.md)
-        others_s = roof.decode(others, prompt_tokens + output_tokens / 2).seconds if others else 0.0
+        others_s = roof.decode_seconds(others, prompt_tokens + output_tokens / 2) if others else 0.0
         chunks = serving.chunks(prompt_tokens, max(roof.batched_tokens - others, 1))
         ttft = others_s / 2 + chunks * others_s + roof.mixed_prefill(prompt_tokens, others)
         rate = batch / tpot
@@ -114,7 +145,7 @@ def serving_benchmark(roof: Roofline, *, concurrency: int, prompt_tokens: int, o
     return Serving(tpot, ttft + queue, decode, stall, batch, rate, queue)
 
 
-def roof_kv_batch(roof: Roofline, tokens_per_request: float,
+def roof_kv_batch(roof: ServingCosts, tokens_per_request: float,
                   gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
                   max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
     """Requests of ``tokens_per_request`` tokens whose KV cache fits in what one rank leaves for it (an engine of
@@ -122,7 +153,7 @@ def roof_kv_batch(roof: Roofline, tokens_per_request: float,
     return int(roof.kv_capacity_tokens(gpu_memory_utilization, max_num_seqs) // tokens_per_request)
 
 
-def offline_throughput(roof: Roofline, *, requests: int, prompt_tokens: int, output_tokens: int,
+def offline_throughput(roof: ServingCosts, *, requests: int, prompt_tokens: int, output_tokens: int,
                        max_num_seqs: int = serving.MAX_NUM_SEQS, samples: int = 1, engine: str = "vllm",
                        request_rate: float = math.inf) -> float:
     """Output tokens per second of ``requests`` identical requests: an offline run (vLLM ``LLM.generate``) or a

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 import polars as pl
-from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels import aiconfigurator, serving
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.memory import rank_memory
@@ -138,3 +138,39 @@ class FittedGeneration:
 
     def kv_capacity_tokens(self, tp: int) -> int:
         return self.kv_tokens * tp // self.recorded_tp
+
+
+def catalog_generation(backend: str, *, model: ModelSpec, gpu: GPUSpec, engine: str = "vllm",
+                       gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION, max_num_seqs: int = serving.MAX_NUM_SEQS,
+                       max_num_batched_tokens: int = serving.MAX_BATCHED_TOKENS,
+                       memory_efficiency: float = MEMORY_EFFICIENCY, compute_efficiency: float = COMPUTE_EFFICIENCY,
+                       profile: pl.DataFrame | None = None) -> tuple[GenerationCost, str]:
+    """Generation costs of ``model`` on ``gpu`` from the catalogs, and a note naming what priced them: ``backend``
+    "kernels" is aiconfigurator-core's measured-kernel database (refusing a GPU or model it lacks), "roofline" the
+    roofline (with ``profile``'s fitted efficiencies when given)."""
+    if backend == "kernels":
+        why = aiconfigurator.coverage(model, gpu, engine)
+        if why:
+            raise ConfigError(f"cost.generation=kernels: {why}")
+        kernels = aiconfigurator.KernelGeneration(model=model, gpu=gpu, engine=engine,
+                                                  gpu_memory_utilization=gpu_memory_utilization,
+                                                  max_num_seqs=max_num_seqs,
+                                                  max_num_batched_tokens=max_num_batched_tokens)
+        return kernels, (f"generation cost: {aiconfigurator.PACKAGE} {aiconfigurator.version()} kernels of "
+                         f"{model.name} on {gpu.name} ({engine})")
+    roofline = RooflineGeneration(model=model, gpu=gpu, memory_efficiency=memory_efficiency,
+                                  compute_efficiency=compute_efficiency, gpu_memory_utilization=gpu_memory_utilization,
+                                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                  profile=profile)
+    return roofline, f"generation cost: roofline of {model.name} on {gpu.name}"
+
+
+def backend_name(cost: GenerationCost) -> str:
+    """What prices ``cost``'s iterations, for a run's config.json: "roofline", "trace" (fitted to a recording) or
+    the kernel database with its package version, system and engine."""
+    if isinstance(cost, aiconfigurator.KernelGeneration):
+        system = aiconfigurator.SYSTEMS[cost.gpu.name]
+        return f"{aiconfigurator.PACKAGE} {aiconfigurator.version()} ({system}, {cost.engine})"
+    if isinstance(cost, FittedGeneration):
+        return "trace"
+    return "roofline" if isinstance(cost, RooflineGeneration) else type(cost).__name__

@@ -443,6 +443,14 @@ class Roofline:
         bound = "launch" if floor > work else _bound(compute_s, memory_s, ew)
         return Estimate(seconds, bound, compute_s, memory_s, comm + engine, flops, nbytes, floor, experts)
 
+    def decode_seconds(self, batch: int, context: float) -> float:
+        """:meth:`decode`'s seconds (the surface :class:`.benchmark.ServingCosts` shares with the kernel database)."""
+        return self.decode(batch, context).seconds
+
+    def prefill_seconds(self, tokens: int, prompts: int = 1) -> float:
+        """:meth:`prefill`'s seconds (:class:`.benchmark.ServingCosts`)."""
+        return self.prefill(tokens, prompts).seconds
+
     def prefill(self, tokens: int, prompts: int = 1, samples: int = 1) -> Estimate:
         """Prefill of ``tokens`` prompt tokens split evenly over ``prompts`` prompts (causal attention), in
         chunks of :attr:`batched_tokens`; with ``samples`` > 1 each prompt is one of ``samples`` samples sharing

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from rltrace.replay.costmodels import memory, serving
-from rltrace.replay.costmodels.benchmark import offline_throughput, serving_benchmark
+from rltrace.replay.costmodels import aiconfigurator, memory, serving
+from rltrace.replay.costmodels.benchmark import ServingCosts, offline_throughput, serving_benchmark
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import step_seconds
@@ -66,7 +66,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
                  "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "weights_gib",
                  "activation_peak_gib", "non_torch_gib", "kv_tokens"),
 }
-SLICES = ("set", "gpu", "model", "engine", "dtype", "regime", "origin")
+SLICES = ("set", "backend", "gpu", "model", "engine", "dtype", "regime", "origin")
 # a point's origin: the GitHub repository its source opens with (owner/name, as a bare name or a github.com URL; an
 # owner has no dots, so a host/path is not one), else the source's opening words
 _ORIGIN = pl.col("source").str.extract(r"^(?:https?://)?(?:github\.com/)?([\w-]+/[\w.-]+)(?:[@\s/,]|$)").fill_null(
@@ -110,24 +110,48 @@ def _roofline(specs: _Specs, row: dict[str, Any]) -> Roofline:
     model = _with_kv(model, row)
     # a dense model has no experts to spread: its ep column (1 in the shipped sets) is not passed on
     ep = int(row["ep"] or 1) if model.is_moe else 1
-    # the engine's token budget as the point ran it (vLLM's API server on an A100: 2,048), else the model's default
-    budget = int(_given(row.get("max_num_batched_tokens"), serving.MAX_BATCHED_TOKENS))
-    return Roofline(model=model, gpu=gpu, tp=int(row["tp"]), ep=ep, batched_tokens=budget)
+    return Roofline(model=model, gpu=gpu, tp=int(row["tp"]), ep=ep, batched_tokens=_budget(row))
 
 
-def _each(points: pl.DataFrame, columns: tuple[str, ...], predict: Callable[[dict[str, Any]], tuple[float, ...]],
-          names: tuple[str, ...]) -> pl.DataFrame:
-    """``predict`` per point (one cost-model call each, a few hundred rows): its values, or nulls and the
-    reason (an unknown model, a TP that does not split it) where the model refuses the point."""
+def _budget(row: dict[str, Any]) -> int:
+    """The engine's token budget as the point ran it (vLLM's API server on an A100: 2,048), else the default."""
+    return int(_given(row.get("max_num_batched_tokens"), serving.MAX_BATCHED_TOKENS))
+
+
+def _costs(specs: _Specs, row: dict[str, Any], backend: str) -> tuple[ServingCosts, str]:
+    """The point's serving costs from ``backend`` ("roofline" or "kernels": the measured-kernel database, which
+    refuses a point it does not cover), and which one priced it."""
+    if backend == "roofline":
+        return _roofline(specs, row), "roofline"
+    model, gpu = specs(row["model"], row["gpu"], row["weight_dtype"])
+    model = _with_kv(model, row)
+    ep = int(row["ep"] or 1) if model.is_moe else 1
+    tp = int(row["tp"])
+    db = aiconfigurator.KernelDatabase(model=model, gpu=gpu, tp=tp, ep=ep if tp % ep == 0 else 1,
+                                       engine=str(row["engine"]), batched_tokens=_budget(row))
+    return db, db.name
+
+
+Predictor = Callable[[dict[str, Any]], tuple[tuple[float, ...], str]]
+
+
+def _each(points: pl.DataFrame, columns: tuple[str, ...], predict: Predictor, names: tuple[str, ...]) -> pl.DataFrame:
+    """``predict`` per point (one cost-model call each, a few hundred rows): its values and the backend that priced
+    them, or nulls and the reason (an unknown model, a TP that does not split it) where the model refuses the
+    point."""
     values: list[tuple[float | None, ...]] = []
     why: list[str] = []
+    priced: list[str] = []
     for number, row in enumerate(points.select(columns).iter_rows(named=True), start=2):  # line 1: the header
         try:
-            values.append(predict(row))
+            got, backend = predict(row)
+            values.append(got)
             why.append("")
+            priced.append(backend)
         except RltraceError as e:
             values.append((None,) * len(names))
             why.append(str(e).splitlines()[0])
+            priced.append("")
         except (ValueError, TypeError) as e:  # a value that is not a number where one is needed: name its column
             column = None
             if str(e).startswith(("could not convert string to float", "invalid literal for int()")):
@@ -135,7 +159,8 @@ def _each(points: pl.DataFrame, columns: tuple[str, ...], predict: Callable[[dic
             said = f"{column} must be a number, got {row[column]!r}" if column else str(e)
             raise ConfigError(f"line {number}: {said}") from None
     series = [pl.Series(n, [v[i] for v in values], dtype=pl.Float64) for i, n in enumerate(names)]
-    return pl.DataFrame([*series, pl.Series("skipped", why, dtype=pl.Utf8)])
+    return pl.DataFrame([*series, pl.Series("skipped", why, dtype=pl.Utf8),
+                         pl.Series("backend", priced, dtype=pl.Utf8)])
 
 
 def _batch_regime(concurrency: pl.Expr) -> pl.Expr:
@@ -156,23 +181,25 @@ def _set_name(points: pl.DataFrame, name: str) -> pl.Expr:
     return pl.when(split == "").then(pl.lit(name)).otherwise(pl.format(f"{name}, {{}}", split)).alias("set")
 
 
-def predict_generation(points: pl.DataFrame) -> pl.DataFrame:
-    """TPOT and TTFT points: one row per point and metric, ``measured`` and ``predicted`` in ms."""
+def predict_generation(points: pl.DataFrame, backend: str = "roofline") -> pl.DataFrame:
+    """TPOT and TTFT points: one row per point and metric, ``measured`` and ``predicted`` in ms, priced by
+    ``backend`` (:func:`_costs`)."""
     specs = _Specs()
     optional = tuple(c for c in _ENGINE_SETTINGS if c in points.columns)
 
-    def one(row: dict[str, Any]) -> tuple[float, float]:
-        s = serving_benchmark(_roofline(specs, row), concurrency=int(row["concurrency"]),
+    def one(row: dict[str, Any]) -> tuple[tuple[float, float], str]:
+        costs, used = _costs(specs, row, backend)
+        s = serving_benchmark(costs, concurrency=int(row["concurrency"]),
                               prompt_tokens=int(row["prompt_tokens"]), output_tokens=int(row["output_tokens"]),
                               engine=str(row["engine"]),
                               max_num_seqs=int(_given(row.get("max_num_seqs"), serving.MAX_NUM_SEQS)),
                               gpu_memory_utilization=float(_given(row.get("gpu_memory_utilization"),
                                                                   GPU_MEMORY_UTILIZATION)))
-        return 1e3 * s.tpot_s, 1e3 * s.ttft_s
+        return (1e3 * s.tpot_s, 1e3 * s.ttft_s), used
 
     got = _each(points, (*_SERVING, "concurrency", *optional), one, ("tpot", "ttft"))
     base = points.with_columns(pl.col("weight_dtype").alias("dtype"),
-                               _batch_regime(pl.col("concurrency")).alias("regime"), got["skipped"])
+                               _batch_regime(pl.col("concurrency")).alias("regime"), got["skipped"], got["backend"])
     return pl.concat([
         base.with_columns(_set_name(points, f"generation {m.upper()}"),
                           pl.col(f"{m}_ms").cast(pl.Float64).alias("measured"), got[m].alias("predicted"))
@@ -185,20 +212,21 @@ def _given(value: Any, default: float) -> Any:
     return default if value is None or value == "" else value
 
 
-def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
-    """Offline-throughput points, output tokens/s."""
+def predict_offline(points: pl.DataFrame, backend: str = "roofline") -> pl.DataFrame:
+    """Offline-throughput points, output tokens/s, priced by ``backend`` (:func:`_costs`)."""
     specs = _Specs()
 
     # optional: the engine's caps as the point ran them (max_num_seqs: vLLM <= 0.6 256, now 1,024; its token budget,
     # max_num_batched_tokens), and the arrival rate of a serving benchmark's requests (requests/s; empty: all at once)
     optional = tuple(c for c in ("max_num_seqs", "max_num_batched_tokens", "request_rate") if c in points.columns)
 
-    def one(row: dict[str, Any]) -> tuple[float]:
-        return (offline_throughput(_roofline(specs, row), requests=int(row["requests"]),
+    def one(row: dict[str, Any]) -> tuple[tuple[float], str]:
+        costs, used = _costs(specs, row, backend)
+        return (offline_throughput(costs, requests=int(row["requests"]),
                                    prompt_tokens=int(row["prompt_tokens"]), output_tokens=int(row["output_tokens"]),
                                    engine=str(row["engine"]),
                                    max_num_seqs=int(_given(row.get("max_num_seqs"), serving.MAX_NUM_SEQS)),
-                                   request_rate=float(_given(row.get("request_rate"), math.inf))),)
+                                   request_rate=float(_given(row.get("request_rate"), math.inf))),), used
 
     got = _each(points, (*_SERVING, "requests", *optional), one, ("predicted",))
     regime = pl.lit("offline")
@@ -208,29 +236,30 @@ def predict_offline(points: pl.DataFrame) -> pl.DataFrame:
     return points.with_columns(
         _set_name(points, "offline output tokens/s"), pl.col("weight_dtype").alias("dtype"),
         regime.alias("regime"), pl.col("output_tokens_per_s").cast(pl.Float64).alias("measured"),
-        got["predicted"], got["skipped"])
+        got["predicted"], got["skipped"], got["backend"])
 
 
-def predict_training(points: pl.DataFrame) -> pl.DataFrame:
+def predict_training(points: pl.DataFrame, backend: str = "roofline") -> pl.DataFrame:
     """Training points, tokens/s per GPU: causal attention at the point's sequence length, and an FP8 run's linear
     layers at the FP8 peak (:func:`.training.step_seconds`)."""
     specs = _Specs()
 
-    def one(row: dict[str, Any]) -> tuple[float]:
+    def one(row: dict[str, Any]) -> tuple[tuple[float], str]:
         model, gpu = specs(row["model"], row["gpu"], "bf16")
         seq = int(row["seq_len"])
         tokens, gpus = seq * int(row["global_batch"]), int(row["gpus"])
         ep = int(row["ep"] or 1) if model.is_moe else 1
         step = step_seconds(model, gpu, tokens=tokens, gpus=gpus, ep=ep, seq_len=seq,
                             precision=str(row["precision"]).lower())
-        return (tokens / step.seconds / gpus,)
+        return (tokens / step.seconds / gpus,), "roofline"
 
     got = _each(points, ("model", "gpu", "gpus", "ep", "seq_len", "global_batch", "precision"), one, ("predicted",))
     regime = pl.when(pl.col("gpus") <= 8).then(pl.lit("1 node")).otherwise(pl.lit("multi-node"))
     return points.with_columns(
         _set_name(points, "training tokens/s/GPU"), pl.col("precision").alias("dtype"),
         pl.col("framework").alias("engine"), regime.alias("regime"),
-        pl.col("tokens_per_s_per_gpu").cast(pl.Float64).alias("measured"), got["predicted"], got["skipped"])
+        pl.col("tokens_per_s_per_gpu").cast(pl.Float64).alias("measured"), got["predicted"], got["skipped"],
+        got["backend"])
 
 
 # what each kv_cache point is checked on: (set, measured column, RankMemory field or "kv_tokens", scale to the column)
@@ -240,12 +269,12 @@ _MEMORY = (("vLLM KV cache tokens", "kv_tokens", "kv_tokens", 1.0),
            ("vLLM non-torch GiB", "non_torch_gib", "non_torch", 1 / memory.GIB))
 
 
-def predict_kv_cache(points: pl.DataFrame) -> pl.DataFrame:
+def predict_kv_cache(points: pl.DataFrame, backend: str = "roofline") -> pl.DataFrame:
     """vLLM's start-up memory split: one row per point and quantity (KV-cache tokens, weights, activation peak,
     memory outside torch), each as vLLM logged it and as :mod:`.memory` predicts it."""
     specs = _Specs()
 
-    def one(row: dict[str, Any]) -> tuple[float, ...]:
+    def one(row: dict[str, Any]) -> tuple[tuple[float, ...], str]:
         model, gpu = specs(row["model"], row["gpu"], row["weight_dtype"])
         model = _with_kv(model, row)
         for _, column, _, _ in _MEMORY:
@@ -255,14 +284,15 @@ def predict_kv_cache(points: pl.DataFrame) -> pl.DataFrame:
         mem = memory.rank_memory(model, gpu, tp, gpu_memory_utilization=float(row["gpu_memory_utilization"]),
                                  batched_tokens=int(row["max_num_batched_tokens"]),
                                  max_num_seqs=int(row["max_num_seqs"]))
-        return mem.kv_tokens(model.kv_bytes_per_token_rank(tp)), mem.weights, mem.activation_peak, mem.non_torch
+        return (mem.kv_tokens(model.kv_bytes_per_token_rank(tp)), mem.weights, mem.activation_peak,
+                mem.non_torch), "memory"
 
     got = _each(points, LAYOUTS["kv_cache"], one, tuple(field for _, _, field, _ in _MEMORY))
     dtype = pl.when(pl.col("kv_dtype").fill_null("") == "").then(pl.col("weight_dtype")).otherwise(
         pl.format("{}, kv {}", pl.col("weight_dtype"), pl.col("kv_dtype").str.to_lowercase()))
     base = points.with_columns(dtype.alias("dtype"), pl.format("tp {}", pl.col("tp")).alias("regime"),
                                pl.format("{} {}", pl.col("engine"), pl.col("engine_version")).alias("engine"),
-                               got["skipped"])
+                               got["skipped"], got["backend"])
     return pl.concat([base.with_columns(pl.lit(name).alias("set"), pl.col(column).cast(pl.Float64).alias("measured"),
                                         (got[field] * scale).alias("predicted"))
                       for name, column, field, scale in _MEMORY])
@@ -292,19 +322,34 @@ def load_points(path: Path) -> tuple[str, pl.DataFrame]:
                       f"(layouts: {', '.join(LAYOUTS)}; replay/costmodels/validation.py lists their columns)")
 
 
-def validate(paths: list[Path] | None = None) -> pl.DataFrame:
+BACKENDS = ("roofline", "kernels")
+"""generation backends a serving or offline point can be priced by (:func:`_costs`); the training and memory sets
+have one model each, priced once whatever is asked"""
+_PER_BACKEND = ("generation", "offline")
+
+
+def validate(paths: list[Path] | None = None, backends: tuple[str, ...] = ("roofline",)) -> pl.DataFrame:
     """Every point of the given CSVs (default: the shipped sets) with ``predicted``, ``measured`` and ``error``
-    ((predicted - measured) / measured; null where the model refused the point, ``skipped`` says why)."""
+    ((predicted - measured) / measured; null where the model refused the point, ``skipped`` says why), once per
+    generation backend asked for (``backend``: the one asked for; ``priced_by``: the one that priced the point,
+    with the kernel database's version and layout)."""
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown or not backends:
+        raise ConfigError(f"unknown backend {', '.join(unknown) or '(none)'}; choose from {', '.join(BACKENDS)}")
     frames = []
     loaded = [(path, *load_points(path)) for path in paths or SHIPPED]  # every file read before any prediction
     for path, kind, points in loaded:
-        try:
-            frames.append(PREDICT[kind](points).with_columns(_ORIGIN.alias("origin"))
-                          .select("source", *SLICES, "measured", "predicted", "skipped"))
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
-        except pl.exceptions.PolarsError as e:  # a measured column that is not a number
-            raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+        for backend in backends if kind in _PER_BACKEND else backends[:1]:
+            try:
+                got = PREDICT[kind](points, backend)
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {e}") from None
+            except pl.exceptions.PolarsError as e:  # a measured column that is not a number
+                raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+            asked = pl.lit(backend) if kind in _PER_BACKEND else pl.col("priced_by")
+            frames.append(got.rename({"backend": "priced_by"}).with_columns(_ORIGIN.alias("origin"),
+                                                                            asked.alias("backend"))
+                          .select("source", *SLICES, "priced_by", "measured", "predicted", "skipped"))
     result = pl.concat(frames, how="vertical")
     return result.with_columns(((pl.col("predicted") - pl.col("measured")) / pl.col("measured")).alias("error"))
 
@@ -321,7 +366,7 @@ def summarize(results: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     and the median signed error (the model's bias; for times > 0 is slower than measured, for throughputs faster)."""
     check_slices(by)
     scored = results.filter(pl.col("error").is_not_null()).with_columns(pl.col("error").abs().alias("abs_error"))
-    keys = ["set", *[k for k in by if k != "set"]]
+    keys = ["set", "backend", *[k for k in by if k not in ("set", "backend")]]
     return (scored.group_by(keys).agg(
         pl.len().alias("points"),
         pl.col("abs_error").median().alias("median_abs_error"),

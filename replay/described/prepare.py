@@ -1,5 +1,6 @@
 """A described job made ready to replay: its requests drawn (:mod:`.lengths`), its generation priced by the roofline
-engine model with the framework's engine settings, its trainer side by :mod:`.rlstep`, for every scheduler.
+(or, with ``cost.generation=kernels``, aiconfigurator-core's measured kernels) with the framework's engine settings,
+its trainer side by :mod:`.rlstep`, for every scheduler.
 
 ``Shape`` (the replay's what-if options) reshapes the description before anything is drawn: ``gen_gpus`` and
 ``train_gpus`` set the disaggregated pools, ``gpu``/``gen_gpu``/``train_gpu`` the GPU kinds, ``tp`` the engines'
@@ -14,7 +15,7 @@ import dataclasses
 import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
-from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.costmodels.generation import catalog_generation
 from rltrace.replay.described.description import Description
 from rltrace.replay.described.frameworks import Calibration, get_framework
 from rltrace.replay.described.lengths import draw_lengths
@@ -79,13 +80,14 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     g = d.generation
     cluster = Cluster(gen_gpus=gen_gpus, train_gpus=train_gpus, gen_gpu=gen_gpu.name, train_gpu=train_gpu.name,
                       tp=instance, max_seqs=g.max_num_seqs or framework.max_num_seqs, price_per_gpu_hour=prices)
-    generation = RooflineGeneration(model=serving_model(spec, d.precision), gpu=gen_gpu,
-                                    memory_efficiency=cost.memory_efficiency,
-                                    compute_efficiency=cost.compute_efficiency,
-                                    gpu_memory_utilization=g.gpu_memory_utilization
-                                    or framework.gpu_memory_utilization,
-                                    max_num_seqs=cluster.max_seqs,
-                                    max_num_batched_tokens=framework.max_num_batched_tokens)
+    generation, priced = catalog_generation("kernels" if cost.generation == "kernels" else "roofline",
+                                       model=serving_model(spec, d.precision), gpu=gen_gpu,
+                                       memory_efficiency=cost.memory_efficiency,
+                                       compute_efficiency=cost.compute_efficiency,
+                                       gpu_memory_utilization=g.gpu_memory_utilization
+                                       or framework.gpu_memory_utilization,
+                                       max_num_seqs=cluster.max_seqs,
+                                       max_num_batched_tokens=framework.max_num_batched_tokens)
     generation.iteration_model(instance)  # weights that do not fit: one message, now
     steps = d.batch.steps
     prompt, response, cap = draw_lengths(d, steps)
@@ -94,7 +96,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     tokens = np.bincount(step_of, weights=(prompt + response).astype(np.float64), minlength=steps)
     model = StepModel(description=d, framework=framework, model=spec, gpu=train_gpu, mfu=cost.train_mfu)
     whole = [model.phases(d.total_gpus, float(t), per_step) for t in tokens]
-    notes: list[str] = []
+    notes: list[str] = [priced] if cost.generation == "kernels" else []
     try:
         split = [model.phases(train_gpus, float(t), per_step) for t in tokens]
     except ConfigError as e:  # a colocated layout the training pool alone cannot hold (an EP wider than the pool)

@@ -18,7 +18,7 @@ from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel
-from rltrace.replay.costmodels.validation import DTYPE_BYTES
+from rltrace.replay.costmodels.validation import BACKENDS, DTYPE_BYTES
 
 
 class Kind(str, Enum):
@@ -62,6 +62,10 @@ def estimate(
         "gpu,model,dtype"),
     points: Annotated[Path | None, typer.Option(
         help="validate: also write every point, predicted and measured, to this CSV.")] = None,
+    backend: Annotated[str | None, typer.Option(
+        help="validate, validate-rl: generation backends, comma-separated: roofline, kernels (aiconfigurator-core's "
+             "measured kernels, `pip install 'rltrace[kernels]'`). validate's default: both where the package is "
+             "installed; validate-rl's: roofline.")] = None,
 ) -> None:
     """Predict one iteration's time with the roofline cost model, and the bound it hit.
 
@@ -76,12 +80,16 @@ def estimate(
     pair's ratio.
     """
     if kind is Kind.validate:
-        show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points)
+        show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points,
+                        backends=_backends(backend) if backend is not None else None)
         return
     if kind is Kind.validate_rl:
         if data and len(data) > 1:
             raise ConfigError("validate-rl takes one --data file (a runs CSV in the shipped set's layout)")
-        show_rl_validation(data[0] if data else None, as_json, points)
+        chosen = _backends(backend) if backend is not None else ("roofline",)
+        if len(chosen) > 1:
+            raise ConfigError("validate-rl takes one --backend (roofline or kernels)")
+        show_rl_validation(data[0] if data else None, as_json, points, backend=chosen[0])
         return
     if model is None or gpu is None:
         raise ConfigError(f"estimate {kind.value} needs --model and --gpu")
@@ -159,3 +167,12 @@ def estimate(
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights, activations, buffers "
               f"and KV cache; vLLM's {GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} "
               f"GB is {share:.1f} GB (it would preempt or queue)")
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(b.strip() for b in text.split(",") if b.strip()))
+    unknown = [b for b in chosen if b not in BACKENDS]
+    if unknown or not chosen:
+        raise ConfigError(f"--backend: unknown {', '.join(unknown) or '(none given)'}; "
+                          f"choose from {', '.join(BACKENDS)}")
+    return chosen

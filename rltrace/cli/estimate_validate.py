@@ -9,8 +9,10 @@ import polars as pl
 
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.errors import ConfigError
+from rltrace.replay.costmodels import aiconfigurator
 from rltrace.replay.costmodels.validation import check_slices, summarize, validate
 from rltrace.replay.described.validation import pairs, summary, validate_runs
+from rltrace.replay.run import CostConfig
 
 _PCT = ("median_abs_error", "p90_abs_error", "worst_abs_error", "within_10pct", "within_20pct", "median_error")
 
@@ -33,13 +35,20 @@ def _table(frame: pl.DataFrame) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def show_validation(data: list[Path] | None, by: list[str], as_json: bool, points_out: Path | None) -> None:
-    """Predict every point, print the overall and per-slice error tables (or JSON), optionally write the points."""
+def show_validation(data: list[Path] | None, by: list[str], as_json: bool, points_out: Path | None,
+                    backends: tuple[str, ...] | None = None) -> None:
+    """Predict every point under each generation backend (default: the roofline, and the kernel database where it is
+    installed), print the overall and per-slice error tables (or JSON), optionally write the points."""
     check_slices(by)
+    if backends is None:
+        backends = ("roofline", "kernels") if aiconfigurator.version() is not None else ("roofline",)
+    elif "kernels" in backends and aiconfigurator.version() is None:
+        raise ConfigError(f"--backend kernels: {aiconfigurator.PACKAGE} is not installed "
+                          "(pip install 'rltrace[kernels]')")
     if points_out is not None and not points_out.parent.is_dir():
         raise ConfigError(f"cannot write {points_out}: no such folder {points_out.parent}")
     with stage(stderr(), "predicting every point"):
-        results = validate(data)
+        results = validate(data, backends)
     overall = summarize(results, [])
     sliced = summarize(results, by)
     skipped = results.filter(pl.col("error").is_null())
@@ -50,7 +59,7 @@ def show_validation(data: list[Path] | None, by: list[str], as_json: bool, point
             raise ConfigError(f"cannot write {points_out}: {e.strerror or e}") from None
     if as_json:
         print(json.dumps({"overall": overall.to_dicts(), "by": by, "slices": sliced.to_dicts(),
-                          "skipped": skipped.select("source", "model", "gpu", "skipped").to_dicts()}))
+                          "skipped": skipped.select("source", "backend", "model", "gpu", "skipped").to_dicts()}))
         return
     print("Cost model vs public measurements (error = (predicted - measured) / measured; median_error > 0: "
           "predicted above measured, i.e. slower for times, faster for throughputs)")
@@ -59,10 +68,11 @@ def show_validation(data: list[Path] | None, by: list[str], as_json: bool, point
         print(f"\nBy {', '.join(by)}:")
         print(_table(sliced))
     if skipped.height:
-        reasons = skipped.group_by("skipped").len().sort("len", descending=True)
+        reasons = skipped.group_by("backend", "skipped").len().sort(["len", "backend", "skipped"],
+                                                                     descending=[True, False, False])
         print(f"\n{skipped.height} point(s) not predicted:")
-        for reason, count in reasons.iter_rows():
-            print(f"  {count} x {reason}")
+        for backend, reason, count in reasons.iter_rows():
+            print(f"  {count} x {backend}: {reason}")
 
 
 _RL_PCT = ("median_abs_error", "p90_abs_error", "within_15pct", "within_20pct", "median_error", "error",
@@ -80,10 +90,11 @@ def _write_points(frame: pl.DataFrame, path: Path) -> None:
         raise ConfigError(f"cannot write {path}: {e.strerror or e}") from None
 
 
-def show_rl_validation(data: Path | None, as_json: bool, points_out: Path | None) -> None:
-    """Replay every published RL run, print the per-run, per-set and per-pair tables (or JSON)."""
+def show_rl_validation(data: Path | None, as_json: bool, points_out: Path | None, backend: str = "roofline") -> None:
+    """Replay every published RL run (generation priced by ``backend``), print the per-run, per-set and per-pair
+    tables (or JSON)."""
     with Bar(stderr(), "replaying the published RL runs", "runs") as bar:
-        results = validate_runs(data, progress=bar.update)
+        results = validate_runs(data, CostConfig(generation=backend), progress=bar.update)
     sets, pair = summary(results), pairs(results)
     if points_out is not None:
         _write_points(results, points_out)

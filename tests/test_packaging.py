@@ -41,7 +41,8 @@ def test_wheel_installs_subpackages_inside_the_rltrace_namespace(wheel: Path) ->
         assert f"rltrace/{data}" in names
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     torch_reqs = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: torch")]
-    assert torch_reqs == ['Requires-Dist: torch==2.13.0; extra == "torch"']
+    # a lower bound: installed into a job's environment, the extra never replaces the torch its framework pinned
+    assert torch_reqs == ['Requires-Dist: torch>=2.4; extra == "torch"']
 
 
 def test_fresh_venv_install_runs_inspect_without_torch(wheel: Path, tmp_path: Path) -> None:

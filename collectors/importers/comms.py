@@ -1,4 +1,5 @@
-"""Names and element sizes shared by the Kineto and execution-trace importers."""
+"""Collective names and rank lists shared by the Kineto and execution-trace importers (element sizes:
+:mod:`rltrace.units`)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,6 @@ OPS = {
     "send": "send", "recv": "recv", "recvanysource": "recv", "barrier": "barrier",
 }
 
-# Element sizes in bytes by the dtype names profilers write ("Float", "c10::BFloat16", "float", "long int").
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
-    "c10::bfloat16": 2, "c10::half": 2, "int": 4, "int32": 4, "long": 8, "long int": 8, "int64": 8,
-    "short": 2, "int16": 2, "char": 1, "signed char": 1, "int8": 1, "byte": 1, "unsigned char": 1, "uint8": 1,
-    "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}
-
 _KERNEL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
 
@@ -44,10 +37,6 @@ def op_of(name: str) -> str | None:
             if name.startswith(prefix):
                 base = name[len(prefix):]
     return OPS.get(base.strip("_").lower()) or OPS.get(base.lower().rstrip("_"))
-
-
-def dtype_bytes(dtype: str) -> int | None:
-    return DTYPE_BYTES.get(dtype.strip().lower())
 
 
 def parse_ranks(text: object) -> list[int] | None:

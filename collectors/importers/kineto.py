@@ -23,11 +23,12 @@ import ijson
 import numpy as np
 import polars as pl
 from rltrace.collectors.importers.base import Imported, ImportOptions, register
-from rltrace.collectors.importers.comms import dtype_bytes, op_of, parse_ranks
+from rltrace.collectors.importers.comms import op_of, parse_ranks
 
 from rltrace.errors import ConfigError
 from rltrace.limits import check_input
 from rltrace.manifest import Pool
+from rltrace.units import dtype_bytes
 
 COMPUTE, COMMUNICATION, CPU = 0, 1, 2
 CATEGORY = {COMPUTE: "compute", COMMUNICATION: "communication", CPU: "cpu"}

@@ -35,9 +35,11 @@ from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 
 from rltrace.catalog import GPUSpec, ModelSpec
+from rltrace.units import DTYPE_BYTES
 
 GIB = 2**30
-ACTIVATION_BYTES = 2  # vLLM serves in BF16/FP16 activations (FP8 checkpoints too: they compute in BF16)
+# vLLM serves in BF16/FP16 activations (FP8 checkpoints too: they compute in BF16)
+ACTIVATION_BYTES = DTYPE_BYTES["bf16"]
 SAMPLER_BYTES_PER_LOGIT = 1.89 * GIB / (1024 * 128_256)
 """bytes the profiling sampler holds per logit (rows x vocabulary): Llama-3.1-8B on one H100 under vLLM 0.19.0
 logs a 1.89 GiB torch activation peak at its defaults (1,024 rows of a 128,256-entry vocabulary; the forward of

@@ -20,8 +20,9 @@ from functools import lru_cache
 
 from rltrace.catalog import GPUSpec
 from rltrace.errors import ConfigError
+from rltrace.units import DTYPE_BYTES, bus_factor
 
-ACTIVATION_BYTES = 2  # activations travel in BF16 whatever the weights' dtype (FP8 GEMMs output BF16)
+ACTIVATION_BYTES = DTYPE_BYTES["bf16"]  # activations travel in BF16 whatever the weights' dtype (FP8 GEMMs output BF16)
 NCCL_SMALL_LATENCY_S = 15e-6
 """fallback for a GPU kind the network model's topologies cannot name: aiconfigurator's measured 8 x H100 NCCL
 all_reduce of <= 8 KiB, 15.5-16.7 us (../shared/data/kernels/h100/aic_nccl_perf.parquet)"""
@@ -47,8 +48,7 @@ def collective_seconds(gpu: GPUSpec, op: str, ranks: int, size: float, gpus_per_
         return _collective_s(gpu.name, op, int(ranks), float(size), min(gpus_per_node, int(ranks)) if ranks <= 8
                              else gpus_per_node)
     except ConfigError:  # a user GPU the topologies cannot look up: a ring at half the bidirectional NVLink figure
-        factor = {"all_reduce": 2 * (ranks - 1) / ranks}.get(op, (ranks - 1) / ranks)
-        return NCCL_SMALL_LATENCY_S + factor * size / (gpu.nvlink_gbps / 2 * 1e9)
+        return NCCL_SMALL_LATENCY_S + bus_factor(op, ranks) * size / (gpu.nvlink_gbps / 2 * 1e9)
 
 
 def tp_allreduce_seconds(gpu: GPUSpec, tp: int, tokens: float, hidden: int) -> float:

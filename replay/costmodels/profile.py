@@ -24,6 +24,7 @@ from rltrace.replay.costmodels.iteration import Linear
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError
 from rltrace.limits import check_input
+from rltrace.units import DTYPE_BYTES
 
 PROFILE_COLUMNS = {"gpu": pl.String, "tp": pl.Int32, "regime": pl.String, "efficiency": pl.Float64,
                    "kernels": pl.Int64, "median_abs_error": pl.Float64, "source": pl.String}
@@ -113,7 +114,8 @@ def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
 
 
 STREAM_MAX_M = 16  # rows of a decode-sized GEMM: <= 16 FLOP per byte, far below either dtype's ridge
-_AIC_DTYPES = {"bfloat16": 2, "fp8": 1}  # aiconfigurator's gemm_dtype -> weight bytes (fp8: per-tensor scaled)
+# aiconfigurator's gemm_dtype -> weight bytes (fp8: per-tensor scaled)
+_AIC_DTYPES = {name: DTYPE_BYTES[name] for name in ("bfloat16", "fp8")}
 
 
 def _gemms_by_dtype(table: pl.DataFrame, dtypes: Mapping[str, int] = _AIC_DTYPES,

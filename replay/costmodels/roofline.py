@@ -54,9 +54,10 @@ from rltrace.replay.costmodels.training import step_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
+from rltrace.units import DTYPE_BYTES
 
 TABLE_BATCHES = serving.MAX_NUM_SEQS  # the replay engine's per-batch table covers vLLM's default max_num_seqs
-LOGIT_BYTES = 4  # vLLM samples from FP32 logits
+LOGIT_BYTES = DTYPE_BYTES["fp32"]  # vLLM samples from FP32 logits
 PREFILL_ANCHOR_TOKENS = 256  # 128 experts at top-8: 1 - (15/16)^256 of them touched, i.e. all
 
 

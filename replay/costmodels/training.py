@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from rltrace.replay.costmodels.defaults import SYNC_GBPS
-from rltrace.replay.costmodels.parallel import ep_alltoall_seconds
+from rltrace.replay.costmodels.parallel import ACTIVATION_BYTES, ep_alltoall_seconds
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
+from rltrace.units import bus_factor
 
 PRECISIONS = ("bf16", "fp16", "fp8")  # the linear layers' (Transformer Engine's FP8 recipes for fp8)
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, two moments and the gradient, read once per optimizer step
@@ -125,7 +126,8 @@ def alltoall_volume(model: ModelSpec, *, tokens: float, gpus: int, ep: int, pass
     once per dispatch and combine (:func:`step_seconds` prices them)."""
     if ep <= 1 or not model.is_moe:
         return 0.0
-    per_message = tokens / gpus * model.experts_per_token * model.hidden * 2 * (ep - 1) / ep
+    per_message = (tokens / gpus * model.experts_per_token * model.hidden * ACTIVATION_BYTES
+                   * bus_factor("all_to_all", ep))
     return _alltoall_calls(model, passes) * per_message
 
 

@@ -41,6 +41,7 @@ from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import step_seconds
 
+from rltrace import units
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.limits import check_input
@@ -71,7 +72,7 @@ SLICES = ("set", "backend", "gpu", "model", "engine", "dtype", "regime", "origin
 # owner has no dots, so a host/path is not one), else the source's opening words
 _ORIGIN = pl.col("source").str.extract(r"^(?:https?://)?(?:github\.com/)?([\w-]+/[\w.-]+)(?:[@\s/,]|$)").fill_null(
     pl.col("source").str.slice(0, 40))
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}  # INT8 (W8A8) weights: one byte each, as FP8
+DTYPE_BYTES = {name: units.DTYPE_BYTES[name] for name in ("bf16", "fp16", "fp8", "int8")}  # the weights a point states
 
 
 def _with_dtype(model: ModelSpec, dtype: str) -> ModelSpec:

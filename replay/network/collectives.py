@@ -22,7 +22,6 @@ the output, reduce-scatter the input, all-to-all each rank's send buffer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,14 +41,12 @@ from rltrace.replay.topologies.base import NCCL_ALGOS, Links, Topology
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
+from rltrace.units import BUS_FACTORS, bus_factor
 
 ALGORITHMS = NCCL_ALGOS  # auto, ring, tree, hierarchical, nvls, nvls_tree
 # Dtypes an NVSwitch can reduce (multimem.ld_reduce: f16, bf16, f32); int8 and fp8 all-reduces run the ring.
 SWITCH_REDUCIBLE = ("bfloat16", "bf16", "half", "fp16", "float16", "float", "fp32", "float32")
 DTYPES = (*SWITCH_REDUCIBLE, "int8", "uint8", "fp8", "float8")
-BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,9 +337,9 @@ def _timed(topo: Topology, op: str, ranks: np.ndarray, size: float, algo: str, p
     parts = phases(op, ranks, size, algo, topo.gpus_per_node, eff, nics)
     pipelined = algo in ("hierarchical", "nvls_tree")
     floor: dict[str, float] = {}
-    if nodes > 1 and op in BUS_FACTOR:  # LL's cap, on the bus bandwidth: the least time for this size
+    if nodes > 1 and op in BUS_FACTORS:  # LL's cap, on the bus bandwidth: the least time for this size
         cap = LL_MAX_BUSBW[getattr(topo, "cpu", "intel")][0 if nodes <= 2 else 1]
-        floor["LL"] = size * BUS_FACTOR[op](len(ranks)) / cap
+        floor["LL"] = size * bus_factor(op, len(ranks)) / cap
     if nodes > 1:  # NCCL's per-channel ceilings (LL128 rings, trees): a least time for this size
         floor = _ceiling_floors(topo, op, algo, len(ranks), size, nodes, protocols, floor)
     bw_factor, latency_factor, estimate_latency = {}, {}, {}
@@ -389,7 +386,7 @@ def _ceiling_floors(topo: Topology, op: str, algo: str, n: int, size: float, nod
                                                          int(getattr(topo, "nics", 0)) or topo.gpus_per_node)
     out = dict(floor)
     if algo == "ring" and op != "all_to_all" and "LL128" in {p.name for p in protocols}:
-        out["LL128"] = max(out.get("LL128", 0.0), size * BUS_FACTOR[op](n) / (ring_ll128 * 1e9))
+        out["LL128"] = max(out.get("LL128", 0.0), size * bus_factor(op, n) / (ring_ll128 * 1e9))
     if algo == "tree" and op == "all_reduce":  # NCCL caps the tree, then divides LL's bandwidth by 3.8
         for p in protocols:
             cap = {"LL128": tree_ll128, "LL": tree / 3.8}.get(p.name, tree)
@@ -486,6 +483,6 @@ def collective(topo: Topology, op: str, ranks: int | np.ndarray, size: float, al
             algo, timed = name, t
     assert timed is not None
     seconds = timed.seconds
-    busbw = size / seconds * BUS_FACTOR[op](n) / 1e9 if seconds > 0 else 0.0
+    busbw = size / seconds * bus_factor(op, n) / 1e9 if seconds > 0 else 0.0
     label = "p2p" if op == "all_to_all" else algo  # NCCL runs an all-to-all as grouped sends and receives, no ring
     return CollectiveTime(seconds, label, busbw, timed.link_bytes, timed.reconfig_s, timed.protocol.name)

@@ -37,6 +37,7 @@ from rltrace.replay.network.schedules import (
 )
 
 from rltrace.errors import ConfigError
+from rltrace.units import bus_factor
 
 
 def node_major(ranks: np.ndarray, gpus_per_node: int) -> list[np.ndarray]:
@@ -160,8 +161,8 @@ def across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_p
     if op == "all_reduce" and algorithm == "tree":  # one GPU per node (or uneven nodes): the tree over all ranks
         return [tree_allreduce(ranks, size, gpus_per_node)]
     if op == "all_reduce":
-        return [channel_ring(orders, 2 * (n - 1) / n * size, 2 * (n - 1), REDUCE_TRAFFIC * size / n)]
+        return [channel_ring(orders, bus_factor(op, n) * size, 2 * (n - 1), REDUCE_TRAFFIC * size / n)]
     if op in ("all_gather", "reduce_scatter"):
         traffic = COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC
-        return [channel_ring(orders, (n - 1) / n * size, n - 1, traffic * size / n)]
+        return [channel_ring(orders, bus_factor(op, n) * size, n - 1, traffic * size / n)]
     raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rltrace.errors import ConfigError
+from rltrace.units import bus_factor
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
@@ -145,16 +146,18 @@ def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_nod
         if g < 2 or len(local) < 2 or any(len(x) != g for x in local):
             return phases(op, ranks, size, "ring", gpus_per_node)
         m = len(local)
-        scatter = [ring(x, (g - 1) / g * size, g - 1, size / g, REDUCE_TRAFFIC) for x in local]  # inside each node
-        inter = [ring(np.array([x[i] for x in local]), 2 * (m - 1) / m * size / g, 2 * (m - 1), size / g / m,
-                       REDUCE_TRAFFIC) for i in range(g)]  # g rings across nodes, one per local rank, on a 1/g shard
-        gather = [ring(x, (g - 1) / g * size, g - 1, size / g, COPY_TRAFFIC) for x in local]  # inside each node
+        # a reduce-scatter inside each node, g rings across nodes (one per local rank, on a 1/g shard), an all-gather
+        # inside each node
+        scatter = [ring(x, bus_factor("reduce_scatter", g) * size, g - 1, size / g, REDUCE_TRAFFIC) for x in local]
+        inter = [ring(np.array([x[i] for x in local]), bus_factor("all_reduce", m) * size / g, 2 * (m - 1),
+                      size / g / m, REDUCE_TRAFFIC) for i in range(g)]
+        gather = [ring(x, bus_factor("all_gather", g) * size, g - 1, size / g, COPY_TRAFFIC) for x in local]
         return [_merge(scatter), _merge(inter), _merge(gather)]
     if op == "all_reduce":
-        return [ring(ranks, 2 * (n - 1) / n * size, 2 * (n - 1), size / n, REDUCE_TRAFFIC)]
+        return [ring(ranks, bus_factor(op, n) * size, 2 * (n - 1), size / n, REDUCE_TRAFFIC)]
     if op in ("all_gather", "reduce_scatter"):
         traffic = COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC
-        return [ring(ranks, (n - 1) / n * size, n - 1, size / n, traffic)]
+        return [ring(ranks, bus_factor(op, n) * size, n - 1, size / n, traffic)]
     if op == "broadcast":  # pipelined along a chain from the first rank
         return [chain(ranks, size)]
     if op == "all_to_all":

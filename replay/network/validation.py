@@ -28,9 +28,11 @@ from rltrace.replay.network.collectives import collective
 from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import Topology
 
+from rltrace import units
 from rltrace.errors import ConfigError
 
-DTYPE_BYTES = {"half": 2, "int8": 1, "float": 4, "bfloat16": 2}
+# the NCCL dtypes modelled
+DTYPE_BYTES = {name: units.DTYPE_BYTES[name] for name in ("half", "int8", "float", "bfloat16")}
 MODELLED_AS = {"send_recv": "broadcast"}  # one sender, one receiver: a two-rank broadcast is one hop
 # aiconfigurator's op names (nccl-tests' binaries) -> the model's; its all-to-all is nccl-tests' alltoall_perf, whose
 # size is each rank's send buffer (collector/network/collect_nccl.py), as the model's is

@@ -17,8 +17,7 @@ from rltrace.catalog._toml import build_entry, load_catalog, lookup
 from rltrace.errors import ConfigError
 from rltrace.limits import check_input
 from rltrace.manifest import ModelInfo
-
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
+from rltrace.units import dtype_bytes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -354,7 +353,7 @@ def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         "head_dim": _int(cfg, "head_dim", 1) if cfg.get("head_dim") is not None else None,
         "qkv_bias": bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
-        "dtype_bytes": 1 if fp8 else _DTYPE_BYTES.get(str(_first(cfg, "torch_dtype", "dtype", default="bfloat16")), 2),
+        "dtype_bytes": 1 if fp8 else dtype_bytes(str(_first(cfg, "torch_dtype", "dtype", default="bfloat16"))) or 2,
         "sliding_window": _int(cfg, "sliding_window", 0, default=0) if cfg.get("use_sliding_window", True) else 0,
         "tp_norm_allreduces": int(bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer"),
     }

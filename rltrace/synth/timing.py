@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.synth.config import SynthConfig
+from rltrace.units import bus_factor
 
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight + Adam m and v read, updated weight written (rough)
 COLLECTIVE_LATENCY_S = 10e-6  # per-collective launch/latency term
@@ -56,7 +57,7 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
     full_bytes = shard * ranks * model.dtype_bytes
     # Within one NVLink domain (8 GPUs) a ring uses NVLink at half the bidirectional figure; beyond, the NIC.
     bus = train.nvlink_gbps / 2 * 1e9 if ranks <= 8 else t.network_gbps * 1e9
-    ring = (ranks - 1) / ranks * full_bytes / bus + COLLECTIVE_LATENCY_S
+    ring = bus_factor("all_gather", ranks) * full_bytes / bus + COLLECTIVE_LATENCY_S
     return Costs(
         engines=cfg.generation.gpus // tp,
         weight_read_s=model.weight_bytes / engine_bw,

@@ -68,8 +68,8 @@ softmax and sampling each read them (vllm/v1/sample/sampler.py)"""
 # Kernels per layer besides the GEMMs and attention: input and post-attention RMSNorm, rotary embedding,
 # SiLU-and-mul, KV-cache write (vllm/model_executor/models/llama.py); MoE layers add routing top-k, the
 # align/permute and the weighted sum of expert outputs (fused_moe). These counts size an eager iteration's host
-# launches (:meth:`.roofline.Roofline._launch_bound`); :meth:`.roofline.Roofline._elementwise` prices each kernel of a
-# layer as the model's architecture has it (the norms, rotary and activations streaming their activations).
+# launches (:meth:`.iteration_costs.IterationCosts._launch_bound`); :meth:`.kernels.Kernels._elementwise` prices each
+# kernel of a layer as the model's architecture has it (the norms, rotary and activations streaming their activations).
 DENSE_ELEMENTWISE = 5
 MOE_ELEMENTWISE = 3
 

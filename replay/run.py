@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_generation
+from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
 from rltrace.replay.costmodels.generation import GenerationCost, backend_name, catalog_generation
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
@@ -328,6 +329,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
+        "calibration": CALIBRATION.describe(),
         "notes": prepared.notes + (routed.notes if routed is not None else []) + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
               "what the real system could know")] if record.extra.get("oracle") else []),

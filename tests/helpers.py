@@ -70,6 +70,8 @@ def run_cli(
         text=True,
         cwd=cwd,
         timeout=timeout,
-        env={**os.environ, "COLUMNS": "120", **(env or {})},
+        # progress lines only where a test asks for them (RLTRACE_PROGRESS_EVERY_S): on a loaded machine a slow
+        # first stage would otherwise print "... running" before the one-line error a test checks
+        env={**os.environ, "COLUMNS": "120", "RLTRACE_PROGRESS_GRACE_S": "60", **(env or {})},
         check=False,  # callers assert on the exit code and stderr themselves
     )

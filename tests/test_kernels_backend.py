@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels.aiconfigurator import KernelDatabase, KernelGeneration, coverage
+from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.generation import backend_name, catalog_generation
 from rltrace.replay.costmodels.validation import GENERATION_CSV
 
@@ -94,6 +95,8 @@ def test_a_replay_priced_by_kernels_says_so_in_its_config(tmp_path: Path) -> Non
     config = json.loads((tmp_path / "k" / "colocated-sync" / "config.json").read_text())
     assert config["generation_backend"] == "aiconfigurator-core 0.12.0 (h100_sxm, vllm)"
     assert config["replay"]["cost"]["generation"] == "kernels"
+    assert config["calibration"] == CALIBRATION.describe()  # the constants' files, with versions and digests
+    assert set(config["calibration"]) == {"serving.toml", "training.toml"}
     assert any("aiconfigurator-core 0.12.0 kernels of Qwen3-30B-A3B on H100" in n for n in config["notes"])
     default = run_cli("replay", str(EXAMPLE), "-s", "colocated-sync", "-o", str(tmp_path / "r"), cwd=tmp_path)
     assert default.returncode == 0, default.stderr

@@ -5,18 +5,18 @@ published figure for the model's kind and the GPU's (``cost.train_mfu`` unset me
 
 from __future__ import annotations
 
-# Median efficiencies of Vidur's measured Llama-2-7B projection GEMMs on H100 at TP 1
-# (../shared/data/kernels/h100/vidur_llama-2-7b_mlp.csv; table in docs/costmodels.md): memory-bound 0.59,
-# compute-bound 0.69.
-MEMORY_EFFICIENCY = 0.6
+from rltrace.replay.costmodels.calibration import CALIBRATION
+
+# Median efficiencies of Vidur's measured Llama-2-7B projection GEMMs on H100 at TP 1 (data/calibration/serving.toml)
+MEMORY_EFFICIENCY = CALIBRATION["memory_efficiency"]
 """achieved fraction of HBM bandwidth (KV-cache reads and writes, the sampler; GEMMs where kernel floors are off)"""
-COMPUTE_EFFICIENCY = 0.7
+COMPUTE_EFFICIENCY = CALIBRATION["compute_efficiency"]
 """achieved fraction of peak FLOP/s in inference kernels"""
-GPU_MEMORY_UTILIZATION = 0.9
+GPU_MEMORY_UTILIZATION = CALIBRATION["gpu_memory_utilization"]
 """vLLM's default ``gpu_memory_utilization``: its share of GPU memory for weights plus KV cache"""
-SYNC_GBPS = 50.0
+SYNC_GBPS = CALIBRATION["sync_gbps"]
 """weight-sync bandwidth (GB/s) without a measured sync time or a network model: one 400 Gb/s NIC"""
-SYNTH_TRAIN_MFU = 0.35
+SYNTH_TRAIN_MFU = CALIBRATION["synth_train_mfu"]
 """the synthetic-trace generator's training MFU (``rltrace synth``'s ``timing.train_mfu``): fixed, not
 :func:`.training.default_mfu`, because the shipped samples are checked to regenerate bit for bit from their
 documented commands (tests/test_samples.py); replay and estimate use the published figures"""

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 from rltrace.replay.costmodels import aiconfigurator, serving
+from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.memory import rank_memory
@@ -119,7 +120,7 @@ class FittedGeneration:
     prefill_base_s: float = 0.0
     prefill_per_token_s: float = 0.0
     kv_tokens: int = 1 << 40
-    tp_speedup: float = 0.9
+    tp_speedup: float = CALIBRATION["fitted_tp_speedup"]
 
     def iteration_model(self, tp: int) -> IterationModel:
         if tp == self.recorded_tp:

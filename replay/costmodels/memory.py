@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rltrace.replay.costmodels import serving
+from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 
 from rltrace.catalog import GPUSpec, ModelSpec
@@ -40,12 +41,12 @@ from rltrace.units import DTYPE_BYTES
 GIB = 2**30
 # vLLM serves in BF16/FP16 activations (FP8 checkpoints too: they compute in BF16)
 ACTIVATION_BYTES = DTYPE_BYTES["bf16"]
-SAMPLER_BYTES_PER_LOGIT = 1.89 * GIB / (1024 * 128_256)
+SAMPLER_BYTES_PER_LOGIT = CALIBRATION["sampler_activation_peak_gib"] * GIB / (1024 * 128_256)
 """bytes the profiling sampler holds per logit (rows x vocabulary): Llama-3.1-8B on one H100 under vLLM 0.19.0
 logs a 1.89 GiB torch activation peak at its defaults (1,024 rows of a 128,256-entry vocabulary; the forward of
 8,192 tokens needs 0.78 GiB): 15.45 bytes. Under vLLM 0.15-0.16 the same peak is 38.9 bytes a logit (Qwen3-14B:
 5.64 GiB; 2.23 from 0.17; the sweep does not say what changed)."""
-NON_TORCH_BYTES = {1: 0.25 * GIB, 2: 2.07 * GIB}
+NON_TORCH_BYTES = {1: CALIBRATION["non_torch_gib_tp1"] * GIB, 2: CALIBRATION["non_torch_gib_tp_many"] * GIB}
 """memory outside torch a rank gains from start-up to the end of profiling, by tp == 1 and tp > 1: Llama-3.1-8B
 under vLLM 0.19.0 on H100 logs 0.25 GiB at tp 1 and 2.07 GiB at tp 2 (NCCL's channel buffers and vLLM's
 all-reduce buffers; ``non-torch forward increase memory``)"""

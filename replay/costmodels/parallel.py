@@ -18,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
+from rltrace.replay.costmodels.calibration import CALIBRATION
+
 from rltrace.catalog import GPUSpec
 from rltrace.errors import ConfigError
 from rltrace.units import DTYPE_BYTES, bus_factor
 
 ACTIVATION_BYTES = DTYPE_BYTES["bf16"]  # activations travel in BF16 whatever the weights' dtype (FP8 GEMMs output BF16)
-NCCL_SMALL_LATENCY_S = 15e-6
+NCCL_SMALL_LATENCY_S = CALIBRATION["nccl_small_latency_s"]
 """fallback for a GPU kind the network model's topologies cannot name: aiconfigurator's measured 8 x H100 NCCL
 all_reduce of <= 8 KiB, 15.5-16.7 us (../shared/data/kernels/h100/aic_nccl_perf.parquet)"""
 

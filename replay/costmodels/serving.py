@@ -31,25 +31,27 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from rltrace.replay.costmodels.calibration import CALIBRATION
 
 BLOCK_TOKENS = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
-GEMM_FLOOR_S = 2.44e-6  # aic_gemm_perf.parquet, minimum bf16 latency (m=8, n=32, k=32: 0.002438 ms)
-ATTENTION_FLOOR_S = 7.88e-6  # aic_generation_attention_perf.parquet, minimum latency (0.007877 ms)
+GEMM_FLOOR_S = CALIBRATION["gemm_floor_s"]  # aic_gemm_perf.parquet, minimum bf16 latency
+ATTENTION_FLOOR_S = CALIBRATION["attention_floor_s"]  # aic_generation_attention_perf.parquet, minimum latency
 ELEMENTWISE_FLOOR_S = GEMM_FLOOR_S  # norms, rotary, activation, top-k: no table of their own; a GEMM's floor
-ELEMENTWISE_STREAM = 0.46
+ELEMENTWISE_STREAM = CALIBRATION["elementwise_stream"]
 """fraction of HBM a norm, rotary embedding or activation reaches once it streams (>= 512 tokens): the median over
 those ops of Vidur's H100 profile, microsoft/vidur @ 7d475133 ``data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/
 mlp.csv`` (RMSNorm 0.35-0.37, rotary 0.46, SiLU-and-mul 0.51, residual add 1.03 where L2 holds its inputs):
 ``python benchmarks/elementwise_bandwidth.py``"""
-GEMM_STREAM = {2: (3.05e-6, 0.826), 1: (4.87e-6, 0.822)}
+GEMM_STREAM = {2: (CALIBRATION["gemm_stream_bf16_ramp_s"], CALIBRATION["gemm_stream_bf16_fraction"]),
+               1: (CALIBRATION["gemm_stream_fp8_ramp_s"], CALIBRATION["gemm_stream_fp8_fraction"])}
 """(ramp seconds, fraction of HBM) of a memory-bound GEMM by weight bytes per parameter (BF16, FP8): fitted to
 aic_gemm_perf.parquet's m <= 16 kernels by :func:`.profile.fit_gemm_stream` (tests/test_costmodels.py re-fits it)"""
-FP8_GEMM_SHARE = 0.636
+FP8_GEMM_SHARE = CALIBRATION["fp8_gemm_share"]
 """a compute-bound FP8 GEMM's share of the FP8 peak over a BF16 GEMM's share of the BF16 peak: 0.477 against 0.750 in
 aic_gemm_perf.parquet (medians of 9,080 per-tensor FP8 and 11,014 BF16 compute-bound kernels,
 :func:`.profile.fit_gemm_compute`; tests/test_costmodels.py re-fits it). FP8 GEMMs run 1.27x BF16's FLOP/s, not 2x:
 the FP8 peak x ``compute_efficiency`` x this"""
-EAGER_LAUNCH_S = 4e-6
+EAGER_LAUNCH_S = CALIBRATION["eager_launch_s"]
 """host time to launch one kernel outside a CUDA graph (PyTorch op dispatch plus cudaLaunchKernel: NVIDIA's
 'Getting Started with CUDA Graphs' blog measures launch-bound kernels at 3.8 us each without graphs)"""
 MAX_CAPTURE_SIZE = 512  # vllm/config/vllm.py: min(2 x max_num_seqs, 512) with max_num_seqs >= 256

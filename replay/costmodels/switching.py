@@ -33,21 +33,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.training import ADAM_BYTES_PER_PARAM
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
-FLOOR_S = 0.1
-COLD_START_S = 30.0
-HOST_LINK_SHARE = 0.5
+FLOOR_S = CALIBRATION["switch_floor_s"]
+COLD_START_S = CALIBRATION["cold_start_s"]
+HOST_LINK_SHARE = CALIBRATION["host_link_share"]
 # A device the catalog lacks ("cpu" recordings): the slowest catalogued host link (A100's PCIe Gen4, 32 GB/s
 # a direction), so an unknown device is never priced faster than a known one.
-UNKNOWN_HOST_LINK_GBPS = 32.0
+UNKNOWN_HOST_LINK_GBPS = CALIBRATION["unknown_host_link_gbps"]
 ROLES = ("rollout", "training")
-# RollMux's measurements (arXiv 2512.11306, H800): (params, rollout warm, rollout cold, training warm, training
-# cold) seconds. Validation only.
-ROLLMUX_MEASURED = ((7e9, 0.9, 38.8, 4.1, 32.7), (32e9, 1.7, 81.7, 5.9, 81.2))
 
 
 @dataclass(frozen=True, slots=True)

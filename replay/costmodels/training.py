@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.defaults import SYNC_GBPS
 from rltrace.replay.costmodels.parallel import ACTIVATION_BYTES, ep_alltoall_seconds
 
@@ -43,9 +44,10 @@ from rltrace.units import bus_factor
 
 PRECISIONS = ("bf16", "fp16", "fp8")  # the linear layers' (Transformer Engine's FP8 recipes for fp8)
 ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, two moments and the gradient, read once per optimizer step
-DENSE_TRAIN_MFU = 0.40  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783, Table 4)
-MOE_TRAIN_MFU = 0.35  # DeepSeek-V3 pre-training, 6 x 37B x 14.8T FLOPs over 2.664M H800-hours (arXiv 2412.19437)
-DENSE_TRAIN_MFU_BY_GPU = {"A100": 0.52}  # MosaicML llm-foundry A100 80GB table (module text); others: Llama 3's 0.40
+DENSE_TRAIN_MFU = CALIBRATION["dense_train_mfu"]  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783)
+MOE_TRAIN_MFU = CALIBRATION["moe_train_mfu"]  # DeepSeek-V3 pre-training (arXiv 2412.19437)
+# MosaicML llm-foundry A100 80GB table (module text); others: Llama 3's
+DENSE_TRAIN_MFU_BY_GPU = {"A100": CALIBRATION["dense_train_mfu_a100"]}
 
 
 def default_mfu(model: ModelSpec | None, gpu: GPUSpec | None = None) -> float:

@@ -21,8 +21,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 PIPED_EVERY_S = float(os.environ.get("RLTRACE_PROGRESS_EVERY_S", "30"))
 """seconds between two progress lines of one stage when stderr is not a terminal (the environment variable
 RLTRACE_PROGRESS_EVERY_S sets another: the tests use less than a second)"""
-GRACE_S = min(3.0, PIPED_EVERY_S)
-"""a piped stage running this long says that it started (and then that it ended); a shorter one is silent"""
+GRACE_S = min(float(os.environ.get("RLTRACE_PROGRESS_GRACE_S", "3")), PIPED_EVERY_S)
+"""a piped stage running this long says that it started (and then that it ended); a shorter one is silent
+(RLTRACE_PROGRESS_GRACE_S sets another: the tests' subprocesses wait a minute, so that an error reached after a
+slow first stage on a loaded machine is still the only line they print, unless a test sets the interval)"""
 
 
 def stderr() -> Console:

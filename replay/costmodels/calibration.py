@@ -1,0 +1,95 @@
+"""The cost models' measured, fitted and assumed constants, kept as data: ``data/calibration/*.toml``.
+
+Each constant is one entry with its value, unit, kind (measured, fitted, assumed or an engine's setting), source,
+the script that fits or checks it, and the data it comes from. :func:`load` reads every file once into one frozen
+:class:`CostCalibration`; the modules that price (``serving``, ``memory``, ``parallel``, ``training``,
+``switching``, ``defaults``, ``generation``) take their constants from :data:`CALIBRATION`, and a replay's
+``config.json`` names the files it used with their versions and digests (:meth:`CostCalibration.describe`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from rltrace.catalog._toml import load_toml
+from rltrace.errors import ConfigError
+
+FOLDER = Path(__file__).parent / "data" / "calibration"
+KINDS = ("measured", "fitted", "assumed", "setting")
+FIELDS = ("value", "unit", "kind", "source", "fit", "data")
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    """One calibrated constant."""
+
+    name: str
+    value: float
+    unit: str
+    kind: str
+    """measured, fitted, assumed or setting"""
+    source: str
+    fit: str
+    """the script that fits or checks it ('' where it is read off its source)"""
+    data: str
+    """the data it was read off or fitted on"""
+    file: str
+
+
+@dataclass(frozen=True, slots=True)
+class CostCalibration:
+    """Every constant of every calibration file, by name; the files with their versions and digests."""
+
+    constants: Mapping[str, Constant]
+    files: Mapping[str, tuple[int, str]]
+    """file name -> (version, sha256 of its bytes, first 12 hex digits)"""
+
+    def __getitem__(self, name: str) -> float:
+        """The value of constant ``name`` (KeyError names the files read)."""
+        try:
+            return self.constants[name].value
+        except KeyError:
+            raise KeyError(f"no calibrated constant {name!r} in {', '.join(self.files)}") from None
+
+    def describe(self) -> dict[str, dict[str, int | str]]:
+        """What a run records: each file's version and digest."""
+        return {name: {"version": version, "sha256": digest} for name, (version, digest) in self.files.items()}
+
+
+def _entry(name: str, raw: object, file: str) -> Constant:
+    if not isinstance(raw, dict) or set(FIELDS) - set(raw):
+        raise ConfigError(f"{file}: constant {name} needs {', '.join(FIELDS)}")
+    value = raw["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{file}: constant {name}: value must be a number, got {value!r}")
+    if raw["kind"] not in KINDS:
+        raise ConfigError(f"{file}: constant {name}: kind must be one of {', '.join(KINDS)}, got {raw['kind']!r}")
+    return Constant(name, float(value), str(raw["unit"]), str(raw["kind"]), str(raw["source"]), str(raw["fit"]),
+                    str(raw["data"]), file)
+
+
+def load(paths: list[Path] | None = None) -> CostCalibration:
+    """Every constant of ``paths`` (default: the shipped files); a name defined twice is refused."""
+    constants: dict[str, Constant] = {}
+    files: dict[str, tuple[int, str]] = {}
+    for path in paths if paths is not None else sorted(FOLDER.glob("*.toml")):
+        table = load_toml(path)
+        version = table.get("version")
+        if not isinstance(version, int):
+            raise ConfigError(f"{path.name}: needs an integer version")
+        for name, entry in dict(table.get("constants", {})).items():
+            if name in constants:
+                raise ConfigError(f"{path.name}: constant {name} is also in {constants[name].file}")
+            constants[name] = _entry(name, entry, path.name)
+        files[path.name] = (version, hashlib.sha256(path.read_bytes()).hexdigest()[:12])
+    if not files:
+        raise ConfigError(f"no calibration file under {FOLDER}: the install is incomplete")
+    return CostCalibration(MappingProxyType(constants), MappingProxyType(files))
+
+
+CALIBRATION = load()
+"""the shipped calibration, loaded once"""

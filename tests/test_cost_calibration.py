@@ -1,0 +1,93 @@
+"""The cost models' constants kept as data (replay/costmodels/data/calibration/*.toml): every entry sourced, one
+loader, the modules reading it, and no numeric cost constant left in the cost-model code."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from rltrace.replay.costmodels import defaults, memory, parallel, serving, switching, training
+from rltrace.replay.costmodels.calibration import CALIBRATION, FOLDER, KINDS, load
+
+from rltrace.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+COSTMODELS = REPO / "replay" / "costmodels"
+# unit conversions and the numbers every formula has (none of them a measured or fitted figure)
+UNITS = {1e12, 1e9, 1e6, 1e3, 1e-3, 1e-6, 1e-9, 0.0, 1.0, 0.5, 2.0}
+# structural numbers in formulas, each for a stated reason: (module, value) -> why it is not a cost constant
+STRUCTURAL = {
+    ("kernels.py", 4.0): "a fused residual-add norm moves 4 x hidden values a token (read two, write two)",
+    ("kernels.py", 3.0): "SiLU-and-mul reads 2 x intermediate and writes 1 x",
+    ("iteration_costs.py", 8.0): "a QK norm all-reduces two fp32 values a token: 8 bytes",
+    ("training.py", 3.0): "forward plus backward: 3 passes over the weights",
+    ("parallel.py", 256.0): "the token range an affine fit of a collective is taken over",
+    ("profile.py", 2e-05): "a fit's selection threshold: decode-attention kernels below 20 us sit on their floor",
+    ("track_record.py", 0.2): "the share of points within 20%, a reporting threshold",
+    ("validation.py", 0.9): "the 90th percentile, a reporting statistic",
+    ("validation.py", 0.1): "the share within 10%, a reporting threshold",
+    ("validation.py", 0.2): "the share within 20%, a reporting threshold",
+    ("iteration_fit.py", 1e-12): "a least-squares guard against dividing by zero",
+}
+
+
+def test_every_constant_states_its_source_fit_and_data() -> None:
+    assert CALIBRATION.files and len(CALIBRATION.constants) >= 20
+    for c in CALIBRATION.constants.values():
+        assert c.kind in KINDS and c.unit and c.source, c.name
+        if c.kind in ("measured", "fitted"):
+            assert c.data, f"{c.name}: a {c.kind} constant names the data it comes from"
+        if c.fit:
+            script = REPO / c.fit.split()[0]
+            assert script.exists(), f"{c.name}: its fit script {script} is not in the repository"
+        if c.kind == "fitted":
+            assert c.fit, f"{c.name}: a fitted constant names the script that fits it"
+
+
+def test_the_modules_price_with_the_shipped_values() -> None:
+    gib = memory.GIB
+    assert (defaults.MEMORY_EFFICIENCY, defaults.COMPUTE_EFFICIENCY) == (CALIBRATION["memory_efficiency"],
+                                                                         CALIBRATION["compute_efficiency"])
+    assert serving.GEMM_FLOOR_S == CALIBRATION["gemm_floor_s"] and serving.EAGER_LAUNCH_S == 4e-6
+    assert serving.GEMM_STREAM[1] == (CALIBRATION["gemm_stream_fp8_ramp_s"], CALIBRATION["gemm_stream_fp8_fraction"])
+    assert memory.NON_TORCH_BYTES == {1: 0.25 * gib, 2: 2.07 * gib}
+    assert parallel.NCCL_SMALL_LATENCY_S == 15e-6 and training.MOE_TRAIN_MFU == 0.35
+    assert (switching.FLOOR_S, switching.COLD_START_S) == (0.1, 30.0)
+
+
+def _floats(path: Path) -> set[float]:
+    return {n.value for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, float)}
+
+
+def test_no_numeric_cost_constant_is_left_in_the_code() -> None:
+    found = {(p.name, v) for p in sorted(COSTMODELS.glob("*.py")) for v in _floats(p) - UNITS}
+    unexplained = sorted(found - set(STRUCTURAL))
+    assert not unexplained, f"move these into data/calibration/*.toml (or state why they are not constants): " \
+                            f"{unexplained}"
+    assert not set(STRUCTURAL) - found, "a structural number the code no longer has: drop it from the list"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('version = 1\n[constants.x]\nvalue = 1.0\nunit = "s"\nkind = "guessed"\nsource = "s"\nfit = ""\ndata = ""\n',
+     "kind must be one of"),
+    ('version = 1\n[constants.x]\nvalue = "fast"\nunit = "s"\nkind = "assumed"\nsource = "s"\nfit = ""\ndata = ""\n',
+     "value must be a number"),
+    ('version = 1\n[constants.x]\nvalue = 1.0\n', "needs value, unit, kind, source, fit, data"),
+    ('[constants.x]\nvalue = 1.0\n', "needs an integer version"),
+    ("version = = 1\n", "invalid TOML"),
+])
+def test_a_bad_calibration_file_is_refused_naming_it(tmp_path: Path, text: str, message: str) -> None:
+    bad = tmp_path / "mine.toml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load([bad])
+
+
+def test_a_constant_defined_twice_is_refused(tmp_path: Path) -> None:
+    copy = tmp_path / "copy.toml"
+    copy.write_text((FOLDER / "serving.toml").read_text())
+    with pytest.raises(ConfigError, match="memory_efficiency is also in serving.toml"):
+        load([FOLDER / "serving.toml", copy])
+    assert load([FOLDER / "serving.toml"])["gemm_floor_s"] == 2.44e-6

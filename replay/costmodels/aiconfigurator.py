@@ -22,9 +22,11 @@ Everything else, CPU included, stays on the roofline (:func:`coverage` says why)
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 import logging
+import os
 import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -107,8 +109,14 @@ def _config(model: ModelSpec) -> dict[str, Any]:
 
 @functools.cache
 def _config_dir(model: ModelSpec) -> str:
-    folder = Path(tempfile.mkdtemp(prefix="rltrace-aic-"))
-    (folder / "config.json").write_text(json.dumps(_config(model)))
+    """A folder holding the model's written config.json, one per architecture, reused across runs."""
+    text = json.dumps(_config(model), sort_keys=True)
+    folder = Path(tempfile.gettempdir()) / "rltrace-aic-configs" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "config.json").exists():
+        partial = folder / f"config.json.{os.getpid()}"
+        partial.write_text(text)
+        partial.replace(folder / "config.json")  # atomic: a concurrent run reads a whole file or none
     return str(folder)
 
 

@@ -1,7 +1,7 @@
 """The serving engines' fused-MoE layer in aiconfigurator's tables: its compute rate against each rank's expert
 width, and its fixed time and streaming rate when memory-bound.
 
-The catalog's ``moe_compute_efficiency`` and ``moe_half_width`` (rltrace/catalog/gpus.toml) come from here: in each
+The catalog's ``moe_compute_efficiency`` and ``moe_half_width`` (rltrace/catalog/fused_moe.toml) come from here: in each
 GPU kind's table of ai-dynamo/aiconfigurator (@ 095f58a5, ``aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/
 <engine>/<release>/moe_perf.parquet``, Apache-2.0), the rows with balanced routing, no expert parallelism inside the
 kernel (moe_ep_size = 1, every tensor-parallel size the table has), at least 256 rows an expert (tokens x top-k /

@@ -10,6 +10,8 @@ import pytest
 from rltrace.replay.costmodels import defaults, memory, parallel, serving, switching, training
 from rltrace.replay.costmodels.calibration import CALIBRATION, FOLDER, KINDS, load
 
+from rltrace.catalog import get_gpu
+from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,3 +93,19 @@ def test_a_constant_defined_twice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="memory_efficiency is also in serving.toml"):
         load([FOLDER / "serving.toml", copy])
     assert load([FOLDER / "serving.toml"])["gemm_floor_s"] == 2.44e-6
+
+
+def test_the_gpu_catalog_holds_datasheet_figures_and_the_fitted_kernels_sit_apart(tmp_path: Path) -> None:
+    catalog = REPO / "rltrace" / "catalog"
+    datasheet = load_toml(catalog / "gpus.toml")["gpus"]
+    fitted = load_toml(catalog / "fused_moe.toml")
+    assert not [f"{g}.{k}" for g, raw in datasheet.items() for k in raw if k.startswith("moe_")]
+    assert isinstance(fitted["version"], int) and set(fitted["gpus"]) <= set(datasheet)
+    h100 = get_gpu("H100")
+    assert (h100.moe_fixed_us, h100.moe_stream_efficiency) == (fitted["gpus"]["H100"]["moe_fixed_us"],
+                                                               fitted["gpus"]["H100"]["moe_stream_efficiency"])
+    assert "moe_kernel_efficiency.py" in h100.moe_source and get_gpu("H20").moe_fixed_us == 0
+    # a user's own [gpus.H100] is taken as given: no fitted figures slip into it
+    mine = tmp_path / "gpus.toml"
+    mine.write_text("[gpus.H100]\nbf16_tflops = 900\nhbm_gbps = 3000\nmemory_gb = 80\nnvlink_gbps = 900\n")
+    assert get_gpu("H100", mine).moe_fixed_us == 0

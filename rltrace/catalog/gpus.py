@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rltrace.catalog._toml import build_entry, load_catalog, lookup
+from rltrace.catalog._toml import build_entry, load_catalog, load_toml, lookup
 from rltrace.errors import ConfigError
 
 NCCL_ARCHS = ("", "volta", "ampere", "hopper", "blackwell")
@@ -147,18 +147,34 @@ def _spec(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
 
 
 _BUILTIN = Path(__file__).with_name("gpus.toml")
+_FUSED_MOE = Path(__file__).with_name("fused_moe.toml")
+
+
+@cache
+def _fused_moe() -> dict[str, dict[str, Any]]:
+    """The fitted fused-MoE figures by GPU kind (fused_moe.toml)."""
+    data = load_toml(_FUSED_MOE)
+    if not isinstance(data.get("version"), int):
+        raise ConfigError(f"{_FUSED_MOE}: needs an integer version")
+    return dict(data.get("gpus") or {})
+
+
+def _entry(name: str, raw: dict[str, Any], where: str) -> GPUSpec:
+    """A GPU kind; a built-in one with its fitted fused-MoE figures merged in (a user's table is taken as given)."""
+    fitted = _fused_moe().get(name, {}) if where == str(_BUILTIN) else {}
+    return _spec(name, {**fitted, **raw}, where)
 
 
 def load_gpus(extra: str | Path | None = None) -> dict[str, GPUSpec]:
     """Built-in GPUs plus (overriding by name) the [gpus.NAME] tables of a user TOML file."""
     if extra is None:
         return dict(_builtin())
-    return load_catalog(_BUILTIN, "gpus", extra, _spec)
+    return load_catalog(_BUILTIN, "gpus", extra, _entry)
 
 
 @cache
 def _builtin() -> dict[str, GPUSpec]:
-    return load_catalog(_BUILTIN, "gpus", None, _spec)
+    return load_catalog(_BUILTIN, "gpus", None, _entry)
 
 
 def get_gpu(name: str, extra: str | Path | None = None) -> GPUSpec:

@@ -38,6 +38,7 @@ from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 from rltrace.replay.costmodels.memory import rank_memory
+from rltrace.replay.costmodels.per_tp import PerTPGeneration
 
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -279,19 +280,12 @@ class KernelDatabase:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class KernelGeneration:
+class KernelGeneration(PerTPGeneration):
     """:class:`.generation.GenerationCost` from the kernel database: the replay's closed forms per TP degree
     (:meth:`KernelDatabase.iteration_model`, :meth:`KernelDatabase.prefill_model`), the KV cache from
     :mod:`.memory`."""
 
-    model: ModelSpec
-    gpu: GPUSpec
     engine: str = "vllm"
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
-    max_num_seqs: int = serving.MAX_NUM_SEQS
-    max_num_batched_tokens: int = serving.MAX_BATCHED_TOKENS
-    _cache: dict[int, tuple[IterationModel, PrefillModel]] = field(default_factory=dict, init=False, repr=False,
-                                                                   compare=False)
 
     def database(self, tp: int) -> KernelDatabase:
         """The database's costs at ``tp`` (a dense model's or an MoE's experts sharded over the TP group, as vLLM
@@ -299,25 +293,6 @@ class KernelGeneration:
         return KernelDatabase(model=self.model, gpu=self.gpu, tp=tp, engine=self.engine,
                               batched_tokens=self.max_num_batched_tokens)
 
-    def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
-        if tp not in self._cache:
-            self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
-            db = self.database(tp)
-            self._cache[tp] = (db.iteration_model(self.max_num_seqs), db.prefill_model())
-        return self._cache[tp]
-
-    def iteration_model(self, tp: int) -> IterationModel:
-        return self._at(tp)[0]
-
-    def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
-        return self._at(tp)[1].seconds(tokens, prompts)
-
-    def prefill_seconds_array(self, tokens: np.ndarray, prompts: np.ndarray, tp: int) -> np.ndarray:
-        return self._at(tp)[1].seconds_array(tokens, prompts)
-
-    def kv_capacity_tokens(self, tp: int) -> int:
-        mem = rank_memory(self.model, self.gpu, tp, gpu_memory_utilization=self.gpu_memory_utilization,
-                          max_num_seqs=self.max_num_seqs, batched_tokens=self.max_num_batched_tokens)
-        if mem.kv_cache <= 0:
-            raise ConfigError(f"{self.model.name} leaves no KV cache on {tp} x {self.gpu.name}; raise tp")
-        return mem.kv_tokens(self.model.kv_bytes_per_token_rank(tp))
+    def build(self, tp: int) -> tuple[IterationModel, PrefillModel]:
+        db = self.database(tp)
+        return db.iteration_model(self.max_num_seqs), db.prefill_model()

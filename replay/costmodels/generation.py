@@ -18,7 +18,7 @@ from rltrace.replay.costmodels import aiconfigurator, serving
 from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
-from rltrace.replay.costmodels.memory import rank_memory
+from rltrace.replay.costmodels.per_tp import PerTPGeneration
 from rltrace.replay.costmodels.profile import factors
 from rltrace.replay.costmodels.roofline import Roofline
 
@@ -48,62 +48,24 @@ class GenerationCost(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RooflineGeneration:
+class RooflineGeneration(PerTPGeneration):
     """:class:`GenerationCost` from the roofline of ``model`` on ``gpu``."""
 
-    model: ModelSpec
-    gpu: GPUSpec
     memory_efficiency: float = MEMORY_EFFICIENCY
     compute_efficiency: float = COMPUTE_EFFICIENCY
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
-    """vLLM's share of GPU memory (0.9 by default) for the weights, profiling's activation peak, buffers and KV cache"""
-    max_num_seqs: int = serving.MAX_NUM_SEQS
-    """the engine's cap on running requests: the rows vLLM's profiling run samples (its activation peak)"""
-    max_num_batched_tokens: int = serving.MAX_BATCHED_TOKENS
-    """the engine's token budget per iteration (chunked prefill, profiling's activation peak)"""
     profile: pl.DataFrame | None = field(default=None, compare=False)
     """fitted efficiencies per TP (see :mod:`.profile`); they replace the two factors above"""
-    # per copy: replace() must not share it
-    _cache: dict[int, tuple[IterationModel, PrefillModel]] = field(default_factory=dict, init=False, repr=False,
-                                                                   compare=False)
 
-    def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
-        if tp not in self._cache:
-            self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
-            roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
-                            compute_efficiency=self.compute_efficiency, batched_tokens=self.max_num_batched_tokens)
-            if self.profile is not None:
-                f = factors(self.profile, self.gpu.name, tp)
-                roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=f.memory_efficiency,
-                                compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency,
-                                engine_overhead=f.engine_overhead, gemm_ramp=False,  # the profile's own GEMM form
-                                batched_tokens=self.max_num_batched_tokens)
-            self._cache[tp] = (roof.iteration_model(), roof.prefill_model())
-        return self._cache[tp]
-
-    def iteration_model(self, tp: int) -> IterationModel:
-        return self._at(tp)[0]
-
-    def prefill_seconds(self, tokens: int, prompts: int, tp: int) -> float:
-        return self._at(tp)[1].seconds(tokens, prompts)
-
-    def prefill_seconds_array(self, tokens: np.ndarray, prompts: np.ndarray, tp: int) -> np.ndarray:
-        return self._at(tp)[1].seconds_array(tokens, prompts)
-
-    def kv_capacity_tokens(self, tp: int) -> int:
-        # per rank: what vLLM's share leaves after the weights' share, profiling's activation peak and the buffers
-        # outside torch, at the rank's bytes per token (MLA's latent and KV heads beyond tp are replicated, so the
-        # cache does not grow with tp the way the weights' share shrinks)
-        mem = rank_memory(self.model, self.gpu, tp, gpu_memory_utilization=self.gpu_memory_utilization,
-                          max_num_seqs=self.max_num_seqs, batched_tokens=self.max_num_batched_tokens)
-        if mem.kv_cache <= 0:
-            raise ConfigError(
-                f"{self.model.name} leaves no KV cache on {tp} x {self.gpu.name}: vLLM's "
-                f"{self.gpu_memory_utilization:g} share is {mem.share / 1e9:.1f} GB a GPU, the weights take "
-                f"{mem.weights / 1e9:.1f} GB, activations and buffers {(mem.activation_peak + mem.non_torch) / 1e9:.1f}"
-                " GB; raise tp"
-            )
-        return mem.kv_tokens(self.model.kv_bytes_per_token_rank(tp))
+    def build(self, tp: int) -> tuple[IterationModel, PrefillModel]:
+        roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
+                        compute_efficiency=self.compute_efficiency, batched_tokens=self.max_num_batched_tokens)
+        if self.profile is not None:
+            f = factors(self.profile, self.gpu.name, tp)
+            roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=f.memory_efficiency,
+                            compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency,
+                            engine_overhead=f.engine_overhead, gemm_ramp=False,  # the profile's own GEMM form
+                            batched_tokens=self.max_num_batched_tokens)
+        return roof.iteration_model(), roof.prefill_model()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,10 +1,11 @@
 """Fidelity: how close a replay comes to the measured step time of a real recording.
 
 ``as_recorded_error`` replays a bundle as it was recorded; ``retarget_error`` replays bundle A reshaped to
-bundle B's batch (prompts and samples per prompt, steps) and holds it against B's measurement. Both
-compare mean step time over the steady steps: step 0 of a recording carries one-time start-up (vLLM's
-first-request compilation and allocation) that no steady-state model reproduces, so the first step of each
-side is left out. Each comes with the 90% interval of its replicates (replay/uncertainty.py): seeds of the
+bundle B's batch (prompts and samples per prompt, steps) and holds it against B's measurement;
+``cost_transfer_error`` is the part of that error that A's fitted iteration cost carries on B's own recorded
+iterations. The first two compare mean step time over the steady steps: step 0 of a recording carries one-time
+start-up (vLLM's first-request compilation and allocation) that no steady-state model reproduces, so the first step
+of each side is left out. Each comes with the 90% interval of its replicates (replay/uncertainty.py): seeds of the
 retargeted draw and bootstrap draws of the steps the generation cost is fitted to.
 
 A and B may also be two sets of steps of one recording that alternates two settings step by step
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from rltrace.replay.costmodels.iteration_fit import fit_iterations, iteration_features
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, replicate
-from rltrace.replay.workload import WARMUP_STEPS, extract, renumber_steps
+from rltrace.replay.workload import WARMUP_STEPS, extract, renumber_steps, steady
 
 from rltrace.bundle import Bundle
 from rltrace.scalars import integer
@@ -113,3 +115,23 @@ def retarget_error(source: Bundle, target: Bundle, cost: CostConfig | None = Non
     shape = Shape(steps=rl["step"].n_unique(), prompts_per_step=integer(groups.group_by("step").len()["len"].median()),
                   samples_per_prompt=integer(groups["len"].median()), source_steps=_tuple(source_steps))
     return _replayed(source, shape, cost or CostConfig(), _measured(target, target_steps), replicates)
+
+
+def _features(bundle: Bundle, steps: Sequence[int] | None) -> pl.DataFrame:
+    features = iteration_features(bundle.iterations.collect(), bundle.requests.collect())
+    return features if steps is None else renumber_steps(features, steps)
+
+
+def cost_transfer_error(source: Bundle, target: Bundle, *, source_steps: Sequence[int] | None = None,
+                        target_steps: Sequence[int] | None = None) -> float:
+    """How far the engine-iteration cost fitted to ``source`` misses ``target``'s recorded iterations, as a share
+    of ``target``'s mean steady step time: (predicted - measured) iteration seconds per steady step over the
+    measured step time. The part of a retarget's error that is the cost fit carried to other batches on this
+    machine, not the replay's reshaping of the work. NaN when either side has too few recorded iterations."""
+    fit = fit_iterations(_features(source, source_steps))
+    target_features = steady(_features(target, target_steps))
+    if fit is None or not target_features.height:
+        return float("nan")
+    miss_s = float(fit.predict(target_features).sum() - target_features["seconds"].sum())
+    measured_s, _ = _measured(target, target_steps)
+    return miss_s / target_features["step"].n_unique() / measured_s

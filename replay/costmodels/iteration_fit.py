@@ -73,6 +73,11 @@ class IterationFit:
                 f"(median error {self.median_abs_error:.1%} per iteration, "
                 f"{self.small_batch_error:+.1%} summed over batches <= 4)")
 
+    def predict(self, features: pl.DataFrame) -> np.ndarray:
+        """Seconds per iteration of ``features`` (from :func:`iteration_features`) under this fit."""
+        predicted: np.ndarray = _design(features) @ np.array([self.coef[t] for t in TERMS])
+        return predicted
+
     def generation(self, tp: int) -> FittedGeneration:
         """The replay engine's cost model for this fit, at the recorded tensor parallelism ``tp``."""
         c = self.coef
@@ -143,6 +148,12 @@ def iteration_features(iterations: pl.DataFrame, requests: pl.DataFrame) -> pl.D
     return pl.concat(frames)
 
 
+def _design(f: pl.DataFrame) -> np.ndarray:
+    """The regressors of :data:`TERMS`, one row per iteration."""
+    return np.column_stack([np.ones(f.height), f["batch"].to_numpy(), f["context_tokens"].to_numpy(),
+                            f["prefill_tokens"].to_numpy(), f["prefills"].to_numpy()])
+
+
 def _nonnegative_lstsq(design: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Weighted least squares with every coefficient >= 0: drop the most negative term and refit until none
     is negative (at most five terms, so the active set settles in a few solves)."""
@@ -170,8 +181,7 @@ def fit_iterations(features: pl.DataFrame, step_weights: dict[int, float] | None
     if f.height < MIN_ITERATIONS:
         return None
     y = f["seconds"].to_numpy()
-    design = np.column_stack([np.ones(f.height), f["batch"].to_numpy(), f["context_tokens"].to_numpy(),
-                              f["prefill_tokens"].to_numpy(), f["prefills"].to_numpy()])
+    design = _design(f)
     weight = f["_w"].to_numpy() if "_w" in f.columns else np.ones(f.height)
     coef = _nonnegative_lstsq(design, y, weight)
     predicted = design @ coef

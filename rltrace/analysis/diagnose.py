@@ -27,11 +27,11 @@ from typing import Any
 import polars as pl
 
 from rltrace.analysis import capacity, expected, idle, stragglers, transfers
-from rltrace.analysis.findings import Context, Finding, frame, steady_steps
+from rltrace.analysis.findings import Context, Finding, frame, ranked, steady_steps
 from rltrace.analysis.whatif import Pricer
 from rltrace.bundle import Bundle
 from rltrace.replay.costmodels.profile import load_profile
-from rltrace.replay.run import CostConfig
+from rltrace.replay.run import CostConfig, RunResult
 from rltrace.replay.workload import extract
 
 DEFAULT_REPLICATES = 10
@@ -49,6 +49,9 @@ class Diagnosis:
     steps: tuple[int, ...]
     step_s: float
     notes: list[str] = field(default_factory=list)
+    runs: list[tuple[str, RunResult]] = field(default_factory=list)
+    """with ``keep_runs``: the recording replayed as it ran ("as recorded"), then each priced fix's replay
+    ("fix N: ...", N its rank among the findings), for a report"""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON ``rltrace diagnose --json`` prints (keys in docs/diagnose.md)."""
@@ -77,10 +80,11 @@ def _context(bundle: Bundle) -> tuple[Context, Any]:
 
 
 def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DEFAULT_REPLICATES, seed: int = 0,
-             progress: Callable[[str], None] | None = None) -> Diagnosis:
+             keep_runs: bool = False, progress: Callable[[str], None] | None = None) -> Diagnosis:
     """Every finding about ``bundle`` (see the module text). ``profile``: a `rltrace calibrate` profile of the
     recorded devices (expected times on a device the catalog lacks, the transport's measured rate);
-    ``replicates``: bootstrap replicates behind each gain's spread (fewer than 2: the point estimate only)."""
+    ``replicates``: bootstrap replicates behind each gain's spread (fewer than 2: the point estimate only);
+    ``keep_runs``: keep the replays behind the gains (:attr:`Diagnosis.runs`)."""
     say = progress or (lambda _: None)
     ctx, workload = _context(bundle)
     notes = ["nodes are not judged: a bundle does not record which host ran which rank"]
@@ -92,6 +96,7 @@ def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DE
                             *transfers.slow_syncs(bundle, ctx, transport),
                             *transfers.slow_collectives(bundle, ctx, transport[0] if transport else None)]
     phases = pl.DataFrame(schema=expected.SCHEMA)
+    runs: list[tuple[str, RunResult]] = []
     if workload is None:
         notes.append("no requests: generation, bubbles and engine settings are not judged, and no replay prices "
                      "a fix")
@@ -116,10 +121,14 @@ def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DE
         # a cost that is a replay's gain must be one: above the floor, and above zero at the spread's low end
         found = [f for f in found if not f.lost_from_gain or f.gain is None
                  or (f.gain[0] >= ctx.floor() and f.gain[1] > 0)]
+        if keep_runs:
+            runs.append(("as recorded", pricer.result()))
+            runs += [(f"fix {i + 1}: {f.kind} {f.phase}", pricer.result(f.whatif)) for i, f in enumerate(ranked(found))
+                     if f.whatif is not None and f.gain is not None]
         if phases["expected_s"].null_count() == phases.height:
             notes.append("no expected phase times: the recorded devices are not in the GPU catalog; a profile "
                          "measured on them gives them (rltrace calibrate --device cpu --ranks 2 -o P; --profile P)")
-    return Diagnosis(frame(found), phases, ctx.steps, ctx.step_s, notes)
+    return Diagnosis(frame(found), phases, ctx.steps, ctx.step_s, notes, runs)
 
 
 def _broadcast(profile: pl.DataFrame | None) -> tuple[float, float] | None:

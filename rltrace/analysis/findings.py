@@ -2,21 +2,18 @@
 
 A finding names what is wrong (``kind``, ``phase``, the ``rank`` and generation ``instance`` as the bundle names
 them), what it costs (``lost_s_per_step``: seconds each step loses to it), the evidence it was read from, what
-to change, and, where a what-if replay prices the change, the step time it gains there (median and 90% range
-over the replay's replicates). Detectors (``stragglers``, ``transfers``, ``capacity``, ``idle``, ``expected``)
+to change, and, where a what-if replay prices the change, the step time it gains there (point estimate and 90% range
+over the replay's bootstrap replicates). Detectors (``stragglers``, ``transfers``, ``capacity``, ``idle``, ``expected``)
 each return :class:`Finding` objects; :mod:`rltrace.analysis.diagnose` prices and ranks them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
-
-from rltrace.bundle import Bundle
 
 KINDS = ("straggler", "slow_transfer", "slow_phase", "bubble", "config")
 """every kind a finding can have"""
@@ -81,13 +78,14 @@ class Finding:
                 "gain_replay": self.whatif.label if self.whatif is not None and self.gain is not None else None}
 
 
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """Most seconds per step first (ties in a fixed order)."""
+    return sorted(findings, key=lambda f: (-f.lost_s_per_step, f.kind, f.phase, f.rank or -1, f.instance or ""))
+
+
 def frame(findings: list[Finding]) -> pl.DataFrame:
     """Findings as a DataFrame of :data:`SCHEMA`, most seconds per step first."""
-    rows = sorted(findings, key=lambda f: (-f.lost_s_per_step, f.kind, f.phase, f.rank or -1, f.instance or ""))
-    return pl.DataFrame([f.row() for f in rows], schema=SCHEMA, orient="row")
-
-
-Detector = Callable[[Bundle, "Context"], list[Finding]]
+    return pl.DataFrame([f.row() for f in ranked(findings)], schema=SCHEMA, orient="row")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ IDLE_SHARE = 0.10
 """a pool idle less than this share of its GPU-time has no bubble worth a finding"""
 TAIL_QUANTILE = 0.8
 """a step's tail window starts when this share of its samples has finished (as in the replay's metrics)"""
+MIN_TAIL_S = 0.01
+"""a tail window shorter than this is no long tail"""
 SPLIT_SHARES = (0.25, 1 / 3, 0.5, 2 / 3, 0.75)
 """generation's share of the GPUs in the other pool splits tried (plus one GPU either way)"""
 WORDS = {
@@ -57,11 +59,14 @@ def holders(bundle: Bundle, ctx: Context) -> str:
     longest = tails.with_columns(((pl.col("_b") - pl.col("_a")) / 1e9).alias("_t"))
     worst = longest.sort("_t", "step", descending=True).row(0, named=True)
     mine = held.filter(pl.col("step") == worst["step"]).sort("finish_ns", descending=True).head(3)
+    if not mine.height or worst["_t"] < MIN_TAIL_S:
+        return (f"No long tail: the last {1 - TAIL_QUANTILE:.0%} of each step's samples finished within "
+                f"{worst['_t'] * 1e3:.1f} ms of the rest.")
     names = ", ".join(f"{rid} ({tokens:,} tokens)" for rid, tokens in mine.select("request_id", "output_tokens")
                       .iter_rows())
     return (f"The last {1 - TAIL_QUANTILE:.0%} of each step's samples finished {tail_s:.3f} s after the rest on "
-            f"average; in step {worst['step']} ({worst['_t']:.3f} s) the last were {names or 'none'}, against a "
-            f"median of {worst['_median']:,.0f} tokens.")
+            f"average; in step {worst['step']} ({worst['_t']:.3f} s) the last were {names}, against a median of "
+            f"{worst['_median']:,.0f} tokens.")
 
 
 def _pools(metrics: dict[str, Any], step_s: float) -> dict[str, tuple[float, float, float]]:

@@ -31,7 +31,7 @@ from rltrace.analysis.findings import WhatIf
 from rltrace.bundle import Bundle
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration_fit import IterationFit, fit_iterations, iteration_features
-from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, RunResult, Shape, from_bundle, replay
 from rltrace.replay.uncertainty import bootstrap
 from rltrace.replay.workload import WARMUP_STEPS, extract
 
@@ -102,26 +102,36 @@ class Pricer:
             self._times[key] = self._step_times(self.prepared(self.base_shape, draw), "as-recorded")
         return self._times[key]
 
-    def changed(self, whatif: WhatIf, draw: int = -1) -> np.ndarray:
-        """Per-step step times of the replay with ``whatif`` applied."""
+    def _apply(self, whatif: WhatIf, draw: int) -> Prepared:
+        """The bundle prepared with ``whatif``'s change, at bootstrap draw ``draw``."""
         uncap = whatif.uncap and self.iteration_fit(draw) is not None
         shape = dataclasses.replace(self.base_shape, gen_gpus=whatif.gen_gpus, train_gpus=whatif.train_gpus)
         if whatif.uncap and not uncap:
             shape = dataclasses.replace(shape, max_seqs=whatif.max_seqs)
         prepared = self.prepared(shape, draw)
-        if whatif.train_less_s or whatif.sync_less_s or uncap:
-            index = {s: i for i, s in enumerate(self.steps)}
-            fit = self.iteration_fit(draw)
-            jobs = []
-            for job in prepared.jobs:
-                train = _less(job.train_s, whatif.train_less_s, index)
-                sync = _less(job.sync_s, whatif.sync_less_s, index)
-                generation = job.generation
-                if uncap and fit is not None and isinstance(generation, FittedGeneration):
-                    generation = dataclasses.replace(generation, prefill_base_s=fit.coef["prefill_base"])
-                jobs.append(dataclasses.replace(job, train_s=train, sync_s=sync, generation=generation))
-            prepared = dataclasses.replace(prepared, jobs=jobs)
-        return self._step_times(prepared, whatif.scheduler)
+        if not (whatif.train_less_s or whatif.sync_less_s or uncap):
+            return prepared
+        index = {s: i for i, s in enumerate(self.steps)}
+        fit = self.iteration_fit(draw)
+        jobs = []
+        for job in prepared.jobs:
+            train = _less(job.train_s, whatif.train_less_s, index)
+            sync = _less(job.sync_s, whatif.sync_less_s, index)
+            generation = job.generation
+            if uncap and fit is not None and isinstance(generation, FittedGeneration):
+                generation = dataclasses.replace(generation, prefill_base_s=fit.coef["prefill_base"])
+            jobs.append(dataclasses.replace(job, train_s=train, sync_s=sync, generation=generation))
+        return dataclasses.replace(prepared, jobs=jobs)
+
+    def changed(self, whatif: WhatIf, draw: int = -1) -> np.ndarray:
+        """Per-step step times of the replay with ``whatif`` applied."""
+        return self._step_times(self._apply(whatif, draw), whatif.scheduler)
+
+    def result(self, whatif: WhatIf | None = None) -> RunResult:
+        """The whole replay (every step's fit) of the recording as it ran, or with ``whatif`` applied."""
+        if whatif is None:
+            return replay(self.prepared(self.base_shape), "as-recorded", self.config)
+        return replay(self._apply(whatif, -1), whatif.scheduler, self.config)
 
     def gain(self, whatif: WhatIf, replicates: int = 10, progress: Callable[[], None] | None = None) -> Gain:
         """The step time ``whatif`` saves: the point estimate and the 5%-95% range over ``replicates``

@@ -1,5 +1,6 @@
-"""``rltrace diagnose`` without a recording of its own: the shipped samples, a generation instance slowed in a
-synthetic bundle, and the interval arithmetic the straggler measure rests on."""
+"""``rltrace diagnose`` without a recording of its own: the shipped samples (``tiny_rl_faults`` is a real recording
+with three faults the job injected: sample_traces/README.md), a generation instance slowed in a synthetic bundle,
+the worked example of docs/diagnose.md, and the interval arithmetic the straggler measure rests on."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from helpers import run_cli, small_config
+from helpers import REPO, run_cli, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,10 @@ from rltrace.analysis.findings import KINDS, SCHEMA, covered
 from rltrace.synth import synthesize
 
 KEYS = {"kind", "phase", "rank", "instance", "lost_s_per_step", "evidence", "fix", "gain"}
+STRAGGLE_S_PER_STEP = 2 * 0.15
+"""tiny_rl_faults: rank 1 slept 0.15 s after each of its 2 micro-batches' backward"""
+SYNC_DELAY_S_PER_STEP = 21 * 0.01
+"""... and rank 0 waited 10 ms before each of the weight sync's 21 sends"""
 
 
 def test_the_json_has_the_documented_keys_and_ranks_by_seconds_per_step() -> None:
@@ -34,6 +39,31 @@ def test_the_json_has_the_documented_keys_and_ranks_by_seconds_per_step() -> Non
             assert g["p05_s_per_step"] <= g["s_per_step"] <= g["p95_s_per_step"] and g["replay"]
     assert [p["phase"] for p in out["phases"]] == ["generate", "train", "optimizer", "weight_sync"]
     assert out["steps_judged"] == [1, 2, 3]  # the sample's 4 steps, the first (start-up) left out
+
+
+def test_the_shipped_faulty_recording_names_its_three_faults() -> None:
+    d = diagnose(rltrace.open("tiny_rl_faults"))
+    found = {f["kind"]: f for f in d.findings.iter_rows(named=True)}
+    assert set(found) >= {"straggler", "slow_transfer", "config"}, d.findings
+    straggler, sync, config = found["straggler"], found["slow_transfer"], found["config"]
+    assert (straggler["phase"], straggler["rank"]) == ("train", 1) and "rank 0 waited" in straggler["evidence"]
+    assert abs(straggler["lost_s_per_step"] / STRAGGLE_S_PER_STEP - 1) <= 0.25
+    assert (sync["phase"], sync["rank"], sync["instance"]) == ("weight_sync", 0, "rollout/engine0")
+    assert abs(sync["lost_s_per_step"] / SYNC_DELAY_S_PER_STEP - 1) <= 0.25
+    assert (config["phase"], config["instance"]) == ("generate", "rollout/engine0")
+    assert "exactly 2 requests" in config["evidence"]
+    # the cap's cost: the replay of the whole batch at once against the recorded waves; at least the queueing
+    assert config["lost_s_per_step"] > 1.0 and config["gain_p05_s_per_step"] > 1.0
+
+
+def test_the_docs_worked_example_is_the_current_output() -> None:
+    done = run_cli("diagnose", "tiny_rl_faults")
+    assert done.returncode == 0, done.stderr
+    doc = (REPO / "docs" / "diagnose.md").read_text().splitlines()
+    start = doc.index("$ rltrace diagnose tiny_rl_faults") + 1
+    end = next(i for i in range(start, len(doc)) if doc[i].startswith("```"))
+    # the CLI pads wrapped lines to the console's width, which an editor may strip
+    assert [line.rstrip() for line in doc[start:end]] == [line.rstrip() for line in done.stdout.splitlines()]
 
 
 def test_a_gpu_sample_is_held_against_its_cost_model() -> None:

@@ -52,12 +52,15 @@ def _device(name: str | None, profile: pl.DataFrame | None) -> GPUSpec | None:
 
 
 def _generation(bundle: Bundle, cost: CostConfig, max_seqs: int | None) -> tuple[float | None, str]:
+    rollout = bundle.manifest.cluster.get("rollout")
     try:
         prepared = from_bundle(bundle, Shape(max_seqs=max_seqs), CostConfig(generation="roofline",
                                                                             profile=cost.profile))
         metrics = replay(prepared, "as-recorded", ReplayConfig()).metrics
     except ConfigError as e:
-        return None, f"no roofline ({str(e).split(':')[0]})"
+        device = rollout.device if rollout else None
+        return None, (f"no cost model for {device!r}: give --profile" if device and "roofline" in str(e)
+                      else f"no roofline ({str(e).split(':')[0]})")
     return float(metrics["phases_s_per_step"].get("generation", 0.0)), "roofline replay of the recorded requests"
 
 
@@ -78,7 +81,8 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
     tokens = (steps["prompt_tokens"] + steps["output_tokens"]).cast(pl.Float64).to_numpy()
     per_sample = tokens / np.maximum(steps["samples"].to_numpy(), 1)
     expected: dict[str, tuple[float | None, str]] = {"generate": _generation(bundle, cost, max_seqs)}
-    why = "no model" if spec is None else f"no cost model for device {trainer.device if trainer else None!r}"
+    device = trainer.device if trainer else None
+    why = "no model recorded" if spec is None else f"no cost model for {device!r}: give --profile"
     if spec is not None and train_gpu is not None:
         train = [step_seconds(spec, train_gpu, tokens=t, gpus=gpus, seq_len=s).seconds
                  for t, s in zip(tokens, per_sample)]
@@ -86,14 +90,14 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
         expected["optimizer"] = (ADAM_BYTES_PER_PARAM * spec.params / gpus / train_gpu.hbm_bytes_per_s,
                                  "Adam's state read and written once")
     else:
-        expected["train"] = expected["optimizer"] = (None, why + " (rltrace calibrate --device gives one)")
+        expected["train"] = expected["optimizer"] = (None, why)
     sync_bytes = number(steps["sync_bytes"].mean() or 0.0)
     if sync_bytes_per_s:
         expected["weight_sync"] = (sync_bytes / sync_bytes_per_s, "the profile's broadcast rate")
     elif train_gpu is not None and profile is None:
         expected["weight_sync"] = (sync_bytes / (SYNC_GBPS * 1e9), f"{SYNC_GBPS:g} GB/s, the default sync bandwidth")
     else:
-        expected["weight_sync"] = (None, "no measured transport rate")
+        expected["weight_sync"] = (None, "no transport rate: give --profile")
     published = _published(m.model.name if m.model else None, trainer.device if trainer else None,
                            number(steps["samples"].mean() or 0.0),
                            (trainer.count if trainer else 0) + (rollout.count if rollout else 0))

@@ -6,7 +6,8 @@ training) less the time it spent inside collectives during them: a healthy rank
 that waits for a slow one waits inside a collective (DDP's gradient all-reduce, a loss all-reduce), so its
 span is as long as the straggler's but its busy time is not. A rank is a straggler of the phase when its busy
 time exceeds the median of the other ranks' by at least ``REL_EXCESS`` of it (and by the diagnosis's floor)
-in at least ``CONSISTENT`` of the judged steps; it costs the mean excess a step. The evidence names where the
+in at least ``CONSISTENT`` of the judged steps; it costs its median excess over the judged steps (one step
+disturbed by something else on the host does not set it). The evidence names where the
 others waited for it: the collectives it issued last, and each healthy rank's wait in them (the time from
 its own issue to the straggler's).
 
@@ -96,17 +97,17 @@ def rank_stragglers(bundle: Bundle, ctx: Context) -> list[Finding]:
                                                                    .alias("excess_s"))
     findings = []
     for (phase, actor, rank), rows in times.group_by("phase", "actor", "rank", maintain_order=True):
-        others = number(rows["others_s"].mean())
+        others = number(rows["others_s"].median())
         need = max(ctx.floor(), REL_EXCESS * others)
         slow = rows.filter(pl.col("excess_s") >= need)
-        excess = number(rows["excess_s"].mean())
+        excess = number(rows["excess_s"].median())  # the typical step: one disturbed step does not set it
         if excess < need or slow.height < CONSISTENT * rows.height:
             continue
         waits = _waits(bundle, int(rank), ctx)
-        busy = number(rows["busy_s"].mean())
-        evidence = (f"{actor}'s {phase} work outside collectives took {busy:.3f} s a step against {others:.3f} s "
-                    f"for the other ranks (median), {excess:.3f} s more, slower in {slow.height} of {rows.height} "
-                    f"steps. {waits}")
+        busy = number(rows["busy_s"].median())
+        evidence = (f"{actor}'s {phase} work outside collectives took {busy:.3f} s in the median step against "
+                    f"{others:.3f} s for the other ranks, {excess:.3f} s more, slower in {slow.height} of "
+                    f"{rows.height} steps. {waits}")
         fix = (f"Make rank {rank} as fast as the others: look for what else runs on its device or host (another "
                "process, a throttled or slower device, data loading or logging on that rank only) and move it "
                "off, or give the rank less of the batch.")
@@ -137,7 +138,7 @@ def _waits(bundle: Bundle, rank: int, ctx: Context) -> str:
            .filter(pl.col("wait_ns") >= MIN_WAIT_NS * steps).sort("wait_ns", descending=True))
     if not per.height:
         return f"It issued {last} of its {ops.height} shared collectives last, but nobody waited a millisecond for it."
-    parts = [f"rank {r} waited {seconds(w / steps)} a step in {op} on {pg} ({n / steps:.3g} a step)"
+    parts = [f"rank {r} waited {seconds(w / steps)} a step in {op} on {pg} ({n / steps:.3g} operations a step)"
              for r, op, pg, w, n in per.head(3).select("rank", "op", "pg", "wait_ns", "ops").iter_rows()]
     return (f"It issued {last} of its {ops.height} shared collectives last, and the others waited in them: "
             + "; ".join(parts) + ".")

@@ -73,7 +73,7 @@ class Pricer:
     def iteration_fit(self, draw: int = -1) -> IterationFit | None:
         """The per-iteration generation fit the replay uses at draw ``draw``; None when it uses another cost."""
         if draw not in self._fits:
-            fitted = isinstance(self.prepared(Shape(), draw).jobs[0].generation, FittedGeneration)
+            fitted = isinstance(self.prepared(Shape()).jobs[0].generation, FittedGeneration)  # whatever the draw
             iterations = self.bundle.iterations.collect()
             self._fits[draw] = fit_iterations(iteration_features(iterations, self.bundle.requests.collect()),
                                               self.weights(draw)) if fitted and iterations.height else None

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -22,6 +23,9 @@ from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError, clean
 from rltrace.limits import check_input, check_output
+
+MAX_TEXT_CHARS = 4000
+"""an evidence or fix sentence is cut here (it quotes trace strings: request ids, process groups)"""
 
 
 def diagnose_cmd(
@@ -63,7 +67,7 @@ def diagnose_cmd(
         print(json.dumps({"bundle": str(source.path), "run_id": source.manifest.run_id, **result.to_json()},
                          indent=2))
         return
-    render(str(source.path), result, stdout_console())
+    render(str(bundle), result, stdout_console())
     if dashboard is not None:
         print(f"wrote the report {dashboard}")
 
@@ -83,8 +87,8 @@ def render(path: str, d: Diagnosis, console: Console) -> None:
     """Print a diagnosis for people; every trace-supplied string is printed as text, never as markup."""
     steps = f"steps {d.steps[0]}..{d.steps[-1]}" if d.steps else "no steps"
     mean = f", mean step {d.step_s:.3f} s" if d.step_s == d.step_s else ""
-    console.print(Text(clean(f"{path}: {d.findings.height} finding(s) over {steps}{mean}", MAX_CELL_CHARS),
-                       style="bold"))
+    count = f"{d.findings.height} finding" + ("" if d.findings.height == 1 else "s")
+    console.print(Text(clean(f"{path}: {count} over {steps}{mean}", MAX_CELL_CHARS), style="bold"))
     if d.findings.height:
         table = Table(title=Text("What to fix, most seconds per step first"), title_justify="left",
                       title_style="bold")
@@ -96,11 +100,11 @@ def render(path: str, d: Diagnosis, console: Console) -> None:
                 str(i + 1), row["kind"], row["phase"], _where(row), f"{row['lost_s_per_step']:.3f}", _gain(row))))
         print_table(console, table)
         for i, row in enumerate(d.findings.iter_rows(named=True)):
-            console.print(Text(f"{i + 1}. {row['kind']} ({row['phase']}, {_where(row)})", style="bold"))
-            console.print(Text(f"   evidence: {row['evidence']}"))
-            console.print(Text(f"   fix: {row['fix']}"))
-            if row["gain_replay"] is not None:
-                console.print(Text(f"   replayed: {row['gain_replay']}"))
+            console.print(Text(clean(f"{i + 1}. {row['kind']} ({row['phase']}, {_where(row)})", MAX_CELL_CHARS),
+                               style="bold"))
+            for label, key in (("evidence", "evidence"), ("fix", "fix"), ("replayed", "gain_replay")):
+                if row[key] is not None:  # indented, wrapped at the console's width; trace text never markup
+                    console.print(Padding(Text(f"{label}: {clean(row[key], MAX_TEXT_CHARS)}"), (0, 0, 0, 3)))
     else:
         console.print("Nothing to fix above the floor (10 ms and 2% of the step).")
     phases = Table(title=Text("Is it normal: seconds per step by phase"), title_justify="left", title_style="bold")
@@ -114,7 +118,7 @@ def render(path: str, d: Diagnosis, console: Console) -> None:
     if d.phases.height:
         print_table(console, phases)
     for note in d.notes:
-        console.print(Text(f"note: {note}"))
+        console.print(Text(f"note: {clean(note)}"))
 
 
 def _num(value: float | None) -> str:

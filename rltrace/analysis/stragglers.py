@@ -32,8 +32,9 @@ from rltrace.scalars import number
 
 REL_EXCESS = 0.5
 """a straggler's busy time is at least this share above the others' median"""
-CONSISTENT = 0.8
-"""... in at least this share of the judged steps (one slow step is noise, not a straggler)"""
+CONSISTENT = 0.9
+"""... in at least this share of the judged steps: a persistent straggler (a bad node, a throttled device) is slow in
+every step, where contention from other processes on the host slows a rank in some"""
 MIN_WAIT_NS = 1e6
 """a wait shorter than this a step (1 ms) is not evidence"""
 SKIP_PHASES = ("generate", "weight_sync", "engine_start")

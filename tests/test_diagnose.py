@@ -103,8 +103,10 @@ def test_a_straggling_rank_is_named_with_the_healthy_ranks_wait_as_evidence(reco
         # the healthy rank waits for it in the collectives it enters last (DDP's next bucket, the loss all-reduce)
         assert "rank 0 waited" in finding["evidence"] and "on pg" in finding["evidence"], finding["evidence"]
         off += _close(finding["lost_s_per_step"], STRAGGLE_S * MICRO_BATCHES, f"{bundle.name} straggler")
+        # priced by a replay without the excess: the gain, and its bootstrap range, near the injected sleep
         gain = finding["gain"]
-        assert gain is not None and gain["p05_s_per_step"] <= gain["s_per_step"] <= gain["p95_s_per_step"]
+        assert gain is not None and gain["p05_s_per_step"] <= gain["p95_s_per_step"]
+        off += _close(gain["s_per_step"], STRAGGLE_S * MICRO_BATCHES, f"{bundle.name} straggler's replayed gain")
     assert not off, off
 
 

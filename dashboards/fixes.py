@@ -10,18 +10,18 @@ from rltrace.dashboards.page import Column, color, esc, layout
 COLUMNS = [
     Column("n", "#"), Column("kind", "kind"), Column("phase", "phase"), Column("where", "rank / instance"),
     Column("lost_s_per_step", "lost (s per step)", ".3f"), Column("gain", "replayed gain (s per step, 5% to 95%)"),
-    Column("evidence", "evidence"), Column("fix", "what to change"),
+    Column("gain_replay", "replayed change"),
 ]
-"""the findings table: one row per finding, in rank order"""
+"""the findings table: one row per finding, in rank order (evidence and fix follow it, see :func:`details`)"""
 
 
 def rows(findings: pl.DataFrame) -> pl.DataFrame:
     """The findings as the table shows them: a rank, where (rank and instance) and the gain as text."""
     where = pl.concat_str([pl.when(pl.col("rank").is_not_null()).then(pl.format("rank {}", "rank")),
                            pl.col("instance")], separator=", ", ignore_nulls=True)
-    gain = pl.when(pl.col("gain_s_per_step").is_not_null()).then(pl.format(
-        "{} ({} to {}): {}", pl.col("gain_s_per_step").round(3), pl.col("gain_p05_s_per_step").round(3),
-        pl.col("gain_p95_s_per_step").round(3), "gain_replay"))
+    text = [pl.col(c).map_elements(lambda v: f"{v:.3f}", return_dtype=pl.String)
+            for c in ("gain_s_per_step", "gain_p05_s_per_step", "gain_p95_s_per_step")]
+    gain = pl.when(pl.col("gain_s_per_step").is_not_null()).then(pl.format("{} ({} to {})", *text))
     return findings.with_columns(pl.int_range(1, pl.len() + 1).alias("n"), where.alias("where"), gain.alias("gain"))
 
 
@@ -44,3 +44,13 @@ def figure(findings: pl.DataFrame) -> go.Figure:
     fig.update_yaxes(autorange="reversed", title_text="")
     fig.update_xaxes(title_text="seconds per step", rangemode="tozero")
     return layout(fig, "What each finding costs a step", height=max(260, 60 + 40 * shown.height))
+
+
+def details(findings: pl.DataFrame) -> dict[str, str]:
+    """Each finding's evidence and fix, keyed by its rank and name, for the section's definition list."""
+    shown = rows(findings)
+    out = {}
+    for n, kind, phase, where, evidence, fix in shown.select("n", "kind", "phase", "where", "evidence",
+                                                             "fix").iter_rows():
+        out[f"{n}. {kind} ({phase}{', ' + where if where else ''})"] = f"{evidence} What to change: {fix}"
+    return out

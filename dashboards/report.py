@@ -159,6 +159,7 @@ def _fixes(page: Page, findings: pl.DataFrame) -> None:
         return
     page.figure(fixes.figure(findings))
     page.table(fixes.rows(findings), fixes.COLUMNS)
+    page.definitions(fixes.details(findings))
 
 
 def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Objective) -> None:

@@ -107,8 +107,7 @@ def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DE
         pricer = Pricer(bundle, cost, seed, cap)
         say("bubbles: replaying every scheduler and pool split")
         found += idle.bubbles(bundle, ctx, pricer)
-        phases = expected.phase_table(bundle, workload, ctx, cost, frame_profile, cap,
-                                      transport[0] if transport else None)
+        phases = expected.phase_table(bundle, workload, ctx, cost, frame_profile, cap, transport)
         explained = {f.phase for f in found if f.kind in ("straggler", "config")}
         found += [f for f in expected.slow_phases(phases, ctx) if f.phase not in explained]
         priced = [f for f in found if f.whatif is not None]

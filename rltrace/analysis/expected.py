@@ -26,7 +26,7 @@ from rltrace.bundle import Bundle
 from rltrace.catalog import GPUSpec, get_gpu
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels.defaults import SYNC_GBPS
-from rltrace.replay.costmodels.profile import device_from_profile
+from rltrace.replay.costmodels.profile import device_from_profile, factors
 from rltrace.replay.costmodels.training import ADAM_BYTES_PER_PARAM, step_seconds
 from rltrace.replay.described.validation import read_runs
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, model_spec, replay
@@ -38,17 +38,27 @@ SLOW_RATIO = 2.0
 PHASES = (("generate", "generation_s", "gen_s"), ("train", "train_s", "train_s"),
           ("optimizer", "optimizer_s", None), ("weight_sync", "weight_sync_s", "refit_s"))
 """(phase, workload column, published-runs column)"""
+COLLECTIVE = ("gloo", "nccl")
+"""the sync methods a profile's broadcasts time"""
 SCHEMA = {"phase": pl.String, "measured_s": pl.Float64, "expected_s": pl.Float64, "expected_from": pl.String,
           "ratio": pl.Float64, "published_s": pl.Float64, "published_run": pl.String}
 
 
-def _device(name: str | None, profile: pl.DataFrame | None) -> GPUSpec | None:
+def _device(name: str | None, profile: pl.DataFrame | None) -> tuple[GPUSpec | None, float | None]:
+    """The device's peaks and, for a device only a profile knows, the compute efficiency it measured (its
+    MFU: the published figures are GPUs'); (None, None) when nothing knows the device."""
     if name is None:
-        return None
+        return None, None
     try:
-        return get_gpu(name)
+        return get_gpu(name), None
     except ConfigError:
-        return device_from_profile(profile, name) if profile is not None else None
+        device = device_from_profile(profile, name) if profile is not None else None
+    if device is None or profile is None:
+        return None, None
+    try:
+        return device, factors(profile, name, 1).compute_efficiency
+    except ConfigError:  # peaks without GEMM rows: the published MFU
+        return device, None
 
 
 def _generation(bundle: Bundle, cost: CostConfig, max_seqs: int | None) -> tuple[float | None, str]:
@@ -66,7 +76,7 @@ def _generation(bundle: Bundle, cost: CostConfig, max_seqs: int | None) -> tuple
 
 def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConfig,
                 profile: pl.DataFrame | None, max_seqs: int | None = None,
-                sync_bytes_per_s: float | None = None) -> pl.DataFrame:
+                transport: tuple[float, float] | None = None) -> pl.DataFrame:
     """One row per phase (see the module text): phase, measured_s, expected_s, expected_from, ratio (measured
     over expected), published_s, published_run; nulls where nothing gives a figure."""
     steps = workload.steps.filter(pl.col("step").is_in(ctx.steps))
@@ -76,7 +86,7 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
         spec = model_spec(m.model)
     except ConfigError:
         spec = None
-    train_gpu = _device(trainer.device if trainer else None, profile)
+    train_gpu, mfu = _device(trainer.device if trainer else None, profile)
     gpus = trainer.count if trainer else 1
     tokens = (steps["prompt_tokens"] + steps["output_tokens"]).cast(pl.Float64).to_numpy()
     per_sample = tokens / np.maximum(steps["samples"].to_numpy(), 1)
@@ -84,16 +94,23 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
     device = trainer.device if trainer else None
     why = "no model recorded" if spec is None else f"no cost model for {device!r}: give --profile"
     if spec is not None and train_gpu is not None:
-        train = [step_seconds(spec, train_gpu, tokens=t, gpus=gpus, seq_len=s).seconds
+        train = [step_seconds(spec, train_gpu, tokens=t, gpus=gpus, seq_len=s, mfu=mfu).seconds
                  for t, s in zip(tokens, per_sample)]
-        expected["train"] = (float(np.mean(train)) if train else None, "6N FLOPs at the published MFU")
+        expected["train"] = (float(np.mean(train)) if train else None,
+                             "6N FLOPs at the published MFU" if mfu is None else
+                             f"6N FLOPs at the profile's compute efficiency ({mfu:.1%})")
         expected["optimizer"] = (ADAM_BYTES_PER_PARAM * spec.params / gpus / train_gpu.hbm_bytes_per_s,
                                  "Adam's state read and written once")
     else:
         expected["train"] = expected["optimizer"] = (None, why)
     sync_bytes = number(steps["sync_bytes"].mean() or 0.0)
-    if sync_bytes_per_s:
-        expected["weight_sync"] = (sync_bytes / sync_bytes_per_s, "the profile's broadcast rate")
+    if transport is not None:
+        rate, per_op = transport
+        step = pl.coalesce("step", pl.col("version") - 1)
+        sends = bundle.weight_syncs.filter(pl.col("src").str.starts_with("trainer/"), step.is_in(ctx.steps),
+                                           pl.col("method").is_in(COLLECTIVE))
+        per_step = number(sends.select(pl.col("tensors").sum()).collect().item()) / max(len(ctx.steps), 1)
+        expected["weight_sync"] = (sync_bytes / rate + per_step * per_op, "the profile's broadcasts")
     elif train_gpu is not None and profile is None:
         expected["weight_sync"] = (sync_bytes / (SYNC_GBPS * 1e9), f"{SYNC_GBPS:g} GB/s, the default sync bandwidth")
     else:

@@ -3,7 +3,8 @@
 **Weight syncs.** A flow's achieved rate is its bytes over its duration (first send's start to last send's
 end). The rate it is held against, in order of preference:
 
-- *measured by* ``rltrace calibrate --ranks N`` (a profile's broadcast bandwidth), when a profile is given;
+- *measured by* ``rltrace calibrate --ranks N`` (a profile's broadcast bandwidth and time per operation), when a
+  profile is given, for Gloo and NCCL flows;
 - *measured in the bundle*: where the flow is made of the sender's own collectives (a broadcast or send per
   tensor), the same transport's rate while those were on the wire (all the bundle's flows of that transport:
   their bytes over the time their sends were running). The difference between the flow's duration and its
@@ -35,6 +36,8 @@ FAR = 0.5
 RATED_FAR = 0.1
 """... and less than this share of a rated one"""
 SENDS = ("broadcast", "send", "scatter")
+PROFILED = ("gloo", "nccl")
+"""the transports a profile's broadcasts time (a reload from disk is not one of them)"""
 BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0, "reduce": 1.0}
 """nccl-tests' bus bandwidth: algorithm bandwidth x factor x (n - 1) / n (broadcast and reduce: x 1)"""
 
@@ -81,7 +84,7 @@ def slow_syncs(bundle: Bundle, ctx: Context, profile: tuple[float, float] | None
     for (method,), same in flows.group_by("method", maintain_order=True):
         on_wire = same.filter(pl.col("wire_ns").is_not_null())
         per_op = 0.0
-        if profile is not None:
+        if profile is not None and method in PROFILED:
             (ref, per_op), far = profile, FAR
             source = (f"measured by rltrace calibrate (the profile's broadcasts: {rate(ref)} plus "
                       f"{seconds(per_op * 1e9)} an operation)")

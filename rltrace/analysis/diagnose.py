@@ -33,6 +33,7 @@ from rltrace.bundle import Bundle
 from rltrace.replay.costmodels.profile import load_profile
 from rltrace.replay.run import CostConfig, RunResult
 from rltrace.replay.workload import extract
+from rltrace.scalars import number
 
 DEFAULT_REPLICATES = 10
 """bootstrap replicates behind each gain's spread"""
@@ -74,7 +75,7 @@ def _context(bundle: Bundle) -> tuple[Context, Any]:
     if workload is not None and workload.steps.height:
         steps = steady_steps(workload.steps["step"].to_list())
         wall = workload.steps.filter(pl.col("step").is_in(steps))["wall_s"].mean()
-        return Context(steps, float(wall) if wall is not None else math.nan), workload  # type: ignore[arg-type]
+        return Context(steps, number(wall) if wall is not None else math.nan), workload
     recorded = pl.concat([bundle.spans.select("step").collect(), bundle.collectives.select("step").collect()])
     return Context(steady_steps(recorded["step"].unique().to_list()), math.nan), None
 

@@ -13,7 +13,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP = $(VENV)/bin/python -m pip install --quiet
 
-.PHONY: test deps bench tiny-rl-sample
+.PHONY: test deps bench tiny-rl-sample tiny-rl-faults-sample
 
 test: deps
 	$(VENV)/bin/ruff check .
@@ -47,3 +47,12 @@ tiny-rl-sample:
 	HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 $(VENV)/bin/rltrace record -o sample_traces/tiny_rl_cpu --force \
 		--name tiny_rl_cpu --model .tiny_llama/config.json -- \
 		$(VENV)/bin/python examples/tiny_rl/train.py --model-dir .tiny_llama
+
+# Re-record the shipped sample of the same job with three injected faults (docs/diagnose.md): trainer rank 1 sleeps
+# 0.15 s after each of its 2 micro-batches' backward, rank 0 waits 10 ms before each weight-sync send, and vLLM runs
+# at most 2 of the step's 16 requests at once.
+tiny-rl-faults-sample:
+	HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 $(VENV)/bin/rltrace record -o sample_traces/tiny_rl_faults --force \
+		--name tiny_rl_faults --model .tiny_llama/config.json -- \
+		$(VENV)/bin/python examples/tiny_rl/train.py --model-dir .tiny_llama --steps 6 --micro-batches 2 \
+		--straggle 1:0.15 --sync-delay 0.01 --max-num-seqs 2

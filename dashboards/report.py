@@ -1,7 +1,8 @@
 """The comparison report: runs (and optionally the bundle they replay) in, one HTML page out.
 
-``build`` returns the page as a string; the caller writes it. Sections: runs compared, bubbles, phases, timelines,
-output lengths, load per instance, network, and, with a bundle, what it recorded."""
+``build`` returns the page as a string; the caller writes it. Sections: with a diagnosis's findings, what to fix; runs
+compared, bubbles, phases, timelines, output lengths, load per instance, network, and, with a bundle, what it
+recorded."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import polars as pl
 from rltrace.dashboards import (
     bubbles,
     collectives,
+    fixes,
     flows,
     header,
     latency,
@@ -80,14 +82,18 @@ class ReportConfig:
 
 
 def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = None,
-          config: ReportConfig | None = None, title: str = "rltrace report", objective: Objective | None = None) -> str:
+          config: ReportConfig | None = None, title: str = "rltrace report", objective: Objective | None = None,
+          findings: pl.DataFrame | None = None) -> str:
     """The whole report as HTML. Its first screen names the run to choose for ``objective`` (default: most
-    samples/s on the same work) and why."""
+    samples/s on the same work) and why; with ``findings`` (``rltrace.analysis.diagnose``), a "What to fix"
+    section comes first."""
     if not runs:
         raise ConfigError("the report needs at least one run")
     config = config or ReportConfig()
     objective = objective or Objective()
     page = Page(title)
+    if findings is not None:
+        _fixes(page, findings)
     _choice(page, runs, baseline, objective)
 
     page.section("Bubbles", "each pool's GPU-time split into busy time, dependency bubbles and skewness bubbles")
@@ -141,6 +147,19 @@ def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = 
     if bundle is not None:
         _recorded(page, bundle)
     return page.render()
+
+
+def _fixes(page: Page, findings: pl.DataFrame) -> None:
+    """What to fix: the diagnosis's findings, most seconds per step first, with their replayed gains."""
+    page.section("What to fix", "rltrace diagnose's findings, most seconds per step first; a gain is the step time "
+                 "a what-if replay of the fix saves, with its 5%-95% range over bootstrap replicates (the runs "
+                 "named 'fix N' below)")
+    if not findings.height:
+        page.text("nothing to fix above the floor (10 ms and 2% of the step)")
+        return
+    page.figure(fixes.figure(findings))
+    page.table(fixes.rows(findings), fixes.COLUMNS)
+    page.definitions(fixes.details(findings))
 
 
 def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Objective) -> None:

@@ -18,8 +18,8 @@ from rltrace.sample_traces import sample_path
 import rltrace
 from rltrace.synth import synthesize
 
-COMMANDS = {"advise", "calibrate", "dashboard", "estimate", "export", "fabric", "inspect", "record", "replay", "schema",
-            "sweep", "synth", "import"}
+COMMANDS = {"advise", "calibrate", "dashboard", "diagnose", "estimate", "export", "fabric", "inspect", "record",
+            "replay", "schema", "sweep", "synth", "import"}
 
 
 def test_help_lists_exactly_the_working_commands() -> None:
@@ -128,6 +128,12 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["dashboard", str(tmp / "flat"), "-o", str(tmp / "r.html")],
          "volume_bytes_per_step must be a table of figures, got 5"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out], "unknown GPU kind 'Z9'"),
+        (["diagnose", "/no/such/bundle"], "/no/such/bundle: no such file or directory"),
+        (["diagnose", str(tmp / "file.txt")], "not a trace bundle"),
+        (["diagnose", "tiny_rl_cpu", "--replicates", "1"], "--replicates must be 0 (off) or 2..1000, got 1"),
+        (["diagnose", "tiny_rl_cpu", "--profile", str(tmp / "none.parquet")], "none.parquet: no such file"),
+        (["diagnose", "tiny_rl_cpu", "--profile", str(tmp / "file.txt")], "not a readable profile"),
+        (["diagnose", "tiny_rl_cpu", "--dashboard", str(tmp)], "is a folder, expected a file name"),
         (["inspect", "/no/such/bundle"], "/no/such/bundle: no such file or directory"),
         (["inspect", str(tmp / "file.txt")], "not a trace bundle"),
         (["inspect", str(existing)], "manifest.json: missing field 'run_id'"),

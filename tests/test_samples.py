@@ -17,7 +17,7 @@ PRESET_OF = {"rollpacker_qwen7b": "rollpacker", "streamrl_qwen32b": "streamrl", 
 
 
 def test_samples_are_shipped_and_small() -> None:
-    assert list_samples() == sorted([*PRESET_OF, "tiny_rl_cpu"])
+    assert list_samples() == sorted([*PRESET_OF, "tiny_rl_cpu", "tiny_rl_faults"])
     assert DEFAULT_SAMPLE == "rollpacker_qwen7b"
     for name in list_samples():
         size = sum(f.stat().st_size for f in sample_path(name).iterdir())
@@ -58,10 +58,12 @@ def test_samples_are_what_their_documented_command_regenerates(name: str) -> Non
         assert_frame_equal(shipped.table(table).collect().select(frame.columns), frame, check_dtypes=False)
 
 
-def test_the_recorded_tiny_rl_sample() -> None:
-    """Recorded from examples/tiny_rl by `make tiny-rl-sample`: real vLLM, DDP on Gloo, weight sync per step."""
-    bundle = rltrace.open(sample_path("tiny_rl_cpu"))
-    assert bundle.manifest.source == "record" and bundle.manifest.run_id == "tiny_rl_cpu"
+@pytest.mark.parametrize("name", ["tiny_rl_cpu", "tiny_rl_faults"])
+def test_the_recorded_tiny_rl_sample(name: str) -> None:
+    """Recorded from examples/tiny_rl by `make tiny-rl-sample` (and, with its faults, `make tiny-rl-faults-sample`):
+    real vLLM, DDP on Gloo, weight sync per step."""
+    bundle = rltrace.open(sample_path(name))
+    assert bundle.manifest.source == "record" and bundle.manifest.run_id == name
     for table in ("requests", "collectives", "weight_syncs", "spans"):
         assert bundle.table(table).collect().height > 0, table
     model = bundle.manifest.model

@@ -13,6 +13,12 @@ update's own effect on the same log-probability (``update_shift``, measured on t
     python examples/tiny_rl/train.py [--steps 4] [--prompts 4] [--samples 4] [--model-dir DIR]
     rltrace record -o tiny_run --model DIR/config.json -- python examples/tiny_rl/train.py --model-dir DIR
 
+Each trainer runs its share in ``--micro-batches`` forward/backward passes (DDP all-reduces the gradients of
+each), then all-reduces its loss for the log line. Faults to diagnose (``rltrace diagnose``, docs/diagnose.md)
+are the job's own options, never the recorder's: ``--straggle RANK:SECONDS`` sleeps on that trainer rank after
+each micro-batch's backward, ``--sync-delay SECONDS`` waits before each tensor's weight-sync send, and
+``--max-num-seqs N`` caps vLLM's running batch.
+
 Ranks: 0 and 1 train, 2 generates. Two JSON lines go to stdout: the generator's (steps, parameter bytes,
 samples per step) and trainer rank 0's (``logprob_gap``, ``update_shift`` and ``step_s`` per step).
 """
@@ -54,7 +60,9 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
     from safetensors.torch import save_file
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=str(args.model_dir), dtype="float32", max_model_len=256, enforce_eager=True, seed=0)
+    engine_args = {"max_num_seqs": args.max_num_seqs} if args.max_num_seqs else {}
+    llm = LLM(model=str(args.model_dir), dtype="float32", max_model_len=256, enforce_eager=True, seed=0,
+              **engine_args)
     with safe_open(str(args.model_dir / "model.safetensors"), "pt") as f:
         shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}  # noqa: SIM118 - a safe_open handle
     weights_dir = Path(tempfile.mkdtemp(prefix="tiny_rl_weights_"))
@@ -91,7 +99,8 @@ def trainer(rank: int, args: argparse.Namespace, train_group: dist.ProcessGroup,
     model = LlamaForCausalLM.from_pretrained(str(args.model_dir), dtype=torch.float32)
     ddp = DistributedDataParallel(model, process_group=train_group)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    gaps, shifts, step_s = [], [], []
+    gaps, shifts, step_s, losses = [], [], [], []
+    straggle_rank, straggle_s = args.straggle
     for _ in range(args.steps):
         started = time.perf_counter()
         box: list = [None]
@@ -104,26 +113,36 @@ def trainer(rank: int, args: argparse.Namespace, train_group: dist.ProcessGroup,
             mask = groups == g
             advantages[mask] = (rewards[mask] - rewards[mask].mean()) / (rewards[mask].std(unbiased=False) + 1e-4)
         mine = list(range(TRAINERS.index(rank), len(batch), len(TRAINERS)))
-        loss, logps = torch.zeros(()), []
-        for i in mine:
-            logp = sequence_logprob(ddp, batch[i][0], batch[i][1])
-            logps.append(float(logp))
-            loss = loss - advantages[i] * logp / len(batch)
+        logps, total = [], torch.zeros(())
         opt.zero_grad()
-        loss.backward()
+        for part in range(args.micro_batches):  # each backward all-reduces its gradients (DDP), accumulating
+            loss = torch.zeros(())
+            for i in mine[part :: args.micro_batches]:
+                logp = sequence_logprob(ddp, batch[i][0], batch[i][1])
+                logps.append(float(logp))
+                loss = loss - advantages[i] * logp / len(batch)
+            loss.backward()
+            total += loss.detach()
+            if rank == straggle_rank:
+                time.sleep(straggle_s)  # the injected straggler: slow after every backward
+        dist.all_reduce(total, group=train_group)  # the step's loss over both trainers, for the log line
+        losses.append(float(total))
         opt.step()
         if rank == TRAINERS[0]:
             with torch.no_grad():
                 for _, tensor in sorted(model.state_dict().items()):
+                    if args.sync_delay:
+                        time.sleep(args.sync_delay)  # the injected slow transfer: a wait before every send
                     dist.broadcast(tensor.contiguous(), src=rank, group=sync_group)
         step_s.append(time.perf_counter() - started)  # generation wait + train + sync, as the trainer sees it
-        gaps.append(max(abs(lp - batch[i][4]) for lp, i in zip(logps, mine)))
+        order = [i for part in range(args.micro_batches) for i in mine[part :: args.micro_batches]]
+        gaps.append(max(abs(lp - batch[i][4]) for lp, i in zip(logps, order)))
         with torch.no_grad():  # after the sync: rltrace counts a forward after an update as the next step's work
             # One sample is evidence enough, and keeps the trainers off the CPU while the next step generates.
-            first = mine[0]
+            first = order[0]
             shifts.append(abs(float(sequence_logprob(model, batch[first][0], batch[first][1])) - logps[0]))
     if rank == TRAINERS[0]:
-        emit({"logprob_gap": gaps, "update_shift": shifts, "step_s": step_s})
+        emit({"logprob_gap": gaps, "update_shift": shifts, "step_s": step_s, "loss": losses})
 
 
 def sequence_logprob(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> torch.Tensor:
@@ -139,6 +158,18 @@ def samples_list(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"samples per prompt must be >= 1, got {text!r}")
     return counts
+
+
+def straggler(text: str) -> tuple[int, float]:
+    """``--straggle RANK:SECONDS``: the trainer rank that sleeps, and for how long after each backward."""
+    rank, _, seconds = text.partition(":")
+    try:
+        parsed = int(rank), float(seconds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--straggle takes RANK:SECONDS, got {text!r}") from None
+    if parsed[0] not in TRAINERS or parsed[1] < 0:
+        raise argparse.ArgumentTypeError(f"--straggle: a trainer rank {TRAINERS} and seconds >= 0, got {text!r}")
+    return parsed
 
 
 def emit(summary: dict) -> None:
@@ -167,7 +198,15 @@ def main() -> None:
                         help="samples per prompt (the GRPO group); a list such as 8,4 cycles through it step by step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "rltrace_tiny_llama")
+    parser.add_argument("--micro-batches", type=int, default=1, help="forward/backward passes per trainer step")
+    parser.add_argument("--straggle", type=straggler, default=(-1, 0.0), metavar="RANK:SECONDS",
+                        help="fault: this trainer rank sleeps SECONDS after each micro-batch's backward")
+    parser.add_argument("--sync-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="fault: trainer rank 0 waits SECONDS before each tensor's weight-sync send")
+    parser.add_argument("--max-num-seqs", type=int, default=None, help="vLLM's max_num_seqs (default: vLLM's)")
     args = parser.parse_args()
+    if args.micro_batches < 1 or args.prompts * min(args.samples) < args.micro_batches * len(TRAINERS):
+        parser.error("--micro-batches must be >= 1 and leave each trainer a sample per micro-batch")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     tiny_llama.build(args.model_dir)

@@ -18,6 +18,7 @@ from typer._click import exceptions as click_exc
 from rltrace.cli.advise_cmd import advise_cmd
 from rltrace.cli.calibrate_cmd import calibrate
 from rltrace.cli.dashboard_cmd import dashboard
+from rltrace.cli.diagnose_cmd import diagnose_cmd
 from rltrace.cli.estimate_cmd import estimate
 from rltrace.cli.export_cmd import export
 from rltrace.cli.fabric_cmd import fabric
@@ -39,6 +40,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("inspect")(inspect)
+app.command("diagnose")(diagnose_cmd)
 app.command("synth")(synth)
 app.command("schema")(schema)
 app.command("estimate")(estimate)

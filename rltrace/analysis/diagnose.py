@@ -1,0 +1,142 @@
+"""``rltrace diagnose``: what is wrong with a recorded job, ranked by the seconds per step it costs.
+
+:func:`diagnose` runs every detector over a bundle's judged steps (all but the first, which carries start-up,
+when more than two were recorded):
+
+- ``straggler`` (:mod:`.stragglers`): a rank or generation instance slower than the others in a phase they
+  share, with the others' waits in the collectives it entered last;
+- ``slow_transfer`` (:mod:`.transfers`): weight syncs and collectives far below their transport's rate;
+- ``config`` (:mod:`.capacity`): a generation engine whose running batch is capped below the step's batch
+  (``max_num_seqs``, the KV cache);
+- ``bubble`` (:mod:`.idle`): a pool's idle time, the requests that held the steps, and the scheduler or
+  pool split that removes the most of it;
+- ``slow_phase`` (:mod:`.expected`): a phase well above what the cost model gives for the recorded devices.
+
+Every finding whose fix a replay can express is priced by one (:mod:`.whatif`): its gain in seconds a step,
+with the 5%-95% range over the replay's bootstrap replicates. The result is a DataFrame, most seconds per
+step first (:data:`rltrace.analysis.findings.SCHEMA`), plus the phase table of :mod:`.expected`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from rltrace.analysis import capacity, expected, idle, stragglers, transfers
+from rltrace.analysis.findings import Context, Finding, frame, ranked, steady_steps
+from rltrace.analysis.whatif import Pricer
+from rltrace.bundle import Bundle
+from rltrace.replay.costmodels.profile import load_profile
+from rltrace.replay.run import CostConfig, RunResult
+from rltrace.replay.workload import extract
+from rltrace.scalars import number
+
+DEFAULT_REPLICATES = 10
+"""bootstrap replicates behind each gain's spread"""
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The findings of one bundle (:data:`rltrace.analysis.findings.SCHEMA`, most seconds per step first), its
+    phase table (:func:`rltrace.analysis.expected.phase_table`), the steps judged, their mean step time and
+    notes on what could not be judged."""
+
+    findings: pl.DataFrame
+    phases: pl.DataFrame
+    steps: tuple[int, ...]
+    step_s: float
+    notes: list[str] = field(default_factory=list)
+    runs: list[tuple[str, RunResult]] = field(default_factory=list)
+    """with ``keep_runs``: the recording replayed as it ran ("as recorded"), then each priced fix's replay
+    ("fix N: ...", N its rank among the findings), for a report"""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON ``rltrace diagnose --json`` prints (keys in docs/diagnose.md)."""
+        findings = []
+        for row in self.findings.iter_rows(named=True):
+            gain = None
+            if row["gain_s_per_step"] is not None:
+                gain = {"s_per_step": row["gain_s_per_step"], "p05_s_per_step": row["gain_p05_s_per_step"],
+                        "p95_s_per_step": row["gain_p95_s_per_step"], "replay": row["gain_replay"]}
+            findings.append({k: row[k] for k in ("kind", "phase", "rank", "instance", "lost_s_per_step", "evidence",
+                                                 "fix")} | {"gain": gain})
+        return {"findings": findings, "phases": self.phases.to_dicts(), "steps_judged": list(self.steps),
+                "step_s": None if math.isnan(self.step_s) else self.step_s, "notes": self.notes}
+
+
+def _context(bundle: Bundle) -> tuple[Context, Any]:
+    """The judged steps and their mean measured step time (NaN without requests), and the workload."""
+    requests = bundle.requests.select(pl.len()).collect().item()
+    workload = extract(bundle) if requests else None
+    if workload is not None and workload.steps.height:
+        steps = steady_steps(workload.steps["step"].to_list())
+        wall = workload.steps.filter(pl.col("step").is_in(steps))["wall_s"].mean()
+        return Context(steps, number(wall) if wall is not None else math.nan), workload
+    recorded = pl.concat([bundle.spans.select("step").collect(), bundle.collectives.select("step").collect()])
+    return Context(steady_steps(recorded["step"].unique().to_list()), math.nan), None
+
+
+def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DEFAULT_REPLICATES, seed: int = 0,
+             keep_runs: bool = False, progress: Callable[[str], None] | None = None) -> Diagnosis:
+    """Every finding about ``bundle`` (see the module text). ``profile``: a `rltrace calibrate` profile of the
+    recorded devices (expected times on a device the catalog lacks, the transport's measured rate);
+    ``replicates``: bootstrap replicates behind each gain's spread (fewer than 2: the point estimate only);
+    ``keep_runs``: keep the replays behind the gains (:attr:`Diagnosis.runs`)."""
+    say = progress or (lambda _: None)
+    ctx, workload = _context(bundle)
+    notes = ["nodes are not judged: a bundle does not record which host ran which rank"]
+    frame_profile = load_profile(profile) if profile else None
+    cost = CostConfig(profile=profile or "")
+    transport = _broadcast(frame_profile)
+    say("stragglers and transfers")
+    found: list[Finding] = [*stragglers.rank_stragglers(bundle, ctx), *stragglers.instance_stragglers(bundle, ctx),
+                            *transfers.slow_syncs(bundle, ctx, transport),
+                            *transfers.slow_collectives(bundle, ctx, transport[0] if transport else None)]
+    phases = pl.DataFrame(schema=expected.SCHEMA)
+    runs: list[tuple[str, RunResult]] = []
+    if workload is None:
+        notes.append("no requests: generation, bubbles and engine settings are not judged, and no replay prices "
+                     "a fix")
+    else:
+        load = capacity.engine_load(bundle.requests.collect())
+        cap = capacity.running_cap(load, ctx)
+        found += capacity.engine_limits(load, ctx)
+        pricer = Pricer(bundle, cost, seed, cap)
+        say("bubbles: replaying every scheduler and pool split")
+        found += idle.bubbles(bundle, ctx, pricer)
+        phases = expected.phase_table(bundle, workload, ctx, cost, frame_profile, cap, transport)
+        explained = {f.phase for f in found if f.kind in ("straggler", "config")}
+        found += [f for f in expected.slow_phases(phases, ctx) if f.phase not in explained]
+        priced = [f for f in found if f.whatif is not None]
+        for i, finding in enumerate(priced):
+            say(f"pricing {i + 1}/{len(priced)}: {finding.whatif.label if finding.whatif else ''}")
+            assert finding.whatif is not None
+            finding.gain = pricer.gain(finding.whatif, replicates)
+            if finding.lost_from_gain:
+                finding.lost_s_per_step = finding.gain[0]
+        # a cost that is a replay's gain must be one: above the floor, and above zero at the spread's low end
+        found = [f for f in found if not f.lost_from_gain or f.gain is None
+                 or (f.gain[0] >= ctx.floor() and f.gain[1] > 0)]
+        if keep_runs:
+            runs.append(("as recorded", pricer.result()))
+            runs += [(f"fix {i + 1}: {f.kind} {f.phase}", pricer.result(f.whatif)) for i, f in enumerate(ranked(found))
+                     if f.whatif is not None and f.gain is not None]
+        if phases["expected_s"].null_count() == phases.height:
+            notes.append("no expected phase times: the recorded devices are not in the GPU catalog; a profile "
+                         "measured on them gives them (rltrace calibrate --device cpu --ranks 2 -o P; --profile P)")
+    return Diagnosis(frame(found), phases, ctx.steps, ctx.step_s, notes, runs)
+
+
+def _broadcast(profile: pl.DataFrame | None) -> tuple[float, float] | None:
+    """(bytes/s, seconds per operation) of the broadcasts a profile timed, if it did."""
+    if profile is None or "bytes_per_s" not in profile.columns:
+        return None
+    rows = profile.filter(pl.col("regime") == "collective:broadcast")
+    if not rows.height:
+        return None
+    overhead = rows["overhead_base_s"][0] if "overhead_base_s" in rows.columns else 0.0
+    return float(rows["bytes_per_s"][0]), float(overhead or 0.0)

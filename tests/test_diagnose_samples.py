@@ -1,0 +1,118 @@
+"""``rltrace diagnose`` without a recording of its own: the shipped samples (``tiny_rl_faults`` is a real recording
+with three faults the job injected: sample_traces/README.md), a generation instance slowed in a synthetic bundle,
+the worked example of docs/diagnose.md, and the interval arithmetic the straggler measure rests on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from helpers import REPO, run_cli, small_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rltrace
+from rltrace.analysis.diagnose import diagnose
+from rltrace.analysis.findings import KINDS, SCHEMA, covered
+from rltrace.synth import synthesize
+
+KEYS = {"kind", "phase", "rank", "instance", "lost_s_per_step", "evidence", "fix", "gain"}
+STRAGGLE_S_PER_STEP = 2 * 0.15
+"""tiny_rl_faults: rank 1 slept 0.15 s after each of its 2 micro-batches' backward"""
+SYNC_DELAY_S_PER_STEP = 21 * 0.01
+"""... and rank 0 waited 10 ms before each of the weight sync's 21 sends"""
+
+
+def test_the_json_has_the_documented_keys_and_ranks_by_seconds_per_step() -> None:
+    done = run_cli("diagnose", "tiny_rl_cpu", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert {"bundle", "run_id", "findings", "phases", "steps_judged", "step_s", "notes"} <= set(out)
+    lost = [f["lost_s_per_step"] for f in out["findings"]]
+    assert lost == sorted(lost, reverse=True)
+    for finding in out["findings"]:
+        assert set(finding) == KEYS and finding["kind"] in KINDS
+        if finding["gain"] is not None:
+            g = finding["gain"]
+            assert g["p05_s_per_step"] <= g["p95_s_per_step"] and g["replay"]
+    assert [p["phase"] for p in out["phases"]] == ["generate", "train", "optimizer", "weight_sync"]
+    assert out["steps_judged"] == [1, 2, 3]  # the sample's 4 steps, the first (start-up) left out
+
+
+def test_the_shipped_faulty_recording_names_its_three_faults() -> None:
+    d = diagnose(rltrace.open("tiny_rl_faults"))
+    found = {f["kind"]: f for f in d.findings.iter_rows(named=True)}
+    assert set(found) >= {"straggler", "slow_transfer", "config"}, d.findings
+    straggler, sync, config = found["straggler"], found["slow_transfer"], found["config"]
+    assert (straggler["phase"], straggler["rank"]) == ("train", 1) and "rank 0 waited" in straggler["evidence"]
+    assert abs(straggler["lost_s_per_step"] / STRAGGLE_S_PER_STEP - 1) <= 0.25
+    assert (sync["phase"], sync["rank"], sync["instance"]) == ("weight_sync", 0, "rollout/engine0")
+    assert abs(sync["lost_s_per_step"] / SYNC_DELAY_S_PER_STEP - 1) <= 0.25
+    assert (config["phase"], config["instance"]) == ("generate", "rollout/engine0")
+    assert "exactly 2 requests" in config["evidence"]
+    # the cap's cost: the replay of the whole batch at once against the recorded waves; at least the queueing
+    assert config["lost_s_per_step"] > 1.0 and config["gain_p05_s_per_step"] > 1.0
+
+
+def test_the_docs_worked_example_is_the_current_output() -> None:
+    done = run_cli("diagnose", "tiny_rl_faults")
+    assert done.returncode == 0, done.stderr
+    doc = (REPO / "docs" / "diagnose.md").read_text().splitlines()
+    start = doc.index("$ rltrace diagnose tiny_rl_faults") + 1
+    end = next(i for i in range(start, len(doc)) if doc[i].startswith("```"))
+    # the CLI pads wrapped lines to the console's width, which an editor may strip
+    assert [line.rstrip() for line in doc[start:end]] == [line.rstrip() for line in done.stdout.splitlines()]
+
+
+def test_a_gpu_sample_is_held_against_its_cost_model() -> None:
+    d = diagnose(rltrace.open("rollpacker_qwen7b"), replicates=0)
+    assert d.findings.schema == pl.Schema(SCHEMA)
+    phases = {r["phase"]: r for r in d.phases.iter_rows(named=True)}
+    for phase in ("generate", "train", "optimizer", "weight_sync"):  # H800s and Qwen2.5-7B: all in the catalogs
+        assert phases[phase]["expected_s"] is not None and phases[phase]["expected_s"] > 0, phase
+    # its long tail (outputs up to 26.9x the median) is a bubble some scheduler removes
+    assert "bubble" in d.findings["kind"].to_list()
+
+
+def _slowed(folder: Path, engine: str, factor: float) -> Path:
+    """A synthetic two-instance bundle whose ``engine`` decodes ``factor`` times slower (its requests' times
+    after arrival stretched), written through the public API."""
+    src = synthesize(small_config("steps=6"))
+    req = pl.DataFrame(src.tables["requests"]) if not isinstance(src.tables["requests"], pl.DataFrame) \
+        else src.tables["requests"]
+    slow = pl.col("engine") == engine
+    stretched = [pl.when(slow).then(pl.col("arrival_ns") + ((pl.col(c) - pl.col("arrival_ns")) * factor)
+                                    .cast(pl.Int64)).otherwise(pl.col(c)).alias(c)
+                 for c in ("scheduled_ns", "first_token_ns", "finish_ns")]
+    tables = {**src.tables, "requests": req.with_columns(stretched)}
+    return rltrace.write_bundle(folder, src.manifest, tables)
+
+
+def test_a_slow_generation_instance_is_a_straggler_and_an_even_pair_is_not(tmp_path: Path) -> None:
+    even = diagnose(rltrace.open(_slowed(tmp_path / "even", "rollout/engine1", 1.0)), replicates=0)
+    assert "straggler" not in even.findings["kind"].to_list(), even.findings
+    slow = diagnose(rltrace.open(_slowed(tmp_path / "slow", "rollout/engine1", 2.0)), replicates=0)
+    found = slow.findings.filter(pl.col("kind") == "straggler")
+    assert found.select("phase", "instance", "rank").rows() == [("generate", "rollout/engine1", None)]
+    assert "ms each against" in found["evidence"][0]
+
+
+intervals = st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 200)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans=intervals, inside=intervals)
+def test_covered_time_matches_a_count_of_covered_instants(spans, inside) -> None:
+    s = np.array([a for a, _ in spans], dtype=np.int64)
+    e = s + np.array([d for _, d in spans], dtype=np.int64)
+    i_s = np.array([a for a, _ in inside], dtype=np.int64)
+    i_e = i_s + np.array([d for _, d in inside], dtype=np.int64)
+    got = covered(s, e, i_s, i_e)
+    grid = np.arange(0, 1300) + 0.5  # unit cells [t, t + 1): covered when some interval holds the whole cell
+    hit = np.zeros(len(grid), dtype=bool)
+    for a, b in zip(i_s, i_e):
+        hit |= (grid > a) & (grid < b)
+    for k, (a, b) in enumerate(zip(s, e)):
+        assert got[k] == hit[(grid > a) & (grid < b)].sum()

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from enum import IntEnum, StrEnum
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
     from rltrace.replay.entities.instance import GenerationInstance
@@ -29,6 +29,33 @@ class Priority(IntEnum):
     """a resource finished a piece of work (training, weight sync, reward, a switch)"""
     TIMER = 2
     """a scheduler's own timer"""
+
+
+class NoticeKind(StrEnum):
+    """What a :class:`Notice` says happened."""
+
+    FINISHED = "finished"
+    """requests finished on an instance (``requests``, ``instance``)"""
+    GENERATED = "generated"
+    """quiet mode: every submitted request of step ``tag.step`` of job ``tag.job`` finished"""
+    DONE = "done"
+    """work booked with ``work`` ended (``tag`` is the scheduler's)"""
+    TIMER = "timer"
+    """a scheduler's timer fired (``tag`` is the scheduler's)"""
+    TURN = "turn"
+    """a scheduler that places turns: a trajectory's next turn is ready (``requests`` holds it, ``tag.item`` the
+    previous turn's request, ``instance`` the instance that ran it, None if retired)"""
+
+
+class Tag(NamedTuple):
+    """What a scheduler attaches to work or a timer and gets back in the notice: read by field, not position."""
+
+    what: str
+    """the scheduler's name for the work ("reward", "train", "sync", ...)"""
+    job: int = 0
+    step: int = -1
+    item: int = -1
+    """a request, trajectory or micro-batch the work is for (-1: none)"""
 
 
 @dataclass(slots=True)
@@ -62,8 +89,8 @@ class Done:
 
     priority: ClassVar[Priority] = Priority.DONE
     target: ClassVar[str] = ""
-    kind: ClassVar[str] = "done"
-    tag: Any
+    kind: ClassVar[NoticeKind] = NoticeKind.DONE
+    tag: Tag
 
 
 @dataclass(slots=True)
@@ -72,8 +99,8 @@ class Timer:
 
     priority: ClassVar[Priority] = Priority.TIMER
     target: ClassVar[str] = ""
-    kind: ClassVar[str] = "timer"
-    tag: Any
+    kind: ClassVar[NoticeKind] = NoticeKind.TIMER
+    tag: Tag
 
 
 @dataclass(slots=True)
@@ -96,13 +123,9 @@ class Notice:
     """What a scheduler is told: requests finished on an instance, work done, or a timer fired."""
 
     time_s: float
-    kind: str
-    """"finished" (requests finished), "generated" (quiet mode: all of step ``tag = (job, step)`` finished),
-    "done" (work booked with ``work``), "timer", or "turn" (with a scheduler that places turns: a trajectory's
-    next turn is ready; ``requests`` holds it, ``tag`` the previous turn's request and ``instance`` the
-    instance that ran it, None if retired)"""
-    tag: Any = None
-    """the tag the scheduler gave ``work`` or ``timer``"""
+    kind: NoticeKind
+    tag: Tag = Tag("")
+    """the tag the scheduler gave ``work`` or ``timer``; the engine's own for "generated" and "turn" notices"""
     instance: GenerationInstance | None = None
     requests: list[int] = field(default_factory=list)
 

@@ -68,6 +68,9 @@ class Job:
     apart), whose sum is :meth:`trainer_seconds`; None: not broken down (a recording's spans)"""
     colocated: Colocated | None = None
     """a described job's costs when the whole cluster trains (None: the colocated schedulers' own defaults)"""
+    step_tokens: list[float] | None = None
+    """per step: the prompt plus output tokens its trainer time was measured or priced on, known when the replay is
+    prepared (None: the simulator sums the step's requests before the run starts)"""
 
     @property
     def steps(self) -> int:

@@ -23,7 +23,7 @@ from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.entities.requests import Requests, State
 from rltrace.replay.entities.resource import Resource
-from rltrace.replay.events import Done, EventQueue, Generated, Notice, Planned, Timer, TurnReady
+from rltrace.replay.events import Done, EventQueue, Generated, Notice, NoticeKind, Planned, Tag, Timer, TurnReady
 from rltrace.replay.job import Job
 from rltrace.replay.record import PoolUse, RunRecord
 from rltrace.replay.stepbook import StepBook
@@ -41,6 +41,10 @@ class Simulator:
         self.now = 0.0
         self.requests = requests
         self.jobs = jobs
+        for job in jobs:  # what each step's trainer time was measured on, before any scheduler looks
+            if job.step_tokens is None:
+                per_request = np.asarray(requests.prompt, np.float64) + np.asarray(requests.output, np.float64)
+                job.step_tokens = [float(per_request[job.first[s]:job.first[s + 1]].sum()) for s in range(job.steps)]
         self.cluster = cluster
         self.max_seqs = cluster.max_seqs
         self.record = RunRecord(requests, jobs, cluster)
@@ -220,19 +224,23 @@ class Simulator:
         self.resources[name] = res = Resource(name, pool, gpus, slots, usd_per_s)
         return res
 
-    def work(self, resource: str, seconds: float, tag: Any, *, kind: str, step: int = -1, item: int = -1,
+    def work(self, resource: str, seconds: float, tag: Tag, *, kind: str, step: int = -1, item: int = -1,
              job: int = -1) -> float:
         """Book ``seconds`` on a resource (FIFO); a "done" notice with ``tag`` comes at the end, returned. The
         timeline span carries ``job`` (-1: a run's only job, or none in particular)."""
         if seconds < 0:
             raise ConfigError(f"{kind} on {resource} cannot take {seconds} s")
+        if not isinstance(tag, Tag):
+            raise TypeError(f"work's tag is a Tag (rltrace.replay.events), not {type(tag).__name__}")
         start, end = self.resources[resource].book(self.now, seconds)
         self.record.segments.append((resource, kind, step, item, start, end, job))
         self.queue.push(end, Done(tag))
         return end
 
-    def timer(self, delay_s: float, tag: Any) -> None:
+    def timer(self, delay_s: float, tag: Tag) -> None:
         """A "timer" notice with ``tag`` after ``delay_s`` seconds (now, if negative)."""
+        if not isinstance(tag, Tag):
+            raise TypeError(f"a timer's tag is a Tag (rltrace.replay.events), not {type(tag).__name__}")
         self.queue.push(self.now + max(delay_s, 0.0), Timer(tag))
 
     def consume(self, job: int, train_step: int, rids: Iterable[int], version: int) -> None:
@@ -296,11 +304,11 @@ class Simulator:
                     if book.quiet:
                         book.finished(done, time_s)
                     else:
-                        on_event(view, Notice(time_s, "finished", None, inst, done))
+                        on_event(view, Notice(time_s, NoticeKind.FINISHED, instance=inst, requests=done))
             elif isinstance(event, Generated):
                 if not book.current(event):
                     continue  # withdrawn: a drain it counted on was cut short
-                on_event(view, Notice(time_s, "generated", event.key))
+                on_event(view, Notice(time_s, NoticeKind.GENERATED, Tag("generated", *event.key)))
             elif isinstance(event, TurnReady):
                 self._turn(event, on_event)
             elif isinstance(event, (Done, Timer)):
@@ -320,7 +328,8 @@ class Simulator:
             return  # the scheduler already took it elsewhere, or stopped its trajectory
         live = [i for i in self.instances if i.id == event.instance]
         if self._places_turns:
-            on_event(self._view, Notice(self.now, "turn", event.before, live[0] if live else None, [rid]))
+            on_event(self._view, Notice(self.now, NoticeKind.TURN, Tag("turn", item=event.before),
+                                        live[0] if live else None, [rid]))
             return
         if not live:
             pool = next(i.pool for i in self.record.instances if i.id == event.instance)

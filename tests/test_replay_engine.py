@@ -15,7 +15,7 @@ from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
 from rltrace.replay.entities.requests import Requests
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
 from rltrace.replay.record import RunRecord
 from rltrace.replay.run import ReplayConfig, replay
@@ -155,13 +155,13 @@ def test_a_duplicate_name_is_an_error() -> None:
 def train_when_three_finished(self: Any, sim: View, notice: Notice) -> None:
     """``on_event`` of the one-step test schedulers below: their timer calls ``on_timer``; once requests 0-2
     have finished, one training step."""
-    if notice.kind == "timer":
+    if notice.kind is NoticeKind.TIMER:
         self.on_timer(sim)
-    elif notice.kind == "finished":
+    elif notice.kind is NoticeKind.FINISHED:
         self.left -= len(notice.requests)
         if not self.left:
             sim.consume(0, 0, [0, 1, 2], 0)
-            sim.work("trainer", 1.0, "train", kind="train", step=0)
+            sim.work("trainer", 1.0, Tag("train"), kind="train", step=0)
     else:
         sim.end_step(0, 0)
 
@@ -190,7 +190,7 @@ class Verbs:
         self.b = sim.add_instance("generation", 1, job.generation)
         sim.submit(self.a, [0, 1])
         sim.submit(self.b, [2])
-        sim.timer(self.config.abort_at_s, "regroup")
+        sim.timer(self.config.abort_at_s, Tag("regroup"))
         self.left = 3
 
     def on_timer(self, sim: View) -> None:
@@ -241,7 +241,7 @@ class Look:
         sim.add_resource("trainer", "training", gpus=1)
         self.inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
         sim.submit(self.inst, [0, 1, 2])
-        sim.timer(0.255, "look")  # mid-iteration, after request 0 finished at 0.1 s
+        sim.timer(0.255, Tag("look"))  # mid-iteration, after request 0 finished at 0.1 s
         self.left = 3
 
     def on_timer(self, sim: View) -> None:
@@ -313,7 +313,7 @@ class MidDrain:
 
     def __init__(self, config: MidDrainConfig) -> None:
         self.config = config
-        self.generated: list[tuple[int, int]] = []
+        self.generated: list[Tag] = []
 
     def start(self, sim: View) -> None:
         sim.quiet = True
@@ -323,25 +323,25 @@ class MidDrain:
         rids = list(sim.jobs[0].requests(0))
         sim.submit(self.a, rids[: len(rids) // 2])
         sim.submit(self.b, rids[len(rids) // 2 :])
-        sim.timer(self.config.at_s, "meddle")
+        sim.timer(self.config.at_s, Tag("meddle"))
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "timer":
+        if notice.kind is NoticeKind.TIMER:
             back = sim.abort(list(job.requests(0))[::3])
             sim.submit(self.b, back, front=True)
             sim.submit(self.a, job.requests(1))
-        elif notice.kind == "generated":
+        elif notice.kind is NoticeKind.GENERATED:
             self.generated.append(notice.tag)
-            sim.end_step(0, notice.tag[1])
-            sim.consume(0, notice.tag[1], job.requests(notice.tag[1]), 0)
-        elif notice.kind == "finished":
+            sim.end_step(0, notice.tag.step)
+            sim.consume(0, notice.tag.step, job.requests(notice.tag.step), 0)
+        elif notice.kind is NoticeKind.FINISHED:
             for rid in notice.requests:  # per-event path: count steps by hand
                 self.left = getattr(self, "left", {0: len(job.requests(0)), 1: len(job.requests(1))})
                 step = sim.requests.step[rid]
                 self.left[step] -= 1
                 if not self.left[step]:
-                    self.on_event(sim, Notice(notice.time_s, "generated", (0, step)))
+                    self.on_event(sim, Notice(notice.time_s, NoticeKind.GENERATED, Tag("generated", 0, step)))
 
 
 def test_cutting_a_drain_short_matches_the_per_event_path() -> None:

@@ -6,17 +6,18 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from replay_helpers import TAU, make
 from rltrace.replay.entities.requests import State
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.replay.schedulers import register
 from rltrace.replay.schedulers.view import LengthUnknown, View
 
 SCHEDULERS = Path(__file__).resolve().parents[1] / "replay" / "schedulers"
-PEEKS: list[Peek] = []  # the test scheduler's instances, to read back what each saw
+PEEKS: list[Any] = []  # the test scheduler's instances, to read back what each saw
 
 
 def attempt(read) -> object:
@@ -51,7 +52,7 @@ class Peek:
         sim.allocate("generation", 1, "H100")
         self.inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
         sim.submit(self.inst, sim.jobs[0].requests(0))
-        sim.timer(15 * TAU, "mid")
+        sim.timer(15 * TAU, Tag("mid"))
         self._look("start")
 
     def _look(self, when: str) -> None:
@@ -63,7 +64,7 @@ class Peek:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         self._look(notice.kind)
-        if notice.kind == "generated" or (notice.kind == "finished" and all(
+        if notice.kind is NoticeKind.GENERATED or (notice.kind is NoticeKind.FINISHED and all(
                 sim.requests.state[r] == State.FINISHED for r in sim.jobs[0].requests(0))):
             sim.end_step(0, 0)
 
@@ -106,6 +107,66 @@ def test_the_view_offers_no_way_to_the_engine_or_the_true_lengths() -> None:
     assert "req" not in GenerationInstance.__slots__  # an instance does not hand out the request table
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OrderConfig:
+    quiet: bool = False
+
+
+@register("test-order")
+class Order:
+    """Submits step 0 to one instance; at a timer reads what runs there and, as requests finish, the trainer
+    time of each finished one."""
+
+    Config = OrderConfig
+
+    def __init__(self, config: OrderConfig) -> None:
+        self.config = config
+        PEEKS.append(self)
+        self.running: list[int] = []
+        self.train_s: dict[int, float] = {}
+
+    def start(self, sim: View) -> None:
+        sim.quiet = self.config.quiet
+        sim.allocate("generation", 1, "H100")
+        self.inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        sim.submit(self.inst, sim.jobs[0].requests(0))
+        sim.timer(5 * TAU, Tag("look"))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        job = sim.jobs[0]
+        if notice.kind is NoticeKind.TIMER:
+            self.running = sim.requests_on(self.inst)
+        elif notice.kind is NoticeKind.FINISHED:
+            for rid in notice.requests:
+                self.train_s[rid] = sim.train_seconds(job, 0, [rid])
+        if notice.kind is NoticeKind.GENERATED or len(self.train_s) == len(job.requests(0)):
+            sim.end_step(0, 0)
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["per-request", "quiet"])
+def test_running_requests_come_in_admission_order_not_finish_order(quiet: bool) -> None:
+    # requests 0, 1, 2 admitted in that order; they finish 1, 2, 0 (the finish heap's order)
+    PEEKS.clear()
+    replay(make([[40, 10, 20]]), "test-order", ReplayConfig(), {"quiet": quiet})
+    assert PEEKS[-1].running == [0, 1, 2]
+
+
+def test_trainer_time_scales_by_the_tokens_fixed_when_the_replay_was_prepared() -> None:
+    # The step's trainer time (2 s) was measured on 1,000 tokens: a 20-token sample (10 prompt + 10 output) costs
+    # 2 s x 20 / 1,000, whatever the step's unfinished requests will generate (they sum to 100 tokens here).
+    PEEKS.clear()
+    prepared = make([[40, 10, 20]], train_s=2.0)
+    prepared.jobs[0].step_tokens = [1000.0]
+    replay(prepared, "test-order", ReplayConfig())
+    assert PEEKS[-1].train_s[1] == pytest.approx(2.0 * 20 / 1000)
+    # without a figure from the preparation, the simulator sums the step's requests before the run starts
+    PEEKS.clear()
+    plain = make([[40, 10, 20]], train_s=2.0)
+    replay(plain, "test-order", ReplayConfig())
+    assert plain.jobs[0].step_tokens == [100.0]
+    assert PEEKS[-1].train_s[1] == pytest.approx(2.0 * 20 / 100)
+
+
 def _scheduler_modules() -> list[Path]:
     return [p for p in sorted(SCHEDULERS.glob("*.py")) if p.name not in ("view.py", "predict.py")]
 
@@ -125,3 +186,32 @@ def test_no_scheduler_module_reaches_past_its_view(path: Path) -> None:
             own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
             assert not (private and not own), (path.name, node.lineno, node.attr)
             assert node.attr not in ("drain", "output_arr", "remaining", "spawn"), (path.name, node.lineno, node.attr)
+        # notices by kind, tags by field: a string compared by value or a tuple read by position breaks silently
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "kind":
+            assert not any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in node.comparators), \
+                (path.name, node.lineno, "compare notice.kind with NoticeKind, not a string")
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+            assert node.value.attr != "tag", (path.name, node.lineno, "read a tag by field, not position")
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Tuple) for t in node.targets):
+            value = node.value
+            named_tag = (isinstance(value, ast.Attribute) and value.attr == "tag") or (
+                isinstance(value, ast.Name) and value.id == "tag")
+            assert not named_tag, (path.name, node.lineno, "unpack a tag by field, not position")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("work", "timer"):
+            tag = node.args[2] if node.func.attr == "work" and len(node.args) > 2 else (
+                node.args[1] if node.func.attr == "timer" and len(node.args) > 1 else None)
+            assert not isinstance(tag, ast.Tuple | ast.Constant), (path.name, node.lineno, "tag work with a Tag")
+
+
+@pytest.mark.parametrize("planted", [
+    'if notice.kind == "finished":\n    pass',
+    "step = notice.tag[1]",
+    "what, _, step = notice.tag",
+    'sim.work("sync", 1.0, ("sync", 0, step), kind="weight_sync")',
+    'sim.timer(1.0, "look")',
+])
+def test_the_boundary_check_catches_a_planted_string_notice_or_positional_tag(planted: str, tmp_path: Path) -> None:
+    path = tmp_path / "planted.py"
+    path.write_text(planted + "\n")
+    with pytest.raises(AssertionError):
+        test_no_scheduler_module_reaches_past_its_view(path)

@@ -11,6 +11,7 @@ from helpers import run_cli
 from replay_helpers import TAU, agentic
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.entities.requests import Requests, State
+from rltrace.replay.events import NoticeKind, Tag
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.replay.simulator import Simulator
 from rltrace.replay.workload import extract, retarget
@@ -254,12 +255,12 @@ class AbortDuringEnvironment:
         sim.quiet = True
         inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
         sim.submit(inst, sim.jobs[0].starts(0))
-        sim.timer(10 * TAU + 0.5, "abort")  # trajectory 0's first turn ended at 10 tau; its environment takes 1 s
+        sim.timer(10 * TAU + 0.5, Tag("abort"))  # trajectory 0's first turn ended at 10 tau; its environment takes 1 s
 
     def on_event(self, sim: Simulator, notice) -> None:
-        if notice.kind == "timer":
+        if notice.kind is NoticeKind.TIMER:
             sim.abort([self.second_turn])
-        elif notice.kind == "generated":
+        elif notice.kind is NoticeKind.GENERATED:
             self.generated_at = notice.time_s
 
 

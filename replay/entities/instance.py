@@ -105,8 +105,13 @@ class GenerationInstance:
         return self.batch + len(self.waiting)
 
     def request_ids(self) -> list[int]:
-        """Requests running (in finish order) or queued here, as of the instance's own clock."""
-        return [e[1] for e in self._heap] + list(self.waiting)
+        """Requests running (in admission order) or queued (in queue order) here, as of the instance's own clock.
+
+        Admission order, not the finish heap's: the heap is keyed on each request's finish iteration, so its
+        order would tell a scheduler which request ends next."""
+        position = {rid: i for i, rid in enumerate(self._order)}  # a re-admitted request: its latest admission
+        running = sorted((rid for _, rid in self._heap), key=lambda rid: position.get(rid, len(position)))
+        return running + list(self.waiting)
 
     def reconfigure(self, now_s: float, *, tp: int | None, cost: GenerationCost | None, switch_s: float,
                     job: int) -> None:

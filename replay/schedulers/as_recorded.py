@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
@@ -55,14 +55,14 @@ class AsRecorded:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "generated":
-            start_training(sim, job, notice.tag[1], version=notice.tag[1])
-        elif notice.tag[0] == "host":
-            step = notice.tag[2]
+        if notice.kind is NoticeKind.GENERATED:
+            start_training(sim, job, notice.tag.step, version=notice.tag.step)
+        elif notice.tag.what == "host":
+            step = notice.tag.step
             sim.end_step(job.id, step)
             if step + 1 < job.steps:
                 self._launch(sim, step + 1)
         elif on_training_done(sim, job, notice.tag):
-            step = notice.tag[2]
+            step = notice.tag.step
             sim.set_version(step + 1)
-            sim.work("host", job.other_s[step], ("host", job.id, step), kind="host", step=step)
+            sim.work("host", job.other_s[step], Tag("host", job.id, step), kind="host", step=step)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rltrace.replay.costmodels.switching import job_state, move_seconds
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, generation_pool, spread
 from rltrace.replay.schedulers.view import View
@@ -55,22 +55,22 @@ class ColocatedSync:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "generated":
-            step = notice.tag[1]
-            sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
+        if notice.kind is NoticeKind.GENERATED:
+            step = notice.tag.step
+            sim.work("reward", job.reward_s[step], Tag(REWARD, job.id, step), kind="reward", step=step)
             sim.consume(job.id, step, job.requests(step), version=step)
             return
-        what, _, step = notice.tag
+        what, step = notice.tag.what, notice.tag.step
         if what == REWARD:
             # Trainer GPUs are the generators: the switch, then forward/backward/optimizer (FIFO on the
             # trainer: the train span starts when the switch ends), then back.
-            sim.work("trainer", self.to_train, ("to_train", job.id, step), kind="switch", step=step)
+            sim.work("trainer", self.to_train, Tag("to_train", job.id, step), kind="switch", step=step)
             trainer = job.colocated.trainer_s[step] if job.colocated else job.trainer_seconds(step)
-            sim.work("trainer", trainer, (TRAIN, job.id, step), kind="train", step=step)
+            sim.work("trainer", trainer, Tag(TRAIN, job.id, step), kind="train", step=step)
         elif what == "to_train":
             return
         elif what == TRAIN:
-            sim.work("trainer", self.to_generate, ("resharded", job.id, step), kind="switch", step=step)
+            sim.work("trainer", self.to_generate, Tag("resharded", job.id, step), kind="switch", step=step)
         else:
             sim.set_version(step + 1)
             sim.end_step(job.id, step)

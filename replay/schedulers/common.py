@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.entities.instance import GenerationInstance
+from rltrace.replay.events import Tag
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.view import View
 
@@ -83,17 +84,17 @@ def spread(sim: View, instances: Sequence[GenerationInstance], rids: Sequence[in
 
 def start_training(sim: View, job: Job, step: int, version: int) -> None:
     """Score the step's samples, then book the trainers; the "train" notice comes when the update is done."""
-    sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
+    sim.work("reward", job.reward_s[step], Tag(REWARD, job.id, step), kind="reward", step=step)
     sim.consume(job.id, step, job.requests(step), version)
 
 
-def on_training_done(sim: View, job: Job, tag: tuple[str, int, int]) -> bool:
+def on_training_done(sim: View, job: Job, tag: Tag) -> bool:
     """Advance the chain reward -> trainer -> sync; True when the step's weights have reached the generators."""
-    what, _, step = tag
+    what, step = tag.what, tag.step
     if what == REWARD:
-        sim.work("trainer", job.trainer_seconds(step), (TRAIN, job.id, step), kind="train", step=step)
+        sim.work("trainer", job.trainer_seconds(step), Tag(TRAIN, job.id, step), kind="train", step=step)
     elif what == TRAIN:
-        sim.work("sync", job.sync_s[step], (SYNC, job.id, step), kind="weight_sync", step=step)
+        sim.work("sync", job.sync_s[step], Tag(SYNC, job.id, step), kind="weight_sync", step=step)
     elif what == SYNC:
         return True
     return False

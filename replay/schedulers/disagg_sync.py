@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
@@ -39,10 +39,10 @@ class DisaggSync:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "generated":
-            start_training(sim, job, notice.tag[1], version=notice.tag[1])
+        if notice.kind is NoticeKind.GENERATED:
+            start_training(sim, job, notice.tag.step, version=notice.tag.step)
         elif on_training_done(sim, job, notice.tag):
-            step = notice.tag[2]
+            step = notice.tag.step
             sim.set_version(step + 1)
             sim.end_step(job.id, step)
             if step + 1 < job.steps:

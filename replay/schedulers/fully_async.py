@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
@@ -85,14 +85,14 @@ class FullyAsync:
         batch = [self.ready.popleft() for _ in job.requests(step)]
         self.training = True
         sim.consume(job.id, step, batch, version=self.version)
-        sim.work("reward", job.reward_s[step], (REWARD, job.id, step), kind="reward", step=step)
+        sim.work("reward", job.reward_s[step], Tag(REWARD, job.id, step), kind="reward", step=step)
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "finished":
+        if notice.kind is NoticeKind.FINISHED:
             self.ready.extend(notice.requests)
         elif on_training_done(sim, job, notice.tag):
-            step = notice.tag[2]
+            step = notice.tag.step
             self.training = False
             self.trained = step + 1
             self.version = step + 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
@@ -49,11 +49,11 @@ class OneStepAsync:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "generated":
-            self.generated = step = notice.tag[1]
+        if notice.kind is NoticeKind.GENERATED:
+            self.generated = step = notice.tag.step
             start_training(sim, job, step, version=step)
         elif on_training_done(sim, job, notice.tag):
-            step = notice.tag[2]
+            step = notice.tag.step
             self.synced = step + 1
             sim.set_version(step + 1)
             sim.end_step(job.id, step)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from rltrace.replay.costmodels.switching import reload_seconds
 from rltrace.replay.entities.instance import GenerationInstance
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import (
     disaggregated_pools,
@@ -104,7 +104,7 @@ class OrchestrRL:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "finished":
+        if notice.kind is NoticeKind.FINISHED:
             steps = sim.requests.step
             for rid in notice.requests:
                 self.left[steps[rid]] -= 1
@@ -113,7 +113,7 @@ class OrchestrRL:
             if any(self.left.values()):
                 self._regroup(sim)
         elif on_training_done(sim, job, notice.tag):
-            step = notice.tag[2]
+            step = notice.tag.step
             self._reset(sim)
             sim.set_version(step + 1)
             sim.end_step(job.id, step)

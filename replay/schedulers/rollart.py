@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from rltrace.replay.costmodels.generation import GenerationCost, RooflineGeneration
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.entities.requests import State
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import answer_again, siblings
@@ -173,31 +173,31 @@ class RollArt:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job, req = sim.jobs[0], sim.requests
-        if notice.kind == "finished":
+        if notice.kind is NoticeKind.FINISHED:
             for rid in notice.requests:
                 self.recent.observe(req.output[rid])
                 t = self.of.get(rid)
                 if t is not None and req.next_turn[rid] < 0:  # its last turn: score it
                     share = job.reward_s[t.step] / max(len(job.starts(t.step)), 1)
-                    sim.work("reward", share, ("reward", rid), kind="reward", step=t.step, item=rid)
-        elif notice.kind == "turn":
+                    sim.work("reward", share, Tag("reward", item=rid), kind="reward", step=t.step, item=rid)
+        elif notice.kind is NoticeKind.TURN:
             rid = notice.requests[0]
-            t = self.of.get(notice.tag)  # the trajectory of the turn before it
+            t = self.of.get(notice.tag.item)  # the trajectory of the turn before it
             if t is not None:
                 t.turns.append(rid)
                 self.of[rid] = t
-                self.before[rid] = notice.tag
+                self.before[rid] = notice.tag.item
                 self._place(sim, rid, notice.instance)
-        elif notice.tag[0] == "reward":
-            t = self.of.get(notice.tag[1])
+        elif notice.tag.what == "reward":
+            t = self.of.get(notice.tag.item)
             if t is not None:
                 self.done.append(t)
             self._train(sim, job)
-        elif notice.tag[0] == "train":
-            sim.work("sync", job.sync_s[notice.tag[1] % job.steps], ("sync", notice.tag[1]), kind="weight_sync",
-                     step=notice.tag[1])
-        elif notice.tag[0] == "sync":
-            self._synced(sim, job, notice.tag[1])
+        elif notice.tag.what == "train":
+            step = notice.tag.step
+            sim.work("sync", job.sync_s[step % job.steps], Tag("sync", step=step), kind="weight_sync", step=step)
+        elif notice.tag.what == "sync":
+            self._synced(sim, job, notice.tag.step)
 
     def _train(self, sim: View, job: Job) -> None:
         """Book a training step on the first B scored trajectories, when the trainer is free."""
@@ -212,7 +212,7 @@ class RollArt:
         sim.consume(job.id, step, rids, version=self.version)
         self.training = True
         recorded = step % job.steps
-        sim.work("trainer", job.trainer_seconds(recorded), ("train", step), kind="train", step=step)
+        sim.work("trainer", job.trainer_seconds(recorded), Tag("train", step=step), kind="train", step=step)
 
     def _synced(self, sim: View, job: Job, step: int) -> None:
         self.training = False

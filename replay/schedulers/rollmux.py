@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from rltrace.replay.costmodels.switching import job_state, switch_seconds
 from rltrace.replay.entities.instance import GenerationInstance
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import take_half
@@ -111,7 +111,7 @@ class RollMux:
         self.active: dict[int, Rollout] = {}  # job -> its running rollout
         self.oracle = sim.oracle() if self.config.oracle else None
         for job in sim.jobs:
-            sim.timer(job.arrival_s, ("arrive", job.id))
+            sim.timer(job.arrival_s, Tag("arrive", job.id))
 
     # ---- placement ---------------------------------------------------------------------------------------------
 
@@ -268,8 +268,8 @@ class RollMux:
         group.held[-1] = job_id
         sim.consume(job_id, step, job.requests(step), version=step)
         if switch > 0:  # FIFO on the trainer: training starts when the switch ends
-            sim.work(group.trainer, switch, ("switched", job_id, step), kind="switch", step=step, job=job_id)
-        sim.work(group.trainer, job.trainer_seconds(step), ("train", job_id, step), kind="train", step=step,
+            sim.work(group.trainer, switch, Tag("switched", job_id, step), kind="switch", step=step, job=job_id)
+        sim.work(group.trainer, job.trainer_seconds(step), Tag("train", job_id, step), kind="train", step=step,
                  job=job_id)
 
     def _migrate_tail(self, sim: View, group: Group, ro: Rollout) -> None:
@@ -290,14 +290,14 @@ class RollMux:
     # ---- events ------------------------------------------------------------------------------------------------
 
     def on_event(self, sim: View, notice: Notice) -> None:
-        if notice.kind == "timer":
-            job = sim.jobs[notice.tag[1]]
+        if notice.kind is NoticeKind.TIMER:
+            job = sim.jobs[notice.tag.job]
             group = self._place(sim, job)
             self.group_of[job.id] = group
             group.rollouts.append((job.id, 0))
             self._start_rollouts(sim, group)
             return
-        if notice.kind == "finished":
+        if notice.kind is NoticeKind.FINISHED:
             req = sim.requests
             for rid in notice.requests:
                 ro = self.active[req.job[rid]]
@@ -307,19 +307,19 @@ class RollMux:
                     del self.active[ro.job]
                     for iid in [i for i, j in group.owner.items() if j == ro.job]:
                         del group.owner[iid]
-                    sim.work("reward", sim.jobs[ro.job].reward_s[ro.step], ("reward", ro.job, ro.step),
+                    sim.work("reward", sim.jobs[ro.job].reward_s[ro.step], Tag("reward", ro.job, ro.step),
                              kind="reward", step=ro.step, job=ro.job)
             for group in self.groups:
                 self._start_rollouts(sim, group)
             return
-        what, job_id, step = notice.tag
+        what, job_id, step = notice.tag.what, notice.tag.job, notice.tag.step
         job, group = sim.jobs[job_id], self.group_of[job_id]
         if what == "reward":
             group.trainings.append((job_id, step))
             self._start_training(sim, group)
         elif what == "train":
             group.training_busy = False
-            sim.work(group.sync, job.sync_s[step], ("sync", job_id, step), kind="weight_sync", step=step,
+            sim.work(group.sync, job.sync_s[step], Tag("sync", job_id, step), kind="weight_sync", step=step,
                      job=job_id)
             self._start_training(sim, group)
         elif what == "sync":

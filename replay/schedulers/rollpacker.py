@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from rltrace.replay.costmodels.switching import job_state, reload_seconds, switch_seconds
 from rltrace.replay.entities.instance import KV_WATERMARK
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, disaggregated_pools, splits, spread
@@ -201,7 +201,7 @@ class RollPacker:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job, rnd = sim.jobs[0], self.round
-        if notice.kind == "finished":
+        if notice.kind is NoticeKind.FINISHED:
             next_turn = sim.requests.next_turn
             for rid in notice.requests:
                 p = rnd.owner.get(rid)
@@ -218,11 +218,11 @@ class RollPacker:
             elif self.config.stream_trainer and self.stream is None and rnd.owner:
                 self._maybe_stream(sim, job, rnd)
             return
-        what, _, step = notice.tag
+        what, step = notice.tag.what, notice.tag.step
         if what == REWARD:
-            sim.work("trainer", self._train_s, (TRAIN, job.id, step), kind="train", step=step)
+            sim.work("trainer", self._train_s, Tag(TRAIN, job.id, step), kind="train", step=step)
         elif what == TRAIN:
-            sim.work("sync", job.sync_s[min(step, job.steps - 1)], ("sync", job.id, step), kind="weight_sync",
+            sim.work("sync", job.sync_s[min(step, job.steps - 1)], Tag("sync", job.id, step), kind="weight_sync",
                      step=step)
         else:
             sim.set_version(step + 1)
@@ -248,7 +248,7 @@ class RollPacker:
         self._train_s = sim.train_seconds(job, recorded, batch)
         if self.stream is not None:
             self._train_s = self._streamed(sim, rnd, self._train_s)
-        sim.work("reward", job.reward_s[recorded], (REWARD, job.id, step), kind="reward", step=step)
+        sim.work("reward", job.reward_s[recorded], Tag(REWARD, job.id, step), kind="reward", step=step)
 
     # ---- TP planner ----------------------------------------------------------------------------------------
 

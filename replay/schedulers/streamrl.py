@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.events import Notice
+from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.job import Job
 from rltrace.replay.schedulers.base import register
 from rltrace.replay.schedulers.predict import RecentLengths, prior_tokens
@@ -174,29 +174,29 @@ class StreamRL:
 
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
-        if notice.kind == "finished":
+        if notice.kind is NoticeKind.FINISHED:
             req = sim.requests
             for rid in notice.requests:
                 step = req.step[rid]
                 self.generated[step] += 1
                 per_sample = job.reward_s[step] / len(job.requests(step))
-                sim.work("reward", per_sample, ("reward", step, rid), kind="reward", step=step, item=rid)
+                sim.work("reward", per_sample, Tag("reward", step=step, item=rid), kind="reward", step=step, item=rid)
                 self.history.observe(req.output[rid])
                 if self.generated[step] == len(job.requests(step)):
                     self.gen_done = step
                     self.gen_span[step] = (self.gen_span[step][0], sim.now)
             self._launch(sim)
             return
-        what, step, item = notice.tag
+        what, step, item = notice.tag.what, notice.tag.step, notice.tag.item
         if what == "reward":
             self.ready[step] += 1
             self._book(sim, job, step)
         elif what == "micro" and self.booked[step] == len(job.requests(step)) and item:
             sim.work("trainer", job.optimizer_s[step] * self._train_scale(sim, self.train_gpus),
-                     ("optimizer", step, 0), kind="train", step=step)
+                     Tag("optimizer", step=step), kind="train", step=step)
         elif what == "optimizer":
             sim.consume(job.id, step, job.requests(step), version=step)
-            sim.work("sync", job.sync_s[step], ("sync", step, 0), kind="weight_sync", step=step)
+            sim.work("sync", job.sync_s[step], Tag("sync", step=step), kind="weight_sync", step=step)
         elif what == "sync":
             self.version = step + 1
             sim.set_version(self.version)
@@ -214,7 +214,7 @@ class StreamRL:
             self.booked[step] += take
             last = self.booked[step] == n
             seconds = (job.train_s[step] + job.forward_s[step]) * take / n * self._train_scale(sim, self.train_gpus)
-            sim.work("trainer", seconds, ("micro", step, int(last)), kind="train", step=step)
+            sim.work("trainer", seconds, Tag("micro", step=step, item=int(last)), kind="train", step=step)
 
     def _adjust(self, sim: View, job: Job, step: int) -> None:
         """Dynamic stage balancing: move one replica's GPUs from training to generation when generation

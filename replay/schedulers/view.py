@@ -164,12 +164,11 @@ class View:
 
     def train_seconds(self, job: Job, recorded_step: int, rids: Iterable[int]) -> float:
         """Trainer seconds for a batch of finished samples: the recorded step's measured trainer time scaled by
-        the batch's prompt + output tokens over the recorded step's."""
-        req = self._sim.requests
-        recorded = job.requests(recorded_step)
-        total = sum(req.prompt[r] + req.output[r] for r in recorded)
+        the batch's prompt + output tokens over the tokens that time was measured on (fixed when the replay was
+        prepared, so the answer says nothing of the step's unfinished requests)."""
+        assert job.step_tokens is not None  # (set by the simulator before the run starts)
         tokens = sum(self.requests.prompt[r] + self.requests.output[r] for r in rids)
-        return job.trainer_seconds(recorded_step) * tokens / max(total, 1)
+        return job.trainer_seconds(recorded_step) * tokens / max(job.step_tokens[recorded_step], 1)
 
     # ---- predictors ------------------------------------------------------------------------------------------
 

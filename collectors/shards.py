@@ -26,12 +26,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rltrace.collectors import SHARDS, stream_merge
-from rltrace.collectors.labels import fill_policy_versions
 from rltrace.collectors.recorder import COUNTS_FILE, REQUEST_GROUP
 from rltrace.collectors.weight_files import READS, WRITES, writer_of
 
 from rltrace.bundle import TableWriter, check_target, polars_schema, to_arrow, write_atomically
 from rltrace.errors import BundleError
+from rltrace.labels import fill_policy_versions
 from rltrace.manifest import Manifest, ModelInfo, Pool
 from rltrace.schema import SYNC_METHODS, TABLES
 from rltrace.validate import check_frame

@@ -8,7 +8,7 @@ per-operation arrays stay in memory:
    largest ``seq`` per (group, rank), and the sending-side rows that may be weight syncs.
 2. **Operations.** A row's operation is found without sorting: a rank's i-th collective of a group is its row
    whose ``seq`` minus the point-to-point rows before it is i; its i-th send to rank b is found by a binary
-   search in that channel's sequence numbers (c10d's order contract, see :mod:`rltrace.collectors.labels`).
+   search in that channel's sequence numbers (c10d's order contract, see :mod:`rltrace.labels`).
    Per group and stream (its collectives, each (source, destination) channel, each any-source receiver) an
    array indexed by i keeps the largest step, the earliest issue time and the op kind (a kind that differs
    between ranks marks the group as issued out of order: it keeps its recorded labels, as labels.py does).

@@ -58,6 +58,10 @@ class Tag(NamedTuple):
     """a request, trajectory or micro-batch the work is for (-1: none)"""
 
 
+NO_TAG = Tag("")
+"""the tag of a notice that carries none ("finished")"""
+
+
 @dataclass(slots=True)
 class Planned:
     """A generation instance reached the point it planned under ``epoch`` (stale if it has replanned since)."""
@@ -124,7 +128,7 @@ class Notice:
 
     time_s: float
     kind: NoticeKind
-    tag: Tag = Tag("")
+    tag: Tag = NO_TAG
     """the tag the scheduler gave ``work`` or ``timer``; the engine's own for "generated" and "turn" notices"""
     instance: GenerationInstance | None = None
     requests: list[int] = field(default_factory=list)

@@ -18,8 +18,6 @@ import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_generation
-from rltrace.replay.costmodels.calibration import CALIBRATION
-from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
 from rltrace.replay.costmodels.generation import GenerationCost, backend_name, catalog_generation
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.costmodels.switching import ModelState
@@ -35,6 +33,8 @@ from rltrace.replay.simulator import Simulator
 from rltrace.replay.workload import Workload, extract, renumber_steps, retarget, select_steps
 
 from rltrace.bundle import Bundle
+from rltrace.calibration import CALIBRATION
+from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
 from rltrace.catalog import GPUSpec, ModelSpec, from_info, get_gpu, get_model
 from rltrace.catalog.models import catalog_entry, differences
 from rltrace.config import to_dict

@@ -26,6 +26,8 @@ from rltrace.replay.entities.resource import Resource
 from rltrace.replay.events import Done, EventQueue, Generated, Notice, NoticeKind, Planned, Tag, Timer, TurnReady
 from rltrace.replay.job import Job
 from rltrace.replay.record import PoolUse, RunRecord
+from rltrace.replay.schedulers.base import capabilities
+from rltrace.replay.schedulers.view import View
 from rltrace.replay.stepbook import StepBook
 
 from rltrace.errors import ConfigError
@@ -262,9 +264,6 @@ class Simulator:
         """Start ``scheduler`` and fire events until none are left or it stops the run; returns the run's
         record. The scheduler sees the run through a :class:`~rltrace.replay.schedulers.view.View` (what a real
         system could know, within what its declared capabilities cover), never through this object."""
-        from rltrace.replay.schedulers.base import capabilities  # (the schedulers package imports this module)
-        from rltrace.replay.schedulers.view import View
-
         can = capabilities(scheduler)
         self._places_turns = can.places_turns
         self._view = View(self, several_jobs=can.several_jobs)

@@ -1,4 +1,4 @@
-"""The cost models' constants kept as data (replay/costmodels/data/calibration/*.toml): every entry sourced, one
+"""The cost models' constants kept as data (rltrace/calibration/*.toml): every entry sourced, one
 loader, the modules reading it, and no numeric cost constant left in the cost-model code."""
 
 from __future__ import annotations
@@ -7,15 +7,16 @@ import ast
 from pathlib import Path
 
 import pytest
-from rltrace.replay.costmodels import defaults, memory, parallel, serving, switching, training
-from rltrace.replay.costmodels.calibration import CALIBRATION, FOLDER, KINDS, load
+from rltrace.replay.costmodels import memory, parallel, serving, switching, training
 
+from rltrace.calibration import CALIBRATION, FOLDER, KINDS, defaults, load
 from rltrace.catalog import get_gpu
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 COSTMODELS = REPO / "replay" / "costmodels"
+CALIBRATION_CODE = REPO / "rltrace" / "calibration"
 # unit conversions and the numbers every formula has (none of them a measured or fitted figure)
 UNITS = {1e12, 1e9, 1e6, 1e3, 1e-3, 1e-6, 1e-9, 0.0, 1.0, 0.5, 2.0}
 # structural numbers in formulas, each for a stated reason: (module, value) -> why it is not a cost constant
@@ -64,9 +65,10 @@ def _floats(path: Path) -> set[float]:
 
 
 def test_no_numeric_cost_constant_is_left_in_the_code() -> None:
-    found = {(p.name, v) for p in sorted(COSTMODELS.glob("*.py")) for v in _floats(p) - UNITS}
+    found = {(p.name, v) for folder in (COSTMODELS, CALIBRATION_CODE) for p in sorted(folder.glob("*.py"))
+             for v in _floats(p) - UNITS}
     unexplained = sorted(found - set(STRUCTURAL))
-    assert not unexplained, f"move these into data/calibration/*.toml (or state why they are not constants): " \
+    assert not unexplained, f"move these into rltrace/calibration/*.toml (or state why they are not constants): " \
                             f"{unexplained}"
     assert not set(STRUCTURAL) - found, "a structural number the code no longer has: drop it from the list"
 

@@ -10,17 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers import COLLECTIVES, run_cli, shared_data
-from rltrace.replay.network.collectives import (
-    LL,
-    LL128,
-    NVLS,
-    NVLS_CHANNELS,
-    SIMPLE,
-    TREE_PROTOCOLS,
-    collective,
-)
+from rltrace.replay.network.collectives import collective
 from rltrace.replay.network.flows import max_min_rates, run_flows
 from rltrace.replay.network.network import NetworkConfig
+from rltrace.replay.network.protocols import LL, LL128, NVLS, SIMPLE, TREE_PROTOCOLS
+from rltrace.replay.network.tuner import NVLS_CHANNELS
 from rltrace.replay.network.validation import compare, summary
 from rltrace.replay.network.weight_sync import weight_sync
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
@@ -408,12 +402,12 @@ def test_an_all_to_alls_max_min_run_ends_when_its_busiest_link_has_carried_its_b
 
 
 def test_past_exact_flows_an_all_to_all_takes_the_bound_and_the_same_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rltrace.replay.network import collectives
+    from rltrace.replay.network import protocols
 
     topo = parse("leaf-spine:nodes=9,gpu=H100")
-    assert 72 * 71 > collectives.EXACT_FLOWS  # this all-to-all's flows take the bound
+    assert 72 * 71 > protocols.EXACT_FLOWS  # this all-to-all's flows take the bound
     bound = collective(topo, "all_to_all", 72, 1 << 30)
-    monkeypatch.setattr(collectives, "EXACT_FLOWS", 10**9)
+    monkeypatch.setattr(protocols, "EXACT_FLOWS", 10**9)
     exact = collective(topo, "all_to_all", 72, 1 << 30)
     assert bound.seconds == pytest.approx(exact.seconds, rel=1e-9)
     assert np.allclose(bound.link_bytes, exact.link_bytes, rtol=1e-9)

@@ -8,20 +8,12 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers import run_cli
-from rltrace.replay.network.collectives import (
-    LL128,
-    NVLS_TREE,
-    SIMPLE,
-    TREE_PROTOCOLS,
-    collective,
-    nvls_tree_unit_bytes,
-    phase_latency,
-    tree_correction,
-    tree_unit_bytes,
-)
-from rltrace.replay.network.schedules import btree_parents, dtree, phases
+from rltrace.replay.network.algorithms import phases
+from rltrace.replay.network.collectives import collective
+from rltrace.replay.network.protocols import LL128, NVLS_TREE, SIMPLE, TREE_PROTOCOLS, phase_latency
+from rltrace.replay.network.schedules import btree_parents, dtree
 from rltrace.replay.network.track_record import track_record
-from rltrace.replay.network.tuner import channel_ceilings_gbps
+from rltrace.replay.network.tuner import channel_ceilings_gbps, nvls_tree_unit_bytes, tree_correction, tree_unit_bytes
 from rltrace.replay.network.validation import (
     MULTINODE_CSV,
     multinode_compare,

@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels.aiconfigurator import KernelDatabase, KernelGeneration, coverage
-from rltrace.replay.costmodels.calibration import CALIBRATION
 from rltrace.replay.costmodels.generation import backend_name, catalog_generation
 from rltrace.replay.costmodels.validation import GENERATION_CSV
 
+from rltrace.calibration import CALIBRATION
 from rltrace.catalog import get_gpu, get_model
 from rltrace.errors import ConfigError
 

@@ -11,13 +11,13 @@ import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.benchmark import offline_throughput, roof_kv_batch, serving_benchmark
-from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY as COMPUTE
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import MOE_TRAIN_MFU, default_mfu, step_seconds
 
 import rltrace
+from rltrace.calibration.defaults import COMPUTE_EFFICIENCY as COMPUTE
 from rltrace.catalog import from_info, get_gpu, get_model, load_models
 from rltrace.catalog.models import ARCHITECTURE, ModelSpec, differences
 from rltrace.errors import ConfigError, ValidationError

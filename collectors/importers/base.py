@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Protocol
 
 import polars as pl
-from rltrace.replay.registry import Registry
 
 from rltrace.catalog import get_model
 from rltrace.errors import ValidationError
 from rltrace.manifest import Manifest, Pool
+from rltrace.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

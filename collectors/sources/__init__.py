@@ -16,7 +16,8 @@ from contextlib import suppress
 from typing import Any
 
 from rltrace.collectors import hooks, recorder
-from rltrace.replay.registry import Registry
+
+from rltrace.registry import Registry
 
 Attach = Callable[[], None]
 """Arranges a collector's import hooks; imports nothing heavy itself."""

@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillModel
 from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.per_tp import PerTPGeneration
 
+from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 

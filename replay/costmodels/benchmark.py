@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 
+from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 

@@ -15,13 +15,13 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 from rltrace.replay.costmodels import aiconfigurator, serving
-from rltrace.replay.costmodels.calibration import CALIBRATION
-from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.per_tp import PerTPGeneration
 from rltrace.replay.costmodels.profile import factors
 from rltrace.replay.costmodels.roofline import Roofline
 
+from rltrace.calibration import CALIBRATION
+from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 

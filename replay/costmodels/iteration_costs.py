@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.kernels import Kernels
 from rltrace.replay.costmodels.memory import RankMemory, rank_memory
 from rltrace.replay.costmodels.parallel import collective_seconds, tp_allreduce_seconds
 
+from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.errors import ConfigError
 from rltrace.units import DTYPE_BYTES
 

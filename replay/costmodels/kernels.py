@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.iteration import Linear
 
+from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.calibration import CALIBRATION
-from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 
+from rltrace.calibration import CALIBRATION
+from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.units import DTYPE_BYTES
 

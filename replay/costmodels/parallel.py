@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
-from rltrace.replay.costmodels.calibration import CALIBRATION
+from rltrace.replay.network.collectives import collective
+from rltrace.replay.topologies.base import parse
 
+from rltrace.calibration import CALIBRATION
 from rltrace.catalog import GPUSpec
 from rltrace.errors import ConfigError
 from rltrace.units import DTYPE_BYTES, bus_factor
@@ -32,9 +34,6 @@ all_reduce of <= 8 KiB, 15.5-16.7 us (../shared/data/kernels/h100/aic_nccl_perf.
 
 @lru_cache(maxsize=4096)
 def _collective_s(gpu: str, op: str, ranks: int, size: float, gpus_per_node: int) -> float:
-    from rltrace.replay.network.collectives import collective  # the network package imports the catalog: late
-    from rltrace.replay.topologies.base import parse
-
     nodes = -(-ranks // gpus_per_node)
     spec = (f"nvswitch:gpus={max(ranks, 1)},gpu={gpu}" if nodes == 1 else
             f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},leaf_down={nodes * gpus_per_node},gpu={gpu}")

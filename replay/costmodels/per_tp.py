@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from rltrace.replay.costmodels import serving
-from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.memory import rank_memory
 
+from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 

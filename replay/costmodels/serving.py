@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from rltrace.replay.costmodels.calibration import CALIBRATION
+
+from rltrace.calibration import CALIBRATION
 
 BLOCK_TOKENS = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
 GEMM_FLOOR_S = CALIBRATION["gemm_floor_s"]  # aic_gemm_perf.parquet, minimum bf16 latency

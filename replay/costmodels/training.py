@@ -34,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from rltrace.replay.costmodels.calibration import CALIBRATION
-from rltrace.replay.costmodels.defaults import SYNC_GBPS
 from rltrace.replay.costmodels.parallel import ACTIVATION_BYTES, ep_alltoall_seconds
 
+from rltrace.calibration import CALIBRATION
+from rltrace.calibration.defaults import SYNC_GBPS
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 from rltrace.units import bus_factor

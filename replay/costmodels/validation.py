@@ -37,11 +37,11 @@ from typing import Any
 import polars as pl
 from rltrace.replay.costmodels import aiconfigurator, memory, serving
 from rltrace.replay.costmodels.benchmark import ServingCosts, offline_throughput, serving_benchmark
-from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.costmodels.training import step_seconds
 
 from rltrace import units
+from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.limits import check_input

@@ -1,7 +1,7 @@
 """Comms replay (PARAM-style): every recorded collective re-issued with its group, dtype and size.
 
 The collectives table has one row per rank per operation. Rows are first given one step and one per-group
-sequence number per operation (:func:`rltrace.collectors.labels.align_collectives`: bundles merged before
+sequence number per operation (:func:`rltrace.labels.align_collectives`: bundles merged before
 that rule existed carry each rank's own labels, and aligning an aligned bundle changes nothing); an
 operation is then one (group, sequence number), a send and its receive included. Its recorded latency is
 the shortest of its ranks' durations: the last rank to arrive waits least, so its time is closest to the
@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import polars as pl
-from rltrace.collectors.labels import align_collectives
 from rltrace.replay.execute.comms import OPS, Op, fold
 
 from rltrace.bundle import Bundle
+from rltrace.labels import align_collectives
 
 if TYPE_CHECKING:
     from polars._typing import SchemaDict

@@ -29,14 +29,14 @@ docs/fabrics.md), so these are NCCL's own mechanism and constants, not a checked
 from __future__ import annotations
 
 import numpy as np
-from rltrace.replay.network.collectives import (
+from rltrace.replay.network.multinode import node_major, nvls_tree
+from rltrace.replay.network.protocols import (
     PIPELINE_CHUNK_BYTES,
     PhasesTime,
     Protocol,
     plugin_latency_s,
     run_phases,
 )
-from rltrace.replay.network.multinode import node_major, nvls_tree
 from rltrace.replay.network.schedules import Phase
 from rltrace.replay.network.tuner import NVLS_CHANNELS, nvls_tree_unit_bytes
 from rltrace.replay.topologies.base import Topology

@@ -16,8 +16,9 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.training import AllToAll
 from rltrace.replay.job import Job
-from rltrace.replay.network.collectives import P2P_LL_THRESHOLD_BYTES, collective
+from rltrace.replay.network.collectives import collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
+from rltrace.replay.network.protocols import P2P_LL_THRESHOLD_BYTES
 from rltrace.replay.network.weight_sync import STRATEGIES, weight_sync
 from rltrace.replay.topologies import Topology, TopologySpec
 

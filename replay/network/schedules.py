@@ -1,7 +1,7 @@
 """The flow phases of NCCL's algorithms: which GPU sends how many bytes to which, in how many steps, and what each
-rank passes through its own memory. :mod:`.collectives` times them on a topology and picks among them as NCCL's tuner
-does; :mod:`.multinode` builds the across-node schedules (channels through their own NICs, trees, NVLSTree) from the
-same pieces.
+rank passes through its own memory. :mod:`.multinode` builds the across-node schedules (channels through their own
+NICs, trees, NVLSTree) from these pieces, :mod:`.algorithms` picks the schedule of one collective, and
+:mod:`.collectives` times them on a topology and picks among algorithms as NCCL's tuner does.
 
 A ring is each rank to the next, its hops a pipeline level each; NCCL's all-reduce tree is a chain inside each node and
 the double binary tree over the nodes' first GPUs; a broadcast a chain from its root; an all-to-all every pair at
@@ -10,13 +10,9 @@ once. Sizes are nccl-tests' message sizes (:mod:`.collectives`).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-
-from rltrace.errors import ConfigError
-from rltrace.units import bus_factor
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
@@ -24,7 +20,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 @dataclass(frozen=True, slots=True)
 class Phase:
     """One step of a schedule: flows ``src[i] -> dst[i]`` of ``nbytes[i]`` that run at once (a pipelined ring, chain or
-    tree in steady state, or independent flows), with what :func:`.collectives.run_phases` needs to time them."""
+    tree in steady state, or independent flows), with what :func:`.protocols.run_phases` needs to time them."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -44,7 +40,7 @@ class Phase:
     byte, 2 x shard) or a reduction (reduce-scatter, all-reduce: two operands in, one out, 3 x shard)"""
     all_to_all: bool = False
     """every rank sends the same bytes to every other at once: past ``EXACT_FLOWS`` flows such a phase is timed by
-    its busiest link (:data:`.collectives.EXACT_FLOWS`)"""
+    its busiest link (:data:`.protocols.EXACT_FLOWS`)"""
 
 
 COPY_TRAFFIC, REDUCE_TRAFFIC = 2, 3  # local memory bytes per shard byte: copy (read, write), reduce (2 reads, write)
@@ -121,50 +117,6 @@ def tree_allreduce(ranks: np.ndarray, size: float, gpus_per_node: int) -> Phase:
     return Phase(src, dst, nbytes, 2 * len(np.unique(levels)), levels=levels)
 
 
-def phases(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_per_node: int,
-           nvls_efficiency: float = 0.0, nics: int = 0) -> list[Phase]:
-    """The flow phases of one collective. Across nodes, ``nics`` (NICs per node, 0: one per GPU) channels each
-    cross between nodes through their own NIC (:mod:`.multinode`)."""
-    n = len(ranks)
-    nodes = ranks // gpus_per_node
-    if len(np.unique(nodes)) > 1 and algorithm != "hierarchical":
-        from rltrace.replay.network.multinode import across_nodes  # it builds on this module's Phase
-
-        return across_nodes(op, ranks, size, algorithm, gpus_per_node, nvls_efficiency, nics or gpus_per_node)
-    if op == "all_reduce" and algorithm == "nvls":
-        if not nvls_efficiency > 0:
-            raise ConfigError("nvls needs the GPU's nvls_efficiency > 0")
-        # every GPU sends and receives (1 + 1/n) x size through the switch; a ring of such flows loads each
-        # GPU's NVLink up and down exactly so (the switch itself is non-blocking)
-        return [dataclasses.replace(ring(ranks, (1 + 1 / n) * size, 2, 0.0, 0), efficiency=nvls_efficiency)]
-    if op == "all_reduce" and algorithm == "tree":
-        return [tree_allreduce(ranks, size, gpus_per_node)]
-    if op == "all_reduce" and algorithm == "hierarchical":
-        nodes = ranks // gpus_per_node
-        local = [ranks[nodes == v] for v in np.unique(nodes)]
-        g = min(len(x) for x in local)
-        if g < 2 or len(local) < 2 or any(len(x) != g for x in local):
-            return phases(op, ranks, size, "ring", gpus_per_node)
-        m = len(local)
-        # a reduce-scatter inside each node, g rings across nodes (one per local rank, on a 1/g shard), an all-gather
-        # inside each node
-        scatter = [ring(x, bus_factor("reduce_scatter", g) * size, g - 1, size / g, REDUCE_TRAFFIC) for x in local]
-        inter = [ring(np.array([x[i] for x in local]), bus_factor("all_reduce", m) * size / g, 2 * (m - 1),
-                      size / g / m, REDUCE_TRAFFIC) for i in range(g)]
-        gather = [ring(x, bus_factor("all_gather", g) * size, g - 1, size / g, COPY_TRAFFIC) for x in local]
-        return [_merge(scatter), _merge(inter), _merge(gather)]
-    if op == "all_reduce":
-        return [ring(ranks, bus_factor(op, n) * size, 2 * (n - 1), size / n, REDUCE_TRAFFIC)]
-    if op in ("all_gather", "reduce_scatter"):
-        traffic = COPY_TRAFFIC if op == "all_gather" else REDUCE_TRAFFIC
-        return [ring(ranks, bus_factor(op, n) * size, n - 1, size / n, traffic)]
-    if op == "broadcast":  # pipelined along a chain from the first rank
-        return [chain(ranks, size)]
-    if op == "all_to_all":
-        return [all_to_all(ranks, size)]
-    raise ConfigError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
-
-
 def all_to_all(ranks: np.ndarray, size: float) -> Phase:
     """NCCL's all-to-all: every rank sends ``size / n`` to every other at once (grouped sends and receives), and
     copies its own ``size / n`` in local memory (NCCL sends to itself in the p2p schedule's first round, src/init.cc
@@ -179,7 +131,8 @@ def all_to_all(ranks: np.ndarray, size: float) -> Phase:
                  all_to_all=True)
 
 
-def _merge(parts: list[Phase]) -> Phase:
+def merge(parts: list[Phase]) -> Phase:
+    """Concurrent phases as one (their flows side by side, the most steps and local bytes of any)."""
     return Phase(np.concatenate([p.src for p in parts]), np.concatenate([p.dst for p in parts]),
                  np.concatenate([p.nbytes for p in parts]), max(p.steps for p in parts),
                  levels=_levels(parts), local_bytes=max(p.local_bytes for p in parts))

@@ -15,8 +15,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rltrace.replay.network.collectives import collective, run_phases
-from rltrace.replay.network.schedules import Phase, phases, tree_edges
+from rltrace.replay.network.algorithms import phases
+from rltrace.replay.network.collectives import collective
+from rltrace.replay.network.protocols import run_phases
+from rltrace.replay.network.schedules import Phase, tree_edges
 from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import Topology
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rltrace.replay.events import Notice
-from rltrace.replay.registry import Registry
 from rltrace.replay.schedulers.view import View
 
 from rltrace.config import build
+from rltrace.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
-from rltrace.replay.registry import Registry
 
 from rltrace.catalog import get_gpu
 from rltrace.config import build, parse_scalar
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_GPUS
+from rltrace.registry import Registry
 
 # Per-hop latency the links carry. NVLink: NCCL's hwLat for NVLink, Ring/LL (NVIDIA/nccl src/graph/tuning.cc,
-# 0.6 us); a collective replaces it by its protocol's figure (rltrace.replay.network.collectives.PROTOCOLS).
+# 0.6 us); a collective replaces it by its protocol's figure (rltrace.replay.network.protocols.PROTOCOLS).
 # Network hop (NIC + switch traversal): 2 us, rltrace's assumption, the order of InfiniBand NDR port-to-port
 # plus NIC latency; not fitted to any measurement. Collectives and weight syncs replace a NIC's way out by their
 # protocol's NET figure (NCCL's hwLat NET, 2.7-14 us, which counts the proxy and network stack too).
@@ -244,7 +244,7 @@ class NodeFabric:
     net_latency_us: float = 0.0
     """the inter-node latency the NCCL net plugin reports (ncclNetProperties_t.latency), which NCCL's tuner adds to
     each network step of a ring or tree, twice under Simple (src/graph/tuning.cc latencyInter, 2.18 to 2.30; see
-    .network.collectives.plugin_latency_s): 0 for NCCL's own InfiniBand/RoCE transport ("Not set",
+    .network.protocols.plugin_latency_s): 0 for NCCL's own InfiniBand/RoCE transport ("Not set",
     src/transport/net_ib), 75 from aws-ofi-nccl on EFA p4d/p5/p5e (src/platform-aws.c from v1.7.0-aws,
     platform-aws.cpp from v1.15.0, through v1.16.3), 35 on p5en and later (from v1.15.0)"""
     SHARP_FABRIC: ClassVar[bool] = False

@@ -10,11 +10,11 @@ from typing import Annotated
 
 import typer
 
+from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import get_gpu, get_model
 from rltrace.cli.estimate_validate import show_rl_validation, show_validation
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
-from rltrace.replay.costmodels.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.replay.costmodels.profile import factors, load_profile
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from rltrace.analysis.runs import Run
 from rltrace.bundle import Bundle, open_bundle
+from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
@@ -21,7 +22,6 @@ from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_STEPS, check_output
-from rltrace.replay.costmodels.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.described import from_description, is_description, load_description

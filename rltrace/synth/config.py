@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rltrace.calibration.defaults import MEMORY_EFFICIENCY, SYNC_GBPS, SYNTH_TRAIN_MFU
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build, override, parse_set, to_dict
 from rltrace.errors import ConfigError
-from rltrace.replay.costmodels.defaults import MEMORY_EFFICIENCY, SYNC_GBPS, SYNTH_TRAIN_MFU
 
 PRESET_DIR = Path(__file__).with_name("presets")
 LENGTH_KINDS = ("lognormal", "lognormal_pareto", "empirical")

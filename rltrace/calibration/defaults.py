@@ -5,7 +5,7 @@ published figure for the model's kind and the GPU's (``cost.train_mfu`` unset me
 
 from __future__ import annotations
 
-from rltrace.replay.costmodels.calibration import CALIBRATION
+from rltrace.calibration import CALIBRATION
 
 # Median efficiencies of Vidur's measured Llama-2-7B projection GEMMs on H100 at TP 1 (data/calibration/serving.toml)
 MEMORY_EFFICIENCY = CALIBRATION["memory_efficiency"]

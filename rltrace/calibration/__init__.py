@@ -1,10 +1,11 @@
-"""The cost models' measured, fitted and assumed constants, kept as data: ``data/calibration/*.toml``.
+"""The cost models' measured, fitted and assumed constants, kept as data: ``rltrace/calibration/*.toml``.
 
 Each constant is one entry with its value, unit, kind (measured, fitted, assumed or an engine's setting), source,
 the script that fits or checks it, and the data it comes from. :func:`load` reads every file once into one frozen
-:class:`CostCalibration`; the modules that price (``serving``, ``memory``, ``parallel``, ``training``,
-``switching``, ``defaults``, ``generation``) take their constants from :data:`CALIBRATION`, and a replay's
-``config.json`` names the files it used with their versions and digests (:meth:`CostCalibration.describe`).
+:class:`CostCalibration`; the modules that price (``rltrace.replay.costmodels``: ``serving``, ``memory``,
+``parallel``, ``training``, ``switching``, ``generation``; and :mod:`.defaults`, shared with ``rltrace synth``)
+take their constants from :data:`CALIBRATION`, and a replay's ``config.json`` names the files it used with their
+versions and digests (:meth:`CostCalibration.describe`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from types import MappingProxyType
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
 
-FOLDER = Path(__file__).parent / "data" / "calibration"
+FOLDER = Path(__file__).parent
 KINDS = ("measured", "fitted", "assumed", "setting")
 FIELDS = ("value", "unit", "kind", "source", "fit", "data")
 

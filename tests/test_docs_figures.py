@@ -38,7 +38,7 @@ def test_fabrics_doc_shows_the_current_multi_node_table() -> None:
     rows = [f"| {r['op']} | {r['gpu']} | {r['nodes']} | {r['size_band']} | {r['points']} | {r['clusters']} | "
             f"{100 * r['median_abs_error']:.1f}% | {100 * r['max_abs_error']:.1f}% |"
             for r in multinode_summary(multinode_compare()).iter_rows(named=True)]
-    lines = (REPO / "docs" / "fabrics.md").read_text().splitlines()
+    lines = (REPO / "docs" / "fabrics-multinode.md").read_text().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| op | GPU | nodes | size band |"))
     shown = []
     for line in lines[header + 2:]:

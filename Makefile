@@ -31,7 +31,8 @@ deps:
 	$(PIP) -c ci/torch-cpu-constraint.txt ".[test]"
 
 # Every benchmark, one after the other (about 15 minutes on 2 cores; the Vidur comparison installs Vidur
-# into .venv-vidur the first time). Figures go to the README and docs.
+# into .venv-vidur the first time). The scripts print their figures; docs/benchmarks.md is updated from them
+# by hand.
 bench:
 	$(VENV)/bin/python benchmarks/bundle_io.py
 	$(VENV)/bin/python benchmarks/record_overhead.py

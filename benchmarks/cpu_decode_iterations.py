@@ -2,14 +2,14 @@
 
     python benchmarks/cpu_decode_iterations.py [--batches 4 8 16 32 64] [--repeats 3] [--logprobs 0]
 
-Why: the replay's trace fit (docs/replay.md, Fidelity) sees a request's *mean* time per token against its
+Why: the replay's trace fit (docs/replay-fidelity.md) sees a request's *mean* time per token against its
 mean running batch, and on the tiny RL recordings it cannot resolve the batch slope (kept only at >= 3
 standard errors). This times each ``LLMEngine.step`` call (one engine-core iteration) with the engine's
 unfinished requests at its start, over generate() calls of each batch size, and fits
 tau(B) = a + b x B by least squares on every iteration after the first ``--warmup``. Its slope's standard
 error says whether iteration-level records would make the slope measurable. It also fits
 tau = a + b x B + c x F, F the requests of the same generate() call that have already finished: the calls
-of several sizes separate c from b, which a recording of one batch size cannot (docs/replay.md, Fidelity).
+of several sizes separate c from b, which a recording of one batch size cannot (docs/replay-fidelity.md).
 Run on an idle machine; the figures are this machine's, not a GPU's.
 """
 

@@ -7,8 +7,8 @@ plugin. On p5 with 8 ranks a node it picks an all-reduce's algorithm and protoco
 falls among polygons in log2 space, first match wins, and defers to NCCL's tuner on 2 nodes or fewer
 (aws/aws-ofi-nccl v1.16.3, src/tuner/nccl_ofi_regions.cpp: region_init_internal_p5_p5e, is_inside_region,
 region_get_coll_info_internal_v2; the same p5 regions at 2daf7d30). The polygons below are that file's vertices;
-the membership test is its ray casting, written again here. The model does not read the plugin (docs/fabrics.md
-says why): this prints what doing so would change.
+the membership test is its ray casting, written again here. The model does not read the plugin
+(docs/fabrics-multinode.md says why): this prints what doing so would change.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ prefills every iteration decodes the same B requests at contexts P..P+O (mean P 
 - Vidur 0.0.26 (same inputs as benchmarks/vidur_compare.py: its authors' measured H100 MLP profile, the attention
   profile derived from aiconfigurator's tables): (e2e - TTFT) / (O - 1) of the request admitted last, which
   decodes only after every prefill, i.e. Vidur's mean decode iteration;
-- rltrace: ``Roofline.decode(B, P + O/2)`` (the per-kernel model of docs/costmodels.md);
+- rltrace: ``Roofline.decode(B, P + O/2)`` (the per-kernel model of docs/costmodels-roofline.md);
 - the measured-kernel floor: what the public measured H100 kernels of that iteration add up to, with nothing
   for the LM head, the sampler, launches or the scheduler: per layer the medians of Vidur's own MLP-profile ops
   at B tokens (vidur_llama-2-7b_mlp.csv: norms, QKV and output projections, rotary, MLP up/act/down, two adds)

@@ -262,7 +262,7 @@ def _volumes(run: RunRecord, steps: list[tuple[int, int]]) -> dict[str, float | 
     """Mean bytes per finished step, over every job's (:func:`step_volumes`; steps.parquet holds each job's steps):
     one model copy a weight sync delivers to each generation instance (None: nothing sized it), and what each
     training GPU sends in the modelled expert all-to-alls (0 without them). Generation has none: an engine's EP
-    inside its TP group all-reduces (docs/costmodels.md)."""
+    inside its TP group all-reduces (docs/costmodels-roofline.md)."""
     syncs, alltoalls = step_volumes(run, steps)
     sized = [b for b in syncs if b is not None]
     modelled = [b for b in alltoalls if b is not None]

@@ -111,7 +111,7 @@ def test_no_measured_h100_kernel_beats_the_full_efficiency_roofline() -> None:
     """Vidur's measured Llama-2-7B projections on H100 (microsoft/vidur, MIT; ../shared/data/README.md).
 
     Per layer, the four projection GEMMs can be no faster than the roofline at 100% efficiency; the ratio is
-    the efficiency the kernels achieve (reported in docs/costmodels.md)."""
+    the efficiency the kernels achieve (reported in docs/costmodels-roofline.md)."""
     mlp = pl.read_csv(require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv"))
     ops = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
     measured = mlp.select(

@@ -1,8 +1,8 @@
 """The validation tables the docs print are the commands' current output, not a figure from an older model.
 
 A model change that moves a validated figure must re-measure the doc in the same commit: these tests fail until it
-does (docs/costmodels.md's `rltrace estimate validate` block and its decode example, docs/fabrics.md's multi-node
-table).
+does (docs/costmodels-validation.md's `rltrace estimate validate` block, docs/costmodels.md's decode example,
+docs/fabrics-multinode.md's multi-node table and docs/fabrics.md's bench example).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _block_after(doc: str, command: str) -> list[str]:
 def test_costmodels_doc_shows_the_current_estimate_validate_output() -> None:
     done = run_cli("estimate", "validate")
     assert done.returncode == 0, done.stderr
-    shown = _block_after((REPO / "docs" / "costmodels.md").read_text(), "rltrace estimate validate")
+    shown = _block_after((REPO / "docs" / "costmodels-validation.md").read_text(), "rltrace estimate validate")
     # the CLI pads its columns with trailing blanks, which an editor may strip
     assert [line.rstrip() for line in shown] == [line.rstrip() for line in done.stdout.splitlines()]
 
@@ -38,7 +38,7 @@ def test_fabrics_doc_shows_the_current_multi_node_table() -> None:
     rows = [f"| {r['op']} | {r['gpu']} | {r['nodes']} | {r['size_band']} | {r['points']} | {r['clusters']} | "
             f"{100 * r['median_abs_error']:.1f}% | {100 * r['max_abs_error']:.1f}% |"
             for r in multinode_summary(multinode_compare()).iter_rows(named=True)]
-    lines = (REPO / "docs" / "fabrics.md").read_text().splitlines()
+    lines = (REPO / "docs" / "fabrics-multinode.md").read_text().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| op | GPU | nodes | size band |"))
     shown = []
     for line in lines[header + 2:]:

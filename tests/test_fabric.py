@@ -213,7 +213,7 @@ def test_the_model_holds_15_percent_at_64_mb_and_up_on_2_4_and_8_h100() -> None:
     assert s.height == 21 and (s["median_abs_error"] <= 0.15).all() and (s["nodes"] == 1).all()
     nvls = s.filter(pl.col("algorithm") == "nvls")
     assert sorted(nvls["gpus"].to_list()) == [4, 4, 8, 8] and (nvls["max_abs_error"] <= 0.15).all()
-    # the points still outside are three 64 MB points on 2 GPUs, at most 17.3% (docs/fabrics.md)
+    # the points still outside are three 64 MB points on 2 GPUs, at most 17.3% (docs/fabrics-validation.md)
     big = compare(DATA).filter(pl.col("bytes") >= 64 << 20, pl.col("op").is_in(COLLECTIVES))
     outside = big.filter(pl.col("error").abs() > 0.15)
     assert outside.height <= 3 and (outside["gpus"] == 2).all() and (outside["error"].abs() < 0.18).all()
@@ -230,7 +230,7 @@ def test_an_all_to_all_inside_a_node_runs_ll_only_while_a_peer_gets_16_kib(gpus:
 def test_the_all_to_all_inside_a_node_copies_its_own_share_and_holds_17_percent_from_64_mb() -> None:
     a2a = compare(DATA).filter(pl.col("op") == "all_to_all")
     assert sorted(a2a["gpus"].unique().to_list()) == [2, 4, 8] and (a2a["algorithm"] == "p2p").all()
-    # from 64 MB: -17% to +3%, median -5% (without the self copy: 7-28% fast, median 18%; docs/fabrics.md)
+    # from 64 MB: -17% to +3%, median -5% (without the self copy: 7-28% fast, median 18%; docs/fabrics-validation.md)
     big = a2a.filter(pl.col("bytes") >= 64 << 20)["error"]
     assert (big > -0.18).all() and (big < 0.05).all() and big.abs().median() < 0.06
     # below 256 KiB (LL for a peer's 16 KiB or less, else Simple's latency) the median is within 12%
@@ -248,7 +248,7 @@ def test_vidur_send_recv_confirms_the_nvlink_constant_and_shows_the_nic_gap() ->
     # one node: NVLink at the constant the all-gathers gave (362 GB/s); this data took no part in deriving it
     assert p2p.filter(pl.col("nodes") == 1)["error"].abs().median() < 0.05
     # two nodes: NCCL's send/recv reaches 0.68 of a 400 Gb/s NIC, the model's collectives assume 0.9, so the
-    # model is that much faster (docs/fabrics.md); a change to the NIC figure must update the docs
+    # model is that much faster (docs/fabrics-validation.md); a change to the NIC figure must update the docs
     across = p2p.filter(pl.col("nodes") == 2)["error"]
     assert -0.25 < across.median() < -0.15 and (across < 0).all()
 

@@ -375,7 +375,7 @@ def test_the_multi_node_validation_holds_from_1_gb_and_names_its_sources() -> No
     collectives = summary.filter(pl.col("op").is_in(["all_reduce", "all_gather"]))
     assert collectives.height >= 4 and collectives["median_abs_error"].max() <= 0.12
     # broadcast (one cluster, 4 x 8 H100) is 13-24% short from 1 GB: NCCL's broadcast reaches 0.8 of the NICs where
-    # its all-gather on the same nodes reaches 0.9 (docs/fabrics.md); held so a change that moves it shows
+    # its all-gather on the same nodes reaches 0.9 (docs/fabrics-multinode.md); held so a change that moves it shows
     assert summary.filter(pl.col("op") == "broadcast")["median_abs_error"].max() <= 0.18
 
 

@@ -1,5 +1,5 @@
 """The packaged one-node validation: aiconfigurator's NCCL sweeps of H100, H200, B200 and A100, through the model
-and the CLI (replay/network/data/one_node_nccl.parquet; docs/fabrics.md)."""
+and the CLI (replay/network/data/one_node_nccl.parquet; docs/fabrics-validation.md)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_collectives_on_h100_and_h200_hold_11_percent_from_64_mb(compared: pl.Da
 
 
 def test_the_known_misses_stay_visible(compared: pl.DataFrame) -> None:
-    """What docs/fabrics.md reports as misses, held so that a change that moves them shows: from 64 MB B200's
+    """What docs/fabrics-validation.md reports as misses, held so that a change that moves them shows: from 64 MB B200's
     all-to-all (NCCL's point-to-point path) is 24% fast and A100's all-gather 17%; H100's and H200's all-to-all
     hold 11%."""
     big = compared.filter(pl.col("size_bytes") >= 64 << 20)

@@ -3,17 +3,17 @@
 One recording alternates two settings step by step: 8 samples per prompt (A, the even steps, step 0 first) and 4
 (B, the odd steps). Replaying each setting's steps as recorded must predict its measured mean step time within
 5%; the replay-engine issue asks that A's steps reshaped to 4 samples per prompt predict B's measured mean step
-time within 10% (docs/replay.md has the table, both directions; the bound tested is below). A is the larger
+time within 10% (docs/replay-fidelity.md has the table, both directions; the bound tested is below). A is the larger
 setting so the decode cost fitted from it covers B's batch sizes. The learning rate is small so the policy, and
 with it the output lengths, stays put across steps.
 
 Why interleaved: this project's 2-core VM changes speed between two recordings made minutes apart (the same
 setting ran 0.37 s to 0.70 s of generation per step in 12 recordings on 2026-11-23), which no replay of one
-recording can know; separate recordings gave retarget errors from -25% to +46% (docs/replay.md). Alternating the
-settings step by step puts both on the same machine at the same time. Over 7 interleaved recordings with the
-example's vLLM engine pinned to one core (2026-11-23) as-recorded held within 1.5% and A -> B landed at -7.6% to
-+6.6% (13 earlier recordings without the pin: -4.2% to +10.9%, 11 within 10%; docs/replay.md). One recording in
-CI is one draw of that noise: the test holds the retarget to the issue's 10%, widened to three standard errors
+recording can know; separate recordings gave retarget errors from -25% to +46% (docs/replay-fidelity.md).
+Alternating the settings step by step puts both on the same machine at the same time. Over 7 interleaved recordings with
+the example's vLLM engine pinned to one core (2026-11-23) as-recorded held within 1.5% and A -> B landed at -7.6% to
++6.6% (13 earlier recordings without the pin: -4.2% to +10.9%, 11 within 10%). One recording in CI is one draw of that
+noise: the test holds the retarget to the issue's 10%, widened to three standard errors
 of the recording's own measured mean, or two of the measured-minus-replayed difference (the replay's bootstrap
 spread included), when either is noisy, or by how far A's fitted cost line misses B's recorded iterations on
 this machine, never past RETARGET_CEILING (30%): a noisy CI machine does not fail it while a wrong scaling still

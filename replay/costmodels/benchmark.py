@@ -136,7 +136,7 @@ def serving_benchmark(roof: ServingCosts, *, concurrency: int, prompt_tokens: in
         # its first token: half the iteration in flight, then the iterations that carry its chunks, each the
         # others' decodes plus what its chunk adds
         # (one chunk an iteration here: the closed loop's TTFT is not validated, it hangs on arrival phases the
-        # sources do not record, docs/costmodels.md)
+        # sources do not record, docs/costmodels-misses.md)
         others_s = roof.decode_seconds(others, prompt_tokens + output_tokens / 2) if others else 0.0
         chunks = serving.chunks(prompt_tokens, max(roof.batched_tokens - others, 1))
         ttft = others_s / 2 + chunks * others_s + roof.mixed_prefill(prompt_tokens, others)

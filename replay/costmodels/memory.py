@@ -24,7 +24,7 @@ print).
 The two constants are read off the Llama-3.1-8B runs of one public sweep (vLLM 0.19.0 on H100, tp 1 and 2;
 ``llm-d-incubation/llm-d-planner`` @ d3121e05, ``accuracy/results/v0.19.0/logs/``), which stay in the validation
 set beside 19 runs of other models (``replay/costmodels/data/kv_cache_validation.csv``; ``rltrace estimate
-validate``; docs/costmodels.md).
+validate``; docs/costmodels-roofline.md).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ iteration as above plus causal attention (``P x (T/P)^2 / 2`` query-key pairs). 
 parameters x tokens`` over ``gpus x peak x MFU`` plus expert-parallel all-to-alls (:mod:`.training`).
 
 Peak FLOP/s, HBM and NVLink come from the GPU catalog (datasheets); floors and defaults from vLLM's source and
-the public H100 kernel tables (see :mod:`.serving` and docs/costmodels.md).
+the public H100 kernel tables (see :mod:`.serving` and docs/costmodels-roofline.md).
 """
 
 from __future__ import annotations

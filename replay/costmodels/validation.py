@@ -1,7 +1,7 @@
 """The cost models held against public real measurements: serving engines' TPOT, TTFT and offline throughput, and
 training frameworks' tokens per second.
 
-Seven CSV sets ship in ``data/`` (docs/costmodels.md lists every source; each row names its own):
+Seven CSV sets ship in ``data/`` (docs/costmodels-sources.md lists every source; each row names its own):
 
 - ``generation_validation.csv``: vLLM and SGLang TPOT and TTFT at a fixed concurrency, prompt and output length,
   measured by NVIDIA's aiconfigurator team on H100, H200 and B200 (their ``silicon_sample.csv``);

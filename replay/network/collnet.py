@@ -23,7 +23,7 @@ Hopper), which here shape the pick only.
 
 Not validated: no public nccl-tests run with SHARP on and the cluster stated unambiguously turned up (one
 CoreWeave H100 run with CollNetChain forced states 64 ranks in its manifest and prints busbw of 96:
-docs/fabrics.md), so these are NCCL's own mechanism and constants, not a checked model.
+docs/fabrics-collectives.md), so these are NCCL's own mechanism and constants, not a checked model.
 """
 
 from __future__ import annotations

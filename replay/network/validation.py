@@ -305,7 +305,7 @@ def multinode_summary(compared: pl.DataFrame) -> pl.DataFrame:
 # as threads of one process, ``-a 1``, the out-of-place time), half and int8, 512 B to 512 MiB. H100 and H200 under
 # NCCL 2.29.2, B200 2.29.2, A100 2.27.3. The model's NVLink and copy constants were read off a different H100
 # sweep (../shared/data/kernels/h100, the 2.27.3 folder's); none of these took part in them, but the local pass's SM
-# rule and the all-to-all's self copy (2026-11-26) were chosen with these in view (docs/fabrics.md).
+# rule and the all-to-all's self copy (2026-11-26) were chosen with these in view (docs/fabrics-validation.md).
 ONE_NODE_PARQUET = Path(__file__).resolve().parent / "data" / "one_node_nccl.parquet"
 ONE_NODE_BANDS = ((0, 1 << 20, "< 1 MB"), (1 << 20, 64 << 20, "1 - 64 MB"), (64 << 20, 1 << 62, ">= 64 MB"))
 ONE_NODE_COLUMNS = ("source", "gpu", "op", "dtype", "gpus", "size_bytes", "time_us")

@@ -33,7 +33,7 @@ NVLINK_HOP_S = 0.6e-6
 NETWORK_HOP_S = 2.0e-6
 # Share of the spec-sheet bandwidth NCCL reaches. Two constants, derived from the marginal bus bandwidth
 # (256 -> 512 MB) of aiconfigurator's half-precision all-gather on 4 and 8 H100 (NCCL 2.29.2: 327.6 and
-# 346.6 GB/s), and held for every other size, GPU count, op and dtype (docs/fabrics.md):
+# 346.6 GB/s), and held for every other size, GPU count, op and dtype (docs/fabrics-validation.md):
 # - NVLink: 0.805 of 450 GB/s per direction (362 GB/s): what the ring's link transfers reach;
 # - local memory: 2.28 TB/s of traffic on H100 (a copy reads and writes each byte, so 1.14 TB/s copied): a ring also
 #   passes one shard through local memory, outside the link pipeline (all-gather copies its own shard into the
@@ -43,16 +43,16 @@ NETWORK_HOP_S = 2.0e-6
 #   GPU's SMs x clock: 8.716 bytes per SM cycle (2.28 TB/s over 132 SMs at 1.98 GHz). Until 2026-11-26 it was 0.68 of
 #   HBM bandwidth, which gave H200 (HBM 4.8 TB/s, H100's SMs) a faster pass; aiconfigurator's H200 sweep measured the
 #   same ring bus bandwidth as H100's from 64 MB (all-gather and reduce-scatter within 0.5% at 512 MB), and B200 a
-#   2-GPU all-gather 23% below the HBM rule (docs/fabrics.md). Which GPU figure sets the rate (SMs x clock, the
-#   clock alone, or one rate for all) those four kinds cannot settle; SMs x clock fits them best. A GPU without SM
+#   2-GPU all-gather 23% below the HBM rule (docs/fabrics-validation.md). Which GPU figure sets the rate (SMs x clock,
+#   the clock alone, or one rate for all) those four kinds cannot settle; SMs x clock fits them best. A GPU without SM
 #   figures in the catalog (H20: no cited clock) takes the HBM rule, 0.68 of its HBM bandwidth (HBM_COPY_SHARE).
-#   copy_efficiency scales the rate (1.0; it was 0.68 of HBM before, so a spec that set copy_efficiency=0.68 now
-#   slows the pass by that much again).
+#   copy_efficiency scales the rate (1.0; it was 0.68 of HBM before, so a spec that set copy_efficiency=0.68 now slows
+#   the pass by that much again).
 # NIC: 0.9, rltrace's assumption for NCCL collectives over InfiniBand/RoCE. The one public measurement across
 # H100 nodes in ../shared is point-to-point (Vidur's h100_dgx send/recv): about 0.7 of a 400 Gb/s NIC (33.8
 # GB/s marginal from 16 MB up, 35.9 at 64 MB). NCCL's send/recv has its own network path, so that figure is
 # not taken for collectives; with nic_efficiency=0.7 in the spec the model is within 6% of it (median, each
-# size band; docs/fabrics.md).
+# size band; docs/fabrics-validation.md).
 # What a spec may force, as NCCL_ALGO / NCCL_PROTO do (rltrace.replay.network.collectives uses the same names).
 NCCL_ALGOS = ("auto", "ring", "tree", "hierarchical", "nvls", "nvls_tree", "collnet_direct", "collnet_chain")
 NCCL_PROTOS = ("auto", "LL", "LL128", "Simple")

@@ -69,12 +69,12 @@ def estimate(
 ) -> None:
     """Predict one iteration's time with the roofline cost model, and the bound it hit.
 
-    Hold it against your own measurements; docs/costmodels.md states the formulas and defaults.
+    Hold it against your own measurements; docs/costmodels-roofline.md states the formulas and defaults.
 
     Example: rltrace estimate decode --model Llama-2-7B --gpu H100 --batch 64 --context 2048 --json
 
     `rltrace estimate validate` predicts every point of the shipped public measurements (vLLM/SGLang TPOT, TTFT,
-    offline throughput, training tokens/s/GPU, vLLM's KV-cache sizing; sources in docs/costmodels.md) and prints
+    offline throughput, training tokens/s/GPU, vLLM's KV-cache sizing; sources in docs/costmodels-sources.md) and prints
     the errors by slice. `rltrace estimate validate-rl` replays every published RL run of the shipped set
     (docs/described.md) from its stated setup and prints the step and phase errors, by split, and each sync-vs-async
     pair's ratio.
@@ -159,7 +159,7 @@ def estimate(
         print(f"  {record.line()}")
     elif kind is Kind.prefill:
         print("  track record: no direct measurement of a prefill's time in the validation set (its TTFT points "
-              "include queueing: docs/costmodels.md)")
+              "include queueing: docs/costmodels-misses.md)")
     else:
         print("  track record: none for a profile's efficiencies (the validation holds the defaults)")
     if not fits:

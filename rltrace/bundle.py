@@ -98,6 +98,20 @@ class Bundle:
         return f"Bundle({str(self.path)!r}, run_id={self.manifest.run_id!r})"
 
 
+RUN_FILE = "metrics.json"
+"""what every replay run folder holds (``rltrace replay -o``): a run folder is not a bundle"""
+
+
+def _what_it_is(root: Path) -> str:
+    """For a folder that is no bundle: what it is when it is a replay's output, and what opens it."""
+    if (root / RUN_FILE).is_file():
+        return f": it is a replay run folder; `rltrace dashboard {root}` reports on it"
+    runs = sorted(p.name for p in root.iterdir() if (p / RUN_FILE).is_file())[:5] if root.is_dir() else []
+    if runs:
+        return f": it holds replay run folders ({', '.join(runs)}); `rltrace dashboard {root}` reports on them"
+    return ""
+
+
 def open_bundle(path: str | os.PathLike[str], *, validate: bool = True) -> Bundle:
     """Open a trace bundle directory.
 
@@ -113,7 +127,7 @@ def open_bundle(path: str | os.PathLike[str], *, validate: bool = True) -> Bundl
         raise BundleError(f"{root}: not a trace bundle (expected a directory holding {MANIFEST_FILE})")
     mpath = root / MANIFEST_FILE
     if not mpath.is_file():
-        raise BundleError(f"{root}: not a trace bundle (no {MANIFEST_FILE})")
+        raise BundleError(f"{root}: not a trace bundle (no {MANIFEST_FILE}){_what_it_is(root)}")
     mfile = _rel(root, MANIFEST_FILE)
     try:
         if mpath.stat().st_size > MAX_MANIFEST_BYTES:  # before reading it whole

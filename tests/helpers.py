@@ -1,10 +1,14 @@
-"""Test helpers: tiny synthetic configs, the real CLI as a subprocess, the shared data folder."""
+"""Test helpers: tiny synthetic configs, the real CLI (in process, or as a subprocess where that is tested), the shared
+data folder."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -58,20 +62,65 @@ def tiny_model(folder: Path) -> Path:
 
 
 RLTRACE = str(Path(sys.executable).parent / "rltrace")
+PROCESS_COMMANDS = ("record", "replay-comms", "calibrate")
+"""commands that start processes or collective groups of their own, or patch the interpreter: always run as the
+installed console script, in a process of their own"""
+PROCESS_OPTIONS = ("--execute", "--ray")
+"""(as prefixes: --ray-address too)"""
+PROCESS_ENV = ("PYTHONPATH",)
+"""options and environment that only take effect in a new interpreter (a real kernel run, a Ray cluster, an
+import path)"""
+
+
+def needs_process(args: tuple[str, ...], env: dict[str, str] | None) -> bool:
+    """Whether ``rltrace args`` crosses a process boundary that an in-process call would not."""
+    return (bool(args) and args[0] in PROCESS_COMMANDS) or any(a.startswith(PROCESS_OPTIONS) for a in args) or any(
+        k in PROCESS_ENV or k.startswith("RAY_") for k in env or {})
 
 
 def run_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 300
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: int = 300,
+    process: bool | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``rltrace`` console script for real, in a subprocess."""
-    return subprocess.run(
-        [RLTRACE, *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-        # progress lines only where a test asks for them (RLTRACE_PROGRESS_EVERY_S): on a loaded machine a slow
-        # first stage would otherwise print "... running" before the one-line error a test checks
-        env={**os.environ, "COLUMNS": "120", "RLTRACE_PROGRESS_GRACE_S": "60", **(env or {})},
-        check=False,  # callers assert on the exit code and stderr themselves
-    )
+    """Run the CLI with ``args`` as a user would: in this process through :func:`rltrace.cli.main` (its exit code,
+    stdout and stderr captured, ``env`` and ``cwd`` applied for the call), or, where a process boundary is what
+    is tested (``process=True``, or :func:`needs_process`), as the installed console script in a subprocess."""
+    # progress lines only where a test asks for them (RLTRACE_PROGRESS_EVERY_S): on a loaded machine a slow first
+    # stage would otherwise print "... running" before the one-line error a test checks
+    merged = {"COLUMNS": "120", "RLTRACE_PROGRESS_GRACE_S": "60", **(env or {})}
+    if process or (process is None and needs_process(args, env)):
+        return subprocess.run(
+            [RLTRACE, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env={**os.environ, **merged},
+            check=False,  # callers assert on the exit code and stderr themselves
+        )
+    return _in_process(list(args), cwd, merged)
+
+
+def _in_process(args: list[str], cwd: Path | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    from rltrace.cli import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    os.environ.update(env)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(args)
+            except SystemExit as e:  # what the console script would exit with
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except Exception:  # noqa: BLE001 - the interpreter's own report, as the console script would print it
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    texts = []
+    for stream in (out, err):
+        stream.flush()
+        buffer = stream.buffer
+        assert isinstance(buffer, io.BytesIO)
+        texts.append(buffer.getvalue().decode("utf-8", errors="replace"))
+    return subprocess.CompletedProcess(["rltrace", *args], code, texts[0], texts[1])

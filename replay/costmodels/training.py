@@ -69,6 +69,12 @@ class Step:
     """bytes every rank sends in expert-parallel all-to-alls over the step"""
 
 
+def training_state_bytes(model: ModelSpec, gpus: int) -> float:
+    """Bytes per GPU of a fully sharded (FSDP / ZeRO-3) mixed-precision Adam trainer's state: BF16 weights plus
+    ``ADAM_BYTES_PER_PARAM`` per parameter, over ``gpus``; activations come on top."""
+    return model.params * (ACTIVATION_BYTES + ADAM_BYTES_PER_PARAM) / max(gpus, 1)
+
+
 def attention_pairs_per_token(model: ModelSpec, seq_len: float) -> float:
     """Mean query-key pairs per token of a causal sequence of ``seq_len`` tokens (a sliding window caps them)."""
     w = model.sliding_window

@@ -84,6 +84,7 @@ SCHEDULERS: Registry[SchedulerClass] = Registry("scheduler", _has_config)
 register = SCHEDULERS.register
 """Class decorator: make a scheduler available as ``name``. A second class with the same name is an error."""
 names = SCHEDULERS.names
+shipped = SCHEDULERS.shipped
 lookup = SCHEDULERS.lookup
 
 

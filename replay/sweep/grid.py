@@ -18,6 +18,7 @@ Parameters: ``scheduler``, the reshaping options of ``rltrace replay`` (:data:`S
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -79,16 +80,19 @@ def load_grid(path: Path) -> Grid:
 
 def check(points: list[Point], where: str) -> None:
     """Refuse unknown parameters and schedulers, and --set keys no config has, naming the first."""
+    known = ("scheduler", *SHAPE_KEYS, *NETWORK_KEYS)
     for point in points:
+        for key in point:  # first: a misspelt key ("schedular") is the reason a scheduler seems missing
+            if key not in known and "." not in key:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ConfigError(f"{where}: unknown parameter {key!r} ({hint}known: {', '.join(known)}, or a "
+                                  "dotted --set key such as cost.train_mfu)")
         scheduler = point.get("scheduler")
         if scheduler is None:
-            raise ConfigError(f"{where}: every point needs a scheduler (an axis or a fixed value)")
+            raise ConfigError(f"{where}: every point needs a scheduler: a 'scheduler' axis or fixed value")
         if scheduler not in names():
             raise ConfigError(f"{where}: unknown scheduler {scheduler!r} (known: {', '.join(names())})")
-        for key in point:
-            if key != "scheduler" and key not in SHAPE_KEYS and key not in NETWORK_KEYS and "." not in key:
-                raise ConfigError(f"{where}: unknown parameter {key!r} (known: scheduler, {', '.join(SHAPE_KEYS)}, "
-                                  f"{', '.join(NETWORK_KEYS)}, or a dotted --set key such as cost.train_mfu)")
         values = settings(point)
         resolve([scheduler], values=values, where=where)
         if values.get("network.sync_strategy") and not values.get("network.topology"):

@@ -281,8 +281,12 @@ class NodeFabric:
         return slot
 
     def _check(self, gpus: int) -> None:
-        if gpus < 1 or self.gpus_per_node < 1 or self.nic_gbps <= 0:
-            raise ConfigError("topology: gpus, gpus_per_node and nic_gbps must be positive")
+        sizes = (("nodes", getattr(self, "nodes", 1)), ("gpus", gpus), ("gpus_per_node", self.gpus_per_node),
+                 ("nic_gbps", self.nic_gbps))
+        bad = [f"{name}={value:g}" for name, value in sizes if value <= 0]
+        if bad:
+            raise ConfigError(f"topology: {', '.join(bad)}: nodes, gpus, gpus_per_node and nic_gbps must be positive "
+                              "(a topology of nodes has nodes x gpus_per_node GPUs)")
         algos = self.nccl_algo.lower().split("+")
         named = [a for a in NCCL_ALGOS if a != "auto"]
         # a list is NCCL_ALGO's: of NCCL's algorithms, so not rltrace's own hierarchical schedule

@@ -300,10 +300,17 @@ def _builtin() -> dict[str, ModelSpec]:
     return load_catalog(_BUILTIN, "models", None, _spec)
 
 
+PATH_SUFFIXES = (".csv", ".toml", ".yaml", ".yml", ".txt", ".parquet", ".safetensors", ".bin", ".py")
+"""file kinds a model name never ends with: such a value was meant as a file"""
+
+
 def get_model(name: str, extra: str | Path | None = None) -> ModelSpec:
     """Look a model up by name (case-insensitive), or read a Hugging Face ``config.json`` if ``name`` is one."""
     if name.endswith(".json"):
         return from_hf_config(name)
+    if Path(name).suffix.lower() in PATH_SUFFIXES or Path(name).is_file():
+        raise ConfigError(f"model {name!r} is a file, but a model is a catalog name or a Hugging Face config.json "
+                          "(a file ending in .json)")
     return lookup(load_models(extra), name, "model")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +18,7 @@ from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.profile import factors, load_profile
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
-from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel
+from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel, training_state_bytes
 from rltrace.replay.costmodels.validation import BACKENDS, DTYPE_BYTES
 
 
@@ -125,15 +126,16 @@ def estimate(
         result = cost.train(tokens, gpus, seq_len=context, precision=precision)
         what = (f"training step of {tokens:,} tokens in {context:,}-token sequences on {gpus} GPUs ({precision}"
                 f"{f', ep {ep}' if ep > 1 else ''})")
-    fits = kind is Kind.train or cost.fits(kv_tokens)
+    state_gb = training_state_bytes(arch, gpus) / 1e9 if kind is Kind.train else 0.0
+    fits = state_gb <= spec.memory_bytes / 1e9 if kind is Kind.train else cost.fits(kv_tokens)
     weights = precision or weights_precision(cost.model)
     # the shipped measurements nearest this estimate (a profile's factors are not what they validate; no measurement
     # times a prefill alone)
     record = (track_record(kind.value, arch, spec.name, weights)
               if kind is not Kind.prefill and not profile else None)
     if as_json:
-        extra: dict[str, object] = {} if kind is Kind.train else {
-            "fits": fits, "memory_needed_gb": cost.memory_needed_gb(kv_tokens)}
+        extra: dict[str, object] = {"fits": fits, "memory_needed_gb": state_gb if kind is Kind.train
+                                    else cost.memory_needed_gb(kv_tokens)}
         print(json.dumps({**result.to_json(), **extra, "track_record": record.to_json() if record else None}))
         return
     if kind is Kind.train:
@@ -162,7 +164,12 @@ def estimate(
               "include queueing: docs/costmodels-misses.md)")
     else:
         print("  track record: none for a profile's efficiencies (the validation holds the defaults)")
-    if not fits:
+    if not fits and kind is Kind.train:
+        print(f"  note: does not fit: a fully sharded Adam trainer holds {state_gb:,.1f} GB per GPU of weights, "
+              f"gradients and optimizer state before activations, and {cost.gpu.name} has "
+              f"{cost.gpu.memory_bytes / 1e9:.1f} GB (it needs at least "
+              f"{math.ceil(state_gb * gpus / (cost.gpu.memory_bytes / 1e9))} GPUs)")
+    elif not fits:
         share = cost.rank_memory().share / 1e9
         print(f"  note: needs {cost.memory_needed_gb(kv_tokens):,.1f} GB per GPU for weights, activations, buffers "
               f"and KV cache; vLLM's {GPU_MEMORY_UTILIZATION:g} of {cost.gpu.name}'s {cost.gpu.memory_bytes / 1e9:.1f} "

@@ -35,15 +35,17 @@ from rltrace.scalars import number
 fabric = typer.Typer(help="Network fabrics: time a collective on a topology; validate against measured NCCL.\n\n"
                           "Example: rltrace fabric bench --topology fat-tree:k=16,gpu=H100 --size 1G",
                      no_args_is_help=True)
-UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-         "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
+         "kb": 10**3, "mb": 10**6, "gb": 10**9}
+"""nccl-tests' K, M and G are binary, as are KiB, MiB and GiB; kB, MB and GB are decimal (SI)"""
 
 
 def parse_size(text: str, option: str = "--size", minimum: int = 1) -> int:
-    """``1048576``, ``64M``, ``64MiB`` or ``1G`` (binary units) -> bytes, at least ``minimum``."""
+    """``1048576``, ``64M`` or ``64MiB`` (binary, as nccl-tests' -b and -e), ``1GB`` (decimal) -> bytes, at least
+    ``minimum``."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in UNITS:
-        raise ConfigError(f"{option} {text!r}: expected bytes, e.g. 1048576, 64M or 1GiB")
+        raise ConfigError(f"{option} {text!r}: expected bytes, e.g. 1048576, 64M or 1GiB (binary), 1GB (decimal)")
     size = int(float(m.group(1)) * UNITS[m.group(2).lower()])
     if size < minimum:  # 0.5 is no byte count either: it would round to nothing
         raise ConfigError(f"{option} {text!r}: at least {minimum} byte(s)")
@@ -53,7 +55,8 @@ def parse_size(text: str, option: str = "--size", minimum: int = 1) -> int:
 @fabric.command("bench")
 def bench(
     topology: Annotated[str, typer.Option(help=f"Topology spec NAME:key=value,... ({', '.join(names())}).")],
-    size: Annotated[str, typer.Option(help="Message size as nccl-tests counts it (bytes; K/M/G suffixes).")],
+    size: Annotated[str, typer.Option(help="Message size as nccl-tests counts it: bytes, K/M/G or KiB/MiB/GiB "
+                                           "(binary), kB/MB/GB (decimal).")],
     op: Annotated[str, typer.Option(help=f"Collective: {', '.join(OPS)}.")] = "all_reduce",
     ranks: Annotated[int | None, typer.Option(help="Ranks (GPUs 0..N-1; default: every GPU of the topology).")] = None,
     algorithm: Annotated[str, typer.Option(help=f"Algorithm (NCCL_ALGO): {', '.join(ALGORITHMS)}.")] = "auto",

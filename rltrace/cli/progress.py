@@ -1,8 +1,8 @@
 """Progress for commands that can run longer than a few seconds, on stderr.
 
 On a terminal: a rich spinner or bar that disappears when done. Piped or redirected (CI logs, ``| tee``):
-a stage still running after ``GRACE_S`` says that it started ("rltrace: replay disagg-sync ..."), where it is
-every ``PIPED_EVERY_S`` seconds, and when it ends ("rltrace: replay disagg-sync: 2,674 events, done in 41.2 s"),
+a stage still running after :func:`grace_s` says that it started ("rltrace: replay disagg-sync ..."), where it is
+every :func:`piped_every_s` seconds, and when it ends ("rltrace: replay disagg-sync: 2,674 events, done in 41.2 s"),
 so a long run is never silent and a log never floods. Shorter stages print nothing: a command that refuses
 bad input after a quick first stage still prints one line on stderr, the error.
 """
@@ -18,13 +18,19 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-PIPED_EVERY_S = float(os.environ.get("RLTRACE_PROGRESS_EVERY_S", "30"))
-"""seconds between two progress lines of one stage when stderr is not a terminal (the environment variable
-RLTRACE_PROGRESS_EVERY_S sets another: the tests use less than a second)"""
-GRACE_S = min(float(os.environ.get("RLTRACE_PROGRESS_GRACE_S", "3")), PIPED_EVERY_S)
-"""a piped stage running this long says that it started (and then that it ended); a shorter one is silent
-(RLTRACE_PROGRESS_GRACE_S sets another: the tests' subprocesses wait a minute, so that an error reached after a
-slow first stage on a loaded machine is still the only line they print, unless a test sets the interval)"""
+
+def piped_every_s() -> float:
+    """Seconds between two progress lines of one stage when stderr is not a terminal: 30, or the environment
+    variable RLTRACE_PROGRESS_EVERY_S (the tests use less than a second), read when a stage starts."""
+    return float(os.environ.get("RLTRACE_PROGRESS_EVERY_S", "30"))
+
+
+def grace_s() -> float:
+    """A piped stage running this long says that it started (and then that it ended); a shorter one is silent.
+    3 s, or RLTRACE_PROGRESS_GRACE_S (the tests wait a minute, so that an error reached after a slow first stage
+    on a loaded machine is still the only line they print, unless a test sets the interval), never past the
+    interval."""
+    return min(float(os.environ.get("RLTRACE_PROGRESS_GRACE_S", "3")), piped_every_s())
 
 
 def stderr() -> Console:
@@ -39,22 +45,23 @@ def say(err: Console, text: str) -> None:
 
 
 class _Heartbeat:
-    """Piped output: a daemon thread that calls ``start()`` once the stage has run ``GRACE_S`` and ``beat()``
-    every ``PIPED_EVERY_S`` after, until stopped. ``started`` says whether it announced the stage."""
+    """Piped output: a daemon thread that calls ``start()`` once the stage has run :func:`grace_s` and ``beat()``
+    every :func:`piped_every_s` after, until stopped. ``started`` says whether it announced the stage."""
 
     def __init__(self, start: Callable[[], None], beat: Callable[[], None]) -> None:
         self._stop = threading.Event()
         self._start, self._beat = start, beat
+        self._grace_s, self._every_s = grace_s(), piped_every_s()
         self.started = False
         self._thread = threading.Thread(target=self._run, name="rltrace-progress", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        if self._stop.wait(GRACE_S):
+        if self._stop.wait(self._grace_s):
             return
         self.started = True
         self._start()
-        while not self._stop.wait(PIPED_EVERY_S):
+        while not self._stop.wait(self._every_s):
             self._beat()
 
     def stop(self) -> None:
@@ -87,7 +94,7 @@ class Bar:
                  announce: bool = False) -> None:
         """``piped_total=False``: the total is an estimate, drawn as a bar on a terminal but left out of the
         piped lines (which then give the count alone). ``announce``: piped, say at once that it starts (for a
-        stage that is never short), not only after ``GRACE_S``."""
+        stage that is never short), not only after :func:`grace_s`."""
         self.err, self.text, self.unit, self.piped_total = err, text, unit, piped_total
         self.announce = announce
         self.started = time.perf_counter()

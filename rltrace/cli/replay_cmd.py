@@ -28,7 +28,7 @@ from rltrace.replay.described import from_description, is_description, load_desc
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
 from rltrace.replay.run import replay as run_replay
-from rltrace.replay.schedulers import lookup, names
+from rltrace.replay.schedulers import lookup, names, shipped
 from rltrace.replay.schedulers.base import BASELINES, capabilities
 from rltrace.replay.settings import resolve
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, replicate, sources
@@ -134,7 +134,7 @@ def replay(
         require_device(device)
     chosen = [s.strip() for s in scheduler.split(",") if s.strip()]
     if chosen == ["all"]:
-        chosen = names()
+        chosen = shipped()
     if not chosen:
         raise ConfigError(f"--scheduler needs at least one name (known: {', '.join(names())})")
     for name in chosen:

@@ -13,12 +13,19 @@ PYTHON ?= python3
 VENV ?= .venv
 PIP = $(VENV)/bin/python -m pip install --quiet
 
-.PHONY: test deps bench tiny-rl-sample tiny-rl-faults-sample
+.PHONY: test test-fast deps bench tiny-rl-sample tiny-rl-faults-sample
 
 test: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python ci/typecheck.py
 	$(VENV)/bin/pytest
+
+# The edit-test loop: reinstall the package (tests run against the installed wheel), lint, and every test but
+# the live jobs, the browser and the heavy data checks (pytest markers live, browser, slow). Needs `make deps` once.
+test-fast:
+	$(PIP) --no-deps --force-reinstall .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q -m "not live and not browser and not slow"
 
 deps:
 	command -v chromium >/dev/null 2>&1 || apt-get install -y -q chromium >/dev/null \

@@ -17,6 +17,8 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 
+pytestmark = pytest.mark.browser  # headless Chromium: not in `make test-fast`
+
 SECTIONS = ["Which run to choose", "Bubbles", "Phases", "Timelines", "Output lengths", "Load per instance",
             "Request latency", "Network", "Recorded bundle"]
 HOSTILE = ['<script>window.__pwned=1;alert(1)</script>', '"><img src=x onerror="window.__pwned=2;alert(2)">',

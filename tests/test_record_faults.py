@@ -28,6 +28,8 @@ JOB = r'''
 import os, sys, time
 import torch, torch.distributed as dist, torch.multiprocessing as mp
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 def rank_main(rank, n, fill, piddir, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     dist.init_process_group("gloo", rank=rank, world_size=2)

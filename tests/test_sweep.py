@@ -79,6 +79,8 @@ def _frame(out: Path) -> pl.DataFrame:
     return pl.read_parquet(out / "sweep.parquet").drop("replay_wall_s").sort("point_id")
 
 
+@pytest.mark.live  # a local Ray
+@pytest.mark.browser
 def test_a_24_point_grid_locally_and_on_ray_gives_identical_metrics(bundle: Path, tmp_path: Path):
     grid = tmp_path / "grid.toml"
     grid.write_text(GRID)
@@ -123,6 +125,7 @@ def ray_cluster(tmp_path: Path) -> Iterator[str]:
         subprocess.run([ray, "stop", "--force"], check=False, env=env, capture_output=True, timeout=120)
 
 
+@pytest.mark.live  # a Ray cluster started by `ray start`
 def test_a_sweep_on_an_existing_ray_cluster_matches_the_local_pool(bundle: Path, tmp_path: Path, ray_cluster: str):
     grid = tmp_path / "grid.toml"
     grid.write_text('[axes]\nscheduler = ["disagg-sync", "rollpacker"]\ngen_gpus = [2, 4]\n[fixed]\ntrain_gpus = 2\n')

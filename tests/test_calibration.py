@@ -73,6 +73,7 @@ def test_kernel_tables_fit_per_tp_and_regime(profile: pl.DataFrame) -> None:
         factors(profile, "H20", 1)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profile: pl.DataFrame) -> None:
     out = tmp_path / "h100.parquet"
     tables = str(require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv").parent)

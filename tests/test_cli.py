@@ -242,6 +242,7 @@ def test_a_piped_replay_reports_each_stage_and_never_goes_quiet(tmp_path: Path) 
     assert any(re.fullmatch(r"rltrace: .*: (running|[\d,/]+ \w+), \d+ s", line) for line in lines)
 
 
+@pytest.mark.live  # a real kernel run
 def test_a_piped_execute_reports_its_steps(tmp_path: Path) -> None:
     """`replay --execute` printed nothing for 600 s when piped; now every step says so (a line per stage)."""
     done = run_cli("replay", "tiny_rl_cpu", "-s", "disagg-sync", "--replicates", "0", "--execute", "--ranks", "1",
@@ -267,6 +268,7 @@ def test_advise_summarises_why_the_others_lost(tmp_path: Path) -> None:
     assert " at ;" not in done.stdout and not summary.endswith(" at ")
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_the_shipped_sweep_grid_runs(tmp_path: Path) -> None:
     grid = Path(__file__).resolve().parents[1] / "examples" / "sweep" / "grid.toml"
     points = load_grid(grid).points()
@@ -298,6 +300,7 @@ def test_inspect_gives_a_small_models_parameter_count_in_its_unit() -> None:
     assert "0.00B" not in done.stdout
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_piped_dashboard_and_validations_say_what_they_are_doing(tmp_path: Path) -> None:
     """dashboard, fabric validate and estimate validate went quiet when piped (they used a terminal-only
     spinner or nothing): past the grace, here 0.05 s, each stage says that it ended and how long it took."""

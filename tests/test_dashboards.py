@@ -462,6 +462,7 @@ def all_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Run]:
     return load_runs([out])
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_every_span_kind_has_its_own_colour(all_runs: list[Run]):
     known = [COLORS[k] for k in SPAN_KINDS]
     assert len(set(known)) == len(known)  # train and stale_abort no longer share a green

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pytest
 from helpers import REPO, run_cli, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,6 +67,7 @@ def test_the_docs_worked_example_is_the_current_output() -> None:
     assert [line.rstrip() for line in doc[start:end]] == [line.rstrip() for line in done.stdout.splitlines()]
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_a_gpu_sample_is_held_against_its_cost_model() -> None:
     d = diagnose(rltrace.open("rollpacker_qwen7b"), replicates=0)
     assert d.findings.schema == pl.Schema(SCHEMA)

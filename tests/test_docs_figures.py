@@ -7,6 +7,7 @@ docs/fabrics-multinode.md's multi-node table and docs/fabrics.md's bench example
 
 from __future__ import annotations
 
+import pytest
 from helpers import REPO, run_cli
 from rltrace.replay.network.validation import multinode_compare, multinode_summary
 
@@ -19,6 +20,7 @@ def _block_after(doc: str, command: str) -> list[str]:
     return lines[start:end]
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_costmodels_doc_shows_the_current_estimate_validate_output() -> None:
     done = run_cli("estimate", "validate")
     assert done.returncode == 0, done.stderr

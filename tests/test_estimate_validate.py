@@ -73,6 +73,7 @@ def test_a_point_is_predicted_through_the_models_public_api() -> None:
     assert math.isclose(row["error"], (row["predicted"] - first["tpot_ms"]) / first["tpot_ms"], rel_tol=1e-12)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_validate_cli_reports_every_point_by_slice(tmp_path: Path) -> None:
     result = run_cli("estimate", "validate", "--by", "gpu,model", "--json", "--points", str(tmp_path / "p.csv"),
                      "--backend", "roofline", cwd=tmp_path)

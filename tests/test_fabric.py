@@ -207,6 +207,7 @@ def test_two_stage_weight_sync_moves_exactly_one_model_copy_across_datacenters()
     assert per_tensor.seconds > two.seconds  # 339 broadcasts each pay the 5 ms interconnect latency
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_the_model_holds_15_percent_at_64_mb_and_up_on_2_4_and_8_h100() -> None:
     s = summary(compare(DATA)).filter(pl.col("op").is_in(COLLECTIVES))
     # aiconfigurator: 3 ops x 2 dtypes x 3 GPU counts (half all-reduce runs NVLS on 4 and 8); Vidur: 3 GPU counts
@@ -227,6 +228,7 @@ def test_an_all_to_all_inside_a_node_runs_ll_only_while_a_peer_gets_16_kib(gpus:
     assert collective(parse(f"nvswitch:gpus={gpus},gpu=H100"), "all_to_all", gpus, size).protocol == protocol
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_the_all_to_all_inside_a_node_copies_its_own_share_and_holds_17_percent_from_64_mb() -> None:
     a2a = compare(DATA).filter(pl.col("op") == "all_to_all")
     assert sorted(a2a["gpus"].unique().to_list()) == [2, 4, 8] and (a2a["algorithm"] == "p2p").all()
@@ -242,6 +244,7 @@ def test_the_all_to_all_inside_a_node_copies_its_own_share_and_holds_17_percent_
     assert collective(topo, "all_to_all", 4, 1 << 30).seconds == pytest.approx(link_s + local_s, rel=0.01)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_vidur_send_recv_confirms_the_nvlink_constant_and_shows_the_nic_gap() -> None:
     p2p = compare(DATA).filter(pl.col("op") == "send_recv", pl.col("bytes") >= 32 << 20)
     assert p2p["gpus"].unique().to_list() == [2] and sorted(p2p["nodes"].unique().to_list()) == [1, 2]
@@ -300,6 +303,7 @@ def test_fabric_bench_cli_prints_seconds_and_bus_bandwidth() -> None:
     assert out["busbw_gbps"] > 0 and out["seconds"] > 0 and out["size_bytes"] == 256 << 20
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_fabric_validate_cli_prints_the_table_and_every_point() -> None:
     table = run_cli("fabric", "validate", "--tables", str(DATA), "--min-size", "32M")
     assert table.returncode == 0, table.stderr

@@ -379,6 +379,7 @@ def test_the_multi_node_validation_holds_from_1_gb_and_names_its_sources() -> No
     assert summary.filter(pl.col("op") == "broadcast")["median_abs_error"].max() <= 0.18
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
     table = run_cli("fabric", "validate")
     assert table.returncode == 0, table.stderr
@@ -390,6 +391,7 @@ def test_fabric_validate_prints_the_multi_node_table_and_its_points() -> None:
     assert rows.height == multinode_compare().height
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_fabric_validate_holds_the_model_against_runs_of_your_own(tmp_path) -> None:
     # one cluster's rows without the optional columns (algorithm, settings, nvswitch, network: auto, none, true, ib)
     mine = pl.read_csv(MULTINODE_CSV).filter(pl.col("cluster") == "voltagepark-h100-ib")

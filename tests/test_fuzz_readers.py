@@ -240,6 +240,7 @@ def _expected(table: pa.Table, name: str) -> pl.DataFrame:
 # ------------------------------------------------------------------------------------------------- the test
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_fuzzed_readers_never_crash_hang_or_change_values(base: Path, tmp_path: Path) -> None:
     rng = random.Random(SEED)
     tally = Tally()

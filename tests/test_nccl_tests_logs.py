@@ -43,6 +43,7 @@ def test_a_real_log_reads_as_the_packaged_set_transcribed_it(log: str, op: str) 
                                                               & (pl.col("op") == op))["model_s"].to_list()
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_fabric_validate_reads_logs_beside_a_csv() -> None:
     args = ("fabric", "validate", "--no-one-node", "--cluster", "nics_per_node=8,nic_gbps=400",
             "--runs", str(LOGS / "nccl_allreduce_20260224_225706.txt"), "--runs", str(MULTINODE_CSV))

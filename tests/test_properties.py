@@ -3,6 +3,7 @@ and a bundle reads back what was written."""
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -42,7 +43,9 @@ def test_the_fast_path_finishes_each_request_when_the_per_event_path_does(length
 
     fast, slow = finishes(True), finishes(False)  # (fully-async answers prompts again past the recorded steps)
     assert len(fast) == len(slow) >= sum(len(step) for step in lengths)
-    assert all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(fast, slow, strict=True))
+    # (a request still running when the run ends has no finish on either path)
+    assert all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) or (math.isnan(a) and math.isnan(b))
+               for a, b in zip(fast, slow, strict=True))
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -20,6 +20,8 @@ from helpers import REPO, RLTRACE, run_cli
 
 import rltrace
 
+pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
+
 SPANS_JOB = str(REPO / "tests" / "jobs" / "spans_job.py")
 
 # A 2-rank Gloo job: each rank all-reduces N times (a few ms apart), optionally fills the disk holding FILL
@@ -27,8 +29,6 @@ SPANS_JOB = str(REPO / "tests" / "jobs" / "spans_job.py")
 JOB = r'''
 import os, sys, time
 import torch, torch.distributed as dist, torch.multiprocessing as mp
-
-pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 
 def rank_main(rank, n, fill, piddir, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)

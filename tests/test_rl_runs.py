@@ -26,6 +26,7 @@ def test_the_set_has_sourced_runs_from_several_publishers_and_a_held_out_part() 
     assert (runs.filter(pl.col("scored") == "yes")["lengths"] == "stated").all()
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_every_run_replays_and_the_figures_are_reported_by_set(results: pl.DataFrame) -> None:
     assert (results["skipped"] == "").all(), results.filter(pl.col("skipped") != "")["skipped"].to_list()
     assert (results["predicted_step_s"] > 0).all()
@@ -45,6 +46,7 @@ def test_the_shipped_calibration_is_the_fit_of_the_fit_split() -> None:
     assert used and not used & held_out  # no held-out run chose a constant
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_the_docs_state_the_figures_the_set_gives(results: pl.DataFrame) -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "described.md").read_text()
     for row in summary(results).iter_rows(named=True):

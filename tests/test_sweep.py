@@ -214,6 +214,7 @@ def test_a_badly_typed_space_is_refused(text, message, tmp_path: Path):
         load_space(path)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_advise_prints_the_cheapest_configuration_meeting_the_target(tmp_path: Path):
     space = tmp_path / "space.toml"
     space.write_text('gpu = ["H100", "A100", "H20"]\nscheduler = ["disagg-sync", "one-step-async", "fully-async"]\n'

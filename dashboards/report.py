@@ -39,7 +39,8 @@ from rltrace.errors import ConfigError
 
 SUMMARY = [
     Column("run", "run"),
-    Column("samples_per_s", "samples/s, same work", ".3g"), Column("samples_per_s_x", "× baseline", ".2f"),
+    Column("samples_per_s", "samples/s, same work", verdict.SAMPLES_PER_S_FORMAT),
+    Column("samples_per_s_x", "× baseline", ".2f"),
     Column("usd_per_1k_samples", "$ per 1k samples, same work", ".3f"),
     Column("usd_per_1k_samples_x", "cost × baseline", ".2f"),
     Column("same_work_s", "time for the work (s)", ",.0f"), Column("step_time_s", "mean step (s)", ".3g"),

@@ -224,8 +224,9 @@ def test_tables_on_an_80_column_terminal_keep_every_number_whole(tmp_path: Path)
     assert "…" not in text
     metrics = json.loads(run_cli(*args, "--json", cwd=tmp_path).stdout)
     for name, m in metrics.items():  # every figure of every run is printed whole
-        for figure in (f"{m['throughput_samples_per_s']:.2f}", f"{m['throughput_tokens_per_s']:,.0f}",
-                       f"{m['usd_per_1k_samples']:.3f}"):
+        w = m["same_work"]
+        for figure in (f"{w['samples_per_s']:.3g}", f"{w['usd_per_1k_samples']:.3f}",
+                       f"{m['throughput_samples_per_s']:.2f}", f"{m['step_time_s']['mean']:.2f}"):
             assert re.search(rf"│ +{re.escape(figure)} │", text), (name, figure)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -149,3 +150,28 @@ def test_recorded_steps_replay_only_those_steps() -> None:
     samples = rltrace.open(sample_path("tiny_rl_cpu")).requests.group_by("step").len().collect()
     want = samples.filter(pl.col("step").is_in([1, 3]))["len"].sum()
     assert json.loads(odd.stdout)["as-recorded"]["samples"] == want < json.loads(whole.stdout)["as-recorded"]["samples"]
+
+
+def test_the_terminal_json_and_report_give_one_same_work_answer(tmp_path: Path) -> None:
+    """Every run of `replay -s all` on the default sample: the same-work samples/s of --json, of the terminal table
+    and of the report's first screen agree to the printed precision, and a run that trained other work is flagged in
+    all three."""
+    args = ("replay", "-s", "all", "--replicates", "0")
+    shown = json.loads(run_cli(*args, "--json", "--dashboard", str(tmp_path / "r.html")).stdout)
+    table = run_cli(*args, env={"COLUMNS": "200"}).stdout
+    report = (tmp_path / "r.html").read_text()
+    assert len(shown) >= 10
+    flagged = []
+    for name, m in shown.items():
+        w = m["same_work"]
+        figure = f"{w['samples_per_s']:.3g}"
+        work = "changed" if w["changed"] else "as recorded"
+        row = next(line for line in table.splitlines() if line.startswith(f"│ {name} "))
+        cells = [c.strip() for c in row.strip("│").split("│")]
+        assert cells[1] == figure and cells[3] == work, (name, cells, w)
+        html_row = re.search(rf"<td>{re.escape(name)}</td><td>([^<]*)</td>.*?<td>(changed|as recorded)[^<]*</td></tr>",
+                             report)
+        assert html_row and html_row.group(1) == figure and html_row.group(2) == work, (name, figure, work)
+        flagged += [name] if w["changed"] else []
+    assert {"fully-async", "rollart", "rollpacker"} <= set(flagged)
+    assert f"changed work: {', '.join(flagged)} trained other samples" in table

@@ -95,6 +95,20 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     return frame.with_columns(*ratios, pl.col("run").eq(base["run"]).alias("baseline"))
 
 
+SAMPLES_PER_S_FORMAT = ".3g"
+"""how every view prints same-work samples/s (the terminal table, the report's first screen)"""
+SAME_WORK_KEYS = ("samples_per_s", "usd_per_1k_samples", "same_work_s", "changed", "extrapolated")
+"""what :func:`same_work` gives each run: the figures every view (terminal, ``--json``, report) shows"""
+
+
+def same_work(runs: list[Run]) -> dict[str, dict[str, float | bool | None]]:
+    """Each run's same-work figures by run name (:func:`table`'s columns :data:`SAME_WORK_KEYS`): samples/s and
+    $ per 1k samples on the recorded work, the time it took, whether the run trained other work (``changed``) and
+    whether that time was extrapolated past what the run trained."""
+    frame = table(runs)
+    return {row["run"]: {k: row[k] for k in SAME_WORK_KEYS} for row in frame.iter_rows(named=True)}
+
+
 def _gigabytes(nbytes: float | None) -> float | None:
     """Bytes as GB (None stays None: the run does not say)."""
     return None if nbytes is None else float(nbytes) / 1e9

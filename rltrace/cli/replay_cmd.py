@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rltrace.analysis.runs import Run
+from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT, same_work
 from rltrace.bundle import Bundle, open_bundle
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.cli.dashboard_cmd import write_text
@@ -213,13 +214,16 @@ def replay(
                 executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks,
                                                layers=layers, progress=bar.update)
             result.metrics["execution"] = executions[name].summary()
+    # one definition of the headline figures for the table, --json, the run folders and the report
+    runs = [Run.from_result(name, result) for name, result in results.items()]
+    for name, figures in same_work(runs).items():
+        results[name].metrics["same_work"] = figures
     if output is not None:
         for name, result in results.items():
             result.write(output / name)
             if name in executions:
                 executions[name].frame.write_parquet(output / name / "execution.parquet")
     if dashboard is not None:
-        runs = [Run.from_result(name, result) for name, result in results.items()]
         with stage(err, f"writing the report {dashboard}"):
             write_text(dashboard, build_report(runs, source, baseline))
     if as_json:
@@ -268,20 +272,27 @@ def _print_execution(name: str, summary: dict[str, Any]) -> None:
 
 def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None, dashboard: Path | None) -> None:
     console = stdout_console()
-    table = Table(title="Replay (bubbles: dependency / skewness share of each pool's GPU-time)", title_justify="left")
-    for col in ("scheduler", "samples/s", "tokens/s", "step s", "gen bubbles", "train bubbles", "stale max",
-                "$/1k samples", "replay s"):
-        table.add_column(col, justify="left" if col == "scheduler" else "right", no_wrap=True)
+    table = Table(title="Replay (samples/s and $/1k samples on the same work: the recorded samples and tokens; "
+                        "bubbles: dependency / skewness share of each pool's GPU-time)", title_justify="left")
+    for col in ("scheduler", "samples/s", "$/1k samples", "work", "run samples/s", "step s", "gen bubbles",
+                "train bubbles", "stale"):
+        table.add_column(col, justify="left" if col in ("scheduler", "work") else "right", no_wrap=True)
     for name, r in results.items():
-        m, b = r.metrics, r.metrics["bubble_fraction"]
+        m, b, w = r.metrics, r.metrics["bubble_fraction"], r.metrics["same_work"]
+        usd = w["usd_per_1k_samples"]
         table.add_row(
-            name, f"{m['throughput_samples_per_s']:.2f}", f"{m['throughput_tokens_per_s']:,.0f}",
+            name, f"{w['samples_per_s']:{SAMPLES_PER_S_FORMAT}}", "-" if usd is None else f"{usd:.3f}",
+            "changed" if w["changed"] else "as recorded", f"{m['throughput_samples_per_s']:.2f}",
             f"{m['step_time_s']['mean']:.2f}",
             f"{b['generation']['dependency']:.0%} / {b['generation']['skewness']:.0%}",
-            f"{b['training']['dependency']:.0%} / {b['training']['skewness']:.0%}",
-            str(m["staleness"]["max"]), f"{m['usd_per_1k_samples']:.3f}", f"{r.wall_s:.2f}",
+            f"{b['training']['dependency']:.0%} / {b['training']['skewness']:.0%}", str(m["staleness"]["max"]),
         )
     print_table(console, table)
+    changed = [name for name, r in results.items() if r.metrics["same_work"]["changed"]]
+    if changed:
+        console.print(f"changed work: {', '.join(changed)} trained other samples or lengths than the recorded ones "
+                      "(its run figures are on that work; the same-work ones put it on the recorded work)",
+                      markup=False)
     for name, r in results.items():
         spread = r.metrics.get("spread")
         if spread:

@@ -39,8 +39,9 @@ class Objective:
     """"throughput" (most samples/s for the same work) or "cost" (fewest dollars per 1k samples of it)"""
     max_staleness: int | None = None
     """only runs whose samples lag at most this many weight versions at training (0: on-policy)"""
-    same_distribution: bool = False
-    """only runs that trained the recorded samples and tokens, their length distribution unchanged"""
+    same_distribution: bool = True
+    """only runs that trained the recorded samples and tokens, their length distribution unchanged (default: a run
+    that changes the trained work does not lead unless the user allows it)"""
 
     def __post_init__(self) -> None:
         if self.goal not in OBJECTIVES:
@@ -211,8 +212,8 @@ def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[st
     out = []
     for label, objective in (("cheapest per sample", Objective(goal="cost")),
                              ("fastest on-policy (staleness 0)", Objective(goal=goal, max_staleness=0)),
-                             ("fastest training the recorded distribution unchanged",
-                              Objective(goal=goal, same_distribution=True))):
+                             ("fastest of any trained work (a run may change it)",
+                              Objective(goal=goal, same_distribution=False))):
         name, why = choose(frame, objective)
         if name is None:
             out.append((label, why))

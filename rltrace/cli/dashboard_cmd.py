@@ -52,8 +52,10 @@ def dashboard(
              "(lowest $ per 1k samples).")] = "throughput",
     max_staleness: Annotated[int | None, typer.Option(help="Only runs whose samples lag at most this many weight "
                                                       "versions at training (0: on-policy).")] = None,
-    same_distribution: Annotated[bool, typer.Option(help="Only runs that trained the recorded samples and tokens, "
-                                                    "their length distribution unchanged.")] = False,
+    same_distribution: Annotated[bool, typer.Option(
+        "--same-distribution/--any-distribution",
+        help="Lead with a run that trained the recorded samples and tokens, their length distribution unchanged "
+             "(default); --any-distribution lets a run that changed the trained work lead.")] = True,
 ) -> None:
     """Compare replay runs in one HTML file that works offline. Its first screen names the run to choose for
     an objective and why, every run on the same work (the recorded samples and tokens); then bubbles,

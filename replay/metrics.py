@@ -205,6 +205,16 @@ def compute_metrics(
     held = _held(run, makespan)  # pools can grow (scaling) or be released (a finished group) mid-run
     capacity, capacity_tail = _capacity(held, "generation", ws, we)
     metrics["generation"] = _bubbles(capacity, busy, capacity_tail - busy_tail)
+    # Busy in time: an instance with a non-empty batch, whatever its size (the union of its requests' intervals,
+    # times its GPUs)
+    busy_time = 0.0
+    if gen.height:
+        starts, ends_ = gen["start_s"].to_numpy(), np.minimum(gen["end_s"].to_numpy(), makespan)
+        for i, name in enumerate(names):
+            mine = codes == i
+            first, last = _merge(starts[mine], ends_[mine])
+            busy_time += float((last - first).sum()) * inst_of[name].tp
+    nonempty = {"generation": busy_time / capacity if capacity else 0.0}
     train = timeline.filter(pl.col("kind") == "train")
     t_gpus = pools["training"].gpus if "training" in pools else 0
     ts, te = train["start_s"].to_numpy(), np.minimum(train["end_s"].to_numpy(), makespan)
@@ -212,6 +222,7 @@ def compute_metrics(
     t_busy_tail = float((_covered(ws, we, te) - _covered(ws, we, ts)).sum()) * t_gpus
     t_capacity, t_capacity_tail = _capacity(held, "training", ws, we)
     metrics["training"] = _bubbles(t_capacity, t_busy, t_capacity_tail - t_busy_tail)
+    nonempty["training"] = metrics["training"]["busy"]  # a trainer is busy or idle: no batch to under-fill
 
     cost = sum(u.gpus * (b - a) / 3600 * run.cluster.usd_per_gpu_hour(u.gpu) for u, a, b in held if u.billed)
     cost += sum(r.busy_s * r.usd_per_s for r in run.resources.values())  # serverless: per second of use
@@ -225,6 +236,7 @@ def compute_metrics(
         "bubble_fraction": {pool: {"dependency": m["dependency"], "skewness": m["skewness"]}
                             for pool, m in metrics.items()},
         "gpu_utilization": {pool: m["busy"] for pool, m in metrics.items()},
+        "gpu_busy": nonempty,
         "staleness": {"mean": float(staleness.mean()), "max": int(staleness.max())},
         "weight_sync_s": number(sync["end_s"].mean()) if sync.height else 0.0,
         "volume_bytes_per_step": _volumes(run, [key for key, _ in ends]),

@@ -458,3 +458,15 @@ def test_metrics_read_the_run_record_the_simulator_returns() -> None:
     via_replay = replay(make(LENGTHS, train_s=0.3, sync_s=0.1, gen_gpus=2), "one-step-async", ReplayConfig())
     assert metrics["makespan_s"] == via_replay.metrics["makespan_s"]
     assert metrics["events"] == via_replay.events == record.events
+
+
+def test_busy_means_a_non_empty_batch_and_use_weighs_its_size() -> None:
+    # one instance, two requests of 100 and 1 tokens: a non-empty batch the whole generation (busy ~1), but after the
+    # first iteration at batch 1 of a peak of 2 (used about half)
+    result = replay(make([[100, 1]]), "disagg-sync", ReplayConfig())
+    m = result.metrics
+    generation_s = float(result.requests["finish_s"].max())
+    share = generation_s / m["makespan_s"]
+    assert m["gpu_busy"]["generation"] == pytest.approx(share, rel=1e-6)
+    assert m["gpu_utilization"]["generation"] == pytest.approx(share * (2 + 99) / 200, rel=1e-6)
+    assert m["gpu_busy"]["training"] == m["gpu_utilization"]["training"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rltrace.cli import main as cli_main
 from rltrace.synth import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,10 +67,9 @@ PROCESS_COMMANDS = ("record", "replay-comms", "calibrate")
 """commands that start processes or collective groups of their own, or patch the interpreter: always run as the
 installed console script, in a process of their own"""
 PROCESS_OPTIONS = ("--execute", "--ray")
-"""(as prefixes: --ray-address too)"""
+"""options (as prefixes: --ray-address too) that only take effect in a new interpreter: a real kernel run, Ray"""
 PROCESS_ENV = ("PYTHONPATH",)
-"""options and environment that only take effect in a new interpreter (a real kernel run, a Ray cluster, an
-import path)"""
+"""environment that only takes effect in a new interpreter (an import path; RAY_* too)"""
 
 
 def needs_process(args: tuple[str, ...], env: dict[str, str] | None) -> bool:
@@ -97,8 +97,6 @@ def run_cli(
 
 
 def _in_process(args: list[str], cwd: Path | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    from rltrace.cli import main
-
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
     os.environ.update(env)
@@ -107,7 +105,7 @@ def _in_process(args: list[str], cwd: Path | None, env: dict[str, str]) -> subpr
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = main(args)
+                code = cli_main(args)
             except SystemExit as e:  # what the console script would exit with
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             except Exception:  # noqa: BLE001 - the interpreter's own report, as the console script would print it

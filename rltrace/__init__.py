@@ -43,17 +43,21 @@ _EXPORTS = {
     "span": ("rltrace.collectors.api", "span"),
     "weight_sync": ("rltrace.collectors.api", "weight_sync"),
     "log_flow": ("rltrace.collectors.api", "log_flow"),
+    "compare": ("rltrace.api", "compare"),
+    "Comparison": ("rltrace.api", "Comparison"),
 }
 
 __all__ = [
-    "FORMAT_VERSION", "TABLES", "Bundle", "BundleError", "ConfigError", "Manifest", "ModelInfo", "Pool", "RLConfig",
-    "RltraceError", "TableWriter", "ValidationError", "__version__", "log_flow", "open", "open_bundle", "set_step",
+    "FORMAT_VERSION", "TABLES", "Bundle", "BundleError", "Comparison", "ConfigError", "Manifest", "ModelInfo", "Pool",
+    "RLConfig", "RltraceError", "TableWriter", "ValidationError", "__version__", "compare", "log_flow", "open",
+    "open_bundle", "set_step",
     "span", "weight_sync", "write_bundle",
 ]
 
 if TYPE_CHECKING:
     import os
 
+    from rltrace.api import Comparison, compare
     from rltrace.bundle import Bundle, TableWriter, open_bundle, write_bundle
     from rltrace.collectors.api import log_flow, set_step, span, weight_sync
     from rltrace.errors import BundleError, ConfigError, RltraceError, ValidationError

@@ -2,7 +2,8 @@
 
 Layers, lowest first: the core (single modules under rltrace/, the catalog, the calibration data, the shipped
 samples); what writes traces (collectors) and what makes them up (synth), each on its own; replay; analysis;
-dashboards; the CLI; the package's entry points. A module may import its own layer's package or any layer below.
+dashboards; the library API (``rltrace.api``); the CLI; the package's entry points. A module may import its own
+layer's package or any layer below.
 
 Every import counts, a function's too (only ``if TYPE_CHECKING:`` blocks are left out): with no cycle in that
 graph, no import inside a function can exist to dodge one. The imports left inside functions load an optional
@@ -24,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("replay",),
     ("analysis",),
     ("dashboards",),
+    ("api",),
     ("cli",),
     ("entry",),
 )

@@ -8,15 +8,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from rltrace.analysis.runs import Run
-from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT, same_work
-from rltrace.bundle import Bundle, open_bundle
+from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT
+from rltrace.api import Comparison, finish, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.cli.dashboard_cmd import write_text
-from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.config import parse_set
@@ -25,14 +22,11 @@ from rltrace.errors import ConfigError
 from rltrace.limits import MAX_STEPS, check_output
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
-from rltrace.replay.described import from_description, is_description, load_description
-from rltrace.replay.jobs import load_jobs, prepare_jobs
-from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle, model_spec
-from rltrace.replay.run import replay as run_replay
-from rltrace.replay.schedulers import lookup, names, shipped
-from rltrace.replay.schedulers.base import BASELINES, capabilities
+from rltrace.replay.described import is_description, load_description
+from rltrace.replay.run import Prepared, RunResult, Shape, model_spec
+from rltrace.replay.schedulers.base import BASELINES
 from rltrace.replay.settings import resolve
-from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, replicate, sources
+from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, sources
 
 MAX_REPLICATES = 1000
 
@@ -133,15 +127,10 @@ def replay(
         from rltrace.replay.execute.kernels import require_device
 
         require_device(device)
-    chosen = [s.strip() for s in scheduler.split(",") if s.strip()]
-    if chosen == ["all"]:
-        chosen = shipped()
-    if not chosen:
-        raise ConfigError(f"--scheduler needs at least one name (known: {', '.join(names())})")
-    for name in chosen:
-        lookup(name)
-    if len(set(chosen)) < len(chosen):
-        raise ConfigError(f"--scheduler {scheduler!r} names a scheduler twice")
+    try:
+        chosen = schedulers_of(scheduler)
+    except ConfigError as e:
+        raise ConfigError(f"--scheduler {scheduler!r}: {e}") from None
     if output is not None:  # outputs checked before any replay runs
         check_output(output, "--output", folder=True)
     if dashboard is not None:
@@ -152,7 +141,7 @@ def replay(
     flags = {"network.topology": topology, "network.sync_strategy": sync_strategy}
     named = " / ".join(f for f, v in (("--topology", topology), ("--sync-strategy", sync_strategy)) if v)
     settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where=named or "--set")
-    config, per_scheduler, prices = settings.config, settings.per_scheduler, settings.prices
+    config = settings.config
     strategy = [f"--sync-strategy {sync_strategy}"] if sync_strategy else []
     strategy += [f"--set {item!r}" for item in set_ or [] if parse_set(item)[0] == "network.sync_strategy"]
     if config.network.topology is None and strategy:  # without a fabric no sync strategy runs: say so, not ignore it
@@ -163,41 +152,28 @@ def replay(
                   max_seqs=max_seqs, model=model,
                   steps=steps, prompts_per_step=prompts, samples_per_prompt=samples, max_new_tokens=max_new_tokens,
                   seed=seed, source_steps=parse_steps(recorded_steps) if recorded_steps else None)
-    source = None
     err = stderr()
-    if jobs is not None:
-        if bundle is not None:
-            raise ConfigError("give a BUNDLE or --jobs, not both")
-        with stage(err, f"preparing the jobs of {jobs}"):
-            prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
-        single = [n for n in chosen if not capabilities(lookup(n)).several_jobs]
-        if single and len(prepared.jobs) > 1:
-            prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
-    elif bundle is not None and is_description(bundle):
-        described = load_description(bundle)
-        model = model or described.model  # the described model is what --execute runs
-        with stage(err, f"drawing and pricing the described job {bundle}"):
-            prepared = from_description(described, shape, config.cost, prices)
-    else:
-        with stage(err, "opening and preparing the bundle"):
-            source = open_bundle(resolve_bundle(bundle))
-            prepared = from_bundle(source, shape, config.cost, prices)
+    if jobs is not None and bundle is not None:
+        raise ConfigError("give a BUNDLE or --jobs, not both")
+    what = (f"preparing the jobs of {jobs}" if jobs is not None else
+            f"drawing and pricing the described job {bundle}" if bundle is not None and is_description(bundle) else
+            "opening and preparing the bundle")
+    if bundle is not None and is_description(bundle):
+        model = model or load_description(bundle).model  # the described model is what --execute runs
+    with stage(err, what):
+        prepared, source = prepare(bundle, shape, settings, chosen, jobs=jobs)
     prepared.notes.extend(_track_records(prepared))
-    total = prepared.requests_frame.height
-    results: dict[str, RunResult] = {}
-    for name in chosen:
-        # events: about one per request (more with aborts and turns, far fewer on the fast path); a guide only
-        with Bar(err, f"replay {name}", "events", piped_total=False) as bar:
-            results[name] = run_replay(prepared, name, config, per_scheduler[name],
-                                       progress=lambda n: bar.update(n, total * 1.05))
-            bar.update(results[name].events, results[name].events)
+    results = replay_all(prepared, chosen, settings,
+                         counter=lambda name: Bar(err, f"replay {name}", "events", piped_total=False))
     if replicates and (replicates < 2 or replicates > MAX_REPLICATES):
         raise ConfigError(f"--replicates must be 0 (off) or 2..{MAX_REPLICATES}, got {replicates}")
-    if source is not None and replicates:
-        spreads = _spread(source, shape, config, prepared, {n: per_scheduler[n] for n in chosen}, prices, replicates,
-                          err)
-        for name, spread in spreads.items():
-            results[name].metrics["spread"] = spread.summary()
+    spreads: dict[str, Spread] = {}
+    if source is not None and replicates and sources(prepared, shape):
+        total = replicates * len(chosen)
+        with Bar(err, f"{total} replicate replays for the spread", "replays", announce=True) as bar:
+            spreads = spread(source, shape, settings, prepared, chosen, replicates, progress=bar.update)
+    # one definition of the headline figures for the table, --json, the run folders and the report
+    finish(results, spreads)
     executions = {}
     if execute:
         # torch is an optional extra: only --execute imports it
@@ -214,18 +190,14 @@ def replay(
                 executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks,
                                                layers=layers, progress=bar.update)
             result.metrics["execution"] = executions[name].summary()
-    # one definition of the headline figures for the table, --json, the run folders and the report
-    runs = [Run.from_result(name, result) for name, result in results.items()]
-    for name, figures in same_work(runs).items():
-        results[name].metrics["same_work"] = figures
+    comparison = Comparison(results, prepared, source)
     if output is not None:
-        for name, result in results.items():
-            result.write(output / name)
-            if name in executions:
-                executions[name].frame.write_parquet(output / name / "execution.parquet")
+        comparison.write(output)
+        for name, ex in executions.items():
+            ex.frame.write_parquet(output / name / "execution.parquet")
     if dashboard is not None:
         with stage(err, f"writing the report {dashboard}"):
-            write_text(dashboard, build_report(runs, source, baseline))
+            write_text(dashboard, build_report(comparison.runs(), source, baseline))
     if as_json:
         print(json.dumps({name: r.metrics for name, r in results.items()}, indent=2))
         return
@@ -243,18 +215,6 @@ def _track_records(prepared: Prepared) -> list[str]:
                    and (g.memory_efficiency, g.compute_efficiency) == (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY)}
     records = (track_record("decode", g.model, g.gpu.name, weights_precision(g.model)) for g in generations.values())
     return [f"generation cost's {record.line()}" for record in records]
-
-
-def _spread(source: Bundle, shape: Shape, config: ReplayConfig, prepared: Prepared,
-            schedulers: dict[str, Any], prices: dict[str, float] | None, count: int,
-            err: Console) -> dict[str, Spread]:
-    """The replicates behind each run's spread, with progress (rltrace/cli/progress.py)."""
-    if not sources(prepared, shape):
-        return {}
-    total = count * len(schedulers)
-    with Bar(err, f"{total} replicate replays for the spread", "replays", announce=True) as bar:
-        return replicate(source, shape, config.cost, prepared, schedulers, config, prices, count=count,
-                         progress=lambda done, _: bar.update(done, total))
 
 
 def _print_execution(name: str, summary: dict[str, Any]) -> None:

@@ -1,0 +1,206 @@
+"""The replay comparison as a library: what ``rltrace replay`` does, callable from a notebook.
+
+``compare(source, schedulers)`` prepares a recorded bundle (or a shipped sample's name, or a described job's TOML,
+or a job list), replays it under each scheduler and returns a :class:`Comparison`: the runs, their metrics and the
+same-work table as polars frames, run folders and the HTML report on request. The CLI calls the same steps
+(:func:`prepare`, :func:`replay_all`, :func:`spread`, :func:`finish`) with its progress around them::
+
+    import rltrace
+    cmp = rltrace.compare("rollpacker_qwen7b", ["disagg-sync", "one-step-async"], steps=2)
+    cmp.table()          # one row per run: same-work samples/s, $ per 1k samples, ratios, what each trained
+    cmp.metrics()        # one row per run: the fixed metric keys, flattened
+    cmp.write("runs")    # run folders, as `rltrace replay -o runs`
+    cmp.report("r.html")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from rltrace.analysis import verdict
+from rltrace.analysis.runs import Run
+from rltrace.bundle import Bundle, open_bundle
+from rltrace.dashboards.report import build as build_report
+from rltrace.errors import ConfigError
+from rltrace.replay.described import from_description, is_description, load_description
+from rltrace.replay.jobs import load_jobs, prepare_jobs
+from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle
+from rltrace.replay.run import replay as run_replay
+from rltrace.replay.schedulers import lookup, shipped
+from rltrace.replay.schedulers.base import BASELINES, capabilities
+from rltrace.replay.settings import Settings, resolve
+from rltrace.replay.uncertainty import Spread, replicate, sources
+from rltrace.sample_traces import list_samples, sample_path
+
+Counter = Callable[[float, float], None]
+"""progress of a counted stage: (done, total)"""
+
+
+def source_path(source: str | Path | None) -> Path:
+    """No source: the default sample. A shipped sample's name that is not a local path: that sample."""
+    if source is None:
+        return sample_path()
+    path = Path(source)
+    if not path.exists() and str(source) in list_samples():
+        return sample_path(str(source))
+    return path
+
+
+def schedulers_of(names: str | Sequence[str] | None) -> list[str]:
+    """Scheduler names from a comma-separated string or a list; "all": every shipped scheduler; None: the
+    baselines. Each name is checked (an unknown one is a ConfigError naming the known ones)."""
+    chosen = list(BASELINES) if names is None else [
+        s.strip() for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
+    if chosen == ["all"]:
+        chosen = shipped()
+    if not chosen:
+        raise ConfigError(f"at least one scheduler is needed (known: {', '.join(shipped())})")
+    for name in chosen:
+        lookup(name)
+    if len(set(chosen)) < len(chosen):
+        raise ConfigError(f"a scheduler is named twice: {', '.join(chosen)}")
+    return chosen
+
+
+def prepare(source: str | Path | None, shape: Shape, settings: Settings, schedulers: Sequence[str], *,
+            jobs: Path | None = None) -> tuple[Prepared, Bundle | None]:
+    """The replay's work from a bundle (or sample name), a described job's TOML, or a job list (``jobs``);
+    returns it with the opened bundle (None for a described job or a job list)."""
+    config, prices = settings.config, settings.prices
+    if jobs is not None:
+        if source is not None:
+            raise ConfigError("give a bundle or a job list, not both")
+        prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
+        single = [n for n in schedulers if not capabilities(lookup(n)).several_jobs]
+        if single and len(prepared.jobs) > 1:
+            prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
+        return prepared, None
+    path = source_path(source)
+    if is_description(path):
+        return from_description(load_description(path), shape, config.cost, prices), None
+    bundle = open_bundle(path)
+    return from_bundle(bundle, shape, config.cost, prices), bundle
+
+
+def replay_all(prepared: Prepared, schedulers: Sequence[str], settings: Settings,
+               counter: Callable[[str], Any] | None = None) -> dict[str, RunResult]:
+    """Each scheduler's replay of ``prepared``. ``counter(name)``, when given, is a context manager yielding an
+    object with ``update(done, total)`` for that replay's events (the CLI's progress bar)."""
+    total = prepared.requests_frame.height
+    results: dict[str, RunResult] = {}
+    for name in schedulers:
+        if counter is None:
+            results[name] = run_replay(prepared, name, settings.config, settings.per_scheduler[name])
+            continue
+        # events: about one per request (more with aborts and turns, far fewer on the fast path); a guide only
+        with counter(name) as bar:
+            update: Callable[[float, float], None] = bar.update
+
+            def events(n: int, update: Callable[[float, float], None] = update) -> None:
+                update(n, total * 1.05)
+
+            results[name] = run_replay(prepared, name, settings.config, settings.per_scheduler[name], progress=events)
+            update(results[name].events, results[name].events)
+    return results
+
+
+def spread(source: Bundle, shape: Shape, settings: Settings, prepared: Prepared, schedulers: Sequence[str],
+           count: int, progress: Counter | None = None) -> dict[str, Spread]:
+    """``count`` replicate replays per scheduler (seeds and bootstrap draws of the fitted steps), where the
+    replay has sources of spread; each run's spread summary goes into its metrics by :func:`finish`."""
+    if not count or not sources(prepared, shape):
+        return {}
+    return replicate(source, shape, settings.config.cost, prepared, {n: settings.per_scheduler[n] for n in schedulers},
+                     settings.config, settings.prices, count=count,
+                     progress=None if progress is None else (lambda done, _: progress(done, count * len(schedulers))))
+
+
+def finish(results: dict[str, RunResult], spreads: dict[str, Spread] | None = None) -> None:
+    """Put each run's spread and same-work figures into its metrics: the one definition the terminal table,
+    ``--json``, the run folders and the report all show (:func:`rltrace.analysis.verdict.same_work`)."""
+    for name, sp in (spreads or {}).items():
+        results[name].metrics["spread"] = sp.summary()
+    for name, figures in verdict.same_work([Run.from_result(n, r) for n, r in results.items()]).items():
+        results[name].metrics["same_work"] = figures
+
+
+@dataclass
+class Comparison:
+    """Replays of one workload under several schedulers."""
+
+    results: dict[str, RunResult]
+    prepared: Prepared
+    source: Bundle | None
+    """the recorded bundle (None for a described job or a job list)"""
+
+    def runs(self) -> list[Run]:
+        """The runs as the analysis reads them (:class:`rltrace.analysis.runs.Run`)."""
+        return [Run.from_result(name, result) for name, result in self.results.items()]
+
+    def table(self, baseline: str | None = None) -> pl.DataFrame:
+        """One row per run: same-work samples/s and $ per 1k samples with their ratios to ``baseline`` (default:
+        the first run), the run's own figures, and what it trained (:func:`rltrace.analysis.verdict.table`)."""
+        return verdict.table(self.runs(), baseline)
+
+    def metrics(self) -> pl.DataFrame:
+        """One row per run: its fixed metric keys, nested ones flattened with dots (``step_time_s.mean``)."""
+        rows = [{"scheduler": name, **_flat(result.metrics)} for name, result in self.results.items()]
+        return pl.DataFrame(rows, infer_schema_length=None)
+
+    def timeline(self) -> pl.DataFrame:
+        """Every run's timeline (busy intervals), with a ``run`` column."""
+        return pl.concat([r.timeline.with_columns(pl.lit(n).alias("run")) for n, r in self.results.items()],
+                         how="diagonal_relaxed")
+
+    def write(self, folder: str | Path) -> Path:
+        """One run folder per scheduler under ``folder`` (what ``rltrace replay -o`` writes)."""
+        out = Path(folder)
+        for name, result in self.results.items():
+            result.write(out / name)
+        return out
+
+    def report(self, path: str | Path, baseline: str | None = None) -> Path:
+        """The HTML comparison report (``rltrace replay --dashboard``)."""
+        if baseline is not None and baseline not in self.results:
+            raise ConfigError(f"baseline {baseline!r} is not among the replayed schedulers ({', '.join(self.results)})")
+        out = Path(path)
+        out.write_text(build_report(self.runs(), self.source, baseline), encoding="utf-8")
+        return out
+
+
+def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | None = None, *,
+            jobs: str | Path | None = None, settings: Sequence[str] = (), topology: str | None = None,
+            sync_strategy: str | None = None, replicates: int = 0, **shape: Any) -> Comparison:
+    """Replay ``source`` (a bundle folder, a shipped sample's name, a described job's TOML; None: the default
+    sample) or a job list (``jobs``) under ``schedulers`` (names, a comma-separated string, "all"; None: the
+    baselines). ``settings`` are ``--set key=value`` strings, ``shape`` the keyword arguments of
+    :class:`rltrace.replay.run.Shape` (``steps``, ``gen_gpus``, ``gpu``, ``samples_per_prompt``, ...),
+    ``replicates`` the replays behind each run's spread (0: none)."""
+    chosen = schedulers_of(schedulers)
+    flags = {k: v for k, v in {"network.topology": topology, "network.sync_strategy": sync_strategy}.items() if v}
+    resolved = resolve(chosen, list(settings), flags, where="settings")
+    how = Shape(**shape)
+    prepared, bundle = prepare(source, how, resolved, chosen, jobs=Path(jobs) if jobs is not None else None)
+    results = replay_all(prepared, chosen, resolved)
+    spreads = spread(bundle, how, resolved, prepared, chosen, replicates) if bundle is not None else {}
+    finish(results, spreads)
+    return Comparison(results, prepared, bundle)
+
+
+def _flat(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        elif isinstance(value, (int, float, str, bool)) or value is None:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+__all__ = ["Comparison", "ReplayConfig", "Shape", "compare", "finish", "prepare", "replay_all", "schedulers_of",
+           "spread"]

@@ -87,6 +87,25 @@ def prepare(source: str | Path | None, shape: Shape, settings: Settings, schedul
     return from_bundle(bundle, shape, config.cost, prices), bundle
 
 
+def one_kind(prepared: Prepared, schedulers: Sequence[str], *, named: bool) -> list[str]:
+    """The schedulers that can run on ``prepared``'s cluster. One that colocates (every GPU in both roles) cannot
+    run on generation and training pools of two GPU kinds: named by the user it is refused with the reason, picked
+    by "all" it is left out with a note (a colocated run priced and timed on one kind of the two would be
+    neither)."""
+    c = prepared.cluster
+    if c.gen_gpu == c.train_gpu:
+        return list(schedulers)
+    colocating = [n for n in schedulers if capabilities(lookup(n)).colocates]
+    if not colocating:
+        return list(schedulers)
+    why = (f"{', '.join(colocating)} runs generation and training on the same GPUs, but this cluster's generation "
+           f"GPUs are {c.gen_gpu} and its training GPUs {c.train_gpu}")
+    if named:
+        raise ConfigError(f"{why}: replay on one kind (--gpu {c.train_gpu}) to compare it")
+    prepared.notes.append(f"{why}: left out (replay on one kind, --gpu {c.train_gpu}, to compare it)")
+    return [n for n in schedulers if n not in colocating]
+
+
 def replay_all(prepared: Prepared, schedulers: Sequence[str], settings: Settings,
                counter: Callable[[str], Any] | None = None) -> dict[str, RunResult]:
     """Each scheduler's replay of ``prepared``. ``counter(name)``, when given, is a context manager yielding an
@@ -186,6 +205,7 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
     resolved = resolve(chosen, list(settings), flags, where="settings")
     how = Shape(**shape)
     prepared, bundle = prepare(source, how, resolved, chosen, jobs=Path(jobs) if jobs is not None else None)
+    chosen = one_kind(prepared, chosen, named=schedulers not in (None, "all"))
     results = replay_all(prepared, chosen, resolved)
     spreads = spread(bundle, how, resolved, prepared, chosen, replicates) if bundle is not None else {}
     finish(results, spreads)
@@ -202,5 +222,5 @@ def _flat(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-__all__ = ["Comparison", "ReplayConfig", "Shape", "compare", "finish", "prepare", "replay_all", "schedulers_of",
-           "spread"]
+__all__ = ["Comparison", "ReplayConfig", "Shape", "compare", "finish", "one_kind", "prepare", "replay_all",
+           "schedulers_of", "spread"]

@@ -16,6 +16,10 @@ CASES = [
     ("run-folders", lambda d: ("inspect", _runs(d)), "it holds replay run folders (disagg-sync); `rltrace dashboard"),
     ("run-folder", lambda d: ("inspect", str(Path(_runs(d)) / "disagg-sync")), "it is a replay run folder"),
     ("model-file", lambda d: ("estimate", "decode", "--model", _csv(d), "--gpu", "H100"), "is a file, but a model"),
+    # colocation on pools of two GPU kinds would be priced on one kind and timed on the other: refused when named
+    ("mixed-kinds", lambda d: ("replay", "rollart_qwen3_8b", "-s", "colocated-sync", "--steps", "2", "--replicates",
+                               "0"), ("colocated-sync runs generation and training on the same GPUs, but this "
+                                      "cluster's generation GPUs are H20 and its training GPUs H800")),
 ]
 
 
@@ -62,3 +66,15 @@ def test_a_training_step_that_cannot_fit_says_so() -> None:
     small = json.loads(run_cli("estimate", "train", "--model", "Llama-3-8B", "--gpu", "H100", "--gpus", "8",
                                "--json").stdout)
     assert small["fits"] is True
+
+
+def test_all_leaves_out_a_colocated_run_on_two_gpu_kinds_and_says_so() -> None:
+    done = run_cli("replay", "rollart_qwen3_8b", "-s", "all", "--steps", "2", "--replicates", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert "colocated-sync" not in shown and "disagg-sync" in shown
+    table = run_cli("replay", "rollart_qwen3_8b", "-s", "all", "--steps", "2", "--replicates", "0").stdout
+    assert "note: colocated-sync runs generation and training on the same GPUs" in table and "left out" in table
+    one_kind = json.loads(run_cli("replay", "rollart_qwen3_8b", "-s", "colocated-sync,disagg-sync", "--gpu", "H800",
+                                  "--steps", "2", "--replicates", "0", "--json").stdout)
+    assert set(one_kind) == {"colocated-sync", "disagg-sync"}

@@ -35,6 +35,9 @@ class Capabilities:
     a next turn on the instance that ran the turn before it"""
     replays_recording: bool = False
     """it repeats the recording's own decisions (a fidelity check, not a design to choose: advise leaves it out)"""
+    colocates: bool = False
+    """every GPU takes both roles, generation and training: it needs a cluster of one GPU kind (a replay on
+    generation and training pools of two kinds leaves it out, or refuses it when it was named)"""
 
 
 ONE_JOB = Capabilities()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from rltrace.replay.costmodels.switching import job_state, move_seconds
 from rltrace.replay.events import Notice, NoticeKind, Tag
-from rltrace.replay.schedulers.base import register
+from rltrace.replay.schedulers.base import Capabilities, register
 from rltrace.replay.schedulers.common import REWARD, TRAIN, generation_pool, spread
 from rltrace.replay.schedulers.view import View
 
@@ -31,6 +31,7 @@ class ColocatedSyncConfig:
 @register("colocated-sync")
 class ColocatedSync:
     Config = ColocatedSyncConfig
+    capabilities = Capabilities(colocates=True)
 
     def __init__(self, config: ColocatedSyncConfig) -> None:
         self.config = config

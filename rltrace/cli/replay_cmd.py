@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT
-from rltrace.api import Comparison, finish, prepare, replay_all, schedulers_of, spread
+from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.progress import Bar, stage, stderr
@@ -162,6 +162,10 @@ def replay(
         model = model or load_description(bundle).model  # the described model is what --execute runs
     with stage(err, what):
         prepared, source = prepare(bundle, shape, settings, chosen, jobs=jobs)
+    # a scheduler the user named is refused when it cannot run here; "all" or the default baselines leave it out
+    chosen = one_kind(prepared, chosen, named=scheduler.strip() not in ("all", ",".join(BASELINES)))
+    if baseline is not None and baseline not in chosen:
+        raise ConfigError(f"--baseline {baseline!r} is left out of this replay ({', '.join(chosen)})")
     prepared.notes.extend(_track_records(prepared))
     results = replay_all(prepared, chosen, settings,
                          counter=lambda name: Bar(err, f"replay {name}", "events", piped_total=False))

@@ -57,7 +57,7 @@ AS_RUN = [
     Column("makespan_s", "run time (s)", ",.0f"), Column("run_usd_per_1k_samples", "$ per 1k samples", ".3f"),
     Column("gen_busy", "generation busy (non-empty batch)", ".0%"),
     Column("gen_use", "generation use (batch against peak)", ".0%"), Column("train_busy", "training busy", ".0%"),
-    Column("stale_max", "staleness max", "d"),
+    Column("stale_max", "staleness max", "d"), Column("pools", "GPUs and cost by pool"),
     Column("sync_gb", "weight sync per step, one model copy per generation instance (GB)", ",.1f"),
     Column("alltoall_gb", "expert all-to-all per step, sent by each training GPU (GB)", ",.1f"),
 ]

@@ -225,6 +225,19 @@ def compute_metrics(
     nonempty["training"] = metrics["training"]["busy"]  # a trainer is busy or idle: no batch to under-fill
 
     cost = sum(u.gpus * (b - a) / 3600 * run.cluster.usd_per_gpu_hour(u.gpu) for u, a, b in held if u.billed)
+    by_pool: dict[str, dict[str, Any]] = {}  # what each pool's GPUs are and cost (billed ones: colocated roles share)
+    for u, a, b in held:
+        if not u.billed or b <= a:
+            continue
+        entry = by_pool.setdefault(u.pool, {"gpu": u.gpu, "gpus": 0, "gpu_hours": 0.0, "cost_usd": 0.0})
+        entry["gpus"] = max(entry["gpus"], u.gpus)  # the most it held (a pool can be resized)
+        entry["gpu_hours"] += u.gpus * (b - a) / 3600
+        entry["cost_usd"] += u.gpus * (b - a) / 3600 * run.cluster.usd_per_gpu_hour(u.gpu)
+        kinds = entry["gpu"].split("+")
+        entry["gpu"] = "+".join(kinds if u.gpu in kinds else [*kinds, u.gpu])
+    for r in run.resources.values():  # serverless work, billed per second of use
+        if r.usd_per_s and r.busy_s:
+            by_pool[r.name] = {"gpu": "serverless", "gpus": 0, "gpu_hours": 0.0, "cost_usd": r.busy_s * r.usd_per_s}
     cost += sum(r.busy_s * r.usd_per_s for r in run.resources.values())  # serverless: per second of use
     sync = (timeline.filter(pl.col("kind") == "weight_sync").group_by("step")
             .agg((pl.col("end_s") - pl.col("start_s")).sum()))
@@ -241,6 +254,7 @@ def compute_metrics(
         "weight_sync_s": number(sync["end_s"].mean()) if sync.height else 0.0,
         "volume_bytes_per_step": _volumes(run, [key for key, _ in ends]),
         "cost_usd": cost,
+        "cost_by_pool": by_pool,
         "usd_per_1k_samples": cost / samples * 1000 if samples else 0.0,
         "samples": samples,
         "output_tokens": tokens,

@@ -175,3 +175,16 @@ def test_the_terminal_json_and_report_give_one_same_work_answer(tmp_path: Path) 
         flagged += [name] if w["changed"] else []
     assert {"fully-async", "rollart", "rollpacker"} <= set(flagged)
     assert f"changed work: {', '.join(flagged)} trained other samples" in table
+
+
+def test_each_pool_says_its_gpu_kind_and_cost(tmp_path: Path) -> None:
+    args = ("replay", "rollart_qwen3_8b", "-s", "disagg-sync,rollart", "--steps", "2", "--replicates", "0")
+    shown = json.loads(run_cli(*args, "--json", "--dashboard", str(tmp_path / "r.html")).stdout)
+    for name, m in shown.items():
+        pools = m["cost_by_pool"]
+        assert sum(p["cost_usd"] for p in pools.values()) == pytest.approx(m["cost_usd"], rel=1e-9), name
+    # its H800 prefill half, and the serverless reward workers it bills per second
+    assert {p["gpu"] for p in shown["rollart"]["cost_by_pool"].values()} == {"H20", "H800", "serverless"}
+    table = run_cli(*args).stdout
+    assert "cost (rollart): generation 8 H20 $" in table and "generation/prefill 8 H800 $" in table
+    assert "GPUs and cost by pool" in (tmp_path / "r.html").read_text()

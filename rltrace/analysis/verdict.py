@@ -84,6 +84,7 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "gen_busy": float(m.get("gpu_busy", m.get("gpu_utilization", {})).get("generation", 0.0)),
                      "gen_use": float(m.get("gpu_utilization", {}).get("generation", 0.0)),
                      "train_busy": float(m.get("gpu_utilization", {}).get("training", 0.0)),
+                     "pools": pools_label(m.get("cost_by_pool") or {}),
                      "sync_gb": _gigabytes(volume.get("weight_sync")),
                      "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
     frame = pl.DataFrame(rows).join(w, on="run", how="left", maintain_order="left")
@@ -111,6 +112,13 @@ def same_work(runs: list[Run]) -> dict[str, dict[str, float | bool | None]]:
     whether that time was extrapolated past what the run trained."""
     frame = table(runs)
     return {row["run"]: {k: row[k] for k in SAME_WORK_KEYS} for row in frame.iter_rows(named=True)}
+
+
+def pools_label(by_pool: dict[str, Any]) -> str:
+    """A run's billed pools as a user reads them: "generation 16 H20 $4.79, training 16 H800 $7.12" (GPUs at
+    most, kind, the pool's cost over the run); "" where the run does not say."""
+    return ", ".join(f"{pool} {p['gpus']} {p['gpu']} ${p['cost_usd']:,.2f}" if p["gpus"] else
+                     f"{pool} {p['gpu']} ${p['cost_usd']:,.2f}" for pool, p in by_pool.items())
 
 
 def _gigabytes(nbytes: float | None) -> float | None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT
+from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT, pools_label
 from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.cli.dashboard_cmd import write_text
@@ -252,6 +252,10 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
             f"{b['training']['dependency']:.0%} / {b['training']['skewness']:.0%}", str(m["staleness"]["max"]),
         )
     print_table(console, table)
+    for name, r in results.items():  # where pools are of two GPU kinds, each pool's kind and cost
+        by_pool = r.metrics.get("cost_by_pool") or {}
+        if len({p["gpu"] for p in by_pool.values()}) > 1:
+            console.print(f"cost ({name}): {pools_label(by_pool)}", markup=False)
     changed = [name for name, r in results.items() if r.metrics["same_work"]["changed"]]
     if changed:
         console.print(f"changed work: {', '.join(changed)} trained other samples or lengths than the recorded ones "

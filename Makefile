@@ -47,6 +47,7 @@ bench:
 	taskset -c 0 $(VENV)/bin/python benchmarks/fabric_speed.py
 	$(VENV)/bin/python benchmarks/dashboard_speed.py --browser
 	$(VENV)/bin/python benchmarks/sweep_speed.py
+	$(VENV)/bin/python benchmarks/advise_speed.py --exhaustive
 	$(VENV)/bin/python benchmarks/vidur_compare.py
 	$(VENV)/bin/python benchmarks/import_memory.py --mb 1024
 

@@ -1,28 +1,36 @@
 """``rltrace advise``: the cheapest pool split, GPU kind, scheduler and fabric that reach a throughput.
 
-The space is a set of *designs* (GPU kind x scheduler x generation share x topology) and GPU counts. Each
-design is replayed at growing GPU counts, in rounds, until it meets the target (more GPUs only cost more)
-or passes the budget; all designs of a round run together on the sweep runner (local pool or Ray). The
-designs that meet the target rank by dollars per hour; the others say why they lost.
-
-Bottleneck of a replay (from its bubbles, docs/replay.md): *network* when weight syncs take over a quarter of
-the run; otherwise *generation* when the trainers wait for samples longer than the generators wait for the
-trainers (training's dependency + skewness bubbles against generation's dependency bubble), else *training*.
+The space is a set of *designs* (GPU kind x scheduler x generation share x topology) and GPU counts; a design at
+a GPU count is a *candidate*. Each design is searched at growing GPU counts until it meets the target (more GPUs
+only cost more). The search is cheapest-first: candidates run in rounds by their price floor
+(replay/advise_bounds.py), the lowest first, all of a round together on the sweep runner (one local process pool
+kept for every round, or Ray). Once ``top`` designs meet the target, a candidate whose floor is above the
+``top``-th cheapest of them cannot be listed and is not replayed (*priced out*); a candidate whose trainer bound is
+below the target cannot meet it and is skipped to the next GPU count (the scheduler's replays teach the bound how
+that scheduler changes the trained work; one whose candidates the bound ruled out without any replay gets one, at
+its nearest miss). ``exhaustive`` turns both off: every design is replayed at every count up to the one that meets
+the target, as a check of the search. The listed designs are the same either way while the bounds hold, and every
+replay checks them: one that breaks a bound switches it off for its scheduler and the search goes on without it.
+replay/advise_verdict.py says why the others lost.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from rltrace.replay.advise_bounds import TOLERANCE, Bounds
+from rltrace.replay.advise_verdict import FAILED, MET, MISSED, OVER_BUDGET, PRICED_OUT, Outcome, bottleneck, why
 from rltrace.replay.schedulers.base import SCHEDULERS, capabilities
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import Point, check, check_names, point_id
-from rltrace.replay.sweep.runner import Store, run_sweep
+from rltrace.replay.sweep.runner import Store, local_pool, run_sweep
 
 from rltrace.catalog import load_gpus
 from rltrace.catalog._toml import load_toml
@@ -100,94 +108,211 @@ def point_of(design: dict[str, Any], total: int, fixed: dict[str, Any]) -> Point
     return point
 
 
-def bottleneck(row: dict[str, Any]) -> str:
-    """generation, training or network (module docstring)."""
-    makespan = row.get("makespan_s") or 0.0
-    sync = (row.get("weight_sync_s") or 0.0) * (row.get("steps") or 0)
-    if makespan and sync / makespan > 0.25:
-        return "network"
-    train_wait = (row.get("train_dependency_bubble") or 0.0) + (row.get("train_skewness_bubble") or 0.0)
-    return "generation" if train_wait >= (row.get("gen_dependency_bubble") or 0.0) else "training"
-
-
 @dataclass(frozen=True, slots=True)
 class Advice:
     """Every design's outcome: the winners (met the target within budget, cheapest first) and the rest."""
 
     ranked: pl.DataFrame
-    """gpu, scheduler, gen_share, topology, gen_gpus, train_gpus, samples_per_s, usd_per_hour,
-    usd_per_1k_samples, bottleneck; cheapest first"""
+    """one row per design that met the target, cheapest first (:data:`COLUMNS`)"""
     lost: pl.DataFrame
-    """the same columns for the designs that lost (their best try) and ``why``"""
+    """the same columns for every other design, best first: priced out, over budget, missed, failed"""
     replays: int
+    """replays this search ran (failed ones included)"""
+    reused: int = 0
+    """candidates whose replay was already in the store (``-o`` of an earlier advise)"""
+    failed: int = 0
+    """replays that failed"""
+    ruled_out: int = 0
+    """candidates (a design at a GPU count) decided by a price floor or trainer bound without a replay"""
+    notes: list[str] = field(default_factory=list)
+    """bounds a replay broke, and what the search did about it"""
+    cutoff: float | None = None
+    """USD/h of the ``top``-th cheapest design that met the target (what prices the others out)"""
+
+    @property
+    def designs(self) -> int:
+        return self.ranked.height + self.lost.height
 
 
-def advise(bundle: str, target: float, store: Store, space: Space, *, budget: float | None = None, workers: int = 2,
-           ray: str | bool = False, progress: Callable[[int, int], None] | None = None) -> Advice:
-    """Search ``space`` for the cheapest designs reaching ``target`` samples/s (module docstring)."""
+COLUMNS = ("gpu", "scheduler", "gen_share", "topology", "total_gpus", "gen_gpus", "train_gpus", "fabric",
+           "samples_per_s", "usd_per_hour", "usd_per_1k_samples", "bottleneck", "limit", "outcome", "replayed",
+           "samples_per_s_max", "usd_per_hour_min", "why")
+"""an advice row: the design, the candidate that decided it (GPUs, its sync fabric), the replay's figures (null
+without one: ``samples_per_s_max`` / ``usd_per_hour_min`` give the bound that decided it instead), its bottleneck
+(the phase group, and ``limit`` in words), the outcome (replay/advise_verdict.py) and why"""
+
+
+@dataclass(slots=True)
+class _Design:
+    """One design's replays so far: GPUs -> metrics row, or None where the replay failed (``errors`` says why)."""
+
+    design: dict[str, Any]
+    rows: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Search:
+    """The state of one search and the rule that decides each design (module docstring)."""
+
+    designs: list[_Design]
+    sizes: list[int]
+    fixed: dict[str, Any]
+    target: float
+    budget: float | None
+    bounds: Bounds
+    screen: bool
+    """False: exhaustive (no bound rules anything out)"""
+
+    def point(self, i: int, total: int) -> Point:
+        return point_of(self.designs[i].design, total, self.fixed)
+
+    def walk(self, i: int, cutoff: float) -> Outcome:
+        """Where design ``i`` stands, its GPU counts taken in order: a replayed count that missed moves on, one
+        that met or went over budget decides; an unreplayed count is priced out, over budget, ruled out by the
+        trainer bound (moves on) or the next to replay."""
+        d, bounds, screened, last = self.designs[i], self.bounds, 0, None
+        nearest: tuple[float, int] = (-math.inf, 0)  # the ruled-out candidate nearest the target: (bound, GPUs)
+        for total in self.sizes:
+            if total in d.rows:
+                row = d.rows[total]
+                if row is None:
+                    return Outcome(FAILED, total, error=d.errors.get(total, "no result"), screened=screened,
+                                   nearest=nearest)
+                if self.budget is not None and (row["usd_per_hour"] or 0.0) > self.budget:
+                    return Outcome(OVER_BUDGET, total, row, screened=screened, nearest=nearest)
+                if (row["samples_per_s"] or 0.0) >= self.target:
+                    return Outcome(MET, total, row, screened=screened, nearest=nearest)
+                last = row
+                continue
+            if not self.screen:
+                return Outcome("", total)
+            point = self.point(i, total)
+            floor = bounds.floor(point)
+            if self.budget is not None and floor > self.budget * (1 + TOLERANCE):
+                return Outcome(OVER_BUDGET, total, last=last, floor=floor, screened=screened, nearest=nearest)
+            if floor > cutoff * (1 + TOLERANCE):
+                return Outcome(PRICED_OUT, total, last=last, floor=floor, screened=screened, nearest=nearest)
+            bound = bounds.bound(point)
+            if bound >= self.target * (1 - TOLERANCE):
+                return Outcome("", total, floor=floor)
+            screened += 1
+            nearest = max(nearest, (bound, total))
+            if total == self.sizes[-1]:
+                return Outcome(MISSED, total, last=last, bound=bound, screened=screened, nearest=nearest)
+        assert last is not None  # the loop returns unless the last count was replayed and missed
+        return Outcome(MISSED, self.sizes[-1], last, screened=screened, nearest=nearest)
+
+    def outcomes(self, top: int) -> tuple[list[Outcome], float]:
+        """Every design's outcome, and the price that rules candidates out: the ``top``-th cheapest design that
+        met the target (inf until ``top`` have)."""
+        first = [self.walk(i, math.inf) for i in range(len(self.designs))]
+        met = sorted(o.row["usd_per_hour"] for o in first if o.kind == MET and o.row is not None)
+        cutoff = met[top - 1] if len(met) >= top else math.inf
+        return [self.walk(i, cutoff) for i in range(len(self.designs))], cutoff
+
+    def next_round(self, outcomes: list[Outcome], workers: int) -> list[tuple[int, int]]:
+        """(design, GPUs) to replay now: exhaustive, every open design; else the open candidates of the lowest
+        price floor (more tiers until every worker has one); when none is open, one replay for each scheduler
+        that has none yet and whose trainer bound ruled a candidate out (its nearest miss), to learn its work
+        ratio before the bound stands."""
+        open_ = sorted((o.floor or 0.0, i, o.total) for i, o in enumerate(outcomes) if not o.kind)
+        if not self.screen:
+            return [(i, total) for _, i, total in open_]
+        chosen: dict[int, int] = {}
+        for _, group in itertools.groupby(open_, key=lambda c: round(c[0], 6)):
+            if len(chosen) >= workers:
+                break
+            chosen.update({i: total for _, i, total in group})
+        if chosen:
+            return sorted(chosen.items())
+        unchecked: dict[str, tuple[float, int, int]] = {}
+        for i, o in enumerate(outcomes):
+            scheduler = self.designs[i].design["scheduler"]
+            if o.screened and not self.bounds.of(scheduler).replays:
+                unchecked[scheduler] = max(unchecked.get(scheduler, (-math.inf, 0, 0)), (*o.nearest, i))
+        return sorted((i, total) for _, total, i in unchecked.values())
+
+
+def advise(bundle: str, target: float, store: Store, space: Space, *, budget: float | None = None, top: int = 5,
+           workers: int = 2, ray: str | bool = False, progress: Callable[[int, int], None] | None = None,
+           exhaustive: bool = False) -> Advice:
+    """Search ``space`` for the cheapest designs reaching ``target`` samples/s (module docstring);
+    ``progress(decided, designs)`` is called after every round."""
     if target <= 0:
         raise ConfigError(f"--target-throughput must be positive, got {target}")
+    if top < 1:
+        raise ConfigError(f"--top must be at least 1, got {top}")
     designs = space.designs()
     for design in designs:  # refuse a bad space before anything runs
         check([point_of(design, space.total_gpus[0], space.fixed)], "--space")
     recorded = source_devices(bundle)
     check_names([point_of(d, space.total_gpus[0], space.fixed) for d in designs], "--space", recorded)
-    sizes = sorted(space.total_gpus)
-    best: dict[int, tuple[int, dict[str, Any] | None, str | None]] = {}  # design -> (GPUs, row, error)
-    open_designs, replays = list(range(len(designs))), 0
-    for total in sizes:
-        if not open_designs:
-            break
-        points = {i: point_of(designs[i], total, space.fixed) for i in open_designs}
-        result = run_sweep(bundle, list(points.values()), store, workers=workers, ray=ray, progress=progress)
-        replays += result.ran
-        rows = {pid: row for pid, row in _rows(store, list(points.values()))}
-        still = []
-        for i, point in points.items():
-            pid = point_id(point)
-            row = rows.get(pid)
-            best[i] = (total, row, result.failed.get(pid) or (None if row else "no result"))
-            if row is None:
-                continue  # a failed design stays failed
-            over = budget is not None and (row["usd_per_hour"] or 0.0) > budget
-            if (row["samples_per_s"] or 0.0) < target and not over:
-                still.append(i)
-        open_designs = still
-    records = []
-    for i, design in enumerate(designs):
-        total, row, error = best[i]
-        rec = {**design, "total_gpus": total, **_view(row)}
-        if row is None:
-            rec["why"] = f"failed: {error}"
-        elif budget is not None and row["usd_per_hour"] > budget:
-            rec["why"] = f"over budget at {total} GPUs"
-        elif row["samples_per_s"] < target:
-            rec["why"] = f"missed the target at {total} GPUs, the most tried"
-        else:
-            rec["why"] = ""
-        records.append(rec)
-    frame = pl.DataFrame(records, infer_schema_length=None)
-    winners = frame.filter(pl.col("why") == "").sort("usd_per_hour", "usd_per_1k_samples")
-    cheapest = winners["usd_per_hour"][0] if winners.height else None
-    losers = frame.filter(pl.col("why") != "")
-    if cheapest is not None:  # winners beyond the first lose on price
-        winners = winners.with_columns(
-            pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("cheapest"))
-            .otherwise(pl.format("+${}/h", (pl.col("usd_per_hour") - cheapest).round(2))).alias("why"))
-    return Advice(winners, losers.sort("samples_per_s", descending=True, nulls_last=True), replays)
+    bundle = str(Path(bundle).resolve()) if Path(bundle).exists() else bundle
+    bounds = Bounds(bundle)
+    search = _Search([_Design(d) for d in designs], sorted(set(space.total_gpus)), space.fixed, target, budget,
+                     bounds, not exhaustive)
+    replays = reused = failed = 0
+    notes: list[str] = []
+    with local_pool(workers, inline=True) if ray is False else nullcontext(None) as pool:
+        if pool is not None:
+            pool.warm(bundle, search.point(0, search.sizes[0]))
+        while True:
+            outcomes, cutoff = search.outcomes(top)
+            if progress:
+                progress(sum(1 for o in outcomes if o.kind), len(outcomes))
+            todo = search.next_round(outcomes, workers)
+            if not todo:
+                break
+            points = [search.point(i, total) for i, total in todo]
+            result = run_sweep(bundle, points, store, workers=workers, ray=ray, pool=pool)
+            replays, reused, failed = replays + result.ran + len(result.failed), reused + result.skipped, \
+                failed + len(result.failed)
+            rows = dict(_rows(store, points))
+            for (i, total), point in zip(todo, points):
+                pid = point_id(point)
+                row = rows.get(pid)
+                search.designs[i].rows[total] = row
+                if row is None:
+                    search.designs[i].errors[total] = result.failed.get(pid, "no result")
+                elif not exhaustive:
+                    notes += bounds.learn(point, row)
+    prices = [o.row["usd_per_hour"] for o in outcomes if o.kind == MET and o.row is not None]
+    cheapest = min(prices) if prices else None
+    frame = pl.DataFrame([_record(search, i, o, cheapest, cutoff, top) for i, o in enumerate(outcomes)],
+                         schema_overrides={"samples_per_s_max": pl.Float64, "usd_per_hour_min": pl.Float64},
+                         infer_schema_length=None)
+    frame = frame.select(COLUMNS)
+    winners = frame.filter(pl.col("outcome") == MET).sort("usd_per_hour", "usd_per_1k_samples")
+    order = {PRICED_OUT: 1, OVER_BUDGET: 2, MISSED: 3, FAILED: 4}
+    losers = (frame.filter(pl.col("outcome") != MET)
+              .with_columns(pl.col("outcome").replace_strict(order, return_dtype=pl.Int64).alias("_order"))
+              .sort("_order", "usd_per_hour_min", pl.col("samples_per_s").fill_null(pl.col("samples_per_s_max")),
+                    descending=[False, False, True], nulls_last=True).drop("_order"))
+    ruled_out = sum(o.screened + (o.row is None and o.kind in (PRICED_OUT, OVER_BUDGET)) for o in outcomes)
+    return Advice(winners, losers, replays, reused, failed, ruled_out, notes,
+                  cutoff if math.isfinite(cutoff) else None)
+
+
+def _record(search: _Search, i: int, outcome: Outcome, cheapest: float | None, cutoff: float,
+            top: int) -> dict[str, Any]:
+    """One advice row (:data:`COLUMNS`)."""
+    design, row, total = search.designs[i].design, outcome.row, outcome.total
+    point = search.point(i, total)
+    fabric = (row or {}).get("fabric") or search.bounds.fabric(point)  # "": a workload the cluster cannot take
+    group, limit = bottleneck(row) if row is not None else ("", "")
+    return {**design, "total_gpus": total, "gen_gpus": point["gen_gpus"], "train_gpus": point["train_gpus"],
+            "fabric": fabric or design["topology"] or "-",
+            "samples_per_s": row["samples_per_s"] if row else None,
+            "usd_per_hour": row["usd_per_hour"] if row else None,
+            "usd_per_1k_samples": row["usd_per_1k_samples"] if row else None,
+            "bottleneck": group or None, "limit": limit or None, "outcome": outcome.kind, "replayed": row is not None,
+            "samples_per_s_max": outcome.bound, "usd_per_hour_min": outcome.floor,
+            "why": why(outcome, cheapest=cheapest, cutoff=cutoff if math.isfinite(cutoff) else None, top=top,
+                       budget=search.budget)}
 
 
 def _rows(store: Store, points: list[Point]) -> list[tuple[str, dict[str, Any]]]:
     """(point id, row) of the finished points: one per design of a round."""
     frame = store.frame(points)
     return [(r["point_id"], r) for r in frame.iter_rows(named=True)] if frame.height else []
-
-
-def _view(row: dict[str, Any] | None) -> dict[str, Any]:
-    if row is None:
-        return {"gen_gpus": None, "train_gpus": None, "samples_per_s": None, "usd_per_hour": None,
-                "usd_per_1k_samples": None, "bottleneck": None}
-    return {"gen_gpus": row["gen_pool_gpus"], "train_gpus": row["train_pool_gpus"],
-            "samples_per_s": row["samples_per_s"],
-            "usd_per_hour": row["usd_per_hour"], "usd_per_1k_samples": row["usd_per_1k_samples"],
-            "bottleneck": bottleneck(row)}

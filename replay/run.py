@@ -40,7 +40,7 @@ from rltrace.catalog.models import catalog_entry, differences
 from rltrace.config import to_dict
 from rltrace.errors import ConfigError
 from rltrace.limits import check_shape
-from rltrace.manifest import ModelInfo
+from rltrace.manifest import ModelInfo, Pool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,6 +100,10 @@ class Prepared:
     fitted_steps: tuple[int, ...] = ()
     """the recorded steps (renumbered) whose timings the generation cost was fitted to; empty when it was not
     fitted to the trace (the replay's uncertainty bootstraps over them, replay/uncertainty.py)"""
+    sync_fabric: str = ""
+    """what weight syncs are priced on without ``--topology``: the local fabric spec
+    (:func:`~rltrace.replay.network.weight_sync.local_fabric`) when syncs measured on other GPUs were repriced,
+    else "recorded" (the source's own sync times) or "<N> GB/s" (one model copy over ``cost.sync_gbps``)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +237,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     forward = [training.forward_seconds(m, t, s) for m, t, s in zip(col("reference_s"), tokens, per_sample)]
     optim = [training.optimizer_seconds(m) for m in col("optimizer_s")]
     sync = [training.sync_seconds(m) for m in col("weight_sync_s")]
+    measured_syncs = all(m is not None for m in col("weight_sync_s"))
+    sync_fabric = "recorded" if measured_syncs else f"{training.sync_gbps:g} GB/s"
     reward = [r or 0.0 for r in col("reward_s")]
     other = [o or 0.0 for o in col("other_s")]
     # Expert all-to-alls of the trainer spans that are modelled; a measured span holds the recorded job's own.
@@ -274,13 +280,13 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         # syncs measured on other hardware: the network model prices them on the replay's GPUs
         job.sync_s = reprice_syncs(job.sync_bytes or [], cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu,
                                    tensors=job.sync_tensors)
-        notes.append(f"weight syncs measured on other GPUs priced on "
-                     f"{local_fabric(cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu)} (cost.sync_gbps unused; "
+        sync_fabric = local_fabric(cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu)
+        notes.append(f"weight syncs measured on other GPUs priced on {sync_fabric} (cost.sync_gbps unused; "
                      "--topology, when given, prices them instead)")
     frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
         pl.lit(0).alias("job"), turns["next_turn"].cast(pl.Int64))
     fitted = tuple(sorted(recording["step"].unique().to_list())) if use_trace and recording is not None else ()
-    return Prepared(frame, [job], cluster, notes, fitted)
+    return Prepared(frame, [job], cluster, notes, fitted, sync_fabric)
 
 
 def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
@@ -401,15 +407,37 @@ class Shape:
     def __post_init__(self) -> None:
         check_shape(self)  # types and limits (rltrace.limits) before any resampling allocates
 
+    def drawn(self) -> Shape:
+        """Only what draws the workload (:func:`load_workload` reads no pool or GPU kind): the key under which
+        the points of a sweep or advise share one loaded workload."""
+        return Shape(model=self.model, steps=self.steps, prompts_per_step=self.prompts_per_step,
+                     samples_per_prompt=self.samples_per_prompt, max_new_tokens=self.max_new_tokens, seed=self.seed,
+                     source_steps=self.source_steps)
+
 
 def _given(value: int | None, default: int) -> int:
     return default if value is None else value
 
 
-def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None, *,
-                step_weights: dict[int, float] | None = None) -> Prepared:
-    """Extract, retarget (when ``shape`` asks) and prepare a bundle's workload on the cluster ``shape`` gives;
-    ``step_weights`` weighs the (renumbered) recorded steps in a generation-cost fit to the trace."""
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A bundle's workload as a shape draws it (steps, prompts, lengths, model), before any cluster: what every
+    pool size and GPU kind of one sweep or advise shares (:func:`load_workload`, then :func:`prepare_loaded`)."""
+
+    path: Path
+    workload: Workload
+    recorded_pools: dict[str, Pool]
+    """the recording's pools (rollout, trainer) by role, as extracted"""
+    recording: pl.DataFrame
+    iterations: pl.LazyFrame
+    measured: bool
+    """timings from a real run (``rltrace record`` or an import)"""
+    model_known: bool
+    """whether the recorded model's architecture is known (``--model`` rescales the collectives only then)"""
+
+
+def load_workload(bundle: Bundle, shape: Shape) -> Loaded:
+    """Extract a bundle's workload and retarget it as ``shape`` asks; ``shape``'s pools and GPU kinds are not read."""
     if bundle.requests.select(pl.len()).collect().item() == 0:
         raise ConfigError(f"{bundle.path}: no requests, so no RL step to replay (an imported profiler or execution "
                           "trace holds collectives only): `rltrace replay-comms BUNDLE --ranks N` re-issues them")
@@ -419,25 +447,7 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
         workload = select_steps(workload, shape.source_steps)
         recording = renumber_steps(recording, shape.source_steps)
         iterations = renumber_steps(iterations, shape.source_steps)
-    pools = workload.cluster
-    rollout, trainer = pools.get("rollout"), pools.get("trainer")
-    recorded = {p.device for p in (rollout, trainer) if p is not None}
-    for asked in (shape.gpu, shape.gen_gpu, shape.train_gpu):  # a recorded device may be uncatalogued ("cpu")
-        if asked is not None and asked not in recorded:
-            get_gpu(asked)
-    gen_gpu = shape.gen_gpu or shape.gpu or (rollout.device if rollout else None)
-    train_gpu = shape.train_gpu or shape.gpu or (trainer.device if trainer else gen_gpu)
-    if gen_gpu is None or train_gpu is None:
-        raise ConfigError("the bundle records no GPU kind: give --gpu")
-    cluster = Cluster(
-        gen_gpus=_given(shape.gen_gpus, rollout.count if rollout else 1),
-        train_gpus=_given(shape.train_gpus, trainer.count if trainer else 1),
-        gen_gpu=gen_gpu,
-        train_gpu=train_gpu,
-        tp=_given(shape.tp, rollout.tp if rollout else 1),
-        max_seqs=shape.max_seqs or DEFAULT_MAX_SEQS,
-        price_per_gpu_hour=prices,
-    )
+    pools = dict(workload.cluster)
     if shape.reshapes:
         workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,
                             samples_per_prompt=shape.samples_per_prompt, max_new_tokens=shape.max_new_tokens,
@@ -457,9 +467,42 @@ def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str
                                                  pl.lit(0.0).alias("sync_bytes"),  # 0: a copy of the new model
                                                  pl.col("collective_bytes") * ratio)
         workload = replace(workload, steps=unmeasured)
-    prepared = prepare(workload, cluster, cost, recording=recording.collect(), iterations=iterations,
-                       measured=bundle.manifest.source == "record", model=shape.model, step_weights=step_weights)
-    if shape.model and before is None and workload.steps["collective_bytes"].sum():
+    return Loaded(bundle.path, workload, pools, recording.collect(), iterations, bundle.manifest.source == "record",
+                  before is not None)
+
+
+def prepare_loaded(loaded: Loaded, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None, *,
+                   step_weights: dict[int, float] | None = None) -> Prepared:
+    """Prepare a loaded workload on the cluster ``shape`` gives (its pools, GPU kinds, TP, batch limit)."""
+    rollout, trainer = loaded.recorded_pools.get("rollout"), loaded.recorded_pools.get("trainer")
+    recorded = {p.device for p in (rollout, trainer) if p is not None}
+    for asked in (shape.gpu, shape.gen_gpu, shape.train_gpu):  # a recorded device may be uncatalogued ("cpu")
+        if asked is not None and asked not in recorded:
+            get_gpu(asked)
+    gen_gpu = shape.gen_gpu or shape.gpu or (rollout.device if rollout else None)
+    train_gpu = shape.train_gpu or shape.gpu or (trainer.device if trainer else gen_gpu)
+    if gen_gpu is None or train_gpu is None:
+        raise ConfigError("the bundle records no GPU kind: give --gpu")
+    cluster = Cluster(
+        gen_gpus=_given(shape.gen_gpus, rollout.count if rollout else 1),
+        train_gpus=_given(shape.train_gpus, trainer.count if trainer else 1),
+        gen_gpu=gen_gpu,
+        train_gpu=train_gpu,
+        tp=_given(shape.tp, rollout.tp if rollout else 1),
+        max_seqs=shape.max_seqs or DEFAULT_MAX_SEQS,
+        price_per_gpu_hour=prices,
+    )
+    workload = loaded.workload
+    prepared = prepare(workload, cluster, cost, recording=loaded.recording, iterations=loaded.iterations,
+                       measured=loaded.measured, model=shape.model, step_weights=step_weights)
+    if shape.model and not loaded.model_known and workload.steps["collective_bytes"].sum():
         prepared.notes.append("training collectives as recorded: the recorded model is unknown, so they are not "
                               f"rescaled to {shape.model}")
     return prepared
+
+
+def from_bundle(bundle: Bundle, shape: Shape, cost: CostConfig, prices: dict[str, float] | None = None, *,
+                step_weights: dict[int, float] | None = None) -> Prepared:
+    """Extract, retarget (when ``shape`` asks) and prepare a bundle's workload on the cluster ``shape`` gives;
+    ``step_weights`` weighs the (renumbered) recorded steps in a generation-cost fit to the trace."""
+    return prepare_loaded(load_workload(bundle, shape), shape, cost, prices, step_weights=step_weights)

@@ -263,8 +263,9 @@ def test_advise_summarises_why_the_others_lost(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     text = ANSI.sub("", done.stdout)
     assert max(len(line) for line in text.splitlines() if line.startswith(("│", "┃"))) <= 80 and "…" not in text
-    summary = text.strip().splitlines()[-2]  # the line before "N replays"
-    part = r"\d+ (missed the target|over budget|failed)( \(at \d+(-\d+)? GPUs\))?"
+    summary = text.strip().splitlines()[-2]  # the line before "N designs, M replays ..."
+    where = r"( \(at \d+(-\d+)? GPUs(, \d+ by the trainer bound alone)?\))?"
+    part = rf"\d+ (met the target for more \$/h|(priced out|over budget|missed the target){where}|failed)"
     assert re.fullmatch(rf"{part}(; {part})*", summary), summary
     assert " at ;" not in done.stdout and not summary.endswith(" at ")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import polars as pl
 import pytest
 from browser import open_page
 from helpers import run_cli, small_config
-from rltrace.replay.advise import Space, bottleneck, load_space, point_of
+from rltrace.replay.advise import Space, load_space, point_of
+from rltrace.replay.advise_verdict import bottleneck
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
 
 import rltrace
@@ -171,13 +173,22 @@ def test_bad_grid_is_one_line_and_exit_2(grid, message, bundle: Path, tmp_path: 
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+def _phases(step: float, **phases: float) -> dict[str, str]:
+    return {"metrics_json": json.dumps({"phases_s_per_step": phases, "step_time_s": {"mean": step}})}
+
+
 @pytest.mark.parametrize("row, expected", [
-    ({"makespan_s": 10, "weight_sync_s": 1.0, "steps": 3}, "network"),
-    ({"makespan_s": 10, "train_dependency_bubble": 0.5, "train_skewness_bubble": 0.2, "gen_dependency_bubble": 0.1},
-     "generation"),
-    ({"makespan_s": 10, "train_dependency_bubble": 0.05, "gen_dependency_bubble": 0.4}, "training"),
+    (_phases(70, generation=40, train=20, weight_sync=20),
+     ("weight sync", "sync-bound: weight syncs 20 s of each 70 s step")),
+    (_phases(70, generation=180, train=62, weight_sync=0.1),
+     ("training", "trainer-bound: trainers busy 62 s of each 70 s step")),
+    (_phases(100, generation=70, old_logprob=10, train=15, optimizer=5),
+     ("generation", "generation-bound: trainers wait 70 s of each 100 s step for samples")),
+    (_phases(100, generation=40, train=30, sleep=10, refit=10, wake=10),
+     ("role switches", "switch-bound: role switches 30 s of each 100 s step")),
+    ({"metrics_json": json.dumps({"phases_s_per_step": {}})}, ("", "")),
 ])
-def test_bottleneck(row, expected):
+def test_bottleneck_comes_from_the_phase_breakdown(row, expected):
     assert bottleneck(row) == expected
 
 
@@ -235,3 +246,40 @@ def test_advise_prints_the_cheapest_configuration_meeting_the_target(tmp_path: P
                      "-o", str(tmp_path / "replays"))
     assert budget.returncode == 0 and "no configuration in the space reaches 10 samples/s within $1/h" in budget.stdout
     assert "over budget" in budget.stdout
+
+
+COUNTS_SPACE = ('gpu = ["H100", "A100", "H20"]\n'
+                'scheduler = ["disagg-sync", "one-step-async", "fully-async", "rollpacker"]\n'
+                'gen_share = [0.5, 0.75]\ntotal_gpus = [8, 16, 32]\n[fixed]\nsteps = 2\n')
+
+
+def _advise(space: Path, store: Path, *flags: str) -> tuple[str, str]:
+    done = run_cli("advise", "--target-throughput", "10", "--space", str(space), "--workers", "2", "-o", str(store),
+                   *flags, env={"RLTRACE_PROGRESS_EVERY_S": "0.05"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout, done.stderr
+
+
+def test_advise_counts_add_up_and_match_an_exhaustive_search(tmp_path: Path) -> None:
+    space, store = tmp_path / "space.toml", tmp_path / "replays"
+    space.write_text(COUNTS_SPACE)
+    designs = 3 * 4 * 2
+    out, err = _advise(space, store)
+    # progress: designs decided out of all designs, ending at all of them
+    progress = [tuple(map(int, m)) for m in re.findall(rf"advise: {designs} designs: (\d+)/(\d+) decided", err)]
+    assert progress and all(total == designs and done <= designs for done, total in progress), err
+    assert progress[-1] == (designs, designs)
+    # the listed winners, the designs that lost (each one way) and the replays add up
+    first = out.split("cheapest:")[0].split("└")[0]  # a wide table prints in column groups: count the first
+    listed = len(re.findall(r"^│ (?:H100|A100|H20) ", first, flags=re.MULTILINE))
+    lost = int(re.search(r"Why the other (\d+) lost", out)[1])
+    summary = out.strip().splitlines()[-2]  # the line before "N designs, M replays ..."
+    assert "cheapest:" in out and listed + lost == designs, out
+    assert sum(int(part.split()[0]) for part in summary.split("; ")) == lost, summary
+    totals = re.search(r"^(\d+) designs, (\d+) replays", out.strip().splitlines()[-1])
+    assert totals and int(totals[1]) == designs
+    assert int(totals[2]) == len(list((store / "points").glob("*.json")))  # every replay this search ran, once
+    # an exhaustive search, on the same replays and more, lists the same configurations
+    full, _ = _advise(space, store, "--exhaustive")
+    assert full.split("cheapest:")[0] == out.split("cheapest:")[0]
+    assert "every candidate replayed (--exhaustive)" in full

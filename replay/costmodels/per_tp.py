@@ -31,18 +31,31 @@ class PerTPGeneration:
     """the engine's cap on running requests: the rows vLLM's profiling run samples (its activation peak)"""
     max_num_batched_tokens: int = serving.MAX_BATCHED_TOKENS
     """the engine's token budget per iteration (chunked prefill, profiling's activation peak)"""
-    # per copy: replace() must not share it
+    # per copy: replace() must not share them. A degree the model cannot run at keeps its error (schedulers ask
+    # again and again whether a TP splits the model), the KV cache its size (asked at every admission).
     _cache: dict[int, tuple[IterationModel, PrefillModel]] = field(default_factory=dict, init=False, repr=False,
                                                                    compare=False)
+    _kv: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _errors: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _kv_errors: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def build(self, tp: int) -> tuple[IterationModel, PrefillModel]:
         """The decode iteration and prefill closed forms at ``tp`` (a subclass's backend)."""
         raise NotImplementedError
 
     def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
-        if tp not in self._cache:
-            self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
+        try:
+            return self._cache[tp]
+        except KeyError:
+            pass
+        self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
+        if tp in self._errors:
+            raise ConfigError(self._errors[tp])
+        try:
             self._cache[tp] = self.build(tp)
+        except ConfigError as e:
+            self._errors[tp] = str(e)
+            raise
         return self._cache[tp]
 
     def iteration_model(self, tp: int) -> IterationModel:
@@ -55,6 +68,20 @@ class PerTPGeneration:
         return self._at(tp)[1].seconds_array(tokens, prompts)
 
     def kv_capacity_tokens(self, tp: int) -> int:
+        try:
+            return self._kv[tp]
+        except KeyError:
+            pass
+        if tp in self._kv_errors:
+            raise ConfigError(self._kv_errors[tp])
+        try:
+            self._kv[tp] = self._kv_capacity(tp)
+        except ConfigError as e:
+            self._kv_errors[tp] = str(e)
+            raise
+        return self._kv[tp]
+
+    def _kv_capacity(self, tp: int) -> int:
         # per rank: what vLLM's share leaves after the weights' share, profiling's activation peak and the buffers
         # outside torch, at the rank's bytes per token (MLA's latent and KV heads beyond tp are replicated, so the
         # cache does not grow with tp the way the weights' share shrinks)

@@ -8,11 +8,15 @@ import json
 import time
 from typing import Any
 
-from rltrace.replay.run import CostConfig, Prepared, Shape, replay
-from rltrace.replay.settings import resolve
+import polars as pl
+from rltrace.replay.described import is_description
+from rltrace.replay.run import CostConfig, Loaded, Prepared, Shape, load_workload, prepare_loaded, replay
+from rltrace.replay.settings import Settings, resolve
 from rltrace.replay.sources import prepare_source
 from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, settings
 from rltrace.sample_traces import list_samples, sample_path
+
+from rltrace.bundle import open_bundle
 
 METRICS = {
     # column: path in metrics.json
@@ -41,10 +45,26 @@ def _path(bundle: str) -> str:
     return str(sample_path(bundle)) if bundle in list_samples() else bundle
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
+def _loaded(path: str, drawn: Shape) -> Loaded:
+    """A bundle read and its workload drawn once per process: every pool size and GPU kind shares it."""
+    return load_workload(open_bundle(path), drawn)
+
+
+@functools.lru_cache(maxsize=64)
 def _prepared(bundle: str, shape: Shape, cost: CostConfig, prices: tuple[tuple[str, float], ...]) -> Prepared:
     """Points that differ only in scheduler or network share one prepared workload (per process)."""
-    return prepare_source(_path(bundle), shape, cost, dict(prices))
+    path = _path(bundle)
+    if is_description(path):
+        return prepare_source(path, shape, cost, dict(prices))
+    return prepare_loaded(_loaded(path, shape.drawn()), shape, cost, dict(prices))
+
+
+def prepared(bundle: str, point: Point) -> tuple[Prepared, Settings]:
+    """The point's prepared workload (shared as :func:`run_point` shares it) and its resolved settings."""
+    resolved = resolve([point["scheduler"]], values=settings(point))
+    shape = Shape(**{k: point[k] for k in SHAPE_KEYS if k in point})
+    return _prepared(bundle, shape, resolved.config.cost, tuple(sorted(resolved.prices.items()))), resolved
 
 
 def run_point(bundle: str, point: Point) -> dict[str, Any]:
@@ -53,11 +73,9 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
     ``metrics_json`` keeps the whole metrics.json; ``replay_wall_s`` is the only value that differs between
     two runs of the same point."""
     scheduler = point["scheduler"]
-    resolved = resolve([scheduler], values=settings(point))
-    shape = Shape(**{k: point[k] for k in SHAPE_KEYS if k in point})
     started = time.perf_counter()
-    prepared = _prepared(bundle, shape, resolved.config.cost, tuple(sorted(resolved.prices.items())))
-    result = replay(prepared, scheduler, resolved.config, resolved.per_scheduler[scheduler])
+    ready, resolved = prepared(bundle, point)
+    result = replay(ready, scheduler, resolved.config, resolved.per_scheduler[scheduler])
     row: dict[str, Any] = {}
     for column, path in METRICS.items():
         value: Any = result.metrics
@@ -66,8 +84,11 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
         row[column] = float(value) if value is not None else None
     row["steps"] = int(result.metrics["steps"])
     row["samples"] = int(result.metrics["samples"])
-    row["gen_pool_gpus"] = prepared.cluster.gen_gpus
-    row["train_pool_gpus"] = prepared.cluster.train_gpus
+    trained = result.requests.filter(pl.col("trained_step") >= 0)
+    row["trained_tokens"] = int((trained["prompt_tokens"] + trained["output_tokens"]).sum())
+    row["gen_pool_gpus"] = ready.cluster.gen_gpus
+    row["train_pool_gpus"] = ready.cluster.train_gpus
+    row["fabric"] = point.get("topology") or ready.sync_fabric  # a topology spec as the point wrote it
     makespan = result.metrics["makespan_s"]
     row["usd_per_hour"] = result.metrics["cost_usd"] / makespan * 3600 if makespan else None  # as billed
     row["metrics_json"] = json.dumps(result.metrics, sort_keys=True)

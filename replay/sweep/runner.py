@@ -11,15 +11,17 @@ import json
 import multiprocessing
 import os
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 from rltrace.replay.sweep.grid import Point, point_id
-from rltrace.replay.sweep.point import run_point
+from rltrace.replay.sweep.point import prepared, run_point
 
 from rltrace.errors import ConfigError, RltraceError
 
@@ -70,6 +72,14 @@ class SweepResult:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+def _warm(bundle: str, point: Point) -> None:
+    """Load what a point of ``bundle`` needs (imports, its workload); a bad point fails later, where it runs."""
+    try:
+        prepared(bundle, point)
+    except RltraceError:
+        pass
+
+
 def _guarded(bundle: str, point: Point) -> tuple[dict[str, Any] | None, str | None]:
     """One point, with bad input turned into an error line instead of an exception."""
     try:
@@ -80,19 +90,58 @@ def _guarded(bundle: str, point: Point) -> tuple[dict[str, Any] | None, str | No
         return None, f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
-def local(bundle: str, todo: list[tuple[str, Point]], workers: int) -> Iterator[Outcome]:
-    """Points on a pool of ``workers`` processes (spawned: polars' threads and fork don't mix)."""
-    if workers == 1:  # in-process: no pickling, and a profiler sees the work
-        for pid, point in todo:
-            yield (pid, *_guarded(bundle, point))
+@dataclass(frozen=True, slots=True)
+class LocalPool:
+    """Worker processes kept for several :func:`run_sweep` calls (advise's rounds), so that they start once and keep
+    what they loaded (the bundle's workload, prepared clusters). With ``inline`` this process runs points too, as
+    one of the workers: one process fewer to start, and its own caches used."""
+
+    executor: ProcessPoolExecutor | None
+    processes: int
+    inline: bool
+
+    def warm(self, bundle: str, point: Point) -> None:
+        """Start the processes now, each loading ``bundle``'s workload as ``point`` draws it, while this process
+        does other work (their imports and the bundle's reading take a second or two)."""
+        if self.executor is not None:
+            for _ in range(self.processes):
+                self.executor.submit(_warm, str(Path(bundle).resolve()), point)
+
+
+@contextmanager
+def local_pool(workers: int, *, inline: bool = False) -> Iterator[LocalPool]:
+    """A :class:`LocalPool` of ``workers`` workers (this process one of them with ``inline``), stopped on exit."""
+    if workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    processes = workers - 1 if inline else workers
+    if processes < 1 or workers == 1:
+        yield LocalPool(None, 0, True)
         return
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending: dict[Future[tuple[dict[str, Any] | None, str | None]], str] = {
-            pool.submit(_guarded, bundle, point): pid for pid, point in todo}
-        while pending:
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as executor:
+        yield LocalPool(executor, processes, inline)
+
+
+def local(bundle: str, todo: list[tuple[str, Point]], workers: int, pool: LocalPool | None = None) -> Iterator[Outcome]:
+    """Points on ``pool``, else on a pool of ``workers`` processes started for them (spawned: polars' threads and
+    fork don't mix); with one worker, in this process (no pickling, and a profiler sees the work)."""
+    if pool is None:
+        with local_pool(workers) as started:
+            yield from local(bundle, todo, workers, started)
+        return
+    pending: dict[Future[tuple[dict[str, Any] | None, str | None]], str] = {}
+    queue = deque(todo)
+    while queue or pending:
+        while queue and pool.executor is not None and (not pool.inline or len(pending) < pool.processes):
+            pid, point = queue.popleft()  # to the processes: all at once, or one each while this one runs its own
+            pending[pool.executor.submit(_guarded, bundle, point)] = pid
+        if queue:  # inline: this process takes the next point
+            pid, point = queue.popleft()
+            yield (pid, *_guarded(bundle, point))
+            finished = {f for f in pending if f.done()}
+        else:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                yield (pending.pop(future), *future.result())
+        for future in finished:
+            yield (pending.pop(future), *future.result())
 
 
 def on_ray(bundle: str, todo: list[tuple[str, Point]], address: str | None, workers: int) -> Iterator[Outcome]:
@@ -132,9 +181,11 @@ def on_ray(bundle: str, todo: list[tuple[str, Point]], address: str | None, work
 
 
 def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 2, ray: str | None | bool = False,
-              progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Run the points not yet in ``store``; ``ray`` False runs locally, True on a local Ray, a string on the
-    Ray cluster at that address. ``progress(done, total)`` is called as points land."""
+              progress: Callable[[int, int], None] | None = None,
+              pool: LocalPool | None = None) -> SweepResult:
+    """Run the points not yet in ``store``; ``ray`` False runs locally (on ``pool`` when given, see
+    :func:`local_pool`), True on a local Ray, a string on the Ray cluster at that address. ``progress(done,
+    total)`` is called as points land."""
     if workers < 1:
         raise ConfigError("--workers must be at least 1")
     bundle = str(Path(bundle).resolve())  # workers (a pool's, Ray's) do not share this process's cwd
@@ -151,7 +202,7 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
         progress(result.skipped, len(points))
     outcomes: Iterator[Outcome] = iter(())  # nothing to run: start no pool and no Ray
     if todo:
-        outcomes = local(bundle, todo, workers) if ray is False else on_ray(
+        outcomes = local(bundle, todo, workers, pool) if ray is False else on_ray(
             bundle, todo, ray if isinstance(ray, str) else None, workers)
     for pid, row, error in outcomes:
         store.save(pid, by_id[pid], row, error)

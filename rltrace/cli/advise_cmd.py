@@ -16,14 +16,18 @@ from rltrace.cli.progress import Bar, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
-from rltrace.replay.advise import Space, advise, load_space
+from rltrace.replay.advise import Advice, Space, advise, load_space
+from rltrace.replay.advise_verdict import FAILED, MET, MISSED, OUTCOMES
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.runner import Store
+from rltrace.scalars import integer
 
 COLUMNS = (("gpu", "GPU", "{}"), ("scheduler", "scheduler", "{}"), ("gen_gpus", "gen", "{}"),
-           ("train_gpus", "train", "{}"), ("topology", "fabric", "{}"), ("samples_per_s", "samples/s", "{:.3g}"),
-           ("usd_per_hour", "$/h", "{:.2f}"),
-           ("usd_per_1k_samples", "$/1k samples", "{:.3f}"), ("bottleneck", "bottleneck", "{}"))
+           ("train_gpus", "train", "{}"), ("fabric", "fabric", "{}"), ("samples_per_s", "samples/s", "{:.3g}"),
+           ("usd_per_hour", "$/h", "{:.2f}"), ("usd_per_1k_samples", "$/1k samples", "{:.3f}"))
+BOUNDS = {"samples_per_s": ("samples_per_s_max", "≤{:.3g}"), "usd_per_hour": ("usd_per_hour_min", "≥{:.2f}")}
+"""a column without a replay shows the bound that decided the design instead"""
+LEFT = ("GPU", "scheduler", "fabric")
 
 
 def advise_cmd(
@@ -39,9 +43,12 @@ def advise_cmd(
     ray: Annotated[bool, typer.Option("--ray", help="Run the replays on a local Ray.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o",
                                                 help="Keep every replay here (reruns skip them).")] = None,
+    exhaustive: Annotated[bool, typer.Option("--exhaustive", help="Replay every design at every GPU count up to "
+                                             "the one that meets the target: no price floor or trainer bound rules "
+                                             "a candidate out (slower; a check of the search).")] = False,
 ) -> None:
     """Search pool split, GPU kind, scheduler and fabric for the cheapest configurations that reach a
-    throughput, and say why the others lost (bottleneck: generation, training or network).
+    throughput, and say why the others lost, with the bottleneck of each (generation-, trainer-, sync-bound...).
 
     Example: rltrace advise rollpacker_qwen7b --target-throughput 20 --budget 400
     """
@@ -58,50 +65,74 @@ def advise_cmd(
     path = str(resolve_bundle(bundle))
     source_devices(path)
     err = stderr()
-    with tempfile.TemporaryDirectory() as tmp, Bar(err, "advise: replaying designs", "replays") as bar:
-        advice = advise(path, target_throughput, Store(output or Path(tmp)), chosen, budget=budget, workers=workers,
-                        ray=ray, progress=bar.update)
+    designs = len(chosen.designs())
+    with tempfile.TemporaryDirectory() as tmp, Bar(err, f"advise: {designs} designs", "decided") as bar:
+        advice = advise(path, target_throughput, Store(output or Path(tmp)), chosen, budget=budget, top=top,
+                        workers=workers, ray=ray, progress=bar.update, exhaustive=exhaustive)
     console = stdout_console()
     title = f"Cheapest configurations reaching {target_throughput:g} samples/s" + (
         f" within ${budget:g}/h" if budget is not None else "")
     if advice.ranked.height:
-        print_table(console, _table(advice.ranked.head(top), title, "vs cheapest"), keep=2)
+        print_table(console, _table(advice.ranked.head(top), title, "limit", "bound by"), keep=2)
         best = advice.ranked.row(0, named=True)
-        console.print(f"cheapest: {best['scheduler']} on {best['gen_gpus']} + {best['train_gpus']} {best['gpu']}"
-                      f"{' over ' + best['topology'] if best['topology'] else ''}: "
-                      f"{best['samples_per_s']:.3g} samples/s "
-                      f"for ${best['usd_per_hour']:.2f}/h", markup=False)
+        console.print(f"cheapest: {best['scheduler']} on {best['gen_gpus']} + {best['train_gpus']} {best['gpu']} "
+                      f"({best['fabric']}): {best['samples_per_s']:.3g} samples/s for ${best['usd_per_hour']:.2f}/h"
+                      + (f"; {best['limit']}" if best["limit"] else ""), markup=False, soft_wrap=True)
     else:
         console.print(f"no configuration in the space reaches {target_throughput:g} samples/s"
-                      + (f" within ${budget:g}/h" if budget is not None else ""), markup=False)
+                      + (f" within ${budget:g}/h" if budget is not None else ""), markup=False, soft_wrap=True)
     lost = pl.concat([advice.ranked.slice(top), advice.lost], how="diagonal_relaxed")
     if lost.height:
-        print_table(console, _table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why"), keep=2)
-        console.print(lost_summary(advice.lost), markup=False)
-    console.print(f"{advice.replays} replays", markup=False)
+        print_table(console, _table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why", "why"),
+                    keep=2)
+        console.print(lost_summary(lost), markup=False, soft_wrap=True)
+    for note in advice.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    console.print(search_summary(advice, exhaustive), markup=False, soft_wrap=True)
+
+
+def search_summary(advice: Advice, exhaustive: bool) -> str:
+    """One line: designs, replays (reused and failed ones), and candidates ruled out without a replay."""
+    line = f"{advice.designs} designs, {advice.replays} replays"
+    extra = [f"{n} {what}" for n, what in ((advice.reused, "reused from --output"), (advice.failed, "failed")) if n]
+    line += f" ({', '.join(extra)})" if extra else ""
+    if exhaustive:
+        return line + "; every candidate replayed (--exhaustive)"
+    return (line + f"; {advice.ruled_out} candidates ruled out by a price floor or trainer bound without a replay "
+            "(--exhaustive replays them)")
 
 
 def lost_summary(lost: pl.DataFrame) -> str:
-    """One line: how many designs lost for each reason, with the GPU counts they stopped at, e.g. "41 missed
-    the target (at 8-128 GPUs); 16 over budget (at 16-64 GPUs); 2 failed"."""
-    reasons = lost.select(
-        pl.col("why").str.extract(r"^(missed the target|over budget|failed)").fill_null("lost").alias("reason"),
-        pl.col("why").str.extract(r" at (\d+) GPUs").cast(pl.Int64).alias("gpus"))
-    counts = (reasons.group_by("reason").agg(pl.len().alias("n"), pl.col("gpus").min().alias("lo"),
-                                              pl.col("gpus").max().alias("hi"))
-              .sort("n", "reason", descending=[True, False]))
+    """One line: how many designs lost each way, with the GPU counts they stopped at, e.g. "3 met the target for
+    more $/h; 60 priced out (at 16-32 GPUs); 41 missed the target (at 128 GPUs, 30 by the trainer bound alone)".
+    The counts add up to ``lost.height``."""
     parts = []
-    for reason, n, lo, hi in counts.iter_rows():
-        where = "" if lo is None else f" (at {lo} GPUs)" if lo == hi else f" (at {lo}-{hi} GPUs)"
-        parts.append(f"{n} {reason}{where}")
+    for kind in OUTCOMES:
+        mine = lost.filter(pl.col("outcome") == kind)
+        if not mine.height:
+            continue
+        lo, hi = integer(mine["total_gpus"].min()), integer(mine["total_gpus"].max())
+        where = [f"at {lo} GPUs" if lo == hi else f"at {lo}-{hi} GPUs"] if kind != FAILED else []
+        alone = mine.filter(~pl.col("replayed")).height
+        if kind == MISSED and alone:
+            where.append(f"{alone} by the trainer bound alone")
+        label = "met the target for more $/h" if kind == MET else kind
+        parts.append(f"{mine.height} {label}" + (f" ({', '.join(where)})" if where and kind != MET else ""))
     return "; ".join(parts)
 
 
-def _table(frame: pl.DataFrame, title: str, last: str) -> Table:
+def _table(frame: pl.DataFrame, title: str, last: str, header: str) -> Table:
     table = Table(title=title, title_justify="left")
-    for _, header, _ in COLUMNS:
-        table.add_column(header, justify="left" if header in ("GPU", "scheduler", "fabric", "bottleneck") else "right")
-    table.add_column(last, max_width=40)  # the reason wraps; numbers never do (rltrace/cli/tables.py)
+    for _, name, _ in COLUMNS:
+        table.add_column(name, justify="left" if name in LEFT else "right")
+    table.add_column(header, max_width=44)  # the reason wraps; numbers never do (rltrace/cli/tables.py)
     for row in frame.iter_rows(named=True):  # at most `top` or 15 rows
-        table.add_row(*(fmt.format(row[c]) if row[c] is not None else "-" for c, _, fmt in COLUMNS), row["why"])
+        table.add_row(*(_cell(row, column, fmt) for column, _, fmt in COLUMNS), row[last] or "")
     return table
+
+
+def _cell(row: dict[str, object], column: str, fmt: str) -> str:
+    if row[column] is not None:
+        return fmt.format(row[column])
+    bound, shown = BOUNDS.get(column, ("", ""))
+    return shown.format(row[bound]) if bound and row.get(bound) is not None else "-"

@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import polars as pl
 import typer
+from rich.table import Table
 
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
+from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build_sweep
 from rltrace.limits import check_output
 from rltrace.replay.sources import source_devices
@@ -53,6 +56,8 @@ def sweep(
         with stage(err, f"writing {output / 'sweep.parquet'} and the report"):
             frame.write_parquet(output / "sweep.parquet")
             write_text(output / "report.html", build_sweep(frame, axes, result.failed))
+    if frame.height:
+        print_best(frame, axes)
     print(f"{len(points)} points on {where}: {result.ran} ran, {result.skipped} already done, "
           f"{len(result.failed)} failed; wrote {output / 'sweep.parquet'} and {output / 'report.html'}")
     for pid, error in result.failed.items():
@@ -60,3 +65,38 @@ def sweep(
     if result.failed:
         print(f"rltrace: {len(result.failed)} of {len(points)} points failed (listed on stdout)", file=sys.stderr)
         raise typer.Exit(1)
+
+
+BEST = 5
+"""points the terminal lists (the report lists more)"""
+FIGURES = (("samples_per_s", "samples/s", "{:.3g}"), ("usd_per_hour", "$/h", "{:.2f}"),
+           ("usd_per_1k_samples", "$/1k samples", "{:.3f}"))
+
+
+def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
+    """The highest-throughput points (the grid's varied parameters, then throughput and cost), and the point
+    cheapest per 1k samples."""
+    console = stdout_console()
+    ranked = frame.sort("samples_per_s", descending=True, nulls_last=True)
+    shown = ranked.head(BEST)
+    table = Table(title=f"Best points by samples/s ({shown.height} of {frame.height})", title_justify="left")
+    for axis in axes:
+        table.add_column(axis, justify="left")
+    for _, header, _ in FIGURES:
+        table.add_column(header, justify="right")
+    for row in shown.iter_rows(named=True):
+        table.add_row(*(_value(row.get(a)) for a in axes),
+                      *(fmt.format(row[c]) if row.get(c) is not None else "-" for c, _, fmt in FIGURES))
+    print_table(console, table, keep=min(len(axes), 2))
+    cheapest = frame.filter(pl.col("usd_per_1k_samples") > 0).sort("usd_per_1k_samples").head(1)
+    if cheapest.height:
+        row = cheapest.row(0, named=True)
+        where = ", ".join(f"{a}={_value(row.get(a))}" for a in axes)
+        rate, price = row.get("samples_per_s"), row.get("usd_per_hour")
+        figures = ", ".join([*([f"{rate:.3g} samples/s"] if rate is not None else []),
+                             *([f"${price:.2f}/h"] if price is not None else [])])
+        console.print(f"cheapest per 1k samples: {where}: ${row['usd_per_1k_samples']:.3f} ({figures})", markup=False)
+
+
+def _value(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)

@@ -1,0 +1,175 @@
+"""Closed forms that let ``rltrace advise`` skip replays: a price floor and a trainer bound per candidate.
+
+A candidate is a design (GPU kind, scheduler, generation share, fabric) at a GPU count. Two numbers bound what
+its replay could show, from the prepared workload alone:
+
+- **Price floor**: the replay bills every GPU of both pools for the whole run (plus serverless reward time): the
+  training pool at its GPU kind, the generation pool at least at the cheapest of its kind and any kind its
+  scheduler's settings name (rollart's ``prefill_gpu`` takes part of the generation budget).
+- **Trainer bound**: the trainers must train every sample the replay counts, and no step's work trains faster
+  than the prepared workload's fastest step (its prompt + output tokens over its trainer seconds). So samples/s
+  is at most that token rate times the samples per token trained. A scheduler that trains another mix of
+  samples than the recorded one (rollpacker's short rounds train the responses that finish first) trains more
+  samples per token: the bound scales by the most samples per token, relative to the recorded work, that any
+  replay of that scheduler trained so far (its *work ratio*; 1 until a replay shows more). A scheduler none of
+  whose candidates was replayed gets one replay, at the candidate its bound ruled out by the least, before the
+  bound stands for it.
+
+Both are checked against every replay that runs: a replay billed under its floor, or faster than its trainer
+bound at its own work ratio, switches that bound off for its scheduler (a note says so), and the candidates it
+had ruled out are searched again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+from rltrace.replay.run import Prepared
+from rltrace.replay.settings import resolve
+from rltrace.replay.sweep.grid import Point, settings
+from rltrace.replay.sweep.point import prepared
+
+from rltrace.errors import ConfigError
+
+TOLERANCE = 1e-6
+"""relative slack of every comparison with a bound (float sums in another order differ in their last bits)"""
+
+
+def _kinds(config: Any, prices: dict[str, float]) -> set[str]:
+    """GPU kinds a scheduler's settings name: any string field whose value is a priced GPU kind."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return set()
+    values = (getattr(config, f.name) for f in dataclasses.fields(config))
+    return {v for v in values if isinstance(v, str) and v in prices}
+
+
+def recorded_work(ready: Prepared) -> tuple[int, int]:
+    """(samples, prompt + output tokens) of the prepared workload: the recorded work a replay is given."""
+    f = ready.requests_frame
+    return f.height, int((f["prompt_tokens"] + f["output_tokens"]).sum())
+
+
+def trainer_rate(ready: Prepared) -> float:
+    """Tokens per trainer second of the prepared workload's fastest step (inf: a step trains for free, or several
+    jobs share the trainers). A colocated trainer's own time counts when the job gives one (all GPUs train)."""
+    if len(ready.jobs) != 1:
+        return math.inf
+    job = ready.jobs[0]
+    tokens = (ready.requests_frame.group_by("step").agg((pl.col("prompt_tokens") + pl.col("output_tokens"))
+                                                          .sum().alias("t")))
+    per_step = dict(zip(tokens["step"].to_list(), tokens["t"].to_list()))
+    best = 0.0
+    for step in range(job.steps):
+        seconds = job.trainer_seconds(step)
+        if job.colocated is not None:
+            seconds = min(seconds, job.colocated.trainer_s[step])
+        if seconds <= 0:
+            return math.inf
+        best = max(best, per_step.get(step, 0) / seconds)
+    return best
+
+
+@dataclasses.dataclass(slots=True)
+class Learned:
+    """What the replays so far showed about one scheduler."""
+
+    work_ratio: float = 1.0
+    """the most samples per token, relative to the recorded work, any of its replays trained (at least 1)"""
+    replays: int = 0
+    trainer_off: str = ""
+    """why its trainer bound no longer applies ("" while it does)"""
+    floor_off: str = ""
+    """why its price floor no longer applies"""
+
+
+@dataclasses.dataclass(slots=True)
+class Bounds:
+    """The two bounds of every candidate of one search (module docstring), and what replays taught them."""
+
+    bundle: str
+    learned: dict[str, Learned] = dataclasses.field(default_factory=dict)
+    _rates: dict[tuple[Any, ...], tuple[float, float, str]] = dataclasses.field(default_factory=dict)
+    _prices: dict[tuple[Any, ...], tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    def of(self, scheduler: str) -> Learned:
+        return self.learned.setdefault(scheduler, Learned())
+
+    def floor(self, point: Point) -> float:
+        """Least dollars per hour the candidate's replay can bill (0 once its scheduler broke the floor)."""
+        if self.of(point["scheduler"]).floor_off:
+            return 0.0
+        key = _key(point, ("scheduler", "gpu", "gen_gpu", "train_gpu"))
+        if key not in self._prices:
+            resolved = resolve([point["scheduler"]], values=settings(point))
+            prices = resolved.prices
+            gen_kind = point.get("gen_gpu") or point.get("gpu")
+            train_kind = point.get("train_gpu") or point.get("gpu")
+            kinds = {gen_kind} | _kinds(resolved.per_scheduler[point["scheduler"]], prices)
+            self._prices[key] = (min((prices.get(k, 0.0) for k in kinds if k), default=0.0),
+                                 prices.get(train_kind, 0.0) if train_kind else 0.0)
+        gen, train = self._prices[key]
+        return float(point["gen_gpus"] * gen + point["train_gpus"] * train)
+
+    def _prepared(self, point: Point) -> tuple[float, float, str]:
+        """(trainer-limited samples/s on the recorded work, its samples per token, sync fabric), per cluster."""
+        key = _key({k: v for k, v in point.items() if k != "scheduler"})
+        if key not in self._rates:
+            try:
+                ready, _ = prepared(self.bundle, point)
+            except ConfigError:  # a cluster the workload cannot take (tp, memory): its replay fails and says why
+                self._rates[key] = (math.inf, math.inf, "")
+                return self._rates[key]
+            samples, tokens = recorded_work(ready)
+            per_token = samples / tokens if tokens else math.inf
+            self._rates[key] = (trainer_rate(ready) * per_token, per_token, ready.sync_fabric)
+        return self._rates[key]
+
+    def fabric(self, point: Point) -> str:
+        """What the candidate's weight syncs run on: its topology, else the prepared workload's sync fabric."""
+        return str(point.get("topology") or self._prepared(point)[2])
+
+    def trainer_cap(self, point: Point) -> float:
+        """Most samples/s the candidate's trainers allow on the recorded work (no work ratio applied)."""
+        return self._prepared(point)[0]
+
+    def bound(self, point: Point) -> float:
+        """Most samples/s the candidate can reach: the trainer cap times its scheduler's work ratio (inf once the
+        scheduler broke the bound)."""
+        learned = self.of(point["scheduler"])
+        return math.inf if learned.trainer_off else self.trainer_cap(point) * learned.work_ratio
+
+    def learn(self, point: Point, row: dict[str, Any]) -> list[str]:
+        """Update the scheduler's work ratio from a finished replay and check both bounds; returns a note for each
+        bound this replay broke."""
+        scheduler, notes = point["scheduler"], []
+        learned = self.of(scheduler)
+        learned.replays += 1
+        cap, per_token, _ = self._prepared(point)
+        trained = row.get("trained_tokens") or 0
+        ratio = (row["samples"] / trained) / per_token if trained and per_token and np.isfinite(per_token) else 1.0
+        learned.work_ratio = max(learned.work_ratio, ratio)
+        rate = row.get("samples_per_s") or 0.0
+        if not learned.trainer_off and rate > cap * ratio * (1 + TOLERANCE):
+            learned.trainer_off = (f"{scheduler} beat its trainer bound ({rate:.3g} samples/s against "
+                                   f"{cap * ratio:.3g} at {_where(point)}): no longer used for its candidates")
+            notes.append(learned.trainer_off)
+        billed = row.get("usd_per_hour")
+        floor = self.floor(point)
+        if not learned.floor_off and billed is not None and billed < floor * (1 - TOLERANCE):
+            learned.floor_off = (f"{scheduler} billed ${billed:.2f}/h under its price floor ${floor:.2f}/h at "
+                                 f"{_where(point)}: no longer used for its candidates")
+            notes.append(learned.floor_off)
+        return notes
+
+
+def _key(point: Point, names: tuple[str, ...] | None = None) -> tuple[tuple[str, str], ...]:
+    """A hashable key of the point's parameters: all of them, or ``names`` and every dotted setting."""
+    return tuple(sorted((k, repr(v)) for k, v in point.items() if names is None or k in names or "." in k))
+
+
+def _where(point: Point) -> str:
+    return f"{point['gen_gpus']} + {point['train_gpus']} {point['gpu']}"

@@ -51,19 +51,21 @@ def source_path(source: str | Path | None) -> Path:
     return path
 
 
-def schedulers_of(names: str | Sequence[str] | None) -> list[str]:
+def schedulers_of(names: str | Sequence[str] | None, option: str = "schedulers") -> list[str]:
     """Scheduler names from a comma-separated string or a list; "all": every shipped scheduler; None: the
-    baselines. Each name is checked (an unknown one is a ConfigError naming the known ones)."""
+    baselines. Each name is checked (an unknown one is a ConfigError naming the known ones); ``option`` is what
+    the messages call the argument (the CLI's ``--scheduler``)."""
     chosen = list(BASELINES) if names is None else [
         s.strip() for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
     if chosen == ["all"]:
         chosen = shipped()
     if not chosen:
-        raise ConfigError(f"at least one scheduler is needed (known: {', '.join(shipped())})")
+        raise ConfigError(f"{option} needs at least one name (known: {', '.join(shipped())})")
     for name in chosen:
         lookup(name)
     if len(set(chosen)) < len(chosen):
-        raise ConfigError(f"a scheduler is named twice: {', '.join(chosen)}")
+        given = names if isinstance(names, str) else ",".join(chosen)
+        raise ConfigError(f"{option} {given!r} names a scheduler twice")
     return chosen
 
 

@@ -127,10 +127,7 @@ def replay(
         from rltrace.replay.execute.kernels import require_device
 
         require_device(device)
-    try:
-        chosen = schedulers_of(scheduler)
-    except ConfigError as e:
-        raise ConfigError(f"--scheduler {scheduler!r}: {e}") from None
+    chosen = schedulers_of(scheduler, "--scheduler")
     if output is not None:  # outputs checked before any replay runs
         check_output(output, "--output", folder=True)
     if dashboard is not None:

@@ -7,7 +7,9 @@ sizes the KV cache from :mod:`.memory`, so a model whose weights do not fit fail
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from rltrace.replay.costmodels import serving
@@ -17,6 +19,8 @@ from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,19 +48,9 @@ class PerTPGeneration:
         raise NotImplementedError
 
     def _at(self, tp: int) -> tuple[IterationModel, PrefillModel]:
-        try:
-            return self._cache[tp]
-        except KeyError:
-            pass
-        self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
-        if tp in self._errors:
-            raise ConfigError(self._errors[tp])
-        try:
-            self._cache[tp] = self.build(tp)
-        except ConfigError as e:
-            self._errors[tp] = str(e)
-            raise
-        return self._cache[tp]
+        if tp not in self._cache:
+            self.kv_capacity_tokens(tp)  # weights that do not fit fail here, when the replay is prepared
+        return _remembered(self._cache, self._errors, tp, self.build)
 
     def iteration_model(self, tp: int) -> IterationModel:
         return self._at(tp)[0]
@@ -68,18 +62,7 @@ class PerTPGeneration:
         return self._at(tp)[1].seconds_array(tokens, prompts)
 
     def kv_capacity_tokens(self, tp: int) -> int:
-        try:
-            return self._kv[tp]
-        except KeyError:
-            pass
-        if tp in self._kv_errors:
-            raise ConfigError(self._kv_errors[tp])
-        try:
-            self._kv[tp] = self._kv_capacity(tp)
-        except ConfigError as e:
-            self._kv_errors[tp] = str(e)
-            raise
-        return self._kv[tp]
+        return _remembered(self._kv, self._kv_errors, tp, self._kv_capacity)
 
     def _kv_capacity(self, tp: int) -> int:
         # per rank: what vLLM's share leaves after the weights' share, profiling's activation peak and the buffers
@@ -95,3 +78,17 @@ class PerTPGeneration:
                 " GB; raise tp"
             )
         return mem.kv_tokens(self.model.kv_bytes_per_token_rank(tp))
+
+
+def _remembered(values: dict[int, T], errors: dict[int, str], tp: int, compute: Callable[[int], T]) -> T:
+    """``compute(tp)`` once per degree: its value, or the ConfigError it raised, kept and given again."""
+    if tp in values:
+        return values[tp]
+    if tp in errors:
+        raise ConfigError(errors[tp])
+    try:
+        values[tp] = compute(tp)
+    except ConfigError as e:
+        errors[tp] = str(e)
+        raise
+    return values[tp]

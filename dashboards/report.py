@@ -250,14 +250,17 @@ def _recorded(page: Page, bundle: Bundle) -> None:
         page.text("no request timings recorded")
 
 
-SWEEP_COLUMNS = {"samples_per_s": ("samples/s", ".3g"), "tokens_per_s": ("tokens/s", ",.0f"),
-                 "step_time_s": ("step time (s)", ".3g"), "usd_per_1k_samples": ("$ per 1k samples", ".3f"),
+SWEEP_COLUMNS = {"samples_per_s": ("samples/s, same work", ".3g"), "run_samples_per_s": ("run samples/s", ".3g"),
+                 "work_changed": ("changed work", ""), "tokens_per_s": ("tokens/s", ",.0f"),
+                 "step_time_s": ("step time (s)", ".3g"),
+                 "usd_per_1k_samples": ("$ per 1k samples, same work", ".3f"),
                  "usd_per_hour": ("$ per hour", ",.1f"),
                  "gen_dependency_bubble": ("generation dependency bubble", ".0%"),
                  "gen_skewness_bubble": ("generation skewness bubble", ".0%"),
                  "train_dependency_bubble": ("training dependency bubble", ".0%"),
                  "stale_max": ("staleness max", ".0f")}
-"""a sweep's figures in its best-points table: header (in words, with units) and format"""
+"""a sweep's figures in its best-points table: header (in words, with units) and format; samples/s and $ per 1k
+samples are on the same work (rltrace.replay.work), as every view shows them"""
 
 
 def build_sweep(frame: pl.DataFrame, axes: list[str], failed: dict[str, str] | None = None,

@@ -6,18 +6,17 @@ its replay could show, from the prepared workload alone:
 - **Price floor**: the replay bills every GPU of both pools for the whole run (plus serverless reward time): the
   training pool at its GPU kind, the generation pool at least at the cheapest of its kind and any kind its
   scheduler's settings name (rollart's ``prefill_gpu`` takes part of the generation budget).
-- **Trainer bound**: the trainers must train every sample the replay counts, and no step's work trains faster
-  than the prepared workload's fastest step (its prompt + output tokens over its trainer seconds). So samples/s
-  is at most that token rate times the samples per token trained. A scheduler that trains another mix of
-  samples than the recorded one (rollpacker's short rounds train the responses that finish first) trains more
-  samples per token: the bound scales by the most samples per token, relative to the recorded work, that any
-  replay of that scheduler trained so far (its *work ratio*; 1 until a replay shows more). A scheduler none of
-  whose candidates was replayed gets one replay, at the candidate its bound ruled out by the least, before the
-  bound stands for it.
+- **Trainer bound**: advise ranks by samples/s on the same work (replay/work.py): the recorded samples over the
+  time the run took to train as many samples and output tokens as the workload holds. No step's work trains faster
+  than the prepared workload's fastest step (its prompt + output tokens over its trainer seconds), so no replay
+  trains the recorded work faster than its tokens over that rate, whatever mix of samples its scheduler trains on
+  the way (a run that trains shorter ones first still has to train as many tokens). A scheduler none of whose
+  candidates was replayed gets one replay, at the candidate its bound ruled out by the least, before the bound
+  stands for it.
 
 Both are checked against every replay that runs: a replay billed under its floor, or faster than its trainer
-bound at its own work ratio, switches that bound off for its scheduler (a note says so), and the candidates it
-had ruled out are searched again.
+bound (a mix of prompts cheaper to train than the recorded one could get there), switches that bound off for its
+scheduler (a note says so), and the candidates it had ruled out are searched again.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
 import polars as pl
 from rltrace.replay.run import Prepared
 from rltrace.replay.settings import resolve
@@ -77,8 +75,6 @@ def trainer_rate(ready: Prepared) -> float:
 class Learned:
     """What the replays so far showed about one scheduler."""
 
-    work_ratio: float = 1.0
-    """the most samples per token, relative to the recorded work, any of its replays trained (at least 1)"""
     replays: int = 0
     trainer_off: str = ""
     """why its trainer bound no longer applies ("" while it does)"""
@@ -92,7 +88,7 @@ class Bounds:
 
     bundle: str
     learned: dict[str, Learned] = dataclasses.field(default_factory=dict)
-    _rates: dict[tuple[Any, ...], tuple[float, float, str]] = dataclasses.field(default_factory=dict)
+    _rates: dict[tuple[Any, ...], tuple[float, str]] = dataclasses.field(default_factory=dict)
     _prices: dict[tuple[Any, ...], tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     def of(self, scheduler: str) -> Learned:
@@ -114,48 +110,42 @@ class Bounds:
         gen, train = self._prices[key]
         return float(point["gen_gpus"] * gen + point["train_gpus"] * train)
 
-    def _prepared(self, point: Point) -> tuple[float, float, str]:
-        """(trainer-limited samples/s on the recorded work, its samples per token, sync fabric), per cluster."""
+    def _prepared(self, point: Point) -> tuple[float, str]:
+        """(trainer-limited samples/s on the recorded work, sync fabric), per cluster."""
         key = _key({k: v for k, v in point.items() if k != "scheduler"})
         if key not in self._rates:
             try:
                 ready, _ = prepared(self.bundle, point)
             except ConfigError:  # a cluster the workload cannot take (tp, memory): its replay fails and says why
-                self._rates[key] = (math.inf, math.inf, "")
+                self._rates[key] = (math.inf, "")
                 return self._rates[key]
             samples, tokens = recorded_work(ready)
-            per_token = samples / tokens if tokens else math.inf
-            self._rates[key] = (trainer_rate(ready) * per_token, per_token, ready.sync_fabric)
+            self._rates[key] = (trainer_rate(ready) * samples / tokens if tokens else math.inf, ready.sync_fabric)
         return self._rates[key]
 
     def fabric(self, point: Point) -> str:
         """What the candidate's weight syncs run on: its topology, else the prepared workload's sync fabric."""
-        return str(point.get("topology") or self._prepared(point)[2])
+        return str(point.get("topology") or self._prepared(point)[1])
 
     def trainer_cap(self, point: Point) -> float:
-        """Most samples/s the candidate's trainers allow on the recorded work (no work ratio applied)."""
+        """Most samples/s on the same work the candidate's trainers allow."""
         return self._prepared(point)[0]
 
     def bound(self, point: Point) -> float:
-        """Most samples/s the candidate can reach: the trainer cap times its scheduler's work ratio (inf once the
-        scheduler broke the bound)."""
-        learned = self.of(point["scheduler"])
-        return math.inf if learned.trainer_off else self.trainer_cap(point) * learned.work_ratio
+        """Most samples/s the candidate can reach on the same work: its trainer cap (inf once the scheduler broke
+        the bound)."""
+        return math.inf if self.of(point["scheduler"]).trainer_off else self.trainer_cap(point)
 
     def learn(self, point: Point, row: dict[str, Any]) -> list[str]:
-        """Update the scheduler's work ratio from a finished replay and check both bounds; returns a note for each
-        bound this replay broke."""
+        """Check both bounds against a finished replay; returns a note for each bound this replay broke."""
         scheduler, notes = point["scheduler"], []
         learned = self.of(scheduler)
         learned.replays += 1
-        cap, per_token, _ = self._prepared(point)
-        trained = row.get("trained_tokens") or 0
-        ratio = (row["samples"] / trained) / per_token if trained and per_token and np.isfinite(per_token) else 1.0
-        learned.work_ratio = max(learned.work_ratio, ratio)
+        cap = self.trainer_cap(point)
         rate = row.get("samples_per_s") or 0.0
-        if not learned.trainer_off and rate > cap * ratio * (1 + TOLERANCE):
-            learned.trainer_off = (f"{scheduler} beat its trainer bound ({rate:.3g} samples/s against "
-                                   f"{cap * ratio:.3g} at {_where(point)}): no longer used for its candidates")
+        if not learned.trainer_off and rate > cap * (1 + TOLERANCE):
+            learned.trainer_off = (f"{scheduler} beat its trainer bound ({rate:.3g} samples/s on the same work "
+                                   f"against {cap:.3g} at {_where(point)}): no longer used for its candidates")
             notes.append(learned.trainer_off)
         billed = row.get("usd_per_hour")
         floor = self.floor(point)

@@ -30,6 +30,7 @@ from rltrace.replay.network.network import metrics as network_metrics
 from rltrace.replay.network.weight_sync import local_fabric, reprice_syncs
 from rltrace.replay.schedulers import create
 from rltrace.replay.simulator import Simulator
+from rltrace.replay.work import same_work
 from rltrace.replay.workload import Workload, extract, renumber_steps, retarget, select_steps
 
 from rltrace.bundle import Bundle
@@ -353,6 +354,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
          .fill_null(pl.col("job").replace_strict(starts, return_dtype=pl.Float64)))
         .alias("step_time_s")).select("job", "step", "end_s", "step_time_s", "weight_sync_bytes",
                                       "expert_alltoall_bytes_per_train_rank")
+    metrics["same_work"] = same_work(req_frame, steps, metrics["makespan_s"], metrics["cost_usd"])
     return RunResult(scheduler, metrics, timeline, req_frame, resolved, record.events, wall, steps, record.event_log,
                      links)
 

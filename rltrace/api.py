@@ -142,12 +142,10 @@ def spread(source: Bundle, shape: Shape, settings: Settings, prepared: Prepared,
 
 
 def finish(results: dict[str, RunResult], spreads: dict[str, Spread] | None = None) -> None:
-    """Put each run's spread and same-work figures into its metrics: the one definition the terminal table,
-    ``--json``, the run folders and the report all show (:func:`rltrace.analysis.verdict.same_work`)."""
+    """Put each run's spread into its metrics (the replay put its same-work figures there: rltrace.replay.work,
+    the one definition the terminal table, ``--json``, the run folders, the report, sweep and advise all show)."""
     for name, sp in (spreads or {}).items():
         results[name].metrics["spread"] = sp.summary()
-    for name, figures in verdict.same_work([Run.from_result(n, r) for n, r in results.items()]).items():
-        results[name].metrics["same_work"] = figures
 
 
 @dataclass

@@ -380,10 +380,10 @@ def _trained_run(name: str, lengths_: list[int], trained: list[int], recorded_: 
 def test_same_work_time_reaches_or_extrapolates():
     # recorded: 4 samples of 100, 100, 100, 1000 tokens (1,300)
     sync = _trained_run("sync", [100, 100, 100, 1000], [0, 0, 1, 1], [True] * 4, [5.0, 10.0])
-    assert work.same_work_time(sync) == (10.0, False)  # all 4 samples and 1,300 tokens by the second step's end
+    assert work.run_same_work_time(sync) == (10.0, False)  # all 4 samples and 1,300 tokens by the second step's end
     # the long one never trained; a short redraw trained instead: 4 samples by 4 s but 400 of 1,300 tokens
     cut = _trained_run("cut", [100, 100, 100, 1000, 100], [0, 0, 1, -1, 1], [True] * 4 + [False], [2.0, 4.0])
-    same, extrapolated = work.same_work_time(cut)
+    same, extrapolated = work.run_same_work_time(cut)
     assert extrapolated and same == pytest.approx(4.0 * 1300 / 400)
     w = work.work([sync, cut]).rows_by_key("run", named=True, unique=True)
     assert (w["sync"]["ks"], w["sync"]["changed"], w["sync"]["tokens_share"]) == (0.0, False, 1.0)
@@ -392,7 +392,7 @@ def test_same_work_time_reaches_or_extrapolates():
     assert w["cut"]["trained_max"] == 100 and w["cut"]["recorded_max"] == 1000
     # more tokens than recorded: the same work is done before the run ends
     long = _trained_run("long", [1000, 1000, 100, 100], [0, 0, 1, 1], [True] * 4, [3.0, 6.0])
-    assert work.same_work_time(long) == (6.0, False)
+    assert work.run_same_work_time(long) == (6.0, False)
 
 
 def test_ks_distance():

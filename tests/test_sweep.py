@@ -283,3 +283,26 @@ def test_advise_counts_add_up_and_match_an_exhaustive_search(tmp_path: Path) -> 
     full, _ = _advise(space, store, "--exhaustive")
     assert full.split("cheapest:")[0] == out.split("cheapest:")[0]
     assert "every candidate replayed (--exhaustive)" in full
+
+
+def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
+    """A sweep point, advise's target check (a point's samples_per_s) and `rltrace replay`'s table are one answer:
+    samples/s on the same work, the run's own rate beside it, for a scheduler that trains other work too."""
+    schedulers = ["disagg-sync", "fully-async"]
+    grid = tmp_path / "grid.toml"
+    grid.write_text(f"[axes]\nscheduler = {json.dumps(schedulers)}\n[fixed]\nsteps = 2\n")
+    swept = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "1")
+    assert swept.returncode == 0, swept.stderr
+    assert "run samples/s" in swept.stdout
+    rows = _frame(tmp_path / "sweep").rows_by_key("scheduler", named=True, unique=True)
+    shown = json.loads(run_cli("replay", "rollpacker_qwen7b", "-s", ",".join(schedulers), "--steps", "2",
+                               "--replicates", "0", "--json").stdout)
+    for name in schedulers:
+        same, row = shown[name]["same_work"], rows[name]
+        assert row["samples_per_s"] == pytest.approx(same["samples_per_s"], rel=1e-12)
+        assert row["usd_per_1k_samples"] == pytest.approx(same["usd_per_1k_samples"], rel=1e-12)
+        assert row["run_samples_per_s"] == pytest.approx(shown[name]["throughput_samples_per_s"], rel=1e-12)
+        assert row["work_changed"] == same["changed"]
+    assert not rows["disagg-sync"]["work_changed"]
+    assert rows["fully-async"]["work_changed"]  # it trains the samples that finish first
+    assert rows["fully-async"]["samples_per_s"] < rows["fully-async"]["run_samples_per_s"]

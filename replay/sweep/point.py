@@ -19,14 +19,18 @@ from rltrace.sample_traces import list_samples, sample_path
 from rltrace.bundle import open_bundle
 
 METRICS = {
-    # column: path in metrics.json
-    "samples_per_s": ("throughput_samples_per_s",),
+    # column: path in metrics.json. samples/s and $ per 1k samples are on the same work (replay/work.py), as
+    # every view shows them; the run's own figures are run_*
+    "samples_per_s": ("same_work", "samples_per_s"),
+    "usd_per_1k_samples": ("same_work", "usd_per_1k_samples"),
+    "same_work_s": ("same_work", "same_work_s"),
+    "run_samples_per_s": ("throughput_samples_per_s",),
+    "run_usd_per_1k_samples": ("usd_per_1k_samples",),
     "tokens_per_s": ("throughput_tokens_per_s",),
     "step_time_s": ("step_time_s", "mean"),
     "step_time_p95_s": ("step_time_s", "p95"),
     "makespan_s": ("makespan_s",),
     "cost_usd": ("cost_usd",),
-    "usd_per_1k_samples": ("usd_per_1k_samples",),
     "gen_busy": ("gpu_utilization", "generation"),
     "gen_dependency_bubble": ("bubble_fraction", "generation", "dependency"),
     "gen_skewness_bubble": ("bubble_fraction", "generation", "skewness"),
@@ -82,6 +86,7 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
         for key in path:
             value = value.get(key) if isinstance(value, dict) else None
         row[column] = float(value) if value is not None else None
+    row["work_changed"] = bool(result.metrics["same_work"]["changed"])
     row["steps"] = int(result.metrics["steps"])
     row["samples"] = int(result.metrics["samples"])
     trained = result.requests.filter(pl.col("trained_step") >= 0)

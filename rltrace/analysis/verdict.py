@@ -16,6 +16,7 @@ from rltrace.analysis.compare import baseline_index
 from rltrace.analysis.runs import Run
 from rltrace.analysis.work import work
 from rltrace.errors import ConfigError
+from rltrace.replay.work import same_work
 
 OBJECTIVES = ("throughput", "cost")
 
@@ -66,8 +67,7 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     the one model copy a weight sync delivers to each generation instance, ``alltoall_gb``: what one training GPU
     sends in expert all-to-alls; null where the run does not say); ``baseline`` marks its row.
 
-    Same work: the recorded samples over ``same_work_s``; its cost is the run's cost per second over that
-    time (a run's GPUs cost the same per second whatever they do)."""
+    Same work: rltrace.replay.work.same_work, the figures the replay put in each run's metrics."""
     w = work(runs)
     rows = []
     for run in runs:
@@ -88,12 +88,10 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "sync_gb": _gigabytes(volume.get("weight_sync")),
                      "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
     frame = pl.DataFrame(rows).join(w, on="run", how="left", maintain_order="left")
-    same = pl.col("same_work_s")
-    frame = frame.with_columns(
-        pl.when(same > 0).then(pl.col("recorded_samples") / same).otherwise(0.0).alias("samples_per_s"),
-        pl.when((pl.col("makespan_s") > 0) & (pl.col("recorded_samples") > 0))
-        .then(pl.col("cost_usd") / pl.col("makespan_s") * same / pl.col("recorded_samples") * 1000)
-        .otherwise(None).alias("usd_per_1k_samples"))
+    same = [same_work(r.requests, r.steps, float(r.metrics.get("makespan_s", 0.0)),
+                      float(r.metrics.get("cost_usd", 0.0))) for r in runs]
+    frame = frame.with_columns(pl.Series("samples_per_s", [s["samples_per_s"] for s in same], pl.Float64),
+                               pl.Series("usd_per_1k_samples", [s["usd_per_1k_samples"] for s in same], pl.Float64))
     base = frame.row(baseline_index(runs, baseline), named=True)
     ratios = [(pl.col(c) / base[c] if base[c] else pl.lit(None, pl.Float64)).alias(f"{c}_x")
               for c in ("samples_per_s", "usd_per_1k_samples", "run_samples_per_s", "run_tokens_per_s")]
@@ -102,18 +100,6 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
 
 SAMPLES_PER_S_FORMAT = ".3g"
 """how every view prints same-work samples/s (the terminal table, the report's first screen)"""
-SAME_WORK_KEYS = ("samples_per_s", "usd_per_1k_samples", "same_work_s", "changed", "extrapolated")
-"""what :func:`same_work` gives each run: the figures every view (terminal, ``--json``, report) shows"""
-
-
-def same_work(runs: list[Run]) -> dict[str, dict[str, float | bool | None]]:
-    """Each run's same-work figures by run name (:func:`table`'s columns :data:`SAME_WORK_KEYS`): samples/s and
-    $ per 1k samples on the recorded work, the time it took, whether the run trained other work (``changed``) and
-    whether that time was extrapolated past what the run trained."""
-    frame = table(runs)
-    return {row["run"]: {k: row[k] for k in SAME_WORK_KEYS} for row in frame.iter_rows(named=True)}
-
-
 def pools_label(by_pool: dict[str, Any]) -> str:
     """A run's billed pools as a user reads them: "generation 16 H20 $4.79, training 16 H800 $7.12" (GPUs at
     most, kind, the pool's cost over the run); "" where the run does not say."""

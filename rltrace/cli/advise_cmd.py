@@ -49,6 +49,8 @@ def advise_cmd(
 ) -> None:
     """Search pool split, GPU kind, scheduler and fabric for the cheapest configurations that reach a
     throughput, and say why the others lost, with the bottleneck of each (generation-, trainer-, sync-bound...).
+    Throughput is samples/s on the recorded work, as `rltrace replay` and the report show it: a scheduler that
+    trains shorter samples first is timed until it has trained as many samples and tokens as were recorded.
 
     Example: rltrace advise rollpacker_qwen7b --target-throughput 20 --budget 400
     """
@@ -71,7 +73,7 @@ def advise_cmd(
                         workers=workers, ray=ray, progress=bar.update, exhaustive=exhaustive)
     console = stdout_console()
     title = f"Cheapest configurations reaching {target_throughput:g} samples/s" + (
-        f" within ${budget:g}/h" if budget is not None else "")
+        f" within ${budget:g}/h" if budget is not None else "") + " (samples/s on the recorded work)"
     if advice.ranked.height:
         print_table(console, _table(advice.ranked.head(top), title, "limit", "bound by"), keep=2)
         best = advice.ranked.row(0, named=True)

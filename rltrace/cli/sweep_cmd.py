@@ -69,8 +69,10 @@ def sweep(
 
 BEST = 5
 """points the terminal lists (the report lists more)"""
-FIGURES = (("samples_per_s", "samples/s", "{:.3g}"), ("usd_per_hour", "$/h", "{:.2f}"),
-           ("usd_per_1k_samples", "$/1k samples", "{:.3f}"))
+FIGURES = (("samples_per_s", "samples/s", "{:.3g}"), ("run_samples_per_s", "run samples/s", "{:.3g}"),
+           ("usd_per_hour", "$/h", "{:.2f}"), ("usd_per_1k_samples", "$/1k samples", "{:.3f}"))
+"""the terminal's figures: samples/s and $ per 1k samples on the same work (rltrace.replay.work), as the replay
+table prints them; the run's own rate beside"""
 
 
 def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
@@ -88,6 +90,11 @@ def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
         table.add_row(*(_value(row.get(a)) for a in axes),
                       *(fmt.format(row[c]) if row.get(c) is not None else "-" for c, _, fmt in FIGURES))
     print_table(console, table, keep=min(len(axes), 2))
+    changed = shown.filter(pl.col("work_changed")) if "work_changed" in shown.columns else shown.clear()
+    if changed.height:
+        console.print(f"changed work: {changed.height} of these points trained another length distribution than "
+                      "the recorded one (their samples/s is on the recorded work, extrapolated where short)",
+                      markup=False)
     cheapest = frame.filter(pl.col("usd_per_1k_samples") > 0).sort("usd_per_1k_samples").head(1)
     if cheapest.height:
         row = cheapest.row(0, named=True)

@@ -135,10 +135,12 @@ class Advice:
 
 
 COLUMNS = ("gpu", "scheduler", "gen_share", "topology", "total_gpus", "gen_gpus", "train_gpus", "fabric",
-           "samples_per_s", "usd_per_hour", "usd_per_1k_samples", "bottleneck", "limit", "outcome", "replayed",
-           "samples_per_s_max", "usd_per_hour_min", "why")
+           "samples_per_s", "usd_per_hour", "usd_per_1k_samples", "work", "bottleneck", "limit", "outcome",
+           "replayed", "samples_per_s_max", "usd_per_hour_min", "why")
 """an advice row: the design, the candidate that decided it (GPUs, its sync fabric), the replay's figures (null
-without one: ``samples_per_s_max`` / ``usd_per_hour_min`` give the bound that decided it instead), its bottleneck
+without one: ``samples_per_s_max`` / ``usd_per_hour_min`` give the bound that decided it instead; samples/s and $
+per 1k samples on the same work, ``work`` "changed" where the replay trained another length distribution than the
+recorded one, else "same"), its bottleneck
 (the phase group, and ``limit`` in words), the outcome (replay/advise_verdict.py) and why"""
 
 
@@ -280,7 +282,8 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
     prices = [o.row["usd_per_hour"] for o in outcomes if o.kind == MET and o.row is not None]
     cheapest = min(prices) if prices else None
     frame = pl.DataFrame([_record(search, i, o, cheapest, cutoff, top) for i, o in enumerate(outcomes)],
-                         schema_overrides={"samples_per_s_max": pl.Float64, "usd_per_hour_min": pl.Float64},
+                         schema_overrides={"samples_per_s_max": pl.Float64, "usd_per_hour_min": pl.Float64,
+                                           "work": pl.String},
                          infer_schema_length=None)
     frame = frame.select(COLUMNS)
     winners = frame.filter(pl.col("outcome") == MET).sort("usd_per_hour", "usd_per_1k_samples")
@@ -306,6 +309,7 @@ def _record(search: _Search, i: int, outcome: Outcome, cheapest: float | None, c
             "samples_per_s": row["samples_per_s"] if row else None,
             "usd_per_hour": row["usd_per_hour"] if row else None,
             "usd_per_1k_samples": row["usd_per_1k_samples"] if row else None,
+            "work": ("changed" if row.get("work_changed") else "same") if row else None,
             "bottleneck": group or None, "limit": limit or None, "outcome": outcome.kind, "replayed": row is not None,
             "samples_per_s_max": outcome.bound, "usd_per_hour_min": outcome.floor,
             "why": why(outcome, cheapest=cheapest, cutoff=cutoff if math.isfinite(cutoff) else None, top=top,

@@ -279,6 +279,10 @@ def test_advise_counts_add_up_and_match_an_exhaustive_search(tmp_path: Path) -> 
     totals = re.search(r"^(\d+) designs, (\d+) replays", out.strip().splitlines()[-1])
     assert totals and int(totals[1]) == designs
     assert int(totals[2]) == len(list((store / "points").glob("*.json")))  # every replay this search ran, once
+    # ranked on the same work, each listed design saying whether it trained the recorded work
+    rows = [json.loads(p.read_text())["row"] for p in (store / "points").glob("*.json")]
+    assert any(r and r["work_changed"] for r in rows) and any(r and not r["work_changed"] for r in rows)
+    assert "(samples/s on the recorded work)" in out and re.search(r"│ (same|changed) ", out), out
     # an exhaustive search, on the same replays and more, lists the same configurations
     full, _ = _advise(space, store, "--exhaustive")
     assert full.split("cheapest:")[0] == out.split("cheapest:")[0]

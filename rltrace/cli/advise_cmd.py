@@ -24,10 +24,11 @@ from rltrace.scalars import integer
 
 COLUMNS = (("gpu", "GPU", "{}"), ("scheduler", "scheduler", "{}"), ("gen_gpus", "gen", "{}"),
            ("train_gpus", "train", "{}"), ("fabric", "fabric", "{}"), ("samples_per_s", "samples/s", "{:.3g}"),
-           ("usd_per_hour", "$/h", "{:.2f}"), ("usd_per_1k_samples", "$/1k samples", "{:.3f}"))
+           ("usd_per_hour", "$/h", "{:.2f}"), ("usd_per_1k_samples", "$/1k samples", "{:.3f}"),
+           ("work", "work", "{}"))
 BOUNDS = {"samples_per_s": ("samples_per_s_max", "≤{:.3g}"), "usd_per_hour": ("usd_per_hour_min", "≥{:.2f}")}
 """a column without a replay shows the bound that decided the design instead"""
-LEFT = ("GPU", "scheduler", "fabric")
+LEFT = ("GPU", "scheduler", "fabric", "work")
 
 
 def advise_cmd(

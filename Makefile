@@ -8,7 +8,9 @@
 # then runs ruff and mypy (ci/typecheck.py: the installed package layout as a tree of symlinks under build/),
 # both with pyproject's settings and failing on any finding, before pytest so that a finding fails fast;
 # then the `pytest` console script (`python -m pytest` would put the source tree on sys.path ahead of the
-# installed package).
+# installed package): every test but the live ones on one pytest-xdist worker per core, then the live ones
+# (real jobs, engines, process groups, Ray, installs) one at a time, since they time real processes on the
+# same cores and two at once would measure each other.
 PYTHON ?= python3
 VENV ?= .venv
 PIP = $(VENV)/bin/python -m pip install --quiet
@@ -18,14 +20,15 @@ PIP = $(VENV)/bin/python -m pip install --quiet
 test: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python ci/typecheck.py
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n auto -m "not live"
+	$(VENV)/bin/pytest -m live
 
 # The edit-test loop: reinstall the package (tests run against the installed wheel), lint, and every test but
 # the live jobs, the browser and the heavy data checks (pytest markers live, browser, slow). Needs `make deps` once.
 test-fast:
 	$(PIP) --no-deps --force-reinstall .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q -m "not live and not browser and not slow"
+	$(VENV)/bin/pytest -q -n auto -m "not live and not browser and not slow"
 
 deps:
 	command -v chromium >/dev/null 2>&1 || apt-get install -y -q chromium >/dev/null \

@@ -4,6 +4,7 @@ data folder."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import os
 import subprocess
@@ -24,6 +25,14 @@ COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 def shared_data() -> Path:
     """../shared/data beside the checkout (CI puts it there); RLTRACE_SHARED_DATA overrides."""
     return Path(os.environ.get("RLTRACE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def require(module: str, reason: str) -> None:
+    """Skip the calling test module when ``module`` is not installed, without importing it (vLLM takes 4 s to
+    import: every worker collects every module, selected or not). A module that is installed but broken fails
+    the tests that use it instead of skipping them."""
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed: {reason}", allow_module_level=True)
 
 
 def require_shared(relative: str) -> Path:

@@ -459,7 +459,7 @@ def test_a_run_folder_without_training_columns_counts_finished_requests():
 def all_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Run]:
     """Every scheduler over 3 steps of the default sample, by the real CLI."""
     out = tmp_path_factory.mktemp("all") / "runs"
-    done = run_cli("replay", "-s", "all", "--steps", "3", "-o", str(out))
+    done = run_cli("replay", "-s", "all", "--steps", "3", "--replicates", "0", "-o", str(out))
     assert done.returncode == 0, done.stderr
     return load_runs([out])
 

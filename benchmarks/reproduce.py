@@ -1,29 +1,36 @@
-"""Paper-reproduction table: each seed scheduler against its paper's baseline, on a workload shaped like its paper's.
+"""Paper-reproduction table: each seed scheduler against its paper's baseline, on a sample shaped like its paper's
+workload and on the paper's own setup as a described job.
 
-    python benchmarks/reproduce.py [--write docs/reproduction.md]
+    python benchmarks/reproduce.py [--write table.md] [--json]
 
 Every row replays a shipped sample (``rltrace synth`` presets shaped like the papers' workloads, see
 sample_traces/README.md) under the seed scheduler and under the baseline its paper compares against, and
-prints the throughput ratio beside the range the paper reports. A claim the paper states as one number
+prints the throughput ratio beside the range the paper reports. The described column does the same on the
+paper's evaluation setup as the paper states it (examples/papers/, one TOML each, its sources in its comments). A claim the paper states as one number
 (OrchestrRL's 1.40x, RollMux's 1.84x and 1.38x) counts as reproduced within +-10% of it; a range, inside it.
 
 The ratio column is what each system could reach knowing only what a real one knows (a request's length once
 it has finished, predictions at their stated accuracy); the oracle column beside it reruns the seed scheduler
 with ``oracle=true`` (true output lengths before they are generated), the upper bound. A scheduler that uses
 no length prediction has no oracle setting: its two columns are the same run ("same").
+
+``--json`` prints one object per row: system, paper, baseline, paper_range ([low, high]), ratio_sample,
+inside_sample, oracle_sample, ratio_described, inside_described, described (the setup's file).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rltrace.replay.jobs import JobSpec, prepare_jobs
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.described import from_description, load_description
+from rltrace.replay.jobs import JobSpec, load_jobs, prepare_jobs
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
 from rltrace.replay.schedulers import lookup
 from rltrace.sample_traces import sample_path
 
@@ -42,6 +49,10 @@ class Case:
     baseline_shape: Shape
     reported: tuple[float, float]
     claim: str
+    described: str
+    """the paper's setup, a described job under examples/papers/"""
+    described_shape: Shape = Shape()
+    described_baseline_shape: Shape = Shape()
     notes: list[str] = field(default_factory=list)
 
 

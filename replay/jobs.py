@@ -1,8 +1,8 @@
-"""Several RL jobs in one replay: a job list (TOML) of bundles with arrival times and SLOs.
+"""Several RL jobs in one replay: a job list (TOML) of bundles or described jobs with arrival times and SLOs.
 
     [[jobs]]
     name = "qwen7b-a"
-    bundle = "rollpacker_qwen7b"   # a shipped sample's name, or a bundle path
+    bundle = "rollpacker_qwen7b"   # a shipped sample's name, a bundle path or a described job (TOML)
     arrival_s = 0.0
     slo = 2.0                      # a step may take at most slo x its solo step time
     steps = 6                      # optional reshaping, as on the command line
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle
+from rltrace.replay.run import CostConfig, Prepared, Shape
+from rltrace.replay.sources import prepare_source
 from rltrace.sample_traces import list_samples, sample_path
 
-from rltrace.bundle import open_bundle
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build
 from rltrace.errors import ConfigError
@@ -55,6 +55,9 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     if not isinstance(tables, list) or not tables:
         raise ConfigError(f"{path}: expected one or more [[jobs]] tables")
     specs = [build(JobSpec, t, f"{path}: jobs[{i}]") for i, t in enumerate(tables)]
+    here = Path(path).parent  # a relative path beside the list (a described job next to it), else as given
+    specs = [replace(s, bundle=str(here / s.bundle)) if not Path(s.bundle).is_absolute()
+             and s.bundle not in list_samples() and (here / s.bundle).exists() else s for s in specs]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: job names must be unique")
@@ -72,7 +75,7 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
                         samples_per_prompt=spec.samples_per_prompt, max_new_tokens=spec.max_new_tokens,
                         model=spec.model or cluster.model, seed=spec.seed)
         mine = cost if spec.train_ep is None else replace(cost, train_ep=spec.train_ep)
-        prepared = from_bundle(open_bundle(where), shape, mine, prices)
+        prepared = prepare_source(where, shape, mine, prices)
         job = prepared.jobs[0]
         job.id, job.name, job.arrival_s = i, spec.name, spec.arrival_s
         job.first = (np.asarray(job.first) + offset).tolist()

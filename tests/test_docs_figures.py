@@ -1,58 +1,52 @@
-"""The validation tables the docs print are the commands' current output, not a figure from an older model.
+"""The figures the docs print are what the commands and data give now, not a figure from an older model.
 
-A model change that moves a validated figure must re-measure the doc in the same commit: these tests fail until it
-does (docs/costmodels-validation.md's `rltrace estimate validate` block, docs/costmodels.md's decode example,
-docs/fabrics-multinode.md's multi-node table and docs/fabrics.md's bench example).
+ci/docs_figures.py makes each one (the fenced output after a ``$ rltrace ...`` line, or a table's rows) and
+rewrites the page; a model change that moves a validated figure reruns it in the same commit, and these tests
+fail until it has.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import pytest
-from helpers import REPO, run_cli
-from rltrace.replay.network.validation import multinode_compare, multinode_summary
+from helpers import REPO
 
 
-def _block_after(doc: str, command: str) -> list[str]:
-    """The lines of the fenced block that follow ``$ command`` in ``doc``."""
-    lines = doc.splitlines()
-    start = lines.index(f"$ {command}") + 1
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("```"))
-    return lines[start:end]
+@functools.cache
+def _script() -> ModuleType:
+    """ci/docs_figures.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("docs_figures", REPO / "ci" / "docs_figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.mark.slow  # over 5 s on 2 cores
-def test_costmodels_doc_shows_the_current_estimate_validate_output() -> None:
-    done = run_cli("estimate", "validate")
-    assert done.returncode == 0, done.stderr
-    shown = _block_after((REPO / "docs" / "costmodels-validation.md").read_text(), "rltrace estimate validate")
-    # the CLI pads its columns with trailing blanks, which an editor may strip
-    assert [line.rstrip() for line in shown] == [line.rstrip() for line in done.stdout.splitlines()]
+FIGURES = _script().FIGURES
+SLOW = {"estimate-validate"}  # over 5 s on 2 cores
 
 
-def test_costmodels_doc_shows_the_current_decode_example() -> None:
-    command = "rltrace estimate decode --model Qwen3-30B-A3B --gpu H100 --batch 64 --context 512"
-    done = run_cli(*command.split()[1:])
-    assert done.returncode == 0, done.stderr
-    assert _block_after((REPO / "docs" / "costmodels.md").read_text(), command) == done.stdout.splitlines()
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in FIGURES])
+def test_the_docs_show_the_current_figure(name: str) -> None:
+    figure = FIGURES[name]
+    assert not figure.stale(), f"{figure.page}: {name} is out of date: run python ci/docs_figures.py {name}"
 
 
-def test_fabrics_doc_shows_the_current_multi_node_table() -> None:
-    rows = [f"| {r['op']} | {r['gpu']} | {r['nodes']} | {r['size_band']} | {r['points']} | {r['clusters']} | "
-            f"{100 * r['median_abs_error']:.1f}% | {100 * r['max_abs_error']:.1f}% |"
-            for r in multinode_summary(multinode_compare()).iter_rows(named=True)]
-    lines = (REPO / "docs" / "fabrics-multinode.md").read_text().splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("| op | GPU | nodes | size band |"))
-    shown = []
-    for line in lines[header + 2:]:
-        if not line.startswith("| "):
-            break
-        shown.append(line)
-    assert shown == rows
-
-
-def test_fabrics_doc_shows_the_current_bench_example() -> None:
-    command = ("rltrace fabric bench --topology rail:nodes=2,nics_per_node=8,nic_gbps=200,gpu=H100 --op all_reduce "
-               "--dtype float --size 256M")
-    done = run_cli(*command.split()[1:], env={"COLUMNS": "250"})
-    assert done.returncode == 0, done.stderr
-    assert _block_after((REPO / "docs" / "fabrics.md").read_text(), command) == done.stdout.splitlines()
+def test_the_script_rewrites_a_stale_figure_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _script()
+    page = tmp_path / "docs" / "fabrics.md"
+    page.parent.mkdir()
+    source = (REPO / "docs" / "fabrics.md").read_text()
+    at = source.index(script.FIGURES["bench-example"].anchor)
+    end = source.index("```", at)
+    page.write_text(source[:at] + script.FIGURES["bench-example"].anchor + "\nan old figure\n" + source[end:])
+    monkeypatch.setattr(script, "REPO", tmp_path)
+    assert script.main(["--check", "bench-example"]) == 1
+    assert script.main(["bench-example"]) == 0
+    assert page.read_text() == source and script.main(["--check", "bench-example"]) == 0

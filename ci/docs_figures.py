@@ -1,0 +1,123 @@
+"""Regenerate the figures the docs print from the commands and data that produce them.
+
+    python ci/docs_figures.py            # rewrite every figure that is out of date
+    python ci/docs_figures.py --check    # list the stale ones, exit 1 if any (tests/test_docs_figures.py)
+
+Each figure is a block of a docs page: the fenced output after a ``$ rltrace ...`` line, or the rows of a Markdown
+table under a known header. A model change that moves a validated figure reruns this script in the same commit;
+the test fails until it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rltrace.replay.network.validation import multinode_compare, multinode_summary
+
+from rltrace.cli import main as rltrace_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli_output(command: str, columns: int = 120) -> list[str]:
+    """stdout of ``rltrace ...`` run in this process at a terminal ``columns`` wide (refused: RuntimeError)."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(columns)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            try:
+                code = rltrace_main(command.split()[1:])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 0
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
+    if code:
+        raise RuntimeError(f"{command}: exit {code}")
+    return out.getvalue().splitlines()
+
+
+def multinode_rows() -> list[str]:
+    """docs/fabrics-multinode.md's summary of the multi-node collective validation, one row per slice."""
+    return [f"| {r['op']} | {r['gpu']} | {r['nodes']} | {r['size_band']} | {r['points']} | {r['clusters']} | "
+            f"{100 * r['median_abs_error']:.1f}% | {100 * r['max_abs_error']:.1f}% |"
+            for r in multinode_summary(multinode_compare()).iter_rows(named=True)]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One generated block of a docs page."""
+
+    name: str
+    page: str
+    """path under the repository"""
+    anchor: str
+    """``$ rltrace ...`` (the fenced block after it) or a table's header line (the rows under it)"""
+    make: Callable[[], list[str]]
+
+    def span(self, lines: list[str]) -> tuple[int, int]:
+        """[start, end) of the figure's lines in the page."""
+        at = lines.index(self.anchor) + (1 if self.anchor.startswith("$ ") else 2)  # a table: header, separator
+        if self.anchor.startswith("$ "):
+            end = next(i for i in range(at, len(lines)) if lines[i].startswith("```"))
+        else:
+            end = next((i for i in range(at, len(lines)) if not lines[i].startswith("| ")), len(lines))
+        return at, end
+
+    def stale(self) -> bool:
+        """Whether the page shows other lines than the figure makes now (trailing blanks aside: an editor strips
+        the CLI's column padding)."""
+        lines = (REPO / self.page).read_text().splitlines()
+        at, end = self.span(lines)
+        return [x.rstrip() for x in lines[at:end]] != [x.rstrip() for x in self.make()]
+
+    def write(self) -> None:
+        path = REPO / self.page
+        text = path.read_text()
+        lines = text.splitlines()
+        at, end = self.span(lines)
+        lines[at:end] = [x.rstrip() for x in self.make()]
+        path.write_text("\n".join(lines) + ("\n" if text.endswith("\n") else ""))
+
+
+DECODE = "rltrace estimate decode --model Qwen3-30B-A3B --gpu H100 --batch 64 --context 512"
+BENCH = ("rltrace fabric bench --topology rail:nodes=2,nics_per_node=8,nic_gbps=200,gpu=H100 --op all_reduce "
+         "--dtype float --size 256M")
+FIGURES = {f.name: f for f in (
+    Figure("estimate-validate", "docs/costmodels-validation.md", "$ rltrace estimate validate",
+           lambda: cli_output("rltrace estimate validate")),
+    Figure("decode-example", "docs/costmodels.md", f"$ {DECODE}", lambda: cli_output(DECODE)),
+    Figure("multinode-table", "docs/fabrics-multinode.md", "| op | GPU | nodes | size band | points | clusters | "
+           "median \\|error\\| | max \\|error\\| |", multinode_rows),
+    Figure("bench-example", "docs/fabrics.md", f"$ {BENCH}", lambda: cli_output(BENCH, columns=250)),
+)}
+"""every generated figure of the docs, by name"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="list stale figures and exit 1 if any; write nothing")
+    parser.add_argument("names", nargs="*", choices=[[], *FIGURES], help="only these figures (default: all)")
+    args = parser.parse_args(argv)
+    stale = [f for name, f in FIGURES.items() if (not args.names or name in args.names) and f.stale()]
+    for figure in stale:
+        if args.check:
+            print(f"{figure.page}: {figure.name} is out of date (python ci/docs_figures.py {figure.name})")
+        else:
+            figure.write()
+            print(f"{figure.page}: {figure.name} rewritten")
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import importlib.util
 import io
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from rltrace.replay.network.validation import multinode_compare, multinode_summary
 
@@ -52,6 +55,23 @@ def multinode_rows() -> list[str]:
     return [f"| {r['op']} | {r['gpu']} | {r['nodes']} | {r['size_band']} | {r['points']} | {r['clusters']} | "
             f"{100 * r['median_abs_error']:.1f}% | {100 * r['max_abs_error']:.1f}% |"
             for r in multinode_summary(multinode_compare()).iter_rows(named=True)]
+
+
+@functools.cache
+def _reproduce() -> ModuleType:
+    """benchmarks/reproduce.py, a script, as a module."""
+    spec = importlib.util.spec_from_file_location("reproduce", REPO / "benchmarks" / "reproduce.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def reproduction_rows() -> list[str]:
+    """docs/schedulers-reproduction.md's table: every seed row on its sample and on its paper's setup."""
+    reproduce = _reproduce()
+    return str(reproduce.markdown(reproduce.rows())).splitlines()[2:]
 
 
 @dataclass(frozen=True)
@@ -100,6 +120,9 @@ FIGURES = {f.name: f for f in (
     Figure("multinode-table", "docs/fabrics-multinode.md", "| op | GPU | nodes | size band | points | clusters | "
            "median \\|error\\| | max \\|error\\| |", multinode_rows),
     Figure("bench-example", "docs/fabrics.md", f"$ {BENCH}", lambda: cli_output(BENCH, columns=250)),
+    Figure("reproduction-table", "docs/schedulers-reproduction.md",
+           "| system | paper | baseline | paper's range | on the sample | with oracle lengths | inside | "
+           "on the paper's setup | inside | what is compared on the sample |", reproduction_rows),
 )}
 """every generated figure of the docs, by name"""
 
@@ -107,8 +130,12 @@ FIGURES = {f.name: f for f in (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="list stale figures and exit 1 if any; write nothing")
-    parser.add_argument("names", nargs="*", choices=[[], *FIGURES], help="only these figures (default: all)")
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"only these figures ({', '.join(FIGURES)}; "
+                        "default: all)")
     args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figure {unknown[0]!r} (known: {', '.join(FIGURES)})")
     stale = [f for name, f in FIGURES.items() if (not args.names or name in args.names) and f.stale()]
     for figure in stale:
         if args.check:

@@ -6,13 +6,13 @@ its replay could show, from the prepared workload alone:
 - **Price floor**: the replay bills every GPU of both pools for the whole run (plus serverless reward time): the
   training pool at its GPU kind, the generation pool at least at the cheapest of its kind and any kind its
   scheduler's settings name (rollart's ``prefill_gpu`` takes part of the generation budget).
-- **Trainer bound**: advise ranks by samples/s on the same work (replay/work.py): the recorded samples over the
-  time the run took to train as many samples and output tokens as the workload holds. No step's work trains faster
-  than the prepared workload's fastest step (its prompt + output tokens over its trainer seconds), so no replay
-  trains the recorded work faster than its tokens over that rate, whatever mix of samples its scheduler trains on
-  the way (a run that trains shorter ones first still has to train as many tokens). A scheduler none of whose
-  candidates was replayed gets one replay, at the candidate its bound ruled out by the least, before the bound
-  stands for it.
+- **Trainer bound**: advise checks its target on samples/s on the same work (replay/work.py): the recorded samples
+  over the time the run took to train as many samples and output tokens as the workload holds. No step's work
+  trains faster than the prepared workload's fastest step (its prompt + output tokens over its trainer seconds), so
+  no replay trains the recorded work faster than its tokens over that rate, whatever mix of samples its scheduler
+  trains on the way (a run that trains shorter ones first still has to train as many tokens). A scheduler none of
+  whose candidates was replayed gets one replay, at the candidate its bound ruled out by the least, before the
+  bound stands for it.
 
 Both are checked against every replay that runs: a replay billed under its floor, or faster than its trainer
 bound (a mix of prompts cheaper to train than the recorded one could get there), switches that bound off for its

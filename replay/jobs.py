@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from rltrace.replay.cluster import Cluster
 from rltrace.replay.run import CostConfig, Prepared, Shape
 from rltrace.replay.sources import prepare_source
 from rltrace.sample_traces import list_samples, sample_path
@@ -69,6 +70,7 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
     """All jobs' requests in one table (job ids in list order) on the cluster ``cluster`` describes."""
     frames, jobs, notes, offset = [], [], [], 0
     prepared = None
+    clusters: dict[str, Cluster] = {}
     for i, spec in enumerate(specs):
         where = sample_path(spec.bundle) if spec.bundle in list_samples() else Path(spec.bundle)
         shape = replace(cluster, steps=spec.steps, prompts_per_step=spec.prompts_per_step,
@@ -88,7 +90,14 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
             pl.lit(i, pl.Int32).alias("job"),
             pl.when(linked >= 0).then(linked + offset).otherwise(linked).alias("next_turn")))
         notes += [f"{spec.name}: {n}" for n in prepared.notes]
+        clusters[spec.name] = prepared.cluster
         offset += prepared.requests_frame.height
         jobs.append(job)
     assert prepared is not None
+    if any(c != prepared.cluster for c in clusters.values()):  # the jobs share one cluster: the last job's
+        last = specs[-1].name
+        c = prepared.cluster
+        notes.append(f"the jobs' own clusters differ; they share {last}'s: {c.gen_gpus} {c.gen_gpu} generation "
+                     f"(TP {c.tp}) + {c.train_gpus} {c.train_gpu} training GPUs (--gen-gpus, --train-gpus, --gpu and "
+                     "--tp set them for every job)")
     return Prepared(pl.concat(frames, how="vertical_relaxed"), jobs, prepared.cluster, notes)

@@ -107,8 +107,9 @@ def same_work(requests: pl.DataFrame, steps: pl.DataFrame | None, makespan_s: fl
               cost_usd: float) -> dict[str, float | bool | None]:
     """The run's figures on the recorded work (:data:`SAME_WORK_KEYS`): samples/s (the recorded samples over
     ``same_work_s``), $ per 1k samples (the run's cost per second over that time: its GPUs cost the same per second
-    whatever they do; None without a makespan), the time, whether it trained other work and whether the time was
-    extrapolated past what it trained (None: the run trained nothing, so no time reaches the work)."""
+    whatever they do; None without a makespan), the time (None, and $ per 1k samples None, where the run trained
+    nothing: no time reaches the work), whether it trained other work and whether the time was extrapolated past
+    what it trained."""
     recorded = recorded_lengths(requests, steps)
     got = trained(requests)[0]["output_tokens"].to_numpy().astype(np.float64)
     seconds, extrapolated = same_work_time(requests, steps, makespan_s)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -25,6 +26,18 @@ COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 def shared_data() -> Path:
     """../shared/data beside the checkout (CI puts it there); RLTRACE_SHARED_DATA overrides."""
     return Path(os.environ.get("RLTRACE_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script of the repository (ci/, benchmarks/) as a module, once per test run."""
+    if path.stem in sys.modules:
+        return sys.modules[path.stem]
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def require(module: str, reason: str) -> None:

@@ -7,29 +7,19 @@ fail until it has.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from helpers import REPO
+from helpers import REPO, load_script
 
 
-@functools.cache
 def _script() -> ModuleType:
-    """ci/docs_figures.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("docs_figures", REPO / "ci" / "docs_figures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "ci" / "docs_figures.py")
 
 
 FIGURES = _script().FIGURES
-SLOW = {"estimate-validate"}  # over 5 s on 2 cores
+SLOW = {"estimate-validate", "reproduction-table"}  # over 5 s on 2 cores
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in FIGURES])

@@ -3,27 +3,21 @@ scheduler and its paper's baseline, and `benchmarks/reproduce.py --json` reports
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from types import ModuleType
 
 import pytest
-from helpers import REPO
+from helpers import REPO, load_script
 from rltrace.replay.described import is_description, load_description
 from rltrace.replay.jobs import load_jobs
 
-KEYS = {"system", "paper", "baseline", "paper_range", "ratio_sample", "inside_sample", "oracle_sample",
-        "ratio_described", "inside_described", "described"}
+KEYS = {"system", "paper", "baseline", "measure", "claim", "sample", "paper_range", "ratio_sample", "inside_sample",
+        "oracle_sample", "ratio_described", "inside_described", "described"}
 
 
 def _reproduce() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "benchmarks" / "reproduce.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "benchmarks" / "reproduce.py")
 
 
 def test_every_paper_setup_is_a_described_job_with_its_source() -> None:
@@ -35,10 +29,10 @@ def test_every_paper_setup_is_a_described_job_with_its_source() -> None:
         assert d.source.startswith("arXiv "), path  # where the setup comes from
         assert "Assumed" in path.read_text(), path  # and what the paper does not give
     jobs = load_jobs(papers / "rollmux_jobs.toml")
-    assert len(jobs) == 3 and all(is_description(j.bundle) for j in jobs)
+    assert len(jobs) == 4 and all(is_description(j.bundle) for j in jobs)
 
 
-@pytest.mark.slow  # 18 replays of the samples and the papers' setups: about 30 s on 2 cores
+@pytest.mark.slow  # every row on the samples and the papers' setups: about 30 s on 2 cores
 def test_reproduce_json_has_every_row_on_the_sample_and_the_papers_setup(capsys: pytest.CaptureFixture[str],
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     module = _reproduce()

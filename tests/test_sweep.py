@@ -20,6 +20,7 @@ from helpers import run_cli, small_config
 from rltrace.replay.advise import Space, load_space, point_of
 from rltrace.replay.advise_verdict import bottleneck
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
+from rltrace.replay.sweep.point import ROW_VERSION
 
 import rltrace
 from rltrace.errors import ConfigError
@@ -311,3 +312,11 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
     assert not rows["disagg-sync"]["work_changed"]
     assert rows["fully-async"]["work_changed"]  # it trains the samples that finish first
     assert rows["fully-async"]["samples_per_s"] < rows["fully-async"]["run_samples_per_s"]
+    # a point stored by an older rltrace (its samples/s the run's own, no row version) runs again
+    stored = next((tmp_path / "sweep" / "points").glob("*.json"))
+    saved = json.loads(stored.read_text())
+    del saved["row"]["row_version"]
+    stored.write_text(json.dumps(saved))
+    again = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "1")
+    assert again.returncode == 0 and "1 ran, 1 already done" in again.stdout, again.stdout
+    assert json.loads(stored.read_text())["row"]["row_version"] == ROW_VERSION

@@ -43,6 +43,9 @@ METRICS = {
     "fabric_capex_usd": ("network", "fabric", "capex_usd"),
 }
 """metrics.json values every row carries (null where a run has none, e.g. no network model)"""
+ROW_VERSION = 2
+"""what a row's figures mean: 2, samples/s and $ per 1k samples on the same work (1: the run's own). A stored point
+of another version is run again (replay/sweep/runner.py)"""
 
 
 def _path(bundle: str) -> str:
@@ -87,6 +90,7 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
             value = value.get(key) if isinstance(value, dict) else None
         row[column] = float(value) if value is not None else None
     row["work_changed"] = bool(result.metrics["same_work"]["changed"])
+    row["row_version"] = ROW_VERSION
     row["steps"] = int(result.metrics["steps"])
     row["samples"] = int(result.metrics["samples"])
     trained = result.requests.filter(pl.col("trained_step") >= 0)

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 from rltrace.replay.sweep.grid import Point, point_id
-from rltrace.replay.sweep.point import prepared, run_point
+from rltrace.replay.sweep.point import ROW_VERSION, prepared, run_point
 
 from rltrace.errors import ConfigError, RltraceError
 
@@ -42,7 +42,16 @@ class Store:
         return self.root / "points" / f"{pid}{'.error' if error else ''}.json"
 
     def done(self, pid: str) -> bool:
-        return self.path(pid).is_file()
+        """Whether the point has a result of this row version (one saved by an older rltrace, whose figures meant
+        something else, runs again)."""
+        path = self.path(pid)
+        if not path.is_file():
+            return False
+        try:
+            row = json.loads(path.read_text()).get("row") or {}
+        except (OSError, ValueError):
+            return False  # a torn or foreign file: the point runs again and replaces it
+        return bool(row.get("row_version") == ROW_VERSION)
 
     def save(self, pid: str, point: Point, row: dict[str, Any] | None, error: str | None) -> None:
         target = self.path(pid, error=row is None)

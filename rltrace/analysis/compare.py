@@ -30,7 +30,7 @@ def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     """One row per run: the headline figures and, for each, its ratio to the baseline run (``<col>_x``).
 
     A ratio above 1 means more than the baseline (for step time and cost, that is worse). Runs with a spread
-    (replay/uncertainty.py) add the 5% and 95% quantiles of their samples/s over the replicates."""
+    (replay/uncertainty.py) add the 5% and 95% quantiles of their same-work samples/s over the replicates."""
     rows = []
     for run in runs:
         row: dict[str, object] = {"run": run.name, "scheduler": run.scheduler}
@@ -43,7 +43,8 @@ def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
         row["samples"] = int(run.metrics.get("samples", 0))
         row["makespan_s"] = float(run.metrics.get("makespan_s", 0.0))
         row["stale_max"] = int(run.metrics.get("staleness", {}).get("max", 0))
-        rate = run.metrics.get("spread", {}).get("throughput_samples_per_s")
+        spread = run.metrics.get("spread", {})  # same-work samples/s, as the table shows it (older runs: own rate)
+        rate = spread.get("same_work.samples_per_s") or spread.get("throughput_samples_per_s")
         if any("spread" in r.metrics for r in runs):  # a replay from a recording: its 90% interval beside it
             row["samples_per_s_p05"] = float(rate["p05"]) if rate else None
             row["samples_per_s_p95"] = float(rate["p95"]) if rate else None

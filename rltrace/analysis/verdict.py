@@ -67,7 +67,8 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     the one model copy a weight sync delivers to each generation instance, ``alltoall_gb``: what one training GPU
     sends in expert all-to-alls; null where the run does not say); ``baseline`` marks its row.
 
-    Same work: rltrace.replay.work.same_work, the figures the replay put in each run's metrics."""
+    Same work: rltrace.replay.work.same_work, the function whose figures the replay put in each run's metrics
+    (computed here again from the run's tables, so a folder written before it carries them too)."""
     w = work(runs)
     rows = []
     for run in runs:

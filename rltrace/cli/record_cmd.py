@@ -284,6 +284,8 @@ def _merge(
     left_out = manifest.extra.get("left_out") or {}
     if left_out:
         lines.append("rltrace:   left out by design: " + ", ".join(f"{n:,} {why}" for why, n in left_out.items()))
+    for what, why in (manifest.extra.get("not_recorded") or {}).items():
+        lines.append(f"rltrace: warning: {what} not recorded: {why}")
     lost = manifest.extra.get("lost") or {}
     if lost:
         lines.append(f"rltrace: warning: the recording lost {manifest.extra.get('dropped_events', 0):,} events: "

@@ -47,6 +47,8 @@ class Stack:
     constraints: Path
     no_deps: tuple[str, ...] = ()
     """packages installed without their requirements (xgrammar, whose own would bring the 1 GB triton)"""
+    extra: tuple[str, ...] = ()
+    """more of what a framework pins (an older Ray), under the same constraints"""
 
     @property
     def folder(self) -> Path:
@@ -62,7 +64,7 @@ class Stack:
 
     def digest(self) -> str:
         """The recipe's digest: a stack built from another recipe is rebuilt."""
-        text = f"{self.vllm} {self.torch} {self.no_deps} {sys.version_info[:2]}".encode()
+        text = f"{self.vllm} {self.torch} {self.no_deps} {self.extra} {sys.version_info[:2]}".encode()
         return hashlib.sha256(text + self.deps.read_bytes() + self.constraints.read_bytes()).hexdigest()[:16]
 
     def built(self) -> bool:
@@ -75,7 +77,7 @@ def load() -> dict[str, Stack]:
     table = load_toml(RECIPES)
     here = RECIPES.parent
     return {name: Stack(name, str(t["vllm"]), str(t["torch"]), here / t["deps"], here / t["constraints"],
-                        tuple(t.get("no_deps", ()))) for name, t in table.items()}
+                        tuple(t.get("no_deps", ())), tuple(t.get("extra", ()))) for name, t in table.items()}
 
 
 def _pip(stack: Stack, *args: str) -> None:
@@ -97,6 +99,8 @@ def build(stack: Stack) -> Path:
     _pip(stack, "-c", str(stack.constraints), "-r", str(stack.deps))
     if stack.no_deps:
         _pip(stack, "--no-deps", *stack.no_deps)
+    if stack.extra:
+        _pip(stack, "-c", str(stack.constraints), *stack.extra)
     site = Path(subprocess.run([str(stack.python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                check=True, capture_output=True, text=True).stdout.strip())
     shim = site / f"vllm-{stack.vllm}+cpu.dist-info"

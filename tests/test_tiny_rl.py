@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import REPO, load_script, require, run_cli
+from helpers import REPO, require, run_cli, stack_names, stack_with_rltrace
 
 import rltrace
 
@@ -26,34 +25,18 @@ require("vllm", "vllm-cpu is installed by `make test`")
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 
 STEPS, PROMPTS, SAMPLES = 3, 4, 4
-STACKS = load_script(REPO / "ci" / "stacks.py")
-PINNED = re.compile(r"^(torch|vllm|vllm-cpu|transformers|ray)(==| @ )", re.IGNORECASE)
-"""the packages a user's framework pins: installing rltrace must not change them"""
 JOB_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-def _pinned(python: Path) -> list[str]:
-    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True)
-    return sorted(line for line in freeze.stdout.splitlines() if PINNED.match(line))
-
-
 def _record_on_stack(name: str, tmp: Path, job: list[str]) -> subprocess.CompletedProcess[str]:
-    """Install rltrace into stack ``name`` as a user would, check that its pins stayed, and record ``job`` there."""
-    python = STACKS.wait(name)
-    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run([*pip, "uninstall", "--quiet", "--yes", "rltrace"], capture_output=True, check=False)
-    before = _pinned(python)
-    assert any(line.lower().startswith("vllm") for line in before), before
-    installed = subprocess.run([*pip, "install", "--quiet", str(REPO)], capture_output=True, text=True, timeout=600,
-                               check=False)
-    assert installed.returncode == 0, installed.stderr[-3000:]
-    assert _pinned(python) == before, "installing rltrace changed the stack's torch, vLLM, transformers or Ray"
+    """Record ``job`` in stack ``name``, with rltrace installed there as a user would (:func:`stack_with_rltrace`)."""
+    python = stack_with_rltrace(name)
     job = [str(python) if part == sys.executable else part for part in job]
     return subprocess.run([str(python.parent / "rltrace"), "record", *job], capture_output=True, text=True, cwd=tmp,
                           env={**os.environ, **JOB_ENV}, timeout=900, check=False)
 
 
-@pytest.fixture(scope="module", params=["current", *STACKS.load()])
+@pytest.fixture(scope="module", params=["current", *stack_names()])
 def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
     tmp = tmp_path_factory.mktemp(f"tiny_rl_{request.param}")
     model_dir = tmp / "model"

@@ -209,3 +209,41 @@ def test_bad_events_inside_a_good_file_are_counted_and_skipped(tmp_path: Path):
     c = rltrace.open(tmp_path / "b").collectives.collect()
     assert c.height == 1 and c["bytes_in"][0] == 32 and c["step"][0] == 1
     assert any("skipped 1" in n for n in rltrace.open(tmp_path / "b").manifest.notes)
+
+
+SGLANG = Path(__file__).parent / "data" / "sglang" / "sglang-request-metrics-20261129_06.log"
+"""SGLang's per-request metrics export, in the fields sglang 0.5.23's FileRequestMetricsExporter writes: two
+weight versions of two prompts x two samples on two data-parallel ranks"""
+
+
+def test_sglang_request_metrics_export(tmp_path: Path):
+    rows = [json.loads(line) for line in SGLANG.read_text().splitlines()]
+    r = _import("sglang", [SGLANG], tmp_path / "b").requests.collect()
+    assert r["request_id"].to_list() == [row["id"] for row in rows]
+    assert r["output_tokens"].to_list() == [row["completion_tokens"] for row in rows]
+    assert r["prompt_tokens"].to_list() == [row["prompt_tokens"] for row in rows]
+    assert r["cached_tokens"].to_list() == [row["cached_tokens"] for row in rows]
+    ns = [round(row["request_received_ts"] * 1e9) for row in rows]
+    assert r["arrival_ns"].to_list() == ns
+    assert r["scheduled_ns"].to_list() == [round(row["forward_entry_time"] * 1e9) for row in rows]
+    assert r["first_token_ns"].to_list() == [a + round(row["first_token_latency"] * 1e9) for a, row in zip(ns, rows)]
+    assert r["finish_ns"].to_list() == [round(row["request_finished_ts"] * 1e9) for row in rows]
+    assert r["finish_reason"].to_list() == [row["finish_reason"]["type"] for row in rows]
+    assert r["policy_version"].to_list() == [int(row["weight_version"]) for row in rows]
+    assert r["step"].to_list() == [int(row["weight_version"]) - 3 for row in rows]  # a step per weight version
+    assert r["engine"].to_list() == [f"rollout/engine{row['dp_rank']}" for row in rows]
+    assert r["num_preemptions"].to_list() == [row["num_retractions"] for row in rows]
+    # a prompt's samples share a group; the two prompts do not
+    prompts = [json.loads(row["request_parameters"])["text"] for row in rows]
+    groups = dict(zip(r["group_id"].to_list(), prompts))
+    assert len(groups) == 2 and all(groups[g] == p for g, p in zip(r["group_id"].to_list(), prompts))
+
+
+def test_an_sglang_export_without_request_times_names_the_flag(tmp_path: Path):
+    rows = [json.loads(line) for line in SGLANG.read_text().splitlines()]
+    bare = tmp_path / "bare.log"  # a server without --enable-metrics writes no request_received_ts
+    bare.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "request_received_ts"}) + "\n"
+                            for row in rows))
+    done = run_cli("import", "sglang", str(bare), "-o", str(tmp_path / "b"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "no field 'request_received_ts'" in done.stderr and "--enable-metrics" in done.stderr

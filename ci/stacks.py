@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -52,14 +51,17 @@ class Stack:
 
     @property
     def folder(self) -> Path:
+        """The stack's virtualenv."""
         return ROOT / self.name
 
     @property
     def python(self) -> Path:
+        """The stack's interpreter."""
         return self.folder / "bin" / "python"
 
     @property
     def log(self) -> Path:
+        """A background build's output."""
         return ROOT / f"{self.name}.log"
 
     def digest(self) -> str:
@@ -68,6 +70,7 @@ class Stack:
         return hashlib.sha256(text + self.deps.read_bytes() + self.constraints.read_bytes()).hexdigest()[:16]
 
     def built(self) -> bool:
+        """Whether the stack is built from its current recipe."""
         stamp = self.folder / STAMP
         return stamp.is_file() and stamp.read_text().strip() == self.digest()
 
@@ -123,11 +126,13 @@ def _failed(stack: Stack) -> Path:
 
 
 def _running(stack: Stack) -> bool:
+    """Whether the background build of ``stack`` still runs (its pid file names a live build of it, not a pid
+    reused by another process since)."""
     try:
-        os.kill(int(_pid_file(stack).read_text()), 0)
+        pid = int(_pid_file(stack).read_text())
+        return f"build\0{stack.name}".encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except (OSError, ValueError):
         return False
-    return True
 
 
 def start(stacks: list[Stack]) -> None:
@@ -136,8 +141,9 @@ def start(stacks: list[Stack]) -> None:
     for stack in stacks:
         if stack.built() or _running(stack):
             continue
-        with stack.log.open("w") as log:
-            proc = subprocess.Popen([sys.executable, __file__, "build", stack.name], stdout=log,
+        _failed(stack).unlink(missing_ok=True)
+        with stack.log.open("w") as log:  # niced: the tests that run meanwhile time real processes
+            proc = subprocess.Popen(["nice", "-n", "10", sys.executable, __file__, "build", stack.name], stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         _pid_file(stack).write_text(str(proc.pid))
         print(f"building stack {stack.name} in the background (log: {stack.log.relative_to(REPO)})")
@@ -157,9 +163,11 @@ def wait(name: str, timeout_s: float = 1800) -> Path:
         time.sleep(2)
     if stack.built():
         return stack.python
+    tail = stack.log.read_text(errors="replace")[-3000:] if stack.log.is_file() else ""
     if _failed(stack).is_file():
-        tail = stack.log.read_text(errors="replace")[-3000:] if stack.log.is_file() else ""
         raise RuntimeError(f"stack {name} failed to build ({_failed(stack).read_text().strip()}):\n{tail}")
+    if _pid_file(stack).is_file():  # a background build ended without finishing or saying why (killed)
+        raise RuntimeError(f"the background build of stack {name} ended unfinished:\n{tail}")
     return build(stack)
 
 
@@ -186,11 +194,12 @@ def main() -> None:
     for stack in chosen:
         try:
             build(stack)
-        except (OSError, subprocess.CalledProcessError) as e:
+        except BaseException as e:  # noqa: BLE001 - a marker for wait(), whatever ended the build (Ctrl-C too)
             ROOT.mkdir(exist_ok=True)
             _failed(stack).write_text(f"{type(e).__name__}: {e}\n")
-            print(f"stack {stack.name} failed to build: {e}", file=sys.stderr)
+            print(f"stack {stack.name} failed to build: {type(e).__name__}: {e}", file=sys.stderr)
             sys.exit(1)
+        _pid_file(stack).unlink(missing_ok=True)  # built: no background build of it is left to wait for
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import re
 import time
 from array import array
 from contextlib import nullcontext
@@ -43,7 +44,9 @@ _engines: dict[int, str] = {}
 _late_stats: dict[tuple[str, int], Any] = {}
 """(request id, completion index) -> the front end's RequestStateStats, for a release whose finished outputs carry
 no metrics; taken when the output is recorded"""
-_LATE_STATS_CAP = 1 << 16  # requests finished but never recorded (their output dropped unread) must not pile up
+_LATE_STATS_CAP = 1 << 16
+"""timings kept at most; past it the oldest go first (a finished request whose output is never recorded, such as a
+streamed child's, must not pile up, nor stop the ones after it)"""
 
 
 def engine_key(engine: object) -> str:
@@ -220,14 +223,21 @@ def _keep_stats(make: Any) -> Any:
     for :func:`record_output`, by request id and completion index (a parent request's n completions are child
     states, each with its index; only the last child's call returns the output)."""
 
+    sig = inspect.signature(make)
+
     @functools.wraps(make)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        finish = kwargs["finish_reason"] if "finish_reason" in kwargs else args[2] if len(args) > 2 else None
-        stats = getattr(self, "stats", None)
-        if finish is not None and stats is not None and len(_late_stats) < _LATE_STATS_CAP:
-            parent = getattr(self, "parent_req", None)
-            rid = getattr(parent, "request_id", None) or getattr(self, "request_id", "")
-            _late_stats[(str(rid), int(getattr(self, "request_index", 0) or 0))] = stats
+        rec = recorder.current()
+        if rec is not None:
+            with rec.guard("vllm collector"):
+                finish = sig.bind(self, *args, **kwargs).arguments.get("finish_reason")
+                stats = getattr(self, "stats", None)
+                if finish is not None and stats is not None:
+                    if len(_late_stats) >= _LATE_STATS_CAP:
+                        del _late_stats[next(iter(_late_stats))]  # the oldest (a dict keeps insertion order)
+                    parent = getattr(self, "parent_req", None)
+                    rid = getattr(parent, "request_id", None) or getattr(self, "request_id", "")
+                    _late_stats[(str(rid), int(getattr(self, "request_index", 0) or 0))] = stats
         return make(self, *args, **kwargs)
 
     return wrapper
@@ -251,15 +261,29 @@ def _weight_files(value: Any) -> list[Path]:
     return []
 
 
+def _checkpoint(folder: Any) -> list[Path]:
+    """The weight files a model folder's reload reads: its top-level safetensors, else its top-level ``.bin`` or
+    ``.pt`` files, as vLLM's loader prefers them (a hub id, not a folder: none)."""
+    try:
+        top = [p for p in Path(folder).iterdir() if p.is_file()] if Path(folder).is_dir() else []
+    except (OSError, ValueError, TypeError):
+        return []
+    for suffixes in ((".safetensors",), (".bin", ".pt", ".pth")):
+        files = sorted(p for p in top if p.suffix in suffixes and not p.name.startswith("training_args"))
+        if files:
+            return files
+    return []
+
+
 def _payload_bytes(
     args: tuple[Any, ...], kwargs: dict[str, Any], model_dir: Any = None
 ) -> tuple[int, int, str, list[Path]]:
     """Bytes, tensor count, transport and weight files of a collective_rpc call's arguments: weight files any
     argument names (a worker extension's own reload method names its folder however it likes), else tensors;
-    a call with neither (``reload_weights()`` of vLLM 0.11 takes no arguments) reads ``model_dir``'s."""
+    a call with neither (``reload_weights()`` of vLLM 0.11 takes no arguments) reads ``model_dir``'s checkpoint."""
     files = list(dict.fromkeys(f for v in (*kwargs.values(), *args) for f in _weight_files(v)))
     if not files and not args and not kwargs and model_dir is not None:
-        files = _weight_files(model_dir)
+        files = _checkpoint(model_dir)
     if files:
         return sum(p.stat().st_size for p in files), 0, "disk", files
     tensors = [v for v in (*args, *kwargs.values()) if hasattr(v, "element_size") and hasattr(v, "numel")]
@@ -344,7 +368,7 @@ def install_output_processor(module: Any) -> None:
             source = inspect.getsource(module.RequestState)
         except (OSError, TypeError):  # no source shipped: patch, the wrapper only keeps what a finish leaves
             source = ""
-        if "metrics=" not in source:
+        if not re.search(r"\bmetrics=", source):
             _patch(module.RequestState, "make_request_output", _keep_stats)
 
 

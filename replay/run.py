@@ -19,7 +19,12 @@ import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.calibrate import fit_generation
 from rltrace.replay.costmodels.generation import GenerationCost, backend_name, catalog_generation
-from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
+from rltrace.replay.costmodels.profile import (
+    broadcast_bytes_per_s,
+    device_from_profile,
+    load_profile,
+    profile_files,
+)
 from rltrace.replay.costmodels.switching import ModelState
 from rltrace.replay.costmodels.training import AllToAll, TrainingCost, check_expert_parallel
 from rltrace.replay.entities.requests import Requests
@@ -336,7 +341,8 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
-        "calibration": CALIBRATION.describe(),
+        "calibration": {**CALIBRATION.describe(),
+                        **(profile_files(config.cost.profile) if config.cost.profile else {})},
         "notes": prepared.notes + (routed.notes if routed is not None else []) + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
               "what the real system could know")] if record.extra.get("oracle") else []),

@@ -12,11 +12,19 @@ from replay_helpers import make
 from rltrace.replay.costmodels.calibrate import _batch_slope, fit_generation, fit_trace
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
 from rltrace.replay.costmodels.iteration_fit import fit_iterations, iteration_features
-from rltrace.replay.costmodels.profile import factors, fit_kernel_tables, fit_rows, load_profile
+from rltrace.replay.costmodels.profile import (
+    factors,
+    fit_kernel_tables,
+    fit_rows,
+    load_profile,
+    profile_entries,
+    profile_files,
+)
 from rltrace.replay.run import ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
 import rltrace
+from rltrace import calibration
 from rltrace.errors import ConfigError
 
 
@@ -73,6 +81,22 @@ def test_kernel_tables_fit_per_tp_and_regime(profile: pl.DataFrame) -> None:
         factors(profile, "H20", 1)
 
 
+def test_a_profile_is_a_calibration_file_in_the_shipped_format(tmp_path, profile: pl.DataFrame) -> None:
+    out = tmp_path / "h100.toml"
+    out.write_text(calibration.dumps(profile_entries(profile, "rltrace calibrate --tables T", "T"), "a test"))
+    assert load_profile(out).equals(profile)  # every figure back, row for row
+    read = calibration.load([out])  # the one loader of the shipped files checks it as theirs
+    assert set(read.files) == {"h100.toml"} and len(read.constants) == profile.height
+    entry = read.constants["H100.tp8.memory.efficiency"]
+    assert entry.kind == "fitted" and entry.fit == "rltrace calibrate --tables T" and entry.extra["tp"] == 8
+    assert entry.value == profile.filter(pl.col("tp") == 8, pl.col("regime") == "memory")["efficiency"][0]
+    assert profile_files(out) == {str(out): read.describe()["h100.toml"]}
+    stray = tmp_path / "stray.toml"
+    stray.write_text(out.read_text().replace('figure = "efficiency"', 'figure = "speed"', 1))
+    with pytest.raises(ConfigError, match="is not a profile figure"):
+        load_profile(stray)
+
+
 @pytest.mark.slow  # over 5 s on 2 cores
 def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profile: pl.DataFrame) -> None:
     out = tmp_path / "h100.parquet"
@@ -92,6 +116,16 @@ def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profi
     assert fitted["seconds"] > default["seconds"]  # TP-4 kernels reach less of the datasheet than the defaults
     replayed = run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H100", "--set", f"cost.profile={out}")
     assert replayed.returncode == 0 and "efficiencies from" in replayed.stdout, replayed.stderr
+    # the same profile as a calibration file: the same rows, and a run names it with its version and digest
+    toml = tmp_path / "h100.toml"
+    assert run_cli("calibrate", "--tables", tables, "-o", str(toml)).returncode == 0
+    assert load_profile(toml).equals(profile)
+    assert f'fit = "rltrace calibrate --tables {tables} --gpu H100"' in toml.read_text()
+    runs = tmp_path / "runs"
+    assert run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H100", "--set", f"cost.profile={toml}",
+                   "-o", str(runs)).returncode == 0
+    recorded = json.loads((runs / "disagg-sync" / "config.json").read_text())["calibration"]
+    assert recorded[str(toml)]["version"] == 1 and set(calibration.CALIBRATION.files) < set(recorded)
     other = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "A100", "--profile", str(out))
     assert other.returncode == 2 and "no rows for GPU 'A100'" in other.stderr
     junk = tmp_path / "junk.parquet"

@@ -94,11 +94,14 @@ def test_replay_execute_on_the_tiny_rl_sample(tmp_path: Path) -> None:
 
 def test_calibrate_device_cpu_writes_a_profile_that_models_the_cpu(tmp_path: Path) -> None:
     model = tiny_model(tmp_path / "model")
-    out = tmp_path / "cpu.parquet"
+    out = tmp_path / "cpu.toml"  # a calibration file: every figure, peaks and collectives too, comes back
     result = run_cli("calibrate", "--device", "cpu", "--model", str(model / "config.json"), "-o", str(out),
-                     "--kernels-out", str(tmp_path / "kernels.parquet"), "--ranks", "2")
+                     "--kernels-out", str(tmp_path / "kernels.parquet"), "--ranks", "2", "--json")
     assert result.returncode == 0, result.stderr
     profile = load_profile(out)
+    def figures(rows: list[dict]) -> list[dict]:
+        return [{key: value for key, value in row.items() if value is not None} for row in rows]
+    assert figures(profile.to_dicts()) == figures(json.loads(result.stdout))
     collectives = {f"collective:{op}" for op in ("all_reduce", "broadcast", "all_gather")}
     assert set(profile["regime"]) == {"compute", "memory", "attention"} | collectives
     spec = device_from_profile(profile, "cpu")

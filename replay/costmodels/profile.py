@@ -7,12 +7,15 @@
 
 Each kernel is held against the roofline at 100% efficiency; the bound it hits (compute or memory) names
 its regime, and the median achieved fraction per (tp, regime) is the fitted factor. The fit error is the
-median |predicted - measured| / measured latency with that factor. A profile is a Parquet table with one
-row per (gpu, tp, regime); ``load_profile`` turns it into the factors a :class:`Roofline` takes.
+median |predicted - measured| / measured latency with that factor. A profile is a table with one row per
+(gpu, tp, regime, source), stored as a calibration file (TOML, the shipped calibration's format: one entry per
+figure, :func:`profile_entries`) or as Parquet; ``load_profile`` reads either, and ``factors`` turns it into the
+factors a :class:`Roofline` takes.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.iteration import Linear
 
+from rltrace import calibration
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError
 from rltrace.limits import check_input
@@ -28,6 +32,11 @@ from rltrace.units import DTYPE_BYTES
 
 PROFILE_COLUMNS = {"gpu": pl.String, "tp": pl.Int32, "regime": pl.String, "efficiency": pl.Float64,
                    "kernels": pl.Int64, "median_abs_error": pl.Float64, "source": pl.String}
+PROFILE_UNITS = {"efficiency": "fraction of the roofline bound", "peak_flops": "FLOP/s", "peak_bytes_per_s": "B/s",
+                 "overhead_base_s": "s", "overhead_per_seq_s": "s per sequence", "bytes_per_s": "B/s"}
+"""a profile's figures: each one a calibration entry"""
+PROFILE_KINDS = {"peak_flops": "measured", "peak_bytes_per_s": "measured"}
+"""figures read off a measurement; every other one is fitted"""
 ATTENTION_MIN_S = 20e-6  # below this the decode-attention kernels sit at their launch floor, not HBM
 
 
@@ -232,13 +241,66 @@ def broadcast_bytes_per_s(profile: pl.DataFrame) -> float | None:
     return float(rows["bytes_per_s"][0]) if rows.height else None
 
 
+def profile_entries(profile: pl.DataFrame, fit: str, data: str) -> list[calibration.Constant]:
+    """A profile as calibration entries: one per figure of each row, named ``<gpu>.tp<tp>.<regime>.<figure>``,
+    each scoped by the row's gpu, tp and regime (and its kernel count and fit error); ``fit`` is the command
+    that fitted it, ``data`` what it was fitted on."""
+    entries: list[calibration.Constant] = []
+    taken: set[str] = set()
+    for index, row in enumerate(profile.iter_rows(named=True)):
+        scope = {"gpu": row["gpu"], "tp": row["tp"], "regime": row["regime"], "row": index,
+                 "kernels": row["kernels"], "median_abs_error": row["median_abs_error"]}
+        for figure, unit in PROFILE_UNITS.items():
+            if row.get(figure) is None:
+                continue
+            name = base = f"{row['gpu']}.tp{row['tp']}.{row['regime']}.{figure}"
+            while name in taken:  # two sources for one (gpu, tp, regime): the later one gets the row number
+                name = f"{base}.row{index}"
+            taken.add(name)
+            entries.append(calibration.Constant(
+                name, float(row[figure]), unit, PROFILE_KINDS.get(figure, "fitted"), row["source"], fit, data, "",
+                {**scope, "figure": figure}))
+    return entries
+
+
+def _profile_from_calibration(path: Path) -> pl.DataFrame:
+    rows: dict[int, dict[str, object]] = {}
+    for c in calibration.load([path]).constants.values():
+        missing = [key for key in ("gpu", "tp", "regime", "row", "figure") if key not in c.extra]
+        if missing or c.extra["figure"] not in PROFILE_UNITS:
+            raise ConfigError(f"{path}: constant {c.name} is not a profile figure (it needs gpu, tp, regime, row and "
+                              f"figure, one of {', '.join(PROFILE_UNITS)})")
+        row = rows.setdefault(int(c.extra["row"]), {
+            "gpu": str(c.extra["gpu"]), "tp": int(c.extra["tp"]), "regime": str(c.extra["regime"]),
+            "kernels": int(c.extra.get("kernels", 0)), "median_abs_error": float(c.extra.get("median_abs_error", 0.0)),
+            "source": c.source})
+        row[str(c.extra["figure"])] = c.value
+    if not rows:
+        raise ConfigError(f"{path}: a profile needs at least one constant")
+    frame = pl.DataFrame([rows[k] for k in sorted(rows)], schema_overrides=PROFILE_COLUMNS, infer_schema_length=None)
+    figures = [f for f in PROFILE_UNITS if f in frame.columns and f not in PROFILE_COLUMNS]
+    return frame.select(*PROFILE_COLUMNS, *figures)
+
+
+def profile_files(path: str | Path) -> Mapping[str, Mapping[str, int | str | None]]:
+    """What a run records of the profile it used: its path with its version (TOML; Parquet has none) and digest."""
+    p = Path(path)
+    if p.suffix == ".toml":
+        return {str(path): described for described in calibration.load([p]).describe().values()}
+    return {str(path): {"version": None, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()[:12]}}
+
+
 def load_profile(path: str | Path) -> pl.DataFrame:
-    """Read and check a profile Parquet."""
+    """Read and check a profile: a calibration file (TOML) from ``rltrace calibrate``, or Parquet."""
     check_input(path)
-    try:
-        frame = pl.read_parquet(path)
-    except (OSError, pl.exceptions.PolarsError) as e:  # the reader's own words: what is wrong with the file
-        raise ConfigError(f"{path}: not a readable profile ({str(e).splitlines()[0] or type(e).__name__})") from None
+    if Path(path).suffix == ".toml":
+        frame = _profile_from_calibration(Path(path))
+    else:
+        try:
+            frame = pl.read_parquet(path)
+        except (OSError, pl.exceptions.PolarsError) as e:  # the reader's own words: what is wrong with the file
+            raise ConfigError(f"{path}: not a readable profile ({str(e).splitlines()[0] or type(e).__name__})") \
+                from None
     missing = [c for c in PROFILE_COLUMNS if c not in frame.columns]
     if missing:
         raise ConfigError(f"{path}: not a profile, missing column {missing[0]!r}")

@@ -33,9 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from rltrace.replay.costmodels.training import ADAM_BYTES_PER_PARAM
-
 from rltrace.calibration import CALIBRATION
+from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 

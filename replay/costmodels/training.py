@@ -37,13 +37,12 @@ from typing import NamedTuple
 from rltrace.replay.costmodels.parallel import ACTIVATION_BYTES, ep_alltoall_seconds
 
 from rltrace.calibration import CALIBRATION
-from rltrace.calibration.defaults import SYNC_GBPS
+from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM, SYNC_GBPS
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 from rltrace.units import bus_factor
 
 PRECISIONS = ("bf16", "fp16", "fp8")  # the linear layers' (Transformer Engine's FP8 recipes for fp8)
-ADAM_BYTES_PER_PARAM = 16  # fp32 master weight, two moments and the gradient, read once per optimizer step
 DENSE_TRAIN_MFU = CALIBRATION["dense_train_mfu"]  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783)
 MOE_TRAIN_MFU = CALIBRATION["moe_train_mfu"]  # DeepSeek-V3 pre-training (arXiv 2412.19437)
 # MosaicML llm-foundry A100 80GB table (module text); others: Llama 3's

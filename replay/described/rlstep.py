@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass
 
 from rltrace.replay.costmodels.parallel import collective_seconds
 from rltrace.replay.costmodels.switching import ModelState, move_seconds
-from rltrace.replay.costmodels.training import ADAM_BYTES_PER_PARAM, step_seconds
+from rltrace.replay.costmodels.training import step_seconds
 from rltrace.replay.described.description import Description
 from rltrace.replay.described.frameworks import Framework
 
+from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM
 from rltrace.catalog import GPUSpec, ModelSpec
 
 GRAD_BYTES = 2  # BF16 gradients and weights on the wire (Megatron's distributed optimizer, FSDP's mixed precision)

@@ -23,11 +23,11 @@ import polars as pl
 
 from rltrace.analysis.findings import Context, Finding
 from rltrace.bundle import Bundle
-from rltrace.calibration.defaults import SYNC_GBPS
+from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM, SYNC_GBPS
 from rltrace.catalog import GPUSpec, get_gpu
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels.profile import device_from_profile, factors
-from rltrace.replay.costmodels.training import ADAM_BYTES_PER_PARAM, step_seconds
+from rltrace.replay.costmodels.training import step_seconds
 from rltrace.replay.described.validation import read_runs
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, model_spec, replay
 from rltrace.replay.workload import Workload

@@ -5,14 +5,18 @@ the script that fits or checks it, and the data it comes from. :func:`load` read
 :class:`CostCalibration`; the modules that price (``rltrace.replay.costmodels``: ``serving``, ``memory``,
 ``parallel``, ``training``, ``switching``, ``generation``; and :mod:`.defaults`, shared with ``rltrace synth``)
 take their constants from :data:`CALIBRATION`, and a replay's ``config.json`` names the files it used with their
-versions and digests (:meth:`CostCalibration.describe`).
+versions and digests (:meth:`CostCalibration.describe`). ``rltrace calibrate`` writes a user's own measurements in the
+same format (:func:`dumps`); an entry may carry keys beyond :data:`FIELDS` that scope it (``Constant.extra``: a
+profile's GPU kind, TP and regime).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -39,6 +43,8 @@ class Constant:
     data: str
     """the data it was read off or fitted on"""
     file: str
+    extra: Mapping[str, str | int | float] = field(default_factory=lambda: MappingProxyType({}))
+    """the entry's keys beyond :data:`FIELDS`, numbers and strings only (what the constant applies to)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +75,12 @@ def _entry(name: str, raw: object, file: str) -> Constant:
         raise ConfigError(f"{file}: constant {name}: value must be a number, got {value!r}")
     if raw["kind"] not in KINDS:
         raise ConfigError(f"{file}: constant {name}: kind must be one of {', '.join(KINDS)}, got {raw['kind']!r}")
+    extra = {key: v for key, v in raw.items() if key not in FIELDS}
+    odd = next((key for key, v in extra.items() if isinstance(v, bool) or not isinstance(v, (int, float, str))), None)
+    if odd is not None:
+        raise ConfigError(f"{file}: constant {name}: {odd} must be a number or a string, got {extra[odd]!r}")
     return Constant(name, float(value), str(raw["unit"]), str(raw["kind"]), str(raw["source"]), str(raw["fit"]),
-                    str(raw["data"]), file)
+                    str(raw["data"]), file, MappingProxyType(extra))
 
 
 def load(paths: list[Path] | None = None) -> CostCalibration:
@@ -90,6 +100,27 @@ def load(paths: list[Path] | None = None) -> CostCalibration:
     if not files:
         raise ConfigError(f"no calibration file under {FOLDER}: the install is incomplete")
     return CostCalibration(MappingProxyType(constants), MappingProxyType(files))
+
+
+def _scalar(value: str | float) -> str:
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"a calibration value must be finite, got {value}")
+    return repr(value)
+
+
+def dumps(constants: Iterable[Constant], header: str, version: int = 1) -> str:
+    """A calibration file holding ``constants`` in the shipped format, ``header`` as its opening comment."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()] + [f"version = {version}"]
+    for c in constants:
+        if c.kind not in KINDS:
+            raise ValueError(f"constant {c.name}: kind {c.kind!r} is not one of {', '.join(KINDS)}")
+        lines += ["", f"[constants.{json.dumps(c.name)}]"]
+        fields: dict[str, str | int | float] = {"value": c.value, "unit": c.unit, "kind": c.kind,
+                                                 "source": c.source, "fit": c.fit, "data": c.data}
+        lines += [f"{key} = {_scalar(v)}" for key, v in {**fields, **c.extra}.items()]
+    return "\n".join(lines) + "\n"
 
 
 CALIBRATION = load()

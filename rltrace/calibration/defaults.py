@@ -20,3 +20,5 @@ SYNTH_TRAIN_MFU = CALIBRATION["synth_train_mfu"]
 """the synthetic-trace generator's training MFU (``rltrace synth``'s ``timing.train_mfu``): fixed, not
 :func:`.training.default_mfu`, because the shipped samples are checked to regenerate bit for bit from their
 documented commands (tests/test_samples.py); replay and estimate use the published figures"""
+ADAM_BYTES_PER_PARAM = 16
+"""bytes an Adam step reads or writes per parameter: fp32 master weight, two moments and the gradient (structural)"""

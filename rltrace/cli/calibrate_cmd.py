@@ -10,16 +10,19 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from rltrace import calibration
 from rltrace.catalog import get_model
 from rltrace.cli.progress import stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
-from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables
+from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables, profile_entries
 
 
 def calibrate(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Profile to write (Parquet).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help=(
+        "Profile to write: a calibration file (.toml, the shipped calibration's format) or Parquet (any other "
+        "suffix)."))],
     tables: Annotated[Path | None, typer.Option(
         help="Folder of kernel tables (e.g. ../shared/data/kernels/h100).")] = None,
     device: Annotated[str | None, typer.Option(
@@ -41,8 +44,8 @@ def calibrate(
     `--profile PROFILE` on `rltrace estimate` and `--set cost.profile=PROFILE` on `rltrace replay` load it. A profile
     measured with `--device cpu` also carries this CPU's measured peaks, so replays can model a `cpu` device. Example:
 
-        rltrace calibrate --tables ../shared/data/kernels/h100 -o h100_profile.parquet
-        rltrace calibrate --device cpu --model my_model/config.json --engine vllm -o cpu_profile.parquet
+        rltrace calibrate --tables ../shared/data/kernels/h100 -o h100_profile.toml
+        rltrace calibrate --device cpu --model my_model/config.json --engine vllm -o cpu_profile.toml
     """
     check_output(output, "--output", make_parents=True)
     if kernels_out is not None:
@@ -75,7 +78,18 @@ def calibrate(
         if kernels_out is not None:  # the public tables converted once to measured-kernel rows
             kernel_tables(tables, gpu).write_parquet(kernels_out)
     output.parent.mkdir(parents=True, exist_ok=True)
-    profile.write_parquet(output)
+    if output.suffix == ".toml":
+        if device is not None:
+            command = f"rltrace calibrate --device {device} --model {model}" + (
+                f" --engine {engine}" if engine else "") + (f" --ranks {ranks}" if ranks > 1 else "")
+            data = f"kernels measured on {device} by the command in 'fit'"
+        else:
+            command, data = f"rltrace calibrate --tables {tables} --gpu {gpu}", f"the kernel tables in {tables}"
+        header = (f"Efficiency profile for {name}, written by `{command}`.\n"
+                  "Load it with `rltrace estimate --profile FILE` or `rltrace replay --set cost.profile=FILE`.")
+        output.write_text(calibration.dumps(profile_entries(profile, command, data), header), encoding="utf-8")
+    else:
+        profile.write_parquet(output)
     if as_json:
         print(json.dumps(profile.to_dicts(), indent=2))
         return

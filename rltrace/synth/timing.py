@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from rltrace.calibration import CALIBRATION
+from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.synth.config import SynthConfig
 from rltrace.units import bus_factor
 
-ADAM_BYTES_PER_PARAM = 16  # fp32 master weight + Adam m and v read, updated weight written (rough)
-COLLECTIVE_LATENCY_S = 10e-6  # per-collective launch/latency term
 KV_BLOCK_TOKENS = 16  # vLLM's default KV block size: prefix-cache hits are whole blocks
 
 
@@ -57,7 +57,8 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
     full_bytes = shard * ranks * model.dtype_bytes
     # Within one NVLink domain (8 GPUs) a ring uses NVLink at half the bidirectional figure; beyond, the NIC.
     bus = train.nvlink_gbps / 2 * 1e9 if ranks <= 8 else t.network_gbps * 1e9
-    ring = bus_factor("all_gather", ranks) * full_bytes / bus + COLLECTIVE_LATENCY_S
+    # the replay cost model's own per-collective latency
+    ring = bus_factor("all_gather", ranks) * full_bytes / bus + CALIBRATION["nccl_small_latency_s"]
     return Costs(
         engines=cfg.generation.gpus // tp,
         weight_read_s=model.weight_bytes / engine_bw,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.costmodels.training import AllToAll
 
@@ -71,6 +72,8 @@ class Job:
     step_tokens: list[float] | None = None
     """per step: the prompt plus output tokens its trainer time was measured or priced on, known when the replay is
     prepared (None: the simulator sums the step's requests before the run starts)"""
+    cluster: Cluster | None = None
+    """a job list's job: its own pools, which its costs were priced on (None: the replay's cluster)"""
 
     @property
     def steps(self) -> int:

@@ -94,10 +94,16 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
         offset += prepared.requests_frame.height
         jobs.append(job)
     assert prepared is not None
-    if any(c != prepared.cluster for c in clusters.values()):  # the jobs share one cluster: the last job's
-        last = specs[-1].name
-        c = prepared.cluster
-        notes.append(f"the jobs' own clusters differ; they share {last}'s: {c.gen_gpus} {c.gen_gpu} generation "
-                     f"(TP {c.tp}) + {c.train_gpus} {c.train_gpu} training GPUs (--gen-gpus, --train-gpus, --gpu and "
-                     "--tp set them for every job)")
-    return Prepared(pl.concat(frames, how="vertical_relaxed"), jobs, prepared.cluster, notes)
+    first = clusters[specs[0].name]
+    kinds = {(c.gen_gpu, c.train_gpu) for c in clusters.values()}
+    if len(kinds) > 1:
+        raise ConfigError("the jobs of a list share one pair of GPU kinds (generation, training), got "
+                          + ", ".join(f"{spec.name}: {c.gen_gpu} + {c.train_gpu}" for spec, c in
+                                      zip(specs, clusters.values())) + " (--gpu sets one for every job)")
+    if any(c != first for c in clusters.values()):
+        notes.append("the jobs' pools differ: each job's costs are priced on its own pools, rollmux opens a group on "
+                     "the pools of the job that opens it, and a scheduler that replays one job replays the first on "
+                     f"its own ({first.gen_gpus} + {first.train_gpus} GPUs)")
+    for job, c in zip(jobs, clusters.values()):
+        job.cluster = c
+    return Prepared(pl.concat(frames, how="vertical_relaxed"), jobs, first, notes)

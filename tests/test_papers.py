@@ -10,7 +10,10 @@ from types import ModuleType
 import pytest
 from helpers import REPO, load_script
 from rltrace.replay.described import is_description, load_description
-from rltrace.replay.jobs import load_jobs
+from rltrace.replay.jobs import JobSpec, load_jobs, prepare_jobs
+from rltrace.replay.run import CostConfig, Shape
+
+from rltrace.errors import ConfigError
 
 KEYS = {"system", "paper", "baseline", "measure", "claim", "sample", "paper_range", "ratio_sample", "inside_sample",
         "oracle_sample", "ratio_described", "inside_described", "described"}
@@ -29,7 +32,23 @@ def test_every_paper_setup_is_a_described_job_with_its_source() -> None:
         assert d.source.startswith("arXiv "), path  # where the setup comes from
         assert "Assumed" in path.read_text(), path  # and what the paper does not give
     jobs = load_jobs(papers / "rollmux_jobs.toml")
-    assert len(jobs) == 4 and all(is_description(j.bundle) for j in jobs)
+    assert {j.bundle.rsplit("/", 1)[-1] for j in jobs} == {"rollmux_a.toml", "rollmux_b.toml", "rollmux_c.toml"}
+    assert all(is_description(j.bundle) for j in jobs)
+
+
+def test_a_job_list_keeps_each_jobs_own_pools_and_one_pair_of_gpu_kinds() -> None:
+    papers = REPO / "examples" / "papers"
+    small, large = (JobSpec(name=n, bundle=str(papers / f"rollmux_{n}.toml"), steps=1) for n in ("a", "c"))
+    prepared = prepare_jobs([small, large], Shape(), CostConfig())
+    assert [(j.cluster.gen_gpus, j.cluster.train_gpus) for j in prepared.jobs if j.cluster] == [(8, 8), (16, 16)]
+    assert (prepared.cluster.gen_gpus, prepared.cluster.train_gpus) == (8, 8)  # one-job schedulers: the first's
+    assert any("the jobs' pools differ" in note for note in prepared.notes)
+    same = prepare_jobs([small, large], Shape(gen_gpus=8, train_gpus=8), CostConfig())  # the flags set every job's
+    assert {(j.cluster.gen_gpus, j.cluster.train_gpus) for j in same.jobs if j.cluster} == {(8, 8)}
+    assert not any("pools differ" in note for note in same.notes)
+    streamrl = JobSpec(name="s", bundle=str(papers / "streamrl.toml"), steps=1)
+    with pytest.raises(ConfigError, match="share one pair of GPU kinds"):
+        prepare_jobs([small, streamrl], Shape(), CostConfig())
 
 
 @pytest.mark.slow  # every row on the samples and the papers' setups: about 30 s on 2 cores

@@ -248,14 +248,15 @@ def test_every_seed_scheduler_replays_every_sample(scheduler: str, settings: dic
 
 
 def jobs_of(*workloads: list[list[list[int]]], arrivals: list[float], slo: float = 10.0, gen_gpus: int = 2,
-            train_s: float = 1.0, max_seqs: int = 1000) -> Prepared:
+            train_s: float = 1.0, max_seqs: int = 1000, pools: list[Cluster] | None = None) -> Prepared:
     """Several jobs (each like ``grouped``, with a 7B model's state for their switches), arriving at
-    ``arrivals``, sharing one cluster."""
+    ``arrivals``, on one cluster, or each on its own of ``pools``."""
     frames, jobs, offset = [], [], 0
     for i, (w, arrival) in enumerate(zip(workloads, arrivals)):
         p = grouped(w, gen_gpus=gen_gpus, train_s=train_s, max_seqs=max_seqs)
         job = p.jobs[0]
         job.id, job.name, job.arrival_s = i, f"job{i}", arrival
+        job.cluster = pools[i] if pools is not None else None
         job.first = [f + offset for f in job.first]
         job.extra.update(slo=slo, params=SEVEN_B.params, weight_bytes=SEVEN_B.weight_bytes)
         frames.append(p.requests_frame.with_columns(pl.lit(i, pl.Int32).alias("job")))
@@ -361,6 +362,24 @@ def test_rollmux_releases_a_groups_pools_when_its_last_job_is_done() -> None:
     train = result.timeline.filter(pl.col("kind") == "train")
     trained_s = float((train["end_s"] - train["start_s"]).sum())
     assert result.metrics["gpu_utilization"]["training"] == pytest.approx(trained_s / (ends[0] + ends[1]))
+
+
+@pytest.mark.parametrize(("order", "gpus"), [
+    # the large job first: the small one joins its group (training pool of 2 >= its 1): one group, its pools
+    ((0, 1), {"generation": 4, "training": 2}),
+    # the small job first: the large one cannot train on 1 GPU (priced on 2), so it opens a group on its own pools
+    ((1, 0), {"generation": 2, "training": 1, "generation/g1": 4, "training/g1": 2}),
+])
+def test_rollmux_opens_each_group_on_the_pools_of_the_job_that_opens_it(order: tuple[int, int],
+                                                                        gpus: dict[str, int]) -> None:
+    work = [[[20]] * 4] * 2
+    pools = [Cluster(gen_gpus=4, train_gpus=2, gen_gpu="H100", train_gpu="H100"),
+             Cluster(gen_gpus=2, train_gpus=1, gen_gpu="H100", train_gpu="H100")]
+    prepared = jobs_of(work, work, arrivals=[0.0, 1.0], slo=1000.0, pools=[pools[i] for i in order])
+    result = replay(prepared, "rollmux", ReplayConfig())
+    assert result.metrics["gpus"] == gpus
+    assert result.metrics["extra"]["groups"] == len(gpus) // 2
+    assert result.requests["instance"].n_unique() == sum(v for k, v in gpus.items() if k.startswith("generation"))
 
 
 @pytest.mark.parametrize(("cap", "settings", "groups"), [

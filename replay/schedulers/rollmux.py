@@ -14,10 +14,12 @@
   every member's state stays in host memory, so its switches are warm; ``residency = false`` lifts it), and
   every member must meet its SLO (T_coexec <= SLO x T_solo, with conservative estimates: every response at
   the job's length cap, known before any response is generated, or ``length_cap`` where the source records
-  none, and a switch per phase; T_solo on the configured pools; ``oracle``: at the step's true longest). Of the
+  none, and a switch per phase; T_solo on the job's own pools; ``oracle``: at the step's true longest). Of the
   options, the job takes the one that adds the least $/hour: pack into a group as it is (free), scale a group's
-  rollout pool by the fewest instances that make it fit (at most doubling it, and only while cheaper than a new
-  group), or open a new group with pools of its own.
+  rollout pool by the fewest instances that make it fit (at most by the job's own instances, and only while cheaper
+  than a new group), or open a new group on the job's own pools (a job list's jobs may each give their own). A job
+  joins only a group of its own rollout TP with at least its own training GPUs, since its training time was priced
+  on its own.
 - **Long-tail migration.** Once ``migrate_at`` (80%) of a rollout phase's requests are done and another job's
   rollout is queued, the rest are consolidated on as few instances as their batch needs, and the queued
   rollout starts on the freed ones (not before: it would otherwise start whole on whatever one instance an
@@ -31,6 +33,7 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.switching import job_state, switch_seconds
 from rltrace.replay.entities.instance import GenerationInstance
 from rltrace.replay.events import Notice, NoticeKind, Tag
@@ -71,6 +74,10 @@ class Group:
     trainer: str
     trainer_pool: str
     sync: str
+    tp: int
+    """its rollout instances' TP (the opening job's)"""
+    train_gpus: int
+    """its training pool's GPUs (the opening job's)"""
     members: list[int] = field(default_factory=list)
     """jobs placed here and not yet done"""
     closed: bool = False
@@ -115,51 +122,60 @@ class RollMux:
 
     # ---- placement ---------------------------------------------------------------------------------------------
 
-    def _estimate(self, sim: View, job: Job, instances: int) -> tuple[float, float]:
-        """Conservative (generation, training) seconds of one step on ``instances`` rollout instances: every
-        response at max length (the job's length cap, which placement knows before any response is generated;
-        ``length_cap``, or the KV cache's bound, where the source records none)."""
+    @staticmethod
+    def _own(sim: View, job: Job) -> Cluster:
+        """The job's own pools (a job list's job), else the replay's."""
+        return job.cluster or sim.cluster
+
+    def _estimate(self, sim: View, job: Job, instances: int, tp: int) -> tuple[float, float]:
+        """Conservative (generation, training) seconds of one step on ``instances`` rollout instances of TP ``tp``:
+        every response at max length (the job's length cap, which placement knows before any response is
+        generated; ``length_cap``, or the KV cache's bound, where the source records none)."""
         req = sim.requests
         rids = job.requests(0)
         if self.oracle is not None:
             longest = max(self.oracle.output(r) for r in rids)
         else:
             longest = job.max_new_tokens or self.config.length_cap or \
-                job.generation.kv_capacity_tokens(sim.cluster.tp) - req.prompt[rids[0]]
+                job.generation.kv_capacity_tokens(tp) - req.prompt[rids[0]]
         per_instance = math.ceil(len(rids) / instances)
         batch = min(sim.max_seqs, per_instance)
-        model = job.generation.iteration_model(sim.cluster.tp)
+        model = job.generation.iteration_model(tp)
         rounds = math.ceil(per_instance / sim.max_seqs)
         gen = model.seconds(batch, batch * req.prompt[rids[0]], longest) * rounds
         return gen, job.trainer_seconds(0) + job.sync_s[0]
 
-    def _fits(self, sim: View, members: list[Job], instances: int) -> bool:
-        """Whether every member meets its SLO sharing a group of ``instances`` rollout instances."""
-        est = [self._estimate(sim, j, instances) for j in members]
-        solo = [sum(self._estimate(sim, j, sim.cluster.instances)) for j in members]
+    def _fits(self, sim: View, members: list[Job], instances: int, tp: int, train_gpus: int) -> bool:
+        """Whether every member meets its SLO sharing a group of ``instances`` rollout instances of TP ``tp`` and
+        ``train_gpus`` training GPUs (T_solo: each on its own pools)."""
+        est = [self._estimate(sim, j, instances, tp) for j in members]
+        solo = [sum(self._estimate(sim, j, self._own(sim, j).instances, self._own(sim, j).tp)) for j in members]
         resident = len(members) <= self.config.resident_jobs  # warm switches, else cold
         c = sim.cluster
-        switch = [(switch_seconds(job_state(j), "rollout", c.gen_gpu, tp=c.tp, warm=resident),
-                   switch_seconds(job_state(j), "training", c.train_gpu, gpus=c.train_gpus, warm=resident))
+        switch = [(switch_seconds(job_state(j), "rollout", c.gen_gpu, tp=tp, warm=resident),
+                   switch_seconds(job_state(j), "training", c.train_gpu, gpus=train_gpus, warm=resident))
                   for j in members]
         cycle = max(sum(g + w for (g, _), (w, _) in zip(est, switch)),
                     sum(t + w for (_, t), (_, w) in zip(est, switch)))
         return all(cycle <= j.extra.get("slo", 2.0) * s for j, s in zip(members, solo))
 
     def _place(self, sim: View, job: Job) -> Group:
-        """The cheapest placement ($/hour added) that keeps every SLO: pack, scale a rollout pool, or open."""
-        c = sim.cluster
-        instance_rate = c.tp * c.usd_per_gpu_hour(c.gen_gpu)
-        group_rate = c.gen_gpus * c.usd_per_gpu_hour(c.gen_gpu) + c.train_gpus * c.usd_per_gpu_hour(c.train_gpu)
+        """The cheapest placement ($/hour added) that keeps every SLO: pack, scale a rollout pool, or open. A job
+        joins only a group of its own rollout TP with at least its own training GPUs (its trainer time was priced
+        on those)."""
+        c, own = sim.cluster, self._own(sim, job)
+        group_rate = own.gen_gpus * c.usd_per_gpu_hour(c.gen_gpu) + own.train_gpus * c.usd_per_gpu_hour(c.train_gpu)
         best: tuple[float, Group, int] | None = None
         for group in self.groups:
-            if group.closed:
+            if group.closed or group.tp != own.tp or group.train_gpus < own.train_gpus:
                 continue
             if self.config.residency and len(group.members) >= self.config.resident_jobs:
                 continue  # the residency constraint: every member's state stays in host memory (warm switches)
             members = [sim.jobs[j] for j in group.members] + [job]
-            grow = c.instances if self.config.scale_rollout else 0
-            extra = next((k for k in range(grow + 1) if self._fits(sim, members, len(group.instances) + k)), None)
+            instance_rate = group.tp * c.usd_per_gpu_hour(c.gen_gpu)
+            grow = own.instances if self.config.scale_rollout else 0
+            extra = next((k for k in range(grow + 1)
+                          if self._fits(sim, members, len(group.instances) + k, group.tp, group.train_gpus)), None)
             if extra is not None and (best is None or extra * instance_rate < best[0]):
                 best = (extra * instance_rate, group, extra)
         if best is None or (best[2] and best[0] >= group_rate):
@@ -172,23 +188,24 @@ class RollMux:
 
     def _scale(self, sim: View, group: Group, extra: int, job: Job) -> None:
         """Add ``extra`` instances to a group's rollout pool (billed from now on)."""
-        c = sim.cluster
-        group.instances += [sim.add_instance(group.pool, c.tp, job.generation) for _ in range(extra)]
-        sim.allocate(group.pool, len(group.instances) * c.tp, c.gen_gpu)
+        group.instances += [sim.add_instance(group.pool, group.tp, job.generation) for _ in range(extra)]
+        sim.allocate(group.pool, len(group.instances) * group.tp, sim.cluster.gen_gpu)
         sim.extra["scaled_instances"] = sim.extra.get("scaled_instances", 0) + extra
 
     def _open(self, sim: View, job: Job) -> Group:
-        c, k = sim.cluster, len(self.groups)
+        """A new group on the job's own pools."""
+        c, own, k = sim.cluster, self._own(sim, job), len(self.groups)
         suffix = "" if k == 0 else f"/g{k}"
-        sim.allocate(f"generation{suffix}", c.gen_gpus, c.gen_gpu)
-        sim.allocate(f"training{suffix}", c.train_gpus, c.train_gpu)
+        sim.allocate(f"generation{suffix}", own.gen_gpus, c.gen_gpu)
+        sim.allocate(f"training{suffix}", own.train_gpus, c.train_gpu)
         trainer, sync = f"trainer{suffix}", f"sync{suffix}"
-        sim.add_resource(trainer, f"training{suffix}", gpus=c.train_gpus)
+        sim.add_resource(trainer, f"training{suffix}", gpus=own.train_gpus)
         sim.add_resource(sync, "network")
         if k == 0:
             sim.add_resource("reward", "cpu")
-        instances = [sim.add_instance(f"generation{suffix}", c.tp, job.generation) for _ in range(c.instances)]
-        group = Group(k, f"generation{suffix}", instances, trainer, f"training{suffix}", sync, [job.id])
+        instances = [sim.add_instance(f"generation{suffix}", own.tp, job.generation) for _ in range(own.instances)]
+        group = Group(k, f"generation{suffix}", instances, trainer, f"training{suffix}", sync, own.tp, own.train_gpus,
+                      [job.id])
         self.groups.append(group)
         sim.extra["groups"] = len(self.groups)
         return group
@@ -214,8 +231,8 @@ class RollMux:
         sim.extra[key] = sim.extra.get(key, 0) + count
         c = sim.cluster
         if role == "rollout":
-            return switch_seconds(job_state(job), role, c.gen_gpu, tp=c.tp, warm=warm)
-        return switch_seconds(job_state(job), role, c.train_gpu, gpus=c.train_gpus, warm=warm)
+            return switch_seconds(job_state(job), role, c.gen_gpu, tp=group.tp, warm=warm)
+        return switch_seconds(job_state(job), role, c.train_gpu, gpus=group.train_gpus, warm=warm)
 
     def _start_rollouts(self, sim: View, group: Group) -> None:
         if group.rollouts:

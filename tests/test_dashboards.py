@@ -395,6 +395,19 @@ def test_same_work_time_reaches_or_extrapolates():
     assert work.run_same_work_time(long) == (6.0, False)
 
 
+def test_a_run_that_trained_nothing_has_no_time_for_the_work():
+    idle = _trained_run("idle", [100, 100], [-1, -1], [True, True], [5.0], **_bubbly(0.1, 0.6, 0.3, 0.2, 0.0))
+    done = _trained_run("done", [100, 100], [0, 0], [True, True], [4.0], **_bubbly(0.5, 0.1, 0.4, 0.6, 0.5))
+    assert work.work([idle])["same_work_s"].to_list() == [None]  # as the replay's metrics say it, not inf
+    t = verdict.table([idle, done])
+    rows = t.rows_by_key("run", named=True, unique=True)
+    assert rows["idle"]["samples_per_s"] == 0.0 and rows["idle"]["usd_per_1k_samples"] is None
+    text = " ".join(verdict.reasons([idle, done], t, "done"))
+    assert "in 4.00 s; idle trained nothing, so no ratio to it." in text and "inf" not in text
+    flipped = verdict.table([idle, done], baseline="done")  # what reasons say of a run that trained nothing
+    assert "idle trained none of the recorded work" in " ".join(verdict.reasons([idle, done], flipped, "idle"))
+
+
 def test_ks_distance():
     a = np.array([1.0, 2.0, 3.0])
     assert work.ks_distance(a, a) == 0.0 and work.ks_distance(a, a + 10) == 1.0

@@ -7,6 +7,7 @@ the metrics: which bubble the winner removed, which pool now bounds it, and what
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,7 +90,8 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "sync_gb": _gigabytes(volume.get("weight_sync")),
                      "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
     frame = pl.DataFrame(rows).join(w, on="run", how="left", maintain_order="left")
-    same = [rates(int(r["recorded_samples"]), float(r["same_work_s"]), float(r["makespan_s"]), float(r["cost_usd"]))
+    same = [rates(int(r["recorded_samples"]), math.inf if r["same_work_s"] is None else float(r["same_work_s"]),
+                  float(r["makespan_s"]), float(r["cost_usd"]))
             for r in frame.iter_rows(named=True)]  # work()'s time for the work, priced as the replay prices it
     frame = frame.with_columns(pl.Series("samples_per_s", [s[0] for s in same], pl.Float64),
                                pl.Series("usd_per_1k_samples", [s[1] for s in same], pl.Float64))
@@ -143,11 +145,16 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
         out.append(f"{winner} is the baseline and no other run beats it on this objective.")
     else:
         x = w["samples_per_s_x"] or 0.0
-        out.append(f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, "
-                   f"{_tokens(w['recorded_tokens'])} "
-                   f"output tokens) in {_secs(w['same_work_s'])} against {_secs(b['same_work_s'])} for {b['run']}: "
-                   f"{x:.2f}x the samples/s at {w['usd_per_1k_samples_x'] or 0:.2f}x the cost per sample"
-                   + (" (extrapolated: it trained less than that within its steps)." if w["extrapolated"] else "."))
+        trained = (f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, "
+                   f"{_tokens(w['recorded_tokens'])} output tokens) in {_secs(w['same_work_s'] or 0.0)}")
+        extrapolated = " (extrapolated: it trained less than that within its steps)" if w["extrapolated"] else ""
+        if w["same_work_s"] is None:
+            out.append(f"{winner} trained none of the recorded work.")
+        elif b["same_work_s"] is None:
+            out.append(f"{trained}{extrapolated}; {b['run']} trained nothing, so no ratio to it.")
+        else:
+            out.append(f"{trained} against {_secs(b['same_work_s'])} for {b['run']}: {x:.2f}x the samples/s at "
+                       f"{w['usd_per_1k_samples_x'] or 0:.2f}x the cost per sample{extrapolated}.")
         removed = _removed_bubble(by_name[b["run"]].metrics, by_name[winner].metrics)
         if removed:
             out.append(removed)

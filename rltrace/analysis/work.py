@@ -57,7 +57,8 @@ def work(runs: list[Run]) -> pl.DataFrame:
             "changed": is_changed,
             "stale_mean": float(stale.mean()) if len(stale) else float(recorded_stale.get("mean", 0.0)),
             "stale_max": int(stale.max()) if len(stale) else int(recorded_stale.get("max", 0)),
-            "same_work_s": same, "extrapolated": extrapolated, "known": known,
+            # None where no time reaches the work (the run trained nothing), as the replay's metrics say it
+            "same_work_s": same if np.isfinite(same) else None, "extrapolated": extrapolated, "known": known,
         })
     return pl.DataFrame(rows)
 

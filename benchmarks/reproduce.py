@@ -91,7 +91,7 @@ MUX_STEPS = 12
 MUX_JOBS = [JobSpec(name=f"job{i}", bundle="rollpacker_qwen7b", arrival_s=60.0 * i, slo=2.0, steps=MUX_STEPS, seed=i)
             for i in range(4)]
 MUX_DESCRIBED = "rollmux_jobs.toml"
-"""the paper's job types (Table 3) as described jobs, one of each"""
+"""the paper's single-turn job types (Table 3) as described jobs, two of each"""
 MUX_PRICES = {"H20": 1.85, "H800": 5.28}
 """the paper's GPU prices (Table 1): its cost ratios are in them"""
 MUX_CLAIMS = (("solo disaggregation", "disagg", (1.84, 1.84)), ("colocated", "colocated", (1.38, 1.38)))

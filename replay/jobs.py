@@ -65,21 +65,47 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     return specs
 
 
+def _pools(c: Cluster) -> tuple[int, int, int]:
+    return c.gen_gpus, c.train_gpus, c.tp
+
+
+def _prepare(spec: JobSpec, shape: Shape, cost: CostConfig, prices: dict[str, float] | None) -> Prepared:
+    """One job alone, reshaped by its spec."""
+    where = sample_path(spec.bundle) if spec.bundle in list_samples() else Path(spec.bundle)
+    mine = replace(shape, steps=spec.steps, prompts_per_step=spec.prompts_per_step,
+                   samples_per_prompt=spec.samples_per_prompt, max_new_tokens=spec.max_new_tokens,
+                   model=spec.model or shape.model, seed=spec.seed)
+    return prepare_source(where, mine, cost if spec.train_ep is None else replace(cost, train_ep=spec.train_ep), prices)
+
+
 def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
                  prices: dict[str, float] | None = None) -> Prepared:
-    """All jobs' requests in one table (job ids in list order) on the cluster ``cluster`` describes."""
-    frames, jobs, notes, offset = [], [], [], 0
-    prepared = None
-    clusters: dict[str, Cluster] = {}
-    for i, spec in enumerate(specs):
-        where = sample_path(spec.bundle) if spec.bundle in list_samples() else Path(spec.bundle)
-        shape = replace(cluster, steps=spec.steps, prompts_per_step=spec.prompts_per_step,
-                        samples_per_prompt=spec.samples_per_prompt, max_new_tokens=spec.max_new_tokens,
-                        model=spec.model or cluster.model, seed=spec.seed)
-        mine = cost if spec.train_ep is None else replace(cost, train_ep=spec.train_ep)
-        prepared = prepare_source(where, shape, mine, prices)
+    """All jobs' requests in one table (job ids in list order), each job on its own pools (``Job.cluster``).
+
+    The jobs share one pair of GPU kinds, the first job's: a job recorded or described on others is retargeted to
+    them, so its costs are priced on the GPUs it runs on. A scheduler that replays one job gets the first's
+    cluster."""
+    if not specs:
+        raise ConfigError("a job list needs at least one job")
+    alone = [_prepare(spec, cluster, cost, prices) for spec in specs]
+    first = alone[0].cluster
+    notes: list[str] = []
+    for i, (spec, prepared) in enumerate(zip(specs, alone)):
+        c = prepared.cluster
+        if (c.gen_gpu, c.train_gpu) != (first.gen_gpu, first.train_gpu):
+            alone[i] = _prepare(spec, replace(cluster, gpu=None, gen_gpu=first.gen_gpu, train_gpu=first.train_gpu),
+                                cost, prices)
+            notes.append(f"{spec.name} runs on {c.gen_gpu} + {c.train_gpu} alone; the jobs share the first job's "
+                         f"kinds, {first.gen_gpu} generation + {first.train_gpu} training, and it was retargeted to "
+                         "them (--gpu sets one pair for every job)")
+    if any(_pools(p.cluster) != _pools(first) for p in alone):
+        notes.append("the jobs' pools differ: each job's costs are priced on its own pools, rollmux opens a group on "
+                     "the pools of the job that opens it, and a scheduler that replays one job replays the first on "
+                     f"its own ({first.gen_gpus} + {first.train_gpus} GPUs)")
+    frames, jobs, offset = [], [], 0
+    for i, (spec, prepared) in enumerate(zip(specs, alone)):
         job = prepared.jobs[0]
-        job.id, job.name, job.arrival_s = i, spec.name, spec.arrival_s
+        job.id, job.name, job.arrival_s, job.cluster = i, spec.name, spec.arrival_s, prepared.cluster
         job.first = (np.asarray(job.first) + offset).tolist()
         if job.heads is not None:
             job.heads = [[rid + offset for rid in heads] for heads in job.heads]
@@ -89,21 +115,7 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
         frames.append(prepared.requests_frame.with_columns(
             pl.lit(i, pl.Int32).alias("job"),
             pl.when(linked >= 0).then(linked + offset).otherwise(linked).alias("next_turn")))
-        notes += [f"{spec.name}: {n}" for n in prepared.notes]
-        clusters[spec.name] = prepared.cluster
         offset += prepared.requests_frame.height
         jobs.append(job)
-    assert prepared is not None
-    first = clusters[specs[0].name]
-    kinds = {(c.gen_gpu, c.train_gpu) for c in clusters.values()}
-    if len(kinds) > 1:
-        raise ConfigError("the jobs of a list share one pair of GPU kinds (generation, training), got "
-                          + ", ".join(f"{spec.name}: {c.gen_gpu} + {c.train_gpu}" for spec, c in
-                                      zip(specs, clusters.values())) + " (--gpu sets one for every job)")
-    if any(c != first for c in clusters.values()):
-        notes.append("the jobs' pools differ: each job's costs are priced on its own pools, rollmux opens a group on "
-                     "the pools of the job that opens it, and a scheduler that replays one job replays the first on "
-                     f"its own ({first.gen_gpus} + {first.train_gpus} GPUs)")
-    for job, c in zip(jobs, clusters.values()):
-        job.cluster = c
+    notes = [f"{spec.name}: {n}" for spec, p in zip(specs, alone) for n in p.notes] + notes
     return Prepared(pl.concat(frames, how="vertical_relaxed"), jobs, first, notes)

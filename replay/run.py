@@ -80,7 +80,8 @@ class CostConfig:
     their volume; 1: the experts sharded like the dense layers, no all-to-all"""
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
     profile: str = ""
-    """an efficiency profile (Parquet, from `rltrace calibrate`) replacing the two efficiency factors"""
+    """an efficiency profile (a calibration file or Parquet, from `rltrace calibrate`) replacing the two efficiency
+    factors"""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -341,8 +342,8 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
-        "calibration": {**CALIBRATION.describe(),
-                        **(profile_files(config.cost.profile) if config.cost.profile else {})},
+        "calibration": CALIBRATION.describe(),
+        "profile": profile_files(config.cost.profile) if config.cost.profile else None,
         "notes": prepared.notes + (routed.notes if routed is not None else []) + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
               "what the real system could know")] if record.extra.get("oracle") else []),

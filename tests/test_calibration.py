@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -91,10 +93,27 @@ def test_a_profile_is_a_calibration_file_in_the_shipped_format(tmp_path, profile
     assert entry.kind == "fitted" and entry.fit == "rltrace calibrate --tables T" and entry.extra["tp"] == 8
     assert entry.value == profile.filter(pl.col("tp") == 8, pl.col("regime") == "memory")["efficiency"][0]
     assert profile_files(out) == {str(out): read.describe()["h100.toml"]}
-    stray = tmp_path / "stray.toml"
-    stray.write_text(out.read_text().replace('figure = "efficiency"', 'figure = "speed"', 1))
-    with pytest.raises(ConfigError, match="is not a profile figure"):
-        load_profile(stray)
+    profile.write_parquet(tmp_path / "h100.parquet")  # Parquet has no version: its digest alone
+    assert profile_files(tmp_path / "h100.parquet")[str(tmp_path / "h100.parquet")]["version"] is None
+    with pytest.raises(ConfigError, match="tp must be a finite number or a string"):
+        calibration.dumps([dataclasses.replace(entry, extra={**entry.extra, "tp": None})], "x")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (('figure = "efficiency"', 'figure = "speed"'), "is not a profile figure"),
+    (("tp = 1", 'tp = "one"'), "tp must be a number (an integer)"),
+    (("row = 0", 'row = 1.5'), "row must be a number (an integer)"),
+    (("row = 1\n", "row = 0\n"), "in row 0 with another gpu, tp, regime or source"),
+    (('figure = "efficiency"', 'figure = "peak_flops"'), "has no efficiency figure"),
+])
+def test_a_malformed_profile_file_is_one_error_naming_it(tmp_path, profile: pl.DataFrame, edit: tuple[str, str],
+                                                         message: str) -> None:
+    good = calibration.dumps(profile_entries(profile.head(2), "fit", "data"), "a test")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good.replace(*edit, 1))
+    assert bad.read_text() != good
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_profile(bad)
 
 
 @pytest.mark.slow  # over 5 s on 2 cores
@@ -124,8 +143,9 @@ def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profi
     runs = tmp_path / "runs"
     assert run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H100", "--set", f"cost.profile={toml}",
                    "-o", str(runs)).returncode == 0
-    recorded = json.loads((runs / "disagg-sync" / "config.json").read_text())["calibration"]
-    assert recorded[str(toml)]["version"] == 1 and set(calibration.CALIBRATION.files) < set(recorded)
+    recorded = json.loads((runs / "disagg-sync" / "config.json").read_text())
+    assert recorded["profile"][str(toml)]["version"] == 1
+    assert set(recorded["calibration"]) == set(calibration.CALIBRATION.files)  # beside the shipped files, apart
     other = run_cli("estimate", "decode", "--model", "Llama-2-7B", "--gpu", "A100", "--profile", str(out))
     assert other.returncode == 2 and "no rows for GPU 'A100'" in other.stderr
     junk = tmp_path / "junk.parquet"

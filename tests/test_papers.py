@@ -13,8 +13,6 @@ from rltrace.replay.described import is_description, load_description
 from rltrace.replay.jobs import JobSpec, load_jobs, prepare_jobs
 from rltrace.replay.run import CostConfig, Shape
 
-from rltrace.errors import ConfigError
-
 KEYS = {"system", "paper", "baseline", "measure", "claim", "sample", "paper_range", "ratio_sample", "inside_sample",
         "oracle_sample", "ratio_described", "inside_described", "described"}
 
@@ -36,7 +34,7 @@ def test_every_paper_setup_is_a_described_job_with_its_source() -> None:
     assert all(is_description(j.bundle) for j in jobs)
 
 
-def test_a_job_list_keeps_each_jobs_own_pools_and_one_pair_of_gpu_kinds() -> None:
+def test_a_job_list_keeps_each_jobs_own_pools_on_the_first_jobs_gpu_kinds() -> None:
     papers = REPO / "examples" / "papers"
     small, large = (JobSpec(name=n, bundle=str(papers / f"rollmux_{n}.toml"), steps=1) for n in ("a", "c"))
     prepared = prepare_jobs([small, large], Shape(), CostConfig())
@@ -46,9 +44,14 @@ def test_a_job_list_keeps_each_jobs_own_pools_and_one_pair_of_gpu_kinds() -> Non
     same = prepare_jobs([small, large], Shape(gen_gpus=8, train_gpus=8), CostConfig())  # the flags set every job's
     assert {(j.cluster.gen_gpus, j.cluster.train_gpus) for j in same.jobs if j.cluster} == {(8, 8)}
     assert not any("pools differ" in note for note in same.notes)
+    # a job described on other GPU kinds (StreamRL's 32 + 32 H800) is retargeted to the first job's, pools kept
     streamrl = JobSpec(name="s", bundle=str(papers / "streamrl.toml"), steps=1)
-    with pytest.raises(ConfigError, match="share one pair of GPU kinds"):
-        prepare_jobs([small, streamrl], Shape(), CostConfig())
+    mixed = prepare_jobs([small, streamrl], Shape(), CostConfig())
+    assert [(j.cluster.gen_gpu, j.cluster.train_gpu, j.cluster.gen_gpus) for j in mixed.jobs if j.cluster] == [
+        ("H20", "H800", 8), ("H20", "H800", 32)]
+    assert any("s runs on H800 + H800 alone" in note and "retargeted" in note for note in mixed.notes)
+    alone = prepare_jobs([streamrl], Shape(gen_gpu="H20", train_gpu="H800"), CostConfig()).jobs[0]
+    assert mixed.jobs[1].trainer_seconds(0) == alone.trainer_seconds(0)  # priced on the GPUs it runs on
 
 
 @pytest.mark.slow  # every row on the samples and the papers' setups: about 30 s on 2 cores

@@ -12,7 +12,9 @@ from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel
 from rltrace.replay.costmodels.switching import ModelState, switch_seconds
 from rltrace.replay.job import Job
+from rltrace.replay.network.network import NetworkConfig, route
 from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.topologies import TopologySpec
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -364,22 +366,44 @@ def test_rollmux_releases_a_groups_pools_when_its_last_job_is_done() -> None:
     assert result.metrics["gpu_utilization"]["training"] == pytest.approx(trained_s / (ends[0] + ends[1]))
 
 
-@pytest.mark.parametrize(("order", "gpus"), [
+@pytest.mark.parametrize(("order", "gpus", "instances"), [
     # the large job first: the small one joins its group (training pool of 2 >= its 1): one group, its pools
-    ((0, 1), {"generation": 4, "training": 2}),
+    ((0, 1), {"generation": 4, "training": 2}, 4),
     # the small job first: the large one cannot train on 1 GPU (priced on 2), so it opens a group on its own pools
-    ((1, 0), {"generation": 2, "training": 1, "generation/g1": 4, "training/g1": 2}),
+    ((1, 0), {"generation": 2, "training": 1, "generation/g1": 4, "training/g1": 2}, 6),
+    # a job of another rollout TP (2) does not join a TP-1 group: its own, of one TP-2 instance
+    ((0, 2), {"generation": 4, "training": 2, "generation/g1": 2, "training/g1": 1}, 5),
 ])
 def test_rollmux_opens_each_group_on_the_pools_of_the_job_that_opens_it(order: tuple[int, int],
-                                                                        gpus: dict[str, int]) -> None:
+                                                                        gpus: dict[str, int], instances: int) -> None:
     work = [[[20]] * 4] * 2
     pools = [Cluster(gen_gpus=4, train_gpus=2, gen_gpu="H100", train_gpu="H100"),
-             Cluster(gen_gpus=2, train_gpus=1, gen_gpu="H100", train_gpu="H100")]
+             Cluster(gen_gpus=2, train_gpus=1, gen_gpu="H100", train_gpu="H100"),
+             Cluster(gen_gpus=2, train_gpus=1, gen_gpu="H100", train_gpu="H100", tp=2)]
     prepared = jobs_of(work, work, arrivals=[0.0, 1.0], slo=1000.0, pools=[pools[i] for i in order])
     result = replay(prepared, "rollmux", ReplayConfig())
     assert result.metrics["gpus"] == gpus
     assert result.metrics["extra"]["groups"] == len(gpus) // 2
-    assert result.requests["instance"].n_unique() == sum(v for k, v in gpus.items() if k.startswith("generation"))
+    assert result.requests["instance"].n_unique() == instances
+
+
+def test_a_topology_routes_each_job_of_a_list_on_its_own_pools() -> None:
+    spec = TopologySpec.parse("rail:nodes=4,gpu=H800")
+    small, large = (Cluster(gen_gpus=g, train_gpus=t, gen_gpu="H800", train_gpu="H800") for g, t in ((2, 2), (8, 8)))
+
+    def job(cluster: Cluster | None) -> Job:
+        return Job(id=0, name="j", first=[0, 1], generation=FittedGeneration(model=IterationModel.fixed(0.01)),
+                   train_s=[1.0], forward_s=[0.0], optimizer_s=[0.0], sync_s=[0.0], reward_s=[0.0], other_s=[0.0],
+                   sync_bytes=[14e9], collective_bytes=[2e9], cluster=cluster)
+
+    both = [job(small), job(large)]
+    both[1].id = 1
+    routed = route(both, 2, 2, NetworkConfig(topology=spec))  # the replay's cluster: the first job's
+    for mine, (gen_gpus, train_gpus) in zip(both, ((2, 2), (8, 8))):
+        alone = job(None)
+        route([alone], gen_gpus, train_gpus, NetworkConfig(topology=spec))
+        assert mine.sync_s == alone.sync_s and mine.train_s == alone.train_s
+    assert routed.sync_s[(0, 0)] != routed.sync_s[(1, 0)]  # 2 trainers to 2 generators is not 8 to 8
 
 
 @pytest.mark.parametrize(("cap", "settings", "groups"), [

@@ -1,4 +1,5 @@
-"""Efficiency profiles: the roofline's factors fitted to measured kernel tables, stored as Parquet.
+"""Efficiency profiles: the roofline's factors fitted to measured kernel tables, stored as calibration files
+(TOML) or Parquet.
 
 ``fit_kernel_tables`` reads the public H100 tables (../shared/data/kernels/h100, see its README):
 
@@ -263,20 +264,45 @@ def profile_entries(profile: pl.DataFrame, fit: str, data: str) -> list[calibrat
     return entries
 
 
+SCOPE_TYPES: dict[str, type | tuple[type, ...]] = {"gpu": str, "tp": int, "regime": str, "row": int, "figure": str,
+                                                   "kernels": int, "median_abs_error": (int, float)}
+"""the keys that scope a profile figure, and their TOML types (kernels and median_abs_error may be left out)"""
+
+
+def _scope(path: Path, c: calibration.Constant) -> dict[str, str | int | float]:
+    """A profile entry's scope, checked: every key of the right type, the figure one of :data:`PROFILE_UNITS`."""
+    missing = [key for key in ("gpu", "tp", "regime", "row", "figure") if key not in c.extra]
+    if missing or c.extra["figure"] not in PROFILE_UNITS:
+        raise ConfigError(f"{path}: constant {c.name} is not a profile figure (it needs gpu, tp, regime, row and "
+                          f"figure, one of {', '.join(PROFILE_UNITS)})")
+    for key, kind in SCOPE_TYPES.items():
+        value = c.extra.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise ConfigError(f"{path}: constant {c.name}: {key} must be {'a number' if kind != str else 'a string'}"
+                              f"{' (an integer)' if kind is int else ''}, got {value!r}")
+    return dict(c.extra)
+
+
 def _profile_from_calibration(path: Path) -> pl.DataFrame:
-    rows: dict[int, dict[str, object]] = {}
+    rows: dict[int, dict[str, str | int | float]] = {}
     for c in calibration.load([path]).constants.values():
-        missing = [key for key in ("gpu", "tp", "regime", "row", "figure") if key not in c.extra]
-        if missing or c.extra["figure"] not in PROFILE_UNITS:
-            raise ConfigError(f"{path}: constant {c.name} is not a profile figure (it needs gpu, tp, regime, row and "
-                              f"figure, one of {', '.join(PROFILE_UNITS)})")
-        row = rows.setdefault(int(c.extra["row"]), {
-            "gpu": str(c.extra["gpu"]), "tp": int(c.extra["tp"]), "regime": str(c.extra["regime"]),
-            "kernels": int(c.extra.get("kernels", 0)), "median_abs_error": float(c.extra.get("median_abs_error", 0.0)),
-            "source": c.source})
-        row[str(c.extra["figure"])] = c.value
+        scope = _scope(path, c)
+        own = {"gpu": scope["gpu"], "tp": scope["tp"], "regime": scope["regime"],
+               "kernels": scope.get("kernels", 0), "median_abs_error": float(scope.get("median_abs_error", 0.0)),
+               "source": c.source}
+        row = rows.setdefault(int(scope["row"]), own)
+        if any(row[key] != own[key] for key in ("gpu", "tp", "regime", "source")):
+            raise ConfigError(f"{path}: constant {c.name} is in row {scope['row']} with another gpu, tp, regime or "
+                              "source than that row's other figures")
+        if scope["figure"] in row:
+            raise ConfigError(f"{path}: row {scope['row']} gives {scope['figure']} twice (constant {c.name})")
+        row[str(scope["figure"])] = c.value
     if not rows:
         raise ConfigError(f"{path}: a profile needs at least one constant")
+    lacking = next((r for r in rows.values() if "efficiency" not in r), None)
+    if lacking is not None:
+        raise ConfigError(f"{path}: the row of {lacking['gpu']} tp {lacking['tp']} {lacking['regime']} has no "
+                          "efficiency figure")
     frame = pl.DataFrame([rows[k] for k in sorted(rows)], schema_overrides=PROFILE_COLUMNS, infer_schema_length=None)
     figures = [f for f in PROFILE_UNITS if f in frame.columns and f not in PROFILE_COLUMNS]
     return frame.select(*PROFILE_COLUMNS, *figures)
@@ -304,7 +330,7 @@ def load_profile(path: str | Path) -> pl.DataFrame:
     missing = [c for c in PROFILE_COLUMNS if c not in frame.columns]
     if missing:
         raise ConfigError(f"{path}: not a profile, missing column {missing[0]!r}")
-    bad = frame.filter(~pl.col("efficiency").is_between(0, 1, closed="right"))
+    bad = frame.filter(pl.col("efficiency").is_null() | ~pl.col("efficiency").is_between(0, 1, closed="right"))
     if bad.height:
         raise ConfigError(f"{path}, column 'efficiency', row {bad.row(0, named=True)}: must be in (0, 1]")
     return frame

@@ -61,20 +61,25 @@ class Routed:
 
 
 def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig) -> Routed:
-    """Time every job's weight syncs and training collectives on the topology; updates the jobs' times."""
+    """Time every job's weight syncs and training collectives on the topology; updates the jobs' times. Each job
+    runs on ``gen_gpus`` + ``train_gpus``, or on its own pools where it has them (a job list's job,
+    ``Job.cluster``): generators first, then trainers."""
     if config.topology is None:
         raise ConfigError("route: the network config names no topology")
     topo = config.topology.build()
-    if gen_gpus + train_gpus > topo.gpus:
+    pools = [(job.cluster.gen_gpus, job.cluster.train_gpus) if job.cluster else (gen_gpus, train_gpus)
+             for job in jobs] or [(gen_gpus, train_gpus)]
+    need = max(pools, key=sum)
+    if sum(need) > topo.gpus:
         raise ConfigError(f"topology '{config.topology}' has {topo.gpus} GPUs, the replay needs "
-                          f"{gen_gpus} + {train_gpus}")
-    generators, trainers = np.arange(gen_gpus), gen_gpus + np.arange(train_gpus)
+                          f"{need[0]} + {need[1]}")
     out = Routed(topo, {}, {}, {}, {}, 0.0, fabric_cost(topo, config.prices))
-    for job in jobs:
+    for job, (gens, trains) in zip(jobs, pools):
+        generators, trainers = np.arange(gens), gens + np.arange(trains)
         expert_alltoalls = _ExpertAllToAlls(topo, trainers, job)
         if expert_alltoalls.straddling and not out.notes:
             out.notes.append(f"expert-parallel groups of {expert_alltoalls.straddling[0]} cross nodes: the training "
-                             f"GPUs start at GPU {gen_gpus}, inside a node of {topo.gpus_per_node} (a generation "
+                             f"GPUs start at GPU {gens}, inside a node of {topo.gpus_per_node} (a generation "
                              "pool of whole nodes keeps each group in one)")
         for step in range(job.steps):
             key = (job.id, step)
@@ -100,9 +105,9 @@ def route(jobs: list[Job], gen_gpus: int, train_gpus: int, config: NetworkConfig
                 job.forward_s[step] += seconds.get("forward", 0.0)
                 expert_train = seconds.get("train", 0.0)
             volume = job.collective_bytes[step] if job.collective_bytes else 0.0
-            if volume > 0 and train_gpus > 1:
+            if volume > 0 and trains > 1:
                 # the step's per-rank collective volume, timed as one ring all-gather over the training GPUs
-                n = train_gpus
+                n = trains
                 c = collective(topo, "all_gather", trainers, volume * n / (n - 1))  # NCCL's ring; one per NIC
                 out.collective_s[key] = c.seconds
                 out.collective_bytes[key] = out.collective_bytes.get(key, 0.0) + c.link_bytes

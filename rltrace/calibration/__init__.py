@@ -102,11 +102,11 @@ def load(paths: list[Path] | None = None) -> CostCalibration:
     return CostCalibration(MappingProxyType(constants), MappingProxyType(files))
 
 
-def _scalar(value: str | float) -> str:
+def _scalar(name: str, key: str, value: object) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"a calibration value must be finite, got {value}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"constant {name}: {key} must be a finite number or a string, got {value!r}")
     return repr(value)
 
 
@@ -115,11 +115,11 @@ def dumps(constants: Iterable[Constant], header: str, version: int = 1) -> str:
     lines = [f"# {line}".rstrip() for line in header.splitlines()] + [f"version = {version}"]
     for c in constants:
         if c.kind not in KINDS:
-            raise ValueError(f"constant {c.name}: kind {c.kind!r} is not one of {', '.join(KINDS)}")
+            raise ConfigError(f"constant {c.name}: kind {c.kind!r} is not one of {', '.join(KINDS)}")
         lines += ["", f"[constants.{json.dumps(c.name)}]"]
         fields: dict[str, str | int | float] = {"value": c.value, "unit": c.unit, "kind": c.kind,
                                                  "source": c.source, "fit": c.fit, "data": c.data}
-        lines += [f"{key} = {_scalar(v)}" for key, v in {**fields, **c.extra}.items()]
+        lines += [f"{key} = {_scalar(c.name, key, v)}" for key, v in {**fields, **c.extra}.items()]
     return "\n".join(lines) + "\n"
 
 

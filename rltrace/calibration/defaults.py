@@ -20,5 +20,6 @@ SYNTH_TRAIN_MFU = CALIBRATION["synth_train_mfu"]
 """the synthetic-trace generator's training MFU (``rltrace synth``'s ``timing.train_mfu``): fixed, not
 :func:`.training.default_mfu`, because the shipped samples are checked to regenerate bit for bit from their
 documented commands (tests/test_samples.py); replay and estimate use the published figures"""
-ADAM_BYTES_PER_PARAM = 16
-"""bytes an Adam step reads or writes per parameter: fp32 master weight, two moments and the gradient (structural)"""
+ADAM_BYTES_PER_PARAM = CALIBRATION["adam_bytes_per_param"]
+"""bytes of Adam state per parameter (fp32 master weight, two moments and the gradient): what an optimizer step
+moves, and what a switch moves beside the weights"""

@@ -4,6 +4,7 @@ machine's own kernels with ``--device``)."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -80,11 +81,13 @@ def calibrate(
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.suffix == ".toml":
         if device is not None:
-            command = f"rltrace calibrate --device {device} --model {model}" + (
-                f" --engine {engine}" if engine else "") + (f" --ranks {ranks}" if ranks > 1 else "")
+            command = shlex.join(["rltrace", "calibrate", "--device", device, "--model", model,
+                                  *(["--engine", engine] if engine else []),
+                                  *(["--ranks", str(ranks)] if ranks > 1 else [])])
             data = f"kernels measured on {device} by the command in 'fit'"
         else:
-            command, data = f"rltrace calibrate --tables {tables} --gpu {gpu}", f"the kernel tables in {tables}"
+            command = shlex.join(["rltrace", "calibrate", "--tables", str(tables), "--gpu", gpu])
+            data = f"the kernel tables in {tables}"
         header = (f"Efficiency profile for {name}, written by `{command}`.\n"
                   "Load it with `rltrace estimate --profile FILE` or `rltrace replay --set cost.profile=FILE`.")
         output.write_text(calibration.dumps(profile_entries(profile, command, data), header), encoding="utf-8")

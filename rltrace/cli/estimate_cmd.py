@@ -54,7 +54,8 @@ def estimate(
         help="bf16, fp16 or fp8. train: the linear layers' (Transformer Engine's FP8 recipes; attention stays BF16; "
              "default bf16); decode, prefill: the weights' (default: the model's own, a config.json's "
              "quantization_config included).")] = None,
-    profile: Annotated[Path | None, typer.Option(help="Efficiency profile from `rltrace calibrate` (Parquet).")] = None,
+    profile: Annotated[Path | None, typer.Option(
+        help="Efficiency profile from `rltrace calibrate` (TOML or Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
     data: Annotated[list[Path] | None, typer.Option(
         help="validate: a validation CSV (repeatable; default: the shipped sets).")] = None,

@@ -145,16 +145,17 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
         out.append(f"{winner} is the baseline and no other run beats it on this objective.")
     else:
         x = w["samples_per_s_x"] or 0.0
-        trained = (f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, "
-                   f"{_tokens(w['recorded_tokens'])} output tokens) in {_secs(w['same_work_s'] or 0.0)}")
-        extrapolated = " (extrapolated: it trained less than that within its steps)" if w["extrapolated"] else ""
         if w["same_work_s"] is None:
             out.append(f"{winner} trained none of the recorded work.")
-        elif b["same_work_s"] is None:
-            out.append(f"{trained}{extrapolated}; {b['run']} trained nothing, so no ratio to it.")
         else:
-            out.append(f"{trained} against {_secs(b['same_work_s'])} for {b['run']}: {x:.2f}x the samples/s at "
-                       f"{w['usd_per_1k_samples_x'] or 0:.2f}x the cost per sample{extrapolated}.")
+            trained = (f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, "
+                       f"{_tokens(w['recorded_tokens'])} output tokens) in {_secs(w['same_work_s'])}")
+            extrapolated = " (extrapolated: it trained less than that within its steps)" if w["extrapolated"] else ""
+            if b["same_work_s"] is None:
+                out.append(f"{trained}{extrapolated}; {b['run']} trained nothing, so no ratio to it.")
+            else:
+                out.append(f"{trained} against {_secs(b['same_work_s'])} for {b['run']}: {x:.2f}x the samples/s at "
+                           f"{w['usd_per_1k_samples_x'] or 0:.2f}x the cost per sample{extrapolated}.")
         removed = _removed_bubble(by_name[b["run"]].metrics, by_name[winner].metrics)
         if removed:
             out.append(removed)

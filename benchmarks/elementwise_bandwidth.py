@@ -2,7 +2,8 @@
 reaches once it streams.
 
 The roofline prices every norm, rotary embedding and activation of an iteration as its activation bytes over
-``serving.ELEMENTWISE_STREAM`` x HBM, or its floor where longer (replay/costmodels/roofline.py ``_elementwise``).
+the calibration's ``elementwise_stream`` x HBM, or its floor where longer (replay/costmodels/kernels.py
+``_elementwise``).
 That fraction is the median over the ops this prints, from microsoft/vidur @ 7d475133 ``data/profiling/compute/h100/
 meta-llama/Llama-2-7b-hf/mlp.csv`` (MIT; ../shared/data/kernels/h100/vidur_llama-2-7b_mlp.csv), each op's bytes as
 its kernel moves them (``rltrace.replay.costmodels.profile.fit_elementwise_stream``). The residual add runs above
@@ -18,8 +19,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.profile import ELEMENTWISE_MIN_TOKENS, fit_elementwise_stream
+
+from rltrace.calibration import CALIBRATION
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / "h100" / "vidur_llama-2-7b_mlp.csv"
 
@@ -35,7 +37,8 @@ def main(argv: list[str]) -> int:
         spread = f"{row['min']:.2f}-{row['max']:.2f}"
         print(f"  {row['op']:<26} {row['rows']:>4} rows  median {row['median']:.2f}  ({spread})")
     median = statistics.median(fit["median"].to_list())
-    print(f"median over the ops: {median:.2f} (serving.ELEMENTWISE_STREAM: {serving.ELEMENTWISE_STREAM})")
+    shipped = CALIBRATION["elementwise_stream"]
+    print(f"median over the ops: {median:.2f} (the calibration's elementwise_stream: {shipped})")
     return 0
 
 

@@ -1,10 +1,11 @@
 """The share of its peak a compute-bound GEMM reaches in every public GEMM table: FP8 against BF16, by part and engine.
 
-`serving.FP8_GEMM_SHARE` (0.636) is the H100 table in ../shared/data (aiconfigurator's vLLM 0.19.0 sweep): per-tensor
-FP8 GEMMs at 0.477 of the FP8 peak where BF16 GEMMs reach 0.750 of theirs (`profile.fit_gemm_compute`). This prints
-the same statistic for each of aiconfigurator's GEMM tables (@ 095f58a5, ``aic-core/src/aiconfigurator_core/systems/
-data/<gpu>/gemm/<engine>/<release>/gemm_perf.parquet``, Apache-2.0) on the parts the catalog holds, block-scaled FP8
-beside per-tensor, so the one ratio the model takes can be read against the others.
+The calibration's `fp8_gemm_share` (0.636) is the H100 table in ../shared/data (aiconfigurator's vLLM 0.19.0 sweep):
+per-tensor FP8 GEMMs at 0.477 of the FP8 peak where BF16 GEMMs reach 0.750 of theirs (`profile.fit_gemm_compute`).
+This prints the same statistic for each of aiconfigurator's GEMM tables (@ 095f58a5, ``aic-
+core/src/aiconfigurator_core/systems/ data/<gpu>/gemm/<engine>/<release>/gemm_perf.parquet``, Apache-2.0) on the
+parts the catalog holds, block-scaled FP8 beside per-tensor, so the one ratio the model takes can be read against
+the others.
 
     python benchmarks/gemm_compute_shares.py AICONFIGURATOR_REPO
 

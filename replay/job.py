@@ -12,6 +12,8 @@ from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import GenerationCost
 from rltrace.replay.costmodels.training import AllToAll
 
+from rltrace.calibration import CALIBRATION, CostCalibration
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Colocated:
@@ -74,6 +76,8 @@ class Job:
     prepared (None: the simulator sums the step's requests before the run starts)"""
     cluster: Cluster | None = None
     """a job list's job: its own pools, which its costs were priced on (None: the replay's cluster)"""
+    calibration: CostCalibration = CALIBRATION
+    """the constants its costs were priced with, which the schedulers' switch costs take too"""
 
     @property
     def steps(self) -> int:

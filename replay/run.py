@@ -39,8 +39,7 @@ from rltrace.replay.work import same_work
 from rltrace.replay.workload import Workload, extract, renumber_steps, retarget, select_steps
 
 from rltrace.bundle import Bundle
-from rltrace.calibration import CALIBRATION
-from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY, SYNC_GBPS
+from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.catalog import GPUSpec, ModelSpec, from_info, get_gpu, get_model
 from rltrace.catalog.models import catalog_entry, differences
 from rltrace.config import to_dict
@@ -64,24 +63,52 @@ class CostConfig:
         for name in ("memory_efficiency", "compute_efficiency", "train_mfu", "gpu_memory_utilization"):
             if getattr(self, name) is not None and not 0 < getattr(self, name) <= 1:
                 raise ConfigError(f"cost.{name} must be in (0, 1], got {getattr(self, name)}")
-        if not 1e-3 <= self.sync_gbps <= 1e6:  # also refuses NaN and 1e-300 (a sync of 10^300 seconds)
+        if self.sync_gbps is not None and not 1e-3 <= self.sync_gbps <= 1e6:  # refuses NaN and 1e-300 too
             raise ConfigError(f"cost.sync_gbps must be in 0.001..1,000,000 GB/s, got {self.sync_gbps}")
         if self.train_ep < 1:
             raise ConfigError(f"cost.train_ep must be >= 1, got {self.train_ep}")
-    memory_efficiency: float = MEMORY_EFFICIENCY
-    compute_efficiency: float = COMPUTE_EFFICIENCY
+    memory_efficiency: float | None = None
+    """achieved fraction of HBM bandwidth in inference kernels (None: the calibration's ``memory_efficiency``)"""
+    compute_efficiency: float | None = None
+    """achieved fraction of peak FLOP/s in inference kernels (None: the calibration's ``compute_efficiency``)"""
     train_mfu: float | None = None
     """training's model FLOPs utilisation without a measured step (None: the published figure for the model's
     kind on the training GPU, :func:`rltrace.replay.costmodels.training.default_mfu`)"""
-    sync_gbps: float = SYNC_GBPS
+    sync_gbps: float | None = None
+    """weight-sync bandwidth (GB/s) without a measured sync time or a network model (None: the calibration's
+    ``sync_gbps``)"""
     train_ep: int = 1
     """expert-parallel ranks of the trainer of an MoE (Megatron's ``--expert-model-parallel-size``): a modelled
     step adds the dispatch and combine all-to-alls of every MoE layer, forward and backward, and the metrics
     their volume; 1: the experts sharded like the dense layers, no all-to-all"""
-    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
+    gpu_memory_utilization: float | None = None
+    """vLLM's share of GPU memory (None: the calibration's ``gpu_memory_utilization``, vLLM's default)"""
     profile: str = ""
     """an efficiency profile (a calibration file or Parquet, from `rltrace calibrate`) replacing the two efficiency
     factors"""
+    calibration: str = ""
+    """a calibration file (the shipped files' format) whose entries replace the shipped constants of the same names
+    (:meth:`rltrace.calibration.CostCalibration.overridden`); empty: the shipped files alone"""
+
+    def constants(self) -> CostCalibration:
+        """The one calibration every cost of a replay with this config is priced with."""
+        return CALIBRATION.overridden(self.calibration) if self.calibration else CALIBRATION
+
+    def resolved(self, calibration: CostCalibration) -> CostConfig:
+        """This config with every figure left unset (None) taken from ``calibration``: what a run records."""
+        c = calibration
+        return replace(self, memory_efficiency=self.figure("memory_efficiency", c),
+                       compute_efficiency=self.figure("compute_efficiency", c), sync_gbps=self.figure("sync_gbps", c),
+                       gpu_memory_utilization=self.figure("gpu_memory_utilization", c))
+
+    def figure(self, name: str, calibration: CostCalibration) -> float:
+        """Figure ``name`` (one of :data:`CALIBRATED`): as set, else ``calibration``'s."""
+        value: float | None = getattr(self, name)
+        return calibration[name] if value is None else value
+
+
+CALIBRATED = ("memory_efficiency", "compute_efficiency", "sync_gbps", "gpu_memory_utilization")
+"""the cost settings that default to the calibration entry of the same name"""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,6 +138,8 @@ class Prepared:
     """what weight syncs are priced on without ``--topology``: the local fabric spec
     (:func:`~rltrace.replay.network.weight_sync.local_fabric`) when syncs measured on other GPUs were repriced,
     else "recorded" (the source's own sync times) or "<N> GB/s" (one model copy over ``cost.sync_gbps``)"""
+    calibration: CostCalibration = CALIBRATION
+    """the constants every job's costs were priced with (:meth:`CostConfig.constants`)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +217,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     if spec is not None and model is None and (note := _model_note(spec)):
         notes.append(note)
     profile = load_profile(cost.profile) if cost.profile else None
+    constants = cost.constants()
     rollout = workload.cluster.get("rollout")
     trainer = workload.cluster.get("trainer")
     same_hw = rollout is not None and rollout.device == cluster.gen_gpu and rollout.tp == cluster.tp
@@ -197,8 +227,9 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     if use_trace:
         if recording is None:
             raise ConfigError("cost.generation=trace needs the bundle's recorded requests")
-        generation, report = fit_generation(recording, iterations.collect() if iterations is not None else None,
-                                            tp=rollout.tp if rollout else 1, step_weights=step_weights)
+        fitted_cost, report = fit_generation(recording, iterations.collect() if iterations is not None else None,
+                                             tp=rollout.tp if rollout else 1, step_weights=step_weights)
+        generation = replace(fitted_cost, tp_speedup=constants["fitted_tp_speedup"])
         notes.append(f"generation cost fitted to the trace, {report}")
     else:
         gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
@@ -206,10 +237,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
             raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model, or a "
                               "profile measured on that device (rltrace calibrate --device)")
         generation, note = catalog_generation("kernels" if cost.generation == "kernels" else "roofline",
-                                              model=spec, gpu=gpu, memory_efficiency=cost.memory_efficiency,
-                                              compute_efficiency=cost.compute_efficiency,
-                                              gpu_memory_utilization=cost.gpu_memory_utilization,
-                                              max_num_seqs=cluster.max_seqs, profile=profile)
+                                              model=spec, gpu=gpu,
+                                              memory_efficiency=cost.figure("memory_efficiency", constants),
+                                              compute_efficiency=cost.figure("compute_efficiency", constants),
+                                              gpu_memory_utilization=cost.figure("gpu_memory_utilization", constants),
+                                              max_num_seqs=cluster.max_seqs, profile=profile, calibration=constants)
         generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
         source = f", efficiencies from {cost.profile}" if profile is not None else ""
         notes.append(f"{note}{source}")
@@ -219,7 +251,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     if spec is not None and train_gpu is not None:
         # the weights and mixed-precision Adam state a switch moves (.switching), at best sharded over every trainer
         state = ModelState(params=float(spec.params), weight_bytes=float(spec.weight_bytes))
-        per_gpu = state.training_bytes(cluster.train_gpus)
+        per_gpu = state.training_bytes(cluster.train_gpus, constants)
         if per_gpu > train_gpu.memory_bytes:
             notes.append(f"training {spec.name} on {cluster.train_gpus} {train_gpu.name}s: its weights and Adam state "
                          f"alone are {per_gpu / 1e9:,.0f} GB a GPU sharded over all of them, above the "
@@ -228,7 +260,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     training = TrainingCost(model=spec, gpu=train_gpu, gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
                             recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
-                            ep=cost.train_ep, sync_gbps=measured_bw / 1e9 if measured_bw else cost.sync_gbps)
+                            ep=cost.train_ep, calibration=constants,
+                            sync_gbps=measured_bw / 1e9 if measured_bw else cost.figure("sync_gbps", constants))
     samples, steps = workload.samples, workload.steps
     counts = samples.group_by("step", maintain_order=True).len()["len"].to_numpy()
     first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
@@ -282,7 +315,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
               sync_tensors=spec.tensors if spec is not None else 1,
               alltoalls=alltoall,
-              extra={"params": float(spec.params), "weight_bytes": weights} if spec is not None else {})
+              extra={"params": float(spec.params), "weight_bytes": weights} if spec is not None else {},
+              calibration=constants)
     if (rollout and rollout.device != cluster.gen_gpu) or (trainer and trainer.device != cluster.train_gpu):
         # syncs measured on other hardware: the network model prices them on the replay's GPUs
         job.sync_s = reprice_syncs(job.sync_bytes or [], cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu,
@@ -293,7 +327,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
         pl.lit(0).alias("job"), turns["next_turn"].cast(pl.Int64))
     fitted = tuple(sorted(recording["step"].unique().to_list())) if use_trace and recording is not None else ()
-    return Prepared(frame, [job], cluster, notes, fitted, sync_fabric)
+    return Prepared(frame, [job], cluster, notes, fitted, sync_fabric, constants)
 
 
 def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
@@ -339,10 +373,10 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         metrics["network"] = network_metrics(routed, links, metrics["throughput_samples_per_s"], config.network)
     resolved = {
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
-        "replay": to_dict(config),
+        "replay": to_dict(replace(config, cost=config.cost.resolved(prepared.calibration))),
         "cluster": to_dict(prepared.cluster),
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
-        "calibration": CALIBRATION.describe(),
+        "calibration": prepared.calibration.describe(),
         "profile": profile_files(config.cost.profile) if config.cost.profile else None,
         "notes": prepared.notes + (routed.notes if routed is not None else []) + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "

@@ -12,12 +12,14 @@ from helpers import require_shared, run_cli
 from rltrace.replay.costmodels import Roofline, serving
 from rltrace.replay.costmodels.parallel import tp_allreduce_seconds
 from rltrace.replay.costmodels.profile import fit_elementwise_stream, fit_gemm_compute, fit_gemm_stream
-from rltrace.replay.costmodels.training import DENSE_TRAIN_MFU_BY_GPU, default_mfu, step_seconds
+from rltrace.replay.costmodels.training import default_mfu, step_seconds
 
+from rltrace.calibration import CALIBRATION
 from rltrace.catalog import get_gpu, get_model
 from rltrace.catalog.models import ModelSpec
 from rltrace.errors import ConfigError
 
+FIGURES = serving.KernelFigures.of(CALIBRATION)
 LLAMA, H100 = get_model("Llama-2-7B"), get_gpu("H100")
 
 
@@ -86,7 +88,7 @@ def test_training_counts_causal_attention_and_runs_fp8_linear_layers_at_the_fp8_
     with pytest.raises(ConfigError, match="precision"):
         step_seconds(LLAMA, H100, tokens=tokens, gpus=8, precision="int4")
     # the published dense MFU of the GPU's kind: A100 runs reach a higher share of their peak than Hopper
-    assert default_mfu(LLAMA, get_gpu("A100")) == DENSE_TRAIN_MFU_BY_GPU["A100"] > default_mfu(LLAMA, H100)
+    assert default_mfu(LLAMA, get_gpu("A100")) == CALIBRATION["dense_train_mfu_a100"] > default_mfu(LLAMA, H100)
 
 
 def test_time_grows_with_batch_and_context() -> None:
@@ -131,19 +133,19 @@ def test_no_measured_h100_kernel_beats_the_full_efficiency_roofline() -> None:
 
 
 def test_a_gpu_gemm_is_a_ramp_plus_its_bytes_at_the_streaming_fraction_fitted_to_the_h100_table() -> None:
-    """serving.GEMM_STREAM is the fit of aiconfigurator's H100 GEMMs with m <= 16 (re-fitted here); a tiny kernel
+    """The gemm_stream figures are the fit of aiconfigurator's H100 GEMMs with m <= 16 (re-fitted here); a tiny kernel
     is all ramp, a large one nearly all bytes; a GPU decode of one token pays one ramp per GEMM plus its weights
     at the streaming fraction, where a CPU device (no floors) keeps the single memory efficiency."""
     fit = fit_gemm_stream(require_shared("kernels/h100/aic_gemm_perf.parquet"))
     for row in fit.iter_rows(named=True):
-        ramp, fraction = serving.GEMM_STREAM[row["weight_bytes"]]
+        ramp, fraction = FIGURES.gemm_stream[row["weight_bytes"]]
         assert row["ramp_s"] == pytest.approx(ramp, rel=0.01)
         assert row["efficiency"] == pytest.approx(fraction, abs=0.001)
         assert row["median_abs_error"] < 0.1 and row["kernels"] > 1000
-    ramp, fraction = serving.GEMM_STREAM[2]
+    ramp, fraction = FIGURES.gemm_stream[2]
     hbm = H100.hbm_bytes_per_s
-    assert float(serving.stream_seconds(1e3, 2, hbm)) == pytest.approx(ramp + 1e3 / (fraction * hbm))
-    assert float(serving.stream_seconds(1e9, 2, hbm)) == pytest.approx(1e9 / (fraction * hbm), rel=0.01)
+    assert float(serving.stream_seconds(1e3, 2, hbm, FIGURES)) == pytest.approx(ramp + 1e3 / (fraction * hbm))
+    assert float(serving.stream_seconds(1e9, 2, hbm, FIGURES)) == pytest.approx(1e9 / (fraction * hbm), rel=0.01)
     gemms = 7 * LLAMA.layers + 1  # q/k/v, o, gate, up, down per layer; the LM head
     weights = _gemm_params(LLAMA) * LLAMA.dtype_bytes
     gpu = Roofline(model=LLAMA, gpu=H100).decode(batch=1, context=0)
@@ -153,13 +155,13 @@ def test_a_gpu_gemm_is_a_ramp_plus_its_bytes_at_the_streaming_fraction_fitted_to
 
 
 def test_elementwise_stream_is_the_median_of_vidurs_h100_elementwise_ops() -> None:
-    """serving.ELEMENTWISE_STREAM is the median over the ops of Vidur's H100 norms, rotary, activation and residual
+    """The elementwise_stream figure is the median over the ops of Vidur's H100 norms, rotary, activation and residual
     add once they stream (re-fitted here); each op lands where its kind should (the add above 1 where L2 holds its
     inputs)."""
     fit = {row["op"]: row for row in fit_elementwise_stream(
         require_shared("kernels/h100/vidur_llama-2-7b_mlp.csv")).iter_rows(named=True)}
     assert set(fit) == {"input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add"}
-    assert statistics.median(row["median"] for row in fit.values()) == pytest.approx(serving.ELEMENTWISE_STREAM,
+    assert statistics.median(row["median"] for row in fit.values()) == pytest.approx(FIGURES.elementwise_stream,
                                                                                       abs=0.005)
     assert all(row["rows"] == 780 for row in fit.values())
     assert 0.3 < fit["input_layernorm"]["median"] < 0.45 and fit["add"]["median"] > 0.9
@@ -169,7 +171,7 @@ def test_elementwise_stream_is_the_median_of_vidurs_h100_elementwise_ops() -> No
 def test_a_prefill_chunk_streams_its_norms_rotary_and_activation_and_tp_shards_all_but_the_norms(tp: int) -> None:
     """One 8,192-token chunk of Llama-2-7B: every layer's two fused residual-add RMSNorms read and write 4 x hidden
     BF16 values a token on every rank, rotary 2 x (heads + kv heads) x head_dim / tp, SiLU-and-mul 3 x intermediate /
-    tp; their bytes at ELEMENTWISE_STREAM of HBM run in series with the compute-bound GEMMs, so the report counts
+    tp; their bytes at elementwise_stream of HBM run in series with the compute-bound GEMMs, so the report counts
     them as work, not as fixed parts."""
     tokens, m = 8192, LLAMA
     est = Roofline(model=m, gpu=H100, tp=tp).prefill(tokens)
@@ -179,11 +181,11 @@ def test_a_prefill_chunk_streams_its_norms_rotary_and_activation_and_tp_shards_a
     weights = _gemm_params(m) * m.dtype_bytes / tp
     kv_write = tokens * m.kv_bytes_per_token / tp
     assert est.bytes == pytest.approx(weights + elementwise + kv_write, rel=1e-9)
-    streamed = elementwise / (H100.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM)
+    streamed = elementwise / (H100.hbm_bytes_per_s * FIGURES.elementwise_stream)
     assert est.bound == "compute"
     assert est.seconds >= est.compute_s + streamed + est.comm_s
     assert est.floor_s < 0.02 * est.seconds
-    norms = tokens * 2 * m.layers * 4 * m.hidden * 2 / (H100.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM)
+    norms = tokens * 2 * m.layers * 4 * m.hidden * 2 / (H100.hbm_bytes_per_s * FIGURES.elementwise_stream)
     assert norms > 0.05 * est.seconds  # not sharded by TP: a share that grows as TP shards the GEMMs
 
 
@@ -224,12 +226,12 @@ def test_each_architectures_elementwise_bytes_grow_with_the_tokens_as_its_kernel
 
 
 def test_fp8_gemm_share_is_the_h100_tables_fp8_median_over_its_bf16_median() -> None:
-    """serving.FP8_GEMM_SHARE is the public H100 table's compute-bound FP8 median over its BF16 one (re-fitted here);
+    """The fp8_gemm_share figure is the public H100 table's compute-bound FP8 median over its BF16 one (re-fitted here);
     the table held against another part's peaks is refused, not fitted."""
     table = require_shared("kernels/h100/aic_gemm_perf.parquet")
     fit = {row["dtype"]: row for row in fit_gemm_compute(table).iter_rows(named=True)}
     assert fit["bfloat16"]["share"] == pytest.approx(0.750, abs=0.001)  # the calibration's BF16 compute factor
-    assert fit["fp8"]["share"] / fit["bfloat16"]["share"] == pytest.approx(serving.FP8_GEMM_SHARE, abs=0.001)
+    assert fit["fp8"]["share"] / fit["bfloat16"]["share"] == pytest.approx(FIGURES.fp8_gemm_share, abs=0.001)
     assert min(fit["fp8"]["kernels"], fit["bfloat16"]["kernels"]) > 9000
     with pytest.raises(ConfigError, match="A100 has no FP8 peak"):
         fit_gemm_compute(table, "A100")
@@ -238,11 +240,11 @@ def test_fp8_gemm_share_is_the_h100_tables_fp8_median_over_its_bf16_median() -> 
 
 
 def test_a_compute_bound_fp8_gemm_runs_at_the_fp8_peak_times_the_share() -> None:
-    """An FP8 prefill runs its projections at the FP8 peak x compute_efficiency x FP8_GEMM_SHARE, a BF16 one at the
+    """An FP8 prefill runs its projections at the FP8 peak x compute_efficiency x fp8_gemm_share, a BF16 one at the
     BF16 peak x compute_efficiency; FP8 weights on a part without FP8 cores (A100) compute at BF16's rate."""
     layers = 2 * 8192 * (_gemm_params(LLAMA) - LLAMA.vocab * LLAMA.hidden)  # one chunk's projections; not the LM head
     a100 = get_gpu("A100")
-    for gpu, rate in [(H100, H100.fp8_tflops * 1e12 * 0.7 * serving.FP8_GEMM_SHARE), (a100, a100.flops * 0.7)]:
+    for gpu, rate in [(H100, H100.fp8_tflops * 1e12 * 0.7 * FIGURES.fp8_gemm_share), (a100, a100.flops * 0.7)]:
         bf16, fp8 = (Roofline(model=dataclasses.replace(LLAMA, dtype_bytes=wb), gpu=gpu, kernel_floors=False,
                               compute_efficiency=0.7).prefill(8192) for wb in (2, 1))
         # compute-bound: only the projections' rate differs (attention, the LM head and the KV stay BF16)

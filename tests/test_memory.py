@@ -40,19 +40,19 @@ def test_the_log_the_constants_come_from_is_reproduced() -> None:
 def test_the_peak_is_the_larger_of_the_forward_and_the_sampler(seqs: int, sampler_wins: bool) -> None:
     # Llama-3-8B over 8,192 tokens: residual, normed input, gate/up and its activation = 2h + 3I values a token
     forward = 8192 * (2 * 4096 + 3 * 14336) * 2
-    sampler = seqs * LLAMA8.vocab * memory.SAMPLER_BYTES_PER_LOGIT
+    sampler = seqs * LLAMA8.vocab * memory.sampler_bytes_per_logit()
     peak = activation_peak_bytes(LLAMA8, 1, 8192, seqs)
     assert peak == pytest.approx(sampler if sampler_wins else forward)
     assert (sampler > forward) is sampler_wins
     # the sampler never sees more rows than the profiling run has tokens
-    rows_512 = 512 * LLAMA8.vocab * memory.SAMPLER_BYTES_PER_LOGIT
+    rows_512 = 512 * LLAMA8.vocab * memory.sampler_bytes_per_logit()
     assert activation_peak_bytes(LLAMA8, 1, 512, 1024) == pytest.approx(rows_512)
 
 
 def test_an_moe_workspace_stays_allocated_through_the_sampler() -> None:
     mixtral = get_model("Mixtral-8x7B")  # top-2 of 8 experts of width 14,336 over tp 2
     workspace = 8192 * 2 * (3 * 14336 / 2 + 4096) * 2
-    sampler = 1024 * mixtral.vocab * memory.SAMPLER_BYTES_PER_LOGIT
+    sampler = 1024 * mixtral.vocab * memory.sampler_bytes_per_logit()
     assert activation_peak_bytes(mixtral, 2) == pytest.approx(workspace + sampler)
     assert activation_peak_bytes(mixtral, 2) / GIB == pytest.approx(1.21, rel=0.05)  # vLLM 0.19's log
 

@@ -14,9 +14,10 @@ from rltrace.replay.costmodels.benchmark import offline_throughput, roof_kv_batc
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.roofline import Roofline
-from rltrace.replay.costmodels.training import MOE_TRAIN_MFU, default_mfu, step_seconds
+from rltrace.replay.costmodels.training import default_mfu, step_seconds
 
 import rltrace
+from rltrace.calibration import CALIBRATION
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY as COMPUTE
 from rltrace.catalog import from_info, get_gpu, get_model, load_models
 from rltrace.catalog.models import ARCHITECTURE, ModelSpec, differences
@@ -25,6 +26,7 @@ from rltrace.manifest import Manifest
 
 H100 = get_gpu("H100")
 # A small MoE: 4 experts, top-2, width 64, one dense layer then three MoE layers.
+FIGURES = serving.KernelFigures.of(CALIBRATION)
 TINY = ModelSpec(name="tiny-moe", hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vocab=1000,
                  experts=4, experts_per_token=2, expert_intermediate=64, dense_layers=1)
 # DeepSeek-V3's config.json (deepseek-ai/DeepSeek-V3), the keys the catalog reads
@@ -213,8 +215,9 @@ def test_training_counts_active_params_and_prices_expert_all_to_alls() -> None:
     qwen = get_model("Qwen3-30B-A3B")
     h800 = get_gpu("H800")
     plain = step_seconds(qwen, h800, tokens=65536, gpus=8)
-    assert default_mfu(qwen) == MOE_TRAIN_MFU
-    assert plain.seconds == pytest.approx(6 * qwen.active_params * 65536 / (8 * h800.flops * MOE_TRAIN_MFU))
+    assert default_mfu(qwen) == CALIBRATION["moe_train_mfu"]
+    mfu = CALIBRATION["moe_train_mfu"]
+    assert plain.seconds == pytest.approx(6 * qwen.active_params * 65536 / (8 * h800.flops * mfu))
     ep = step_seconds(qwen, h800, tokens=65536, gpus=8, ep=8)
     assert ep.comm_s > 0 and ep.seconds == pytest.approx(plain.seconds + ep.comm_s)
     # every rank sends 7/8 of its 8,192 tokens x 8 experts x 2,048 x 2 B, four times per MoE layer
@@ -245,7 +248,7 @@ def test_fp8_experts_without_a_moe_curve_run_at_the_dense_fp8_gemm_rate(floors: 
     on, the table's fixed part and streaming rate kept) and as two GEMMs (floors off)."""
     fp8 = dataclasses.replace(get_model("Qwen3-30B-A3B"), dtype_bytes=1)  # experts large enough to be compute-bound
     none = dataclasses.replace(H100, moe_compute_efficiency=0.0, moe_half_width=0.0)
-    flat = dataclasses.replace(H100, moe_compute_efficiency=COMPUTE * serving.FP8_GEMM_SHARE, moe_half_width=0.0)
+    flat = dataclasses.replace(H100, moe_compute_efficiency=COMPUTE * FIGURES.fp8_gemm_share, moe_half_width=0.0)
     for tokens in (16, 8192):
         without, with_flat = (Roofline(model=fp8, gpu=g, kernel_floors=floors).prefill(tokens) for g in (none, flat))
         assert without.seconds == pytest.approx(with_flat.seconds, rel=1e-12)
@@ -316,10 +319,10 @@ def test_a_decodes_reported_memory_share_streams_the_fused_experts_at_the_ops_ow
     per_token = 2 * TINY.layers * 4 * TINY.hidden + TINY.layers * 2 * 6 * 32 + TINY.dense_layers * 3 * TINY.intermediate
     elementwise = rows * per_token * 2
     others = est.bytes - experts - kv - elementwise
-    gemm_bw = H100.hbm_bytes_per_s * serving.GEMM_STREAM[TINY.dtype_bytes][1]
+    gemm_bw = H100.hbm_bytes_per_s * FIGURES.stream(TINY.dtype_bytes)[1]
     read_bw = H100.hbm_bytes_per_s * (roof.attention_efficiency or roof.memory_efficiency)
     expected = (others / gemm_bw + experts / (H100.hbm_bytes_per_s * 0.9) + kv / read_bw
-                + elementwise / (H100.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM))
+                + elementwise / (H100.hbm_bytes_per_s * FIGURES.elementwise_stream))
     assert est.memory_s == pytest.approx(expected, rel=1e-9)
     # the fixed part moves the priced time, not the memory share
     quicker = Roofline(model=TINY, gpu=dataclasses.replace(gpu, moe_fixed_us=10.0)).decode(batch, context)

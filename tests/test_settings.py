@@ -70,7 +70,7 @@ def test_a_config_goes_to_json_and_back_unchanged() -> None:
     (["nokey"], "--set 'nokey': expected key=value"),
     (["disagg-sync.bogus=1"], "unknown key 'disagg-sync.bogus'"),
     (["rollpacker.eta=1.5"], "unknown key 'rollpacker.eta' (rollpacker is not among the chosen schedulers"),
-    (["cost.ep=8"], "unknown key 'cost.ep' (known under cost: compute_efficiency"),
+    (["cost.ep=8"], "unknown key 'cost.ep' (known under cost: calibration, compute_efficiency"),
     (["cost.ep=8"], "did you mean cost.train_ep?"),
     (["cost.trian_ep=8"], "did you mean cost.train_ep?"),
     (["disagg-sync.bogus=1"], "disagg-sync takes no settings"),

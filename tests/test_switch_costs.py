@@ -8,20 +8,17 @@ import json
 import polars as pl
 import pytest
 from helpers import run_cli
-from rltrace.replay.costmodels.switching import (
-    FLOOR_S,
-    HOST_LINK_SHARE,
-    ModelState,
-    host_link_bytes_per_s,
-    switch_seconds,
-)
+from rltrace.replay.costmodels.switching import ModelState, host_link_bytes_per_s, switch_seconds
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.network.weight_sync import reprice_syncs
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
 from rltrace.sample_traces import sample_path
 
 from rltrace.bundle import open_bundle
+from rltrace.calibration import CALIBRATION
 from rltrace.catalog import get_gpu
+
+FLOOR_S, LINK_SHARE = CALIBRATION["switch_floor_s"], CALIBRATION["host_link_share"]
 
 TINY = "tiny_rl_cpu"
 # RollMux's measurements (arXiv 2512.11306, H800): (params, rollout warm, rollout cold, training warm, training
@@ -46,7 +43,7 @@ def state(params: float) -> ModelState:
 
 def test_a_warm_switch_is_the_floor_plus_the_bytes_each_gpu_moves_over_its_host_link(
         role: str, params: float, gpu: str, tp: int, gpus: int, moved_bytes: float) -> None:
-    link = get_gpu(gpu).host_link_gbps * 1e9 * HOST_LINK_SHARE
+    link = get_gpu(gpu).host_link_gbps * 1e9 * LINK_SHARE
     assert switch_seconds(state(params), role, gpu, tp=tp, gpus=gpus) == pytest.approx(FLOOR_S + moved_bytes / link)
 
 

@@ -39,6 +39,7 @@ from rltrace.replay.costmodels.iteration import IterationModel, Linear, PrefillM
 from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.per_tp import PerTPGeneration
 
+from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -191,6 +192,8 @@ class KernelDatabase:
     ep: int = 1
     engine: str = "vllm"
     batched_tokens: int = serving.MAX_BATCHED_TOKENS
+    calibration: CostCalibration = CALIBRATION
+    """the constants of what the database lacks (the start-up memory split)"""
     _handle: Any = field(default=None, init=False, repr=False, compare=False)
     layout: str = field(default="", init=False, compare=False)
     """what the database priced: the weights' quantisation, and for an MoE the experts' and their layout"""
@@ -246,7 +249,7 @@ class KernelDatabase:
                            max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
         """Tokens of KV cache one rank holds (:mod:`.memory`: the database has no start-up memory split)."""
         mem = rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
-                          batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs)
+                          batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs, calibration=self.calibration)
         return mem.kv_tokens(self.model.kv_bytes_per_token_rank(self.tp))
 
     # ---- the replay's closed forms ----------------------------------------------------------------------------
@@ -291,7 +294,7 @@ class KernelGeneration(PerTPGeneration):
         """The database's costs at ``tp`` (a dense model's or an MoE's experts sharded over the TP group, as vLLM
         serves by default)."""
         return KernelDatabase(model=self.model, gpu=self.gpu, tp=tp, engine=self.engine,
-                              batched_tokens=self.max_num_batched_tokens)
+                              batched_tokens=self.max_num_batched_tokens, calibration=self.calibration)
 
     def build(self, tp: int) -> tuple[IterationModel, PrefillModel]:
         db = self.database(tp)

@@ -20,7 +20,7 @@ from rltrace.replay.costmodels.per_tp import PerTPGeneration
 from rltrace.replay.costmodels.profile import factors
 from rltrace.replay.costmodels.roofline import Roofline
 
-from rltrace.calibration import CALIBRATION
+from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -58,13 +58,14 @@ class RooflineGeneration(PerTPGeneration):
 
     def build(self, tp: int) -> tuple[IterationModel, PrefillModel]:
         roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=self.memory_efficiency,
-                        compute_efficiency=self.compute_efficiency, batched_tokens=self.max_num_batched_tokens)
+                        compute_efficiency=self.compute_efficiency, batched_tokens=self.max_num_batched_tokens,
+                        calibration=self.calibration)
         if self.profile is not None:
             f = factors(self.profile, self.gpu.name, tp)
             roof = Roofline(model=self.model, gpu=self.gpu, tp=tp, memory_efficiency=f.memory_efficiency,
                             compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency,
                             engine_overhead=f.engine_overhead, gemm_ramp=False,  # the profile's own GEMM form
-                            batched_tokens=self.max_num_batched_tokens)
+                            batched_tokens=self.max_num_batched_tokens, calibration=self.calibration)
         return roof.iteration_model(), roof.prefill_model()
 
 
@@ -107,10 +108,11 @@ def catalog_generation(backend: str, *, model: ModelSpec, gpu: GPUSpec, engine: 
                        gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION, max_num_seqs: int = serving.MAX_NUM_SEQS,
                        max_num_batched_tokens: int = serving.MAX_BATCHED_TOKENS,
                        memory_efficiency: float = MEMORY_EFFICIENCY, compute_efficiency: float = COMPUTE_EFFICIENCY,
-                       profile: pl.DataFrame | None = None) -> tuple[GenerationCost, str]:
+                       profile: pl.DataFrame | None = None,
+                       calibration: CostCalibration = CALIBRATION) -> tuple[GenerationCost, str]:
     """Generation costs of ``model`` on ``gpu`` from the catalogs, and a note naming what priced them: ``backend``
     "kernels" is aiconfigurator-core's measured-kernel database (refusing a GPU or model it lacks), "roofline" the
-    roofline (with ``profile``'s fitted efficiencies when given)."""
+    roofline (with ``profile``'s fitted efficiencies when given); either with ``calibration``'s constants."""
     if backend == "kernels":
         why = aiconfigurator.coverage(model, gpu, engine)
         if why:
@@ -118,13 +120,14 @@ def catalog_generation(backend: str, *, model: ModelSpec, gpu: GPUSpec, engine: 
         kernels = aiconfigurator.KernelGeneration(model=model, gpu=gpu, engine=engine,
                                                   gpu_memory_utilization=gpu_memory_utilization,
                                                   max_num_seqs=max_num_seqs,
-                                                  max_num_batched_tokens=max_num_batched_tokens)
+                                                  max_num_batched_tokens=max_num_batched_tokens,
+                                                  calibration=calibration)
         return kernels, (f"generation cost: {aiconfigurator.PACKAGE} {aiconfigurator.version()} kernels of "
                          f"{model.name} on {gpu.name} ({engine})")
     roofline = RooflineGeneration(model=model, gpu=gpu, memory_efficiency=memory_efficiency,
                                   compute_efficiency=compute_efficiency, gpu_memory_utilization=gpu_memory_utilization,
                                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                  profile=profile)
+                                  profile=profile, calibration=calibration)
     return roofline, f"generation cost: roofline of {model.name} on {gpu.name}"
 
 

@@ -46,7 +46,8 @@ class IterationCosts(Kernels):
         """How vLLM splits one rank's share of memory: weights, profiling's activation peak (of
         :attr:`batched_tokens` tokens and ``max_num_seqs`` sampled rows), buffers outside torch, KV cache."""
         return rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
-                           batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs)
+                           batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs,
+                           calibration=self.calibration)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
                            max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
@@ -81,9 +82,10 @@ class IterationCosts(Kernels):
         if tp == 1:
             return np.zeros_like(t)
         for i, n in enumerate(t):  # a handful of sizes: the network model caches each collective
-            s = 2 * m.layers * tp_allreduce_seconds(self.gpu, tp, float(n), m.hidden)
+            s = 2 * m.layers * tp_allreduce_seconds(self.gpu, tp, float(n), m.hidden, self.calibration)
             if m.tp_norm_allreduces:  # a norm over every head: each token's q and k variance, two fp32 values
-                s += m.tp_norm_allreduces * m.layers * collective_seconds(self.gpu, "all_reduce", tp, 8.0 * n)
+                s += m.tp_norm_allreduces * m.layers * collective_seconds(self.gpu, "all_reduce", tp, 8.0 * n,
+                                                                           calibration=self.calibration)
             out[i] = s
         return out
 
@@ -97,7 +99,7 @@ class IterationCosts(Kernels):
             return gpu_s
         m = self.model
         kernels = m.layers * (4 + serving.DENSE_ELEMENTWISE + 1) + m.moe_layers * (3 + serving.MOE_ELEMENTWISE)
-        host = kernels * serving.EAGER_LAUNCH_S
+        host = kernels * self.figures.eager_launch_s
         return np.where(np.asarray(tokens) > serving.MAX_CAPTURE_SIZE, np.maximum(gpu_s, host), gpu_s)
 
     def decode_table(self, batches: ArrayLike) -> np.ndarray:
@@ -106,7 +108,7 @@ class IterationCosts(Kernels):
         b = np.asarray(batches, dtype=np.int64)
         rows = serving.padded_tokens(b) if self._floors else b
         gemm = self._layers(rows).seconds
-        attention_floor = self.model.layers * serving.ATTENTION_FLOOR_S if self._floors else 0.0
+        attention_floor = self.model.layers * self.figures.attention_floor_s if self._floors else 0.0
         gpu_s = gemm + attention_floor + self._sampler(b) + self._comm_table(b)
         return np.where(b > 0, self._launch_bound(b, gpu_s), 0.0)
 

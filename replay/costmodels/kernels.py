@@ -3,14 +3,18 @@ elementwise kernels between them. Each kernel takes the longest of its floor, it
 bandwidth and its FLOPs over achieved peak, and kernels run one after another:
 
 - GEMMs: attention projections, the dense MLP, the LM head (one row per request in a prefill chunk); on a GPU a
-  GEMM's memory time is a ramp plus its bytes at a streaming fraction of HBM (:data:`.serving.GEMM_STREAM`, fitted
-  to the public H100 GEMM table); FP8 weights read one byte and run at the FP8 peak where the part has one;
+  GEMM's memory time is a ramp plus its bytes at a streaming fraction of HBM (``gemm_stream`` of
+  :class:`.serving.KernelFigures`, fitted to the public H100 GEMM table); FP8 weights read one byte and run at the
+  FP8 peak where the part has one;
 - MoE: the router, the shared experts and only the routed experts the batch touches (``E (1 - (1 - k/E)^tokens)``
   of E), as one fused op where the GPU catalog has its table figures (``moe_fixed_us`` plus the touched experts at
   ``moe_stream_efficiency`` of HBM, or its FLOPs at ``moe_compute_efficiency x w / (w + moe_half_width)`` of the
   FP8 peak, w each rank's width of an expert), else two GEMMs;
-- elementwise kernels (norms, rotary, activation): activations in and out at :data:`.serving.ELEMENTWISE_STREAM` of
-  HBM, or their floor.
+- elementwise kernels (norms, rotary, activation): activations in and out at ``elementwise_stream`` of HBM, or
+  their floor.
+
+Every calibrated figure comes from the one :class:`~rltrace.calibration.CostCalibration` a :class:`Kernels` is
+given.
 
 The rest of an iteration (sampler, TP collectives, host launches, KV cache) is :mod:`.iteration_costs`; the
 public estimates and the replay's closed forms are :mod:`.roofline`.
@@ -25,6 +29,7 @@ import numpy as np
 from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.iteration import Linear
 
+from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -60,7 +65,7 @@ class Kernels:
     memory_efficiency: float = MEMORY_EFFICIENCY
     """achieved fraction of HBM bandwidth (measured median, memory-bound GEMMs: 0.59) of the KV-cache reads and
     writes and the sampler; of the GEMMs too where kernel floors are off (a CPU device): a GPU GEMM is a ramp
-    plus its bytes at the streaming fraction of :data:`.serving.GEMM_STREAM`"""
+    plus its bytes at the streaming fraction of :attr:`.serving.KernelFigures.gemm_stream`"""
     compute_efficiency: float = COMPUTE_EFFICIENCY
     """achieved fraction of peak FLOP/s in inference kernels (measured median, compute-bound: 0.69)"""
     train_mfu: float | None = None
@@ -75,12 +80,17 @@ class Kernels:
     """kernel floors, GEMM ramps, CUDA graphs and host launches (None: on for GPUs, off for a CPU device)"""
     gemm_ramp: bool = True
     """with floors on, a GEMM's memory time is a ramp plus its bytes at the streaming fraction fitted to the public
-    H100 table (:data:`.serving.GEMM_STREAM`); False: its bytes at ``memory_efficiency`` and the GEMM floor, which
-    is what a fitted profile's memory factor means (``rltrace calibrate`` fits that form)"""
+    H100 table (:attr:`.serving.KernelFigures.gemm_stream`); False: its bytes at ``memory_efficiency`` and the GEMM
+    floor, which is what a fitted profile's memory factor means (``rltrace calibrate`` fits that form)"""
     batched_tokens: int = serving.MAX_BATCHED_TOKENS
     """chunked prefill's token budget per iteration (vLLM's max_num_batched_tokens)"""
+    calibration: CostCalibration = CALIBRATION
+    """the constants every figure here is priced with (the shipped files unless a run gives its own)"""
+    figures: serving.KernelFigures = field(init=False, repr=False, compare=False)
+    """the kernel figures of :attr:`calibration`"""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "figures", serving.KernelFigures.of(self.calibration))
         m = self.model
         if self.tp < 1 or self.ep < 1:
             raise ConfigError(f"tp and ep must be >= 1, got tp {self.tp}, ep {self.ep}")
@@ -110,19 +120,19 @@ class Kernels:
         compute = np.asarray(flops) / (rate or self._gemm_flops(width))
         if not (self._floors and self.gemm_ramp):
             t = np.maximum(np.asarray(nbytes) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency), compute)
-            return np.maximum(t, serving.GEMM_FLOOR_S) if self._floors else t
+            return np.maximum(t, self.figures.gemm_floor_s) if self._floors else t
         # a GPU GEMM streams its weights after a ramp (launch, tile set-up, pipeline fill), so small kernels run
         # far below the bandwidth large ones reach: ramp + bytes / (fraction x HBM), fitted to the H100 table
-        stream = serving.stream_seconds(nbytes, width, self.gpu.hbm_bytes_per_s)
-        seconds: np.ndarray = np.maximum(np.maximum(stream, compute), serving.GEMM_FLOOR_S)
+        stream = serving.stream_seconds(nbytes, width, self.gpu.hbm_bytes_per_s, self.figures)
+        seconds: np.ndarray = np.maximum(np.maximum(stream, compute), self.figures.gemm_floor_s)
         return seconds
 
     def _gemm_flops(self, width: int) -> float:
         """FLOP/s of a compute-bound GEMM on weights of ``width`` bytes per element: the part's peak for that width at
-        :attr:`compute_efficiency`, and on the FP8 peak at :data:`.serving.FP8_GEMM_SHARE` of it as well (the public
+        :attr:`compute_efficiency`, and on the FP8 peak at ``fp8_gemm_share`` of it as well (the public
         H100 table's FP8 GEMMs reach 0.64x the share of their peak that its BF16 GEMMs reach of theirs)."""
         fp8 = width == 1 and self.gpu.fp8_tflops > 0
-        return self.gpu.flops_for(width) * self.compute_efficiency * (serving.FP8_GEMM_SHARE if fp8 else 1.0)
+        return self.gpu.flops_for(width) * self.compute_efficiency * (self.figures.fp8_gemm_share if fp8 else 1.0)
 
     @property
     def _fused_moe(self) -> bool:
@@ -134,7 +144,7 @@ class Kernels:
     def _gemm_bandwidth(self) -> float:
         """Bytes per second a GEMM streams its weights at, ramps aside (for the memory-bound share of a report)."""
         if self._floors and self.gemm_ramp:
-            return self.gpu.hbm_bytes_per_s * serving.GEMM_STREAM.get(self.model.dtype_bytes, serving.GEMM_STREAM[2])[1]
+            return self.gpu.hbm_bytes_per_s * self.figures.stream(self.model.dtype_bytes)[1]
         return self.gpu.hbm_bytes_per_s * self.memory_efficiency
 
     def _layers(self, tokens: np.ndarray, logit_rows: np.ndarray | float | None = None) -> _Layers:
@@ -213,7 +223,7 @@ class Kernels:
 
     def _elementwise(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(seconds, bytes, streamed seconds) of the kernels between the GEMMs over ``tokens`` rows per rank: each
-        takes its floor or its activations' bytes at :data:`.serving.ELEMENTWISE_STREAM` of HBM, whichever is longer.
+        takes its floor or its activations' bytes at ``elementwise_stream`` of HBM, whichever is longer.
         Per layer, as vLLM and SGLang run them: two fused residual-add RMSNorms (read the hidden state and the
         residual, write both: 4 x hidden BF16 values a token, not sharded by TP); rotary embedding in place on each
         rank's q and k heads (KV heads replicated where TP exceeds them, as the KV cache is; MLA: its rope dimensions,
@@ -223,7 +233,7 @@ class Kernels:
         are a token a sequence). Decode batches sit on the floors; a prefill chunk of thousands of tokens streams,
         and as TP shards the GEMMs but not the norms, the more so at high TP."""
         m, tp = self.model, self.tp
-        floor = serving.ELEMENTWISE_FLOOR_S
+        floor = self.figures.elementwise_floor_s
         fused = self._fused_moe
         routed = m.moe_layers if m.is_moe and not fused else 0
         # (BF16 values each token moves through the kernel, how many such kernels an iteration runs)
@@ -237,7 +247,7 @@ class Kernels:
         else:
             kernels.append((2.0 * (m.heads / tp + max(m.kv_heads / tp, 1.0)) * m.dim_head, m.layers))
         floors = m.layers + routed * serving.MOE_ELEMENTWISE  # the KV-cache write; routing, align, weighted sum
-        bw = self.gpu.hbm_bytes_per_s * serving.ELEMENTWISE_STREAM
+        bw = self.gpu.hbm_bytes_per_s * self.figures.elementwise_stream
         seconds = np.full_like(tokens, floors * floor)
         nbytes = np.zeros_like(tokens)
         for values, count in kernels:

@@ -21,15 +21,12 @@ from functools import lru_cache
 from rltrace.replay.network.collectives import collective
 from rltrace.replay.topologies.base import parse
 
-from rltrace.calibration import CALIBRATION
+from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.catalog import GPUSpec
 from rltrace.errors import ConfigError
 from rltrace.units import DTYPE_BYTES, bus_factor
 
 ACTIVATION_BYTES = DTYPE_BYTES["bf16"]  # activations travel in BF16 whatever the weights' dtype (FP8 GEMMs output BF16)
-NCCL_SMALL_LATENCY_S = CALIBRATION["nccl_small_latency_s"]
-"""fallback for a GPU kind the network model's topologies cannot name: aiconfigurator's measured 8 x H100 NCCL
-all_reduce of <= 8 KiB, 15.5-16.7 us (../shared/data/kernels/h100/aic_nccl_perf.parquet)"""
 
 
 @lru_cache(maxsize=4096)
@@ -40,28 +37,34 @@ def _collective_s(gpu: str, op: str, ranks: int, size: float, gpus_per_node: int
     return collective(parse(spec), op, ranks, size).seconds
 
 
-def collective_seconds(gpu: GPUSpec, op: str, ranks: int, size: float, gpus_per_node: int = 8) -> float:
+def collective_seconds(gpu: GPUSpec, op: str, ranks: int, size: float, gpus_per_node: int = 8, *,
+                       calibration: CostCalibration = CALIBRATION) -> float:
     """Seconds of one NCCL ``op`` of ``size`` bytes (nccl-tests' message size) over ``ranks`` GPUs of kind ``gpu``,
-    from the network model; 0 for a single rank."""
+    from the network model; 0 for a single rank. A GPU kind the topologies cannot name takes a ring at half its
+    NVLink figure after ``calibration``'s ``nccl_small_latency_s`` (aiconfigurator's measured 8 x H100 NCCL
+    all_reduce of <= 8 KiB)."""
     if ranks <= 1 or size <= 0:
         return 0.0
     try:
         return _collective_s(gpu.name, op, int(ranks), float(size), min(gpus_per_node, int(ranks)) if ranks <= 8
                              else gpus_per_node)
     except ConfigError:  # a user GPU the topologies cannot look up: a ring at half the bidirectional NVLink figure
-        return NCCL_SMALL_LATENCY_S + bus_factor(op, ranks) * size / (gpu.nvlink_gbps / 2 * 1e9)
+        return calibration["nccl_small_latency_s"] + bus_factor(op, ranks) * size / (gpu.nvlink_gbps / 2 * 1e9)
 
 
-def tp_allreduce_seconds(gpu: GPUSpec, tp: int, tokens: float, hidden: int) -> float:
+def tp_allreduce_seconds(gpu: GPUSpec, tp: int, tokens: float, hidden: int,
+                         calibration: CostCalibration = CALIBRATION) -> float:
     """One tensor-parallel all-reduce of ``tokens`` tokens' hidden states."""
-    return collective_seconds(gpu, "all_reduce", tp, tokens * hidden * ACTIVATION_BYTES)
+    return collective_seconds(gpu, "all_reduce", tp, tokens * hidden * ACTIVATION_BYTES, calibration=calibration)
 
 
-def ep_alltoall_seconds(gpu: GPUSpec, ep: int, tokens: float, hidden: int, top_k: int) -> float:
+def ep_alltoall_seconds(gpu: GPUSpec, ep: int, tokens: float, hidden: int, top_k: int,
+                        calibration: CostCalibration = CALIBRATION) -> float:
     """One expert-parallel all-to-all (dispatch or combine) of ``tokens`` tokens held on each rank, each sent to
     its ``top_k`` experts: every rank's send buffer is ``tokens x top_k x hidden`` BF16 values, (ep-1)/ep of them
     leaving the rank (the all-to-all's own bus factor)."""
-    return collective_seconds(gpu, "all_to_all", ep, tokens * top_k * hidden * ACTIVATION_BYTES)
+    return collective_seconds(gpu, "all_to_all", ep, tokens * top_k * hidden * ACTIVATION_BYTES,
+                              calibration=calibration)
 
 
 def affine(fn: Callable[[float], float], lo: float = 1.0, hi: float = 256.0) -> tuple[float, float]:

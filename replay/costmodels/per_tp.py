@@ -16,6 +16,7 @@ from rltrace.replay.costmodels import serving
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.memory import rank_memory
 
+from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
@@ -35,6 +36,8 @@ class PerTPGeneration:
     """the engine's cap on running requests: the rows vLLM's profiling run samples (its activation peak)"""
     max_num_batched_tokens: int = serving.MAX_BATCHED_TOKENS
     """the engine's token budget per iteration (chunked prefill, profiling's activation peak)"""
+    calibration: CostCalibration = CALIBRATION
+    """the constants every closed form and the memory split are priced with"""
     # per copy: replace() must not share them. A degree the model cannot run at keeps its error (schedulers ask
     # again and again whether a TP splits the model), the KV cache its size (asked at every admission).
     _cache: dict[int, tuple[IterationModel, PrefillModel]] = field(default_factory=dict, init=False, repr=False,
@@ -69,7 +72,8 @@ class PerTPGeneration:
         # outside torch, at the rank's bytes per token (MLA's latent and KV heads beyond tp are replicated, so the
         # cache does not grow with tp the way the weights' share shrinks)
         mem = rank_memory(self.model, self.gpu, tp, gpu_memory_utilization=self.gpu_memory_utilization,
-                          max_num_seqs=self.max_num_seqs, batched_tokens=self.max_num_batched_tokens)
+                          max_num_seqs=self.max_num_seqs, batched_tokens=self.max_num_batched_tokens,
+                          calibration=self.calibration)
         if mem.kv_cache <= 0:
             raise ConfigError(
                 f"{self.model.name} leaves no KV cache on {tp} x {self.gpu.name}: vLLM's "

@@ -142,7 +142,7 @@ def fit_gemm_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
     """A memory-bound GEMM's time as ``ramp + bytes / (efficiency x HBM)``, fitted per weight dtype to the m <=
     :data:`STREAM_MAX_M` kernels of aiconfigurator's GEMM table at ``path`` (least squares in relative error,
     so small and large kernels weigh alike); one row per dtype: weight_bytes, ramp_s, efficiency, kernels and
-    the fit's median |error|. :data:`.serving.GEMM_STREAM` holds this fit of the H100 table."""
+    the fit's median |error|. The calibration's ``gemm_stream_*`` entries hold this fit of the H100 table."""
     hbm = get_gpu(gpu).hbm_bytes_per_s
     rows = []
     for _, wb, m, n, k, seconds in _gemms_by_dtype(pl.read_parquet(path).filter(pl.col("m") <= STREAM_MAX_M)):
@@ -163,7 +163,7 @@ def fit_gemm_compute(path: str | Path, gpu: str = "H100", dtypes: Mapping[str, i
     outlast their bytes (weights at the dtype's width, BF16 activations in and out) at full HBM bandwidth; a 2-byte
     dtype against the BF16 peak, a 1-byte one (``dtypes`` maps aiconfigurator's ``gemm_dtype`` to weight bytes:
     per-tensor ``fp8`` by default, ``fp8_block`` on request) against the FP8 peak. One row per dtype the table
-    holds: dtype, weight_bytes, share, kernels. :data:`.serving.FP8_GEMM_SHARE` is the fp8 row over the bfloat16
+    holds: dtype, weight_bytes, share, kernels. The calibration's ``fp8_gemm_share`` is the fp8 row over the bfloat16
     row of the H100 table. A 1-byte dtype on a part without FP8 cores, a dtype without a compute-bound kernel, or a
     share above 1 (the table was timed on another part) is a ConfigError."""
     part = get_gpu(gpu)
@@ -194,7 +194,8 @@ def fit_elementwise_stream(path: str | Path, gpu: str = "H100") -> pl.DataFrame:
     each op's bytes as its kernel moves them in BF16: RMSNorm reads and writes ``tokens x hidden``; rotary, in place,
     reads and writes q and k (``tokens x (heads + kv heads) x head_dim / tp``); SiLU-and-mul reads ``2 x tokens x
     intermediate / tp`` and writes half; the residual add reads two ``tokens x hidden`` and writes one. One row per
-    op: op, rows, median, min, max. :data:`.serving.ELEMENTWISE_STREAM` is the median over the ops of the H100 table."""
+    op: op, rows, median, min, max. The calibration's ``elementwise_stream`` is the median over the ops of the H100
+    table."""
     hbm = get_gpu(gpu).hbm_bytes_per_s
     t = pl.read_csv(path).filter(pl.col("num_tokens") >= ELEMENTWISE_MIN_TOKENS)
     if not t.height:

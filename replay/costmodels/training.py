@@ -16,7 +16,8 @@ recipes, as Megatron-LM and Megatron-Bridge run them) does its linear layers, i.
 tensor peak (datasheet), while attention stays at the BF16 peak (TE's FP8 recipes cast only ``Linear``/
 ``GroupedLinear`` GEMMs; ``DotProductAttention`` runs in BF16 unless ``fp8_dpa`` is set, which those runs do not).
 
-MFU defaults, one home (``default_mfu``), each from a published run, of BF16 dense peak:
+MFU defaults, one home (``default_mfu``, calibration entries ``dense_train_mfu``, ``dense_train_mfu_a100`` and
+``moe_train_mfu``), each from a published run, of BF16 dense peak:
 
 - dense: 0.40, Llama 3 405B on 8,192-16,384 H100s, BF16 MFU 38-43% (Llama 3 paper, arXiv 2407.21783, Table 4);
   the Hopper and Blackwell parts take it. A100: 0.52, MosaicML's FSDP runs of 7B-70B models at 2k-8k tokens on
@@ -36,24 +37,24 @@ from typing import NamedTuple
 
 from rltrace.replay.costmodels.parallel import ACTIVATION_BYTES, ep_alltoall_seconds
 
-from rltrace.calibration import CALIBRATION
-from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM, SYNC_GBPS
+from rltrace.calibration import CALIBRATION, CostCalibration
+from rltrace.calibration.defaults import SYNC_GBPS
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 from rltrace.units import bus_factor
 
 PRECISIONS = ("bf16", "fp16", "fp8")  # the linear layers' (Transformer Engine's FP8 recipes for fp8)
-DENSE_TRAIN_MFU = CALIBRATION["dense_train_mfu"]  # Llama 3 405B, H100, BF16 MFU 38-43% (arXiv 2407.21783)
-MOE_TRAIN_MFU = CALIBRATION["moe_train_mfu"]  # DeepSeek-V3 pre-training (arXiv 2412.19437)
-# MosaicML llm-foundry A100 80GB table (module text); others: Llama 3's
-DENSE_TRAIN_MFU_BY_GPU = {"A100": CALIBRATION["dense_train_mfu_a100"]}
+DENSE_MFU_BY_GPU = {"A100": "dense_train_mfu_a100"}
+"""GPU kinds with a dense MFU of their own (MosaicML's A100 table, module text): the calibration entry; others take
+Llama 3's ``dense_train_mfu``"""
 
 
-def default_mfu(model: ModelSpec | None, gpu: GPUSpec | None = None) -> float:
+def default_mfu(model: ModelSpec | None, gpu: GPUSpec | None = None,
+                calibration: CostCalibration = CALIBRATION) -> float:
     """The published MFU for ``model``'s kind (MoE or dense) on ``gpu``'s kind (see the module text)."""
     if model is not None and model.is_moe:
-        return MOE_TRAIN_MFU
-    return DENSE_TRAIN_MFU_BY_GPU.get(gpu.name, DENSE_TRAIN_MFU) if gpu is not None else DENSE_TRAIN_MFU
+        return calibration["moe_train_mfu"]
+    return calibration[DENSE_MFU_BY_GPU.get(gpu.name if gpu is not None else "", "dense_train_mfu")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +69,10 @@ class Step:
     """bytes every rank sends in expert-parallel all-to-alls over the step"""
 
 
-def training_state_bytes(model: ModelSpec, gpus: int) -> float:
+def training_state_bytes(model: ModelSpec, gpus: int, calibration: CostCalibration = CALIBRATION) -> float:
     """Bytes per GPU of a fully sharded (FSDP / ZeRO-3) mixed-precision Adam trainer's state: BF16 weights plus
-    ``ADAM_BYTES_PER_PARAM`` per parameter, over ``gpus``; activations come on top."""
-    return model.params * (ACTIVATION_BYTES + ADAM_BYTES_PER_PARAM) / max(gpus, 1)
+    ``adam_bytes_per_param`` per parameter, over ``gpus``; activations come on top."""
+    return model.params * (ACTIVATION_BYTES + calibration["adam_bytes_per_param"]) / max(gpus, 1)
 
 
 def attention_pairs_per_token(model: ModelSpec, seq_len: float) -> float:
@@ -83,12 +84,14 @@ def attention_pairs_per_token(model: ModelSpec, seq_len: float) -> float:
 
 
 def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mfu: float | None = None, ep: int = 1,
-                 passes: float = 3.0, seq_len: float | None = None, precision: str = "bf16") -> Step:
+                 passes: float = 3.0, seq_len: float | None = None, precision: str = "bf16",
+                 calibration: CostCalibration = CALIBRATION) -> Step:
     """One step over ``tokens`` tokens on ``gpus`` GPUs: ``2 x passes x active params x tokens`` FLOPs (3 passes:
     forward and backward, i.e. the 6N rule; 1: a forward-only pass), plus causal attention over ``seq_len``-token
     sequences when given, at ``mfu`` (None: :func:`default_mfu`) of the BF16 peak, the linear layers at the FP8
     peak instead when ``precision`` is "fp8"; plus ``2 x passes`` all-to-alls per MoE layer across ``ep``
-    expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16)."""
+    expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16). ``calibration`` gives
+    the MFU defaults and the collectives' fallback latency."""
     if precision not in PRECISIONS:
         raise ConfigError(f"training precision must be {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp8" and not gpu.fp8_tflops > 0:
@@ -99,9 +102,9 @@ def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mf
                  if seq_len else 0.0)
     flops = linear + attention
     linear_peak = gpu.flops_for(1) if precision == "fp8" else gpu.flops
-    achieved = gpus * (mfu or default_mfu(model, gpu))
+    achieved = gpus * (mfu or default_mfu(model, gpu, calibration))
     compute = linear / (achieved * linear_peak) + attention / (achieved * gpu.flops)
-    a2a = alltoalls(model, gpu, tokens=tokens, gpus=gpus, ep=ep, passes=passes)
+    a2a = alltoalls(model, gpu, tokens=tokens, gpus=gpus, ep=ep, passes=passes, calibration=calibration)
     comm, volume = (a2a.seconds, a2a.sent_bytes) if a2a else (0.0, 0.0)
     return Step(compute + comm, compute, comm, flops, volume)
 
@@ -156,12 +159,12 @@ class AllToAll(NamedTuple):
 
 
 def alltoalls(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, ep: int,
-              passes: float = 3.0) -> AllToAll | None:
+              passes: float = 3.0, calibration: CostCalibration = CALIBRATION) -> AllToAll | None:
     """The expert all-to-alls :func:`step_seconds` prices for these arguments (None: a dense model or ``ep`` 1)."""
     if ep <= 1 or not model.is_moe:
         return None
     calls, per_rank = _alltoall_calls(model, passes), tokens / gpus
-    seconds = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token)
+    seconds = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token, calibration)
     return AllToAll("train" if passes > 1 else "forward", per_rank * model.experts_per_token * model.hidden * 2,
                     calls, ep, seconds, alltoall_volume(model, tokens=tokens, gpus=gpus, ep=ep, passes=passes))
 
@@ -183,6 +186,8 @@ class TrainingCost:
     """forward-only passes per sample without a measurement (GRPO: reference and old log-probabilities)"""
     sync_gbps: float = SYNC_GBPS
     """weight-sync link bandwidth (GB/s) when the bundle has no measured sync time"""
+    calibration: CostCalibration = CALIBRATION
+    """the constants it prices with (MFU defaults, Adam's bytes, the collectives' fallback latency)"""
 
     @property
     def _scale(self) -> float:
@@ -196,7 +201,7 @@ class TrainingCost:
         if self.model is None or self.gpu is None:
             return 0.0
         return step_seconds(self.model, self.gpu, tokens=tokens, gpus=self.gpus, mfu=self.train_mfu, ep=self.ep,
-                            passes=passes, seq_len=seq_len).seconds
+                            passes=passes, seq_len=seq_len, calibration=self.calibration).seconds
 
     def train_seconds(self, measured: float | None, tokens: float, seq_len: float | None = None) -> float:
         """A step's trainer seconds: the measured ones rescaled, else the model's over ``tokens`` tokens in
@@ -217,9 +222,11 @@ class TrainingCost:
         ``forward``: :meth:`forward_seconds` modelled); empty for a dense model or ep 1."""
         if self.model is None or self.gpu is None:
             return ()
-        parts = (alltoalls(self.model, self.gpu, tokens=tokens, gpus=self.gpus, ep=self.ep) if train else None,
+        cal = self.calibration
+        parts = (alltoalls(self.model, self.gpu, tokens=tokens, gpus=self.gpus, ep=self.ep, calibration=cal)
+                 if train else None,
                  alltoalls(self.model, self.gpu, tokens=tokens * self.forward_passes, gpus=self.gpus, ep=self.ep,
-                           passes=1.0) if forward and self.forward_passes else None)
+                           passes=1.0, calibration=cal) if forward and self.forward_passes else None)
         return tuple(p for p in parts if p is not None)
 
     def alltoall_bytes(self, tokens: float) -> float:
@@ -233,7 +240,7 @@ class TrainingCost:
             return measured * self._scale
         if self.model is None or self.gpu is None:
             return 0.0
-        return ADAM_BYTES_PER_PARAM * self.model.params / self.gpus / self.gpu.hbm_bytes_per_s
+        return self.calibration["adam_bytes_per_param"] * self.model.params / self.gpus / self.gpu.hbm_bytes_per_s
 
     def sync_seconds(self, measured: float | None) -> float:
         if measured is not None:

@@ -70,6 +70,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     pools, colocated ones on all its GPUs (:class:`~rltrace.replay.job.Colocated`); ``calibration`` replaces the
     framework's own (a fit starts from a neutral one)."""
     d = reshape(d, shape)
+    constants = cost.constants()
     framework = get_framework(d.framework)
     if calibration is not None:
         framework = dataclasses.replace(framework, calibration=calibration)
@@ -82,19 +83,21 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                       tp=instance, max_seqs=g.max_num_seqs or framework.max_num_seqs, price_per_gpu_hour=prices)
     generation, priced = catalog_generation("kernels" if cost.generation == "kernels" else "roofline",
                                        model=serving_model(spec, d.precision), gpu=gen_gpu,
-                                       memory_efficiency=cost.memory_efficiency,
-                                       compute_efficiency=cost.compute_efficiency,
+                                       memory_efficiency=cost.figure("memory_efficiency", constants),
+                                       compute_efficiency=cost.figure("compute_efficiency", constants),
                                        gpu_memory_utilization=g.gpu_memory_utilization
                                        or framework.gpu_memory_utilization,
                                        max_num_seqs=cluster.max_seqs,
-                                       max_num_batched_tokens=framework.max_num_batched_tokens)
+                                       max_num_batched_tokens=framework.max_num_batched_tokens,
+                                       calibration=constants)
     generation.iteration_model(instance)  # weights that do not fit: one message, now
     steps = d.batch.steps
     prompt, response, cap = draw_lengths(d, steps)
     per_step = d.batch.prompts * d.batch.samples
     step_of = np.repeat(np.arange(steps, dtype=np.int32), per_step)
     tokens = np.bincount(step_of, weights=(prompt + response).astype(np.float64), minlength=steps)
-    model = StepModel(description=d, framework=framework, model=spec, gpu=train_gpu, mfu=cost.train_mfu)
+    model = StepModel(description=d, framework=framework, model=spec, gpu=train_gpu, mfu=cost.train_mfu,
+                      constants=constants)
     whole = [model.phases(d.total_gpus, float(t), per_step) for t in tokens]
     notes: list[str] = [priced] if cost.generation == "kernels" else []
     try:
@@ -115,6 +118,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
               sync_bytes=[weights] * steps, sync_tensors=spec.tensors,
               extra={"params": float(spec.params), "weight_bytes": weights},
               phases=[_trainer_phases(p) for p in split],
+              calibration=constants,
               colocated=Colocated(trainer_s=[p.trainer for p in whole], to_train_s=switch.sleep,
                                   to_generate_s=switch.refit + switch.wake,
                                   phases={"sleep": switch.sleep, "refit": switch.refit, "wake": switch.wake}))
@@ -126,7 +130,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                  f"{' + ' + train_gpu.name if train_gpu.name != gen_gpu.name else ''}, {framework.name} profile, "
                  f"{d.batch.prompts} x {d.batch.samples} samples a step, mean response {response.mean():,.0f} tokens "
                  f"({(response >= np.floor(cap)).mean():.0%} at the cap)")
-    return Prepared(frame, [job], cluster, [described, *notes])
+    return Prepared(frame, [job], cluster, [described, *notes], calibration=constants)
 
 
 def _trainer_phases(p: Phases) -> dict[str, float]:

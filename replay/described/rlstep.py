@@ -31,7 +31,7 @@ from rltrace.replay.costmodels.training import step_seconds
 from rltrace.replay.described.description import Description
 from rltrace.replay.described.frameworks import Framework
 
-from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM
+from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.catalog import GPUSpec, ModelSpec
 
 GRAD_BYTES = 2  # BF16 gradients and weights on the wire (Megatron's distributed optimizer, FSDP's mixed precision)
@@ -79,11 +79,13 @@ class StepModel:
     gpu: GPUSpec
     mfu: float | None = None
     """training MFU (None: the published figure for the model's kind, ``training.default_mfu``)"""
+    constants: CostCalibration = CALIBRATION
+    """the cost constants it prices with (the framework's own measured corrections are ``framework.calibration``)"""
 
     def _compute(self, tokens: float, gpus: int, seq_len: float, passes: float, samples: float) -> float:
         t, d = self.description.training, self.description
         seconds = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.mfu, ep=t.ep, passes=passes,
-                               seq_len=seq_len, precision=d.precision).seconds
+                               seq_len=seq_len, precision=d.precision, calibration=self.constants).seconds
         if t.pp > 1:  # 1F1B: (m + pp - 1) / m of the ideal for m micro-batches per data-parallel rank
             micro = max(samples / self._dp(gpus) / t.micro_batch, 1.0)
             seconds *= 1.0 + (t.pp - 1) / micro
@@ -100,8 +102,9 @@ class StepModel:
         t = d.training
         shard = GRAD_BYTES * self.model.params / (t.tp * t.pp)
         per_node = self._dp_per_node()
-        gather = collective_seconds(self.gpu, "all_gather", self._dp(gpus), shard, per_node)
-        scatter = collective_seconds(self.gpu, "reduce_scatter", self._dp(gpus), shard, per_node)
+        gather = collective_seconds(self.gpu, "all_gather", self._dp(gpus), shard, per_node, calibration=self.constants)
+        scatter = collective_seconds(self.gpu, "reduce_scatter", self._dp(gpus), shard, per_node,
+                                     calibration=self.constants)
         per_rank = tokens / self._dp(gpus)
         micro = max(math.ceil(per_rank / self.micro_batch_tokens), 1)
         return micro * (2 * gather + scatter if passes > 1 else gather)
@@ -132,11 +135,11 @@ class StepModel:
         """One optimizer step: Adam over the rank's shard, gradients reduce-scattered and weights all-gathered over
         the data-parallel ranks (each rank's model-parallel shard in BF16)."""
         t, dp = self.description.training, self._dp(gpus)
-        adam = ADAM_BYTES_PER_PARAM * self.model.params / gpus / self.gpu.hbm_bytes_per_s
+        adam = self.constants["adam_bytes_per_param"] * self.model.params / gpus / self.gpu.hbm_bytes_per_s
         shard = GRAD_BYTES * self.model.params / (t.tp * t.pp)
         per_node = self._dp_per_node()
-        comm = (collective_seconds(self.gpu, "reduce_scatter", dp, shard, per_node)
-                + collective_seconds(self.gpu, "all_gather", dp, shard, per_node))
+        comm = (collective_seconds(self.gpu, "reduce_scatter", dp, shard, per_node, calibration=self.constants)
+                + collective_seconds(self.gpu, "all_gather", dp, shard, per_node, calibration=self.constants))
         return adam + comm
 
     def phases(self, gpus: int, tokens: float, samples: int) -> Phases:
@@ -164,9 +167,9 @@ class StepModel:
         framework's measured refit rate (gathered from the trainer's layout, passed as IPC handles, loaded by the
         engine: :class:`.frameworks.Calibration`)."""
         state = ModelState(params=float(self.model.params), weight_bytes=float(self.model.weight_bytes))
-        training = state.training_bytes(gpus) if self.framework.offload_training_state else 0.0
+        training = state.training_bytes(gpus, self.constants) if self.framework.offload_training_state else 0.0
         serving = state.rollout_bytes(gen_tp)
-        sleep = move_seconds(training, serving, gen_gpu)
-        wake = move_seconds(serving, training, gen_gpu)
+        sleep = move_seconds(training, serving, gen_gpu, calibration=self.constants)
+        wake = move_seconds(serving, training, gen_gpu, calibration=self.constants)
         refit = serving / (self.framework.calibration.refit_gbps * 1e9)
         return Switch(sleep=sleep, refit=refit, wake=wake)

@@ -44,12 +44,13 @@ class ColocatedSync:
         sim.allocate("training", gpus, c.gen_gpu, billed=False)  # the same GPUs in their training role
         sim.add_resource("trainer", "training", gpus=gpus)
         sim.add_resource("reward", "cpu")
-        state, cfg = job_state(job), self.config
-        train_bytes, serve_bytes = state.training_bytes(gpus), state.rollout_bytes(c.tp)
+        state, cfg, cal = job_state(job), self.config, job.calibration
+        train_bytes, serve_bytes = state.training_bytes(gpus, cal), state.rollout_bytes(c.tp)
         # a described job prices its own switches (its framework's sleep, refit and wake) on the whole cluster
-        to_train = job.colocated.to_train_s if job.colocated else move_seconds(train_bytes, 0.0, c.gen_gpu)
+        to_train = (job.colocated.to_train_s if job.colocated
+                    else move_seconds(train_bytes, 0.0, c.gen_gpu, calibration=cal))
         to_generate = (job.colocated.to_generate_s if job.colocated
-                       else move_seconds(serve_bytes, train_bytes, c.gen_gpu))
+                       else move_seconds(serve_bytes, train_bytes, c.gen_gpu, calibration=cal))
         self.to_train = to_train if cfg.to_train_s is None else cfg.to_train_s
         self.to_generate = to_generate if cfg.to_generate_s is None else cfg.to_generate_s
         spread(sim, self.instances, job.starts(0))

@@ -152,8 +152,9 @@ class RollMux:
         solo = [sum(self._estimate(sim, j, self._own(sim, j).instances, self._own(sim, j).tp)) for j in members]
         resident = len(members) <= self.config.resident_jobs  # warm switches, else cold
         c = sim.cluster
-        switch = [(switch_seconds(job_state(j), "rollout", c.gen_gpu, tp=tp, warm=resident),
-                   switch_seconds(job_state(j), "training", c.train_gpu, gpus=train_gpus, warm=resident))
+        switch = [(switch_seconds(job_state(j), "rollout", c.gen_gpu, tp=tp, warm=resident, calibration=j.calibration),
+                   switch_seconds(job_state(j), "training", c.train_gpu, gpus=train_gpus, warm=resident,
+                                  calibration=j.calibration))
                   for j in members]
         cycle = max(sum(g + w for (g, _), (w, _) in zip(est, switch)),
                     sum(t + w for (_, t), (_, w) in zip(est, switch)))
@@ -231,8 +232,9 @@ class RollMux:
         sim.extra[key] = sim.extra.get(key, 0) + count
         c = sim.cluster
         if role == "rollout":
-            return switch_seconds(job_state(job), role, c.gen_gpu, tp=group.tp, warm=warm)
-        return switch_seconds(job_state(job), role, c.train_gpu, gpus=group.train_gpus, warm=warm)
+            return switch_seconds(job_state(job), role, c.gen_gpu, tp=group.tp, warm=warm, calibration=job.calibration)
+        return switch_seconds(job_state(job), role, c.train_gpu, gpus=group.train_gpus, warm=warm,
+                              calibration=job.calibration)
 
     def _start_rollouts(self, sim: View, group: Group) -> None:
         if group.rollouts:

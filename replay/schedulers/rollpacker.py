@@ -289,7 +289,8 @@ class RollPacker:
     def _restore(self, sim: View, job: Job) -> None:
         """Before a round: lent GPUs back to rollout, and the TP the planner chose."""
         if self.lent:
-            back = switch_seconds(job_state(job), "rollout", sim.cluster.gen_gpu, tp=self.tp)
+            back = switch_seconds(job_state(job), "rollout", sim.cluster.gen_gpu, tp=self.tp,
+                                  calibration=job.calibration)
             for _ in range(self.lent):
                 inst = sim.add_instance("generation", self.tp, job.generation)
                 sim.reconfigure(inst, switch_s=back)
@@ -316,7 +317,8 @@ class RollPacker:
             sim.retire(inst)
         self.instances = keep
         self.lent = len(lend)
-        switch = switch_seconds(job_state(job), "training", sim.cluster.gen_gpu, gpus=len(lend) * self.tp)
+        switch = switch_seconds(job_state(job), "training", sim.cluster.gen_gpu, gpus=len(lend) * self.tp,
+                                calibration=job.calibration)
         self.stream = Stream(len(lend) * self.tp * _training_speed(sim), sim.now + switch)
         sim.extra["stream_trainer_rounds"] = sim.extra.get("stream_trainer_rounds", 0) + 1
 

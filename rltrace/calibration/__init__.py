@@ -3,11 +3,12 @@
 Each constant is one entry with its value, unit, kind (measured, fitted, assumed or an engine's setting), source,
 the script that fits or checks it, and the data it comes from. :func:`load` reads every file once into one frozen
 :class:`CostCalibration`; the modules that price (``rltrace.replay.costmodels``: ``serving``, ``memory``,
-``parallel``, ``training``, ``switching``, ``generation``; and :mod:`.defaults`, shared with ``rltrace synth``)
-take their constants from :data:`CALIBRATION`, and a replay's ``config.json`` names the files it used with their
-versions and digests (:meth:`CostCalibration.describe`). ``rltrace calibrate`` writes a user's own measurements in the
-same format (:func:`dumps`); an entry may carry keys beyond :data:`FIELDS` that scope it (``Constant.extra``: a
-profile's GPU kind, TP and regime).
+``parallel``, ``training``, ``switching``, ``generation``; and :mod:`.defaults`, shared with ``rltrace synth``) take
+their constants from one :class:`CostCalibration` passed down to them (:data:`CALIBRATION`, the shipped files,
+unless a run names its own with ``cost.calibration``: :meth:`CostCalibration.overridden`), and a replay's
+``config.json`` names the files it used with their versions and digests (:meth:`CostCalibration.describe`).
+``rltrace calibrate`` writes a user's own measurements in the same format (:func:`dumps`); an entry may carry keys
+beyond :data:`FIELDS` that scope it (``Constant.extra``: a profile's GPU kind, TP and regime).
 """
 
 from __future__ import annotations
@@ -65,6 +66,21 @@ class CostCalibration:
     def describe(self) -> dict[str, dict[str, int | str]]:
         """What a run records: each file's version and digest."""
         return {name: {"version": version, "sha256": digest} for name, (version, digest) in self.files.items()}
+
+    def overridden(self, path: str | Path) -> CostCalibration:
+        """This calibration with the constants of the user's file ``path`` (the shipped format) in place of the
+        ones of the same names. Every entry must name one of this calibration's constants, in its unit; the file
+        joins :attr:`files` under its path. ``rltrace replay --set cost.calibration=FILE.toml`` reads one so."""
+        given = load([Path(path)])
+        unknown = sorted(set(given.constants) - set(self.constants))
+        if unknown:
+            raise ConfigError(f"{path}: {', '.join(unknown)} name no calibrated constant (the shipped ones are in "
+                              f"{', '.join(self.files)}; an efficiency profile goes to cost.profile)")
+        for name, c in given.constants.items():
+            if c.unit != self.constants[name].unit:
+                raise ConfigError(f"{path}: constant {name} is in {self.constants[name].unit!r}, not {c.unit!r}")
+        files = {**self.files, **{str(path): version for version in given.files.values()}}
+        return CostCalibration(MappingProxyType({**self.constants, **given.constants}), MappingProxyType(files))
 
 
 def _entry(name: str, raw: object, file: str) -> Constant:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT, pools_label
 from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
-from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, MEMORY_EFFICIENCY
+from rltrace.calibration import CALIBRATION
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
@@ -209,11 +209,12 @@ def replay(
 
 def _track_records(prepared: Prepared) -> list[str]:
     """The roofline generation's record on the public measurements nearest each job's model and GPU kind: only
-    where it runs the validated defaults (a fitted trace, a profile or other efficiencies are not what was held
-    against the measurements)."""
+    where it runs the validated defaults (a fitted trace, a profile, other efficiencies or a calibration of the
+    user's own are not what was held against the measurements)."""
     generations = {(g.model.name, g.gpu.name): g for g in (job.generation for job in prepared.jobs)
                    if isinstance(g, RooflineGeneration) and g.profile is None
-                   and (g.memory_efficiency, g.compute_efficiency) == (MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY)}
+                   and g.calibration is CALIBRATION and (g.memory_efficiency, g.compute_efficiency)
+                   == (CALIBRATION["memory_efficiency"], CALIBRATION["compute_efficiency"])}
     records = (track_record("decode", g.model, g.gpu.name, weights_precision(g.model)) for g in generations.values())
     return [f"generation cost's {record.line()}" for record in records]
 

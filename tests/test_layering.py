@@ -185,3 +185,10 @@ def test_a_type_checking_import_does_not_count(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rltrace.replay.a import x\n")
     graph = import_graph(tmp_path / "rltrace", "rltrace")
     assert cycles(graph) == [] and graph["rltrace.replay.b"] == set()
+
+
+@pytest.mark.parametrize("module", ["kernels.py", "iteration_costs.py", "memory.py", "roofline.py"])
+def test_the_roofline_stays_split_into_modules_under_250_lines(module: str) -> None:
+    """The roofline is kernels, what an iteration adds to them, memory and the replay adapter: each read whole."""
+    lines = len((Path(__file__).resolve().parents[1] / "replay" / "costmodels" / module).read_text().splitlines())
+    assert lines < 250, f"replay/costmodels/{module} has {lines} lines: split it by concept"

@@ -13,11 +13,8 @@ bandwidth and its FLOPs over achieved peak, and kernels run one after another:
 - elementwise kernels (norms, rotary, activation): activations in and out at ``elementwise_stream`` of HBM, or
   their floor.
 
-Every calibrated figure comes from the one :class:`~rltrace.calibration.CostCalibration` a :class:`Kernels` is
-given.
-
-The rest of an iteration (sampler, TP collectives, host launches, KV cache) is :mod:`.iteration_costs`; the
-public estimates and the replay's closed forms are :mod:`.roofline`.
+The rest of an iteration (sampler, TP collectives, host launches, KV cache) is :mod:`.iteration_costs`; the public
+estimates and the replay's closed forms are :mod:`.roofline`. Every calibrated figure is the given calibration's.
 """
 
 from __future__ import annotations
@@ -63,9 +60,8 @@ class Kernels:
     tp: int = 1
     ep: int = 1
     memory_efficiency: float = MEMORY_EFFICIENCY
-    """achieved fraction of HBM bandwidth (measured median, memory-bound GEMMs: 0.59) of the KV-cache reads and
-    writes and the sampler; of the GEMMs too where kernel floors are off (a CPU device): a GPU GEMM is a ramp
-    plus its bytes at the streaming fraction of :attr:`.serving.KernelFigures.gemm_stream`"""
+    """achieved fraction of HBM bandwidth (measured median, memory-bound GEMMs: 0.59) of the KV-cache reads and writes
+    and the sampler; of the GEMMs too where kernel floors are off (a CPU device; a GPU GEMM streams, ``gemm_ramp``)"""
     compute_efficiency: float = COMPUTE_EFFICIENCY
     """achieved fraction of peak FLOP/s in inference kernels (measured median, compute-bound: 0.69)"""
     train_mfu: float | None = None
@@ -79,15 +75,13 @@ class Kernels:
     kernel_floors: bool | None = None
     """kernel floors, GEMM ramps, CUDA graphs and host launches (None: on for GPUs, off for a CPU device)"""
     gemm_ramp: bool = True
-    """with floors on, a GEMM's memory time is a ramp plus its bytes at the streaming fraction fitted to the public
-    H100 table (:attr:`.serving.KernelFigures.gemm_stream`); False: its bytes at ``memory_efficiency`` and the GEMM
-    floor, which is what a fitted profile's memory factor means (``rltrace calibrate`` fits that form)"""
+    """with floors on, a GEMM's memory time is a ramp plus its bytes at the fitted streaming fraction (``gemm_stream``);
+    False: its bytes at ``memory_efficiency`` and the GEMM floor, the form a fitted profile's memory factor has"""
     batched_tokens: int = serving.MAX_BATCHED_TOKENS
     """chunked prefill's token budget per iteration (vLLM's max_num_batched_tokens)"""
     calibration: CostCalibration = CALIBRATION
     """the constants every figure here is priced with (the shipped files unless a run gives its own)"""
-    figures: serving.KernelFigures = field(init=False, repr=False, compare=False)
-    """the kernel figures of :attr:`calibration`"""
+    figures: serving.KernelFigures = field(init=False, repr=False, compare=False)  # the calibration's kernel figures
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "figures", serving.KernelFigures.of(self.calibration))
@@ -160,16 +154,10 @@ class Kernels:
         dense = [2 * m.hidden * m.intermediate, m.hidden * m.intermediate]
         shared = [2 * m.shared_experts * m.hidden * m.expert_intermediate,
                   m.shared_experts * m.hidden * m.expert_intermediate]
-        seconds = np.zeros_like(t)
-        flops = np.zeros_like(t)
-        nbytes = np.zeros_like(t)
-        stream = np.zeros_like(t)
-        compute = np.zeros_like(t)
+        seconds, flops, nbytes, stream, compute = (np.zeros_like(t) for _ in range(5))
 
-        def add(
-            params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None,
-            width: int = wb, rate: float | None = None,
-        ) -> None:
+        def add(params: float, count: float, rows: np.ndarray | float = t, read: float | np.ndarray | None = None,
+                width: int = wb, rate: float | None = None) -> None:
             nonlocal seconds, flops, nbytes, stream, compute
             b = (params if read is None else read) * width / tp
             f = 2.0 * rows * params / tp

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,8 @@ class CostConfig:
             raise ConfigError(f"cost.sync_gbps must be in 0.001..1,000,000 GB/s, got {self.sync_gbps}")
         if self.train_ep < 1:
             raise ConfigError(f"cost.train_ep must be >= 1, got {self.train_ep}")
+        if self.calibration:  # a sweep's workers (a pool's, Ray's) need not share this process's directory
+            object.__setattr__(self, "calibration", str(Path(self.calibration).resolve()))
     memory_efficiency: float | None = None
     """achieved fraction of HBM bandwidth in inference kernels (None: the calibration's ``memory_efficiency``)"""
     compute_efficiency: float | None = None
@@ -91,20 +94,28 @@ class CostConfig:
     (:meth:`rltrace.calibration.CostCalibration.overridden`); empty: the shipped files alone"""
 
     def constants(self) -> CostCalibration:
-        """The one calibration every cost of a replay with this config is priced with."""
-        return CALIBRATION.overridden(self.calibration) if self.calibration else CALIBRATION
-
-    def resolved(self, calibration: CostCalibration) -> CostConfig:
-        """This config with every figure left unset (None) taken from ``calibration``: what a run records."""
-        c = calibration
-        return replace(self, memory_efficiency=self.figure("memory_efficiency", c),
-                       compute_efficiency=self.figure("compute_efficiency", c), sync_gbps=self.figure("sync_gbps", c),
-                       gpu_memory_utilization=self.figure("gpu_memory_utilization", c))
+        """The one calibration every cost of a replay with this config is priced with: one object per file (and
+        its state on disk), so every job of a job list shares it."""
+        if not self.calibration:
+            return CALIBRATION
+        path = Path(self.calibration).resolve()
+        try:
+            stat = path.stat()
+        except OSError:
+            return CALIBRATION.overridden(path)  # its one-line error
+        return _overridden(path, stat.st_mtime_ns, stat.st_size)
 
     def figure(self, name: str, calibration: CostCalibration) -> float:
         """Figure ``name`` (one of :data:`CALIBRATED`): as set, else ``calibration``'s."""
+        if name not in CALIBRATED:
+            raise ValueError(f"cost.{name} is not one of {', '.join(CALIBRATED)}")
         value: float | None = getattr(self, name)
         return calibration[name] if value is None else value
+
+
+@lru_cache(maxsize=16)
+def _overridden(path: Path, mtime_ns: int, size: int) -> CostCalibration:
+    return CALIBRATION.overridden(path)
 
 
 CALIBRATED = ("memory_efficiency", "compute_efficiency", "sync_gbps", "gpu_memory_utilization")
@@ -327,7 +338,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     frame = samples.select("step", "group", "prompt_tokens", "output_tokens", "env_s").with_columns(
         pl.lit(0).alias("job"), turns["next_turn"].cast(pl.Int64))
     fitted = tuple(sorted(recording["step"].unique().to_list())) if use_trace and recording is not None else ()
-    return Prepared(frame, [job], cluster, notes, fitted, sync_fabric, constants)
+    return Prepared(frame, [job], cluster, notes, fitted, sync_fabric, calibration=constants)
 
 
 def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
@@ -373,7 +384,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         metrics["network"] = network_metrics(routed, links, metrics["throughput_samples_per_s"], config.network)
     resolved = {
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
-        "replay": to_dict(replace(config, cost=config.cost.resolved(prepared.calibration))),
+        "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
         "calibration": prepared.calibration.describe(),

@@ -244,7 +244,7 @@ def test_the_fused_moe_kernel_slows_as_tensor_parallelism_narrows_each_experts_s
 @pytest.mark.parametrize("floors", [True, False])
 def test_fp8_experts_without_a_moe_curve_run_at_the_dense_fp8_gemm_rate(floors: bool) -> None:
     """A part with no fused-MoE curve (H20, a user's part) computes its FP8 experts as any FP8 GEMM: at the FP8 peak
-    x compute_efficiency x FP8_GEMM_SHARE, i.e. as a flat curve at that share would, in the fused op (kernel floors
+    x compute_efficiency x fp8_gemm_share, i.e. as a flat curve at that share would, in the fused op (kernel floors
     on, the table's fixed part and streaming rate kept) and as two GEMMs (floors off)."""
     fp8 = dataclasses.replace(get_model("Qwen3-30B-A3B"), dtype_bytes=1)  # experts large enough to be compute-bound
     none = dataclasses.replace(H100, moe_compute_efficiency=0.0, moe_half_width=0.0)

@@ -40,7 +40,6 @@ from rltrace.replay.costmodels.memory import rank_memory
 from rltrace.replay.costmodels.per_tp import PerTPGeneration
 
 from rltrace.calibration import CALIBRATION, CostCalibration
-from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.errors import ConfigError
 
@@ -245,10 +244,12 @@ class KernelDatabase:
         alone = self.decode_seconds(batch, prompt)
         return n * max(mixed - alone, 0.0) / sharing
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    def kv_capacity_tokens(self, gpu_memory_utilization: float | None = None,
                            max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
-        """Tokens of KV cache one rank holds (:mod:`.memory`: the database has no start-up memory split)."""
-        mem = rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
+        """Tokens of KV cache one rank holds (:mod:`.memory`: the database has no start-up memory split), in vLLM's
+        share (None: the calibration's ``gpu_memory_utilization``)."""
+        share = self.calibration["gpu_memory_utilization"] if gpu_memory_utilization is None else gpu_memory_utilization
+        mem = rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=share,
                           batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs, calibration=self.calibration)
         return mem.kv_tokens(self.model.kv_bytes_per_token_rank(self.tp))
 

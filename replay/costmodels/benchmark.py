@@ -72,7 +72,7 @@ class ServingCosts(Protocol):
         """What a prompt's chunks add to the iterations they ride in beside ``batch`` decodes."""
         ...
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = ..., max_num_seqs: int = ...) -> int:
+    def kv_capacity_tokens(self, gpu_memory_utilization: float | None = ..., max_num_seqs: int = ...) -> int:
         """Tokens of KV cache one rank holds."""
         ...
 

@@ -23,7 +23,6 @@ from rltrace.replay.costmodels.kernels import Kernels
 from rltrace.replay.costmodels.memory import RankMemory, rank_memory
 from rltrace.replay.costmodels.parallel import collective_seconds, tp_allreduce_seconds
 
-from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.errors import ConfigError
 from rltrace.units import DTYPE_BYTES
 
@@ -41,15 +40,17 @@ class IterationCosts(Kernels):
         """KV-cache bytes of one token on one rank."""
         return self.model.kv_bytes_per_token_rank(self.tp)
 
-    def rank_memory(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    def rank_memory(self, gpu_memory_utilization: float | None = None,
                     max_num_seqs: int = serving.MAX_NUM_SEQS) -> RankMemory:
-        """How vLLM splits one rank's share of memory: weights, profiling's activation peak (of
-        :attr:`batched_tokens` tokens and ``max_num_seqs`` sampled rows), buffers outside torch, KV cache."""
-        return rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
+        """How vLLM splits one rank's share (None: the calibration's ``gpu_memory_utilization``) of memory: weights,
+        profiling's activation peak (of :attr:`batched_tokens` tokens and ``max_num_seqs`` sampled rows), buffers
+        outside torch, KV cache."""
+        share = self.calibration["gpu_memory_utilization"] if gpu_memory_utilization is None else gpu_memory_utilization
+        return rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=share,
                            batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs,
                            calibration=self.calibration)
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    def kv_capacity_tokens(self, gpu_memory_utilization: float | None = None,
                            max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
         """Tokens of KV cache one rank holds, in whole blocks (0 where the weights and buffers leave none)."""
         return self.rank_memory(gpu_memory_utilization, max_num_seqs).kv_tokens(self.kv_bytes_per_token)

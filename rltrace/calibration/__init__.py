@@ -3,12 +3,12 @@
 Each constant is one entry with its value, unit, kind (measured, fitted, assumed or an engine's setting), source,
 the script that fits or checks it, and the data it comes from. :func:`load` reads every file once into one frozen
 :class:`CostCalibration`; the modules that price (``rltrace.replay.costmodels``: ``serving``, ``memory``,
-``parallel``, ``training``, ``switching``, ``generation``; and :mod:`.defaults`, shared with ``rltrace synth``) take
-their constants from one :class:`CostCalibration` passed down to them (:data:`CALIBRATION`, the shipped files,
-unless a run names its own with ``cost.calibration``: :meth:`CostCalibration.overridden`), and a replay's
-``config.json`` names the files it used with their versions and digests (:meth:`CostCalibration.describe`).
-``rltrace calibrate`` writes a user's own measurements in the same format (:func:`dumps`); an entry may carry keys
-beyond :data:`FIELDS` that scope it (``Constant.extra``: a profile's GPU kind, TP and regime).
+``parallel``, ``training``, ``switching``, ``generation``) take their constants from one :class:`CostCalibration`
+passed down to them (:data:`CALIBRATION`, the shipped files, unless a run names its own with ``cost.calibration``:
+:meth:`CostCalibration.overridden`), and a replay's ``config.json`` names the files it used with their versions and
+digests (:meth:`CostCalibration.describe`). ``rltrace calibrate`` writes a user's own measurements in the same
+format (:func:`dumps`); an entry may carry keys beyond :data:`FIELDS` that scope it (``Constant.extra``: a profile's
+GPU kind, TP and regime).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
@@ -47,6 +48,10 @@ class Constant:
     extra: Mapping[str, str | int | float] = field(default_factory=lambda: MappingProxyType({}))
     """the entry's keys beyond :data:`FIELDS`, numbers and strings only (what the constant applies to)"""
 
+    def __reduce__(self) -> tuple[Any, ...]:  # a mapping proxy does not pickle; its dict does
+        return _constant, (self.name, self.value, self.unit, self.kind, self.source, self.fit, self.data, self.file,
+                           dict(self.extra))
+
 
 @dataclass(frozen=True, slots=True)
 class CostCalibration:
@@ -55,6 +60,12 @@ class CostCalibration:
     constants: Mapping[str, Constant]
     files: Mapping[str, tuple[int, str]]
     """file name -> (version, sha256 of its bytes, first 12 hex digits)"""
+
+    def __hash__(self) -> int:  # the files' digests pin every constant
+        return hash(tuple(self.files.items()))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a mapping proxy does not pickle; its dict does
+        return _calibration, (dict(self.constants), dict(self.files))
 
     def __getitem__(self, name: str) -> float:
         """The value of constant ``name`` (KeyError names the files read)."""
@@ -70,7 +81,8 @@ class CostCalibration:
     def overridden(self, path: str | Path) -> CostCalibration:
         """This calibration with the constants of the user's file ``path`` (the shipped format) in place of the
         ones of the same names. Every entry must name one of this calibration's constants, in its unit; the file
-        joins :attr:`files` under its path. ``rltrace replay --set cost.calibration=FILE.toml`` reads one so."""
+        joins :attr:`files` under its absolute path. ``rltrace replay --set cost.calibration=FILE.toml`` reads one so;
+        a value must be finite and above 0, and at most 1 for a fraction or an MFU."""
         given = load([Path(path)])
         unknown = sorted(set(given.constants) - set(self.constants))
         if unknown:
@@ -79,8 +91,21 @@ class CostCalibration:
         for name, c in given.constants.items():
             if c.unit != self.constants[name].unit:
                 raise ConfigError(f"{path}: constant {name} is in {self.constants[name].unit!r}, not {c.unit!r}")
-        files = {**self.files, **{str(path): version for version in given.files.values()}}
+            share = c.unit.startswith("fraction") or name.endswith("_mfu")
+            if not (math.isfinite(c.value) and c.value > 0 and (c.value <= 1 or not share)):
+                raise ConfigError(f"{path}: constant {name} must be {'in (0, 1]' if share else 'finite and > 0'}, "
+                                  f"got {c.value}")
+        files = {**self.files, **{str(Path(path).resolve()): version for version in given.files.values()}}
         return CostCalibration(MappingProxyType({**self.constants, **given.constants}), MappingProxyType(files))
+
+
+def _constant(name: str, value: float, unit: str, kind: str, source: str, fit: str, data: str, file: str,
+              extra: dict[str, str | int | float]) -> Constant:
+    return Constant(name, value, unit, kind, source, fit, data, file, MappingProxyType(extra))
+
+
+def _calibration(constants: dict[str, Constant], files: dict[str, tuple[int, str]]) -> CostCalibration:
+    return CostCalibration(MappingProxyType(constants), MappingProxyType(files))
 
 
 def _entry(name: str, raw: object, file: str) -> Constant:

@@ -1,7 +1,8 @@
-"""The cost models' default settings, in one place: every config that takes one of them (the roofline, the
-replay's ``cost.*`` keys, the synthetic-trace timing) defaults to these constants, so a change here is a change
-everywhere. Training's model FLOPs utilisation is not a constant: :func:`.training.default_mfu` gives the
-published figure for the model's kind and the GPU's (``cost.train_mfu`` unset means that figure)."""
+"""The shipped calibration's settings, for the configs that default to them: the roofline's dataclasses and the
+synthetic-trace timing (a replay's ``cost.*`` keys left unset take its own calibration's instead, which is these
+unless ``cost.calibration`` names a file). Training's model FLOPs utilisation is not a constant:
+:func:`.training.default_mfu` gives the published figure for the model's kind and the GPU's (``cost.train_mfu``
+unset means that figure)."""
 
 from __future__ import annotations
 
@@ -21,5 +22,5 @@ SYNTH_TRAIN_MFU = CALIBRATION["synth_train_mfu"]
 :func:`.training.default_mfu`, because the shipped samples are checked to regenerate bit for bit from their
 documented commands (tests/test_samples.py); replay and estimate use the published figures"""
 ADAM_BYTES_PER_PARAM = CALIBRATION["adam_bytes_per_param"]
-"""bytes of Adam state per parameter (fp32 master weight, two moments and the gradient): what an optimizer step
-moves, and what a switch moves beside the weights"""
+"""bytes of Adam state per parameter (fp32 master weight, two moments and the gradient): what the synthetic trace's
+and a diagnosis's optimizer step moves (the replay's costs read their own calibration's ``adam_bytes_per_param``)"""

@@ -7,6 +7,7 @@ cluster; ``replay`` runs one scheduler over them and computes the metrics.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -94,16 +95,16 @@ class CostConfig:
     (:meth:`rltrace.calibration.CostCalibration.overridden`); empty: the shipped files alone"""
 
     def constants(self) -> CostCalibration:
-        """The one calibration every cost of a replay with this config is priced with: one object per file (and
-        its state on disk), so every job of a job list shares it."""
+        """The one calibration every cost of a replay with this config is priced with: one object per file and
+        content, so every job of a job list shares it and an edited file is read again."""
         if not self.calibration:
             return CALIBRATION
         path = Path(self.calibration).resolve()
         try:
-            stat = path.stat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError:
             return CALIBRATION.overridden(path)  # its one-line error
-        return _overridden(path, stat.st_mtime_ns, stat.st_size)
+        return _overridden(path, digest)
 
     def figure(self, name: str, calibration: CostCalibration) -> float:
         """Figure ``name`` (one of :data:`CALIBRATED`): as set, else ``calibration``'s."""
@@ -114,7 +115,7 @@ class CostConfig:
 
 
 @lru_cache(maxsize=16)
-def _overridden(path: Path, mtime_ns: int, size: int) -> CostCalibration:
+def _overridden(path: Path, digest: str) -> CostCalibration:
     return CALIBRATION.overridden(path)
 
 

@@ -56,6 +56,16 @@ def test_grid_expands_every_combination(axes, fixed, count):
     assert points[0] == {**fixed, **{k: v[0] for k, v in axes.items()}}
 
 
+def test_a_point_naming_a_file_is_a_new_point_when_the_file_changes(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    point = {"scheduler": "disagg-sync", "cost.calibration": str(mine)}
+    ids = []
+    for text in ("version = 1\n", "version = 2\n", "version = 1\n"):
+        mine.write_text(text)
+        ids.append(point_id(point))
+    assert ids[0] == ids[2] != ids[1]
+
+
 def test_point_id_ignores_key_order_and_settings_keep_their_types():
     assert point_id({"a": 1, "b": "x"}) == point_id({"b": "x", "a": 1}) != point_id({"a": 2, "b": "x"})
     assert settings({"scheduler": "s", "cost.train_mfu": 0.4, "topology": "fat-tree:k=4", "sync_strategy": ""}) == {
@@ -320,3 +330,22 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
     again = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "1")
     assert again.returncode == 0 and "1 ran, 1 already done" in again.stdout, again.stdout
     assert json.loads(stored.read_text())["row"]["row_version"] == ROW_VERSION
+
+
+def test_a_sweep_over_calibration_files_prices_each_point_with_its_own(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path reaches the workers as the file it names here; an edited file is a new point."""
+    monkeypatch.chdir(tmp_path)
+    floor = '[constants.switch_floor_s]\nunit = "s"\nkind = "measured"\nsource = "mine"\nfit = ""\ndata = ""\n'
+    Path("mine.toml").write_text(f"version = 1\n{floor}value = 5.0\n")
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[axes]\n"cost.calibration" = ["", "mine.toml"]\n[fixed]\nscheduler = "colocated-sync"\n'
+                    "steps = 2\n")
+    args = ("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "1")
+    assert run_cli(*args).returncode == 0
+    rows = _frame(tmp_path / "sweep").rows_by_key("cost.calibration", named=True, unique=True)
+    assert rows["mine.toml"]["samples_per_s"] < rows[""]["samples_per_s"]  # 4.9 s more for each switch
+    Path("mine.toml").write_text(f"version = 1\n{floor}value = 0.1\n")  # the shipped floor again
+    assert run_cli(*args).returncode == 0
+    rows = _frame(tmp_path / "sweep").rows_by_key("cost.calibration", named=True, unique=True)
+    assert rows["mine.toml"]["samples_per_s"] == pytest.approx(rows[""]["samples_per_s"])

@@ -129,6 +129,23 @@ def settings(point: Point) -> dict[str, Any]:
     return values
 
 
+FILE_KEYS = ("cost.calibration", "cost.profile")
+"""settings that name a file: a point's id covers the file's content too"""
+
+
 def point_id(point: Point) -> str:
-    """A stable name for a point: a hash of its parameters (order-free), so a rerun finds its result."""
-    return hashlib.sha1(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
+    """A stable name for a point: a hash of its parameters (order-free) and of the content of any file a setting
+    names (:data:`FILE_KEYS`), so a rerun finds its result and an edited calibration or profile runs again."""
+    keyed = dict(point)
+    for key in FILE_KEYS:
+        if isinstance(point.get(key), str) and point[key]:
+            keyed[f"{key}#sha256"] = file_digest(point[key])
+    return hashlib.sha1(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of the file at ``path`` ("" where there is none: the run that reads it gives the error)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""

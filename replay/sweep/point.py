@@ -13,7 +13,7 @@ from rltrace.replay.described import is_description
 from rltrace.replay.run import CostConfig, Loaded, Prepared, Shape, load_workload, prepare_loaded, replay
 from rltrace.replay.settings import Settings, resolve
 from rltrace.replay.sources import prepare_source
-from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, settings
+from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, file_digest, settings
 from rltrace.sample_traces import list_samples, sample_path
 
 from rltrace.bundle import open_bundle
@@ -59,8 +59,10 @@ def _loaded(path: str, drawn: Shape) -> Loaded:
 
 
 @functools.lru_cache(maxsize=64)
-def _prepared(bundle: str, shape: Shape, cost: CostConfig, prices: tuple[tuple[str, float], ...]) -> Prepared:
-    """Points that differ only in scheduler or network share one prepared workload (per process)."""
+def _prepared(bundle: str, shape: Shape, cost: CostConfig, prices: tuple[tuple[str, float], ...],
+              files: tuple[str, ...]) -> Prepared:
+    """Points that differ only in scheduler or network share one prepared workload (per process); ``files``, the
+    digests of the calibration and profile the cost settings name, keep an edited file from a stale copy."""
     path = _path(bundle)
     if is_description(path):
         return prepare_source(path, shape, cost, dict(prices))
@@ -71,7 +73,9 @@ def prepared(bundle: str, point: Point) -> tuple[Prepared, Settings]:
     """The point's prepared workload (shared as :func:`run_point` shares it) and its resolved settings."""
     resolved = resolve([point["scheduler"]], values=settings(point))
     shape = Shape(**{k: point[k] for k in SHAPE_KEYS if k in point})
-    return _prepared(bundle, shape, resolved.config.cost, tuple(sorted(resolved.prices.items()))), resolved
+    cost = resolved.config.cost
+    files = tuple(file_digest(f) if f else "" for f in (cost.calibration, cost.profile))
+    return _prepared(bundle, shape, cost, tuple(sorted(resolved.prices.items())), files), resolved
 
 
 def run_point(bundle: str, point: Point) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from rltrace.replay.sweep.grid import Point, point_id
+from rltrace.replay.sweep.grid import FILE_KEYS, Point, point_id
 from rltrace.replay.sweep.point import ROW_VERSION, prepared, run_point
 
 from rltrace.errors import ConfigError, RltraceError
@@ -204,8 +204,8 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
         pid = point_id(point)
         if store.done(pid):
             result.skipped += 1
-        else:
-            todo.append((pid, point))
+        else:  # a file a setting names, as the bundle, by its absolute path
+            todo.append((pid, {k: str(Path(v).resolve()) if k in FILE_KEYS and v else v for k, v in point.items()}))
     by_id = dict(todo)
     if progress:
         progress(result.skipped, len(points))

@@ -70,7 +70,10 @@ class CostConfig:
         if self.train_ep < 1:
             raise ConfigError(f"cost.train_ep must be >= 1, got {self.train_ep}")
         if self.calibration:  # a sweep's workers (a pool's, Ray's) need not share this process's directory
-            object.__setattr__(self, "calibration", str(Path(self.calibration).resolve()))
+            try:
+                object.__setattr__(self, "calibration", str(Path(self.calibration).resolve()))
+            except (OSError, ValueError) as e:  # a NUL byte, a loop of links
+                raise ConfigError(f"cost.calibration {self.calibration!r}: not a usable path ({e})") from None
     memory_efficiency: float | None = None
     """achieved fraction of HBM bandwidth in inference kernels (None: the calibration's ``memory_efficiency``)"""
     compute_efficiency: float | None = None
@@ -104,7 +107,9 @@ class CostConfig:
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError:
             return CALIBRATION.overridden(path)  # its one-line error
-        return _overridden(path, digest)
+        cached = _overridden(path, digest)
+        # the file read twice (hashed, then parsed): one written in between is parsed again, not kept under this digest
+        return cached if cached.files[str(path)][1] == digest[:12] else CALIBRATION.overridden(path)
 
     def figure(self, name: str, calibration: CostCalibration) -> float:
         """Figure ``name`` (one of :data:`CALIBRATED`): as set, else ``calibration``'s."""

@@ -334,7 +334,7 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
 
 def test_a_sweep_over_calibration_files_prices_each_point_with_its_own(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A relative path reaches the workers as the file it names here; an edited file is a new point."""
+    """A relative path prices each point with the file it names here; an edited file makes a new point."""
     monkeypatch.chdir(tmp_path)
     floor = '[constants.switch_floor_s]\nunit = "s"\nkind = "measured"\nsource = "mine"\nfit = ""\ndata = ""\n'
     Path("mine.toml").write_text(f"version = 1\n{floor}value = 5.0\n")

@@ -51,7 +51,9 @@ def test_its_entries_replace_the_shipped_constants_of_their_names(tmp_path: Path
     assert CALIBRATION["switch_floor_s"] == 0.1  # the shipped object is not touched
     assert cal.describe()[str(mine.resolve())]["version"] == 3 and set(CALIBRATION.files) < set(cal.describe())
     copy = pickle.loads(pickle.dumps(cal))  # a process pool or Ray can carry it
-    assert copy == cal and hash(copy) == hash(cal) and copy.constants["switch_floor_s"].extra == {}
+    assert copy == cal and copy is not cal and copy.constants["switch_floor_s"].extra == {}
+    again = CALIBRATION.overridden(mine)  # built apart, equal: one key of a cache
+    assert {cal: 1}[again] == 1 and hash(copy) == hash(again) != hash(CALIBRATION)
 
 
 def test_a_file_named_like_a_shipped_one_keeps_both_digests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,7 +67,9 @@ def test_a_file_named_like_a_shipped_one_keeps_both_digests(tmp_path: Path, monk
 @pytest.mark.parametrize(("entry", "message"), [
     (Constant("warp_speed", 2.0, "s", "assumed", "s", "", "", ""), "warp_speed name no calibrated constant"),
     (Constant("switch_floor_s", 100.0, "ms", "measured", "s", "", "", ""), "switch_floor_s is in 's', not 'ms'"),
-    (Constant("switch_floor_s", 0.0, "s", "measured", "s", "", "", ""), r"switch_floor_s must be finite and > 0"),
+    (Constant("switch_floor_s", -1.0, "s", "measured", "s", "", "", ""), r"switch_floor_s must be finite and >= 0"),
+    (Constant("fp8_gemm_share", 0.0, "ratio", "fitted", "s", "", "", ""), r"fp8_gemm_share must be finite and > 0"),
+    (Constant("sync_gbps", float("inf"), "GB/s", "assumed", "s", "", "", ""), r"sync_gbps must be finite and > 0"),
     (Constant("host_link_share", float("nan"), "fraction of the host link", "assumed", "s", "", "", ""),
      r"host_link_share must be in \(0, 1\], got nan"),
     (Constant("gpu_memory_utilization", 1.5, "fraction of GPU memory", "setting", "s", "", "", ""),
@@ -76,8 +80,10 @@ def test_a_file_named_like_a_shipped_one_keeps_both_digests(tmp_path: Path, monk
 def test_an_entry_names_a_shipped_constant_in_its_unit_with_a_sane_value(tmp_path: Path, entry: Constant,
                                                                          message: str) -> None:
     path = tmp_path / "mine.toml"
-    path.write_text(dumps([entry], "mine") if entry.value == entry.value else
-                    dumps([dataclasses.replace(entry, value=1.0)], "mine").replace("value = 1.0", "value = nan"))
+    odd = {"nan": entry.value != entry.value, "inf": entry.value == float("inf")}  # TOML spells them so
+    text = dumps([dataclasses.replace(entry, value=1.0) if any(odd.values()) else entry], "mine")
+    path.write_text(text.replace("value = 1.0", f"value = {next(k for k, v in odd.items() if v)}")
+                    if any(odd.values()) else text)
     with pytest.raises(ConfigError, match=message):
         CALIBRATION.overridden(path)
 
@@ -144,6 +150,7 @@ def test_a_switch_floor_a_kernel_floor_and_adams_bytes_all_move_a_described_run(
     added = [a - b for a, b in zip(own.jobs[0].optimizer_s, shipped.jobs[0].optimizer_s)]
     assert added == pytest.approx([steps * adam] * d.batch.steps)
     assert after.config["calibration"][str(mine.resolve())]["version"] == 3
+    assert after.config["replay"]["cost"]["memory_efficiency"] is None  # unset: the calibration's, as recorded there
 
 
 def test_the_colocated_schedulers_switches_take_the_runs_floor(tmp_path: Path) -> None:
@@ -155,6 +162,15 @@ def test_the_colocated_schedulers_switches_take_the_runs_floor(tmp_path: Path) -
     steps = len(runs[0].steps)
     switches = (runs[1].metrics["makespan_s"] - runs[0].metrics["makespan_s"]) / 4.9
     assert round(switches) in (2 * steps - 1, 2 * steps) and switches == pytest.approx(round(switches), abs=0.05)
+
+
+def test_an_unusable_path_is_one_error() -> None:
+    with pytest.raises(ConfigError, match="not a usable path"):
+        CostConfig(calibration="mine\x00.toml")
+
+
+def test_a_zero_switch_floor_is_taken(tmp_path: Path) -> None:
+    assert CALIBRATION.overridden(_mine(tmp_path, switch_floor_s=0.0))["switch_floor_s"] == 0.0
 
 
 def test_a_collective_on_an_uncatalogued_gpu_takes_the_runs_latency(tmp_path: Path) -> None:

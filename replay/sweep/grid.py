@@ -147,5 +147,5 @@ def file_digest(path: str) -> str:
     """The SHA-256 of the file at ``path`` ("" where there is none: the run that reads it gives the error)."""
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
         return ""

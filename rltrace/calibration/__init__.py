@@ -62,7 +62,7 @@ class CostCalibration:
     """file name -> (version, sha256 of its bytes, first 12 hex digits)"""
 
     def __hash__(self) -> int:  # the files' digests pin every constant
-        return hash(tuple(self.files.items()))
+        return hash(frozenset(self.files.items()))
 
     def __reduce__(self) -> tuple[Any, ...]:  # a mapping proxy does not pickle; its dict does
         return _calibration, (dict(self.constants), dict(self.files))
@@ -82,7 +82,8 @@ class CostCalibration:
         """This calibration with the constants of the user's file ``path`` (the shipped format) in place of the
         ones of the same names. Every entry must name one of this calibration's constants, in its unit; the file
         joins :attr:`files` under its absolute path. ``rltrace replay --set cost.calibration=FILE.toml`` reads one so;
-        a value must be finite and above 0, and at most 1 for a fraction or an MFU."""
+        a value must be finite and not negative, above 0 for a rate, a ratio or a fraction (each divides a cost) and
+        at most 1 for a fraction or an MFU."""
         given = load([Path(path)])
         unknown = sorted(set(given.constants) - set(self.constants))
         if unknown:
@@ -92,9 +93,10 @@ class CostCalibration:
             if c.unit != self.constants[name].unit:
                 raise ConfigError(f"{path}: constant {name} is in {self.constants[name].unit!r}, not {c.unit!r}")
             share = c.unit.startswith("fraction") or name.endswith("_mfu")
-            if not (math.isfinite(c.value) and c.value > 0 and (c.value <= 1 or not share)):
-                raise ConfigError(f"{path}: constant {name} must be {'in (0, 1]' if share else 'finite and > 0'}, "
-                                  f"got {c.value}")
+            rate = share or c.unit in ("ratio", "GB/s")
+            if not (math.isfinite(c.value) and (c.value > 0 if rate else c.value >= 0) and (c.value <= 1 or not share)):
+                need = "in (0, 1]" if share else "finite and > 0" if rate else "finite and >= 0"
+                raise ConfigError(f"{path}: constant {name} must be {need}, got {c.value}")
         files = {**self.files, **{str(Path(path).resolve()): version for version in given.files.values()}}
         return CostCalibration(MappingProxyType({**self.constants, **given.constants}), MappingProxyType(files))
 

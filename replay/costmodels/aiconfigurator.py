@@ -248,8 +248,7 @@ class KernelDatabase:
                            max_num_seqs: int = serving.MAX_NUM_SEQS) -> int:
         """Tokens of KV cache one rank holds (:mod:`.memory`: the database has no start-up memory split), in vLLM's
         share (None: the calibration's ``gpu_memory_utilization``)."""
-        share = self.calibration["gpu_memory_utilization"] if gpu_memory_utilization is None else gpu_memory_utilization
-        mem = rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=share,
+        mem = rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
                           batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs, calibration=self.calibration)
         return mem.kv_tokens(self.model.kv_bytes_per_token_rank(self.tp))
 

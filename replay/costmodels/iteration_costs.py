@@ -45,8 +45,7 @@ class IterationCosts(Kernels):
         """How vLLM splits one rank's share (None: the calibration's ``gpu_memory_utilization``) of memory: weights,
         profiling's activation peak (of :attr:`batched_tokens` tokens and ``max_num_seqs`` sampled rows), buffers
         outside torch, KV cache."""
-        share = self.calibration["gpu_memory_utilization"] if gpu_memory_utilization is None else gpu_memory_utilization
-        return rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=share,
+        return rank_memory(self.model, self.gpu, self.tp, gpu_memory_utilization=gpu_memory_utilization,
                            batched_tokens=self.batched_tokens, max_num_seqs=max_num_seqs,
                            calibration=self.calibration)
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from rltrace.replay.costmodels import serving
 
 from rltrace.calibration import CALIBRATION, CostCalibration
-from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec
 from rltrace.units import DTYPE_BYTES
 
@@ -108,12 +107,14 @@ def activation_peak_bytes(model: ModelSpec, tp: int, batched_tokens: int = servi
 
 
 def rank_memory(model: ModelSpec, gpu: GPUSpec, tp: int, *,
-                gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                gpu_memory_utilization: float | None = None,
                 batched_tokens: int = serving.MAX_BATCHED_TOKENS,
                 max_num_seqs: int = serving.MAX_NUM_SEQS,
                 calibration: CostCalibration = CALIBRATION) -> RankMemory:
     """vLLM's split of one rank's memory for ``model`` over ``tp`` GPUs of ``gpu`` (see the module text), with the
-    memory figures of ``calibration``."""
+    memory figures of ``calibration`` (and its ``gpu_memory_utilization`` where none is given)."""
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = calibration["gpu_memory_utilization"]
     if tp < 1 or batched_tokens < 1 or max_num_seqs < 1 or not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"tp ({tp}), max_num_batched_tokens ({batched_tokens}) and max_num_seqs ({max_num_seqs}) "
                          f"must be >= 1 and gpu_memory_utilization ({gpu_memory_utilization}) in (0, 1]")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from helpers import REPO
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel
 from rltrace.replay.costmodels.switching import ModelState, switch_seconds
 from rltrace.replay.job import Job
+from rltrace.replay.jobs import JobSpec, prepare_jobs
 from rltrace.replay.network.network import NetworkConfig, route
 from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
 from rltrace.replay.topologies import TopologySpec
@@ -324,6 +327,31 @@ def test_rollmux_opens_a_new_group_when_the_slo_cannot_hold() -> None:
     loose = replay(jobs_of(work, work, arrivals=[0.0, 0.0], slo=10.0, train_s=30.0), "rollmux", ReplayConfig())
     assert tight.metrics["extra"]["groups"] == 2 and loose.metrics["extra"]["groups"] == 1
     assert tight.metrics["cost_usd"] > loose.metrics["cost_usd"]  # a second group's pools are paid for
+
+
+def _peak_running(requests: pl.DataFrame) -> int:
+    """The most requests running at once (a finish frees its slot before a start at the same time takes one)."""
+    events = sorted([(t, 1) for t in requests["start_s"]] + [(t, -1) for t in requests["finish_s"]])
+    return int(np.cumsum([d for _, d in events]).max())
+
+
+def test_a_rollmux_group_runs_its_opening_jobs_engine_limit(tmp_path: Path) -> None:
+    """Each job of a list keeps its engine's max_num_seqs: a group's instances take the opening job's, not the
+    first job's."""
+    described = (REPO / "examples" / "papers" / "rollmux_a.toml").read_text().replace("steps = 8", "steps = 2")
+    (tmp_path / "a.toml").write_text(described)
+    (tmp_path / "b.toml").write_text(described.replace("[generation]\n", "[generation]\nmax_num_seqs = 4\n"))
+    specs = [JobSpec(name="a", bundle=str(tmp_path / "a.toml"), slo=1.0),
+             JobSpec(name="b", bundle=str(tmp_path / "b.toml"), arrival_s=1.0, slo=1.0)]
+    prepared = prepare_jobs(specs, Shape(), CostConfig())
+    framework_limit, capped = (job.cluster.max_seqs for job in prepared.jobs)
+    assert capped == 4 < framework_limit
+    result = replay(prepared, "rollmux", ReplayConfig())
+    assert result.metrics["extra"]["groups"] == 2  # an SLO of 1x: no sharing, each job on its own group
+    by_instance = result.requests.partition_by(["job", "instance"], as_dict=True)
+    peaks = {key: _peak_running(g) for key, g in by_instance.items()}
+    assert {peak for (job, _), peak in peaks.items() if job == 1} == {capped}
+    assert all(capped < peak <= framework_limit for (job, _), peak in peaks.items() if job == 0)
 
 
 def test_rollmux_consolidates_the_long_tail_and_starts_the_next_rollout_on_freed_instances() -> None:

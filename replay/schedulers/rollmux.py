@@ -76,6 +76,8 @@ class Group:
     sync: str
     tp: int
     """its rollout instances' TP (the opening job's)"""
+    max_seqs: int
+    """its rollout instances' running-sequence limit (the opening job's engine setting)"""
     train_gpus: int
     """its training pool's GPUs (the opening job's)"""
     members: list[int] = field(default_factory=list)
@@ -127,8 +129,9 @@ class RollMux:
         """The job's own pools (a job list's job), else the replay's."""
         return job.cluster or sim.cluster
 
-    def _estimate(self, sim: View, job: Job, instances: int, tp: int) -> tuple[float, float]:
-        """Conservative (generation, training) seconds of one step on ``instances`` rollout instances of TP ``tp``:
+    def _estimate(self, sim: View, job: Job, instances: int, tp: int, max_seqs: int) -> tuple[float, float]:
+        """Conservative (generation, training) seconds of one step on ``instances`` rollout instances of TP ``tp``,
+        each running at most ``max_seqs`` sequences:
         every response at max length (the job's length cap, which placement knows before any response is
         generated; ``length_cap``, or the KV cache's bound, where the source records none)."""
         req = sim.requests
@@ -139,21 +142,23 @@ class RollMux:
             longest = job.max_new_tokens or self.config.length_cap or \
                 job.generation.kv_capacity_tokens(tp) - req.prompt[rids[0]]
         per_instance = math.ceil(len(rids) / instances)
-        batch = min(sim.max_seqs, per_instance)
+        batch = min(max_seqs, per_instance)
         model = job.generation.iteration_model(tp)
-        rounds = math.ceil(per_instance / sim.max_seqs)
+        rounds = math.ceil(per_instance / max_seqs)
         gen = model.seconds(batch, batch * req.prompt[rids[0]], longest) * rounds
         return gen, job.trainer_seconds(0) + job.sync_s[0]
 
-    def _fits(self, sim: View, members: list[Job], instances: int, tp: int, train_gpus: int) -> bool:
-        """Whether every member meets its SLO sharing a group of ``instances`` rollout instances of TP ``tp`` and
-        ``train_gpus`` training GPUs (T_solo: each on its own pools)."""
-        est = [self._estimate(sim, j, instances, tp) for j in members]
-        solo = [sum(self._estimate(sim, j, self._own(sim, j).instances, self._own(sim, j).tp)) for j in members]
+    def _fits(self, sim: View, members: list[Job], group: Group, instances: int) -> bool:
+        """Whether every member meets its SLO sharing ``group`` grown to ``instances`` rollout instances (T_solo:
+        each on its own pools)."""
+        est = [self._estimate(sim, j, instances, group.tp, group.max_seqs) for j in members]
+        solo = [sum(self._estimate(sim, j, own.instances, own.tp, own.max_seqs))
+                for j, own in ((j, self._own(sim, j)) for j in members)]
         resident = len(members) <= self.config.resident_jobs  # warm switches, else cold
         c = sim.cluster
-        switch = [(switch_seconds(job_state(j), "rollout", c.gen_gpu, tp=tp, warm=resident, calibration=j.calibration),
-                   switch_seconds(job_state(j), "training", c.train_gpu, gpus=train_gpus, warm=resident,
+        switch = [(switch_seconds(job_state(j), "rollout", c.gen_gpu, tp=group.tp, warm=resident,
+                                  calibration=j.calibration),
+                   switch_seconds(job_state(j), "training", c.train_gpu, gpus=group.train_gpus, warm=resident,
                                   calibration=j.calibration))
                   for j in members]
         cycle = max(sum(g + w for (g, _), (w, _) in zip(est, switch)),
@@ -176,7 +181,7 @@ class RollMux:
             instance_rate = group.tp * c.usd_per_gpu_hour(c.gen_gpu)
             grow = own.instances if self.config.scale_rollout else 0
             extra = next((k for k in range(grow + 1)
-                          if self._fits(sim, members, len(group.instances) + k, group.tp, group.train_gpus)), None)
+                          if self._fits(sim, members, group, len(group.instances) + k)), None)
             if extra is not None and (best is None or extra * instance_rate < best[0]):
                 best = (extra * instance_rate, group, extra)
         if best is None or (best[2] and best[0] >= group_rate):
@@ -189,7 +194,8 @@ class RollMux:
 
     def _scale(self, sim: View, group: Group, extra: int, job: Job) -> None:
         """Add ``extra`` instances to a group's rollout pool (billed from now on)."""
-        group.instances += [sim.add_instance(group.pool, group.tp, job.generation) for _ in range(extra)]
+        group.instances += [sim.add_instance(group.pool, group.tp, job.generation, max_seqs=group.max_seqs)
+                            for _ in range(extra)]
         sim.allocate(group.pool, len(group.instances) * group.tp, sim.cluster.gen_gpu)
         sim.extra["scaled_instances"] = sim.extra.get("scaled_instances", 0) + extra
 
@@ -204,9 +210,10 @@ class RollMux:
         sim.add_resource(sync, "network")
         if k == 0:
             sim.add_resource("reward", "cpu")
-        instances = [sim.add_instance(f"generation{suffix}", own.tp, job.generation) for _ in range(own.instances)]
-        group = Group(k, f"generation{suffix}", instances, trainer, f"training{suffix}", sync, own.tp, own.train_gpus,
-                      [job.id])
+        instances = [sim.add_instance(f"generation{suffix}", own.tp, job.generation, max_seqs=own.max_seqs)
+                     for _ in range(own.instances)]
+        group = Group(k, f"generation{suffix}", instances, trainer, f"training{suffix}", sync, own.tp, own.max_seqs,
+                      own.train_gpus, [job.id])
         self.groups.append(group)
         sim.extra["groups"] = len(self.groups)
         return group

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 import rltrace
 from rltrace.analysis.diagnose import diagnose
-from rltrace.analysis.findings import KINDS, SCHEMA, covered
+from rltrace.analysis.findings import KINDS, SCHEMA, WhatIf, covered
+from rltrace.analysis.idle import _alternatives
+from rltrace.analysis.whatif import Pricer
 from rltrace.synth import synthesize
 
 KEYS = {"kind", "phase", "rank", "instance", "lost_s_per_step", "evidence", "fix", "gain"}
@@ -69,13 +71,31 @@ def test_the_docs_worked_example_is_the_current_output() -> None:
 
 @pytest.mark.slow  # over 5 s on 2 cores
 def test_a_gpu_sample_is_held_against_its_cost_model() -> None:
-    d = diagnose(rltrace.open("rollpacker_qwen7b"), replicates=0)
+    d = diagnose(rltrace.open("rollpacker_qwen7b"), replicates=0, keep_runs=True)
     assert d.findings.schema == pl.Schema(SCHEMA)
     phases = {r["phase"]: r for r in d.phases.iter_rows(named=True)}
     for phase in ("generate", "train", "optimizer", "weight_sync"):  # H800s and Qwen2.5-7B: all in the catalogs
         assert phases[phase]["expected_s"] is not None and phases[phase]["expected_s"] > 0, phase
     # its long tail (outputs up to 26.9x the median) is a bubble some scheduler removes
     assert "bubble" in d.findings["kind"].to_list()
+    # priced on the recorded work: rollart's replay trains two thirds of the recorded tokens, so its shorter step is
+    # no gain, and the fix is a scheduler that trains them all
+    bubble = d.findings.filter(pl.col("kind") == "bubble")
+    pricer = Pricer(rltrace.open("rollpacker_qwen7b"))
+    rollart = WhatIf(label="rollart", scheduler="rollart")
+    assert pricer.changes_work(rollart) and pricer.gain(rollart, replicates=0)[0] > bubble["gain_s_per_step"][0]
+    fixes = [run for name, run in d.runs if name.startswith("fix ")]
+    assert fixes and not any(run.metrics["same_work"]["changed"] for run in fixes)
+
+
+@pytest.mark.parametrize("sample", ["streamrl_qwen32b", "rollpacker_qwen7b"])
+def test_the_pool_splits_tried_are_whole_generation_instances(sample: str) -> None:
+    """streamrl_qwen32b runs TP 4 on 32 GPUs: a split of 21 generation GPUs is no cluster (it was an error)."""
+    pricer = Pricer(rltrace.open(sample))
+    cluster = pricer.prepared(pricer.base_shape).cluster
+    splits = [(alt.gen_gpus, alt.train_gpus) for alt in _alternatives(pricer) if alt.gen_gpus is not None]
+    assert splits and all(g % cluster.tp == 0 and g + t == cluster.gen_gpus + cluster.train_gpus for g, t in splits)
+    assert cluster.gen_gpus - cluster.tp in dict(splits) or cluster.gen_gpus + cluster.tp in dict(splits)
 
 
 def _slowed(folder: Path, engine: str, factor: float) -> Path:

@@ -7,8 +7,10 @@ the step's tail window, for its last samples). The requests that held a step are
 ones that finished inside the tail window (after ``TAIL_QUANTILE`` of the step's samples had finished).
 
 What removes the most of it is found by replaying the recording under every shipped scheduler and, under
-``disagg-sync``, other splits of the same GPUs between the pools; the change that shortens the step most is
-the finding's fix, and its gain is what the step loses to the bubble.
+``disagg-sync``, other splits of the same GPUs between the pools (in whole generation instances); the change that
+shortens the step most is the finding's fix, and its gain is what the step loses to the bubble. A change whose replay
+trains other work than the recording (fewer samples, or other lengths: ``rltrace.replay.work``) is left out, since its
+shorter step is no gain on the recorded work.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ TAIL_QUANTILE = 0.8
 MIN_TAIL_S = 0.01
 """a tail window shorter than this is no long tail"""
 SPLIT_SHARES = (0.25, 1 / 3, 0.5, 2 / 3, 0.75)
-"""generation's share of the GPUs in the other pool splits tried (plus one GPU either way)"""
+"""generation's share of the GPUs in the other pool splits tried, to whole generation instances (plus one instance
+either way)"""
 WORDS = {
     "one-step-async": "generation of step k+1 overlaps training of step k (samples one weight version stale)",
     "fully-async": "generation never waits for training and samples train in finish order (bounded staleness)",
@@ -84,9 +87,9 @@ def _alternatives(pricer: Pricer) -> list[WhatIf]:
     out = [WhatIf(label=f"{name}: {WORDS.get(name, 'its own schedule')}", scheduler=name)
            for name in SCHEDULERS.shipped() if name != "as-recorded"]
     cluster = pricer.prepared(pricer.base_shape).cluster
-    gen, train = cluster.gen_gpus, cluster.train_gpus
+    gen, train, tp = cluster.gen_gpus, cluster.train_gpus, cluster.tp
     total = gen + train
-    splits = {round(total * share) for share in SPLIT_SHARES} | {gen - 1, gen + 1}
+    splits = {round(total * share / tp) * tp for share in SPLIT_SHARES} | {gen - tp, gen + tp}  # whole instances
     for g in sorted(s for s in splits if 1 <= s < total and s != gen):
         out.append(WhatIf(label=f"{g} generation and {total - g} training devices instead of {gen} and {train} "
                                 "(disagg-sync)", scheduler="disagg-sync", gen_gpus=g, train_gpus=total - g))
@@ -104,6 +107,8 @@ def bubbles(bundle: Bundle, ctx: Context, pricer: Pricer) -> list[Finding]:
     best: tuple[float, WhatIf] | None = None
     for alt in _alternatives(pricer):
         gain = pricer.gain(alt, replicates=0)[0]
+        if pricer.changes_work(alt):
+            continue  # it trains fewer or other samples: its shorter step is no gain on the recorded work
         if best is None or gain > best[0]:
             best = (gain, alt)
     if best is None or best[0] < ctx.floor():

@@ -54,6 +54,8 @@ class Pricer:
         self._weights: dict[int, dict[int, float]] = {}
         self._fits: dict[int, IterationFit | None] = {}
         self._times: dict[tuple[Shape, int, str], np.ndarray] = {}
+        self._work: dict[int, tuple[WhatIf, bool]] = {}
+        """id of a what-if (kept alive beside it) -> whether its replay changed the work"""
 
     def weights(self, draw: int) -> dict[int, float] | None:
         """Recorded step -> its weight in bootstrap draw ``draw`` (None for draw -1: every step once)."""
@@ -125,7 +127,18 @@ class Pricer:
 
     def changed(self, whatif: WhatIf, draw: int = -1) -> np.ndarray:
         """Per-step step times of the replay with ``whatif`` applied."""
-        return self._step_times(self._apply(whatif, draw), whatif.scheduler)
+        result = replay(self._apply(whatif, draw), whatif.scheduler, self.config)
+        if draw < 0:
+            self._work[id(whatif)] = (whatif, bool(result.metrics["same_work"]["changed"]))
+        assert result.steps is not None  # every replay returns its steps
+        return result.steps.filter(pl.col("job") == 0).sort("step")["step_time_s"].to_numpy()
+
+    def changes_work(self, whatif: WhatIf) -> bool:
+        """Whether the replay with ``whatif`` applied trains other work than the recording (fewer or other samples:
+        ``rltrace.replay.work``), so that its step time is no like-for-like gain."""
+        if id(whatif) not in self._work:
+            self.changed(whatif)
+        return self._work[id(whatif)][1]
 
     def result(self, whatif: WhatIf | None = None) -> RunResult:
         """The whole replay (every step's fit) of the recording as it ran, or with ``whatif`` applied."""

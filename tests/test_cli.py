@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import run_cli, small_config
+from helpers import REPO, run_cli, small_config
 from rltrace.replay.sweep.grid import load_grid
 from rltrace.sample_traces import sample_path
 
@@ -34,6 +34,9 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     result = run_cli(command, "--help")
     assert result.returncode == 0
     assert "Example:" in result.stdout and f"rltrace {command}" in result.stdout
+    # a file the examples name ships with the project (the help is read from the checkout)
+    named = re.findall(r"\b(?:examples|sample_traces)/[\w./-]+", result.stdout)
+    assert all((REPO / path.rstrip(".")).exists() for path in named), named
 
 
 def test_inspect_without_argument_summarises_the_default_sample() -> None:

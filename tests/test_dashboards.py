@@ -408,6 +408,15 @@ def test_a_run_that_trained_nothing_has_no_time_for_the_work():
     assert "idle trained none of the recorded work" in " ".join(verdict.reasons([idle, done], flipped, "idle"))
 
 
+def test_runs_on_unpriced_gpus_give_no_cost_ratio():
+    unpriced = _bubbly(0.5, 0.1, 0.4, 0.6, 0.5) | {"cost_usd": 0.0}  # CPU runs: every run costs $0
+    slow = _trained_run("slow", [100, 100], [0, 0], [True, True], [8.0], **unpriced)
+    fast = _trained_run("fast", [100, 100], [0, 0], [True, True], [4.0], **unpriced)
+    t = verdict.table([slow, fast])
+    text = " ".join(verdict.reasons([slow, fast], t, "fast"))
+    assert "2.00x the samples/s (no cost ratio: the GPUs have no price)" in text and "0.00x the cost" not in text
+
+
 def test_ks_distance():
     a = np.array([1.0, 2.0, 3.0])
     assert work.ks_distance(a, a) == 0.0 and work.ks_distance(a, a + 10) == 1.0

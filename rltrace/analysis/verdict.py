@@ -154,8 +154,11 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
             if b["same_work_s"] is None:
                 out.append(f"{trained}{extrapolated}; {b['run']} trained nothing, so no ratio to it.")
             else:
-                out.append(f"{trained} against {_secs(b['same_work_s'])} for {b['run']}: {x:.2f}x the samples/s at "
-                           f"{w['usd_per_1k_samples_x'] or 0:.2f}x the cost per sample{extrapolated}.")
+                cost_x = w["usd_per_1k_samples_x"]
+                cost = (f" at {cost_x:.2f}x the cost per sample" if cost_x is not None
+                        else " (no cost ratio: the GPUs have no price)")
+                out.append(f"{trained} against {_secs(b['same_work_s'])} for {b['run']}: {x:.2f}x the samples/s"
+                           f"{cost}{extrapolated}.")
         removed = _removed_bubble(by_name[b["run"]].metrics, by_name[winner].metrics)
         if removed:
             out.append(removed)

@@ -42,7 +42,7 @@ def inspect(
 ) -> None:
     """Summarise a trace bundle: tables, per-step requests, output-length tail, collectives, weight syncs, phases.
 
-    Example: rltrace inspect sample_traces/streamrl_qwen32b --json
+    Example: rltrace inspect streamrl_qwen32b --json  (a shipped sample by name, or a bundle folder)
     """
     summary = summarize(open_bundle(resolve_bundle(bundle)))
     if as_json:

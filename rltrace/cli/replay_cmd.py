@@ -119,7 +119,7 @@ def replay(
 
         rltrace replay --scheduler disagg-sync,one-step-async --gen-gpus 24 --train-gpus 8 -o runs
 
-        rltrace replay examples/described/nemo_rl_qwen3_30b_a3b.toml -s colocated-sync,one-step-async --json
+        rltrace replay examples/described/qwen3_30b_a3b_colocated.toml -s colocated-sync,one-step-async --json
     """
     if execute:  # refuse what cannot run before any replay does
         if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:

@@ -60,6 +60,10 @@ class Job:
     """the modelled expert-parallel all-to-alls inside each step's trainer time (an MoE with ``cost.train_ep`` > 1;
     a network model re-times them); None, for the job or a step: none modelled (EP 1, or a measured trainer span,
     which holds the recorded job's own)"""
+    alltoall_bytes: list[float] | None = None
+    """per step, the bytes each trainer rank sends in expert all-to-alls that its trainer time already holds and no
+    network model re-times (a described job's, :meth:`~rltrace.replay.described.rlstep.StepModel.alltoall_bytes`):
+    reported beside ``alltoalls``' volume; None: none"""
     sync_tensors: int = 1
     max_new_tokens: int | None = None
     """the generation length cap, known before any response is (None: the source records none)"""

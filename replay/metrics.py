@@ -272,7 +272,8 @@ def compute_metrics(
 def step_volumes(run: RunRecord, steps: list[tuple[int, int]]) -> tuple[list[float | None], list[float | None]]:
     """Each finished (job, step)'s bytes: one model copy, what its weight sync delivers to each generation instance
     (None: no model and no recorded sync to size it), and what each training GPU sends in its modelled expert
-    all-to-alls (``cost.train_ep`` > 1; None where none is modelled: EP 1, or a measured trainer span)."""
+    all-to-alls (``cost.train_ep`` > 1, or a described job's EP; None where none is modelled: EP 1, or a measured
+    trainer span)."""
     jobs = {job.id: job for job in run.jobs}
     syncs: list[float | None] = []
     alltoalls: list[float | None] = []
@@ -280,7 +281,8 @@ def step_volumes(run: RunRecord, steps: list[tuple[int, int]]) -> tuple[list[flo
         job = jobs[job_id]
         syncs.append((job.sync_bytes[step] or None) if job.sync_bytes is not None else None)  # 0: nothing sized it
         parts = job.alltoalls[step] if job.alltoalls is not None else None
-        alltoalls.append(float(sum(p.sent_bytes for p in parts)) if parts is not None else None)
+        held = job.alltoall_bytes[step] if job.alltoall_bytes is not None else None  # a described job's
+        alltoalls.append(float(sum(p.sent_bytes for p in parts)) if parts is not None else (held or None))
     return syncs, alltoalls
 
 

@@ -36,6 +36,7 @@ from rltrace.replay.network.network import NetworkConfig, link_frame, route
 from rltrace.replay.network.network import metrics as network_metrics
 from rltrace.replay.network.weight_sync import local_fabric, reprice_syncs
 from rltrace.replay.schedulers import create
+from rltrace.replay.schedulers.base import capabilities
 from rltrace.replay.simulator import Simulator
 from rltrace.replay.work import same_work
 from rltrace.replay.workload import Workload, extract, renumber_steps, retarget, select_steps
@@ -157,6 +158,9 @@ class Prepared:
     else "recorded" (the source's own sync times) or "<N> GB/s" (one model copy over ``cost.sync_gbps``)"""
     calibration: CostCalibration = CALIBRATION
     """the constants every job's costs were priced with (:meth:`CostConfig.constants`)"""
+    recorded: bool = True
+    """the jobs come from a bundle (a recording or a synthetic sample), which ``as-recorded`` replays as it ran;
+    False for a described job, which has no recorded layout to replay"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +366,9 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     """Run ``scheduler`` over the prepared jobs with ``settings`` (its Config, or a mapping of the Config's
     fields; None: the defaults); returns the metrics, the timeline and the resolved config."""
     policy, policy_config = create(scheduler, settings)
+    if not prepared.recorded and capabilities(policy).replays_recording:
+        raise ConfigError(f"{scheduler} replays a recording as it ran, and a described job has none (its mode is a "
+                          "scheduler: colocated-sync or disagg-sync)")
     jobs, routed = prepared.jobs, None
     if config.network.topology:  # the network sets sync and collective times: on copies, the input stays as it is
         jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s), forward_s=list(j.forward_s))

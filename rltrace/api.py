@@ -91,9 +91,15 @@ def prepare(source: str | Path | None, shape: Shape, settings: Settings, schedul
 
 def one_kind(prepared: Prepared, schedulers: Sequence[str], *, named: bool) -> list[str]:
     """The schedulers that can run on ``prepared``'s cluster. One that colocates (every GPU in both roles) cannot
-    run on generation and training pools of two GPU kinds: named by the user it is refused with the reason, picked
-    by "all" it is left out with a note (a colocated run priced and timed on one kind of the two would be
-    neither)."""
+    run on generation and training pools of two GPU kinds, and ``as-recorded`` needs a bundle's recorded layout (a
+    described job has none): named by the user it is refused with the reason, picked by "all" it is left out with a
+    note (a colocated run priced and timed on one kind of the two would be neither)."""
+    if not prepared.recorded:
+        replaying = [n for n in schedulers if capabilities(lookup(n)).replays_recording]
+        if replaying and not named:  # named, the replay refuses it with the reason
+            prepared.notes.append(f"{', '.join(replaying)} replays a recording as it ran, and a described job has "
+                                  "none: left out")
+            schedulers = [n for n in schedulers if n not in replaying]
     c = prepared.cluster
     if c.gen_gpu == c.train_gpu:
         return list(schedulers)

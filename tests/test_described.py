@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from rltrace.replay.described.lengths import draw_lengths
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, replay
 
 from rltrace.cli import main
+from rltrace.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml"
@@ -60,6 +62,25 @@ def test_the_documented_example_has_every_phase_with_a_plausible_share() -> None
     assert disagg["weight_sync"] > 0 and "refit" not in disagg  # a broadcast, not a colocated refit
 
 
+def test_a_described_moe_job_reports_the_expert_all_to_alls_its_trainer_time_holds() -> None:
+    d = load_description(EXAMPLE)  # Qwen3-30B-A3B, [training] ep = 8
+    config = ReplayConfig()
+    prepared = from_description(d, Shape(), config.cost)
+    job = prepared.jobs[0]
+    assert job.alltoall_bytes is not None and job.alltoalls is None  # held in the trainer time, not re-timed
+    metrics = replay(prepared, "one-step-async", config).metrics
+    sent = metrics["volume_bytes_per_step"]["expert_alltoall_per_train_rank"]
+    assert sent == pytest.approx(sum(job.alltoall_bytes) / len(job.alltoall_bytes), rel=1e-9) and sent > 0
+    # the same job at EP 1: no all-to-all, a shorter update
+    dense = replace(d, training=replace(d.training, ep=1))
+    alone = replay(from_description(dense, Shape(), config.cost), "one-step-async", config).metrics
+    assert alone["volume_bytes_per_step"]["expert_alltoall_per_train_rank"] == 0.0
+    assert alone["phases_s_per_step"]["train"] < metrics["phases_s_per_step"]["train"]
+    assert "training TP 1 CP 1 EP 8 PP 1" in prepared.notes[0]
+    with pytest.raises(ConfigError, match=r"\[training\] ep \(8\); set it there"):
+        from_description(d, Shape(), replace(config.cost, train_ep=8))
+
+
 def test_lengths_hit_the_stated_mean_and_pile_up_at_the_cap(tmp_path: Path) -> None:
     d = load_description(write(tmp_path, SMALL.replace("mean_response = 900", "mean_response = 1800")))
     prompt, response, _ = draw_lengths(d, 3)
@@ -82,6 +103,22 @@ def test_replay_cli_takes_a_description(tmp_path: Path, capsys: pytest.CaptureFi
     metrics = json.loads(capsys.readouterr().out)
     assert set(metrics) == {"colocated-sync", "disagg-sync"}
     assert metrics["colocated-sync"]["phases_s_per_step"]["generation"] > 0
+
+
+def test_as_recorded_needs_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A described job has no recorded layout: as-recorded named is one line and exit 2, and "all" leaves it out
+    with a note (it replayed the job disaggregated, whatever its mode)."""
+    path = write(tmp_path, SMALL)
+    assert main(["replay", str(path), "-s", "as-recorded"]) == 2
+    err = capsys.readouterr().err
+    assert "as-recorded replays a recording as it ran, and a described job has none" in err
+    assert len(err.splitlines()) == 1
+    assert main(["replay", str(path), "-s", "all", "--replicates", "0", "--json"]) == 0
+    runs = set(json.loads(capsys.readouterr().out))
+    assert "as-recorded" not in runs and {"colocated-sync", "disagg-sync"} <= runs
+    assert main(["replay", str(path), "-s", "all", "--replicates", "0"]) == 0
+    assert "note: as-recorded replays a recording as it ran, and a described job has none: left out" in \
+        capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("change", "key"), [

@@ -70,6 +70,9 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     pools, colocated ones on all its GPUs (:class:`~rltrace.replay.job.Colocated`); ``calibration`` replaces the
     framework's own (a fit starts from a neutral one)."""
     d = reshape(d, shape)
+    if cost.train_ep != 1:
+        raise ConfigError(f"cost.train_ep {cost.train_ep}: a described job's trainer expert parallelism is its "
+                          f"[training] ep ({d.training.ep}); set it there")
     constants = cost.constants()
     framework = get_framework(d.framework)
     if calibration is not None:
@@ -109,6 +112,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                      f"schedulers take the whole cluster's trainer time x {scale:g}")
     switch = model.switch(d.total_gpus, instance, gen_gpu.name)
     weights = float(spec.weight_bytes)
+    alltoall = [model.alltoall_bytes(train_gpus, float(t)) for t in tokens] if d.training.ep > 1 else None
     sync = reprice_syncs([weights] * steps, gen_gpus, train_gpus, train_gpu.name, tensors=spec.tensors)
     job = Job(id=0, name=d.name or "described", first=[i * per_step for i in range(steps + 1)],
               generation=generation, train_s=[p.train for p in split],
@@ -116,6 +120,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
               optimizer_s=[p.optimizer for p in split], sync_s=sync, reward_s=[p.reward for p in split],
               other_s=[0.0] * steps, engines=gen_gpus // instance, max_new_tokens=int(response.max()),
               sync_bytes=[weights] * steps, sync_tensors=spec.tensors,
+              alltoall_bytes=alltoall,
               extra={"params": float(spec.params), "weight_bytes": weights},
               phases=[_trainer_phases(p) for p in split],
               calibration=constants,
@@ -129,8 +134,10 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     described = (f"described job {d.name or '(unnamed)'}: {spec.name} {d.precision} on {d.total_gpus} {gen_gpu.name}"
                  f"{' + ' + train_gpu.name if train_gpu.name != gen_gpu.name else ''}, {framework.name} profile, "
                  f"{d.batch.prompts} x {d.batch.samples} samples a step, mean response {response.mean():,.0f} tokens "
-                 f"({(response >= np.floor(cap)).mean():.0%} at the cap)")
-    return Prepared(frame, [job], cluster, [described, *notes], calibration=constants)
+                 f"({(response >= np.floor(cap)).mean():.0%} at the cap), generation TP {d.generation.tp} PP "
+                 f"{d.generation.pp}, training TP {d.training.tp} CP {d.training.cp} EP {d.training.ep} PP "
+                 f"{d.training.pp}")
+    return Prepared(frame, [job], cluster, [described, *notes], calibration=constants, recorded=False)
 
 
 def _trainer_phases(p: Phases) -> dict[str, float]:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 from rltrace.replay.costmodels.parallel import collective_seconds
 from rltrace.replay.costmodels.switching import ModelState, move_seconds
-from rltrace.replay.costmodels.training import step_seconds
+from rltrace.replay.costmodels.training import alltoalls, step_seconds
 from rltrace.replay.described.description import Description
 from rltrace.replay.described.frameworks import Framework
 
@@ -160,6 +160,20 @@ class StepModel:
                       old_logprob=forward if a.recompute_logprobs else 0.0,
                       reference=forward if a.reference else 0.0,
                       critic=critic, train=update, optimizer=optimizer)
+
+    def alltoall_bytes(self, gpus: int, tokens: float) -> float:
+        """Bytes each of ``gpus`` training GPUs sends in expert all-to-alls over a step of ``tokens`` tokens (the
+        forward-only passes :meth:`phases` prices, then its updates; 0 for a dense model or EP 1): what the replay
+        reports beside the weight-sync volume. The trainer's time already holds them."""
+        d, t = self.description, self.description.training
+        forwards = d.algorithm.recompute_logprobs + d.algorithm.reference + (d.algorithm.name == "ppo")
+        updates = t.epochs * (2 if d.algorithm.name == "ppo" else 1)  # PPO updates the critic too
+        sent = 0.0
+        for count, passes in ((forwards, 1.0), (updates, 3.0)):
+            a2a = alltoalls(self.model, self.gpu, tokens=tokens, gpus=gpus, ep=t.ep, passes=passes,
+                            calibration=self.constants)
+            sent += count * (a2a.sent_bytes if a2a is not None else 0.0)
+        return sent
 
     def switch(self, gpus: int, gen_tp: int, gen_gpu: str) -> Switch:
         """A colocated run's switches on ``gpus`` GPUs, engines of ``gen_tp``: host-link moves of the serving weights

@@ -130,6 +130,7 @@ def test_as_recorded_needs_a_recording(tmp_path: Path, capsys: pytest.CaptureFix
     (("gpus = 8", "gpus = 8\n[generation]\ntp = 3"), "generation.tp"),
     (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7B"\nprecision = "int4"'), "precision"),
     (('gpu = "H100"', 'gpu = "H999"'), "H999"),
+    (("max_response = 2048", "max_seq = 200"), "batch.max_seq 200 leaves no room for a response"),
 ])
 def test_a_malformed_description_is_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             change: tuple[str, str], key: str) -> None:
@@ -183,3 +184,16 @@ def test_every_gpu_kind_of_the_published_runs_replays(tmp_path: Path, gpu: str) 
     metrics = replay(from_description(d, Shape(gen_gpus=4, train_gpus=4), config.cost), "disagg-sync",
                      config).metrics
     assert metrics["step_time_s"]["mean"] > 0 and metrics["phases_s_per_step"]["train"] > 0
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--gen-gpus", "7", "--train-gpus", "8", "--tp", "2"], "--gen-gpus 7 --train-gpus 8 --tp 2 on this description: "),
+    (["--prompts", "3"], "--prompts 3 on this description: batch.train_batch"),
+    (["--recorded-steps", "1:3"], "--recorded-steps picks steps of a recording; a described job has none"),
+])
+def test_a_what_if_option_the_description_cannot_take_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               flags: list[str], said: str) -> None:
+    path = write(tmp_path, SMALL.replace("steps = 3", "steps = 3\ntrain_batch = 32"))
+    assert main(["replay", str(path), "-s", "disagg-sync", "--replicates", "0", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err

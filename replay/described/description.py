@@ -192,12 +192,15 @@ class Description:
             raise ConfigError(f"training.ep {t.ep} does not divide the {trainers} training GPUs")
         if not b.max_seq and not b.max_response:
             raise ConfigError("batch: give max_seq (prompt + response cap) or max_response (response cap)")
+        if not 0 < b.mean_prompt:
+            raise ConfigError(f"batch.mean_prompt must be > 0, got {b.mean_prompt:g}")
+        if b.max_seq and b.mean_prompt >= b.max_seq:
+            raise ConfigError(f"batch.max_seq {b.max_seq} leaves no room for a response after the mean prompt "
+                              f"(batch.mean_prompt {b.mean_prompt:g} tokens)")
         cap = self.response_cap
         if not 0 < b.mean_response < cap:
             raise ConfigError(f"batch.mean_response must be in (0, {cap:g}) (the response cap), got "
                               f"{b.mean_response:g}")
-        if not 0 < b.mean_prompt or (b.max_seq and b.mean_prompt >= b.max_seq):
-            raise ConfigError(f"batch.mean_prompt must be > 0 and below max_seq, got {b.mean_prompt:g}")
         if b.train_batch and (b.prompts * b.samples) % b.train_batch:
             raise ConfigError(f"batch.train_batch {b.train_batch} does not divide the {b.prompts * b.samples} "
                               "samples of a step")

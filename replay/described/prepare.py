@@ -56,7 +56,16 @@ def reshape(d: Description, shape: Shape) -> Description:
     mode = d.mode or ("colocated" if d.colocated else "disaggregated")
     reshaped = dataclasses.replace(d, cluster=cluster, batch=batch, generation=generation, mode=mode,
                                    model=shape.model or d.model, seed=shape.seed or d.seed)
-    return reshaped.check()
+    given = [f"{flag} {value}" for flag, value in (
+        ("--gen-gpus", shape.gen_gpus), ("--train-gpus", shape.train_gpus), ("--tp", shape.tp),
+        ("--max-seqs", shape.max_seqs), ("--steps", shape.steps), ("--prompts", shape.prompts_per_step),
+        ("--samples", shape.samples_per_prompt), ("--max-new-tokens", shape.max_new_tokens)) if value is not None]
+    try:
+        return reshaped.check()
+    except ConfigError as e:
+        if not given:
+            raise
+        raise ConfigError(f"{' '.join(given)} on this description: {e}") from None
 
 
 def serving_model(spec: ModelSpec, precision: str) -> ModelSpec:
@@ -69,6 +78,9 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     """Draw ``d``'s workload and price it for every scheduler: disaggregated ones on its generation and training
     pools, colocated ones on all its GPUs (:class:`~rltrace.replay.job.Colocated`); ``calibration`` replaces the
     framework's own (a fit starts from a neutral one)."""
+    if shape.source_steps is not None:
+        raise ConfigError("--recorded-steps picks steps of a recording; a described job has none (--steps sets how "
+                          "many it replays)")
     d = reshape(d, shape)
     if cost.train_ep != 1:
         raise ConfigError(f"cost.train_ep {cost.train_ep}: a described job's trainer expert parallelism is its "

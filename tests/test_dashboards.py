@@ -464,6 +464,10 @@ def test_the_choice_and_why():
     # a lead past what published systems report is explained by the baseline's unused generation GPUs (these runs
     # say no gpu_busy: busy falls back to the batch-weighted use)
     assert "busy 10% of its run but used only 10% of their batch capacity" in moved and "at most 10.0x" in moved
+    # the other objectives' winners say which runs they leave out
+    alts = dict(verdict.alternatives(t))
+    assert alts["cheapest per sample on the recorded work (a run that changes it is left out)"].startswith("fair (")
+    assert alts["fastest of any trained work (a run may change it)"].startswith("short (")
     with pytest.raises(rltrace.errors.ConfigError, match="objective must be"):
         verdict.Objective(goal="speed")
 

@@ -23,6 +23,7 @@ from rltrace.replay.sweep.grid import Grid, check, point_id, settings
 from rltrace.replay.sweep.point import ROW_VERSION
 
 import rltrace
+from rltrace.cli.sweep_cmd import print_best
 from rltrace.errors import ConfigError
 from rltrace.synth import synthesize
 
@@ -186,6 +187,18 @@ def test_bad_grid_is_one_line_and_exit_2(grid, message, bundle: Path, tmp_path: 
 
 def _phases(step: float, **phases: float) -> dict[str, str]:
     return {"metrics_json": json.dumps({"phases_s_per_step": phases, "step_time_s": {"mean": step}})}
+
+
+@pytest.mark.parametrize(("changed", "said"), [(False, False), (True, True)])
+def test_the_cheapest_point_says_when_it_changed_the_work(changed: bool, said: bool,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    frame = pl.DataFrame({"scheduler": ["disagg-sync", "rollpacker"], "samples_per_s": [2.0, 3.0],
+                          "run_samples_per_s": [2.0, 4.0], "usd_per_hour": [10.0, 10.0],
+                          "usd_per_1k_samples": [1.4, 0.9], "work_changed": [False, changed]})
+    print_best(frame, ["scheduler"])
+    said_last = " ".join(capsys.readouterr().out.split("cheapest per 1k samples:", 1)[1].split())  # wraps unwrapped
+    assert said_last.startswith("scheduler=rollpacker: $0.900")
+    assert ("(changed work)" in said_last) == said
 
 
 @pytest.mark.parametrize("row, expected", [

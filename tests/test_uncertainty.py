@@ -62,6 +62,18 @@ def test_the_cli_prints_the_spread_and_the_report_shows_it(tmp_path) -> None:
     assert "samples/s, 5% of replicates" in (tmp_path / "r.html").read_text()  # the report's spread table
 
 
+def test_a_table_figure_outside_its_own_spread_is_said_to_be_one_draw(tmp_path) -> None:
+    """Four steps drawn from rollpacker_qwen7b: seed 0's draw is faster than 95% of the seeds the spread draws."""
+    out = tmp_path / "runs"
+    done = run_cli("replay", "rollpacker_qwen7b", "-s", "disagg-sync", "--gen-gpus", "8", "--train-gpus", "8",
+                   "--gpu", "H100", "--steps", "4", "--set", "cost.train_mfu=0.35", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads(next(out.rglob("metrics.json")).read_text())
+    point, rate = metrics["same_work"]["samples_per_s"], metrics["spread"]["same_work.samples_per_s"]
+    assert not rate["p05"] <= point <= rate["p95"]
+    assert "the table's samples/s lies outside this range: it is one draw" in " ".join(done.stdout.split())
+
+
 @pytest.mark.parametrize(("steps", "expected_steady"), [((0, 1, 2, 3), 3), ((0, 1), 2), ((4,), 1)])
 def test_bootstrap_draws_the_steady_steps_and_keeps_the_warmup_as_the_fit_does(
     steps: tuple, expected_steady: int

@@ -264,9 +264,14 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
         if spread:
             rate = spread.get("same_work.samples_per_s") or spread["throughput_samples_per_s"]  # older runs: own rate
             step = spread["step_time_s.mean"]
+            point = r.metrics["same_work"]["samples_per_s"]
+            outside = ("; the table's samples/s lies outside this range: it is one draw (the costs fitted to every "
+                       "step, --seed's workload), the range is over draws" if not rate["p05"] <= point <= rate["p95"]
+                       else "")
             console.print(f"spread ({name}, {spread['replicates']} replicates over {' and '.join(spread['sources'])}): "
                           f"samples/s median {rate['median']:.3g}, 90% {rate['p05']:.3g}-{rate['p95']:.3g}; "
-                          f"step s median {step['median']:.3g}, 90% {step['p05']:.3g}-{step['p95']:.3g}", markup=False)
+                          f"step s median {step['median']:.3g}, 90% {step['p05']:.3g}-{step['p95']:.3g}{outside}",
+                          markup=False)
     for name, r in results.items():
         lat = r.metrics.get("latency")
         if lat and lat["requests"]:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
-from rltrace.catalog import get_gpu, get_model
+from rltrace.catalog import get_gpu, get_model, load_gpus
 from rltrace.cli.estimate_validate import show_rl_validation, show_validation
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import Roofline
@@ -37,7 +37,7 @@ def estimate(
     model: Annotated[str | None, typer.Option(
         help="Catalog model (e.g. Qwen2.5-7B) or a Hugging Face config.json.")] = None,
     gpu: Annotated[str | None, typer.Option(
-        help="GPU kind from the catalog (H100, H800, H20, H200, A100, B200).")] = None,
+        help=f"GPU kind from the catalog ({', '.join(load_gpus())}).")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree (decode, prefill).")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel ranks (MoE; decode/prefill: 1 or --tp, whole experts "
                                          "per rank, all-reduced as TP's; train: the trainer's EP group, "
@@ -58,7 +58,8 @@ def estimate(
         help="Efficiency profile from `rltrace calibrate` (TOML or Parquet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: seconds, bound, terms.")] = False,
     data: Annotated[list[Path] | None, typer.Option(
-        help="validate: a validation CSV (repeatable; default: the shipped sets).")] = None,
+        help="validate: a validation CSV (repeatable; default: the shipped sets); validate-rl: one runs CSV in "
+             "the shipped set's layout.")] = None,
     by: Annotated[str, typer.Option(help="validate: slices of the error table, comma-separated (gpu, model, "
                                          "engine, dtype, regime, origin: the source's repository).")] = (
         "gpu,model,dtype"),

@@ -13,6 +13,7 @@ from rich.table import Table
 from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT, pools_label
 from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration import CALIBRATION
+from rltrace.catalog import load_gpus
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
@@ -71,7 +72,7 @@ def replay(
         "--scheduler", "-s", help="Scheduler name(s), comma-separated, or all.")] = ",".join(BASELINES),
     gen_gpus: Annotated[int | None, typer.Option(help="Generation GPUs (default: as recorded).")] = None,
     train_gpus: Annotated[int | None, typer.Option(help="Training GPUs (default: as recorded).")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU kind of both pools (H100, H800, H20, H200, A100, B200), or "
+    gpu: Annotated[str | None, typer.Option(help=f"GPU kind of both pools ({', '.join(load_gpus())}), or "
                                                  "GENERATION,TRAINING (e.g. H20,H800).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor parallelism of generation instances.")] = None,
     max_seqs: Annotated[int | None, typer.Option(help="Most running sequences per instance (vLLM max_num_seqs; "

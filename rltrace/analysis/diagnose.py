@@ -35,6 +35,10 @@ from rltrace.replay.run import CostConfig, RunResult
 from rltrace.replay.workload import extract
 from rltrace.scalars import number
 
+REPLAY_OFF = 0.10
+"""an as-recorded replay whose steady step is further than this (relative) from the measured one gets a note: the
+gains are differences between replays (a synthetic bundle's timings come from another model than the replay's)"""
+
 DEFAULT_REPLICATES = 10
 """bootstrap replicates behind each gain's spread"""
 
@@ -108,6 +112,11 @@ def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DE
         pricer = Pricer(bundle, cost, seed, cap)
         say("bubbles: replaying every scheduler and pool split")
         found += idle.bubbles(bundle, ctx, pricer)
+        replayed = pricer.replayed_step_s()
+        if ctx.step_s > 0 and abs(replayed / ctx.step_s - 1) > REPLAY_OFF:
+            notes.append(f"the recording replayed as it ran takes {replayed:.3f} s a step against {ctx.step_s:.3f} s "
+                         f"measured ({replayed / ctx.step_s - 1:+.0%}): a gain is the difference between two replays, "
+                         "so read it against the replayed step")
         phases = expected.phase_table(bundle, workload, ctx, cost, frame_profile, cap, transport)
         explained = {f.phase for f in found if f.kind in ("straggler", "config")}
         found += [f for f in expected.slow_phases(phases, ctx) if f.phase not in explained]

@@ -160,6 +160,10 @@ class Pricer:
         low, high = np.quantile(np.asarray(draws), (0.05, 0.95))
         return point, float(low), float(high)
 
+    def replayed_step_s(self) -> float:
+        """The as-recorded replay's mean step time over the steady steps, which every gain is a difference from."""
+        return self._mean(self.base(), None)
+
     def _mean(self, saved: np.ndarray, weights: dict[int, float] | None) -> float:
         """Mean of per-step savings over the steady steps, each weighed by its count in the draw."""
         first = WARMUP_STEPS if len(saved) > WARMUP_STEPS else 0

@@ -28,6 +28,8 @@ class Colocated:
     """the refit, the engine's wake and the training state's way out"""
     phases: dict[str, float] = field(default_factory=dict)
     """the switches' parts (sleep, refit, wake), seconds each"""
+    alltoall_bytes: list[float] | None = None
+    """per step: :attr:`Job.alltoall_bytes` on the whole cluster"""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
+from rltrace.replay.described import is_description
 from rltrace.replay.run import CostConfig, Prepared, Shape
 from rltrace.replay.sources import prepare_source
 from rltrace.sample_traces import list_samples, sample_path
@@ -75,6 +76,11 @@ def _prepare(spec: JobSpec, shape: Shape, cost: CostConfig, prices: dict[str, fl
     mine = replace(shape, steps=spec.steps, prompts_per_step=spec.prompts_per_step,
                    samples_per_prompt=spec.samples_per_prompt, max_new_tokens=spec.max_new_tokens,
                    model=spec.model or shape.model, seed=spec.seed)
+    if is_description(where):  # its [training] ep is its trainer's expert parallelism, whatever cost.train_ep says
+        if spec.train_ep not in (None, 1):
+            raise ConfigError(f"job {spec.name!r}: a described job's trainer expert parallelism is its [training] ep; "
+                              "set it there, not train_ep")
+        return prepare_source(where, mine, replace(cost, train_ep=1), prices)
     return prepare_source(where, mine, cost if spec.train_ep is None else replace(cost, train_ep=spec.train_ep), prices)
 
 

@@ -281,7 +281,8 @@ def step_volumes(run: RunRecord, steps: list[tuple[int, int]]) -> tuple[list[flo
         job = jobs[job_id]
         syncs.append((job.sync_bytes[step] or None) if job.sync_bytes is not None else None)  # 0: nothing sized it
         parts = job.alltoalls[step] if job.alltoalls is not None else None
-        held = job.alltoall_bytes[step] if job.alltoall_bytes is not None else None  # a described job's
+        own = job.colocated.alltoall_bytes if run.colocated and job.colocated else job.alltoall_bytes  # described
+        held = own[step] if own is not None else None
         alltoalls.append(float(sum(p.sent_bytes for p in parts)) if parts is not None else (held or None))
     return syncs, alltoalls
 

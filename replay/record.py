@@ -54,5 +54,7 @@ class RunRecord:
     """metrics a scheduler adds (names of its choosing)"""
     events: int = 0
     """events the loop fired"""
+    colocated: bool = False
+    """the scheduler ran every GPU in both roles (a described job's trainer then runs on the whole cluster)"""
     event_log: list[tuple[float, int, int, str, str]] | None = None
     """(time_s, priority, seq, target, event) of every event fired, when the run kept it"""

@@ -388,6 +388,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     started = time.perf_counter()
     record = sim.run(policy, progress)
     wall = time.perf_counter() - started
+    record.colocated = capabilities(policy).colocates
     req_frame = _with_training(requests.to_frame(), record.consumed, f.height)
     timeline = timeline_frame(record, req_frame)
     metrics = compute_metrics(record, req_frame, timeline, config.metrics)

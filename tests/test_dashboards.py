@@ -415,6 +415,7 @@ def test_runs_on_unpriced_gpus_give_no_cost_ratio():
     t = verdict.table([slow, fast])
     text = " ".join(verdict.reasons([slow, fast], t, "fast"))
     assert "2.00x the samples/s (no cost ratio: the GPUs have no price)" in text and "0.00x the cost" not in text
+    assert verdict.choose(t, verdict.Objective(goal="cost")) == (None, "no run has a cost (prices unknown)")
 
 
 def test_ks_distance():

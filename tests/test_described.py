@@ -10,6 +10,7 @@ import pytest
 from rltrace.replay.described import from_description, load_description
 from rltrace.replay.described.description import markdown_reference
 from rltrace.replay.described.lengths import draw_lengths
+from rltrace.replay.jobs import JobSpec, prepare_jobs
 from rltrace.replay.run import CostConfig, ReplayConfig, Shape, replay
 
 from rltrace.cli import main
@@ -67,10 +68,17 @@ def test_a_described_moe_job_reports_the_expert_all_to_alls_its_trainer_time_hol
     config = ReplayConfig()
     prepared = from_description(d, Shape(), config.cost)
     job = prepared.jobs[0]
+    steps = job.steps
     assert job.alltoall_bytes is not None and job.alltoalls is None  # held in the trainer time, not re-timed
     metrics = replay(prepared, "one-step-async", config).metrics
     sent = metrics["volume_bytes_per_step"]["expert_alltoall_per_train_rank"]
     assert sent == pytest.approx(sum(job.alltoall_bytes) / len(job.alltoall_bytes), rel=1e-9) and sent > 0
+    # colocated, every one of the 32 GPUs trains: each sends its share of the tokens, half the 16-GPU pool's
+    assert job.colocated is not None and job.colocated.alltoall_bytes is not None
+    colocated = replay(prepared, "colocated-sync", config).metrics
+    whole = colocated["volume_bytes_per_step"]["expert_alltoall_per_train_rank"]
+    assert whole == pytest.approx(sum(job.colocated.alltoall_bytes) / steps, rel=1e-9)
+    assert whole == pytest.approx(sent / 2, rel=0.05)
     # the same job at EP 1: no all-to-all, a shorter update
     dense = replace(d, training=replace(d.training, ep=1))
     alone = replay(from_description(dense, Shape(), config.cost), "one-step-async", config).metrics
@@ -79,6 +87,11 @@ def test_a_described_moe_job_reports_the_expert_all_to_alls_its_trainer_time_hol
     assert "training TP 1 CP 1 EP 8 PP 1" in prepared.notes[0]
     with pytest.raises(ConfigError, match=r"\[training\] ep \(8\); set it there"):
         from_description(d, Shape(), replace(config.cost, train_ep=8))
+    # in a job list, cost.train_ep is the bundles' (MoE recordings): a described job keeps its own
+    listed = prepare_jobs([JobSpec(name="described", bundle=str(EXAMPLE))], Shape(), replace(config.cost, train_ep=8))
+    assert listed.jobs[0].alltoall_bytes == job.alltoall_bytes
+    with pytest.raises(ConfigError, match="set it there, not train_ep"):
+        prepare_jobs([JobSpec(name="described", bundle=str(EXAMPLE), train_ep=4)], Shape(), config.cost)
 
 
 def test_lengths_hit_the_stated_mean_and_pile_up_at_the_cap(tmp_path: Path) -> None:
@@ -187,8 +200,8 @@ def test_every_gpu_kind_of_the_published_runs_replays(tmp_path: Path, gpu: str) 
 
 
 @pytest.mark.parametrize(("flags", "said"), [
-    (["--gen-gpus", "7", "--train-gpus", "8", "--tp", "2"], "--gen-gpus 7 --train-gpus 8 --tp 2 on this description: "),
-    (["--prompts", "3"], "--prompts 3 on this description: batch.train_batch"),
+    (["--gen-gpus", "7", "--train-gpus", "8", "--tp", "2"], "reshaped (gen_gpus 7, train_gpus 8, tp 2): "),
+    (["--prompts", "3"], "the description reshaped (prompts 3): batch.train_batch"),
     (["--recorded-steps", "1:3"], "--recorded-steps picks steps of a recording; a described job has none"),
 ])
 def test_a_what_if_option_the_description_cannot_take_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],

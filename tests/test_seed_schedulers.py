@@ -364,6 +364,18 @@ def test_rollmux_consolidates_the_long_tail_and_starts_the_next_rollout_on_freed
     assert b_first["start_s"].min() < a_long["finish_s"][0]  # job 1 did not wait for job 0's tail
 
 
+def test_rollmux_consolidates_a_tail_to_its_groups_own_engine_limit() -> None:
+    """Job 0's two long samples, left when job 1's rollout queues, keep two instances of a group whose engines run
+    one sequence each: consolidated to the replay-wide limit (1000) they would run one after the other."""
+    two_long = [[[5]] * 8 + [[5000]] * 2]
+    one_seq = Cluster(gen_gpus=4, train_gpus=1, gen_gpu="H100", train_gpu="H100", max_seqs=1)
+    result = replay(jobs_of(two_long, two_long, arrivals=[0.0, 0.0], slo=1000.0, gen_gpus=4, pools=[one_seq] * 2),
+                    "rollmux", ReplayConfig())
+    assert result.metrics["extra"]["groups"] == 1 and result.metrics["extra"]["tail_migrations"] >= 1
+    long = result.requests.filter(pl.col("job") == 0, pl.col("output_tokens") == 5000).sort("start_s")
+    assert long["finish_s"].max() - long["start_s"].min() < 1.5 * (long["finish_s"] - long["start_s"]).max()
+
+
 def test_rollmux_starts_a_queued_rollout_once_the_running_one_is_consolidated() -> None:
     # Job 0's tail (one 5000-token sample) frees all but one instance for job 1. When job 0 queues its next
     # rollout, job 1 is past 80% with its own long sample (6000 tokens) running: job 1's tail is consolidated then,

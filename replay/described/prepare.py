@@ -56,16 +56,17 @@ def reshape(d: Description, shape: Shape) -> Description:
     mode = d.mode or ("colocated" if d.colocated else "disaggregated")
     reshaped = dataclasses.replace(d, cluster=cluster, batch=batch, generation=generation, mode=mode,
                                    model=shape.model or d.model, seed=shape.seed or d.seed)
-    given = [f"{flag} {value}" for flag, value in (
-        ("--gen-gpus", shape.gen_gpus), ("--train-gpus", shape.train_gpus), ("--tp", shape.tp),
-        ("--max-seqs", shape.max_seqs), ("--steps", shape.steps), ("--prompts", shape.prompts_per_step),
-        ("--samples", shape.samples_per_prompt), ("--max-new-tokens", shape.max_new_tokens)) if value is not None]
+    given = [f"{name} {value}" for name, value in (
+        ("gen_gpus", shape.gen_gpus), ("train_gpus", shape.train_gpus), ("gpu", shape.gpu),
+        ("gen_gpu", shape.gen_gpu), ("train_gpu", shape.train_gpu), ("tp", shape.tp), ("max_seqs", shape.max_seqs),
+        ("model", shape.model), ("steps", shape.steps), ("prompts", shape.prompts_per_step),
+        ("samples", shape.samples_per_prompt), ("max_new_tokens", shape.max_new_tokens)) if value is not None]
     try:
         return reshaped.check()
     except ConfigError as e:
         if not given:
             raise
-        raise ConfigError(f"{' '.join(given)} on this description: {e}") from None
+        raise ConfigError(f"the description reshaped ({', '.join(given)}): {e}") from None
 
 
 def serving_model(spec: ModelSpec, precision: str) -> ModelSpec:
@@ -115,16 +116,20 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                       constants=constants)
     whole = [model.phases(d.total_gpus, float(t), per_step) for t in tokens]
     notes: list[str] = [priced] if cost.generation == "kernels" else []
+    pool_layout = True
     try:
         split = [model.phases(train_gpus, float(t), per_step) for t in tokens]
     except ConfigError as e:  # a colocated layout the training pool alone cannot hold (an EP wider than the pool)
         scale = d.total_gpus / train_gpus
         split = [Phases(**{k: v * scale for k, v in p.as_dict().items()}) for p in whole]
+        pool_layout = False  # the whole cluster's layout, its time scaled: its all-to-alls too
         notes.append(f"the {train_gpus}-GPU training pool cannot run the described parallelism ({e}): disaggregated "
                      f"schedulers take the whole cluster's trainer time x {scale:g}")
     switch = model.switch(d.total_gpus, instance, gen_gpu.name)
     weights = float(spec.weight_bytes)
-    alltoall = [model.alltoall_bytes(train_gpus, float(t)) for t in tokens] if d.training.ep > 1 else None
+    alltoall_whole = [model.alltoall_bytes(d.total_gpus, float(t)) for t in tokens] if d.training.ep > 1 else None
+    alltoall = ([model.alltoall_bytes(train_gpus, float(t)) for t in tokens] if d.training.ep > 1 and pool_layout
+                else alltoall_whole)
     sync = reprice_syncs([weights] * steps, gen_gpus, train_gpus, train_gpu.name, tensors=spec.tensors)
     job = Job(id=0, name=d.name or "described", first=[i * per_step for i in range(steps + 1)],
               generation=generation, train_s=[p.train for p in split],
@@ -138,7 +143,8 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
               calibration=constants,
               colocated=Colocated(trainer_s=[p.trainer for p in whole], to_train_s=switch.sleep,
                                   to_generate_s=switch.refit + switch.wake,
-                                  phases={"sleep": switch.sleep, "refit": switch.refit, "wake": switch.wake}))
+                                  phases={"sleep": switch.sleep, "refit": switch.refit, "wake": switch.wake},
+                                  alltoall_bytes=alltoall_whole))
     frame = pl.DataFrame({"step": step_of, "group": np.arange(step_of.size, dtype=np.int32) // d.batch.samples
                           % d.batch.prompts, "prompt_tokens": prompt.astype(np.int32),
                           "output_tokens": response.astype(np.int32), "env_s": np.zeros(step_of.size),

@@ -302,7 +302,7 @@ class RollMux:
         """Consolidate a rollout's long tail on as few instances as its batch needs; free the rest."""
         mine = [i for i in group.instances if group.owner.get(i.id) == ro.job]
         left = sum(i.load for i in mine)
-        keep_n = max(1, math.ceil(left / sim.max_seqs))
+        keep_n = max(1, math.ceil(left / group.max_seqs))
         if keep_n >= len(mine):
             return
         mine.sort(key=lambda i: -i.load)

@@ -36,8 +36,9 @@ from rltrace.replay.workload import extract
 from rltrace.scalars import number
 
 REPLAY_OFF = 0.10
-"""an as-recorded replay whose steady step is further than this (relative) from the measured one gets a note: the
-gains are differences between replays (a synthetic bundle's timings come from another model than the replay's)"""
+"""an as-recorded replay whose mean step over the judged steps is further than this (relative) from the measured one
+gets a note: the gains are differences between replays (a synthetic bundle's timings, for one, come from another
+model than the replay's)"""
 
 DEFAULT_REPLICATES = 10
 """bootstrap replicates behind each gain's spread"""
@@ -112,8 +113,8 @@ def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DE
         pricer = Pricer(bundle, cost, seed, cap)
         say("bubbles: replaying every scheduler and pool split")
         found += idle.bubbles(bundle, ctx, pricer)
-        replayed = pricer.replayed_step_s()
-        if ctx.step_s > 0 and abs(replayed / ctx.step_s - 1) > REPLAY_OFF:
+        replayed = pricer.replayed_step_s(ctx.steps)  # the steps the measured mean is taken over
+        if ctx.step_s > 0 and math.isfinite(replayed) and abs(replayed / ctx.step_s - 1) > REPLAY_OFF:
             notes.append(f"the recording replayed as it ran takes {replayed:.3f} s a step against {ctx.step_s:.3f} s "
                          f"measured ({replayed / ctx.step_s - 1:+.0%}): a gain is the difference between two replays, "
                          "so read it against the replayed step")

@@ -127,7 +127,7 @@ def choose(frame: pl.DataFrame, objective: Objective) -> tuple[str | None, str]:
     if objective.goal == "throughput":
         best = eligible.sort("samples_per_s", "run", descending=[True, False])
     else:
-        best = eligible.filter(pl.col("usd_per_1k_samples").is_not_null()).sort("usd_per_1k_samples", "run")
+        best = eligible.filter(pl.col("usd_per_1k_samples") > 0).sort("usd_per_1k_samples", "run")  # $0: unpriced
         if not best.height:
             return None, "no run has a cost (prices unknown)"
     return str(best["run"][0]), ""

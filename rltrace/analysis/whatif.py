@@ -160,9 +160,12 @@ class Pricer:
         low, high = np.quantile(np.asarray(draws), (0.05, 0.95))
         return point, float(low), float(high)
 
-    def replayed_step_s(self) -> float:
-        """The as-recorded replay's mean step time over the steady steps, which every gain is a difference from."""
-        return self._mean(self.base(), None)
+    def replayed_step_s(self, steps: tuple[int, ...]) -> float:
+        """The as-recorded replay's mean step time over the recorded ``steps``, which every gain is a difference
+        from (NaN when the replay has none of them)."""
+        base = self.base()
+        times = [t for s, t in zip(self.steps, base) if s in steps]
+        return float(np.mean(times)) if times else float("nan")
 
     def _mean(self, saved: np.ndarray, weights: dict[int, float] | None) -> float:
         """Mean of per-step savings over the steady steps, each weighed by its count in the draw."""

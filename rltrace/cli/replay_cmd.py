@@ -266,9 +266,9 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
             rate = spread.get("same_work.samples_per_s") or spread["throughput_samples_per_s"]  # older runs: own rate
             step = spread["step_time_s.mean"]
             point = r.metrics["same_work"]["samples_per_s"]
-            outside = ("; the table's samples/s lies outside this range: it is one draw (the costs fitted to every "
-                       "step, --seed's workload), the range is over draws" if not rate["p05"] <= point <= rate["p95"]
-                       else "")
+            outside = ("; the table's samples/s lies outside this range: it is one draw, the range is over draws "
+                       "(docs/replay.md)" if "same_work.samples_per_s" in spread
+                       and not rate["p05"] <= point <= rate["p95"] else "")
             console.print(f"spread ({name}, {spread['replicates']} replicates over {' and '.join(spread['sources'])}): "
                           f"samples/s median {rate['median']:.3g}, 90% {rate['p05']:.3g}-{rate['p95']:.3g}; "
                           f"step s median {step['median']:.3g}, 90% {step['p05']:.3g}-{step['p95']:.3g}{outside}",

@@ -102,9 +102,9 @@ def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
         rate, price = row.get("samples_per_s"), row.get("usd_per_hour")
         figures = ", ".join([*([f"{rate:.3g} samples/s"] if rate is not None else []),
                              *([f"${price:.2f}/h"] if price is not None else [])])
-        changed = ("; it trained another length distribution than the recorded one (changed work)"
-                   if row.get("work_changed") else "")
-        console.print(f"cheapest per 1k samples: {where}: ${row['usd_per_1k_samples']:.3f} ({figures}){changed}",
+        other_work = ("; it trained another length distribution than the recorded one (changed work)"
+                      if row.get("work_changed") else "")
+        console.print(f"cheapest per 1k samples: {where}: ${row['usd_per_1k_samples']:.3f} ({figures}){other_work}",
                       markup=False)
 
 

@@ -366,7 +366,8 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     """Run ``scheduler`` over the prepared jobs with ``settings`` (its Config, or a mapping of the Config's
     fields; None: the defaults); returns the metrics, the timeline and the resolved config."""
     policy, policy_config = create(scheduler, settings)
-    if not prepared.recorded and capabilities(policy).replays_recording:
+    can = capabilities(policy)
+    if not prepared.recorded and can.replays_recording:
         raise ConfigError(f"{scheduler} replays a recording as it ran, and a described job has none (its mode is a "
                           "scheduler: colocated-sync or disagg-sync)")
     jobs, routed = prepared.jobs, None
@@ -388,7 +389,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     started = time.perf_counter()
     record = sim.run(policy, progress)
     wall = time.perf_counter() - started
-    record.colocated = capabilities(policy).colocates
+    record.colocated = can.colocates
     req_frame = _with_training(requests.to_frame(), record.consumed, f.height)
     timeline = timeline_frame(record, req_frame)
     metrics = compute_metrics(record, req_frame, timeline, config.metrics)

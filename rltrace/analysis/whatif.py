@@ -92,16 +92,17 @@ class Pricer:
         shape = dataclasses.replace(self.base_shape, gen_gpus=gen_gpus, train_gpus=train_gpus)
         return replay(self.prepared(shape), scheduler, self.config).metrics
 
-    def _step_times(self, prepared: Prepared, scheduler: str) -> np.ndarray:
-        steps = replay(prepared, scheduler, self.config).steps
-        assert steps is not None  # every replay returns its steps
-        return steps.filter(pl.col("job") == 0).sort("step")["step_time_s"].to_numpy()
+    @staticmethod
+    def _step_times(result: RunResult) -> np.ndarray:
+        assert result.steps is not None  # every replay returns its steps
+        return result.steps.filter(pl.col("job") == 0).sort("step")["step_time_s"].to_numpy()
 
     def base(self, draw: int = -1) -> np.ndarray:
         """Per-step step times of the as-recorded replay."""
         key = (self.base_shape, draw, "as-recorded")
         if key not in self._times:
-            self._times[key] = self._step_times(self.prepared(self.base_shape, draw), "as-recorded")
+            self._times[key] = self._step_times(replay(self.prepared(self.base_shape, draw), "as-recorded",
+                                                       self.config))
         return self._times[key]
 
     def _apply(self, whatif: WhatIf, draw: int) -> Prepared:
@@ -130,8 +131,7 @@ class Pricer:
         result = replay(self._apply(whatif, draw), whatif.scheduler, self.config)
         if draw < 0:
             self._work[id(whatif)] = (whatif, bool(result.metrics["same_work"]["changed"]))
-        assert result.steps is not None  # every replay returns its steps
-        return result.steps.filter(pl.col("job") == 0).sort("step")["step_time_s"].to_numpy()
+        return self._step_times(result)
 
     def changes_work(self, whatif: WhatIf) -> bool:
         """Whether the replay with ``whatif`` applied trains other work than the recording (fewer or other samples:

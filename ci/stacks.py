@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rltrace.catalog._toml import load_toml
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "ci" / "stacks.toml"
@@ -77,7 +77,7 @@ class Stack:
 
 def load() -> dict[str, Stack]:
     """Every stack of ci/stacks.toml, by name."""
-    table = load_toml(RECIPES)
+    table = tomllib.loads(RECIPES.read_text(encoding="utf-8"))
     here = RECIPES.parent
     return {name: Stack(name, str(t["vllm"]), str(t["torch"]), here / t["deps"], here / t["constraints"],
                         tuple(t.get("no_deps", ())), tuple(t.get("extra", ()))) for name, t in table.items()}

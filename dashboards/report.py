@@ -33,7 +33,7 @@ from rltrace.analysis import compare, lengths, network, recorded, verdict
 from rltrace.analysis.runs import Run
 from rltrace.analysis.timeline import gantt
 from rltrace.analysis.verdict import Objective
-from rltrace.analysis.work import trained_ccdf
+from rltrace.analysis.work import origin, trained_ccdf
 from rltrace.bundle import Bundle
 from rltrace.errors import ConfigError
 
@@ -168,7 +168,9 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
     """The first screen: the run to choose and why, every run on the same work, what each trained."""
     table = verdict.table(runs, baseline)
     winner, why_not = verdict.choose(table, objective)
-    page.section("Which run to choose", "every run on the same work: the recorded samples and output tokens, long "
+    given = {run.name: origin(run.config) for run in runs}
+    how = ", ".join(dict.fromkeys(given.values()))
+    page.section("Which run to choose", f"every run on the same work: the {how} samples and output tokens, long "
                  "ones included; ratios against the baseline")
     if winner is None:
         page.verdict(why_not, objective.describe(), [], verdict.alternatives(table, objective.goal))
@@ -182,17 +184,17 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
         (pl.col("trained_tokens") / 1e6).alias("trained_mtokens"),
         pl.format("{} / {}", _k(pl.col("trained_p99")), _k(pl.col("trained_max"))).alias("lengths"),
         pl.format("{} / {}", pl.col("stale_mean").round(2), pl.col("stale_max")).alias("staleness"),
-        pl.when(~pl.col("changed")).then(pl.lit("as recorded"))
+        pl.when(~pl.col("changed")).then(pl.lit("as ") + pl.col("run").replace_strict(given, default="recorded"))
         .otherwise(pl.lit("changed")).alias("work"),
         pl.col("run").eq(winner or "").alias("best"))
     shown = shown.with_columns(pl.when(pl.col("extrapolated")).then(pl.col("work") + ", extrapolated")
                                .otherwise(pl.col("work")).alias("work"))
     page.table(shown, SUMMARY, classes={"baseline": "base", "best": "best"})
     first = table.row(0, named=True)
-    page.text(f"recorded work: {first['recorded_samples']:,} samples, {first['recorded_tokens'] / 1e6:.2f}M output "
+    page.text(f"{how} work: {first['recorded_samples']:,} samples, {first['recorded_tokens'] / 1e6:.2f}M output "
               f"tokens, p99 / max length {first['recorded_p99']:,.0f} / {first['recorded_max']:,.0f}. Same work: the "
-              "time by which a run had trained as many samples and tokens as recorded (extrapolated at its own rate "
-              "where it never did); changed: its trained lengths differ from the recorded (KS distance above "
+              f"time by which a run had trained as many samples and tokens as {how} (extrapolated at its own rate "
+              f"where it never did); changed: its trained lengths differ from the {how} (KS distance above "
               "0.05, or samples or tokens off by more than 2%).")
     if table.select("recorded_samples", "recorded_tokens").n_unique() > 1:  # e.g. rollmux's jobs against one job
         page.text("the runs replayed different workloads (" + ", ".join(

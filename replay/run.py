@@ -161,6 +161,10 @@ class Prepared:
     recorded: bool = True
     """the jobs come from a bundle (a recording or a synthetic sample), which ``as-recorded`` replays as it ran;
     False for a described job, which has no recorded layout to replay"""
+    source: dict[str, Any] = field(default_factory=dict)
+    """what was replayed, as config.json's ``source`` records it: kind ("bundle", "description" or "job list"),
+    absolute path, and the bundle's run id or the file's sha256 (set by :func:`rltrace.api.prepare`; empty when
+    the caller built the jobs itself)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +405,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "scheduler": {"name": scheduler, **to_dict(policy_config)},
         "replay": to_dict(config),
         "cluster": to_dict(prepared.cluster),
+        "source": prepared.source,
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
         "calibration": prepared.calibration.describe(),
         "profile": profile_files(config.cost.profile) if config.cost.profile else None,

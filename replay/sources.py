@@ -3,20 +3,42 @@ file, :mod:`rltrace.replay.described`), prepared the same way for every schedule
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rltrace.replay.described import from_description, is_description, load_description
 from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle
 
-from rltrace.bundle import open_bundle
+from rltrace.bundle import Bundle, open_bundle
+
+
+def open_source(path: str | Path, shape: Shape, cost: CostConfig,
+                prices: dict[str, float] | None = None) -> tuple[Prepared, Bundle | None]:
+    """The prepared workload of ``path``, a bundle or a described job, with the opened bundle (None for a
+    described job); its ``source`` names the input (:func:`source_of`)."""
+    if is_description(path):
+        prepared = from_description(load_description(path), shape, cost, prices)
+        return replace(prepared, source=source_of("description", path)), None
+    bundle = open_bundle(path)
+    return replace(from_bundle(bundle, shape, cost, prices), source=source_of("bundle", path, bundle)), bundle
 
 
 def prepare_source(path: str | Path, shape: Shape, cost: CostConfig,
                    prices: dict[str, float] | None = None) -> Prepared:
     """The prepared workload of ``path``, a bundle or a described job."""
-    if is_description(path):
-        return from_description(load_description(path), shape, cost, prices)
-    return from_bundle(open_bundle(path), shape, cost, prices)
+    return open_source(path, shape, cost, prices)[0]
+
+
+def source_of(kind: str, path: str | Path, bundle: Bundle | None = None) -> dict[str, Any]:
+    """What a replay started from, as config.json's ``source`` records it: ``kind`` ("bundle", "description" or
+    "job list"), the absolute path, and the bundle's run id or the file content's sha256 (so a run folder names
+    the input it replayed even after the file changed)."""
+    where = Path(path).resolve()
+    ident = ({"run_id": bundle.manifest.run_id} if bundle is not None
+             else {"sha256": hashlib.sha256(where.read_bytes()).hexdigest()[:12]})
+    return {"kind": kind, "path": str(where), **ident}
 
 
 def source_devices(path: str | Path) -> set[str]:

@@ -16,7 +16,7 @@ same-work table as polars frames, run folders and the HTML report on request. Th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +24,16 @@ import polars as pl
 
 from rltrace.analysis import verdict
 from rltrace.analysis.runs import Run
-from rltrace.bundle import Bundle, open_bundle
+from rltrace.bundle import Bundle
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
-from rltrace.replay.described import from_description, is_description, load_description
 from rltrace.replay.jobs import load_jobs, prepare_jobs
-from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape, from_bundle
+from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, shipped
 from rltrace.replay.schedulers.base import BASELINES, capabilities
 from rltrace.replay.settings import Settings, resolve
+from rltrace.replay.sources import open_source, source_of
 from rltrace.replay.uncertainty import Spread, replicate, sources
 from rltrace.sample_traces import list_samples, sample_path
 
@@ -78,15 +78,13 @@ def prepare(source: str | Path | None, shape: Shape, settings: Settings, schedul
         if source is not None:
             raise ConfigError("give a bundle or a job list, not both")
         prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
+        prepared = replace(prepared, source=source_of("job list", jobs))
         single = [n for n in schedulers if not capabilities(lookup(n)).several_jobs]
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
         return prepared, None
     path = source_path(source)
-    if is_description(path):
-        return from_description(load_description(path), shape, config.cost, prices), None
-    bundle = open_bundle(path)
-    return from_bundle(bundle, shape, config.cost, prices), bundle
+    return open_source(path, shape, config.cost, prices)
 
 
 def one_kind(prepared: Prepared, schedulers: Sequence[str], *, named: bool) -> list[str]:

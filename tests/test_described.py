@@ -118,6 +118,26 @@ def test_replay_cli_takes_a_description(tmp_path: Path, capsys: pytest.CaptureFi
     assert metrics["colocated-sync"]["phases_s_per_step"]["generation"] > 0
 
 
+def test_a_run_folder_names_the_description_it_replayed_and_every_view_says_as_described(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """config.json's ``source`` names the file by absolute path and content digest (an edited file gets another),
+    and the terminal table and the report word its unchanged work "as described", not "as recorded"."""
+    path = write(tmp_path, SMALL)
+    args = ["replay", str(path), "-s", "colocated-sync", "--replicates", "0"]
+    assert main([*args, "-o", str(tmp_path / "runs"), "--dashboard", str(tmp_path / "r.html")]) == 0
+    table = capsys.readouterr().out
+    row = next(line for line in table.splitlines() if line.startswith("│ colocated-sync "))
+    assert "│ as described │" in row, row
+    report = (tmp_path / "r.html").read_text()
+    assert "as described" in report and "as recorded" not in report
+    source = json.loads((tmp_path / "runs" / "colocated-sync" / "config.json").read_text())["source"]
+    assert source["kind"] == "description" and source["path"] == str(path.resolve())
+    path.write_text(SMALL.replace("steps = 3", "steps = 2"))
+    assert main([*args, "-o", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "colocated-sync" / "config.json").read_text())["source"]
+    assert len(source["sha256"]) == len(again["sha256"]) == 12 and again["sha256"] != source["sha256"]
+
+
 def test_as_recorded_needs_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A described job has no recorded layout: as-recorded named is one line and exit 2, and "all" leaves it out
     with a note (it replayed the job disaggregated, whatever its mode)."""

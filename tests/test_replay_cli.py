@@ -67,6 +67,8 @@ def test_each_scheduler_gets_a_run_folder(baselines: tuple[dict, Path]) -> None:
         assert json.loads((folder / "metrics.json").read_text()) == metrics[name]
         config = json.loads((folder / "config.json").read_text())
         assert config["scheduler"]["name"] == name and config["cluster"]["gen_gpus"] == 16
+        source = config["source"]  # what was replayed: the default sample, by path and run id
+        assert source["kind"] == "bundle" and Path(source["path"]).is_absolute() and source["run_id"]
         timeline = pl.read_parquet(folder / "timeline.parquet")
         assert timeline.columns == ["resource", "pool", "kind", "step", "job", "id", "start_s", "end_s"]
         assert (timeline["end_s"] >= timeline["start_s"]).all()
@@ -165,7 +167,7 @@ def test_the_terminal_json_and_report_give_one_same_work_answer(tmp_path: Path) 
     flagged = []
     for name, m in shown.items():
         w = m["same_work"]
-        figure = f"{w['samples_per_s']:.3g}"
+        figure = f"{w['samples_per_s']:#.3g}"  # trailing zeros kept: 6.00 beside 9.86
         work = "changed" if w["changed"] else "as recorded"
         row = next(line for line in table.splitlines() if line.startswith(f"│ {name} "))
         cells = [c.strip() for c in row.strip("│").split("│")]

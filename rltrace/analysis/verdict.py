@@ -101,8 +101,11 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     return frame.with_columns(*ratios, pl.col("run").eq(base["run"]).alias("baseline"))
 
 
-SAMPLES_PER_S_FORMAT = ".3g"
-"""how every view prints same-work samples/s (the terminal table, the report's first screen)"""
+SAMPLES_PER_S_FORMAT = "#.3g"
+"""how every view prints same-work samples/s (the terminal table, the report's first screen): three significant
+digits, trailing zeros kept so a column lines up (6.00, 9.86)"""
+
+
 def pools_label(by_pool: dict[str, Any]) -> str:
     """A run's billed pools as a user reads them: "generation 16 H20 $4.79, training 16 H800 $7.12" (GPUs at
     most, kind, the pool's cost over the run); "" where the run does not say."""

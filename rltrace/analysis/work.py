@@ -13,7 +13,18 @@ import polars as pl
 from rltrace.analysis.runs import Run
 from rltrace.replay.work import changed, ks_distance, recorded_lengths, same_work_time, trained
 
-__all__ = ["ks_distance", "run_recorded_lengths", "run_same_work_time", "trained_ccdf", "trained_lengths", "work"]
+__all__ = ["ks_distance", "origin", "run_recorded_lengths", "run_same_work_time", "trained_ccdf", "trained_lengths",
+           "work"]
+
+
+_ORIGINS = {"description": "described", "job list": "given"}
+
+
+def origin(config: dict[str, object]) -> str:
+    """How a run's workload came to be, as every view words its unchanged work ("as recorded", "as described",
+    "as given" for a job list): from config.json's ``source`` (a run folder without one: "recorded")."""
+    source = config.get("source")
+    return _ORIGINS.get(source.get("kind", "") if isinstance(source, dict) else "", "recorded")
 
 
 def run_recorded_lengths(run: Run) -> np.ndarray:

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT, pools_label
+from rltrace.analysis.work import origin
 from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration import CALIBRATION
 from rltrace.catalog import load_gpus
@@ -235,7 +236,7 @@ def _print_execution(name: str, summary: dict[str, Any]) -> None:
 
 def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None, dashboard: Path | None) -> None:
     console = stdout_console()
-    table = Table(title="Replay (samples/s and $/1k samples on the same work: the recorded samples and tokens; "
+    table = Table(title="Replay (samples/s and $/1k samples on the same work: the workload's own samples and tokens; "
                         "bubbles: dependency / skewness share of each pool's GPU-time)", title_justify="left")
     for col in ("scheduler", "samples/s", "$/1k samples", "work", "run samples/s", "step s", "gen bubbles",
                 "train bubbles", "stale"):
@@ -245,7 +246,8 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
         usd = w["usd_per_1k_samples"]
         table.add_row(
             name, f"{w['samples_per_s']:{SAMPLES_PER_S_FORMAT}}", "-" if usd is None else f"{usd:.3f}",
-            "changed" if w["changed"] else "as recorded", f"{m['throughput_samples_per_s']:.2f}",
+            "changed" if w["changed"] else f"as {origin(r.config)}",
+            f"{m['throughput_samples_per_s']:.2f}",
             f"{m['step_time_s']['mean']:.2f}",
             f"{b['generation']['dependency']:.0%} / {b['generation']['skewness']:.0%}",
             f"{b['training']['dependency']:.0%} / {b['training']['skewness']:.0%}", str(m["staleness"]["max"]),
@@ -257,8 +259,8 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
             console.print(f"cost ({name}): {pools_label(by_pool)}", markup=False)
     changed = [name for name, r in results.items() if r.metrics["same_work"]["changed"]]
     if changed:
-        console.print(f"changed work: {', '.join(changed)} trained other samples or lengths than the recorded ones "
-                      "(its run figures are on that work; the same-work ones put it on the recorded work)",
+        console.print(f"changed work: {', '.join(changed)} trained other samples or lengths than the workload's "
+                      "own (its run figures are on that work; the same-work ones put it on the workload's)",
                       markup=False)
     for name, r in results.items():
         spread = r.metrics.get("spread")

@@ -64,8 +64,9 @@ class Job:
     which holds the recorded job's own)"""
     alltoall_bytes: list[float] | None = None
     """per step, the bytes each trainer rank sends in expert all-to-alls that its trainer time already holds and no
-    network model re-times (a described job's, :meth:`~rltrace.replay.described.rlstep.StepModel.alltoall_bytes`):
-    reported beside ``alltoalls``' volume; None: none"""
+    network model re-times (a described job whose training pool cannot run its layout, which takes the whole
+    cluster's trainer time scaled: :meth:`~rltrace.replay.described.rlstep.StepModel.alltoall_bytes`): reported
+    where ``alltoalls`` is None; None: none"""
     sync_tensors: int = 1
     max_new_tokens: int | None = None
     """the generation length cap, known before any response is (None: the source records none)"""

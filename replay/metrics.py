@@ -280,8 +280,9 @@ def step_volumes(run: RunRecord, steps: list[tuple[int, int]]) -> tuple[list[flo
     for job_id, step in steps:
         job = jobs[job_id]
         syncs.append((job.sync_bytes[step] or None) if job.sync_bytes is not None else None)  # 0: nothing sized it
-        parts = job.alltoalls[step] if job.alltoalls is not None else None
-        own = job.colocated.alltoall_bytes if run.colocated and job.colocated else job.alltoall_bytes  # described
+        whole = job.colocated.alltoall_bytes if run.colocated and job.colocated else None  # a described job's
+        parts = job.alltoalls[step] if job.alltoalls is not None and whole is None else None
+        own = whole if whole is not None else job.alltoall_bytes
         held = own[step] if own is not None else None
         alltoalls.append(float(sum(p.sent_bytes for p in parts)) if parts is not None else (held or None))
     return syncs, alltoalls

@@ -374,8 +374,12 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     if not prepared.recorded and can.replays_recording:
         raise ConfigError(f"{scheduler} replays a recording as it ran, and a described job has none (its mode is a "
                           "scheduler: colocated-sync or disagg-sync)")
-    jobs, routed = prepared.jobs, None
-    if config.network.topology:  # the network sets sync and collective times: on copies, the input stays as it is
+    jobs, routed, notes = prepared.jobs, None, list(prepared.notes)
+    whole = can.colocates and all(j.colocated is not None for j in jobs)  # described jobs' own colocated costs
+    if config.network.topology and whole:
+        notes.append(f"{scheduler} runs the described job's colocated step (the trainer on every GPU, the refit in "
+                     "place), which the topology does not price: no network figures")
+    elif config.network.topology:  # the network sets sync and collective times: on copies, the input stays as it is
         jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s), forward_s=list(j.forward_s))
                 for j in prepared.jobs]
         c = prepared.cluster
@@ -409,7 +413,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
         "calibration": prepared.calibration.describe(),
         "profile": profile_files(config.cost.profile) if config.cost.profile else None,
-        "notes": prepared.notes + (routed.notes if routed is not None else []) + (
+        "notes": notes + (routed.notes if routed is not None else []) + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
               "what the real system could know")] if record.extra.get("oracle") else []),
     }

@@ -156,6 +156,9 @@ class AllToAll(NamedTuple):
     """all calls, as :func:`step_seconds` priced them (an NVSwitch node, leaf-spine nodes past 8 GPUs)"""
     sent_bytes: float
     """all calls, the bytes leaving each rank"""
+    scale: float = 1.0
+    """the factor the step's price puts on the calls' network time (a described job's framework factor and pipeline
+    bubble, which ``seconds`` holds): a network model's time for them takes it too"""
 
 
 def alltoalls(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, ep: int,

@@ -127,9 +127,10 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                      f"schedulers take the whole cluster's trainer time x {scale:g}")
     switch = model.switch(d.total_gpus, instance, gen_gpu.name)
     weights = float(spec.weight_bytes)
-    alltoall_whole = [model.alltoall_bytes(d.total_gpus, float(t)) for t in tokens] if d.training.ep > 1 else None
-    alltoall = ([model.alltoall_bytes(train_gpus, float(t)) for t in tokens] if d.training.ep > 1 and pool_layout
-                else alltoall_whole)
+    moe = d.training.ep > 1 and spec.is_moe
+    alltoall_whole = [model.alltoall_bytes(d.total_gpus, float(t), per_step) for t in tokens] if moe else None
+    # on the training pool's own layout a network model re-times them; the whole cluster's, scaled, it cannot
+    parts = [model.alltoalls(train_gpus, float(t), per_step) for t in tokens] if moe and pool_layout else None
     sync = reprice_syncs([weights] * steps, gen_gpus, train_gpus, train_gpu.name, tensors=spec.tensors)
     job = Job(id=0, name=d.name or "described", first=[i * per_step for i in range(steps + 1)],
               generation=generation, train_s=[p.train for p in split],
@@ -137,7 +138,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
               optimizer_s=[p.optimizer for p in split], sync_s=sync, reward_s=[p.reward for p in split],
               other_s=[0.0] * steps, engines=gen_gpus // instance, max_new_tokens=int(response.max()),
               sync_bytes=[weights] * steps, sync_tensors=spec.tensors,
-              alltoall_bytes=alltoall,
+              alltoalls=parts, alltoall_bytes=None if parts is not None else alltoall_whole,
               extra={"params": float(spec.params), "weight_bytes": weights},
               phases=[_trainer_phases(p) for p in split],
               calibration=constants,

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 from rltrace.replay.costmodels.parallel import collective_seconds
 from rltrace.replay.costmodels.switching import ModelState, move_seconds
-from rltrace.replay.costmodels.training import alltoalls, step_seconds
+from rltrace.replay.costmodels.training import AllToAll, alltoalls, step_seconds
 from rltrace.replay.described.description import Description
 from rltrace.replay.described.frameworks import Framework
 
@@ -86,10 +86,16 @@ class StepModel:
         t, d = self.description.training, self.description
         seconds = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.mfu, ep=t.ep, passes=passes,
                                seq_len=seq_len, precision=d.precision, calibration=self.constants).seconds
-        if t.pp > 1:  # 1F1B: (m + pp - 1) / m of the ideal for m micro-batches per data-parallel rank
-            micro = max(samples / self._dp(gpus) / t.micro_batch, 1.0)
-            seconds *= 1.0 + (t.pp - 1) / micro
-        return seconds
+        return seconds * self._bubble(gpus, samples)
+
+    def _bubble(self, gpus: int, samples: float) -> float:
+        """Pipeline parallelism's 1F1B bubble as a factor on the compute: (m + pp - 1) / m of the ideal for m
+        micro-batches per data-parallel rank (1 without PP)."""
+        t = self.description.training
+        if t.pp <= 1:
+            return 1.0
+        micro = max(samples / self._dp(gpus) / t.micro_batch, 1.0)
+        return 1.0 + (t.pp - 1) / micro
 
     def _fsdp_traffic(self, tokens: float, gpus: int, passes: float) -> float:
         """FSDP's parameter traffic over ``tokens`` tokens: every micro-batch all-gathers each rank's model-parallel
@@ -161,19 +167,34 @@ class StepModel:
                       reference=forward if a.reference else 0.0,
                       critic=critic, train=update, optimizer=optimizer)
 
-    def alltoall_bytes(self, gpus: int, tokens: float) -> float:
-        """Bytes each of ``gpus`` training GPUs sends in expert all-to-alls over a step of ``tokens`` tokens (the
-        forward-only passes :meth:`phases` prices, then its updates; 0 for a dense model or EP 1): what the replay
-        reports beside the weight-sync volume. The trainer's time already holds them."""
-        d, t = self.description, self.description.training
-        forwards = d.algorithm.recompute_logprobs + d.algorithm.reference + (d.algorithm.name == "ppo")
-        updates = t.epochs * (2 if d.algorithm.name == "ppo" else 1)  # PPO updates the critic too
-        sent = 0.0
-        for count, passes in ((forwards, 1.0), (updates, 3.0)):
+    def alltoalls(self, gpus: int, tokens: float, samples: int) -> tuple[AllToAll, ...]:
+        """The expert all-to-alls that :meth:`phases` holds for a step of ``samples`` samples and ``tokens`` tokens
+        on ``gpus`` training GPUs, each kind with all its calls and the seconds the phases priced for them (the
+        framework's factor and the pipeline bubble included, as ``scale``): ``forward`` for the spans the replay runs as
+        forward-only (old-policy and reference log-probs, and PPO's critic, its update included), ``train`` for the
+        policy's updates. A network model (``--topology``) re-times them; empty for a dense model or EP 1."""
+        d, t, f = self.description, self.description.training, self.framework.calibration
+        kind = "moe" if self.model.is_moe else "dense"
+        ppo = d.algorithm.name == "ppo"
+        forwards = d.algorithm.recompute_logprobs + d.algorithm.reference + ppo
+        # (span, passes a call, how many such passes, the phases' factor on their compute)
+        kinds = (("forward", 1.0, forwards, f.factor("logprob", kind)),
+                 ("forward", 3.0, t.epochs if ppo else 0, f.factor("update", kind)),  # the critic's update
+                 ("train", 3.0, t.epochs, f.factor("update", kind)))
+        bubble, out = self._bubble(gpus, samples), []
+        for span, passes, count, factor in kinds:
             a2a = alltoalls(self.model, self.gpu, tokens=tokens, gpus=gpus, ep=t.ep, passes=passes,
                             calibration=self.constants)
-            sent += count * (a2a.sent_bytes if a2a is not None else 0.0)
-        return sent
+            if a2a is not None and count:
+                out.append(a2a._replace(span=span, calls=a2a.calls * count,
+                                        seconds=a2a.seconds * count * factor * bubble,
+                                        sent_bytes=a2a.sent_bytes * count, scale=factor * bubble))
+        return tuple(out)
+
+    def alltoall_bytes(self, gpus: int, tokens: float, samples: int) -> float:
+        """Bytes each of ``gpus`` training GPUs sends in a step's expert all-to-alls (:meth:`alltoalls`; 0 for a
+        dense model or EP 1): what the replay reports beside the weight-sync volume."""
+        return sum(p.sent_bytes for p in self.alltoalls(gpus, tokens, samples))
 
     def switch(self, gpus: int, gen_tp: int, gen_gpu: str) -> Switch:
         """A colocated run's switches on ``gpus`` GPUs, engines of ``gen_tp``: host-link moves of the serving weights

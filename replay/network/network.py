@@ -158,7 +158,7 @@ class _ExpertAllToAlls:
         for p in parts:
             knots, times, per_byte = self.lines[p.ranks]
             slowest = float(_on_lines(p.size_bytes, knots, times).max())
-            seconds[p.span] = seconds.get(p.span, 0.0) + p.calls * slowest
+            seconds[p.span] = seconds.get(p.span, 0.0) + p.calls * slowest * p.scale
             carried += p.calls * p.size_bytes * per_byte
         return seconds, carried
 

@@ -69,7 +69,7 @@ class Summary:
 
 def summarize(bundle: Bundle) -> Summary:
     """Summarise an opened bundle."""
-    names = ("requests", "collectives", "weight_syncs", "spans")
+    names = tuple(TABLES)  # every table of the format, iterations included
     rows = pl.collect_all([bundle.table(n).select(pl.len()) for n in names])
     table_rows = {n: int(f.item()) for n, f in zip(names, rows)}
 

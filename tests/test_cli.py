@@ -16,6 +16,7 @@ from rltrace.replay.sweep.grid import load_grid
 from rltrace.sample_traces import sample_path
 
 import rltrace
+from rltrace.schema import TABLES
 from rltrace.synth import synthesize
 
 COMMANDS = {"advise", "calibrate", "dashboard", "diagnose", "estimate", "export", "fabric", "inspect", "record",
@@ -56,8 +57,12 @@ def test_inspect_accepts_a_sample_name() -> None:
 def test_inspect_json_has_the_documented_keys() -> None:
     result = run_cli("inspect", "--json")
     info = json.loads(result.stdout)
+    assert set(info["tables"]) == set(TABLES)  # every table of the format: docs/inspect.md's tables.<table>.rows
     for table in ("requests", "collectives", "weight_syncs", "spans"):
         assert info["tables"][table]["rows"] > 0
+    tiny = json.loads(run_cli("inspect", "--json", "tiny_rl_cpu").stdout)  # a recording: vLLM's iterations too
+    recorded = rltrace.open(sample_path("tiny_rl_cpu")).manifest.tables["iterations"]
+    assert tiny["tables"]["iterations"]["rows"] == recorded > 0
     assert info["requests"]["steps"] == 12
     assert set(info["requests"]["output_tokens"]) >= {"mean", "p50", "p90", "p99", "max", "max_over_median"}
     assert set(info["collectives"]["by_op"]) == {"all_gather", "reduce_scatter"}

@@ -133,6 +133,9 @@ def test_summary_ratios_and_baseline():
 
 def test_bubbles_split_each_pool_into_parts_that_sum_to_one(runs_dir: Path):
     frame = compare.bubbles(load_runs([runs_dir]))
+    # one folder, as a str or a Path, is the same as a list of it (docs/api.md's load_runs(folder))
+    assert [r.name for r in load_runs(str(runs_dir))] == [r.name for r in load_runs(runs_dir)] == \
+        [r.name for r in load_runs([runs_dir])]
     sums = frame.group_by("run", "pool").agg(pl.col("fraction").sum())
     assert sums.height == 6 and sums["fraction"].to_list() == pytest.approx([1.0] * 6, abs=1e-6)
 

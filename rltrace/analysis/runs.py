@@ -4,6 +4,7 @@ object itself straight after a replay (``rltrace replay --dashboard``)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -113,12 +114,13 @@ def _check_numbers(metrics: dict[str, Any], path: Path) -> None:
             walk(value, key)
 
 
-def load_runs(paths: list[Path]) -> list[Run]:
-    """Each path is a run folder, or a folder of run folders (``-o OUT`` of a multi-scheduler replay).
+def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
+    """The runs of one path or several, each a run folder or a folder of run folders (``-o OUT`` of a
+    multi-scheduler replay): ``load_runs("runs")``, ``load_runs(["runs/a", "runs/b"])``.
 
     Runs are labelled by folder name; where two share a name, by parent/name."""
     folders: list[Path] = []
-    for path in paths:
+    for path in map(Path, [paths] if isinstance(paths, str | Path) else paths):
         if not path.exists():
             raise ConfigError(f"{path}: no such run folder")
         if (path / "metrics.json").is_file():

@@ -27,7 +27,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, installed with rltrace (see pyproject's dependencies)
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "ci" / "stacks.toml"

@@ -7,6 +7,8 @@ import polars as pl
 from plotly.subplots import make_subplots
 from rltrace.dashboards.page import esc, esc_all, layout
 
+from rltrace.analysis.verdict import workload_origin
+
 PANELS = (("samples_per_s_x", "samples/s, same work (higher is better)"),
           ("usd_per_1k_samples_x", "$ per 1k samples, same work (lower is better)"))
 
@@ -34,5 +36,6 @@ def figure(table: pl.DataFrame, winner: str | None = None) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     fig.update_annotations(font_size=13)
     return layout(fig, "Against the baseline, on the same work",
-                  "hatched: the run trained a different workload than the recorded one (see the work columns)",
+                  f"hatched: the run trained a different workload than the {workload_origin(table)} one (see the "
+                  "work columns)",
                   height=130 + 26 * table.height)

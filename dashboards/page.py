@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,11 +109,12 @@ def pad_flat_axes(fig: go.Figure) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """A table column: the frame's column, its header in words with its unit, and a format spec."""
+    """A table column: the frame's column, its header in words with its unit, and a format spec (or a function
+    that formats a number)."""
 
     name: str
     header: str
-    spec: str = ""
+    spec: str | Callable[[float], str] = ""
 
 
 @dataclass
@@ -190,11 +192,11 @@ class Page:
                 f'<main><h1>{esc(self.title)}</h1><nav>{nav}</nav>{body}</main><script>{LOADER}</script></body></html>')
 
 
-def _fmt(value: object, spec: str) -> str:
+def _fmt(value: object, spec: str | Callable[[float], str]) -> str:
     if value is None:
         return "-"
     if spec and isinstance(value, (int, float)):
-        return format(value, spec)
+        return spec(float(value)) if callable(spec) else format(value, spec)
     return str(value)
 
 

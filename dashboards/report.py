@@ -6,6 +6,7 @@ recorded."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
@@ -33,13 +34,13 @@ from rltrace.analysis import compare, lengths, network, recorded, verdict
 from rltrace.analysis.runs import Run
 from rltrace.analysis.timeline import gantt
 from rltrace.analysis.verdict import Objective
-from rltrace.analysis.work import origin, trained_ccdf
+from rltrace.analysis.work import trained_ccdf
 from rltrace.bundle import Bundle
 from rltrace.errors import ConfigError
 
 SUMMARY = [
     Column("run", "run"),
-    Column("samples_per_s", "samples/s, same work", verdict.SAMPLES_PER_S_FORMAT),
+    Column("samples_per_s", "samples/s, same work", verdict.samples_per_s_text),
     Column("samples_per_s_x", "× baseline", ".2f"),
     Column("usd_per_1k_samples", "$ per 1k samples, same work", ".3f"),
     Column("usd_per_1k_samples_x", "cost × baseline", ".2f"),
@@ -137,15 +138,20 @@ def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = 
         page.figure(syncs.figure(durations))
     else:
         page.text("no weight syncs in these runs")
-    without = []
+    without, unpriced = [], []
     for run in runs:
         grid, method = network.link_utilization(run, bins=config.time_bins, max_links=config.max_links)
         if grid.height:
             page.figure(links.figure(grid, run.name, method))
+        elif (run.config.get("replay", {}).get("network") or {}).get("topology"):
+            unpriced.append(run.name)  # given a topology that does not price its step (a described colocated one)
         else:
             without.append(run.name)
     if without:  # one line for all of them, not one per run
         page.text(f"no link utilisation: no network model in {_runs_named(without, runs)} (replay with --topology)")
+    if unpriced:
+        page.text(f"no link utilisation in {_runs_named(unpriced, runs)}: replayed with a topology that does not "
+                  "price its step (its notes say why)")
     if bundle is not None:
         _recorded(page, bundle)
     return page.render()
@@ -168,28 +174,28 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
     """The first screen: the run to choose and why, every run on the same work, what each trained."""
     table = verdict.table(runs, baseline)
     winner, why_not = verdict.choose(table, objective)
-    given = {run.name: origin(run.config) for run in runs}
-    how = ", ".join(dict.fromkeys(given.values()))
+    how = verdict.workload_origin(table)
     page.section("Which run to choose", f"every run on the same work: the {how} samples and output tokens, long "
                  "ones included; ratios against the baseline")
     if winner is None:
-        page.verdict(why_not, objective.describe(), [], verdict.alternatives(table, objective.goal))
+        page.verdict(why_not, objective.describe(how), [], verdict.alternatives(table, objective.goal))
     else:
         row = table.filter(pl.col("run") == winner).row(0, named=True)
-        label = (f" (it changes the trained work: {row['tokens_share']:.0%} of the recorded tokens)"
+        label = (f" (it changes the trained work: {row['tokens_share']:.0%} of the {how} tokens)"
                  if row["changed"] else "")
-        page.verdict(f"Run {winner}{label}", objective.describe(), verdict.reasons(runs, table, winner),
+        page.verdict(f"Run {winner}{label}", objective.describe(how), verdict.reasons(runs, table, winner),
                      verdict.alternatives(table, objective.goal))
     shown = table.with_columns(
         (pl.col("trained_tokens") / 1e6).alias("trained_mtokens"),
         pl.format("{} / {}", _k(pl.col("trained_p99")), _k(pl.col("trained_max"))).alias("lengths"),
         pl.format("{} / {}", pl.col("stale_mean").round(2), pl.col("stale_max")).alias("staleness"),
-        pl.when(~pl.col("changed")).then(pl.lit("as ") + pl.col("run").replace_strict(given, default="recorded"))
+        pl.when(~pl.col("changed")).then(pl.lit("as ") + pl.col("origin"))
         .otherwise(pl.lit("changed")).alias("work"),
         pl.col("run").eq(winner or "").alias("best"))
     shown = shown.with_columns(pl.when(pl.col("extrapolated")).then(pl.col("work") + ", extrapolated")
                                .otherwise(pl.col("work")).alias("work"))
-    page.table(shown, SUMMARY, classes={"baseline": "base", "best": "best"})
+    columns = [Column(c.name, f"tokens / {how}", c.spec) if c.name == "tokens_share" else c for c in SUMMARY]
+    page.table(shown, columns, classes={"baseline": "base", "best": "best"})
     first = table.row(0, named=True)
     page.text(f"{how} work: {first['recorded_samples']:,} samples, {first['recorded_tokens'] / 1e6:.2f}M output "
               f"tokens, p99 / max length {first['recorded_p99']:,.0f} / {first['recorded_max']:,.0f}. Same work: the "
@@ -199,7 +205,7 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
     if table.select("recorded_samples", "recorded_tokens").n_unique() > 1:  # e.g. rollmux's jobs against one job
         page.text("the runs replayed different workloads (" + ", ".join(
             f"{r['run']}: {r['recorded_samples']:,} samples" for r in table.iter_rows(named=True))
-            + "): each is put on its own recorded work, and ratios compare rates, not the same samples")
+            + f"): each is put on its own {how} work, and ratios compare rates, not the same samples")
     if not table["known"].all():
         page.text("runs written before replay recorded what it trained: their finished requests count as trained")
     said: dict[str, list[str]] = {}  # each note once, with the runs it belongs to
@@ -210,7 +216,8 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
         whose = "every run" if len(owners) == len(runs) else ", ".join(owners)
         page.text(f"note ({whose}): {note}")
     page.figure(header.figure(table, winner))
-    page.figure(work_fig.figure(trained_ccdf(runs), dict(zip(table["run"], table["changed"]))))
+    page.figure(work_fig.figure(trained_ccdf(runs), dict(zip(table["run"], table["changed"])),
+                                verdict.workload_origin(table)))
     page.details("each run's own figures, whatever work it trained (metrics.json)")
     page.table(table, AS_RUN, classes={"baseline": "base"})
     if any("spread" in r.metrics for r in runs):
@@ -252,7 +259,9 @@ def _recorded(page: Page, bundle: Bundle) -> None:
         page.text("no request timings recorded")
 
 
-SWEEP_COLUMNS = {"samples_per_s": ("samples/s, same work", ".3g"), "run_samples_per_s": ("run samples/s", ".3g"),
+SWEEP_COLUMNS: dict[str, tuple[str, str | Callable[[float], str]]] = {
+                 "samples_per_s": ("samples/s, same work", verdict.samples_per_s_text),
+                 "run_samples_per_s": ("run samples/s", ".3g"),
                  "work_changed": ("changed work", ""), "tokens_per_s": ("tokens/s", ",.0f"),
                  "step_time_s": ("step time (s)", ".3g"),
                  "usd_per_1k_samples": ("$ per 1k samples, same work", ".3f"),

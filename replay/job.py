@@ -29,7 +29,8 @@ class Colocated:
     phases: dict[str, float] = field(default_factory=dict)
     """the switches' parts (sleep, refit, wake), seconds each"""
     alltoall_bytes: list[float] | None = None
-    """per step: :attr:`Job.alltoall_bytes` on the whole cluster"""
+    """per step: the bytes each GPU sends in expert all-to-alls when the whole cluster trains (what a colocated run
+    reports, in place of :attr:`Job.alltoalls`' volume)"""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -59,9 +60,9 @@ class Job:
     collective_bytes: list[float] | None = None
     """bytes each training rank puts into collectives per step (for a network model; None: unknown)"""
     alltoalls: list[tuple[AllToAll, ...] | None] | None = None
-    """the modelled expert-parallel all-to-alls inside each step's trainer time (an MoE with ``cost.train_ep`` > 1;
-    a network model re-times them); None, for the job or a step: none modelled (EP 1, or a measured trainer span,
-    which holds the recorded job's own)"""
+    """the modelled expert-parallel all-to-alls inside each step's trainer time (an MoE with ``cost.train_ep`` > 1,
+    or a described job's EP; a network model re-times them); None, for the job or a step: none modelled (EP 1, or a
+    measured trainer span, which holds the recorded job's own)"""
     alltoall_bytes: list[float] | None = None
     """per step, the bytes each trainer rank sends in expert all-to-alls that its trainer time already holds and no
     network model re-times (a described job whose training pool cannot run its layout, which takes the whole

@@ -125,4 +125,5 @@ def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,
         jobs.append(job)
     notes = [f"{spec.name}: {n}" for spec, p in zip(specs, alone) for n in p.notes] + notes
     return Prepared(pl.concat(frames, how="vertical_relaxed"), jobs, first, notes, calibration=alone[0].calibration,
-                    recorded=alone[0].recorded)
+                    recorded=alone[0].recorded, source={"jobs": [{"name": spec.name, **p.source}
+                                                                 for spec, p in zip(specs, alone)]})

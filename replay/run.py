@@ -32,7 +32,7 @@ from rltrace.replay.costmodels.training import AllToAll, TrainingCost, check_exp
 from rltrace.replay.entities.requests import Requests
 from rltrace.replay.job import Job
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, step_volumes, timeline_frame
-from rltrace.replay.network.network import NetworkConfig, link_frame, route
+from rltrace.replay.network.network import NetworkConfig, Routed, link_frame, route
 from rltrace.replay.network.network import metrics as network_metrics
 from rltrace.replay.network.weight_sync import local_fabric, reprice_syncs
 from rltrace.replay.schedulers import create
@@ -163,8 +163,9 @@ class Prepared:
     False for a described job, which has no recorded layout to replay"""
     source: dict[str, Any] = field(default_factory=dict)
     """what was replayed, as config.json's ``source`` records it: kind ("bundle", "description" or "job list"),
-    absolute path, and the bundle's run id or the file's sha256 (set by :func:`rltrace.api.prepare`; empty when
-    the caller built the jobs itself)"""
+    absolute path, and the bundle's run id or the file's sha256; a job list's, each job's under ``jobs`` (set by
+    :func:`rltrace.replay.sources.open_source` and :func:`rltrace.api.prepare`; empty when the caller built the jobs
+    itself)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,21 +375,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     if not prepared.recorded and can.replays_recording:
         raise ConfigError(f"{scheduler} replays a recording as it ran, and a described job has none (its mode is a "
                           "scheduler: colocated-sync or disagg-sync)")
-    jobs, routed, notes = prepared.jobs, None, list(prepared.notes)
-    whole = can.colocates and all(j.colocated is not None for j in jobs)  # described jobs' own colocated costs
-    if config.network.topology and whole:
-        notes.append(f"{scheduler} runs the described job's colocated step (the trainer on every GPU, the refit in "
-                     "place), which the topology does not price: no network figures")
-    elif config.network.topology:  # the network sets sync and collective times: on copies, the input stays as it is
-        jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s), forward_s=list(j.forward_s))
-                for j in prepared.jobs]
-        c = prepared.cluster
-        routed = route(jobs, c.gen_gpus, c.train_gpus, config.network)
-        trainer = _gpu(c.train_gpu)  # None: not a catalog GPU (a CPU recording)
-        if trainer is not None and get_gpu(routed.topology.gpu).name != trainer.name:  # another GPU's NVLink, HBM, NCCL
-            routed.notes.append(f"the topology's GPUs are {routed.topology.gpu}s, the training GPUs "
-                                f"{trainer.name}s: its NVLink, memory and NCCL figures are the {routed.topology.gpu}'s "
-                                f"(state gpu={trainer.name} in the spec to price the replay's own)")
+    jobs, routed, notes = _on_network(prepared, scheduler, can.colocates, config.network)
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
                         f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy(),
@@ -413,7 +400,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "generation_backend": ", ".join(dict.fromkeys(backend_name(j.generation) for j in jobs)),
         "calibration": prepared.calibration.describe(),
         "profile": profile_files(config.cost.profile) if config.cost.profile else None,
-        "notes": notes + (routed.notes if routed is not None else []) + (
+        "notes": prepared.notes + notes + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
               "what the real system could know")] if record.extra.get("oracle") else []),
     }
@@ -433,6 +420,52 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     metrics["same_work"] = same_work(req_frame, steps, metrics["makespan_s"], metrics["cost_usd"])
     return RunResult(scheduler, metrics, timeline, req_frame, resolved, record.events, wall, steps, record.event_log,
                      links)
+
+
+def _on_network(prepared: Prepared, scheduler: str, colocates: bool,
+                network: NetworkConfig) -> tuple[list[Job], Routed | None, list[str]]:
+    """The jobs ``scheduler`` replays, their syncs and collectives timed on ``network``'s topology when it names one
+    (on copies: the prepared jobs stay as they are), with what the network model did and notes on it. A described
+    job under a colocating scheduler runs its own colocated step (the trainer on every GPU, the refit in place),
+    which the topology does not price: it is left off the network."""
+    if not network.topology:
+        return prepared.jobs, None, []
+    own = [colocates and j.colocated is not None for j in prepared.jobs]
+    notes = []
+    if any(own):
+        named = "the described job" if len(own) == 1 else ", ".join(j.name for j, o in zip(prepared.jobs, own) if o)
+        notes.append(f"{scheduler} runs {named}'s own colocated step (the trainer on every GPU, the refit in place), "
+                     "which the topology does not price" + (": no network figures" if all(own) else ""))
+    if all(own):
+        return prepared.jobs, None, notes
+    jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s), forward_s=list(j.forward_s))
+            for j in prepared.jobs]
+    c = prepared.cluster
+    routed = route([dataclasses.replace(j, sync_bytes=None, collective_bytes=None, alltoalls=None) if o else j
+                    for j, o in zip(jobs, own)], c.gen_gpus, c.train_gpus, network)
+    for before, after in zip(prepared.jobs, jobs):
+        after.phases = _retimed_phases(before, after)
+    trainer = _gpu(c.train_gpu)  # None: not a catalog GPU (a CPU recording)
+    if trainer is not None and get_gpu(routed.topology.gpu).name != trainer.name:  # another GPU's NVLink, HBM, NCCL
+        routed.notes.append(f"the topology's GPUs are {routed.topology.gpu}s, the training GPUs "
+                            f"{trainer.name}s: its NVLink, memory and NCCL figures are the {routed.topology.gpu}'s "
+                            f"(state gpu={trainer.name} in the spec to price the replay's own)")
+    return jobs, routed, notes + routed.notes
+
+
+def _retimed_phases(before: Job, after: Job) -> list[dict[str, float]] | None:
+    """A described job's phases per step after a network model re-timed its spans: the forward-only span's change
+    shared by its phases (old-policy and reference log-probs, critic) in proportion, the train span's to train."""
+    if before.phases is None:
+        return None
+    out = []
+    for step, phases in enumerate(before.phases):
+        forward = {k: phases[k] for k in ("old_logprob", "reference", "critic")}
+        held = sum(forward.values())
+        moved = after.forward_s[step] - before.forward_s[step]
+        shared = {k: v + moved * v / held for k, v in forward.items()} if held > 0 else {}
+        out.append({**phases, **shared, "train": phases["train"] + after.train_s[step] - before.train_s[step]})
+    return out
 
 
 def _with_training(frame: pl.DataFrame, consumed: list[tuple[int, int, np.ndarray, np.ndarray]],

@@ -78,7 +78,7 @@ def prepare(source: str | Path | None, shape: Shape, settings: Settings, schedul
         if source is not None:
             raise ConfigError("give a bundle or a job list, not both")
         prepared = prepare_jobs(load_jobs(jobs), shape, config.cost, prices)
-        prepared = replace(prepared, source=source_of("job list", jobs))
+        prepared = replace(prepared, source={**source_of("job list", jobs), **prepared.source})  # and each job's
         single = [n for n in schedulers if not capabilities(lookup(n)).several_jobs]
         if single and len(prepared.jobs) > 1:
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")

@@ -575,3 +575,20 @@ def test_report_first_screen_and_one_line_for_nothing_to_show(all_runs: list[Run
     for row in table.filter(pl.col("changed")).iter_rows(named=True):  # a changed workload is labelled
         cell = f"<td>{row['run']}</td>"
         assert cell in first and "changed" in first.split(cell, 1)[1].split("</tr>")[0]
+
+
+@pytest.mark.parametrize(("value", "shown"), [(6.0, "6.00"), (9.864, "9.86"), (0.5, "0.500"), (12.34, "12.3"),
+                                              (99.96, "100"), (123.4, "123"), (1234.5, "1,234")])
+def test_same_work_samples_per_s_keeps_three_digits_and_no_trailing_point(value: float, shown: str) -> None:
+    """Every view prints same-work samples/s through one function: trailing zeros kept so a column lines up,
+    whole numbers from 100 up (99.96 too, which three digits round to 100)."""
+    assert verdict.samples_per_s_text(value) == shown
+
+
+@pytest.mark.parametrize(("kinds", "word"), [(["description", "description"], "described"),
+                                              (["bundle"], "recorded"), (["bundle", "description"], "given")])
+def test_a_job_lists_workload_is_worded_by_its_jobs(kinds: list[str], word: str) -> None:
+    source = {"kind": "job list", "path": "/x/jobs.toml", "jobs": [{"name": str(i), "kind": k} for i, k in
+                                                                   enumerate(kinds)]}
+    assert work.origin({"source": source}) == word
+    assert work.origin({"source": {"kind": "description"}}) == "described" and work.origin({}) == "recorded"

@@ -146,14 +146,15 @@ class AllToAll(NamedTuple):
 
     span: str
     """the trainer time it sits in: "train" (the trained tokens, forward and backward) or "forward" (the
-    forward-only passes)"""
+    forward-only passes; for a described PPO job, its critic's update too, which the replay runs in that span)"""
     size_bytes: float
     """each rank's send buffer per call (nccl-tests' message size): its share of the tokens, top-k hidden states"""
     calls: int
     ranks: int
     """the expert-parallel group each call spans"""
     seconds: float
-    """all calls, as :func:`step_seconds` priced them (an NVSwitch node, leaf-spine nodes past 8 GPUs)"""
+    """all calls, as :func:`step_seconds` priced them (an NVSwitch node, leaf-spine nodes past 8 GPUs), times
+    ``scale``"""
     sent_bytes: float
     """all calls, the bytes leaving each rank"""
     scale: float = 1.0

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import catalog_generation
+from rltrace.replay.costmodels.training import AllToAll
 from rltrace.replay.described.description import Description
 from rltrace.replay.described.frameworks import Calibration, get_framework
 from rltrace.replay.described.lengths import draw_lengths
@@ -130,7 +131,8 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     moe = d.training.ep > 1 and spec.is_moe
     alltoall_whole = [model.alltoall_bytes(d.total_gpus, float(t), per_step) for t in tokens] if moe else None
     # on the training pool's own layout a network model re-times them; the whole cluster's, scaled, it cannot
-    parts = [model.alltoalls(train_gpus, float(t), per_step) for t in tokens] if moe and pool_layout else None
+    parts: list[tuple[AllToAll, ...] | None] | None = (
+        [model.alltoalls(train_gpus, float(t), per_step) for t in tokens] if moe and pool_layout else None)
     sync = reprice_syncs([weights] * steps, gen_gpus, train_gpus, train_gpu.name, tensors=spec.tensors)
     job = Job(id=0, name=d.name or "described", first=[i * per_step for i in range(steps + 1)],
               generation=generation, train_s=[p.train for p in split],

@@ -55,7 +55,8 @@ class Routed:
     reconfig_s: float
     cost: dict[str, float]
     alltoall_s: dict[tuple[int, int], float] = field(default_factory=dict)
-    """each step's expert all-to-alls (an MoE trainer with ``cost.train_ep`` > 1), on the topology"""
+    """each step's expert all-to-alls (an MoE trainer with ``cost.train_ep`` > 1, or a described job's EP), on the
+    topology"""
     notes: list[str] = field(default_factory=list)
     """what a reader of the run should know about how the network was used"""
 

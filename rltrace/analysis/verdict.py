@@ -15,7 +15,7 @@ import polars as pl
 
 from rltrace.analysis.compare import baseline_index
 from rltrace.analysis.runs import Run
-from rltrace.analysis.work import work
+from rltrace.analysis.work import origin, work
 from rltrace.errors import ConfigError
 from rltrace.replay.work import rates
 
@@ -51,14 +51,15 @@ class Objective:
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ConfigError(f"--max-staleness must be >= 0, got {self.max_staleness}")
 
-    def describe(self) -> str:
-        """The objective in words, as the page states it."""
+    def describe(self, origin: str = "recorded") -> str:
+        """The objective in words, as the page states it (``origin``: how the workload came to be,
+        :func:`~rltrace.analysis.work.origin`)."""
         words = ["most samples/s" if self.goal == "throughput" else "lowest $ per 1k samples",
                  "for the same work"]
         if self.max_staleness is not None:
             words.append(f"with staleness at most {self.max_staleness}")
         if self.same_distribution:
-            words.append("training the recorded length distribution unchanged")
+            words.append(f"training the {origin} length distribution unchanged")
         return " ".join(words)
 
 
@@ -86,7 +87,7 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "gen_busy": float(m.get("gpu_busy", m.get("gpu_utilization", {})).get("generation", 0.0)),
                      "gen_use": float(m.get("gpu_utilization", {}).get("generation", 0.0)),
                      "train_busy": float(m.get("gpu_utilization", {}).get("training", 0.0)),
-                     "pools": pools_label(m.get("cost_by_pool") or {}),
+                     "pools": pools_label(m.get("cost_by_pool") or {}), "origin": origin(run.config),
                      "sync_gb": _gigabytes(volume.get("weight_sync")),
                      "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
     frame = pl.DataFrame(rows).join(w, on="run", how="left", maintain_order="left")
@@ -101,9 +102,12 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     return frame.with_columns(*ratios, pl.col("run").eq(base["run"]).alias("baseline"))
 
 
-SAMPLES_PER_S_FORMAT = "#.3g"
-"""how every view prints same-work samples/s (the terminal table, the report's first screen): three significant
-digits, trailing zeros kept so a column lines up (6.00, 9.86)"""
+def samples_per_s_text(value: float) -> str:
+    """How every view prints same-work samples/s (the terminal table, the report's first screen, the verdict): three
+    significant digits with their trailing zeros, so a column lines up (6.00 beside 9.86), and whole numbers from
+    100 up (123, 1,235)."""
+    text = f"{value:#.3g}"
+    return f"{value:,.0f}" if abs(value) >= 100 or text.endswith(".") else text  # 99.96 -> "100", not "100."
 
 
 def pools_label(by_pool: dict[str, Any]) -> str:
@@ -149,9 +153,9 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
     else:
         x = w["samples_per_s_x"] or 0.0
         if w["same_work_s"] is None:
-            out.append(f"{winner} trained none of the recorded work.")
+            out.append(f"{winner} trained none of the {w['origin']} work.")
         else:
-            trained = (f"{winner} trains the recorded work ({w['recorded_samples']:,} samples, "
+            trained = (f"{winner} trains the {w['origin']} work ({w['recorded_samples']:,} samples, "
                        f"{_tokens(w['recorded_tokens'])} output tokens) in {_secs(w['same_work_s'])}")
             extrapolated = " (extrapolated: it trained less than that within its steps)" if w["extrapolated"] else ""
             if b["same_work_s"] is None:
@@ -202,13 +206,14 @@ def _bottleneck(row: dict[str, Any]) -> str:
 
 
 def _work_change(row: dict[str, Any]) -> str:
-    same = (f"trained {row['trained_samples']:,} samples ({row['samples_share']:.1%} of the recorded) and "
+    given = row["origin"]
+    same = (f"trained {row['trained_samples']:,} samples ({row['samples_share']:.1%} of the {given}) and "
             f"{_tokens(row['trained_tokens'])} tokens ({row['tokens_share']:.1%}), staleness mean "
             f"{row['stale_mean']:.2f}, max {row['stale_max']}")
     if not row["changed"]:
-        return f"It {same}: the recorded length distribution, unchanged."
+        return f"It {same}: the {given} length distribution, unchanged."
     return (f"It changes the trained work: it {same}; trained lengths p99 {row['trained_p99']:,.0f} against "
-            f"{row['recorded_p99']:,.0f} recorded (max {row['trained_max']:,.0f} against {row['recorded_max']:,.0f}; "
+            f"{row['recorded_p99']:,.0f} {given} (max {row['trained_max']:,.0f} against {row['recorded_max']:,.0f}; "
             f"KS distance {row['ks']:.2f}).")
 
 
@@ -220,10 +225,17 @@ def _tokens(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
 
+def workload_origin(frame: pl.DataFrame) -> str:
+    """How the runs' workload came to be, in one word for a sentence about all of them (:func:`table`'s
+    ``origin``): "recorded", "described", or "given" where they differ."""
+    kinds = set(frame["origin"]) if "origin" in frame.columns else {"recorded"}
+    return kinds.pop() if len(kinds) == 1 else "given"
+
+
 def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[str, str]]:
     """The winner under other objectives: (objective in words, run and its figure)."""
-    out = []
-    for label, objective in (("cheapest per sample on the recorded work (a run that changes it is left out)",
+    out, given = [], workload_origin(frame)
+    for label, objective in ((f"cheapest per sample on the {given} work (a run that changes it is left out)",
                               Objective(goal="cost")),
                              ("fastest on-policy (staleness 0)", Objective(goal=goal, max_staleness=0)),
                              ("fastest of any trained work (a run may change it)",
@@ -234,8 +246,8 @@ def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[st
             continue
         row = frame.filter(pl.col("run") == name).row(0, named=True)
         figure = (f"${row['usd_per_1k_samples']:.3f} per 1k samples" if objective.goal == "cost"
-                  else f"{row['samples_per_s']:.3g} samples/s, {row['samples_per_s_x'] or 0:.2f}x")
-        changed = (f", changes the trained work: {row['tokens_share']:.0%} of the recorded tokens"
+                  else f"{samples_per_s_text(row['samples_per_s'])} samples/s, {row['samples_per_s_x'] or 0:.2f}x")
+        changed = (f", changes the trained work: {row['tokens_share']:.0%} of the {given} tokens"
                    if row["changed"] else "")
         out.append((label, f"{name} ({figure}{changed})"))
     return out

@@ -21,10 +21,17 @@ _ORIGINS = {"description": "described", "job list": "given"}
 
 
 def origin(config: dict[str, object]) -> str:
-    """How a run's workload came to be, as every view words its unchanged work ("as recorded", "as described",
-    "as given" for a job list): from config.json's ``source`` (a run folder without one: "recorded")."""
+    """How a run's workload came to be, as every view words its unchanged work ("as recorded", "as described"):
+    from config.json's ``source``; a job list's, from its jobs' when they agree, else "given" (a run folder
+    without a source: "recorded")."""
     source = config.get("source")
-    return _ORIGINS.get(source.get("kind", "") if isinstance(source, dict) else "", "recorded")
+    if not isinstance(source, dict):
+        return "recorded"
+    jobs = source.get("jobs")
+    if source.get("kind") == "job list" and isinstance(jobs, list):
+        kinds = {_ORIGINS.get(j.get("kind", ""), "recorded") if isinstance(j, dict) else "" for j in jobs}
+        return kinds.pop() if len(kinds) == 1 else "given"
+    return _ORIGINS.get(source.get("kind", ""), "recorded")
 
 
 def run_recorded_lengths(run: Run) -> np.ndarray:

@@ -11,6 +11,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
+from rltrace.analysis.verdict import samples_per_s_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stderr
 from rltrace.cli.tables import print_table, stdout_console
@@ -74,7 +75,7 @@ def advise_cmd(
                         workers=workers, ray=ray, progress=bar.update, exhaustive=exhaustive)
     console = stdout_console()
     title = f"Cheapest configurations reaching {target_throughput:g} samples/s" + (
-        f" within ${budget:g}/h" if budget is not None else "") + " (samples/s on the recorded work)"
+        f" within ${budget:g}/h" if budget is not None else "") + " (samples/s on the workload's same work)"
     if advice.ranked.height:
         print_table(console, _table(advice.ranked.head(top), title, "limit", "bound by"), keep=2)
         best = advice.ranked.row(0, named=True)
@@ -135,7 +136,10 @@ def _table(frame: pl.DataFrame, title: str, last: str, header: str) -> Table:
 
 
 def _cell(row: dict[str, object], column: str, fmt: str) -> str:
-    if row[column] is not None:
-        return fmt.format(row[column])
+    value = row[column]
+    if value is not None:
+        if column == "samples_per_s" and isinstance(value, int | float):  # as every view prints it
+            return samples_per_s_text(value)
+        return fmt.format(value)
     bound, shown = BOUNDS.get(column, ("", ""))
     return shown.format(row[bound]) if bound and row.get(bound) is not None else "-"

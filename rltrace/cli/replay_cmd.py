@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rltrace.analysis.verdict import SAMPLES_PER_S_FORMAT, pools_label
+from rltrace.analysis.verdict import pools_label, samples_per_s_text
 from rltrace.analysis.work import origin
 from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration import CALIBRATION
@@ -245,7 +245,7 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
         m, b, w = r.metrics, r.metrics["bubble_fraction"], r.metrics["same_work"]
         usd = w["usd_per_1k_samples"]
         table.add_row(
-            name, f"{w['samples_per_s']:{SAMPLES_PER_S_FORMAT}}", "-" if usd is None else f"{usd:.3f}",
+            name, samples_per_s_text(w["samples_per_s"]), "-" if usd is None else f"{usd:.3f}",
             "changed" if w["changed"] else f"as {origin(r.config)}",
             f"{m['throughput_samples_per_s']:.2f}",
             f"{m['step_time_s']['mean']:.2f}",

@@ -11,6 +11,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
+from rltrace.analysis.verdict import samples_per_s_text
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
@@ -69,10 +70,19 @@ def sweep(
 
 BEST = 5
 """points the terminal lists (the report lists more)"""
-FIGURES = (("samples_per_s", "samples/s", "{:.3g}"), ("run_samples_per_s", "run samples/s", "{:.3g}"),
+FIGURES = (("samples_per_s", "samples/s", "{}"), ("run_samples_per_s", "run samples/s", "{:.3g}"),
            ("usd_per_hour", "$/h", "{:.2f}"), ("usd_per_1k_samples", "$/1k samples", "{:.3f}"))
 """the terminal's figures: samples/s and $ per 1k samples on the same work (rltrace.replay.work), as the replay
 table prints them; the run's own rate beside"""
+
+
+def _figure(column: str, fmt: str, value: object) -> str:
+    """A figure as the table shows it: same-work samples/s as every view prints it, the rest by ``fmt``."""
+    if value is None:
+        return "-"
+    if column == "samples_per_s" and isinstance(value, int | float):
+        return samples_per_s_text(value)
+    return fmt.format(value)
 
 
 def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
@@ -88,21 +98,21 @@ def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
         table.add_column(header, justify="right")
     for row in shown.iter_rows(named=True):
         table.add_row(*(_value(row.get(a)) for a in axes),
-                      *(fmt.format(row[c]) if row.get(c) is not None else "-" for c, _, fmt in FIGURES))
+                      *(_figure(c, fmt, row.get(c)) for c, _, fmt in FIGURES))
     print_table(console, table, keep=min(len(axes), 2))
     changed = shown.filter(pl.col("work_changed")) if "work_changed" in shown.columns else shown.clear()
     if changed.height:
         console.print(f"changed work: {changed.height} of these points trained another length distribution than "
-                      "the recorded one (their samples/s is on the recorded work, extrapolated where short)",
+                      "the workload's own (their samples/s is on the workload's work, extrapolated where short)",
                       markup=False)
     cheapest = frame.filter(pl.col("usd_per_1k_samples") > 0).sort("usd_per_1k_samples").head(1)
     if cheapest.height:
         row = cheapest.row(0, named=True)
         where = ", ".join(f"{a}={_value(row.get(a))}" for a in axes)
         rate, price = row.get("samples_per_s"), row.get("usd_per_hour")
-        figures = ", ".join([*([f"{rate:.3g} samples/s"] if rate is not None else []),
+        figures = ", ".join([*([f"{samples_per_s_text(rate)} samples/s"] if rate is not None else []),
                              *([f"${price:.2f}/h"] if price is not None else [])])
-        other_work = ("; it trained another length distribution than the recorded one (changed work)"
+        other_work = ("; it trained another length distribution than the workload's own (changed work)"
                       if row.get("work_changed") else "")
         console.print(f"cheapest per 1k samples: {where}: ${row['usd_per_1k_samples']:.3f} ({figures}){other_work}",
                       markup=False)

@@ -58,7 +58,7 @@ class ReachWatcher:
 
     def poll(self) -> None:
         """One pass: note every unrecorded descendant that has torch or vLLM mapped."""
-        recorded = self._recorded()
+        recorded = self.recorded()
         alive = _descendants(self.root_pid)
         for gone in self._once.keys() - set(alive):  # a pid seen once that exited is no one's any more
             del self._once[gone]
@@ -81,7 +81,7 @@ class ReachWatcher:
             else:
                 self._once[pid] = command
 
-    def _recorded(self) -> set[int]:
+    def recorded(self) -> set[int]:
         pids = set()
         try:
             for shard in self.shard_root.iterdir():
@@ -94,7 +94,7 @@ class ReachWatcher:
 
     def missed(self) -> list[Missed]:
         """Processes that ran torch or vLLM and have no shard (call after the job and its flushes ended)."""
-        recorded = self._recorded()
+        recorded = self.recorded()
         return [Missed(pid, cmd) for pid, cmd in sorted(self.users.items()) if pid not in recorded]
 
 

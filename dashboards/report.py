@@ -40,11 +40,11 @@ from rltrace.errors import ConfigError
 
 SUMMARY = [
     Column("run", "run"),
-    Column("samples_per_s", "samples/s, same work", verdict.samples_per_s_text),
+    Column("samples_per_s", "samples/s, same work", verdict.three_digits),
     Column("samples_per_s_x", "× baseline", ".2f"),
     Column("usd_per_1k_samples", "$ per 1k samples, same work", ".3f"),
     Column("usd_per_1k_samples_x", "cost × baseline", ".2f"),
-    Column("same_work_s", "time for the work (s)", ",.0f"), Column("step_time_s", "mean step (s)", ".3g"),
+    Column("same_work_s", "time for the work (s)", verdict.three_digits), Column("step_time_s", "mean step (s)", ".3g"),
     Column("trained_samples", "trained samples", ",d"), Column("trained_mtokens", "trained tokens (M)", ".2f"),
     Column("tokens_share", "tokens / recorded", ".1%"), Column("lengths", "p99 / max length (tokens)"),
     Column("ks", "length shift (KS)", ".2f"), Column("staleness", "staleness mean / max"),
@@ -260,7 +260,7 @@ def _recorded(page: Page, bundle: Bundle) -> None:
 
 
 SWEEP_COLUMNS: dict[str, tuple[str, str | Callable[[float], str]]] = {
-                 "samples_per_s": ("samples/s, same work", verdict.samples_per_s_text),
+                 "samples_per_s": ("samples/s, same work", verdict.three_digits),
                  "run_samples_per_s": ("run samples/s", ".3g"),
                  "work_changed": ("changed work", ""), "tokens_per_s": ("tokens/s", ",.0f"),
                  "step_time_s": ("step time (s)", ".3g"),

@@ -582,7 +582,7 @@ def test_report_first_screen_and_one_line_for_nothing_to_show(all_runs: list[Run
 def test_same_work_samples_per_s_keeps_three_digits_and_no_trailing_point(value: float, shown: str) -> None:
     """Every view prints same-work samples/s through one function: trailing zeros kept so a column lines up,
     whole numbers from 100 up (99.96 too, which three digits round to 100)."""
-    assert verdict.samples_per_s_text(value) == shown
+    assert verdict.three_digits(value) == shown
 
 
 @pytest.mark.parametrize(("kinds", "word"), [(["description", "description"], "described"),

@@ -39,10 +39,10 @@ def test_children_of_every_start_method_record(tmp_path: Path) -> None:
     assert spans["actor"].n_unique() == 4  # four processes, four shards
 
 
-def _start_loop(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+def _start_loop(tmp_path: Path, *extra: str, mode: str = "loop") -> tuple[subprocess.Popen, int]:
     pidfile = tmp_path / "pid"
     proc = subprocess.Popen(
-        [RLTRACE, "record", "-o", str(tmp_path / "run"), *extra, "--", sys.executable, JOB, "loop", str(pidfile)],
+        [RLTRACE, "record", "-o", str(tmp_path / "run"), *extra, "--", sys.executable, JOB, mode, str(pidfile)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 60
@@ -61,6 +61,37 @@ def test_sigterm_reaches_the_job_and_the_bundle_is_written(tmp_path: Path) -> No
     assert "rltrace: recorded" in stderr
     spans = rltrace.open(tmp_path / "run").spans.collect()
     assert spans.height > 20  # flushed on SIGTERM, not only what the last periodic flush wrote
+
+
+def test_after_sigterm_the_bundle_waits_for_the_jobs_processes_that_outlive_it(tmp_path: Path) -> None:
+    """SIGTERM ends the job's first process; its child, which no signal reached, records on for a few seconds.
+    record waits for it (saying so) before it merges: the child's last span is in the bundle, and no shards are
+    left behind."""
+    proc, _ = _start_loop(tmp_path, mode="orphan")
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "recorded process(es) of the job that are still running" in stderr, stderr
+    assert "still running (pid" not in stderr.split("signal again to stop waiting")[-1], stderr  # it ended in time
+    names = rltrace.open(tmp_path / "run").spans.collect()["name"].to_list()
+    assert "tail-done" in names
+    assert not (tmp_path / "run.shards").exists()
+
+
+def test_a_model_file_that_never_appears_is_said_at_start_and_at_the_merge(tmp_path: Path) -> None:
+    """A --model config.json may be written by the job, so a missing one is read when it ends: record says so at
+    the start, keeps the shards when it is still missing (the job's exit code passes), and the --merge it suggests
+    says the bundle goes without a model instead of dropping it silently."""
+    missing = tmp_path / "nope" / "config.json"
+    first = run_cli("record", "-o", str(tmp_path / "run"), "--model", str(missing), "--", sys.executable, JOB,
+                    "exit", "0")
+    assert first.returncode == 0
+    assert "does not exist yet; it is read when the job ends" in first.stderr.splitlines()[0]
+    assert "could not write the bundle" in first.stderr and (tmp_path / "run.shards").is_dir()
+    merged = run_cli("record", "--merge", str(tmp_path / "run.shards"), "-o", str(tmp_path / "run"))
+    assert merged.returncode == 0, merged.stderr
+    assert "the recording's --model could not be read" in merged.stderr
+    assert rltrace.open(tmp_path / "run").manifest.model is None
 
 
 def test_a_sigkilled_job_still_merges(tmp_path: Path) -> None:
@@ -108,12 +139,20 @@ def test_bad_record_input_is_one_line(tmp_path: Path) -> None:
         (["record", "--", "/no/such/program"], "command not found: /no/such/program"),
         (["record", "--merge", str(tmp_path)], "no recording here"),
         (["record", "--model", "GPT-9", "--", "true"], "unknown model 'GPT-9'"),
+        (["record", "-o", ".", "--force", "--", "true"], "exists and is not a trace bundle"),  # refused before it runs
+        (["record", "-o", "plain", "--force", "--", "true"], "plain: exists and is not a trace bundle"),
     ]
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "x.txt").write_text("mine")
+    (tmp_path / "x.txt").write_text("mine")
     for args, fragment in cases:
         result = run_cli(*args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0], (args, result.stderr)
+    # nothing was recorded, and nothing is left behind: no shards folder (the command not found left one)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "x.txt"]
+    assert (tmp_path / "plain" / "x.txt").read_text() == "mine"
 
 
 @pytest.mark.parametrize(("rows", "groups"), [

@@ -191,3 +191,11 @@ def test_each_pool_says_its_gpu_kind_and_cost(tmp_path: Path) -> None:
     table = run_cli(*args).stdout
     assert "cost (rollart): generation 8 H20 $" in table and "generation/prefill 8 H800 $" in table
     assert "GPUs and cost by pool" in (tmp_path / "r.html").read_text()
+
+
+def test_an_unpriced_run_shows_no_cost_per_sample() -> None:
+    """CPU pools have no price: the table shows "-" for $/1k samples (it showed 0.000), as the report says no run
+    has a cost."""
+    table = run_cli("replay", "tiny_rl_cpu", "-s", "disagg-sync", "--replicates", "0", env={"COLUMNS": "200"}).stdout
+    row = next(line for line in table.splitlines() if line.startswith("│ disagg-sync "))
+    assert [c.strip() for c in row.strip("│").split("│")][2] == "-", row

@@ -7,7 +7,11 @@ JSON line per call (``--lengths``): the step and rank, and every completion's le
 run can be checked against TRL's numbers rather than against our own reading of its tensors.
 
     python examples/trl_grpo/train.py --model-dir DIR --out DIR/run [--steps 3] [--prompts 4] [--generations 4]
-    accelerate launch --multi_gpu --num_processes 2 --cpu examples/trl_grpo/train.py --model-dir DIR ...
+    accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no \
+        examples/trl_grpo/train.py --model-dir DIR ...
+
+(two ranks over Gloo on a machine without a GPU, as tests/test_record_trl.py runs it; accelerate refuses ``--cpu``
+beside ``--multi_gpu``).
 """
 
 from __future__ import annotations

@@ -102,10 +102,10 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     return frame.with_columns(*ratios, pl.col("run").eq(base["run"]).alias("baseline"))
 
 
-def samples_per_s_text(value: float) -> str:
-    """How every view prints same-work samples/s (the terminal table, the report's first screen, the verdict): three
-    significant digits with their trailing zeros, so a column lines up (6.00 beside 9.86), and whole numbers from
-    100 up (123, 1,235)."""
+def three_digits(value: float) -> str:
+    """How every view prints same-work samples/s and the time for the work (the terminal table, the report's first
+    screen, the verdict, sweep and advise): three significant digits with their trailing zeros, so a column lines
+    up (6.00 beside 9.86), and whole numbers from 100 up (123, 1,235)."""
     text = f"{value:#.3g}"
     return f"{value:,.0f}" if abs(value) >= 100 or text.endswith(".") else text  # 99.96 -> "100", not "100."
 
@@ -246,7 +246,7 @@ def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[st
             continue
         row = frame.filter(pl.col("run") == name).row(0, named=True)
         figure = (f"${row['usd_per_1k_samples']:.3f} per 1k samples" if objective.goal == "cost"
-                  else f"{samples_per_s_text(row['samples_per_s'])} samples/s, {row['samples_per_s_x'] or 0:.2f}x")
+                  else f"{three_digits(row['samples_per_s'])} samples/s, {row['samples_per_s_x'] or 0:.2f}x")
         changed = (f", changes the trained work: {row['tokens_share']:.0%} of the {given} tokens"
                    if row["changed"] else "")
         out.append((label, f"{name} ({figure}{changed})"))

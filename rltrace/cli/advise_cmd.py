@@ -11,7 +11,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from rltrace.analysis.verdict import samples_per_s_text
+from rltrace.analysis.verdict import three_digits
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stderr
 from rltrace.cli.tables import print_table, stdout_console
@@ -139,7 +139,7 @@ def _cell(row: dict[str, object], column: str, fmt: str) -> str:
     value = row[column]
     if value is not None:
         if column == "samples_per_s" and isinstance(value, int | float):  # as every view prints it
-            return samples_per_s_text(value)
+            return three_digits(value)
         return fmt.format(value)
     bound, shown = BOUNDS.get(column, ("", ""))
     return shown.format(row[bound]) if bound and row.get(bound) is not None else "-"

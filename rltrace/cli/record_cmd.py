@@ -9,13 +9,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from rltrace.bundle import open_bundle
+from rltrace.bundle import check_target, open_bundle
 from rltrace.catalog import get_model
 from rltrace.cli.progress import stage, stderr
 from rltrace.collectors import SHARDS, owner, reach, shards
@@ -28,6 +30,8 @@ from rltrace.summary import summarize
 # rltrace record's own exit code when the job exited 0 but recording missed processes that ran torch or vLLM
 # (a failing job's own code always passes through instead).
 EXIT_UNRECORDED = 3
+STRAGGLER_WAIT_S = 60.0
+"""after a signal, how long record waits for the job's recorded processes that outlived the one it reached"""
 # What `record` was asked for, kept beside the shards so that a later `--merge` writes the same bundle.
 RECORD_FILE = "record.json"
 
@@ -66,6 +70,9 @@ def record(
     # A config.json the job writes itself is read after the run; anything else is checked now.
     deferred = bool(model and model.endswith(".json") and not Path(model).exists())
     info = get_model(model).info() if model and not deferred else None
+    if deferred and merge_dir is None and command:
+        print(f"rltrace: note: --model {clean(str(model))} does not exist yet; it is read when the job ends (a job "
+              "may write it)", file=sys.stderr)
     groups = set(sync_group or [])
     check_output(output, "-o", folder=True)  # before any work: under a file, not writable
     if merge_dir is not None:
@@ -74,8 +81,11 @@ def record(
         return _merge_only(merge_dir, output, info, groups, force, name)
     if not command:
         raise ConfigError("nothing to record: give a command after --, e.g. rltrace record -- python train.py")
+    if output.name in ("", ".."):  # "-o ." or "-o ..": the folder by its own name, for the shards beside it
+        output = Path(os.path.abspath(output))
     if output.exists() and not force:
         raise ConfigError(f"{clean(output)}: already exists (pass --force to replace it)")
+    check_target(output, force)  # --force replaces a bundle or an empty folder, nothing else: said before the job runs
     record_dir = output.with_name(output.name + ".shards")
     held = owner.take(record_dir)  # a second recording into this folder stops here, touching nothing
     try:
@@ -87,10 +97,15 @@ def record(
 
     watcher = reach.ReachWatcher(0, record_dir / SHARDS)
     try:
-        code = _run(command, env, watcher)
+        code, signalled = _run(command, env, watcher)
+    except ConfigError:  # the command could not start: nothing was recorded, nothing to keep
+        held.release(remove=True)
+        raise
     except BaseException:
         held.release(remove=False)
         raise
+    if signalled:  # its processes may outlive the one the signal reached: their shards still come in
+        _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S)
     try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
         missed = _unreached(watcher)
         if ray_address and session:
@@ -172,7 +187,9 @@ def _merge_only(merge_dir: Path, output: Path, model: Any, groups: set[str], for
     if model is None and isinstance(asked.get("model"), str):
         try:
             model = get_model(asked["model"]).info()
-        except RltraceError:
+        except RltraceError as e:  # the recording was asked for it: say why the bundle goes without
+            print(f"rltrace: warning: the recording's --model could not be read ({clean(str(e), 300)}); the bundle "
+                  "records no model (give --model to set one)", file=sys.stderr)
             model = None
     command = [str(c) for c in asked.get("command") or []] if isinstance(asked.get("command"), list) else []
     groups = groups or {str(g) for g in asked.get("sync_groups") or [] if isinstance(g, str)}
@@ -215,8 +232,9 @@ def _collect_ray(address: str, session: str, dest: Path) -> list[Any] | None:
     return nodes
 
 
-def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | None = None) -> int:
-    """Run the command, forwarding SIGTERM (and SIGINT unless the terminal already delivered it)."""
+def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | None = None) -> tuple[int, bool]:
+    """Run the command, forwarding SIGTERM (and SIGINT unless the terminal already delivered it); returns its exit
+    code and whether a signal reached rltrace while it ran."""
     try:
         child = subprocess.Popen(command, env=env)
     except FileNotFoundError:
@@ -224,13 +242,21 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
     except PermissionError:
         raise ConfigError(f"command not executable: {command[0]}") from None
 
+    signalled = False
+
     def forward(signum: int, _frame: Any) -> None:
+        nonlocal signalled
+        signalled = True
         if child.poll() is None:
             child.send_signal(signum)
 
+    def noted(_signum: int, _frame: Any) -> None:  # the terminal delivered SIGINT to the job itself
+        nonlocal signalled
+        signalled = True
+
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, signal.SIG_IGN if _terminal_delivers_sigint() else forward)
+    signal.signal(signal.SIGINT, noted if _terminal_delivers_sigint() else forward)
     if watcher is not None:
         watcher.root_pid = child.pid
         watcher.start()
@@ -241,7 +267,44 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
             signal.signal(s, handler)
         if watcher is not None:
             watcher.stop()
-    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells report it
+    return (128 - code if code < 0 else code), signalled  # killed by signal N: 128 + N, as shells report it
+
+
+def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: float) -> None:
+    """After a signal, wait up to ``limit_s`` for the job's recorded processes that outlived the one it reached (a
+    launcher's children, an engine's processes) to end and flush, so the bundle holds what they recorded; a second
+    signal stops the wait. Those still running then are named, and what they record later stays out."""
+    running = _alive_recorders(watcher, shards)
+    if not running:
+        return
+    print(f"rltrace: note: waiting up to {limit_s:.0f} s for {len(running)} recorded process(es) of the job that "
+          f"are still running (pid {', '.join(map(str, running))}); signal again to stop waiting", file=sys.stderr)
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        deadline = time.monotonic() + limit_s
+        while running and not stop.wait(0.2) and time.monotonic() < deadline:
+            running = _alive_recorders(watcher, shards)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if running:
+        print(f"rltrace: warning: {len(running)} recorded process(es) still running (pid "
+              f"{', '.join(map(str, running))}); what they record from now on is not in the bundle", file=sys.stderr)
+
+
+def _alive_recorders(watcher: reach.ReachWatcher, shards: Path) -> list[int]:
+    """This host's processes that wrote a shard into ``shards`` and still run (a pid whose environment does not name
+    this recording is another process now)."""
+    alive = []
+    for pid in sorted(watcher.recorded()):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone (or not ours to read)
+            continue
+        if f"{ENV_DIR}={shards.resolve()}\0".encode() in environ:
+            alive.append(pid)
+    return alive
 
 
 def _terminal_delivers_sigint() -> bool:

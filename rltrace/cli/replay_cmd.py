@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rltrace.analysis.verdict import pools_label, samples_per_s_text
+from rltrace.analysis.verdict import pools_label, three_digits
 from rltrace.analysis.work import origin
 from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration import CALIBRATION
@@ -245,7 +245,7 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
         m, b, w = r.metrics, r.metrics["bubble_fraction"], r.metrics["same_work"]
         usd = w["usd_per_1k_samples"]
         table.add_row(
-            name, samples_per_s_text(w["samples_per_s"]), "-" if usd is None else f"{usd:.3f}",
+            name, three_digits(w["samples_per_s"]), f"{usd:.3f}" if usd else "-",  # 0: no GPU has a price
             "changed" if w["changed"] else f"as {origin(r.config)}",
             f"{m['throughput_samples_per_s']:.2f}",
             f"{m['step_time_s']['mean']:.2f}",

@@ -11,7 +11,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from rltrace.analysis.verdict import samples_per_s_text
+from rltrace.analysis.verdict import three_digits
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
@@ -81,7 +81,7 @@ def _figure(column: str, fmt: str, value: object) -> str:
     if value is None:
         return "-"
     if column == "samples_per_s" and isinstance(value, int | float):
-        return samples_per_s_text(value)
+        return three_digits(value)
     return fmt.format(value)
 
 
@@ -110,7 +110,7 @@ def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
         row = cheapest.row(0, named=True)
         where = ", ".join(f"{a}={_value(row.get(a))}" for a in axes)
         rate, price = row.get("samples_per_s"), row.get("usd_per_hour")
-        figures = ", ".join([*([f"{samples_per_s_text(rate)} samples/s"] if rate is not None else []),
+        figures = ", ".join([*([f"{three_digits(rate)} samples/s"] if rate is not None else []),
                              *([f"${price:.2f}/h"] if price is not None else [])])
         other_work = ("; it trained another length distribution than the workload's own (changed work)"
                       if row.get("work_changed") else "")

@@ -5,10 +5,13 @@
     python spans_job.py bad-flow           # misuses the API twice (a collector error), then exits 0
     python spans_job.py api DIR            # records through rltrace.collectors.start(DIR) / stop()
     python spans_job.py children           # one child per multiprocessing start method, each records a span
+    python spans_job.py orphan PIDFILE     # starts a child that records for 4 s, writes its own pid, then waits
+                                           # (SIGTERM ends it; the child, which no signal reaches, runs on)
 """
 
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 
@@ -54,6 +57,18 @@ if __name__ == "__main__":
             proc.join()
             assert proc.exitcode == 0, method
         spans(1)
+    elif mode == "orphan":
+        subprocess.Popen([sys.executable, __file__, "tail"])
+        with open(sys.argv[2], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(3600)
+    elif mode == "tail":
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            spans(1)
+            time.sleep(0.01)
+        with rltrace.span("environment", name="tail-done"):
+            pass
     elif mode == "api":
         collectors.start(sys.argv[2])
         spans(4)

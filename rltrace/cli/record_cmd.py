@@ -105,7 +105,8 @@ def record(
         held.release(remove=False)
         raise
     if signalled:  # its processes may outlive the one the signal reached: their shards still come in
-        _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S)
+        later = _merge_command(record_dir, output.with_name(output.name + ".late"))
+        _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S, later)
     try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
         missed = _unreached(watcher)
         if ray_address and session:
@@ -270,10 +271,11 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
     return (128 - code if code < 0 else code), signalled  # killed by signal N: 128 + N, as shells report it
 
 
-def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: float) -> None:
+def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: float, later: str) -> None:
     """After a signal, wait up to ``limit_s`` for the job's recorded processes that outlived the one it reached (a
     launcher's children, an engine's processes) to end and flush, so the bundle holds what they recorded; a second
-    signal stops the wait. Those still running then are named, and what they record later stays out."""
+    signal stops the wait. Those still running then are named: what they record later goes to shards that ``later``
+    (a --merge command) turns into a bundle of its own."""
     running = _alive_recorders(watcher, shards)
     if not running:
         return
@@ -290,7 +292,8 @@ def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: floa
             signal.signal(s, handler)
     if running:
         print(f"rltrace: warning: {len(running)} recorded process(es) still running (pid "
-              f"{', '.join(map(str, running))}); what they record from now on is not in the bundle", file=sys.stderr)
+              f"{', '.join(map(str, running))}); what they record from now on is not in the bundle (once they end: "
+              f"{later})", file=sys.stderr)
 
 
 def _alive_recorders(watcher: reach.ReachWatcher, shards: Path) -> list[int]:

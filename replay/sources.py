@@ -3,7 +3,6 @@ file, :mod:`rltrace.replay.described`), prepared the same way for every schedule
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from rltrace.replay.described import from_description, is_description, load_desc
 from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle
 
 from rltrace.bundle import Bundle, open_bundle
+from rltrace.calibration import file_digest
 
 
 def open_source(path: str | Path, shape: Shape, cost: CostConfig,
@@ -37,7 +37,7 @@ def source_of(kind: str, path: str | Path, bundle: Bundle | None = None) -> dict
     the input it replayed even after the file changed)."""
     where = Path(path).resolve()
     ident = ({"run_id": bundle.manifest.run_id} if bundle is not None
-             else {"sha256": hashlib.sha256(where.read_bytes()).hexdigest()[:12]})
+             else {"sha256": file_digest(where)})
     return {"kind": kind, "path": str(where), **ident}
 
 

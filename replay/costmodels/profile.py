@@ -16,7 +16,6 @@ factors a :class:`Roofline` takes.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -314,7 +313,7 @@ def profile_files(path: str | Path) -> Mapping[str, Mapping[str, int | str | Non
     p = Path(path)
     if p.suffix == ".toml":
         return {str(path): described for described in calibration.load([p]).describe().values()}
-    return {str(path): {"version": None, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()[:12]}}
+    return {str(path): {"version": None, "sha256": calibration.file_digest(p)}}
 
 
 def load_profile(path: str | Path) -> pl.DataFrame:

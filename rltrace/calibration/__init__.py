@@ -126,6 +126,12 @@ def _entry(name: str, raw: object, file: str) -> Constant:
                     str(raw["data"]), file, MappingProxyType(extra))
 
 
+def file_digest(path: Path) -> str:
+    """The first 12 hex digits of a file's sha256: how a run records the content of a file it read (a calibration,
+    a profile, a described job), so an edited file shows as another."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 def load(paths: list[Path] | None = None) -> CostCalibration:
     """Every constant of ``paths`` (default: the shipped files); a name defined twice is refused."""
     constants: dict[str, Constant] = {}
@@ -139,7 +145,7 @@ def load(paths: list[Path] | None = None) -> CostCalibration:
             if name in constants:
                 raise ConfigError(f"{path.name}: constant {name} is also in {constants[name].file}")
             constants[name] = _entry(name, entry, path.name)
-        files[path.name] = (version, hashlib.sha256(path.read_bytes()).hexdigest()[:12])
+        files[path.name] = (version, file_digest(path))
     if not files:
         raise ConfigError(f"no calibration file under {FOLDER}: the install is incomplete")
     return CostCalibration(MappingProxyType(constants), MappingProxyType(files))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import polars as pl
 import typer
@@ -23,10 +24,11 @@ from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.runner import Store
 from rltrace.scalars import integer
 
-COLUMNS = (("gpu", "GPU", "{}"), ("scheduler", "scheduler", "{}"), ("gen_gpus", "gen", "{}"),
-           ("train_gpus", "train", "{}"), ("fabric", "fabric", "{}"), ("samples_per_s", "samples/s", "{:.3g}"),
-           ("usd_per_hour", "$/h", "{:.2f}"), ("usd_per_1k_samples", "$/1k samples", "{:.3f}"),
-           ("work", "work", "{}"))
+COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("gpu", "GPU", str), ("scheduler", "scheduler", str), ("gen_gpus", "gen", str), ("train_gpus", "train", str),
+    ("fabric", "fabric", str), ("samples_per_s", "samples/s", three_digits),  # as every view prints it
+    ("usd_per_hour", "$/h", "{:.2f}".format), ("usd_per_1k_samples", "$/1k samples", "{:.3f}".format),
+    ("work", "work", str))
 BOUNDS = {"samples_per_s": ("samples_per_s_max", "≤{:.3g}"), "usd_per_hour": ("usd_per_hour_min", "≥{:.2f}")}
 """a column without a replay shows the bound that decided the design instead"""
 LEFT = ("GPU", "scheduler", "fabric", "work")
@@ -135,11 +137,8 @@ def _table(frame: pl.DataFrame, title: str, last: str, header: str) -> Table:
     return table
 
 
-def _cell(row: dict[str, object], column: str, fmt: str) -> str:
-    value = row[column]
-    if value is not None:
-        if column == "samples_per_s" and isinstance(value, int | float):  # as every view prints it
-            return three_digits(value)
-        return fmt.format(value)
+def _cell(row: dict[str, object], column: str, shown_as: Callable[[Any], str]) -> str:
+    if row[column] is not None:
+        return shown_as(row[column])
     bound, shown = BOUNDS.get(column, ("", ""))
     return shown.format(row[bound]) if bound and row.get(bound) is not None else "-"

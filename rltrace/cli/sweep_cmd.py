@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import polars as pl
 import typer
@@ -70,19 +71,11 @@ def sweep(
 
 BEST = 5
 """points the terminal lists (the report lists more)"""
-FIGURES = (("samples_per_s", "samples/s", "{}"), ("run_samples_per_s", "run samples/s", "{:.3g}"),
-           ("usd_per_hour", "$/h", "{:.2f}"), ("usd_per_1k_samples", "$/1k samples", "{:.3f}"))
+FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("samples_per_s", "samples/s", three_digits), ("run_samples_per_s", "run samples/s", "{:.3g}".format),
+    ("usd_per_hour", "$/h", "{:.2f}".format), ("usd_per_1k_samples", "$/1k samples", "{:.3f}".format))
 """the terminal's figures: samples/s and $ per 1k samples on the same work (rltrace.replay.work), as the replay
 table prints them; the run's own rate beside"""
-
-
-def _figure(column: str, fmt: str, value: object) -> str:
-    """A figure as the table shows it: same-work samples/s as every view prints it, the rest by ``fmt``."""
-    if value is None:
-        return "-"
-    if column == "samples_per_s" and isinstance(value, int | float):
-        return three_digits(value)
-    return fmt.format(value)
 
 
 def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
@@ -98,7 +91,7 @@ def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
         table.add_column(header, justify="right")
     for row in shown.iter_rows(named=True):
         table.add_row(*(_value(row.get(a)) for a in axes),
-                      *(_figure(c, fmt, row.get(c)) for c, _, fmt in FIGURES))
+                      *(shown_as(row[c]) if row.get(c) is not None else "-" for c, _, shown_as in FIGURES))
     print_table(console, table, keep=min(len(axes), 2))
     changed = shown.filter(pl.col("work_changed")) if "work_changed" in shown.columns else shown.clear()
     if changed.height:

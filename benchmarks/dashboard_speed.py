@@ -21,7 +21,8 @@ from pathlib import Path
 
 from rltrace.dashboards import perfetto
 from rltrace.dashboards.report import build
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
 import rltrace

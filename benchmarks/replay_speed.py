@@ -13,7 +13,8 @@ import argparse
 import platform
 import time
 
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
 import rltrace

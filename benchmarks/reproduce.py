@@ -33,7 +33,8 @@ from typing import Any
 
 from rltrace.replay.described import from_description, load_description
 from rltrace.replay.jobs import JobSpec, load_jobs, prepare_jobs
-from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, replay
 from rltrace.replay.schedulers import lookup
 from rltrace.sample_traces import sample_path
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.iteration_fit import fit_iterations, iteration_features
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, replicate
 from rltrace.replay.workload import WARMUP_STEPS, extract, renumber_steps, steady
 

@@ -20,7 +20,8 @@ import numpy as np
 import polars as pl
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.described import is_description
-from rltrace.replay.run import CostConfig, Prepared, Shape
+from rltrace.replay.loading import Shape
+from rltrace.replay.run import CostConfig, Prepared
 from rltrace.replay.sources import prepare_source
 from rltrace.sample_traces import list_samples, sample_path
 

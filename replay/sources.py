@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rltrace.replay.described import from_description, is_description, load_description
-from rltrace.replay.run import CostConfig, Prepared, Shape, from_bundle
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, Prepared
 
 from rltrace.bundle import Bundle, open_bundle
 from rltrace.calibration import file_digest

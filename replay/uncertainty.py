@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, replay
 from rltrace.replay.workload import WARMUP_STEPS
 
 from rltrace.bundle import Bundle

@@ -28,7 +28,8 @@ from rltrace.bundle import Bundle
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.replay.jobs import load_jobs, prepare_jobs
-from rltrace.replay.run import Prepared, ReplayConfig, RunResult, Shape
+from rltrace.replay.loading import Shape
+from rltrace.replay.run import Prepared, ReplayConfig, RunResult
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, shipped
 from rltrace.replay.schedulers.base import BASELINES, capabilities
@@ -202,7 +203,7 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
     """Replay ``source`` (a bundle folder, a shipped sample's name, a described job's TOML; None: the default
     sample) or a job list (``jobs``) under ``schedulers`` (names, a comma-separated string, "all"; None: the
     baselines). ``settings`` are ``--set key=value`` strings, ``shape`` the keyword arguments of
-    :class:`rltrace.replay.run.Shape` (``steps``, ``gen_gpus``, ``gpu``, ``samples_per_prompt``, ...),
+    :class:`rltrace.replay.loading.Shape` (``steps``, ``gen_gpus``, ``gpu``, ``samples_per_prompt``, ...),
     ``replicates`` the replays behind each run's spread (0: none)."""
     chosen = schedulers_of(schedulers)
     flags = {k: v for k, v in {"network.topology": topology, "network.sync_strategy": sync_strategy}.items() if v}

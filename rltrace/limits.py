@@ -45,7 +45,7 @@ def check_int(name: str, value: Any, lo: int, hi: int, *, what: str = "") -> int
 
 
 def check_shape(shape: Any) -> None:
-    """The reshaping options of a replay (:class:`rltrace.replay.run.Shape`): types and limits, before any
+    """The reshaping options of a replay (:class:`rltrace.replay.loading.Shape`): types and limits, before any
     resampling allocates. ``None`` keeps what the bundle recorded."""
     for name, hi in (("gen_gpus", MAX_GPUS), ("train_gpus", MAX_GPUS), ("tp", MAX_GPUS), ("max_seqs", 10_000_000),
                      ("steps", MAX_STEPS), ("prompts_per_step", MAX_PER_STEP),

@@ -28,7 +28,8 @@ from rltrace.dashboards import (
 from rltrace.dashboards.page import COLORS, SPAN_KINDS, esc, kind_color
 from rltrace.dashboards.report import build
 from rltrace.replay.jobs import JobSpec, prepare_jobs
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, replay
+from rltrace.replay.loading import Shape
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 from trace_event_rules import violations
 

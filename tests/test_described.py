@@ -11,8 +11,9 @@ from rltrace.replay.described import from_description, load_description
 from rltrace.replay.described.description import markdown_reference
 from rltrace.replay.described.lengths import draw_lengths
 from rltrace.replay.jobs import JobSpec, prepare_jobs
+from rltrace.replay.loading import Shape
 from rltrace.replay.network.network import NetworkConfig
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, replay
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 
 from rltrace.cli import main
 from rltrace.errors import ConfigError

@@ -14,7 +14,8 @@ from rltrace.replay.execute import comms
 from rltrace.replay.execute.kernels import ModelKernels
 from rltrace.replay.execute.replay_comms import logical_ops
 from rltrace.replay.fidelity import as_recorded_error
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
 import rltrace

@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 from helpers import COLLECTIVES, run_cli, shared_data
+from rltrace.replay.loading import Shape, from_bundle
 from rltrace.replay.network.collectives import collective
 from rltrace.replay.network.flows import max_min_rates, run_flows
 from rltrace.replay.network.network import NetworkConfig
@@ -17,7 +18,7 @@ from rltrace.replay.network.protocols import LL, LL128, NVLS, SIMPLE, TREE_PROTO
 from rltrace.replay.network.tuner import NVLS_CHANNELS
 from rltrace.replay.network.validation import compare, summary
 from rltrace.replay.network.weight_sync import weight_sync
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import LOCAL_BYTES_PER_SM_CYCLE
 from rltrace.sample_traces import sample_path

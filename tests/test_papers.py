@@ -11,7 +11,8 @@ import pytest
 from helpers import REPO, load_script
 from rltrace.replay.described import is_description, load_description
 from rltrace.replay.jobs import JobSpec, load_jobs, prepare_jobs
-from rltrace.replay.run import CostConfig, Shape
+from rltrace.replay.loading import Shape
+from rltrace.replay.run import CostConfig
 
 KEYS = {"system", "paper", "baseline", "measure", "claim", "sample", "paper_range", "ratio_sample", "inside_sample",
         "oracle_sample", "ratio_described", "inside_described", "described"}

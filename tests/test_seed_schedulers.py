@@ -15,8 +15,9 @@ from rltrace.replay.costmodels.iteration import IterationModel
 from rltrace.replay.costmodels.switching import ModelState, switch_seconds
 from rltrace.replay.job import Job
 from rltrace.replay.jobs import JobSpec, prepare_jobs
+from rltrace.replay.loading import Shape, from_bundle
 from rltrace.replay.network.network import NetworkConfig, route
-from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, replay
 from rltrace.replay.topologies import TopologySpec
 from rltrace.sample_traces import sample_path
 

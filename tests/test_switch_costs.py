@@ -9,9 +9,10 @@ import polars as pl
 import pytest
 from helpers import run_cli
 from rltrace.replay.costmodels.switching import ModelState, host_link_bytes_per_s, switch_seconds
+from rltrace.replay.loading import Shape, from_bundle
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.network.weight_sync import reprice_syncs
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
 from rltrace.bundle import open_bundle

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 from helpers import run_cli
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, ReplayConfig
 from rltrace.replay.uncertainty import bootstrap, replicate, sources
 from rltrace.sample_traces import sample_path
 

@@ -13,7 +13,8 @@ import pytest
 from rltrace.replay.costmodels import parallel
 from rltrace.replay.described import from_description, load_description
 from rltrace.replay.jobs import JobSpec, prepare_jobs
-from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 
 from rltrace.bundle import open_bundle

@@ -6,7 +6,8 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.replay.workload import _whole_steps, extract, retarget, select_steps
 from rltrace.sample_traces import sample_path
 

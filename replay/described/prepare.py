@@ -22,8 +22,9 @@ from rltrace.replay.described.frameworks import Calibration, get_framework
 from rltrace.replay.described.lengths import draw_lengths
 from rltrace.replay.described.rlstep import Phases, StepModel
 from rltrace.replay.job import Colocated, Job
+from rltrace.replay.loading import Shape
 from rltrace.replay.network.weight_sync import reprice_syncs
-from rltrace.replay.run import CostConfig, Prepared, Shape
+from rltrace.replay.run import CostConfig, Prepared
 
 from rltrace.catalog import ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError

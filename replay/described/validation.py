@@ -21,7 +21,8 @@ import polars as pl
 from rltrace.replay.described.description import Description, parse_description
 from rltrace.replay.described.frameworks import Calibration
 from rltrace.replay.described.prepare import from_description
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, replay
+from rltrace.replay.loading import Shape
+from rltrace.replay.run import CostConfig, ReplayConfig, replay
 
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.limits import check_input

@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from rltrace.replay.run import Shape
+from rltrace.replay.loading import Shape
 from rltrace.replay.schedulers import names
 from rltrace.replay.settings import resolve
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import polars as pl
 from rltrace.replay.described import is_description
-from rltrace.replay.run import CostConfig, Loaded, Prepared, Shape, load_workload, prepare_loaded, replay
+from rltrace.replay.loading import Loaded, Shape, load_workload, prepare_loaded
+from rltrace.replay.run import CostConfig, Prepared, replay
 from rltrace.replay.settings import Settings, resolve
 from rltrace.replay.sources import prepare_source
 from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, file_digest, settings

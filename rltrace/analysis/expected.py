@@ -29,7 +29,8 @@ from rltrace.errors import ConfigError
 from rltrace.replay.costmodels.profile import device_from_profile, factors
 from rltrace.replay.costmodels.training import step_seconds
 from rltrace.replay.described.validation import read_runs
-from rltrace.replay.run import CostConfig, ReplayConfig, Shape, from_bundle, model_spec, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, ReplayConfig, model_spec, replay
 from rltrace.replay.workload import Workload
 from rltrace.scalars import number
 

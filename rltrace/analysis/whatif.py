@@ -31,7 +31,8 @@ from rltrace.analysis.findings import WhatIf
 from rltrace.bundle import Bundle
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration_fit import IterationFit, fit_iterations, iteration_features
-from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, RunResult, Shape, from_bundle, replay
+from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.run import CostConfig, Prepared, ReplayConfig, RunResult, replay
 from rltrace.replay.uncertainty import bootstrap
 from rltrace.replay.workload import WARMUP_STEPS, extract
 

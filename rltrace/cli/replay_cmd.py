@@ -25,7 +25,8 @@ from rltrace.limits import MAX_STEPS, check_output
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.described import is_description, load_description
-from rltrace.replay.run import Prepared, RunResult, Shape, model_spec
+from rltrace.replay.loading import Shape
+from rltrace.replay.run import Prepared, RunResult, model_spec
 from rltrace.replay.schedulers.base import BASELINES
 from rltrace.replay.settings import resolve
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, sources

@@ -51,8 +51,9 @@ def advise_cmd(
                                              "the one that meets the target: no price floor or trainer bound rules "
                                              "a candidate out (slower; a check of the search).")] = False,
 ) -> None:
-    """Search pool split, GPU kind, scheduler and fabric for the cheapest configurations that reach a
-    throughput, and say why the others lost, with the bottleneck of each (generation-, trainer-, sync-bound...).
+    """Find the cheapest pool split, GPU kind, scheduler and fabric that reach a throughput.
+
+    Says why the others lost, with the bottleneck of each (generation-, trainer-, sync-bound...).
     Throughput is samples/s on the recorded work, as `rltrace replay` and the report show it: a scheduler that
     trains shorter samples first is timed until it has trained as many samples and tokens as were recorded.
 

@@ -57,7 +57,9 @@ def dashboard(
         help="Lead with a run that trained the recorded samples and tokens, their length distribution unchanged "
              "(default); --any-distribution lets a run that changed the trained work lead.")] = True,
 ) -> None:
-    """Compare replay runs in one HTML file that works offline. Its first screen names the run to choose for
+    """Compare replay runs in one HTML file that works offline.
+
+    Its first screen names the run to choose for
     an objective and why, every run on the same work (the recorded samples and tokens); then bubbles,
     timelines, output lengths, per-instance load, request latency, network.
 

@@ -1,4 +1,4 @@
-"""Bubble breakdown: each run's GPU-time per pool as busy / dependency bubble / skewness bubble."""
+"""Bubble breakdown: each run's GPU-time per pool as used / dependency bubble / skewness bubble."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import polars as pl
 from rltrace.dashboards.page import color, esc_all, layout
 
-PARTS = ("busy", "dependency bubble", "skewness bubble")
+PARTS = ("used", "dependency bubble", "skewness bubble")
 
 
 def figure(bubbles: pl.DataFrame) -> go.Figure:

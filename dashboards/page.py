@@ -28,7 +28,7 @@ COLORS = {
     "preempted": "#f1ce63", "short_round": "#499894", "long_round": "#86bcb6", "long_tail": "#ff9d9a",
     "regular": "#ffbe7d",
     # parts of a pool's time (bubbles) and of a request's latency
-    "dependency bubble": "#f28e2b", "skewness bubble": "#e15759",
+    "used": "#a0cbe8", "dependency bubble": "#f28e2b", "skewness bubble": "#e15759",
     "queue": "#bab0ac", "prefill": "#86bcb6", "decode": "#4e79a7",
 }
 """one colour per kind or part, the same in every figure (Tableau 20); no two span kinds share one"""

@@ -261,14 +261,16 @@ def _recorded(page: Page, bundle: Bundle) -> None:
 
 SWEEP_COLUMNS: dict[str, tuple[str, str | Callable[[float], str]]] = {
                  "samples_per_s": ("samples/s, same work", verdict.three_digits),
-                 "run_samples_per_s": ("run samples/s", ".3g"),
-                 "work_changed": ("changed work", ""), "tokens_per_s": ("tokens/s", ",.0f"),
+                 "run_samples_per_s": ("run samples/s", verdict.three_digits),
+                 "work_changed": ("work", lambda changed: "changed" if changed else "same"),
+                 "tokens_per_s": ("tokens/s", ",.0f"),
                  "step_time_s": ("step time (s)", ".3g"),
                  "usd_per_1k_samples": ("$ per 1k samples, same work", ".3f"),
                  "usd_per_hour": ("$ per hour", ",.1f"),
                  "gen_dependency_bubble": ("generation dependency bubble", ".0%"),
                  "gen_skewness_bubble": ("generation skewness bubble", ".0%"),
                  "train_dependency_bubble": ("training dependency bubble", ".0%"),
+                 "train_skewness_bubble": ("training skewness bubble", ".0%"),
                  "stale_max": ("staleness max", ".0f")}
 """a sweep's figures in its best-points table: header (in words, with units) and format; samples/s and $ per 1k
 samples are on the same work (rltrace.replay.work), as every view shows them"""

@@ -304,7 +304,8 @@ def _record(search: _Search, i: int, outcome: Outcome, cheapest: float | None, c
     point = search.point(i, total)
     fabric = (row or {}).get("fabric") or search.bounds.fabric(point)  # "": a workload the cluster cannot take
     group, limit = bottleneck(row) if row is not None else ("", "")
-    return {**design, "total_gpus": total, "gen_gpus": point["gen_gpus"], "train_gpus": point["train_gpus"],
+    gen, train = (row["gen_pool_gpus"], row["train_pool_gpus"]) if row else (point["gen_gpus"], point["train_gpus"])
+    return {**design, "total_gpus": total, "gen_gpus": gen, "train_gpus": train,  # a colocated run: all, both
             "fabric": fabric or design["topology"] or "-",
             "samples_per_s": row["samples_per_s"] if row else None,
             "usd_per_hour": row["usd_per_hour"] if row else None,

@@ -82,7 +82,7 @@ def why(outcome: Outcome, *, cheapest: float | None, cutoff: float | None, top: 
     shown = outcome.row or outcome.last
     _, words = bottleneck(shown) if shown is not None else ("", "")
     if shown is not None and shown is not outcome.row and words:
-        words = f"at {shown['gen_pool_gpus'] + shown['train_pool_gpus']} GPUs {words}"
+        words = f"at {shown['gpus']} GPUs {words}"
     at = f"at {outcome.total} GPUs"
     if outcome.kind == MET:
         assert outcome.row is not None

@@ -152,8 +152,9 @@ class Prepared:
     fitted to the trace (the replay's uncertainty bootstraps over them, replay/uncertainty.py)"""
     sync_fabric: str = ""
     """what weight syncs are priced on without ``--topology``: the local fabric spec
-    (:func:`~rltrace.replay.network.weight_sync.local_fabric`) when syncs measured on other GPUs were repriced,
-    else "recorded" (the source's own sync times) or "<N> GB/s" (one model copy over ``cost.sync_gbps``)"""
+    (:func:`~rltrace.replay.network.weight_sync.local_fabric`) when syncs measured on other GPUs were repriced, and
+    a described job's (priced there), else "recorded" (the source's own sync times) or "<N> GB/s" (one model copy
+    over ``cost.sync_gbps``)"""
     calibration: CostCalibration = CALIBRATION
     """the constants every job's costs were priced with (:meth:`CostConfig.constants`)"""
     recorded: bool = True
@@ -281,9 +282,20 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
                          f"alone are {per_gpu / 1e9:,.0f} GB a GPU sharded over all of them, above the "
                          f"{train_gpu.name}'s {train_gpu.memory_bytes / 1e9:.0f} GB: a real job needs more GPUs or "
                          "offloading (the replay prices the step as given)")
+    # measured trainer phases move to another GPU kind by the ratio of peak FLOP/s: the catalog's, or for a device
+    # it lacks (cpu), the peaks a profile measured on it
+    recorded_gpu = None
+    if trainer is not None:
+        recorded_gpu = _gpu(trainer.device) or (device_from_profile(profile, trainer.device) if profile is not None
+                                                else None)
+        phases = [c for c in ("train_s", "reference_s", "optimizer_s") if c in workload.steps.columns]
+        measured_train = any(workload.steps[c].null_count() < workload.steps.height for c in phases)
+        if recorded_gpu is None and train_gpu is not None and trainer.device != train_gpu.name and measured_train:
+            notes.append(f"trainer phases as measured on {trainer.device}, not rescaled to {train_gpu.name}: the GPU "
+                         f"catalog has no peak FLOP/s for {trainer.device} (--model prices them from FLOPs instead)")
     training = TrainingCost(model=spec, gpu=train_gpu, gpus=cluster.train_gpus,
                             recorded_gpus=trainer.count if trainer else cluster.train_gpus,
-                            recorded_gpu=_gpu(trainer.device) if trainer else None, train_mfu=cost.train_mfu,
+                            recorded_gpu=recorded_gpu, train_mfu=cost.train_mfu,
                             ep=cost.train_ep, calibration=constants,
                             sync_gbps=measured_bw / 1e9 if measured_bw else cost.figure("sync_gbps", constants))
     samples, steps = workload.samples, workload.steps

@@ -200,7 +200,7 @@ def test_figures_escape_names_and_draw_one_trace_per_kind(runs_dir: Path):
     assert {t.name for t in fig.data} == set(g.frame["kind"].unique().to_list())
     assert HOSTILE not in fig.to_json() and esc(HOSTILE) in fig.layout.title.text
     bars = bubbles.figure(compare.bubbles([run]))
-    assert [t.name for t in bars.data] == ["busy", "dependency bubble", "skewness bubble"]
+    assert [t.name for t in bars.data] == ["used", "dependency bubble", "skewness bubble"]
     assert esc(HOSTILE) in bars.data[0].x[1]
     grid, method = network.link_utilization(run)
     heat = links.figure(grid, run.name, method)

@@ -14,6 +14,7 @@ from rltrace.replay.jobs import JobSpec, prepare_jobs
 from rltrace.replay.loading import Shape
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.run import CostConfig, ReplayConfig, replay
+from rltrace.replay.sweep.point import run_point
 
 from rltrace.cli import main
 from rltrace.errors import ConfigError
@@ -145,6 +146,12 @@ def test_what_if_options_reshape_the_description(tmp_path: Path) -> None:
     c = prepared.cluster
     assert (c.gen_gpus, c.train_gpus, c.gen_gpu, c.tp) == (4, 4, "H200", 2)
     assert prepared.jobs[0].steps == 2
+
+
+def test_a_sweep_point_on_a_description_names_the_fabric_its_syncs_were_priced_on(tmp_path: Path) -> None:
+    path = write(tmp_path, SMALL)
+    point = {"scheduler": "disagg-sync", "gen_gpus": 4, "train_gpus": 4, "gpu": "H100", "steps": 2}
+    assert run_point(str(path), point)["fabric"] == "nvswitch:gpus=8,gpu=H100"
 
 
 def test_replay_cli_takes_a_description(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -77,6 +77,9 @@ def test_a_gpu_sample_is_held_against_its_cost_model() -> None:
     phases = {r["phase"]: r for r in d.phases.iter_rows(named=True)}
     for phase in ("generate", "train", "optimizer", "weight_sync"):  # H800s and Qwen2.5-7B: all in the catalogs
         assert phases[phase]["expected_s"] is not None and phases[phase]["expected_s"] > 0, phase
+    # synth moved one copy of the weights to each of the 16 engines at once at 50 GB/s, the default sync bandwidth:
+    # expected is one copy's time (not 16 copies', 16x the measured)
+    assert phases["weight_sync"]["ratio"] == pytest.approx(1.0, rel=0.02)
     # its long tail (outputs up to 26.9x the median) is a bubble some scheduler removes
     assert "bubble" in d.findings["kind"].to_list()
     # priced on the recorded work: rollart's replay trains two thirds of the recorded tokens, so its shorter step is

@@ -98,6 +98,17 @@ def test_gpu_gives_each_pool_its_kind(tmp_path: Path) -> None:
     assert "roofline of Qwen2.5-7B on H20" in result.stdout
 
 
+def test_a_cpu_recording_on_a_gpu_says_its_trainer_phases_stay_as_measured() -> None:
+    """The catalog has no peak FLOP/s for the recorded cpu: the trainer's spans cannot be rescaled, and the table,
+    whose generation and sync moved to the H100, says so instead of mixing hardware without a word."""
+    result = run_cli("replay", "tiny_rl_cpu", "-s", "disagg-sync", "--gpu", "H100", "--replicates", "0")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "trainer phases as measured on cpu, not rescaled to H100" in text
+    same = run_cli("replay", "tiny_rl_cpu", "-s", "disagg-sync", "--replicates", "0")
+    assert "trainer phases as measured" not in same.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

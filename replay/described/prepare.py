@@ -23,7 +23,7 @@ from rltrace.replay.described.lengths import draw_lengths
 from rltrace.replay.described.rlstep import Phases, StepModel
 from rltrace.replay.job import Colocated, Job
 from rltrace.replay.loading import Shape
-from rltrace.replay.network.weight_sync import reprice_syncs
+from rltrace.replay.network.weight_sync import local_fabric, reprice_syncs
 from rltrace.replay.run import CostConfig, Prepared
 
 from rltrace.catalog import ModelSpec, get_gpu, get_model
@@ -159,7 +159,9 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                  f"({(response >= np.floor(cap)).mean():.0%} at the cap), generation TP {d.generation.tp} PP "
                  f"{d.generation.pp}, training TP {d.training.tp} CP {d.training.cp} EP {d.training.ep} PP "
                  f"{d.training.pp}")
-    return Prepared(frame, [job], cluster, [described, *notes], calibration=constants, recorded=False)
+    fabric = local_fabric(gen_gpus, train_gpus, train_gpu.name)  # where reprice_syncs priced the syncs
+    return Prepared(frame, [job], cluster, [described, *notes], sync_fabric=fabric, calibration=constants,
+                    recorded=False)
 
 
 def _trainer_phases(p: Phases) -> dict[str, float]:

@@ -32,10 +32,10 @@ METRICS = {
     "step_time_p95_s": ("step_time_s", "p95"),
     "makespan_s": ("makespan_s",),
     "cost_usd": ("cost_usd",),
-    "gen_busy": ("gpu_utilization", "generation"),
+    "gen_used": ("gpu_utilization", "generation"),
     "gen_dependency_bubble": ("bubble_fraction", "generation", "dependency"),
     "gen_skewness_bubble": ("bubble_fraction", "generation", "skewness"),
-    "train_busy": ("gpu_utilization", "training"),
+    "train_used": ("gpu_utilization", "training"),
     "train_dependency_bubble": ("bubble_fraction", "training", "dependency"),
     "train_skewness_bubble": ("bubble_fraction", "training", "skewness"),
     "weight_sync_s": ("weight_sync_s",),
@@ -44,9 +44,10 @@ METRICS = {
     "fabric_capex_usd": ("network", "fabric", "capex_usd"),
 }
 """metrics.json values every row carries (null where a run has none, e.g. no network model)"""
-ROW_VERSION = 2
-"""what a row's figures mean: 2, samples/s and $ per 1k samples on the same work (1: the run's own). A stored point
-of another version is run again (replay/sweep/runner.py)"""
+ROW_VERSION = 3
+"""what a row's figures mean: 3, pool GPUs as the run used them and the GPUs it held (2: the split asked for; 2 and
+3, samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of another version is run
+again (replay/sweep/runner.py)"""
 
 
 def _path(bundle: str) -> str:
@@ -100,8 +101,11 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
     row["samples"] = int(result.metrics["samples"])
     trained = result.requests.filter(pl.col("trained_step") >= 0)
     row["trained_tokens"] = int((trained["prompt_tokens"] + trained["output_tokens"]).sum())
-    row["gen_pool_gpus"] = ready.cluster.gen_gpus
-    row["train_pool_gpus"] = ready.cluster.train_gpus
+    # the GPUs each role ran on (a colocated run's two roles share the whole cluster), and those it held
+    used = result.metrics.get("gpus", {})
+    row["gen_pool_gpus"] = int(used.get("generation", ready.cluster.gen_gpus))
+    row["train_pool_gpus"] = int(used.get("training", ready.cluster.train_gpus))
+    row["gpus"] = int(sum(p["gpus"] for p in result.metrics["cost_by_pool"].values()))
     row["fabric"] = point.get("topology") or ready.sync_fabric  # a topology spec as the point wrote it
     makespan = result.metrics["makespan_s"]
     row["usd_per_hour"] = result.metrics["cost_usd"] / makespan * 3600 if makespan else None  # as billed

@@ -57,12 +57,13 @@ def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
 
 
 def bubbles(runs: list[Run]) -> pl.DataFrame:
-    """run, pool, part (busy / dependency / skewness), fraction of the pool's GPU-time (metrics.json)."""
+    """run, pool, part (used / dependency / skewness: ``gpu_utilization`` and ``bubble_fraction``, which add up
+    to 1), fraction of the pool's GPU-time (metrics.json)."""
     rows = []
     for run in runs:
-        busy = run.metrics.get("gpu_utilization", {})
+        used = run.metrics.get("gpu_utilization", {})
         for pool, parts in run.metrics.get("bubble_fraction", {}).items():
-            rows += [(run.name, pool, "busy", float(busy.get(pool, 0.0))),
+            rows += [(run.name, pool, "used", float(used.get(pool, 0.0))),
                      (run.name, pool, "dependency bubble", float(parts.get("dependency", 0.0))),
                      (run.name, pool, "skewness bubble", float(parts.get("skewness", 0.0)))]
     return pl.DataFrame(rows, schema={"run": pl.String, "pool": pl.String, "part": pl.String, "fraction": pl.Float64},

@@ -6,9 +6,10 @@ is its slowest actor's spans) beside:
 - **expected**: the cost models for the recorded devices, model and batch. Generation is the recording
   replayed as it ran with the roofline generation cost (``cost.generation=roofline``); training is the 6N
   rule at the published MFU (``rltrace.replay.costmodels.training``) over each step's tokens on the recorded
-  training devices; the optimizer reads and writes Adam's state once; the weight sync moves its bytes at the
-  default sync bandwidth. A device the GPU catalog lacks (``cpu``) needs a profile measured on it
-  (``rltrace calibrate --device cpu [--ranks 2]``): its measured peaks, efficiencies and broadcast rate.
+  training devices; the optimizer reads and writes Adam's state once; the weight sync moves one copy of the
+  weights (every engine receives its copy at once) at the default sync bandwidth. A device the GPU catalog lacks
+  (``cpu``) needs a profile measured on it (``rltrace calibrate --device cpu [--ranks 2]``): its measured peaks,
+  efficiencies and broadcast rate.
 - **published**: the same phase in the project's published-runs set (``rltrace estimate validate-rl``'s 38
   runs) where one ran the same model on the same GPU kind, scaled to this bundle's samples per step and devices.
 
@@ -104,7 +105,10 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
                                  "Adam's state read and written once")
     else:
         expected["train"] = expected["optimizer"] = (None, why)
-    sync_bytes = number(steps["sync_bytes"].mean() or 0.0)
+    # a step's sync bytes hold one copy of the weights per engine, moved to every engine at once (as replay prices
+    # them): the time is one copy's
+    engines = max(rollout.count // max(rollout.tp, 1), 1) if rollout else 1
+    sync_bytes = number(steps["sync_bytes"].mean() or 0.0) / engines
     if transport is not None:
         rate, per_op = transport
         step = pl.coalesce("step", pl.col("version") - 1)

@@ -82,8 +82,10 @@ def advise_cmd(
     if advice.ranked.height:
         print_table(console, _table(advice.ranked.head(top), title, "limit", "bound by"), keep=2)
         best = advice.ranked.row(0, named=True)
-        console.print(f"cheapest: {best['scheduler']} on {best['gen_gpus']} + {best['train_gpus']} {best['gpu']} "
-                      f"({best['fabric']}): {best['samples_per_s']:.3g} samples/s for ${best['usd_per_hour']:.2f}/h"
+        pools = (f"{best['total_gpus']}" if best["gen_gpus"] == best["train_gpus"] == best["total_gpus"]  # colocated
+                 else f"{best['gen_gpus']} + {best['train_gpus']}")
+        console.print(f"cheapest: {best['scheduler']} on {pools} {best['gpu']} ({best['fabric']}): "
+                      f"{three_digits(best['samples_per_s'])} samples/s for ${best['usd_per_hour']:.2f}/h"
                       + (f"; {best['limit']}" if best["limit"] else ""), markup=False, soft_wrap=True)
     else:
         console.print(f"no configuration in the space reaches {target_throughput:g} samples/s"

@@ -43,7 +43,8 @@ def diagnose_cmd(
     """Diagnose a recorded job: what costs it time, why, and what to change.
 
     Finds stragglers, slow transfers, bubbles with their causes, engine settings and phases slower than the
-    hardware should give, ranked by the seconds per step each costs, with the evidence, what to change and, where a what-if replay prices the change, its gain with the replay's spread.
+    hardware should give, ranked by the seconds per step each costs, with the evidence, what to change and, where
+    a what-if replay prices the change, its gain with the replay's spread.
 
     Example: rltrace diagnose tiny_rl_cpu --dashboard report.html
     """

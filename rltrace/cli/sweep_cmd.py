@@ -72,7 +72,7 @@ def sweep(
 BEST = 5
 """points the terminal lists (the report lists more)"""
 FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("samples_per_s", "samples/s", three_digits), ("run_samples_per_s", "run samples/s", "{:.3g}".format),
+    ("samples_per_s", "samples/s", three_digits), ("run_samples_per_s", "run samples/s", three_digits),
     ("usd_per_hour", "$/h", "{:.2f}".format), ("usd_per_1k_samples", "$/1k samples", "{:.3f}".format))
 """the terminal's figures: samples/s and $ per 1k samples on the same work (rltrace.replay.work), as the replay
 table prints them; the run's own rate beside"""

@@ -24,6 +24,9 @@ from types import ModuleType
 
 from rltrace.replay.network.validation import multinode_compare, multinode_summary
 
+from rltrace.analysis import verdict
+from rltrace.analysis.runs import Run
+from rltrace.api import compare
 from rltrace.cli import main as rltrace_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,6 +77,24 @@ def reproduction_rows() -> list[str]:
     return str(reproduce.markdown(reproduce.rows())).splitlines()[2:]
 
 
+SAME_WORK_RUNS = ("as-recorded", "fully-async", "rollart", "rollpacker")
+
+
+def same_work_rows() -> list[str]:
+    """docs/dashboards.md's same-work table: the default sample's runs as run and on the same work."""
+    comparison = compare(None, list(SAME_WORK_RUNS))
+    runs = [Run.from_result(name, comparison.results[name]) for name in SAME_WORK_RUNS]
+    rows = []
+    for r in verdict.table(runs, "as-recorded").iter_rows(named=True):
+        same = verdict.three_digits(r["samples_per_s"]) + ("" if r["baseline"] else f" ({r['samples_per_s_x']:.2f}x)")
+        samples = "" if r["trained_samples"] == r["recorded_samples"] else f" ({r['trained_samples']:,} samples)"
+        name = r["run"] + (" (baseline)" if r["baseline"] else "")
+        lengths = f"{r['trained_p99'] / 1e3:.1f}k / {r['trained_max'] / 1e3:.1f}k"
+        rows.append(f"| {name} | {verdict.three_digits(r['run_samples_per_s'])} | {same} | "
+                    f"{r['tokens_share']:.1%}{samples} | {lengths} |")
+    return rows
+
+
 @dataclass(frozen=True)
 class Figure:
     """One generated block of a docs page."""
@@ -120,6 +141,8 @@ FIGURES = {f.name: f for f in (
     Figure("multinode-table", "docs/fabrics-multinode.md", "| op | GPU | nodes | size band | points | clusters | "
            "median \\|error\\| | max \\|error\\| |", multinode_rows),
     Figure("bench-example", "docs/fabrics.md", f"$ {BENCH}", lambda: cli_output(BENCH, columns=250)),
+    Figure("same-work-table", "docs/dashboards.md", "| run | samples/s as run | samples/s, same work | "
+           "tokens / recorded | trained p99 / max |", same_work_rows),
     Figure("reproduction-table", "docs/schedulers-reproduction.md",
            "| system | paper | baseline | paper's range | on the sample | with oracle lengths | inside | "
            "on the paper's setup | inside | what is compared on the sample |", reproduction_rows),

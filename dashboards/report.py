@@ -31,6 +31,7 @@ from rltrace.dashboards import work as work_fig
 from rltrace.dashboards.page import Column, Page
 
 from rltrace.analysis import compare, lengths, network, recorded, verdict
+from rltrace.analysis.diagnose import Diagnosis
 from rltrace.analysis.runs import Run
 from rltrace.analysis.timeline import gantt
 from rltrace.analysis.verdict import Objective
@@ -45,12 +46,18 @@ SUMMARY = [
     Column("usd_per_1k_samples", "$ per 1k samples, same work", ".3f"),
     Column("usd_per_1k_samples_x", "cost × baseline", ".2f"),
     Column("same_work_s", "time for the work (s)", verdict.three_digits), Column("step_time_s", "mean step (s)", ".3g"),
-    Column("trained_samples", "trained samples", ",d"), Column("trained_mtokens", "trained tokens (M)", ".2f"),
+    Column("trained_samples", "trained samples", ",d"),
+    Column("trained_tokens", "trained tokens", verdict.tokens_label),
     Column("tokens_share", "tokens / recorded", ".1%"), Column("lengths", "p99 / max length (tokens)"),
     Column("ks", "length shift (KS)", ".2f"), Column("staleness", "staleness mean / max"),
     Column("work", "work"),
 ]
 """the first screen's table: every run on the same work (analysis/verdict.py), human headers with units"""
+def _gigabytes(value: float) -> str:
+    """GB with one decimal, or three significant digits below 1 GB (a small model's 1.84 MB is 0.00184, not 0.0)."""
+    return f"{value:,.1f}" if value >= 1 or value == 0 else f"{value:.3g}"
+
+
 AS_RUN = [
     Column("run", "run"),
     Column("run_samples_per_s", "samples/s", ".3g"), Column("run_samples_per_s_x", "× baseline", ".2f"),
@@ -59,8 +66,8 @@ AS_RUN = [
     Column("gen_busy", "generation busy (non-empty batch)", ".0%"),
     Column("gen_use", "generation use (batch against peak)", ".0%"), Column("train_busy", "training busy", ".0%"),
     Column("stale_max", "staleness max", "d"), Column("pools", "GPUs and cost by pool"),
-    Column("sync_gb", "weight sync per step, one model copy per generation instance (GB)", ",.1f"),
-    Column("alltoall_gb", "expert all-to-all per step, sent by each training GPU (GB)", ",.1f"),
+    Column("sync_gb", "weight sync per step, one model copy per generation instance (GB)", _gigabytes),
+    Column("alltoall_gb", "expert all-to-all per step, sent by each training GPU (GB)", _gigabytes),
 ]
 """each run's own figures, whatever work it trained (what metrics.json says)"""
 
@@ -86,20 +93,20 @@ class ReportConfig:
 
 def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = None,
           config: ReportConfig | None = None, title: str = "rltrace report", objective: Objective | None = None,
-          findings: pl.DataFrame | None = None) -> str:
+          diagnosis: Diagnosis | None = None) -> str:
     """The whole report as HTML. Its first screen names the run to choose for ``objective`` (default: most
-    samples/s on the same work) and why; with ``findings`` (``rltrace.analysis.diagnose``), a "What to fix"
-    section comes first."""
+    samples/s on the same work) and why; with a ``diagnosis`` (``rltrace.analysis.diagnose``), a "What to fix"
+    section comes first, with its phase table and notes as the terminal prints them."""
     if not runs:
         raise ConfigError("the report needs at least one run")
     config = config or ReportConfig()
     objective = objective or Objective()
     page = Page(title)
-    if findings is not None:
-        _fixes(page, findings)
+    if diagnosis is not None:
+        _fixes(page, diagnosis)
     _choice(page, runs, baseline, objective)
 
-    page.section("Bubbles", "each pool's GPU-time split into busy time, dependency bubbles and skewness bubbles")
+    page.section("Bubbles", "each pool's GPU-time split into used time, dependency bubbles and skewness bubbles")
     page.figure(bubbles.figure(compare.bubbles(runs)))
     per_phase = compare.phases(runs)
     if per_phase.height:
@@ -157,8 +164,26 @@ def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = 
     return page.render()
 
 
-def _fixes(page: Page, findings: pl.DataFrame) -> None:
-    """What to fix: the diagnosis's findings, most seconds per step first, with their replayed gains."""
+PHASE_COLUMNS = [Column("phase", "phase"), Column("measured_s", "measured (s per step)", ".3f"),
+                 Column("expected_s", "expected (s per step)", ".3f"), Column("ratio", "x", ".2f"),
+                 Column("expected_from", "expected from"), Column("published_s", "published (s per step)", ".3f"),
+                 Column("published_run", "published run")]
+"""the diagnosis's "Is it normal" table, as ``rltrace diagnose`` prints it"""
+
+
+def _fixes(page: Page, diagnosis: Diagnosis) -> None:
+    """What to fix: the diagnosis's findings, most seconds per step first, with their replayed gains; then each
+    phase against what the hardware should give, and the notes that qualify both."""
+    _findings(page, diagnosis.findings)
+    for note in diagnosis.notes:  # what the gains are measured against, and what could not be judged
+        page.text(f"note: {note}")
+    if diagnosis.phases.height:
+        page.section("Is it normal", "seconds per step by phase: measured, what the cost models expect of the "
+                     "recorded devices, and a published run of the same model and GPU kind")
+        page.table(diagnosis.phases, PHASE_COLUMNS)
+
+
+def _findings(page: Page, findings: pl.DataFrame) -> None:
     page.section("What to fix", "rltrace diagnose's findings, most seconds per step first; a gain is the step time "
                  "a what-if replay of the fix saves, with its 5%-95% range over bootstrap replicates (the runs "
                  "named 'fix N' below)")
@@ -186,7 +211,6 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
         page.verdict(f"Run {winner}{label}", objective.describe(how), verdict.reasons(runs, table, winner),
                      verdict.alternatives(table, objective.goal))
     shown = table.with_columns(
-        (pl.col("trained_tokens") / 1e6).alias("trained_mtokens"),
         pl.format("{} / {}", _k(pl.col("trained_p99")), _k(pl.col("trained_max"))).alias("lengths"),
         pl.format("{} / {}", pl.col("stale_mean").round(2), pl.col("stale_max")).alias("staleness"),
         pl.when(~pl.col("changed")).then(pl.lit("as ") + pl.col("origin"))
@@ -197,8 +221,9 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
     columns = [Column(c.name, f"tokens / {how}", c.spec) if c.name == "tokens_share" else c for c in SUMMARY]
     page.table(shown, columns, classes={"baseline": "base", "best": "best"})
     first = table.row(0, named=True)
-    page.text(f"{how} work: {first['recorded_samples']:,} samples, {first['recorded_tokens'] / 1e6:.2f}M output "
-              f"tokens, p99 / max length {first['recorded_p99']:,.0f} / {first['recorded_max']:,.0f}. Same work: the "
+    recorded_tokens = verdict.tokens_label(first["recorded_tokens"])
+    page.text(f"{how} work: {first['recorded_samples']:,} samples, {recorded_tokens} output tokens, p99 / max "
+              f"length {first['recorded_p99']:,.0f} / {first['recorded_max']:,.0f}. Same work: the "
               f"time by which a run had trained as many samples and tokens as {how} (extrapolated at its own rate "
               f"where it never did); changed: its trained lengths differ from the {how} (KS distance above "
               "0.05, or samples or tokens off by more than 2%).")

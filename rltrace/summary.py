@@ -33,6 +33,9 @@ class Summary:
     so no sum wraps)"""
     weight_syncs: dict[str, int]
     """count and bytes of weight-sync flows"""
+    weight_syncs_by_method: pl.DataFrame
+    """method, count, bytes (Int128) of the weight-sync flows per transport, most bytes first: a generator's
+    reload of the copy it received (``disk``) is a flow of its own beside the transfer (``nccl``, ``gloo``)"""
     spans_by_phase: pl.DataFrame
     """phase, spans, seconds (span durations summed over actors)"""
     unchecked: tuple[str, ...] = ()
@@ -57,7 +60,9 @@ class Summary:
                     r["op"]: {"count": r["count"], "bytes": r["bytes"]} for r in self.collectives_by_op.to_dicts()
                 }
             },
-            "weight_syncs": self.weight_syncs,
+            "weight_syncs": {**self.weight_syncs, "by_method": {
+                r["method"]: {"count": r["count"], "bytes": r["bytes"]} for r in self.weight_syncs_by_method.to_dicts()
+            }},
             "page_checksums": {"missing": list(self.unchecked)},
             "spans": {
                 "by_phase": {
@@ -96,7 +101,9 @@ def summarize(bundle: Bundle) -> Summary:
         .sort("bytes", descending=True)
     )
     # Int128: int64 rows may sum past 2^63
-    syncs = bundle.weight_syncs.select(pl.len().alias("count"), pl.col("bytes").cast(pl.Int128).sum().alias("bytes"))
+    syncs = (bundle.weight_syncs.group_by("method")
+             .agg(pl.len().alias("count"), pl.col("bytes").cast(pl.Int128).sum().alias("bytes"))
+             .sort("bytes", "method", descending=[True, False]))
     by_phase = (
         bundle.spans.group_by("phase")
         .agg(
@@ -110,7 +117,6 @@ def summarize(bundle: Bundle) -> Summary:
     output_tokens: dict[str, float | None] = {k: _num(v) for k, v in stats_df.row(0, named=True).items()}
     p50, mx = output_tokens["p50"], output_tokens["max"]
     output_tokens["max_over_median"] = mx / p50 if p50 and mx is not None else None
-    sync_row = syncs_df.row(0, named=True)
     return Summary(
         path=str(bundle.path),
         manifest=bundle.manifest,
@@ -118,7 +124,8 @@ def summarize(bundle: Bundle) -> Summary:
         per_step=per_step_df,
         output_tokens=output_tokens,
         collectives_by_op=by_op_df,
-        weight_syncs={"count": int(sync_row["count"]), "bytes": int(sync_row["bytes"] or 0)},
+        weight_syncs={"count": int(syncs_df["count"].sum()), "bytes": int(syncs_df["bytes"].sum() or 0)},
+        weight_syncs_by_method=syncs_df,
         spans_by_phase=by_phase_df,
         unchecked=tuple(schema.file for schema in TABLES.values()
                         if has_page_checksums(bundle.path / schema.file) is False),

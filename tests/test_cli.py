@@ -67,7 +67,13 @@ def test_inspect_json_has_the_documented_keys() -> None:
     assert set(info["requests"]["output_tokens"]) >= {"mean", "p50", "p90", "p99", "max", "max_over_median"}
     assert set(info["collectives"]["by_op"]) == {"all_gather", "reduce_scatter"}
     assert set(info["collectives"]["by_op"]["all_gather"]) >= {"count", "bytes"}
-    assert set(info["weight_syncs"]) >= {"count", "bytes"}
+    assert set(info["weight_syncs"]) >= {"count", "bytes", "by_method"}
+    # tiny_rl's engine reloads from disk the copy the trainer sent over Gloo: two transports, each said apart
+    methods = tiny["weight_syncs"]["by_method"]
+    assert set(methods) == {"gloo", "disk"} and methods["gloo"]["count"] == methods["disk"]["count"] == 4
+    assert sum(m["bytes"] for m in methods.values()) == tiny["weight_syncs"]["bytes"]
+    shown = run_cli("inspect", "tiny_rl_cpu").stdout
+    assert "Weight syncs: 8 flows, 14.0 MiB (disk 4 flows 7.0 MiB, gloo 4 flows 7.0 MiB)" in shown
     assert info["spans"]["by_phase"]["generate"]["seconds"] > info["spans"]["by_phase"]["train"]["seconds"] > 0
 
 

@@ -477,6 +477,22 @@ def test_the_choice_and_why():
         verdict.Objective(goal="speed")
 
 
+def test_a_colocated_run_is_one_pool_taking_turns_and_a_partial_cut_is_not_called_a_removal():
+    lengths_, trained = [100, 100, 100, 1000], [0, 0, 1, 1]
+    base = _trained_run("disagg-sync", lengths_, trained, [True] * 4, [50.0, 100.0],
+                        **_bubbly(0.3, 0.3, 0.4, 0.2, 0.04))
+    colocated = _trained_run("colocated-sync", lengths_, trained, [True] * 4, [40.0, 80.0],
+                             **_bubbly(0.4, 0.2, 0.4, 0.5, 0.05))
+    t = verdict.table([base, colocated])
+    assert t["colocated"].to_list() == [False, True]
+    text = " ".join(verdict.reasons([base, colocated], t, "colocated-sync"))
+    # training skewness 70% -> 40%: the largest cut, not most of it
+    assert "The bubble it shrinks most is the skewness bubble of the training pool" in text
+    assert "70% of that pool's GPU-time before, 40% now" in text and "removes most" not in text
+    assert "Its GPUs generate 40% and train 50% of the run (one pool taking turns)" in text
+    assert "Neither pool" not in text
+
+
 def test_a_run_folder_without_training_columns_counts_finished_requests():
     run = _run("old", [], {"request": [0, 1, 2], "step": [0, 0, 0], "instance": [0, 0, 0],
                            "output_tokens": [5, 6, 7], "finished": [True, True, False]}, makespan_s=3.0)
@@ -569,7 +585,7 @@ def test_report_first_screen_and_one_line_for_nothing_to_show(all_runs: list[Run
     assert '<div class="verdict"><p class="pick">Run ' in first
     heads = [h.split("</th>")[0] for h in first.split("<th>")[1:]]
     assert heads and not any("_" in h for h in heads)  # human headers, no snake_case
-    assert {"samples/s, same work", "trained samples", "trained tokens (M)", "staleness mean / max"} <= set(heads)
+    assert {"samples/s, same work", "trained samples", "trained tokens", "staleness mean / max"} <= set(heads)
     assert all(r.name in first for r in all_runs)
     assert html.count("no network model") == 1  # one line for the section, not one per run
     table = verdict.table(all_runs)

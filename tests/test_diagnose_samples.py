@@ -4,6 +4,7 @@ the worked example of docs/diagnose.md, and the interval arithmetic the straggle
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -14,11 +15,13 @@ import pytest
 from helpers import REPO, run_cli, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rltrace.dashboards.report import build
 
 import rltrace
 from rltrace.analysis.diagnose import diagnose
 from rltrace.analysis.findings import KINDS, SCHEMA, WhatIf, covered
 from rltrace.analysis.idle import _alternatives
+from rltrace.analysis.runs import Run
 from rltrace.analysis.whatif import Pricer
 from rltrace.synth import synthesize
 
@@ -94,6 +97,12 @@ def test_a_gpu_sample_is_held_against_its_cost_model() -> None:
     assert measured == pytest.approx(d.step_s, abs=1e-3) and replayed < 0.9 * measured
     fixes = [run for name, run in d.runs if name.startswith("fix ")]
     assert fixes and not any(run.metrics["same_work"]["changed"] for run in fixes)
+    # the report says what the terminal says: that note beside the gains, and the phase table
+    page = html.unescape(build([Run.from_result(name, r) for name, r in d.runs], rltrace.open("rollpacker_qwen7b"),
+                               diagnosis=d))
+    assert note in page and "Is it normal" in page
+    measured = phases["weight_sync"]["measured_s"]
+    assert f"<td>weight_sync</td><td>{measured:.3f}</td>" in page
 
 
 @pytest.mark.parametrize("sample", ["streamrl_qwen32b", "rollpacker_qwen7b"])

@@ -39,11 +39,11 @@ WORDS = {
     "fully-async": "generation never waits for training and samples train in finish order (bounded staleness)",
     "colocated-sync": "every GPU generates, then every GPU trains (switching weights between them)",
     "disagg-sync": "separate pools, strictly on-policy",
-    "streamrl": "StreamRL: generation streams into training, with skewness-aware dispatch",
-    "rollpacker": "RollPacker: long rollouts packed into tail rounds",
-    "rollart": "RollArt: trajectory-level asynchrony for agentic rollouts",
-    "rollmux": "RollMux: pools shared across jobs",
-    "orchestrrl": "OrchestrRL: adaptive routing and pool orchestration",
+    "streamrl": "generation streams into training, with skewness-aware dispatch",
+    "rollpacker": "long rollouts packed into tail rounds",
+    "rollart": "trajectory-level asynchrony for agentic rollouts",
+    "rollmux": "pools shared across jobs",
+    "orchestrrl": "adaptive routing and pool orchestration",
 }
 
 
@@ -84,7 +84,7 @@ def _pools(metrics: dict[str, Any], step_s: float) -> dict[str, tuple[float, flo
 
 def _alternatives(pricer: Pricer) -> list[WhatIf]:
     """Every shipped scheduler but as-recorded, then other pool splits under disagg-sync."""
-    out = [WhatIf(label=f"{name}: {WORDS.get(name, 'its own schedule')}", scheduler=name)
+    out = [WhatIf(label=f"{name} ({WORDS.get(name, 'its own schedule')})", scheduler=name)
            for name in SCHEDULERS.shipped() if name != "as-recorded"]
     cluster = pricer.prepared(pricer.base_shape).cluster
     gen, train, tp = cluster.gen_gpus, cluster.train_gpus, cluster.tp
@@ -121,7 +121,8 @@ def bubbles(bundle: Bundle, ctx: Context, pricer: Pricer) -> list[Finding]:
                      f"or the weight sync, {tail:.3f} s in the long tail)" for p, (share, dep, tail) in pools.items())
     stale = alt_metrics.get("staleness", {})
     stale_max = int(stale.get("max", 0)) if isinstance(stale, dict) else 0
-    evidence = (f"Replayed as recorded, {said}. {holders(bundle, ctx)} Replayed under {alt.label.split(':')[0]}, the "
+    under = alt.scheduler if alt.gen_gpus is None else alt.label
+    evidence = (f"Replayed as recorded, {said}. {holders(bundle, ctx)} Replayed under {under}, the "
                 f"step takes {base_s - gain:.3f} s instead of {base_s:.3f} s.")
     if alt.gen_gpus is not None:
         fix = f"Move devices between the pools: {alt.label}."

@@ -17,6 +17,8 @@ from rltrace.analysis.compare import baseline_index
 from rltrace.analysis.runs import Run
 from rltrace.analysis.work import origin, work
 from rltrace.errors import ConfigError
+from rltrace.replay.schedulers import lookup
+from rltrace.replay.schedulers.base import capabilities
 from rltrace.replay.work import rates
 
 OBJECTIVES = ("throughput", "cost")
@@ -67,7 +69,8 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     """One row per run: its work (analysis/work.py) and, on the same work, samples/s, $ per 1k samples and
     their ratios to the baseline (``*_x``); the run's own figures as ``run_*``, and its bytes per step (``sync_gb``:
     the one model copy a weight sync delivers to each generation instance, ``alltoall_gb``: what one training GPU
-    sends in expert all-to-alls; null where the run does not say); ``baseline`` marks its row.
+    sends in expert all-to-alls; null where the run does not say); ``colocated``, a scheduler that runs both roles
+    on the same GPUs; ``baseline`` marks its row.
 
     Same work: the time analysis/work.py finds for the recorded work, priced by rltrace.replay.work.rates as the
     replay prices the figures it puts in each run's metrics (so a folder written before them carries them too)."""
@@ -87,6 +90,7 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "gen_busy": float(m.get("gpu_busy", m.get("gpu_utilization", {})).get("generation", 0.0)),
                      "gen_use": float(m.get("gpu_utilization", {}).get("generation", 0.0)),
                      "train_busy": float(m.get("gpu_utilization", {}).get("training", 0.0)),
+                     "colocated": _colocates(run.scheduler),
                      "pools": pools_label(m.get("cost_by_pool") or {}), "origin": origin(run.config),
                      "sync_gb": _gigabytes(volume.get("weight_sync")),
                      "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
@@ -156,7 +160,7 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
             out.append(f"{winner} trained none of the {w['origin']} work.")
         else:
             trained = (f"{winner} trains the {w['origin']} work ({w['recorded_samples']:,} samples, "
-                       f"{_tokens(w['recorded_tokens'])} output tokens) in {_secs(w['same_work_s'])}")
+                       f"{tokens_label(w['recorded_tokens'])} output tokens) in {_secs(w['same_work_s'])}")
             extrapolated = " (extrapolated: it trained less than that within its steps)" if w["extrapolated"] else ""
             if b["same_work_s"] is None:
                 out.append(f"{trained}{extrapolated}; {b['run']} trained nothing, so no ratio to it.")
@@ -180,6 +184,14 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
     return out
 
 
+def _colocates(scheduler: str) -> bool:
+    """Whether the scheduler runs both roles on the same GPUs (False for one this install does not know)."""
+    try:
+        return capabilities(lookup(scheduler)).colocates
+    except ConfigError:
+        return False
+
+
 def _removed_bubble(base: dict[str, Any], best: dict[str, Any]) -> str:
     """The bubble (pool, part) whose share of the pool's GPU-time fell most from the baseline."""
     drops = []
@@ -191,12 +203,16 @@ def _removed_bubble(base: dict[str, Any], best: dict[str, Any]) -> str:
     drop, pool, part, was, now = max(drops)
     if drop < 0.05:
         return ""
-    return (f"It removes most of the {part} bubble of the {pool} pool ({BUBBLE_WORDS[(pool, part)]}): "
+    head = "It removes most of the" if now <= was / 2 else "The bubble it shrinks most is the"
+    return (f"{head} {part} bubble of the {pool} pool ({BUBBLE_WORDS[(pool, part)]}): "
             f"{was:.0%} of that pool's GPU-time before, {now:.0%} now.")
 
 
 def _bottleneck(row: dict[str, Any]) -> str:
     gen, train = row["gen_busy"], row["train_busy"]
+    if row.get("colocated"):  # one pool of GPUs taking turns: its idle time is neither role's
+        return (f"Its GPUs generate {gen:.0%} and train {train:.0%} of the run (one pool taking turns): the rest "
+                "is switching between the roles and waiting inside a step (the bubbles below).")
     pool, busy = ("generation", gen) if gen >= train else ("training", train)
     if busy >= 0.7:
         return (f"Its bottleneck is the {pool} pool (busy {busy:.0%}; generation {gen:.0%}, training {train:.0%}): "
@@ -208,7 +224,7 @@ def _bottleneck(row: dict[str, Any]) -> str:
 def _work_change(row: dict[str, Any]) -> str:
     given = row["origin"]
     same = (f"trained {row['trained_samples']:,} samples ({row['samples_share']:.1%} of the {given}) and "
-            f"{_tokens(row['trained_tokens'])} tokens ({row['tokens_share']:.1%}), staleness mean "
+            f"{tokens_label(row['trained_tokens'])} tokens ({row['tokens_share']:.1%}), staleness mean "
             f"{row['stale_mean']:.2f}, max {row['stale_max']}")
     if not row["changed"]:
         return f"It {same}: the {given} length distribution, unchanged."
@@ -221,7 +237,8 @@ def _secs(s: float) -> str:
     return f"{s / 3600:.2f} h" if s >= 3600 else f"{s:,.0f} s" if s >= 10 else f"{s:.2f} s"
 
 
-def _tokens(n: float) -> str:
+def tokens_label(n: float) -> str:
+    """A token count as every view prints it: 1.23M, 4.3k, 512."""
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
 

@@ -64,7 +64,7 @@ def diagnose_cmd(
         runs = [Run.from_result(name, r) for name, r in result.runs]
         with stage(err, f"writing the report {dashboard}"):
             write_text(dashboard, build_report(runs, source, runs[0].name if runs else None,
-                                               findings=result.findings, title=f"rltrace diagnose: {bundle}"))
+                                               diagnosis=result, title=f"rltrace diagnose: {bundle}"))
     if as_json:
         print(json.dumps({"bundle": str(source.path), "run_id": source.manifest.run_id, **result.to_json()},
                          indent=2))

@@ -136,7 +136,11 @@ def render(s: Summary, console: Console) -> None:
     if s.collectives_by_op.height:
         print_table(console, _table("Collectives by op", s.collectives_by_op, {"count": ",", "bytes": "bytes"}))
     ws = s.weight_syncs
-    console.print(f"[bold]Weight syncs[/bold]: {ws['count']:,} flows, {_bytes(ws['bytes'])}", highlight=False)
+    methods = s.weight_syncs_by_method.iter_rows(named=True)
+    split = ", ".join(f"{m['method']} {m['count']:,} flows {_bytes(m['bytes'])}" for m in methods)
+    console.print(f"[bold]Weight syncs[/bold]: {ws['count']:,} flows, {_bytes(ws['bytes'])}"
+                  + (f" ({split})" if s.weight_syncs_by_method.height > 1 else ""),
+                  highlight=False)  # the methods are the schema's names: no markup
     if s.spans_by_phase.height:
         print_table(console, _table("Time by phase (summed over actors)", s.spans_by_phase,
                                     {"spans": ",", "seconds": ",.1f"}))

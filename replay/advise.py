@@ -90,6 +90,12 @@ def load_space(path: Path) -> Space:
             kind = "strings" if want is str else "whole numbers" if want is int else "numbers"
             raise ConfigError(f"{path}: {key} must be {kind} (one, or a non-empty list), got {value!r}")
         kwargs[key] = values
+    for name in kwargs.get("scheduler", ()):  # a design is one job's: not a recording's replay, not a job mix
+        can = capabilities(SCHEDULERS.lookup(name))
+        if can.replays_recording or can.several_jobs:
+            why = "replays the recording's own decisions" if can.replays_recording else "runs a mix of several jobs"
+            raise ConfigError(f"{path}: scheduler {name!r} {why}, not a design advise can choose (known designs: "
+                              f"{', '.join(default_schedulers())})")
     return Space(**kwargs)
 
 

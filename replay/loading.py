@@ -84,11 +84,16 @@ class Loaded:
     """whether the recorded model's architecture is known (``--model`` rescales the collectives only then)"""
 
 
-def load_workload(bundle: Bundle, shape: Shape) -> Loaded:
-    """Extract a bundle's workload and retarget it as ``shape`` asks; ``shape``'s pools and GPU kinds are not read."""
+def check_replayable(bundle: Bundle) -> None:
+    """Refuse a bundle with no requests (no RL step to replay), naming what can use it instead."""
     if bundle.requests.select(pl.len()).collect().item() == 0:
         raise ConfigError(f"{bundle.path}: no requests, so no RL step to replay (an imported profiler or execution "
                           "trace holds collectives only): `rltrace replay-comms BUNDLE --ranks N` re-issues them")
+
+
+def load_workload(bundle: Bundle, shape: Shape) -> Loaded:
+    """Extract a bundle's workload and retarget it as ``shape`` asks; ``shape``'s pools and GPU kinds are not read."""
+    check_replayable(bundle)
     workload = extract(bundle)
     recording, iterations = bundle.requests, bundle.iterations
     if shape.source_steps is not None:

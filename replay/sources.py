@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrace.replay.described import from_description, is_description, load_description
-from rltrace.replay.loading import Shape, from_bundle
+from rltrace.replay.loading import Shape, check_replayable, from_bundle
 from rltrace.replay.run import CostConfig, Prepared
 
 from rltrace.bundle import Bundle, open_bundle
@@ -43,8 +43,11 @@ def source_of(kind: str, path: str | Path, bundle: Bundle | None = None) -> dict
 
 
 def source_devices(path: str | Path) -> set[str]:
-    """The GPU kinds ``path`` records or describes (reading it now: one clear line if it is not a source)."""
+    """The GPU kinds ``path`` records or describes (reading it now: one clear line if it is not a source, or a
+    bundle with nothing to replay)."""
     if is_description(path):
         d = load_description(path)
         return {d.cluster.gpu, d.cluster.train_gpu or d.cluster.gpu}
-    return {pool.device for pool in open_bundle(path).manifest.cluster.values()}
+    bundle = open_bundle(path)
+    check_replayable(bundle)
+    return {pool.device for pool in bundle.manifest.cluster.values()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,17 @@ def check_grid_size(axes: dict[str, list[Any]], where: str) -> int:
     return n
 
 
+_RAY_ADDRESS = re.compile(r"(ray://)?[\w.\-\[\]:]+:\d{1,5}")
+
+
+def check_ray_address(address: str, option: str = "--ray-address") -> str:
+    """A Ray cluster address as ``ray.init`` takes one (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``), checked
+    before any work: a malformed one failed only at the end (``sweep``) or inside the user's job (``record``)."""
+    if address != "auto" and not _RAY_ADDRESS.fullmatch(address):
+        raise ConfigError(f"{option} must be auto, HOST:PORT or ray://HOST:PORT, got {clean(repr(address), 80)}")
+    return address
+
+
 def check_input(path: str | Path) -> Path:
     """An input file that exists and is a file (a folder where a file belongs is named as one, not as missing)."""
     p = Path(path)
@@ -103,12 +115,28 @@ def check_input(path: str | Path) -> Path:
     return p
 
 
-def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_parents: bool | None = None) -> Path:
-    """Refuse, before any work, an output that cannot be written: under an existing file, a file where a
-    folder is needed (or the reverse), or in a folder this user cannot write. ``folder``: the output is a
+def _bundle_around(path: Path, *, itself: bool = True) -> Path | None:
+    """The trace bundle ``path`` is (unless not ``itself``), or lies inside, if any (a folder with a manifest.json
+    and a requests table)."""
+    for folder in ((path,) if itself else ()) + tuple(path.absolute().parents):
+        if (folder / "manifest.json").is_file() and (folder / "requests.parquet").exists():
+            return folder
+    return None
+
+
+def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_parents: bool | None = None,
+                 bundle: bool = False) -> Path:
+    """Refuse, before any work, an output that cannot be written: inside a trace bundle (a report over its
+    manifest.json, a run folder among its tables), under an existing file, a file where a folder is needed (or
+    the reverse), or in a folder this user cannot write. ``folder``: the output is a
     folder the command creates with its parents; otherwise a file, whose folder must exist unless
-    ``make_parents`` (default: ``folder``) says the command creates it."""
+    ``make_parents`` (default: ``folder``) says the command creates it; ``bundle``: the output is a bundle itself,
+    which may replace one (the command's ``--force`` decides), not lie inside one."""
     path = Path(path)
+    around = _bundle_around(path, itself=not bundle)
+    if around is not None:
+        raise ConfigError(f"{option} {clean(path)}: inside the trace bundle {clean(around)}; write outside it (a "
+                          "bundle holds its own files only)")
     if path.exists():
         if folder and not path.is_dir():
             raise ConfigError(f"{option} {clean(path)}: exists and is not a folder")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -122,7 +123,7 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (flat / "config.json").write_text("{}")
     return [
         # bad input found by a sweep of 489 cases on 2026-11-26, each a traceback or a silent acceptance before
-        (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--tp", "0"], "tp and ep must be >= 1"),
+        (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--tp", "0"], "--tp must be >= 1, got 0"),
         (["synth", "-o", out, "--config", str(tmp)], "a folder, expected a file"),
         (["synth", "-o", out, "--config", str(tmp / "binary.toml")], "not a TOML file (not UTF-8 text)"),
         (["synth", "-o", out, "--seed", "-1"], "seed must be >= 0, got -1"),
@@ -182,6 +183,93 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
         assert result.stdout == ""
     assert not (tmp_path / "out").exists()
+
+
+def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
+    """Bad input a second sweep found: tracebacks, a run of hours or gigabytes, outputs written into a bundle,
+    options that did nothing, and messages in a library's words."""
+    copy = tmp / "copy"
+    shutil.copytree(sample_path("tiny_rl_cpu"), copy)  # a bundle the outputs below must not be written into
+    synthetic = synthesize(small_config())
+    empty = tmp / "empty"  # a bundle with no requests (an import of collectives only)
+    rltrace.write_bundle(empty, synthetic.manifest, {**synthetic.tables,
+                                                      "requests": synthetic.tables["requests"].head(0)})
+    (tmp / "constants.toml").write_text("version = 1\nconstants = 5\n")
+    (tmp / "twice.toml").write_text('[axes]\nscheduler = ["disagg-sync", "disagg-sync"]\n')
+    (tmp / "grid.toml").write_text('[axes]\nscheduler = ["disagg-sync"]\n')
+    (tmp / "space.toml").write_text('scheduler = ["rollmux"]\n')
+    (tmp / "ok.csv").write_text("a,b\n1,2\n")
+    out = str(tmp / "out")
+    return [
+        (["diagnose", "tiny_rl_cpu", "--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["replay", "tiny_rl_cpu", "-s", "disagg-sync", "--set", f"cost.calibration={tmp / 'constants.toml'}"],
+         "constants must be tables ([constants.NAME]), got 5"),
+        (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--batch", "99999999999999999999999"],
+         "--batch=99,999,999,999,999,999,999,999 is above the limit"),
+        (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--samples", "-3"],
+         "--samples must be >= 1, got -3"),
+        (["estimate", "decode", "--model", "qwen2.5-7", "--gpu", "H100"], "(nearest: Qwen2.5-7B,"),
+        (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--batch", "lots"],
+         "Invalid value for '--batch': not a whole number"),
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out, "--ray-address", "foo"],
+         "--ray-address must be auto, HOST:PORT or ray://HOST:PORT, got 'foo'"),
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "twice.toml"), "-o", out],
+         "axes.scheduler lists 'disagg-sync' twice"),
+        (["sweep", str(empty), "--grid", str(tmp / "grid.toml"), "-o", out], "no requests, so no RL step to replay"),
+        (["advise", str(empty)], "no requests, so no RL step to replay"),
+        (["advise", "rollpacker_qwen7b", "--space", str(tmp / "space.toml")],
+         "scheduler 'rollmux' runs a mix of several jobs, not a design advise can choose"),
+        (["advise", "--target-throughput", "abc"], "Invalid value for '--target-throughput': not a number"),
+        (["synth", "-o", out, "--set", "steps=100000000"], "steps=100,000,000 is above the limit of 100,000"),
+        (["synth", "-o", out, "--set", "agentic.turns=100000"], "requests in one bundle"),
+        (["synth", "-o", out, "--set", "algorithm=xyz"], "algorithm must be one of grpo, ppo, got 'xyz'"),
+        (["synth", "-o", out, "--set", "output.sigma=1e308"], "sigma at most 4"),
+        (["synth", "-o", out, "--set", "output.scale=-1"], "scale must be > 0"),
+        (["replay-comms", "tiny_rl_cpu", "--ranks", "100000"], "--ranks=100,000 is above the limit of 256"),
+        (["diagnose", "tiny_rl_cpu", "--dashboard", str(copy / "manifest.json")], "inside the trace bundle"),
+        (["export", "perfetto", "tiny_rl_cpu", "-o", str(copy / "trace.json")], "inside the trace bundle"),
+        (["replay", str(copy), "-s", "disagg-sync", "-o", str(copy)], "inside the trace bundle"),
+        (["synth", "-o", str(copy / "inner"), "--preset", "rollpacker"], "inside the trace bundle"),
+        (["replay", "--topology", "fat-tree:k=8,k=16"], "topology fat-tree: k is given twice"),
+        (["replay", "-s", "disagg-sync", "--ranks", "4"], "--device, --ranks and --layers go with --execute"),
+        (["replay", "-s", "disagg-sync", "--baseline", "disagg-sync"], "--baseline goes with --dashboard"),
+        (["import", "sglang", str(tmp / "ok.csv"), "-o", out], "line 1 is not a JSON object"),
+        (["calibrate", "--tables", str(tmp / "nonexist"), "-o", str(tmp / "p.parquet")], "no such folder"),
+    ]
+
+
+def test_audited_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path: Path) -> None:
+    manifest = (sample_path("tiny_rl_cpu") / "manifest.json").read_text()
+    for args, fragment in _audited_inputs(tmp_path):
+        result = run_cli(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rltrace: error: "), (args, result.stderr)
+        assert fragment in lines[0], (args, lines[0])
+    assert not (tmp_path / "out").exists()
+    assert (tmp_path / "copy" / "manifest.json").read_text() == manifest  # nothing was written into the bundle
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == sorted(
+        p.name for p in sample_path("tiny_rl_cpu").iterdir())
+
+
+def test_record_refuses_a_malformed_ray_address_before_the_job_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    result = run_cli("record", "-o", str(tmp_path / "b"), "--ray-address", "foo", "--", sys.executable, "-c",
+                     f"open({str(marker)!r}, 'w')")
+    assert result.returncode == 2 and "--ray-address must be auto" in result.stderr, result.stderr
+    assert not marker.exists() and not (tmp_path / "b").exists()
+
+
+def test_a_sweep_whose_every_point_fails_writes_and_claims_no_table(tmp_path: Path) -> None:
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\ntp = [3]\n')  # tiny_rl has 1 generation GPU
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "sweep.parquet").write_text("an earlier grid's table")
+    result = run_cli("sweep", "tiny_rl_cpu", "--grid", str(grid), "-o", str(out), "--workers", "1")
+    assert result.returncode == 1, result.stderr
+    assert "no point finished, so no table or report" in result.stdout and "wrote" not in result.stdout
+    assert not (out / "sweep.parquet").exists() and not (out / "report.html").exists()
 
 
 def test_hostile_strings_print_as_text(tmp_path: Path) -> None:

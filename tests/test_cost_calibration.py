@@ -82,7 +82,10 @@ def test_no_numeric_cost_constant_is_left_in_the_code() -> None:
      "kind must be one of"),
     ('version = 1\n[constants.x]\nvalue = "fast"\nunit = "s"\nkind = "assumed"\nsource = "s"\nfit = ""\ndata = ""\n',
      "value must be a number"),
-    ('version = 1\n[constants.x]\nvalue = 1.0\n', "needs value, unit, kind, source, fit, data"),
+    ('version = 1\n[constants.x]\nvalue = 1.0\n', r"x lacks unit, kind, source, fit, data \(each entry needs "),
+    ('version = 1\nconstants = 5\n', r"constants must be tables \(\[constants.NAME\]\), got 5"),
+    ('version = 1\n[constants]\nx = 5\n', r"constant x must be a table \(\[constants.x\]\), got 5"),
+    ('version = 1\n[other]\nx = 5\n', "unknown key 'other'"),
     ('[constants.x]\nvalue = 1.0\n', "needs an integer version"),
     ("version = = 1\n", "invalid TOML"),
 ])

@@ -208,6 +208,9 @@ def test_as_recorded_needs_a_recording(tmp_path: Path, capsys: pytest.CaptureFix
     (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7B"\nprecision = "int4"'), "precision"),
     (('gpu = "H100"', 'gpu = "H999"'), "H999"),
     (("max_response = 2048", "max_seq = 200"), "batch.max_seq 200 leaves no room for a response"),
+    (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7B"\nseed = -1'), "seed must be >= 0, got -1"),
+    (("prompts = 8", "prompts = 100000000"), "batch.prompts=100,000,000 is above the limit"),
+    (("prompts = 8", "prompts = 5000000"), "batch.prompts x batch.samples=20,000,000 is above"),
 ])
 def test_a_malformed_description_is_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             change: tuple[str, str], key: str) -> None:

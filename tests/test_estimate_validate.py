@@ -203,7 +203,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         ("--data", str(tmp_path / "missing.csv")): "missing.csv: no such file",
         ("--data", str(tmp_path)): "a folder, expected a file",
         ("--by", "colour"): "cannot slice by colour",
-        ("--points", str(tmp_path / "no" / "dir" / "p.csv")): "cannot write",
+        ("--points", str(tmp_path / "no" / "dir" / "p.csv")): "does not exist",  # before the validation runs
     }
     for args, message in cases.items():
         result = run_cli("estimate", "validate", *args, cwd=tmp_path)

@@ -17,6 +17,7 @@ with the same prompt (``text`` or ``input_ids`` of their parameters) form one GR
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,12 +37,31 @@ FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 """SGLang's finish types; any other, or none, is recorded as abort"""
 
 
+def _first_bad_line(path: Path) -> str | None:
+    """Which line is not a JSON object, in words (the reader's own message names a character of its tape)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip() and not isinstance(_json_or_none(line), dict):
+                    return f"line {number} is not a JSON object"
+    except OSError:
+        return None
+    return None
+
+
+def _json_or_none(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
 def _read(path: Path, index: int) -> pl.DataFrame:
     check_input(path)
     try:
         frame = pl.read_ndjson(path, infer_schema_length=None)
     except (pl.exceptions.PolarsError, OSError, ValueError) as e:
-        why = str(e).splitlines()[0]
+        why = _first_bad_line(path) or str(e).splitlines()[0]
         raise ConfigError(f"{path}: not an SGLang request-metrics export (JSON lines): {why}") from None
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:

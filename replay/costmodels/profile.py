@@ -108,6 +108,8 @@ def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
             rows = convert(root / name)
             parts.append(rows.select(pl.lit(label).alias("source"), pl.col("tp").cast(pl.Int32), "regime", "bound_s",
                                      "measured_s"))
+    if not root.is_dir():
+        raise ConfigError(f"{root}: no such folder (--tables is a folder of kernel tables)")
     if not parts:
         raise ConfigError(f"{root}: no kernel tables found (vidur_llama-2-7b_mlp.csv, aic_gemm_perf.parquet, "
                           "aic_generation_attention_perf.parquet)")

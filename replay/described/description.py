@@ -17,6 +17,7 @@ from typing import Any
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_GPUS, MAX_PER_STEP, MAX_REQUESTS, MAX_SEED, MAX_STEPS, check_int
 
 PRECISIONS = ("bf16", "fp8")
 MODES = ("colocated", "disaggregated")
@@ -169,6 +170,15 @@ class Description:
                            ("training.epochs", t.epochs)):
             if value < 1:
                 raise ConfigError(f"{key} must be >= 1, got {value}")
+        # the replay's own limits (rltrace.limits), before the length draw allocates
+        for key, value, hi in (("cluster.gpus", c.gpus, MAX_GPUS), ("cluster.gen_gpus", c.gen_gpus, MAX_GPUS),
+                               ("cluster.train_gpus", c.train_gpus, MAX_GPUS), ("batch.steps", b.steps, MAX_STEPS),
+                               ("batch.prompts", b.prompts, MAX_PER_STEP), ("batch.samples", b.samples, MAX_PER_STEP),
+                               ("seed", self.seed, MAX_SEED)):
+            check_int(key, value, 0, hi)
+        check_int("batch.prompts x batch.samples", b.prompts * b.samples, 1, MAX_PER_STEP, what=" samples a step")
+        check_int("batch.steps x batch.prompts x batch.samples", b.steps * b.prompts * b.samples, 1, MAX_REQUESTS,
+                  what=" requests in one replay")
         if bool(c.gen_gpus) != bool(c.train_gpus):
             raise ConfigError("cluster: give gen_gpus and train_gpus together (or neither, with gpus)")
         if not c.gpus and not c.gen_gpus:

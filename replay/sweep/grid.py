@@ -69,6 +69,10 @@ def load_grid(path: Path) -> Grid:
     for key, values in axes.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: axes.{key} must be a non-empty list")
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]  # a value may be a table
+        if len(set(seen)) < len(seen):
+            twice = next(v for v, s in zip(values, seen) if seen.count(s) > 1)
+            raise ConfigError(f"{path}: axes.{key} lists {twice!r} twice (each value is one point)")
     both = set(axes) & set(fixed)
     if both:
         raise ConfigError(f"{path}: {', '.join(sorted(both))} both varied and fixed")

@@ -128,6 +128,8 @@ class TopologySpec:
             if not eq:
                 raise ConfigError(f"topology {name}: expected key=value, got {item!r} (a list of values is joined "
                                   "by +, nccl_algo=ring+tree)")
+            if key.strip() in values:
+                raise ConfigError(f"topology {name}: {key.strip()} is given twice")
             values[key.strip()] = parse_scalar(text.strip())
         user = user_keys(topology)
         unknown = sorted(set(values) - set(user))

@@ -111,8 +111,11 @@ def _calibration(constants: dict[str, Constant], files: dict[str, tuple[int, str
 
 
 def _entry(name: str, raw: object, file: str) -> Constant:
-    if not isinstance(raw, dict) or set(FIELDS) - set(raw):
-        raise ConfigError(f"{file}: constant {name} needs {', '.join(FIELDS)}")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: constant {name} must be a table ([constants.{name}]), got {raw!r}")
+    missing = [key for key in FIELDS if key not in raw]
+    if missing:
+        raise ConfigError(f"{file}: constant {name} lacks {', '.join(missing)} (each entry needs {', '.join(FIELDS)})")
     value = raw["value"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{file}: constant {name}: value must be a number, got {value!r}")
@@ -141,7 +144,14 @@ def load(paths: list[Path] | None = None) -> CostCalibration:
         version = table.get("version")
         if not isinstance(version, int):
             raise ConfigError(f"{path.name}: needs an integer version")
-        for name, entry in dict(table.get("constants", {})).items():
+        unknown = sorted(set(table) - {"version", "constants"})
+        if unknown:
+            raise ConfigError(f"{path.name}: unknown key {unknown[0]!r} (a calibration file has version and "
+                              "[constants.NAME] tables)")
+        given = table.get("constants", {})
+        if not isinstance(given, dict):
+            raise ConfigError(f"{path.name}: constants must be tables ([constants.NAME]), got {given!r}")
+        for name, entry in given.items():
             if name in constants:
                 raise ConfigError(f"{path.name}: constant {name} is also in {constants[name].file}")
             constants[name] = _entry(name, entry, path.name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Callable
 from dataclasses import fields
@@ -36,7 +37,12 @@ def lookup(table: dict[str, E], name: str, what: str) -> E:
     for key, value in table.items():
         if key.lower() == name.lower():
             return value
-    raise ConfigError(f"unknown {what} {name!r} (known: {', '.join(sorted(table))})")
+    known = "known: " + ", ".join(sorted(table))
+    if len(known) > 240:  # a list past an error line's length (the model catalog): the nearest names, and a count
+        lowered = {k.lower(): k for k in table}
+        near = [lowered[k] for k in difflib.get_close_matches(name.lower(), lowered, n=5, cutoff=0.3)]
+        known = (f"nearest: {', '.join(near)}; " if near else "") + f"{len(table)} known"
+    raise ConfigError(f"unknown {what} {name!r} ({known})")
 
 
 def build_entry(cls: type[E], name: str, raw: dict[str, Any], where: str, what: str) -> E:

@@ -311,7 +311,10 @@ def get_model(name: str, extra: str | Path | None = None) -> ModelSpec:
     if Path(name).suffix.lower() in PATH_SUFFIXES or Path(name).is_file():
         raise ConfigError(f"model {name!r} is a file, but a model is a catalog name or a Hugging Face config.json "
                           "(a file ending in .json)")
-    return lookup(load_models(extra), name, "model")
+    try:
+        return lookup(load_models(extra), name, "model")
+    except ConfigError as e:
+        raise ConfigError(f"{e}; a Hugging Face config.json path works too") from None
 
 
 def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:

@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(e.format_message())
         return 0
     except click_exc.ClickException as e:
-        return _fail(e.format_message())
+        return _fail(_plain(e.format_message()))
     except RltraceError as e:
         return _fail(str(e))
     except typer.Abort:  # Ctrl-C at a prompt
@@ -97,6 +97,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         # an output folder that cannot be made, a path that is a folder where a file was meant, no permission
         return _fail(f"{e.filename}: {e.strerror or e}")
     return result if isinstance(result, int) else 0
+
+
+_LIBRARY_WORDS = (("Value error, ", ""), ("Input should be a valid number, unable to parse string as a number",
+                                              "not a number"),
+                  ("Input should be a valid integer, unable to parse string as an integer", "not a whole number"))
+"""how the option parser's validation library words a bad value, and how rltrace says it"""
+
+
+def _plain(message: str) -> str:
+    for said, meant in _LIBRARY_WORDS:
+        message = message.replace(said, meant)
+    return message
 
 
 def _fail(message: str) -> int:

@@ -22,7 +22,7 @@ from rltrace.cli.replay_cmd import MAX_REPLICATES
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError, clean
-from rltrace.limits import check_input, check_output
+from rltrace.limits import MAX_SEED, check_input, check_int, check_output
 
 MAX_TEXT_CHARS = 4000
 """an evidence or fix sentence is cut here (it quotes trace strings: request ids, process groups)"""
@@ -52,6 +52,7 @@ def diagnose_cmd(
         check_output(dashboard, "--dashboard")
     if replicates and not 2 <= replicates <= MAX_REPLICATES:
         raise ConfigError(f"--replicates must be 0 (off) or 2..{MAX_REPLICATES}, got {replicates}")
+    check_int("--seed", seed, 0, MAX_SEED)
     if profile is not None:
         check_input(profile)
     err = stderr()

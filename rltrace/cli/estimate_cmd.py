@@ -15,11 +15,15 @@ from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import get_gpu, get_model, load_gpus
 from rltrace.cli.estimate_validate import show_rl_validation, show_validation
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_GPUS, MAX_NEW_TOKENS, MAX_PER_STEP, check_int, check_output
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.profile import factors, load_profile
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel, training_state_bytes
 from rltrace.replay.costmodels.validation import BACKENDS, DTYPE_BYTES
+
+MAX_TOKENS = 10**12
+"""tokens one estimate prices (a trillion: past any step or prefill)"""
 
 
 class Kind(str, Enum):
@@ -82,6 +86,8 @@ def estimate(
     (docs/described.md) from its stated setup and prints the step and phase errors, by split, and each sync-vs-async
     pair's ratio.
     """
+    if points is not None:
+        check_output(points, "--points")  # before the validation's work, not after it
     if kind is Kind.validate:
         show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points,
                         backends=_backends(backend) if backend is not None else None)
@@ -96,6 +102,12 @@ def estimate(
         return
     if model is None or gpu is None:
         raise ConfigError(f"estimate {kind.value} needs --model and --gpu")
+    # every number in its range before any arithmetic (a 23-digit --batch overflowed numpy)
+    for name, value, lo, hi in (("--batch", batch, 1, MAX_PER_STEP), ("--context", context, 0, MAX_NEW_TOKENS),
+                                ("--tokens", tokens, 1, MAX_TOKENS), ("--prompts", prompts, 1, MAX_PER_STEP),
+                                ("--samples", samples, 1, MAX_PER_STEP), ("--gpus", gpus, 1, MAX_GPUS),
+                                ("--tp", tp, 1, MAX_GPUS), ("--ep", ep, 1, MAX_GPUS)):
+        check_int(name, value, lo, hi)
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if kind is Kind.train and tp != 1:

@@ -42,7 +42,7 @@ def import_cmd(
     Example: rltrace import azure-llm AzureLLMInferenceTrace_code.csv -o azure_code --model Llama-2-7B --gpu H100
     """
     chosen = importer(kind)
-    check_output(output, "--output", folder=True)
+    check_output(output, "--output", folder=True, bundle=True)
     if engines < 1 or (window_s is not None and not 0 < window_s < math.inf):
         raise ConfigError("--engines must be >= 1 and --window-s a positive number of seconds")
     if gpu is not None:

@@ -96,9 +96,11 @@ def replay(
                                                       "bucketed, tree, two_stage.")] = None,
     execute: Annotated[bool, typer.Option("--execute", help="Also run the replayed work as real torch kernels and "
                                           "collectives here, measured beside the model (needs torch).")] = False,
-    device: Annotated[str, typer.Option(help="With --execute: cpu or cuda.")] = "cpu",
-    ranks: Annotated[int, typer.Option(help="With --execute: local processes for collectives and weight syncs.")] = 2,
-    layers: Annotated[int, typer.Option(help="With --execute: layers executed (times scale to the model's).")] = 2,
+    device: Annotated[str | None, typer.Option(help="With --execute: cpu or cuda (default cpu).")] = None,
+    ranks: Annotated[int | None, typer.Option(help="With --execute: local processes for collectives and weight "
+                                              "syncs (default 2).")] = None,
+    layers: Annotated[int | None, typer.Option(help="With --execute: layers executed (times scale to the model's; "
+                                               "default 2).")] = None,
     jobs: Annotated[Path | None, typer.Option(
         help="Job list (TOML [[jobs]]: bundle, arrival_s, slo, ...): a scheduler of several jobs runs them all, "
              "the others the first.")] = None,
@@ -124,6 +126,12 @@ def replay(
 
         rltrace replay examples/described/qwen3_30b_a3b_colocated.toml -s colocated-sync,one-step-async --json
     """
+    if not execute and (device, ranks, layers) != (None, None, None):
+        raise ConfigError("--device, --ranks and --layers go with --execute (they set how the replay is executed)")
+    if dashboard is None and baseline is not None:
+        raise ConfigError("--baseline goes with --dashboard (the report's baseline; the table compares to the first "
+                          "scheduler)")
+    device, ranks, layers = device or "cpu", 2 if ranks is None else ranks, 2 if layers is None else layers
     if execute:  # refuse what cannot run before any replay does
         if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
             raise ConfigError("--execute needs --device cpu|cuda, --ranks >= 1 and --layers >= 1")

@@ -15,6 +15,10 @@ from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
+from rltrace.limits import check_int
+
+MAX_LOCAL_RANKS = 256
+"""processes replay-comms starts on this machine (a node's 8 GPUs, or a CPU's cores, are far below)"""
 
 
 def replay_comms(
@@ -32,8 +36,9 @@ def replay_comms(
 
         rltrace replay-comms tiny_rl_cpu --ranks 2
     """
-    if device not in ("cpu", "cuda") or ranks < 1:
-        raise ConfigError("replay-comms needs --device cpu|cuda and --ranks >= 1")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
+    check_int("--ranks", ranks, 1, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
     # torch is an optional extra: only this command imports it
     try:
         from rltrace.replay.execute import comms

@@ -18,7 +18,7 @@ from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build_sweep
-from rltrace.limits import check_output
+from rltrace.limits import check_output, check_ray_address
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import check_names, load_grid
 from rltrace.replay.sweep.runner import Store, run_sweep
@@ -44,6 +44,8 @@ def sweep(
         rltrace sweep rollpacker_qwen7b --grid grid.toml -o sweep --workers 2
     """
     check_output(output, "--output", folder=True)
+    if ray_address is not None:
+        check_ray_address(ray_address)
     points = load_grid(grid).points()
     axes = list(load_grid(grid).axes)
     path = str(resolve_bundle(bundle))
@@ -58,10 +60,14 @@ def sweep(
         with stage(err, f"writing {output / 'sweep.parquet'} and the report"):
             frame.write_parquet(output / "sweep.parquet")
             write_text(output / "report.html", build_sweep(frame, axes, result.failed))
-    if frame.height:
         print_best(frame, axes)
+        wrote = f"wrote {output / 'sweep.parquet'} and {output / 'report.html'}"
+    else:  # no point finished: an earlier sweep's table and report would describe another grid
+        for stale in (output / "sweep.parquet", output / "report.html"):
+            stale.unlink(missing_ok=True)
+        wrote = f"no point finished, so no table or report (each failure is in {output / 'points'})"
     print(f"{len(points)} points on {where}: {result.ran} ran, {result.skipped} already done, "
-          f"{len(result.failed)} failed; wrote {output / 'sweep.parquet'} and {output / 'report.html'}")
+          f"{len(result.failed)} failed; {wrote}")
     for pid, error in result.failed.items():
         print(f"failed {pid}: {error}")
     if result.failed:

@@ -33,7 +33,7 @@ def synth(
 
     Example: rltrace synth --preset rollpacker --set steps=20 --seed 3 -o my_trace
     """
-    check_output(output, "--output", folder=True)
+    check_output(output, "--output", folder=True, bundle=True)
     err = stderr()
     started = time.perf_counter()
     cfg = load_config(preset=preset, path=config, sets=set_ or [], seed=seed)

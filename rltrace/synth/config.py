@@ -5,6 +5,7 @@ Units are in the names: ``*_s`` seconds, ``*_gbps`` GB/s, ``*_ns`` ns since the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,17 @@ from rltrace.calibration.defaults import MEMORY_EFFICIENCY, SYNC_GBPS, SYNTH_TRA
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build, override, parse_set, to_dict
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_GPUS, MAX_NEW_TOKENS, MAX_PER_STEP, MAX_REQUESTS, MAX_SEED, MAX_STEPS, check_int
 
 PRESET_DIR = Path(__file__).with_name("presets")
 LENGTH_KINDS = ("lognormal", "lognormal_pareto", "empirical")
+
+
+MAX_SIGMA = 4.0
+"""log-space spread of a length distribution: 4 puts the 99th percentile 11,000x the median, past any
+plausible workload (1e308 overflowed where the lengths are drawn)"""
+ALGORITHMS = ("grpo", "ppo")
+"""what synth draws (either case): GRPO (no critic) or PPO (a critic update after the policy's)"""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -104,6 +113,8 @@ class SynthConfig:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.seed < 0:  # numpy's generators take non-negative seeds only
             raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        if self.algorithm.lower() not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         for where, length in (("output", self.output), ("prompt", self.prompt)):
             if length.kind not in LENGTH_KINDS:
                 raise ConfigError(
@@ -113,11 +124,17 @@ class SynthConfig:
                 raise ConfigError(f"{where}: empirical lengths need path and column")
             if length.kind != "empirical" and (length.median <= 0 or length.sigma <= 0):
                 raise ConfigError(f"{where}: median and sigma must be > 0")
+            if length.kind != "empirical" and (length.median > MAX_NEW_TOKENS or length.sigma > MAX_SIGMA):
+                raise ConfigError(f"{where}: median must be at most {MAX_NEW_TOKENS:,} tokens and sigma at most "
+                                  f"{MAX_SIGMA:g}, got median {length.median:g}, sigma {length.sigma:g}")
+            if not 0 < length.scale < math.inf:
+                raise ConfigError(f"{where}: scale must be > 0, got {length.scale:g}")
             if not 0.0 <= length.tail_fraction < 1.0 or length.tail_alpha <= 0:
                 raise ConfigError(f"{where}: tail_fraction must be in [0, 1) and tail_alpha > 0")
         for where, pool in (("generation", self.generation), ("training", self.training)):
             if pool.gpus < 1 or pool.tp < 1 or pool.gpus % pool.tp:
                 raise ConfigError(f"{where}: gpus ({pool.gpus}) must be a positive multiple of tp ({pool.tp})")
+            check_int(f"{where}.gpus", pool.gpus, 1, MAX_GPUS)
         a = self.agentic
         if a.turns < 1 or a.env_median_s < 0 or a.env_sigma < 0 or a.observation_median_tokens < 0 \
                 or a.observation_sigma < 0:
@@ -128,6 +145,13 @@ class SynthConfig:
             raise ConfigError("timing: efficiencies and MFUs must be in (0, 1]")
         if t.max_num_seqs < 1 or t.sync_gbps <= 0 or t.network_gbps <= 0 or t.step_gap_s < 0:
             raise ConfigError("timing: max_num_seqs, sync_gbps and network_gbps must be > 0, step_gap_s >= 0")
+        # the limits a replay has (rltrace.limits), before anything is drawn
+        for key, hi in (("steps", MAX_STEPS), ("prompts_per_step", MAX_PER_STEP), ("samples_per_prompt", MAX_PER_STEP),
+                        ("max_new_tokens", MAX_NEW_TOKENS), ("seed", MAX_SEED)):
+            check_int(key, getattr(self, key), 0, hi)
+        requests = self.steps * self.prompts_per_step * self.samples_per_prompt * a.turns
+        check_int("steps x prompts_per_step x samples_per_prompt x agentic.turns", requests, 1, MAX_REQUESTS,
+                  what=" requests in one bundle")
         return self
 
 

@@ -74,6 +74,9 @@ def _pools(c: Cluster) -> tuple[int, int, int]:
 def _prepare(spec: JobSpec, shape: Shape, cost: CostConfig, prices: dict[str, float] | None) -> Prepared:
     """One job alone, reshaped by its spec."""
     where = sample_path(spec.bundle) if spec.bundle in list_samples() else Path(spec.bundle)
+    if not where.exists():
+        raise ConfigError(f"job {spec.name!r}: bundle {spec.bundle!r}: no such file or folder (a bundle folder, a "
+                          "sample name or a described job's .toml, relative to the job list)")
     mine = replace(shape, steps=spec.steps, prompts_per_step=spec.prompts_per_step,
                    samples_per_prompt=spec.samples_per_prompt, max_new_tokens=spec.max_new_tokens,
                    model=spec.model or shape.model, seed=spec.seed)

@@ -199,6 +199,8 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "grid.toml").write_text('[axes]\nscheduler = ["disagg-sync"]\n')
     (tmp / "space.toml").write_text('scheduler = ["rollmux"]\n')
     (tmp / "ok.csv").write_text("a,b\n1,2\n")
+    (tmp / "words.toml").write_text('steps = "x"\n')
+    (tmp / "jobs.toml").write_text('[[jobs]]\nname = "a"\nbundle = "nope"\n')
     out = str(tmp / "out")
     return [
         (["diagnose", "tiny_rl_cpu", "--seed", "-1"], "--seed must be >= 0, got -1"),
@@ -235,6 +237,8 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["replay", "-s", "disagg-sync", "--baseline", "disagg-sync"], "--baseline goes with --dashboard"),
         (["import", "sglang", str(tmp / "ok.csv"), "-o", out], "line 1 is not a JSON object"),
         (["calibrate", "--tables", str(tmp / "nonexist"), "-o", str(tmp / "p.parquet")], "no such folder"),
+        (["synth", "-o", out, "--config", str(tmp / "words.toml")], "words.toml: synth.steps: expected an integer"),
+        (["replay", "-s", "rollmux", "--jobs", str(tmp / "jobs.toml")], "job 'a': bundle 'nope': no such file"),
     ]
 
 

@@ -220,6 +220,18 @@ def test_a_malformed_description_is_one_line_naming_the_key(tmp_path: Path, caps
     assert err.count("\n") == 1 and err.startswith("rltrace: error:") and key in err
 
 
+@pytest.mark.parametrize(("change", "said"), [
+    (('framework = "verl"', 'framework = "nemo"'), "run.toml: framework must be one of"),
+    (('gpu = "H100"', 'gpu = "H999"'), "run.toml: unknown GPU kind 'H999'"),
+    (('model = "Qwen2.5-7B"', "model = 5"), "run.toml: model: expected a string, got 5"),
+])
+def test_a_description_error_names_its_file_then_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        change: tuple[str, str], said: str) -> None:
+    path = write(tmp_path, SMALL.replace(*change))
+    assert main(["replay", str(path), "--replicates", "0"]) == 2
+    assert said in capsys.readouterr().err
+
+
 def test_schema_prints_every_description_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema"]) == 0
     out = capsys.readouterr().out

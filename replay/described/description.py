@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rltrace.replay.described.frameworks import get_framework
+
+from rltrace.catalog import get_gpu
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build
 from rltrace.errors import ConfigError
@@ -236,9 +239,17 @@ def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
 
 def parse_description(data: dict[str, Any], where: str) -> Description:
     """A description from a parsed table; ``where`` names it in messages."""
-    described = build(Description, data, where)
     try:
-        return described.check()
+        described = build(Description, data, where)
+    except ConfigError as e:  # "run.toml.batch.prompts: ..." reads as one name: the file, then the key
+        text = str(e)
+        raise ConfigError(f"{where}: {text[len(where) + 1:]}" if text.startswith(where + ".") else text) from None
+    try:
+        checked = described.check()
+        get_framework(checked.framework)  # the names it gives, with the file's name, before anything is priced
+        for gpu in {checked.cluster.gpu, checked.cluster.train_gpu or checked.cluster.gpu}:
+            get_gpu(gpu)
+        return checked
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
 

@@ -176,7 +176,7 @@ def load_config(
         source = Path(path)
     if source is not None:
         _merge(data, load_toml(source), str(source))
-    config = build(SynthConfig, data, "synth")
+    config = build(SynthConfig, data, f"{source.name}: synth" if source is not None else "synth")
     assignments = [(*parse_set(item), f"--set {item!r}") for item in sets or []]
     if seed is not None:
         assignments.append(("seed", seed, "--seed"))

@@ -38,8 +38,10 @@ from rltrace.scalars import number
 SLOW_RATIO = 2.0
 """a phase this many times its expected time is slow"""
 PHASES = (("generate", "generation_s", "gen_s"), ("train", "train_s", "train_s"),
-          ("optimizer", "optimizer_s", None), ("weight_sync", "weight_sync_s", "refit_s"))
-"""(phase, workload column, published-runs column)"""
+          ("reference", "reference_s", None), ("optimizer", "optimizer_s", None),
+          ("weight_sync", "weight_sync_s", "refit_s"))
+"""(phase, workload column, published-runs column); ``reference`` holds the forward-only log-prob passes and a
+PPO critic's update (rltrace.replay.workload.REFERENCE_PHASES), listed only where the recording has them"""
 COLLECTIVE = ("gloo", "nccl")
 """the sync methods a profile's broadcasts time"""
 SCHEMA = {"phase": pl.String, "measured_s": pl.Float64, "expected_s": pl.Float64, "expected_from": pl.String,
@@ -123,10 +125,13 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
     published = _published(m.model.name if m.model else None, trainer.device if trainer else None,
                            number(steps["samples"].mean() or 0.0),
                            (trainer.count if trainer else 0) + (rollout.count if rollout else 0))
+    expected["reference"] = (None, "log-prob passes and a critic: measured only")
     rows = []
     for phase, column, _ in PHASES:
         present = column in steps.columns and steps[column].null_count() < steps.height
         measured = number(steps[column].mean()) if present else None
+        if phase == "reference" and not measured:
+            continue  # a job without them (GRPO without a KL term): no row
         value, basis = expected[phase]
         pub = published.get(phase, (None, None))
         rows.append({"phase": phase, "measured_s": measured, "expected_s": value, "expected_from": basis,

@@ -50,6 +50,7 @@ def test_the_json_has_the_documented_keys_and_ranks_by_seconds_per_step() -> Non
 
 def test_the_shipped_faulty_recording_names_its_three_faults() -> None:
     d = diagnose(rltrace.open("tiny_rl_faults"))
+    assert "reference" not in d.phases["phase"].to_list()  # no log-prob spans in this job: no such row
     found = {f["kind"]: f for f in d.findings.iter_rows(named=True)}
     assert set(found) >= {"straggler", "slow_transfer", "config"}, d.findings
     straggler, sync, config = found["straggler"], found["slow_transfer"], found["config"]
@@ -83,6 +84,8 @@ def test_a_gpu_sample_is_held_against_its_cost_model() -> None:
     # synth moved one copy of the weights to each of the 16 engines at once at 50 GB/s, the default sync bandwidth:
     # expected is one copy's time (not 16 copies', 16x the measured)
     assert phases["weight_sync"]["ratio"] == pytest.approx(1.0, rel=0.02)
+    # its reference log-prob spans are a row of their own, measured (tiny_rl, which has none, gets no such row)
+    assert phases["reference"]["measured_s"] > 0 and phases["reference"]["expected_s"] is None
     # its long tail (outputs up to 26.9x the median) is a bubble some scheduler removes
     assert "bubble" in d.findings["kind"].to_list()
     # priced on the recorded work: rollart's replay trains two thirds of the recorded tokens, so its shorter step is

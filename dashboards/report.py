@@ -53,6 +53,8 @@ SUMMARY = [
     Column("work", "work"),
 ]
 """the first screen's table: every run on the same work (analysis/verdict.py), human headers with units"""
+
+
 def _gigabytes(value: float) -> str:
     """GB with one decimal, or three significant digits below 1 GB (a small model's 1.84 MB is 0.00184, not 0.0)."""
     return f"{value:,.1f}" if value >= 1 or value == 0 else f"{value:.3g}"
@@ -64,7 +66,8 @@ AS_RUN = [
     Column("run_tokens_per_s", "tokens/s", ",.0f"), Column("run_tokens_per_s_x", "× baseline", ".2f"),
     Column("makespan_s", "run time (s)", ",.0f"), Column("run_usd_per_1k_samples", "$ per 1k samples", ".3f"),
     Column("gen_busy", "generation busy (non-empty batch)", ".0%"),
-    Column("gen_use", "generation use (batch against peak)", ".0%"), Column("train_busy", "training busy", ".0%"),
+    Column("gen_used", "generation used (batch against peak)", ".0%"),
+    Column("train_used", "training busy (= used)", ".0%"),
     Column("stale_max", "staleness max", "d"), Column("pools", "GPUs and cost by pool"),
     Column("sync_gb", "weight sync per step, one model copy per generation instance (GB)", _gigabytes),
     Column("alltoall_gb", "expert all-to-all per step, sent by each training GPU (GB)", _gigabytes),

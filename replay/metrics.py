@@ -260,6 +260,7 @@ def compute_metrics(
         "output_tokens": tokens,
         "steps": len(ends),
         "gpus": {p.pool: p.gpus for p in pools.values()},
+        "colocated": run.colocated,
         "preemptions": int(requests["preemptions"].sum()),
         "aborted_attempts": int(requests["aborts"].sum()),
         "events": run.events,

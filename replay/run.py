@@ -330,7 +330,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     # A sync delivers one model copy to every engine: the recorded bytes (one flow per engine) over the engines;
     # unrecorded, the model's weights.
     weights = float(spec.weight_bytes) if spec is not None else 0.0
-    engines = max(rollout.count // max(rollout.tp, 1), 1) if rollout else 1
+    engines = rollout.instances if rollout else 1
     ranks = max(trainer.count if trainer else cluster.train_gpus, 1)  # recorded collective bytes sum over ranks
     # Each turn's successor within its trajectory (request ids are row numbers), and each step's first turns.
     turns = samples.select("step", "trajectory", "turn").with_row_index("rid").sort("step", "trajectory", "turn")
@@ -345,7 +345,7 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     job = Job(id=0, name="job0", first=first, generation=generation, train_s=train, forward_s=forward,
               optimizer_s=optim, sync_s=sync, reward_s=reward, other_s=other,
               engine=None if engine.null_count() else engine.to_list(),
-              engines=rollout.count // max(rollout.tp, 1) if rollout else 1, heads=heads,
+              engines=engines, heads=heads,
               max_new_tokens=workload.max_new_tokens,
               sync_bytes=[float(b) / engines if b else weights for b in steps["sync_bytes"].to_list()],
               collective_bytes=[float(b) / ranks for b in steps["collective_bytes"].to_list()],
@@ -355,6 +355,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
               calibration=constants)
     if (rollout and rollout.device != cluster.gen_gpu) or (trainer and trainer.device != cluster.train_gpu):
         # syncs measured on other hardware: the network model prices them on the replay's GPUs
+        if _gpu(cluster.train_gpu) is None:
+            raise ConfigError(f"weight syncs from the recorded {cluster.train_gpu} training devices to "
+                              f"{cluster.gen_gpu} generation GPUs have no network model: give the training pool a GPU "
+                              "kind of the catalog too (--gpu KIND or GENERATION,TRAINING; the API's gpu, or gen_gpu "
+                              "and train_gpu)")
         job.sync_s = reprice_syncs(job.sync_bytes or [], cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu,
                                    tensors=job.sync_tensors)
         sync_fabric = local_fabric(cluster.gen_gpus, cluster.train_gpus, cluster.train_gpu)

@@ -15,8 +15,9 @@ same-work table as polars frames, run folders and the HTML report on request. Th
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from rltrace.analysis.runs import Run
 from rltrace.bundle import Bundle
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
+from rltrace.limits import check_replicates
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.loading import Shape
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult
@@ -56,6 +58,10 @@ def schedulers_of(names: str | Sequence[str] | None, option: str = "schedulers")
     """Scheduler names from a comma-separated string or a list; "all": every shipped scheduler; None: the
     baselines. Each name is checked (an unknown one is a ConfigError naming the known ones); ``option`` is what
     the messages call the argument (the CLI's ``--scheduler``)."""
+    if names is not None and not isinstance(names, str) and (
+            not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names)):
+        raise ConfigError(f"{option} takes scheduler names: one, a comma-separated string or a list of them "
+                          f"(or \"all\"), got {names!r}")
     chosen = list(BASELINES) if names is None else [
         s.strip() for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
     if chosen == ["all"]:
@@ -162,6 +168,16 @@ class Comparison:
     source: Bundle | None
     """the recorded bundle (None for a described job or a job list)"""
 
+    @property
+    def notes(self) -> list[str]:
+        """What the replay decided on the way, as the CLI prints it: cost models chosen, schedulers left out,
+        jobs a one-job scheduler did not run, repricings."""
+        return list(self.prepared.notes)
+
+    def __repr__(self) -> str:  # the dataclass's own would print every request of every run
+        where = self.prepared.source.get("path") or (self.source.path if self.source is not None else "given jobs")
+        return f"Comparison({', '.join(self.results)} on {where}; {len(self.prepared.notes)} notes)"
+
     def runs(self) -> list[Run]:
         """The runs as the analysis reads them (:class:`rltrace.analysis.runs.Run`)."""
         return [Run.from_result(name, result) for name, result in self.results.items()]
@@ -204,17 +220,45 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
     sample) or a job list (``jobs``) under ``schedulers`` (names, a comma-separated string, "all"; None: the
     baselines). ``settings`` are ``--set key=value`` strings, ``shape`` the keyword arguments of
     :class:`rltrace.replay.loading.Shape` (``steps``, ``gen_gpus``, ``gpu``, ``samples_per_prompt``, ...),
-    ``replicates`` the replays behind each run's spread (0: none)."""
+    ``replicates`` the replays behind each run's spread (0: none, else 2..1000). What was left out or decided on
+    the way is in :attr:`Comparison.notes`, as the CLI prints it."""
     chosen = schedulers_of(schedulers)
+    check_replicates("replicates", replicates)
     flags = {k: v for k, v in {"network.topology": topology, "network.sync_strategy": sync_strategy}.items() if v}
-    resolved = resolve(chosen, list(settings), flags, where="settings")
-    how = Shape(**shape)
+    items = [settings] if isinstance(settings, str) else list(settings)  # one "key=value" is a list of one
+    resolved = resolve(chosen, items, flags, where="settings")
+    how = shape_of(shape)
     prepared, bundle = prepare(source, how, resolved, chosen, jobs=Path(jobs) if jobs is not None else None)
-    chosen = one_kind(prepared, chosen, named=schedulers not in (None, "all"))
+    picked = schedulers is None or [s.strip() for s in (schedulers.split(",") if isinstance(schedulers, str)
+                                                        else schedulers)] == ["all"]
+    chosen = one_kind(prepared, chosen, named=not picked)
     results = replay_all(prepared, chosen, resolved)
     spreads = spread(bundle, how, resolved, prepared, chosen, replicates) if bundle is not None else {}
     finish(results, spreads)
     return Comparison(results, prepared, bundle)
+
+
+def shape_of(given: dict[str, Any]) -> Shape:
+    """:class:`Shape` from ``compare``'s keyword arguments, each name and the CLI's ways of writing them checked
+    with one clear message (the CLI's ``--prompts`` is ``prompts_per_step``, ``--recorded-steps`` is
+    ``source_steps``)."""
+    known = [f.name for f in fields(Shape)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ConfigError(f"compare: unknown argument {unknown[0]!r}{hint}; the workload's shape takes "
+                          f"{', '.join(known)}")
+    for key in ("gpu", "gen_gpu", "train_gpu"):
+        if isinstance(given.get(key), str) and "," in given[key]:
+            raise ConfigError(f"{key}={given[key]!r}: one GPU kind; give gen_gpu and train_gpu for two (the CLI's "
+                              "--gpu GENERATION,TRAINING)")
+    steps = given.get("source_steps")
+    if steps is not None and (isinstance(steps, str) or not all(isinstance(s, int) for s in steps)):
+        raise ConfigError(f"source_steps takes recorded step numbers, e.g. range(0, 2) or [2, 4, 6], got {steps!r}")
+    if steps is not None:
+        given = {**given, "source_steps": tuple(steps)}
+    return Shape(**given)
 
 
 def _flat(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -32,6 +32,16 @@ MAX_GRID_POINTS = 100_000
 """replays in one sweep grid (each is a whole replay)."""
 MAX_PRICE = 10_000.0
 """USD per GPU-hour."""
+MAX_REPLICATES = 1000
+"""replays behind a spread (replay, diagnose, the API's compare)"""
+MAX_LOCAL_RANKS = 256
+"""processes a command starts on this machine, one per rank (replay-comms, replay --execute, calibrate): a node's
+8 GPUs, or a CPU's cores, are far below"""
+MAX_TOKENS = 10**12
+"""tokens one estimate prices (a trillion: past any step or prefill)"""
+MAX_SIGMA = 4.0
+"""log-space spread of a drawn distribution (lengths, environment times): 4 puts the 99th percentile 11,000x the
+median, past any plausible workload (1e308 overflowed where the values are drawn)"""
 
 
 def check_int(name: str, value: Any, lo: int, hi: int, *, what: str = "") -> int:
@@ -76,6 +86,14 @@ _WHY = {
 }
 
 
+def check_replicates(name: str, value: Any) -> int:
+    """Replicates behind a spread: 0 (off) or 2..MAX_REPLICATES (one replicate is no spread)."""
+    check_int(name, value, 0, MAX_REPLICATES)
+    if value == 1:
+        raise ConfigError(f"{name} must be 0 (off) or 2..{MAX_REPLICATES}, got 1")
+    return int(value)
+
+
 def check_price(name: str, value: Any) -> float:
     """A price in USD per GPU-hour: a finite number in 0..MAX_PRICE."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -94,14 +112,20 @@ def check_grid_size(axes: dict[str, list[Any]], where: str) -> int:
     return n
 
 
-_RAY_ADDRESS = re.compile(r"(ray://)?[\w.\-\[\]:]+:\d{1,5}")
+_HOST = re.compile(r"[A-Za-z0-9](?:[\w.\-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
+"""a host name, an IPv4 address, or an IPv6 one in brackets"""
 
 
 def check_ray_address(address: str, option: str = "--ray-address") -> str:
-    """A Ray cluster address as ``ray.init`` takes one (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``), checked
-    before any work: a malformed one failed only at the end (``sweep``) or inside the user's job (``record``)."""
-    if address != "auto" and not _RAY_ADDRESS.fullmatch(address):
-        raise ConfigError(f"{option} must be auto, HOST:PORT or ray://HOST:PORT, got {clean(repr(address), 80)}")
+    """A Ray cluster address as ``ray.init`` takes one (``auto``, ``local``, ``HOST:PORT`` or
+    ``ray://HOST:PORT``), checked before any work: a malformed one failed only at the end (``sweep``) or inside
+    the user's job (``record``)."""
+    if address in ("auto", "local"):
+        return address
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not (_HOST.fullmatch(host) and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ConfigError(f"{option} must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got "
+                          f"{clean(repr(address), 80)}")
     return address
 
 
@@ -118,7 +142,8 @@ def check_input(path: str | Path) -> Path:
 def _bundle_around(path: Path, *, itself: bool = True) -> Path | None:
     """The trace bundle ``path`` is (unless not ``itself``), or lies inside, if any (a folder with a manifest.json
     and a requests table)."""
-    for folder in ((path,) if itself else ()) + tuple(path.absolute().parents):
+    path = Path(os.path.abspath(path))  # ".." resolved: an output beside a bundle is outside it
+    for folder in ((path,) if itself else ()) + tuple(path.parents):
         if (folder / "manifest.json").is_file() and (folder / "requests.parquet").exists():
             return folder
     return None
@@ -135,7 +160,8 @@ def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_p
     path = Path(path)
     around = _bundle_around(path, itself=not bundle)
     if around is not None:
-        raise ConfigError(f"{option} {clean(path)}: inside the trace bundle {clean(around)}; write outside it (a "
+        where = "is" if Path(os.path.abspath(path)) == around else "inside"
+        raise ConfigError(f"{option} {clean(path)}: {where} the trace bundle {clean(around)}; write outside it (a "
                           "bundle holds its own files only)")
     if path.exists():
         if folder and not path.is_dir():

@@ -92,6 +92,11 @@ class Pool:
     count: int
     tp: int = 1
 
+    @property
+    def instances(self) -> int:
+        """Engines (or model replicas) the pool holds: its devices in groups of ``tp``, at least one."""
+        return max(self.count // max(self.tp, 1), 1)
+
 
 @dataclass(kw_only=True, slots=True)
 class RLConfig:

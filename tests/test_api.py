@@ -42,3 +42,34 @@ def test_the_notebook_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     runpy.run_path(str(REPO / "examples" / "notebook" / "compare.py"), run_name="__main__")
     printed = capsys.readouterr().out
     assert "fastest on the recorded work:" in printed and (tmp_path / "out" / "report.html").is_file()
+
+
+@pytest.mark.parametrize(("call", "said"), [
+    (lambda: rltrace.compare("rollpacker_qwen7b", 3), "takes scheduler names"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", ["disagg-sync", 3]), "takes scheduler names"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", replicates=-1), "replicates must be >= 0"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", replicates="3"), "replicates must be an integer"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", stepz=2), "unknown argument 'stepz' (did you mean "
+                                                                           "steps?)"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", gpu="H20,H800"), "give gen_gpu and train_gpu"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", source_steps="0:2"),
+     "source_steps takes recorded step numbers"),
+    (lambda: rltrace.compare("tiny_rl_cpu", "disagg-sync", gen_gpu="H100"),
+     "from the recorded cpu training devices to H100 generation GPUs have no network model"),
+    (lambda: rltrace.analysis.diagnose.diagnose(3), "diagnose takes a bundle, a bundle folder or a sample name"),
+    (lambda: rltrace.analysis.diagnose.diagnose("tiny_rl_faults", replicates=1), "replicates must be 0 (off)"),
+])
+def test_wrong_arguments_raise_one_config_error(call, said: str) -> None:
+    with pytest.raises(rltrace.ConfigError) as info:
+        call()
+    assert said in str(info.value)
+
+
+def test_the_api_takes_what_the_cli_takes_and_says_what_it_left_out() -> None:
+    described = REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml"
+    listed = rltrace.compare(described, ["all"], settings="cost.train_mfu=0.4", steps=1)  # as "all", one setting
+    assert "as-recorded" not in listed.results and "colocated-sync" in listed.results
+    assert any("as-recorded replays a recording as it ran" in n for n in listed.notes)
+    assert len(repr(listed)) < 400 and "notes" in repr(listed)
+    found = rltrace.analysis.diagnose.diagnose("tiny_rl_faults", replicates=0)  # a sample's name, as the CLI takes
+    assert {"straggler", "slow_transfer", "config"} <= set(found.findings["kind"])

@@ -198,6 +198,7 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "twice.toml").write_text('[axes]\nscheduler = ["disagg-sync", "disagg-sync"]\n')
     (tmp / "grid.toml").write_text('[axes]\nscheduler = ["disagg-sync"]\n')
     (tmp / "space.toml").write_text('scheduler = ["rollmux"]\n')
+    (tmp / "recorded.toml").write_text('scheduler = "as-recorded"\n')
     (tmp / "ok.csv").write_text("a,b\n1,2\n")
     (tmp / "words.toml").write_text('steps = "x"\n')
     (tmp / "jobs.toml").write_text('[[jobs]]\nname = "a"\nbundle = "nope"\n')
@@ -214,7 +215,7 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--batch", "lots"],
          "Invalid value for '--batch': not a whole number"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out, "--ray-address", "foo"],
-         "--ray-address must be auto, HOST:PORT or ray://HOST:PORT, got 'foo'"),
+         "--ray-address must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got 'foo'"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "twice.toml"), "-o", out],
          "axes.scheduler lists 'disagg-sync' twice"),
         (["sweep", str(empty), "--grid", str(tmp / "grid.toml"), "-o", out], "no requests, so no RL step to replay"),
@@ -227,10 +228,18 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["synth", "-o", out, "--set", "algorithm=xyz"], "algorithm must be one of grpo, ppo, got 'xyz'"),
         (["synth", "-o", out, "--set", "output.sigma=1e308"], "sigma at most 4"),
         (["synth", "-o", out, "--set", "output.scale=-1"], "scale must be > 0"),
+        (["synth", "-o", out, "--set", "agentic.env_sigma=1e308"],
+         "env_sigma and observation_sigma must be at most 4"),
+        (["replay", "-s", "disagg-sync", "--execute", "--ranks", "100000"],
+         "--ranks=100,000 is above the limit of 256"),
+        (["calibrate", "--device", "cpu", "--ranks", "100000", "-o", str(tmp / "p.parquet")],
+         "--ranks=100,000 is above the limit of 256"),
+        (["advise", "rollpacker_qwen7b", "--space", str(tmp / "recorded.toml")],
+         "scheduler 'as-recorded' replays the recording's own decisions"),
         (["replay-comms", "tiny_rl_cpu", "--ranks", "100000"], "--ranks=100,000 is above the limit of 256"),
         (["diagnose", "tiny_rl_cpu", "--dashboard", str(copy / "manifest.json")], "inside the trace bundle"),
         (["export", "perfetto", "tiny_rl_cpu", "-o", str(copy / "trace.json")], "inside the trace bundle"),
-        (["replay", str(copy), "-s", "disagg-sync", "-o", str(copy)], "inside the trace bundle"),
+        (["replay", str(copy), "-s", "disagg-sync", "-o", str(copy)], "is the trace bundle"),
         (["synth", "-o", str(copy / "inner"), "--preset", "rollpacker"], "inside the trace bundle"),
         (["replay", "--topology", "fat-tree:k=8,k=16"], "topology fat-tree: k is given twice"),
         (["replay", "-s", "disagg-sync", "--ranks", "4"], "--device, --ranks and --layers go with --execute"),

@@ -153,12 +153,15 @@ def test_the_report_leads_with_what_to_fix(recordings, tmp_path: Path) -> None:
         page = loaded.page
         assert loaded.console == [] and loaded.dialogs == []
         headings = page.eval_on_selector_all("h2", "hs => hs.map(h => h.textContent)")
-        assert headings[:2] == ["What to fix", "Which run to choose"]
+        # the diagnosis first (its findings, then its phase table), then the runs that price the fixes
+        assert headings[:3] == ["What to fix", "Is it normal", "Which run to choose"]
+        phases = page.locator("section#s1 table").first.inner_text()
+        assert all(phase in phases for phase in ("generate", "train", "weight_sync"))
         table = page.locator("section#s0 table").first
         text = table.inner_text()
         for kind in FAULT_KINDS:
             assert kind in text
         assert table.locator("tbody tr").count() == len(diagnosis["findings"])
         # each priced fix is a replayed run the report compares with the recording as it ran
-        runs = page.locator("section#s1 div.table").first.inner_text()
+        runs = page.locator("section#s2 div.table").first.inner_text()
         assert "as recorded" in runs and "fix 1:" in runs

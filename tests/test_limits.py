@@ -16,6 +16,8 @@ import pytest
 from helpers import REPO, RLTRACE
 
 from rltrace.cli import main
+from rltrace.errors import ConfigError
+from rltrace.limits import check_output, check_ray_address
 
 SUBPROCESS = {"steps 10^9", "gen-gpus 10^12", "fat-tree k=100000", "10^8-point grid", "synth under a file"}
 
@@ -104,3 +106,34 @@ def test_impossible_parameter_is_one_line_and_exit_2(
     # refused before work: no output appeared, and well before any allocation could have grown
     assert not (tmp_path / "sweep").exists()
     assert elapsed < 60, f"{case} took {elapsed:.1f} s to refuse"
+
+
+def test_an_output_beside_a_bundle_is_written_and_one_inside_it_refused(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = tmp_path / "run"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text("{}")
+    (bundle / "requests.parquet").write_bytes(b"")
+    monkeypatch.chdir(bundle)  # a user working inside their bundle writes next to it with ..
+    for ok in (Path("../report.html"), tmp_path / "runs", bundle / ".." / "sibling.html"):
+        assert check_output(ok, folder=ok.suffix == "") == ok
+    assert check_output(bundle, folder=True, bundle=True) == bundle  # synth/record/import --force replace one
+    for inside, said in ((Path("report.html"), "inside the trace bundle"), (bundle, "is the trace bundle"),
+                         (bundle / "sub" / "x.html", "inside the trace bundle")):
+        with pytest.raises(ConfigError, match=said):
+            check_output(inside, make_parents=True)
+    with pytest.raises(ConfigError, match="inside the trace bundle"):
+        check_output(bundle / "inner", folder=True, bundle=True)  # a bundle inside a bundle
+
+
+@pytest.mark.parametrize(("address", "ok"), [
+    ("auto", True), ("local", True), ("127.0.0.1:6379", True), ("ray://head:10001", True), ("[::1]:6379", True),
+    ("head.example.com:10001", True), ("foo", False), ("::::1", False), ("a:b:c:99999", False), ("head:0", False),
+    ("ray://:10001", False), ("head:65536", False),
+])
+def test_a_ray_address_is_checked_as_ray_reads_one(address: str, ok: bool) -> None:
+    if ok:
+        assert check_ray_address(address) == address
+    else:
+        with pytest.raises(ConfigError, match="must be auto, local, HOST:PORT"):
+            check_ray_address(address)

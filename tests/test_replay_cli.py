@@ -42,6 +42,7 @@ def test_every_run_has_the_documented_metric_keys(baselines: tuple[dict, Path]) 
             assert 0 <= b["dependency"] and 0 <= b["skewness"]
             assert b["dependency"] + b["skewness"] + m["gpu_utilization"][pool] == pytest.approx(1.0)
         assert m["samples"] == 12 * 1024  # every recorded sample trained on once
+        assert m["colocated"] is (name == "colocated-sync")
         assert m["cost_usd"] > 0 and m["usd_per_1k_samples"] == pytest.approx(m["cost_usd"] / m["samples"] * 1000)
 
 

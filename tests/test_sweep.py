@@ -337,7 +337,8 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
         assert (row["gen_pool_gpus"], row["train_pool_gpus"]) == (shown[name]["gpus"]["generation"],
                                                                   shown[name]["gpus"]["training"])
         assert row["gen_used"] == pytest.approx(shown[name]["gpu_utilization"]["generation"], rel=1e-12)
-    assert rows["colocated-sync"]["gen_pool_gpus"] == rows["colocated-sync"]["gpus"] == 32
+    colocated = rows["colocated-sync"]
+    assert colocated["gen_pool_gpus"] == colocated["train_pool_gpus"] == colocated["gpus"] == 32
     assert rows["disagg-sync"]["gen_pool_gpus"] + rows["disagg-sync"]["train_pool_gpus"] == rows["disagg-sync"]["gpus"]
     assert not rows["disagg-sync"]["work_changed"]
     assert rows["fully-async"]["work_changed"]  # it trains the samples that finish first

@@ -20,8 +20,10 @@ step first (:data:`rltrace.analysis.findings.SCHEMA`), plus the phase table of :
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -29,10 +31,13 @@ import polars as pl
 from rltrace.analysis import capacity, expected, idle, stragglers, transfers
 from rltrace.analysis.findings import Context, Finding, frame, ranked, steady_steps
 from rltrace.analysis.whatif import Pricer
-from rltrace.bundle import Bundle
+from rltrace.bundle import Bundle, open_bundle
+from rltrace.errors import ConfigError
+from rltrace.limits import MAX_SEED, check_int, check_replicates
 from rltrace.replay.costmodels.profile import load_profile
 from rltrace.replay.run import CostConfig, RunResult
 from rltrace.replay.workload import extract
+from rltrace.sample_traces import list_samples, sample_path
 from rltrace.scalars import number
 
 REPLAY_OFF = 0.10
@@ -85,12 +90,22 @@ def _context(bundle: Bundle) -> tuple[Context, Any]:
     return Context(steady_steps(recorded["step"].unique().to_list()), math.nan), None
 
 
-def diagnose(bundle: Bundle, *, profile: str | None = None, replicates: int = DEFAULT_REPLICATES, seed: int = 0,
-             keep_runs: bool = False, progress: Callable[[str], None] | None = None) -> Diagnosis:
-    """Every finding about ``bundle`` (see the module text). ``profile``: a `rltrace calibrate` profile of the
-    recorded devices (expected times on a device the catalog lacks, the transport's measured rate);
-    ``replicates``: bootstrap replicates behind each gain's spread (fewer than 2: the point estimate only);
-    ``keep_runs``: keep the replays behind the gains (:attr:`Diagnosis.runs`)."""
+def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = None,
+             replicates: int = DEFAULT_REPLICATES, seed: int = 0, keep_runs: bool = False,
+             progress: Callable[[str], None] | None = None) -> Diagnosis:
+    """Every finding about ``bundle`` (an opened bundle, a bundle folder or a shipped sample's name; see the module
+    text). ``profile``: a `rltrace calibrate` profile of the recorded devices (expected times on a device the
+    catalog lacks, the transport's measured rate); ``replicates``: bootstrap replicates behind each gain's spread
+    (0: the point estimate only, else 2..1000); ``keep_runs``: keep the replays behind the gains
+    (:attr:`Diagnosis.runs`)."""
+    if not isinstance(bundle, Bundle):
+        if not isinstance(bundle, (str, os.PathLike)):
+            raise ConfigError(f"diagnose takes a bundle, a bundle folder or a sample name, got {bundle!r}")
+        where = Path(bundle)
+        bundle = open_bundle(sample_path(str(bundle)) if not where.exists() and str(bundle) in list_samples()
+                             else where)
+    check_replicates("replicates", replicates)
+    check_int("seed", seed, 0, MAX_SEED)
     say = progress or (lambda _: None)
     ctx, workload = _context(bundle)
     notes = ["nodes are not judged: a bundle does not record which host ran which rank"]

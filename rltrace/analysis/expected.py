@@ -109,14 +109,15 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
         expected["train"] = expected["optimizer"] = (None, why)
     # a step's sync bytes hold one copy of the weights per engine, moved to every engine at once (as replay prices
     # them): the time is one copy's
-    engines = max(rollout.count // max(rollout.tp, 1), 1) if rollout else 1
+    engines = rollout.instances if rollout else 1
     sync_bytes = number(steps["sync_bytes"].mean() or 0.0) / engines
     if transport is not None:
         rate, per_op = transport
         step = pl.coalesce("step", pl.col("version") - 1)
         sends = bundle.weight_syncs.filter(pl.col("src").str.starts_with("trainer/"), step.is_in(ctx.steps),
                                            pl.col("method").is_in(COLLECTIVE))
-        per_step = number(sends.select(pl.col("tensors").sum()).collect().item()) / max(len(ctx.steps), 1)
+        # the tensors of one copy (each engine's flow carries them all)
+        per_step = number(sends.select(pl.col("tensors").sum()).collect().item()) / max(len(ctx.steps), 1) / engines
         expected["weight_sync"] = (sync_bytes / rate + per_step * per_op, "the profile's broadcasts")
     elif train_gpu is not None and profile is None:
         expected["weight_sync"] = (sync_bytes / (SYNC_GBPS * 1e9), f"{SYNC_GBPS:g} GB/s, the default sync bandwidth")

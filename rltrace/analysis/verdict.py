@@ -85,12 +85,12 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
                      "step_time_s": float(m.get("step_time_s", {}).get("mean", 0.0)),
                      "run_usd_per_1k_samples": float(m.get("usd_per_1k_samples", 0.0)),
                      "makespan_s": float(m.get("makespan_s", 0.0)), "cost_usd": float(m.get("cost_usd", 0.0)),
-                     # busy: a non-empty batch, whatever its size; use: weighted by the batch against the
+                     # busy: a non-empty batch, whatever its size; used: weighted by the batch against the
                      # instance's peak (a long tail at batch 1 is busy and barely used)
                      "gen_busy": float(m.get("gpu_busy", m.get("gpu_utilization", {})).get("generation", 0.0)),
-                     "gen_use": float(m.get("gpu_utilization", {}).get("generation", 0.0)),
-                     "train_busy": float(m.get("gpu_utilization", {}).get("training", 0.0)),
-                     "colocated": _colocates(run.scheduler),
+                     "gen_used": float(m.get("gpu_utilization", {}).get("generation", 0.0)),
+                     "train_used": float(m.get("gpu_utilization", {}).get("training", 0.0)),
+                     "colocated": bool(m.get("colocated", _colocates(run.scheduler))),
                      "pools": pools_label(m.get("cost_by_pool") or {}), "origin": origin(run.config),
                      "sync_gb": _gigabytes(volume.get("weight_sync")),
                      "alltoall_gb": _gigabytes(volume.get("expert_alltoall_per_train_rank"))})
@@ -173,10 +173,10 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
         removed = _removed_bubble(by_name[b["run"]].metrics, by_name[winner].metrics)
         if removed:
             out.append(removed)
-        if x > PUBLISHED_ASYNC_X and b["gen_use"] > 0:
+        if x > PUBLISHED_ASYNC_X and b["gen_used"] > 0:
             out.append(f"A {x:.1f}x lead is possible here because {b['run']}'s generation GPUs were busy "
-                       f"{b['gen_busy']:.0%} of its run but used only {b['gen_use']:.0%} of their batch capacity (a "
-                       f"long tail runs at small batches; at most {1 / b['gen_use']:.1f}x from filling them); "
+                       f"{b['gen_busy']:.0%} of its run but used only {b['gen_used']:.0%} of their batch capacity (a "
+                       f"long tail runs at small batches; at most {1 / b['gen_used']:.1f}x from filling them); "
                        f"published asynchronous systems report up to {PUBLISHED_ASYNC_X}x on their own workloads "
                        "(AReaL, arXiv 2505.24298).")
     out.append(_bottleneck(w))
@@ -185,7 +185,8 @@ def reasons(runs: list[Run], frame: pl.DataFrame, winner: str) -> list[str]:
 
 
 def _colocates(scheduler: str) -> bool:
-    """Whether the scheduler runs both roles on the same GPUs (False for one this install does not know)."""
+    """Whether the scheduler runs both roles on the same GPUs, for a run folder whose metrics.json does not say
+    (written before it did); False for a scheduler this install does not know."""
     try:
         return capabilities(lookup(scheduler)).colocates
     except ConfigError:
@@ -209,7 +210,7 @@ def _removed_bubble(base: dict[str, Any], best: dict[str, Any]) -> str:
 
 
 def _bottleneck(row: dict[str, Any]) -> str:
-    gen, train = row["gen_busy"], row["train_busy"]
+    gen, train = row["gen_busy"], row["train_used"]
     if row.get("colocated"):  # one pool of GPUs taking turns: its idle time is neither role's
         return (f"Its GPUs generate {gen:.0%} and train {train:.0%} of the run (one pool taking turns): the rest "
                 "is switching between the roles and waiting inside a step (the bubbles below).")

@@ -311,8 +311,9 @@ def get_model(name: str, extra: str | Path | None = None) -> ModelSpec:
     if Path(name).suffix.lower() in PATH_SUFFIXES or Path(name).is_file():
         raise ConfigError(f"model {name!r} is a file, but a model is a catalog name or a Hugging Face config.json "
                           "(a file ending in .json)")
+    models = load_models(extra)  # its own errors are the extra file's, without the hint below
     try:
-        return lookup(load_models(extra), name, "model")
+        return lookup(models, name, "model")
     except ConfigError as e:
         raise ConfigError(f"{e}; a Hugging Face config.json path works too") from None
 

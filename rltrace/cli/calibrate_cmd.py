@@ -16,7 +16,7 @@ from rltrace.catalog import get_model
 from rltrace.cli.progress import stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
-from rltrace.limits import check_output
+from rltrace.limits import MAX_LOCAL_RANKS, check_int, check_output
 from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables, profile_entries
 
 
@@ -53,6 +53,7 @@ def calibrate(
         check_output(kernels_out, "--kernels-out")
     if ranks < 1:
         raise ConfigError(f"--ranks must be at least 1 (1: no collectives), got {ranks}")
+    check_int("--ranks", ranks, 1, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
     if engine is not None and engine != "vllm":
         raise ConfigError(f"--engine {engine!r}: the only engine measured is vllm")
     if (tables is None) == (device is None):

@@ -18,11 +18,10 @@ from rltrace.bundle import open_bundle
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import MAX_CELL_CHARS, resolve_bundle
 from rltrace.cli.progress import say, stage, stderr
-from rltrace.cli.replay_cmd import MAX_REPLICATES
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build as build_report
-from rltrace.errors import ConfigError, clean
-from rltrace.limits import MAX_SEED, check_input, check_int, check_output
+from rltrace.errors import clean
+from rltrace.limits import MAX_REPLICATES, MAX_SEED, check_input, check_int, check_output, check_replicates
 
 MAX_TEXT_CHARS = 4000
 """an evidence or fix sentence is cut here (it quotes trace strings: request ids, process groups)"""
@@ -50,8 +49,7 @@ def diagnose_cmd(
     """
     if dashboard is not None:
         check_output(dashboard, "--dashboard")
-    if replicates and not 2 <= replicates <= MAX_REPLICATES:
-        raise ConfigError(f"--replicates must be 0 (off) or 2..{MAX_REPLICATES}, got {replicates}")
+    check_replicates("--replicates", replicates)
     check_int("--seed", seed, 0, MAX_SEED)
     if profile is not None:
         check_input(profile)

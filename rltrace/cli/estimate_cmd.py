@@ -15,15 +15,12 @@ from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import get_gpu, get_model, load_gpus
 from rltrace.cli.estimate_validate import show_rl_validation, show_validation
 from rltrace.errors import ConfigError
-from rltrace.limits import MAX_GPUS, MAX_NEW_TOKENS, MAX_PER_STEP, check_int, check_output
+from rltrace.limits import MAX_GPUS, MAX_NEW_TOKENS, MAX_PER_STEP, MAX_TOKENS, check_int, check_output
 from rltrace.replay.costmodels import Roofline
 from rltrace.replay.costmodels.profile import factors, load_profile
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel, training_state_bytes
 from rltrace.replay.costmodels.validation import BACKENDS, DTYPE_BYTES
-
-MAX_TOKENS = 10**12
-"""tokens one estimate prices (a trillion: past any step or prefill)"""
 
 
 class Kind(str, Enum):

@@ -21,7 +21,7 @@ from rltrace.cli.tables import print_table, stdout_console
 from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
-from rltrace.limits import MAX_STEPS, check_output
+from rltrace.limits import MAX_LOCAL_RANKS, MAX_STEPS, check_int, check_output, check_replicates
 from rltrace.replay.costmodels.generation import RooflineGeneration
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.described import is_description, load_description
@@ -30,8 +30,6 @@ from rltrace.replay.run import Prepared, RunResult, model_spec
 from rltrace.replay.schedulers.base import BASELINES
 from rltrace.replay.settings import resolve
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, sources
-
-MAX_REPLICATES = 1000
 
 
 def parse_steps(spec: str) -> tuple[int, ...]:
@@ -131,10 +129,12 @@ def replay(
     if dashboard is None and baseline is not None:
         raise ConfigError("--baseline goes with --dashboard (the report's baseline; the table compares to the first "
                           "scheduler)")
-    device, ranks, layers = device or "cpu", 2 if ranks is None else ranks, 2 if layers is None else layers
+    device = "cpu" if device is None else device
+    ranks, layers = 2 if ranks is None else ranks, 2 if layers is None else layers
     if execute:  # refuse what cannot run before any replay does
         if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
             raise ConfigError("--execute needs --device cpu|cuda, --ranks >= 1 and --layers >= 1")
+        check_int("--ranks", ranks, 1, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
         from rltrace.replay.execute.kernels import require_device
 
         require_device(device)
@@ -177,8 +177,7 @@ def replay(
     prepared.notes.extend(_track_records(prepared))
     results = replay_all(prepared, chosen, settings,
                          counter=lambda name: Bar(err, f"replay {name}", "events", piped_total=False))
-    if replicates and (replicates < 2 or replicates > MAX_REPLICATES):
-        raise ConfigError(f"--replicates must be 0 (off) or 2..{MAX_REPLICATES}, got {replicates}")
+    check_replicates("--replicates", replicates)
     spreads: dict[str, Spread] = {}
     if source is not None and replicates and sources(prepared, shape):
         total = replicates * len(chosen)

@@ -15,10 +15,7 @@ from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
-from rltrace.limits import check_int
-
-MAX_LOCAL_RANKS = 256
-"""processes replay-comms starts on this machine (a node's 8 GPUs, or a CPU's cores, are far below)"""
+from rltrace.limits import MAX_LOCAL_RANKS, check_int
 
 
 def replay_comms(

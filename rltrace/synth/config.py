@@ -14,15 +14,24 @@ from rltrace.calibration.defaults import MEMORY_EFFICIENCY, SYNC_GBPS, SYNTH_TRA
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build, override, parse_set, to_dict
 from rltrace.errors import ConfigError
-from rltrace.limits import MAX_GPUS, MAX_NEW_TOKENS, MAX_PER_STEP, MAX_REQUESTS, MAX_SEED, MAX_STEPS, check_int
+from rltrace.limits import (
+    MAX_GPUS,
+    MAX_NEW_TOKENS,
+    MAX_PER_STEP,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_SIGMA,
+    MAX_STEPS,
+    check_int,
+)
 
 PRESET_DIR = Path(__file__).with_name("presets")
 LENGTH_KINDS = ("lognormal", "lognormal_pareto", "empirical")
 
 
-MAX_SIGMA = 4.0
-"""log-space spread of a length distribution: 4 puts the 99th percentile 11,000x the median, past any
-plausible workload (1e308 overflowed where the lengths are drawn)"""
+MAX_ENV_S = 86_400.0
+"""an environment step's median seconds: a day, past any tool call or sandbox step (1e300 overflowed the
+timestamps)"""
 ALGORITHMS = ("grpo", "ppo")
 """what synth draws (either case): GRPO (no critic) or PPO (a critic update after the policy's)"""
 
@@ -140,6 +149,10 @@ class SynthConfig:
                 or a.observation_sigma < 0:
             raise ConfigError("agentic: turns must be >= 1; env_median_s, env_sigma, observation_median_tokens "
                               "and observation_sigma >= 0")
+        if max(a.env_sigma, a.observation_sigma) > MAX_SIGMA or not (
+                a.env_median_s < MAX_ENV_S and a.observation_median_tokens <= MAX_NEW_TOKENS):
+            raise ConfigError(f"agentic: env_sigma and observation_sigma must be at most {MAX_SIGMA:g}, env_median_s "
+                              f"below {MAX_ENV_S:,} s and observation_median_tokens at most {MAX_NEW_TOKENS:,}")
         t = self.timing
         if not (0 < t.decode_efficiency <= 1 and 0 < t.prefill_mfu <= 1 and 0 < t.train_mfu <= 1):
             raise ConfigError("timing: efficiencies and MFUs must be in (0, 1]")

@@ -49,8 +49,8 @@ def test_the_notebook_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (lambda: rltrace.compare("rollpacker_qwen7b", ["disagg-sync", 3]), "takes scheduler names"),
     (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", replicates=-1), "replicates must be >= 0"),
     (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", replicates="3"), "replicates must be an integer"),
-    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", stepz=2), "unknown argument 'stepz' (did you mean "
-                                                                           "steps?)"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", stepz=2),
+     "unknown argument 'stepz' (did you mean steps?)"),
     (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", gpu="H20,H800"), "give gen_gpu and train_gpu"),
     (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", source_steps="0:2"),
      "source_steps takes recorded step numbers"),

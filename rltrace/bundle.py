@@ -7,6 +7,7 @@ never sees a half-written bundle or file.
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import uuid
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 
 from rltrace.errors import BundleError, ValidationError, clean
 from rltrace.manifest import MANIFEST_FILE, MAX_MANIFEST_BYTES, Manifest
+from rltrace.sample_traces import list_samples
 from rltrace.schema import FORMAT_MAJOR, FORMAT_MINOR, TABLES, TableSchema, parse_version
 from rltrace.validate import check_frame
 
@@ -112,6 +114,16 @@ def _what_it_is(root: Path) -> str:
     return ""
 
 
+def _sample_hint(name: str) -> str:
+    """For a bare name that is no path here: the shipped samples' names (the nearest first), which the CLI and
+    ``rltrace.open`` take in a bundle's place."""
+    if os.sep in name or "/" in name:
+        return ""
+    samples = list_samples()
+    near = difflib.get_close_matches(name, samples, n=len(samples), cutoff=0.4)
+    return f" (nor a shipped sample: {', '.join([*near, *(s for s in samples if s not in near)])})"
+
+
 def open_bundle(path: str | os.PathLike[str], *, validate: bool = True) -> Bundle:
     """Open a trace bundle directory.
 
@@ -122,7 +134,7 @@ def open_bundle(path: str | os.PathLike[str], *, validate: bool = True) -> Bundl
     """
     root = Path(path)
     if not root.exists():
-        raise BundleError(f"{root}: no such file or directory")
+        raise BundleError(f"{root}: no such file or directory{_sample_hint(str(path))}")
     if not root.is_dir():
         raise BundleError(f"{root}: not a trace bundle (expected a directory holding {MANIFEST_FILE})")
     mpath = root / MANIFEST_FILE

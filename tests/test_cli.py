@@ -406,8 +406,10 @@ def test_rltrace_open_takes_the_sample_names_the_cli_takes(tmp_path: Path) -> No
                           check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["rollpacker_qwen7b", str(12 * 1024)]
-    with pytest.raises(rltrace.BundleError, match="no such file or directory"):
-        rltrace.open(tmp_path / "rollpacker_qwen7b_missing")
+    with pytest.raises(rltrace.BundleError, match="no such file or directory$"):
+        rltrace.open(tmp_path / "rollpacker_qwen7b_missing")  # a path: no sample names
+    with pytest.raises(rltrace.BundleError, match=r"directory \(nor a shipped sample: rollpacker_qwen7b, "):
+        rltrace.open("rollpacker_qwen")  # a bare name: the samples, nearest first
 
 
 def test_inspect_gives_a_small_models_parameter_count_in_its_unit() -> None:

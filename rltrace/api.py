@@ -198,10 +198,17 @@ class Comparison:
                          how="diagonal_relaxed")
 
     def write(self, folder: str | Path) -> Path:
-        """One run folder per scheduler under ``folder`` (what ``rltrace replay -o`` writes)."""
+        """One run folder per scheduler under ``folder`` (what ``rltrace replay -o`` writes). Run folders an
+        earlier replay left there are kept, and a note (:attr:`notes`) names them: a report or ``load_runs`` of
+        the folder reads them beside these."""
         out = Path(folder)
         for name, result in self.results.items():
             result.write(out / name)
+        earlier = sorted(p.name for p in out.iterdir() if p.name not in self.results and (p / "metrics.json").is_file())
+        if earlier:
+            self.prepared.notes.append(f"{out} also holds {', '.join(earlier)} from an earlier replay, not rewritten "
+                                       f"now: a report or load_runs of {out} reads them beside these (write to an "
+                                       "empty folder to compare these runs alone)")
         return out
 
     def report(self, path: str | Path, baseline: str | None = None) -> Path:

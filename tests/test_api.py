@@ -25,6 +25,9 @@ def test_compare_gives_frames_folders_and_a_report_with_the_clis_numbers(tmp_pat
     assert cmp.timeline()["run"].unique().sort().to_list() == SCHEDULERS
     out = cmp.write(tmp_path / "runs")
     assert all((out / name / "metrics.json").is_file() for name in SCHEDULERS)
+    again = rltrace.compare("rollpacker_qwen7b", SCHEDULERS[:1], steps=2)
+    again.write(out)  # the other run of the first write stays, and the notes say so
+    assert any(f"also holds {SCHEDULERS[1]} from an earlier replay" in n for n in again.notes)
     assert cmp.report(tmp_path / "r.html").stat().st_size > 100_000
     shown = json.loads(run_cli("replay", "rollpacker_qwen7b", "-s", ",".join(SCHEDULERS), "--steps", "2",
                                "--replicates", "0", "--json").stdout)

@@ -196,10 +196,14 @@ class RunResult:
         (out / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
         self.timeline.write_parquet(out / "timeline.parquet")
         self.requests.write_parquet(out / "requests.parquet")
-        if self.steps is not None:
-            self.steps.write_parquet(out / "steps.parquet")
-        if self.links is not None:
-            self.links.write_parquet(out / "links.parquet")
+        # the optional tables an earlier run of this folder may have left (a network model's links, an execution):
+        # this run's or none, never another run's beside this one's figures
+        for name, table in (("steps.parquet", self.steps), ("links.parquet", self.links)):
+            if table is not None:
+                table.write_parquet(out / name)
+            else:
+                (out / name).unlink(missing_ok=True)
+        (out / "execution.parquet").unlink(missing_ok=True)  # the CLI's --execute writes it after this
         return out
 
 

@@ -69,15 +69,10 @@ def open(path: str | os.PathLike[str], *, validate: bool = True) -> Bundle:
     """Open a trace bundle: a directory, or a shipped sample's name (``rltrace.open("rollpacker_qwen7b")``)
     when no such path exists here, as the CLI accepts it. ``validate`` as in :func:`rltrace.bundle.open_bundle`.
     Raises :class:`BundleError` or :class:`ValidationError`."""
-    from pathlib import Path
-
     from rltrace.bundle import open_bundle
-    from rltrace.sample_traces import list_samples, sample_path
+    from rltrace.sample_traces import resolve
 
-    where = Path(path)
-    if not where.exists() and str(path) in list_samples():
-        where = sample_path(str(path))
-    return open_bundle(where, validate=validate)
+    return open_bundle(resolve(path), validate=validate)
 
 
 def __getattr__(name: str) -> Any:

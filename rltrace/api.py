@@ -16,6 +16,7 @@ same-work table as polars frames, run folders and the HTML report on request. Th
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -38,7 +39,7 @@ from rltrace.replay.schedulers.base import BASELINES, capabilities
 from rltrace.replay.settings import Settings, resolve
 from rltrace.replay.sources import open_source, source_of
 from rltrace.replay.uncertainty import Spread, replicate, sources
-from rltrace.sample_traces import list_samples, sample_path
+from rltrace.sample_traces import resolve as resolve_bundle
 
 Counter = Callable[[float, float], None]
 """progress of a counted stage: (done, total)"""
@@ -46,12 +47,7 @@ Counter = Callable[[float, float], None]
 
 def source_path(source: str | Path | None) -> Path:
     """No source: the default sample. A shipped sample's name that is not a local path: that sample."""
-    if source is None:
-        return sample_path()
-    path = Path(source)
-    if not path.exists() and str(source) in list_samples():
-        return sample_path(str(source))
-    return path
+    return resolve_bundle(source)
 
 
 def schedulers_of(names: str | Sequence[str] | None, option: str = "schedulers") -> list[str]:
@@ -74,6 +70,15 @@ def schedulers_of(names: str | Sequence[str] | None, option: str = "schedulers")
         given = names if isinstance(names, str) else ",".join(chosen)
         raise ConfigError(f"{option} {given!r} names a scheduler twice")
     return chosen
+
+
+def named(names: str | Sequence[str] | None) -> bool:
+    """Whether the schedulers were named one by one (a scheduler that cannot run on the source is refused with the
+    reason) rather than left to "all" or the default baselines (it is left out, with a note)."""
+    if names is None:
+        return False
+    given = [s.strip() for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
+    return given not in (["all"], list(BASELINES))
 
 
 def prepare(source: str | Path | None, shape: Shape, settings: Settings, schedulers: Sequence[str], *,
@@ -193,7 +198,8 @@ class Comparison:
         return pl.DataFrame(rows, infer_schema_length=None)
 
     def timeline(self) -> pl.DataFrame:
-        """Every run's timeline (busy intervals), with a ``run`` column."""
+        """Every run's timeline (timeline.parquet: requests, phases and instances' busy spans), with a ``run``
+        column."""
         return pl.concat([r.timeline.with_columns(pl.lit(n).alias("run")) for n, r in self.results.items()],
                          how="diagonal_relaxed")
 
@@ -205,10 +211,10 @@ class Comparison:
         for name, result in self.results.items():
             result.write(out / name)
         earlier = sorted(p.name for p in out.iterdir() if p.name not in self.results and (p / "metrics.json").is_file())
-        if earlier:
-            self.prepared.notes.append(f"{out} also holds {', '.join(earlier)} from an earlier replay, not rewritten "
-                                       f"now: a report or load_runs of {out} reads them beside these (write to an "
-                                       "empty folder to compare these runs alone)")
+        note = (f"{out} also holds {', '.join(earlier)} from an earlier replay, not rewritten now: a report or "
+                f"load_runs of {out} reads them beside these (write to an empty folder to compare these runs alone)")
+        if earlier and note not in self.prepared.notes:  # a second write of the same folder says it once
+            self.prepared.notes.append(note)
         return out
 
     def report(self, path: str | Path, baseline: str | None = None) -> Path:
@@ -236,9 +242,7 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
     resolved = resolve(chosen, items, flags, where="settings")
     how = shape_of(shape)
     prepared, bundle = prepare(source, how, resolved, chosen, jobs=Path(jobs) if jobs is not None else None)
-    picked = schedulers is None or [s.strip() for s in (schedulers.split(",") if isinstance(schedulers, str)
-                                                        else schedulers)] == ["all"]
-    chosen = one_kind(prepared, chosen, named=not picked)
+    chosen = one_kind(prepared, chosen, named=named(schedulers))
     results = replay_all(prepared, chosen, resolved)
     spreads = spread(bundle, how, resolved, prepared, chosen, replicates) if bundle is not None else {}
     finish(results, spreads)
@@ -252,7 +256,7 @@ def shape_of(given: dict[str, Any]) -> Shape:
     known = [f.name for f in fields(Shape)]
     unknown = sorted(set(given) - set(known))
     if unknown:
-        near = difflib.get_close_matches(unknown[0], known, n=1)
+        near = difflib.get_close_matches(unknown[0], [*known, *COMPARE_ARGUMENTS], n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
         raise ConfigError(f"compare: unknown argument {unknown[0]!r}{hint}; the workload's shape takes "
                           f"{', '.join(known)}")
@@ -261,11 +265,22 @@ def shape_of(given: dict[str, Any]) -> Shape:
             raise ConfigError(f"{key}={given[key]!r}: one GPU kind; give gen_gpu and train_gpu for two (the CLI's "
                               "--gpu GENERATION,TRAINING)")
     steps = given.get("source_steps")
-    if steps is not None and (isinstance(steps, str) or not all(isinstance(s, int) for s in steps)):
-        raise ConfigError(f"source_steps takes recorded step numbers, e.g. range(0, 2) or [2, 4, 6], got {steps!r}")
     if steps is not None:
-        given = {**given, "source_steps": tuple(steps)}
+        try:
+            if isinstance(steps, str):
+                raise TypeError
+            numbers = tuple(steps)  # a generator is read once, here
+            if any(isinstance(s, bool) for s in numbers):
+                raise TypeError
+            given = {**given, "source_steps": tuple(operator.index(s) for s in numbers)}  # numpy integers too
+        except TypeError:
+            raise ConfigError(f"source_steps takes recorded step numbers, e.g. range(0, 2) or [2, 4, 6], got "
+                              f"{steps!r}") from None
     return Shape(**given)
+
+
+COMPARE_ARGUMENTS = ("schedulers", "jobs", "settings", "topology", "sync_strategy", "replicates")
+"""compare()'s own keywords, beside the shape's: what a misspelt argument may have meant"""
 
 
 def _flat(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -117,9 +117,11 @@ def _what_it_is(root: Path) -> str:
 def _sample_hint(name: str) -> str:
     """For a bare name that is no path here: the shipped samples' names (the nearest first), which the CLI and
     ``rltrace.open`` take in a bundle's place."""
-    if os.sep in name or "/" in name:
-        return ""
     samples = list_samples()
+    if os.sep in name or "/" in name or not samples:
+        return ""
+    if name in samples:  # open_bundle takes paths only
+        return f" ({name} is a shipped sample's name: rltrace.open({name!r}) opens it)"
     near = difflib.get_close_matches(name, samples, n=len(samples), cutoff=0.4)
     return f" (nor a shipped sample: {', '.join([*near, *(s for s in samples if s not in near)])})"
 

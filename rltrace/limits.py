@@ -8,7 +8,9 @@ out-of-memory kill an hour later. The limits are far above anything measured (do
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import numbers
 import os
 import re
 from pathlib import Path
@@ -45,14 +47,15 @@ median, past any plausible workload (1e308 overflowed where the values are drawn
 
 
 def check_int(name: str, value: Any, lo: int, hi: int, *, what: str = "") -> int:
-    """``value`` as an int in ``lo..hi``, or a ConfigError naming ``name`` and the limit."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as an int in ``lo..hi`` (a numpy integer too), or a ConfigError naming ``name`` and the limit."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name} must be an integer, got {clean(repr(value), 60)}")
-    if value < lo:
-        raise ConfigError(f"{name} must be >= {lo:,}, got {value:,}")
-    if value > hi:
-        raise ConfigError(f"{name}={value:,} is above the limit of {hi:,}{what}")
-    return value
+    number = int(value)
+    if number < lo:
+        raise ConfigError(f"{name} must be >= {lo:,}, got {number:,}")
+    if number > hi:
+        raise ConfigError(f"{name}={number:,} is above the limit of {hi:,}{what}")
+    return number
 
 
 def check_shape(shape: Any) -> None:
@@ -112,8 +115,19 @@ def check_grid_size(axes: dict[str, list[Any]], where: str) -> int:
     return n
 
 
-_HOST = re.compile(r"[A-Za-z0-9](?:[\w.\-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
-"""a host name, an IPv4 address, or an IPv6 one in brackets"""
+_HOST = re.compile(r"[A-Za-z0-9](?:[\w.\-]*[A-Za-z0-9])?", re.ASCII)
+"""a host name or an IPv4 address (an IPv6 one comes in brackets)"""
+
+
+def _ipv6(host: str) -> bool:
+    """``[ADDRESS]`` with a valid IPv6 address inside."""
+    if not (host.startswith("[") and host.endswith("]")):
+        return False
+    try:
+        ipaddress.IPv6Address(host[1:-1])
+    except ValueError:
+        return False
+    return True
 
 
 def check_ray_address(address: str, option: str = "--ray-address") -> str:
@@ -123,7 +137,7 @@ def check_ray_address(address: str, option: str = "--ray-address") -> str:
     if address in ("auto", "local"):
         return address
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not (_HOST.fullmatch(host) and port.isdigit() and 1 <= int(port) <= 65535):
+    if not ((_HOST.fullmatch(host) or _ipv6(host)) and re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
         raise ConfigError(f"{option} must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got "
                           f"{clean(repr(address), 80)}")
     return address

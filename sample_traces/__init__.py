@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 SAMPLES_DIR = Path(__file__).parent
@@ -16,3 +17,14 @@ def list_samples() -> list[str]:
 def sample_path(name: str = DEFAULT_SAMPLE) -> Path:
     """Path of a bundled sample (the default is the RollPacker-like trace)."""
     return SAMPLES_DIR / name
+
+
+def resolve(path: str | os.PathLike[str] | None) -> Path:
+    """A bundle as the CLI and :func:`rltrace.open` name one: None, the default sample; a shipped sample's name that
+    is no path here, that sample; anything else, that path."""
+    if path is None:
+        return sample_path()
+    where = Path(path)
+    if not where.exists() and str(path) in list_samples():
+        return sample_path(str(path))
+    return where

@@ -76,3 +76,21 @@ def test_the_api_takes_what_the_cli_takes_and_says_what_it_left_out() -> None:
     assert len(repr(listed)) < 400 and "notes" in repr(listed)
     found = rltrace.analysis.diagnose.diagnose("tiny_rl_faults", replicates=0)  # a sample's name, as the CLI takes
     assert {"straggler", "slow_transfer", "config"} <= set(found.findings["kind"])
+
+
+def test_numpy_numbers_and_generators_are_taken_as_the_builtins_are() -> None:
+    import numpy as np
+
+    cmp = rltrace.compare("tiny_rl_cpu", ("disagg-sync",), replicates=np.int64(0),
+                          source_steps=(int(s) for s in np.arange(1, 3)))  # a generator, read once
+    assert cmp.prepared.jobs[0].steps == 2
+    assert rltrace.api.named("all,") is False and rltrace.api.named(list(rltrace.api.BASELINES)) is False
+    assert rltrace.api.named(["disagg-sync"]) is True
+
+
+def test_a_rewritten_run_folder_keeps_no_table_of_the_run_before(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1, topology="fat-tree:k=8,gpu=H800").write(out)
+    assert (out / "disagg-sync" / "links.parquet").is_file()
+    rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1).write(out)  # no network model this time
+    assert not (out / "disagg-sync" / "links.parquet").exists()

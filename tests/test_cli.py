@@ -17,6 +17,7 @@ from rltrace.replay.sweep.grid import load_grid
 from rltrace.sample_traces import sample_path
 
 import rltrace
+from rltrace.manifest import Pool
 from rltrace.schema import TABLES
 from rltrace.synth import synthesize
 
@@ -410,6 +411,9 @@ def test_rltrace_open_takes_the_sample_names_the_cli_takes(tmp_path: Path) -> No
         rltrace.open(tmp_path / "rollpacker_qwen7b_missing")  # a path: no sample names
     with pytest.raises(rltrace.BundleError, match=r"directory \(nor a shipped sample: rollpacker_qwen7b, "):
         rltrace.open("rollpacker_qwen")  # a bare name: the samples, nearest first
+    with pytest.raises(rltrace.BundleError, match=r"rltrace.open\('tiny_rl_cpu'\) opens it"):
+        rltrace.bundle.open_bundle("tiny_rl_cpu")  # paths only: the hint names what takes a sample's name
+    assert Pool(device="H100", count=1, tp=2).instances == 1 and Pool(device="H100", count=16, tp=4).instances == 4
 
 
 def test_inspect_gives_a_small_models_parameter_count_in_its_unit() -> None:

@@ -129,7 +129,8 @@ def test_an_output_beside_a_bundle_is_written_and_one_inside_it_refused(tmp_path
 @pytest.mark.parametrize(("address", "ok"), [
     ("auto", True), ("local", True), ("127.0.0.1:6379", True), ("ray://head:10001", True), ("[::1]:6379", True),
     ("head.example.com:10001", True), ("foo", False), ("::::1", False), ("a:b:c:99999", False), ("head:0", False),
-    ("ray://:10001", False), ("head:65536", False),
+    ("ray://:10001", False), ("head:65536", False), ("my_host:1", True), ("[::::1]:6379", False),
+    ("[:]:1", False), ("h\u00e9ad:6379", False), ("h:\uff11\uff12", False),
 ])
 def test_a_ray_address_is_checked_as_ray_reads_one(address: str, ok: bool) -> None:
     if ok:

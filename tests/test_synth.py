@@ -14,6 +14,7 @@ import rltrace
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError
 from rltrace.synth import LengthConfig, length_dist, load_config, presets, synthesize
+from rltrace.synth.config import AgenticConfig, SynthConfig
 from rltrace.synth.distributions import Empirical
 
 
@@ -231,3 +232,11 @@ def test_an_moe_trains_and_prefills_at_its_active_parameters() -> None:
         2 * moe.active_params / (cfg.generation.tp * gen.flops * cfg.timing.prefill_mfu))
     assert costs(cfg, dense, gen, gpu).train_s_per_token == pytest.approx(
         6 * dense.params / flops)  # a dense model's every parameter is active
+
+
+def test_the_largest_environment_spread_keeps_every_timestamp_in_range() -> None:
+    """env_median_s just under a day at sigma 4: an uncapped tail draw overflowed the int64 nanoseconds."""
+    cfg = SynthConfig(steps=1, prompts_per_step=32, samples_per_prompt=16,
+                      agentic=AgenticConfig(turns=3, env_median_s=86_000.0, env_sigma=4.0, observation_sigma=4.0))
+    requests = synthesize(cfg.check()).tables["requests"]
+    assert requests["finish_ns"].min() >= 0 and requests["prompt_tokens"].max() < 2**31

@@ -23,7 +23,6 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -37,7 +36,7 @@ from rltrace.limits import MAX_SEED, check_int, check_replicates
 from rltrace.replay.costmodels.profile import load_profile
 from rltrace.replay.run import CostConfig, RunResult
 from rltrace.replay.workload import extract
-from rltrace.sample_traces import list_samples, sample_path
+from rltrace.sample_traces import resolve
 from rltrace.scalars import number
 
 REPLAY_OFF = 0.10
@@ -101,9 +100,9 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
     if not isinstance(bundle, Bundle):
         if not isinstance(bundle, (str, os.PathLike)):
             raise ConfigError(f"diagnose takes a bundle, a bundle folder or a sample name, got {bundle!r}")
-        where = Path(bundle)
-        bundle = open_bundle(sample_path(str(bundle)) if not where.exists() and str(bundle) in list_samples()
-                             else where)
+        check_replicates("replicates", replicates)
+        check_int("seed", seed, 0, MAX_SEED)
+        bundle = open_bundle(resolve(bundle))
     check_replicates("replicates", replicates)
     check_int("seed", seed, 0, MAX_SEED)
     say = progress or (lambda _: None)

@@ -16,7 +16,7 @@ from rich.text import Text
 from rltrace.bundle import open_bundle
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import clean
-from rltrace.sample_traces import list_samples, sample_path
+from rltrace.sample_traces import resolve
 from rltrace.summary import Summary, summarize
 
 MAX_STEP_ROWS = 24
@@ -26,11 +26,7 @@ MAX_CELL_CHARS = 200
 
 def resolve_bundle(path: Path | None) -> Path:
     """No path: the default sample. A bare sample name that is not a local path: that sample."""
-    if path is None:
-        return sample_path()
-    if not path.exists() and str(path) in list_samples():
-        return sample_path(str(path))
-    return path
+    return resolve(path)
 
 
 def inspect(

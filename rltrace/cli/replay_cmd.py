@@ -12,7 +12,7 @@ from rich.table import Table
 
 from rltrace.analysis.verdict import pools_label, three_digits
 from rltrace.analysis.work import origin
-from rltrace.api import Comparison, finish, one_kind, prepare, replay_all, schedulers_of, spread
+from rltrace.api import Comparison, finish, named, one_kind, prepare, replay_all, schedulers_of, spread
 from rltrace.calibration import CALIBRATION
 from rltrace.catalog import load_gpus
 from rltrace.cli.dashboard_cmd import write_text
@@ -139,6 +139,7 @@ def replay(
 
         require_device(device)
     chosen = schedulers_of(scheduler, "--scheduler")
+    check_replicates("--replicates", replicates)
     if output is not None:  # outputs checked before any replay runs
         check_output(output, "--output", folder=True)
     if dashboard is not None:
@@ -147,8 +148,8 @@ def replay(
         raise ConfigError(f"--baseline {baseline!r} is not among the replayed schedulers ({', '.join(chosen)})")
     # the flags' values go to the config as they are: the spec is read once, by the topology's own grammar
     flags = {"network.topology": topology, "network.sync_strategy": sync_strategy}
-    named = " / ".join(f for f, v in (("--topology", topology), ("--sync-strategy", sync_strategy)) if v)
-    settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where=named or "--set")
+    flagged = " / ".join(f for f, v in (("--topology", topology), ("--sync-strategy", sync_strategy)) if v)
+    settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where=flagged or "--set")
     config = settings.config
     strategy = [f"--sync-strategy {sync_strategy}"] if sync_strategy else []
     strategy += [f"--set {item!r}" for item in set_ or [] if parse_set(item)[0] == "network.sync_strategy"]
@@ -171,13 +172,12 @@ def replay(
     with stage(err, what):
         prepared, source = prepare(bundle, shape, settings, chosen, jobs=jobs)
     # a scheduler the user named is refused when it cannot run here; "all" or the default baselines leave it out
-    chosen = one_kind(prepared, chosen, named=scheduler.strip() not in ("all", ",".join(BASELINES)))
+    chosen = one_kind(prepared, chosen, named=named(scheduler))
     if baseline is not None and baseline not in chosen:
         raise ConfigError(f"--baseline {baseline!r} is left out of this replay ({', '.join(chosen)})")
     prepared.notes.extend(_track_records(prepared))
     results = replay_all(prepared, chosen, settings,
                          counter=lambda name: Bar(err, f"replay {name}", "events", piped_total=False))
-    check_replicates("--replicates", replicates)
     spreads: dict[str, Spread] = {}
     if source is not None and replicates and sources(prepared, shape):
         total = replicates * len(chosen)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from rltrace.synth.config import SynthConfig
+from rltrace.synth.config import MAX_ENV_S, SynthConfig
 from rltrace.synth.distributions import LengthDist, correlated_uniforms
 from rltrace.synth.timing import KV_BLOCK_TOKENS, Costs, decode_engine, ns
 
@@ -41,8 +41,12 @@ def draw_turns(cfg: SynthConfig, rng: np.random.Generator, groups: int, output: 
     u = correlated_uniforms(rng, groups, per * turns, cfg.output.group_correlation)
     raw = output.quantile(u.ravel()).reshape(groups * per, turns)
     shape = raw.shape
-    observation = np.rint(a.observation_median_tokens * np.exp(a.observation_sigma * rng.standard_normal(shape)))
-    env = a.env_median_s * np.exp(a.env_sigma * rng.standard_normal(shape))
+    # a far tail draw is capped (a turn's observation at the output cap, an environment step at a day): at the
+    # largest spreads config.py allows, an uncapped one overflowed the int64 nanosecond timestamps
+    observation = np.minimum(np.rint(a.observation_median_tokens * np.exp(a.observation_sigma
+                                                                          * rng.standard_normal(shape))),
+                             cfg.max_new_tokens)
+    env = np.minimum(a.env_median_s * np.exp(a.env_sigma * rng.standard_normal(shape)), MAX_ENV_S)
     env[:, 0] = 0.0
     return Turns(
         output=np.clip(np.rint(raw), 1, cfg.max_new_tokens).astype(np.int64),

@@ -30,8 +30,8 @@ LENGTH_KINDS = ("lognormal", "lognormal_pareto", "empirical")
 
 
 MAX_ENV_S = 86_400.0
-"""an environment step's median seconds: a day, past any tool call or sandbox step (1e300 overflowed the
-timestamps)"""
+"""an environment step's longest seconds, its median's limit and every draw's cap: a day, past any tool call or
+sandbox step (1e300, or a far tail draw at the largest spread, overflowed the timestamps)"""
 ALGORITHMS = ("grpo", "ppo")
 """what synth draws (either case): GRPO (no critic) or PPO (a critic update after the policy's)"""
 

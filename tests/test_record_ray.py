@@ -56,7 +56,9 @@ def _record_job(tmp: Path, *record_args: str, job_args: tuple[str, ...] = (),
                                 env={**os.environ, **ENV}, timeout=420, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "did not reach" not in result.stderr and "collector error" not in result.stderr, result.stderr[-3000:]
-    return out, json.loads(truth.read_text()), result.stderr
+    job = json.loads(truth.read_text())
+    assert not Path(job["weights_dir"]).exists()  # the example removes its scratch folder
+    return out, job, result.stderr
 
 
 def _assert_exact(out: Path, truth: dict) -> None:

@@ -52,6 +52,11 @@ def test_requests_are_prompts_times_samples_with_exact_tokens(recorded: tuple[Pa
     assert tokens.max() >= 10 * tokens.median()  # the caps are long-tailed
 
 
+def test_the_job_removes_its_weights_folder(recorded: tuple[Path, dict]) -> None:
+    assert Path(recorded[1]["weights_dir"]).name.startswith("tcp_rl_weights_")
+    assert not Path(recorded[1]["weights_dir"]).exists()
+
+
 def test_every_weight_sync_flow_and_reload_is_recorded(recorded: tuple[Path, dict]) -> None:
     out, job = recorded
     bundle = rltrace.open(out)

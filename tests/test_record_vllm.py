@@ -159,6 +159,7 @@ def test_file_weight_syncs_belong_to_the_trainer_that_wrote_them(mode: str, mode
     assert result.returncode == 0, result.stderr[-3000:]
     assert "collector error" not in result.stderr
     job = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not Path(job["weights_dir"]).exists()  # the example removes its scratch folder
     bundle = rltrace.open(tmp_path / "run")
     syncs = bundle.weight_syncs.collect().sort("start_ns")
     assert syncs.height == job["syncs"] == steps

@@ -71,6 +71,11 @@ def test_all_four_tables_are_filled(recorded: tuple[Path, dict, dict]) -> None:
     assert {"all_reduce", "broadcast"} <= ops  # DDP gradients, weight and batch broadcasts
 
 
+def test_the_job_removes_its_weights_folder(recorded: tuple[Path, dict, dict]) -> None:
+    assert Path(recorded[1]["weights_dir"]).name.startswith("tiny_rl_weights_")
+    assert not Path(recorded[1]["weights_dir"]).exists()
+
+
 def test_every_request_carries_its_engine_timings(recorded: tuple[Path, dict, dict]) -> None:
     req = rltrace.open(recorded[0]).requests.collect()
     assert req["scheduled_ns"].null_count() == 0 and req["first_token_ns"].null_count() == 0

@@ -19,6 +19,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -115,7 +116,8 @@ def main() -> None:
     else:
         conn.send(None)
         proc.join()
-    print(json.dumps({"syncs": syncs, "steps": args.steps}))
+    shutil.rmtree(weights, ignore_errors=True)
+    print(json.dumps({"syncs": syncs, "steps": args.steps, "weights_dir": str(weights)}))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import sys
 import tempfile
@@ -180,9 +181,12 @@ class Generator:
         save_file(received, str(self.weights / "model.safetensors"))
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self.weights)})
 
-    def close(self) -> None:
+    def close(self) -> str:
+        """Stop the engine and remove the weights folder; returns the folder's path."""
         self.llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon
         dist.destroy_process_group()
+        shutil.rmtree(self.weights, ignore_errors=True)
+        return str(self.weights)
 
 
 def samples_list(text: str) -> list[int]:
@@ -227,7 +231,7 @@ def main() -> None:
         ray.get([t.train.remote(batch_ref) for t in trainers])
         sent, _ = ray.get([trainers[0].send_weights.remote(), generator.receive_weights.remote()])
         truth["steps"].append({"requests": len(lengths), "output_tokens": lengths, "sync_bucket_bytes": sent})
-    ray.get(generator.close.remote())
+    truth["weights_dir"] = ray.get(generator.close.remote())
     truth["run_s"] = time.perf_counter() - started
     if args.out:
         args.out.write_text(json.dumps(truth))

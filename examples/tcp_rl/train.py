@@ -80,6 +80,11 @@ def buckets(shapes: dict[str, list[int]]) -> list[list[str]]:
 
 
 def generator(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="tcp_rl_weights_") as folder:  # removed when the job ends
+        generate_and_swap(args, Path(folder))
+
+
+def generate_and_swap(args: argparse.Namespace, weights_dir: Path) -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")  # one core: iteration time independent of trainers
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -90,7 +95,6 @@ def generator(args: argparse.Namespace) -> None:
     with safe_open(str(args.model_dir / "model.safetensors"), "pt") as f:
         shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}  # noqa: SIM118 - a safe_open handle
     plan = buckets(shapes)
-    weights_dir = Path(tempfile.mkdtemp(prefix="tcp_rl_weights_"))
     tokens: list[list[int]] = []
     checksums = [llm.collective_rpc("weights_checksum")[0]]
     for step in range(args.steps):
@@ -114,7 +118,8 @@ def generator(args: argparse.Namespace) -> None:
         checksums.append(llm.collective_rpc("weights_checksum")[0])  # the engine serves the new weights
     llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon: without this, exit waits on it
     summary = {"samples": [args.samples[s % len(args.samples)] for s in range(args.steps)],
-               "output_tokens": tokens, "buckets_per_step": len(plan), "weights_checksum": checksums}
+               "output_tokens": tokens, "buckets_per_step": len(plan), "weights_checksum": checksums,
+               "weights_dir": str(weights_dir)}
     os.write(1, (json.dumps(summary) + "\n").encode())
 
 

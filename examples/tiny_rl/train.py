@@ -54,6 +54,11 @@ def reward(tokens: list[int]) -> float:
 
 
 def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
+    with tempfile.TemporaryDirectory(prefix="tiny_rl_weights_") as folder:  # removed when the job ends
+        return generate_and_reload(args, sync_group, Path(folder))
+
+
+def generate_and_reload(args: argparse.Namespace, sync_group: dist.ProcessGroup, weights_dir: Path) -> dict:
     # vLLM's CPU engine runs its OpenMP threads on one core (the default binds one per core). On a small machine
     # shared with two trainer processes, a thread that loses its core holds up every iteration's parallel
     # region; pinned to one core the engine's iteration time stops depending on what the trainers do.
@@ -63,7 +68,6 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
     from vllm import LLM, SamplingParams
 
     engine_args = {"max_num_seqs": args.max_num_seqs} if args.max_num_seqs else {}
-    weights_dir = Path(tempfile.mkdtemp(prefix="tiny_rl_weights_"))
     by_path = reload_takes_a_path()
     if not by_path:  # an older vLLM rereads its own model folder: serve a copy the job may overwrite
         shutil.copytree(args.model_dir, weights_dir, dirs_exist_ok=True)
@@ -95,7 +99,7 @@ def generator(args: argparse.Namespace, sync_group: dist.ProcessGroup) -> dict:
     llm.llm_engine.engine_core.shutdown()  # its engine process is not a daemon: without this, exit waits on it
     param_bytes = sum(torch.Size(s).numel() * 4 for s in shapes.values())
     return {"steps": args.steps, "param_bytes": param_bytes,
-            "samples_per_step": [args.prompts * s for s in args.samples]}
+            "samples_per_step": [args.prompts * s for s in args.samples], "weights_dir": str(weights_dir)}
 
 
 def reload_takes_a_path() -> bool:

@@ -329,6 +329,23 @@ def test_help_shows_bracketed_toml_words() -> None:
     assert "[[jobs]]" in replay.stdout
 
 
+@pytest.mark.parametrize(("command", "sentence", "example"), [
+    ("sweep", "a failed point is reported and the others go on. Writes OUT/sweep.parquet",
+     "    rltrace sweep rollpacker_qwen7b --grid"),
+    ("replay", "with -o, an HTML report with --dashboard", "    rltrace replay -s all --dashboard report.html"),
+    ("record", "pass through; SIGINT and SIGTERM reach it", "Example: rltrace record -o run"),
+])
+def test_help_prose_wraps_to_the_terminal_and_examples_keep_their_indent(
+        command: str, sentence: str, example: str) -> None:
+    """Typer kept each docstring line break, so an 80-column terminal broke the source's 120-column lines again
+    mid-sentence ("the others" / "go on."); joining them lost an example block's indent."""
+    shown = run_cli(command, "--help", env={"COLUMNS": "200"})
+    lines = [line.strip("│ ").rstrip() for line in ANSI.sub("", shown.stdout).splitlines()]
+    assert any(sentence in line for line in lines), shown.stdout
+    assert any(line.startswith(example) for line in (raw[1:] for raw in ANSI.sub("", shown.stdout).splitlines())), \
+        shown.stdout
+
+
 def test_tables_on_an_80_column_terminal_keep_every_number_whole(tmp_path: Path) -> None:
     args = ["replay", "-s", "disagg-sync,one-step-async,rollpacker", "--steps", "2", "--replicates", "0"]
     # TTY_COMPATIBLE: rich treats the pipe as a terminal of COLUMNS columns (as a user's terminal would be)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from inspect import cleandoc
 
 import typer
 from rich.markup import escape
@@ -59,11 +60,36 @@ app.command("record", context_settings={"allow_interspersed_args": False})(recor
 EXIT_BAD_INPUT = 2
 
 
+def reflow(text: str) -> str:
+    """``text`` with the lines of each prose paragraph joined, so that the terminal wraps them: Typer keeps a
+    docstring's line breaks, which a terminal narrower than the source breaks again mid-sentence. Indented
+    blocks (examples) and list items ("- ") keep their lines, and a closing "Example:" keeps a line of its own
+    (Typer dedents the text after the first paragraph, which would strip an example block's indent were no
+    other line there unindented)."""
+    paragraphs = []
+    for paragraph in cleandoc(text).split("\n\n"):
+        lines = paragraph.split("\n")
+        if any(line.startswith((" ", "\t")) for line in lines):
+            paragraphs.append(paragraph)
+            continue
+        joined: list[str] = []
+        for line in lines:
+            if joined and not line.startswith("- ") and line != "Example:":
+                joined[-1] += " " + line
+            else:
+                joined.append(line)
+        if joined[-1].endswith(" Example:"):
+            joined[-1:] = [joined[-1].removesuffix(" Example:"), "Example:"]
+        paragraphs.append("\n".join(joined))
+    return "\n\n".join(paragraphs)
+
+
 def help_as_written(command: click.Command) -> click.Command:
     """Make every help text render as written: Typer reads help as rich markup, which would eat bracketed
-    words (TOML's [axes], [fixed], [[jobs]]; extras such as rltrace[ray])."""
+    words (TOML's [axes], [fixed], [[jobs]]; extras such as rltrace[ray]); prose paragraphs wrap to the
+    terminal (:func:`reflow`)."""
     if command.help:
-        command.help = escape(command.help)
+        command.help = escape(reflow(command.help))
     if command.short_help:
         command.short_help = escape(command.short_help)
     for param in command.params:

@@ -158,3 +158,14 @@ def test_covered_time_matches_a_count_of_covered_instants(spans, inside) -> None
         hit |= (grid > a) & (grid < b)
     for k, (a, b) in enumerate(zip(s, e)):
         assert got[k] == hit[(grid > a) & (grid < b)].sum()
+
+
+def test_without_replicates_a_note_says_gains_were_not_held_against_their_spread() -> None:
+    """tiny_rl_faults' train bubble (1.40 s a step under fully-async) has a spread reaching zero, so the default
+    run leaves it out; --replicates 0 cannot test that, lists it, and said nothing about why the lists differ."""
+    plain = diagnose(rltrace.open("tiny_rl_faults"), replicates=0)
+    spread = diagnose(rltrace.open("tiny_rl_faults"))
+    extra = plain.findings.join(spread.findings, on=["kind", "phase"], how="anti")
+    assert extra.select("kind", "phase").rows() == [("bubble", "train")]
+    assert any(n.startswith("--replicates 0: each replayed gain is a point estimate") for n in plain.notes)
+    assert not any("--replicates 0" in n for n in spread.notes)

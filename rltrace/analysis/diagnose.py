@@ -145,6 +145,9 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
         # a cost that is a replay's gain must be one: above the floor, and above zero at the spread's low end
         found = [f for f in found if not f.lost_from_gain or f.gain is None
                  or (f.gain[0] >= ctx.floor() and f.gain[1] > 0)]
+        if replicates == 0 and any(f.lost_from_gain and f.gain is not None for f in found):
+            notes.append("--replicates 0: each replayed gain is a point estimate, not held against the replay's "
+                         "spread (with replicates, a gain whose 5% end is at or below zero is left out)")
         if keep_runs:
             runs.append(("as recorded", pricer.result()))
             runs += [(f"fix {i + 1}: {f.kind} {f.phase}", pricer.result(f.whatif)) for i, f in enumerate(ranked(found))

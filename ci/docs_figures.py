@@ -27,6 +27,7 @@ from rltrace.replay.network.validation import multinode_compare, multinode_summa
 from rltrace.analysis import verdict
 from rltrace.analysis.runs import Run
 from rltrace.api import compare
+from rltrace.catalog import load_gpus
 from rltrace.cli import main as rltrace_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,6 +96,11 @@ def same_work_rows() -> list[str]:
     return rows
 
 
+def price_rows() -> list[str]:
+    """docs/costmodels.md's price table: every catalog GPU's $/GPU-hour and where it comes from."""
+    return [f"| {g.name} | {g.usd_per_hour:.2f} | {g.price_source} |" for g in load_gpus().values()]
+
+
 @dataclass(frozen=True)
 class Figure:
     """One generated block of a docs page."""
@@ -132,12 +138,15 @@ class Figure:
 
 
 DECODE = "rltrace estimate decode --model Qwen3-30B-A3B --gpu H100 --batch 64 --context 512"
+TRAIN = "rltrace estimate train --model Qwen3-30B-A3B --gpu H100 --precision fp8 --gpus 16 --ep 8"
 BENCH = ("rltrace fabric bench --topology rail:nodes=2,nics_per_node=8,nic_gbps=200,gpu=H100 --op all_reduce "
          "--dtype float --size 256M")
 FIGURES = {f.name: f for f in (
     Figure("estimate-validate", "docs/costmodels-validation.md", "$ rltrace estimate validate",
            lambda: cli_output("rltrace estimate validate")),
     Figure("decode-example", "docs/costmodels.md", f"$ {DECODE}", lambda: cli_output(DECODE)),
+    Figure("train-example", "docs/costmodels.md", f"$ {TRAIN}", lambda: cli_output(TRAIN)),
+    Figure("price-table", "docs/costmodels.md", "| GPU | $/GPU-hour | source |", price_rows),
     Figure("multinode-table", "docs/fabrics-multinode.md", "| op | GPU | nodes | size band | points | clusters | "
            "median \\|error\\| | max \\|error\\| |", multinode_rows),
     Figure("bench-example", "docs/fabrics.md", f"$ {BENCH}", lambda: cli_output(BENCH, columns=250)),

@@ -16,11 +16,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 from browser import open_page
-from helpers import run_cli, small_config
+from helpers import REPO, run_cli, small_config
 from rltrace.replay.advise import Space, load_space, point_of
 from rltrace.replay.advise_verdict import bottleneck
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
-from rltrace.replay.sweep.point import ROW_VERSION
+from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION
 
 import rltrace
 from rltrace.cli.sweep_cmd import print_best
@@ -325,6 +325,14 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
     swept = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "1")
     assert swept.returncode == 0, swept.stderr
     assert "run samples/s" in swept.stdout
+    # the columns in the order docs/sweeps.md lists them (the stored points' keys are sorted)
+    columns = pl.read_parquet(tmp_path / "sweep" / "sweep.parquet").columns
+    row = next(line for line in (REPO / "docs" / "sweeps.md").read_text().splitlines()
+               if line.startswith("| `OUT/sweep.parquet`"))
+    documented = re.findall(r"\w+", " ".join(re.findall(r"`([^`]+)`", row)))
+    assert columns[0] == "point_id"
+    metrics = [c for c in columns if c in ROW_COLUMNS]
+    assert metrics == list(ROW_COLUMNS) == [w for w in documented if w in ROW_COLUMNS]
     rows = _frame(tmp_path / "sweep").rows_by_key("scheduler", named=True, unique=True)
     shown = json.loads(run_cli("replay", "rollpacker_qwen7b", "-s", ",".join(schedulers), "--steps", "2",
                                "--replicates", "0", "--json").stdout)

@@ -44,6 +44,10 @@ METRICS = {
     "fabric_capex_usd": ("network", "fabric", "capex_usd"),
 }
 """metrics.json values every row carries (null where a run has none, e.g. no network model)"""
+ROW_COLUMNS = (*list(METRICS)[:5], "work_changed", *list(METRICS)[5:10], "usd_per_hour", *list(METRICS)[10:], "steps",
+               "samples", "trained_tokens", "gen_pool_gpus", "train_pool_gpus", "gpus", "fabric", "metrics_json",
+               "replay_wall_s", "row_version")
+"""a row's columns, in the order sweep.parquet gives them after the point's id and parameters (docs/sweeps.md)"""
 ROW_VERSION = 3
 """what a row's figures mean: 3, pool GPUs as the run used them and the GPUs it held (2: the split asked for; 2 and
 3, samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of another version is run
@@ -111,4 +115,4 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
     row["usd_per_hour"] = result.metrics["cost_usd"] / makespan * 3600 if makespan else None  # as billed
     row["metrics_json"] = json.dumps(result.metrics, sort_keys=True)
     row["replay_wall_s"] = time.perf_counter() - started
-    return row
+    return {column: row[column] for column in ROW_COLUMNS}

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 from rltrace.replay.sweep.grid import FILE_KEYS, Point, point_id
-from rltrace.replay.sweep.point import ROW_VERSION, prepared, run_point
+from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION, prepared, run_point
 
 from rltrace.errors import ConfigError, RltraceError
 
@@ -69,7 +69,10 @@ class Store:
             if self.done(pid):
                 saved = json.loads(self.path(pid).read_text())
                 rows.append({"point_id": pid, **point, **saved["row"]})
-        return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+        if not rows:
+            return pl.DataFrame()
+        frame = pl.DataFrame(rows, infer_schema_length=None)  # a stored row's keys are sorted: ROW_COLUMNS' order
+        return frame.select(*[c for c in frame.columns if c not in ROW_COLUMNS], *ROW_COLUMNS)
 
 
 @dataclass(slots=True)

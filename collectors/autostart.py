@@ -35,6 +35,10 @@ def _flush_on_sigterm() -> None:
         return
 
     def handler(signum: int, frame: Any) -> None:
+        if signal.getsignal(signal.SIGTERM) is not handler:
+            # called by a handler the job installed later, as the "previous" one it chains to: the default it
+            # replaced is not callable, so the job's handler would have called nothing, and its shutdown goes on
+            return
         recorder.stop()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)

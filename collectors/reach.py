@@ -59,7 +59,7 @@ class ReachWatcher:
     def poll(self) -> None:
         """One pass: note every unrecorded descendant that has torch or vLLM mapped."""
         recorded = self.recorded()
-        alive = _descendants(self.root_pid)
+        alive = [self.root_pid, *_descendants(self.root_pid)]  # the command itself too: `python -I train.py`
         for gone in self._once.keys() - set(alive):  # a pid seen once that exited is no one's any more
             del self._once[gone]
         for pid in alive:

@@ -18,5 +18,7 @@ _next = _machinery.PathFinder.find_spec(
 )
 if _next is not None and _next.origin and _next.loader is not None:
     _code = _next.loader.get_code("sitecustomize")  # type: ignore[attr-defined]  # PathFinder's file loaders have it
-    if _code is not None:
-        exec(_code, globals())  # noqa: S102 - runs the environment's own sitecustomize, which this file shadows
+    if _code is not None:  # run the environment's own sitecustomize, which this file shadows, as itself
+        globals().update(__file__=_next.origin, __spec__=_next, __loader__=_next.loader,
+                         __cached__=getattr(_next, "cached", None))
+        exec(_code, globals())  # noqa: S102

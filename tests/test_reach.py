@@ -31,3 +31,19 @@ def test_a_torch_process_without_a_shard_is_named_once_seen_twice(tmp_path: Path
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_recorded_command_itself_is_watched(tmp_path: Path) -> None:
+    """`rltrace record -- python -I train.py`: -I drops PYTHONPATH, so the command's own process is the one not
+    reached; the watcher looked at its descendants only, and the recording exited 0 with an empty bundle."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time, torch; print('up', flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "up"
+        watcher = ReachWatcher(child.pid, tmp_path / "shards")
+        watcher.poll()
+        watcher.poll()
+        assert [m.pid for m in watcher.missed()] == [child.pid]
+    finally:
+        child.kill()
+        child.wait()

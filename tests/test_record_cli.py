@@ -170,3 +170,54 @@ def test_the_merge_scopes_request_ids_and_request_groups_to_their_engine(rows, g
     merged = engine_scoped_ids(requests)
     assert merged["group_id"].to_list() == groups
     assert merged["request_id"].to_list() == [f"{e}:{r}" for e, r, _ in rows]
+
+
+CHAINS = """import os, signal, sys, time
+previous = signal.getsignal(signal.SIGTERM)
+stop = False
+def handler(signum, frame):  # as Lightning's signal connector does: note it, then chain to what was there
+    global stop
+    print("saving a checkpoint", flush=True)
+    stop = True
+    if callable(previous):
+        previous(signum, frame)
+signal.signal(signal.SIGTERM, handler)
+os.kill(os.getpid(), signal.SIGTERM)
+while not stop:
+    time.sleep(0.01)
+print("saved, exiting", flush=True)
+sys.exit(0)
+"""
+
+
+def test_a_job_handler_that_chains_to_the_previous_one_shuts_down_as_unrecorded(tmp_path: Path) -> None:
+    """The recorder's own SIGTERM handler (a flush before the default death) was what such a job chained to,
+    and it killed the job mid-shutdown: exit 143 and no second line."""
+    job = tmp_path / "chains.py"
+    job.write_text(CHAINS)
+    plain = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=60, check=False)
+    recorded = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job), timeout=120)
+    assert plain.returncode == recorded.returncode == 0, recorded.stderr
+    assert plain.stdout == recorded.stdout == "saving a checkpoint\nsaved, exiting\n"
+
+
+def test_the_jobs_own_sitecustomize_runs_as_itself(tmp_path: Path) -> None:
+    """record's sitecustomize runs the one it shadows; that one read rltrace's __file__, not its own."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['SITE_FILE'] = __file__\n")
+    job = [sys.executable, "-c", "import os; print(os.environ.get('SITE_FILE'))"]
+    env = {"PYTHONPATH": str(site)}
+    plain = subprocess.run(job, capture_output=True, text=True, timeout=60, check=False, env={**os.environ, **env})
+    recorded = run_cli("record", "-o", str(tmp_path / "run"), "--", *job, env=env, timeout=120)
+    assert recorded.returncode == 0, recorded.stderr
+    assert plain.stdout == recorded.stdout == f"{site / 'sitecustomize.py'}\n"
+
+
+def test_an_unrecorded_command_itself_is_named_and_exits_3(tmp_path: Path) -> None:
+    """`python -I` ignores PYTHONPATH, so recording never reaches the command's own process; the watcher looked
+    at its descendants only and the recording exited 0 with an empty bundle and no word."""
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, "-I", "-c",
+                     "import time, torch; time.sleep(2)", timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert "did not reach 1 process" in result.stderr and "-I -c import time, torch" in result.stderr

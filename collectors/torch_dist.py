@@ -168,6 +168,7 @@ class Interceptor:
         self.pending: dict[int, tuple[weakref.ref[Any], list[Any]]] = {}
         self.cuda_pending: list[tuple[list[Any], Any]] = []
         self.rank: int | None = None
+        self.rank_world: Any = None  # the default group self.rank was read in: a re-initialised world reads again
 
     def kernel(self, op: Any, spec: _Spec | None) -> Any:
         """The Python kernel for one op overload."""
@@ -236,8 +237,10 @@ class Interceptor:
                 peer = ranks[group_rank] if 0 <= group_rank < len(ranks) else group_rank
         seq = self.seq.get(group.name, 0)
         self.seq[group.name] = seq + 1
-        if self.rank is None:
+        world = dist.group.WORLD
+        if self.rank is None or world is not self.rank_world:  # destroy_process_group, then a new rank
             self.rank = dist.get_rank() if dist.is_initialized() else 0
+            self.rank_world = world
         counted = ins or outs
         count = counted[0].numel() if len(counted) == 1 else sum(t.numel() for t in counted)
         row = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -93,3 +94,21 @@ def test_a_declared_sync_group_turns_its_sends_into_flows(recorded: Path) -> Non
     from_rank0 = flows.filter(pl.col("src") == "rank0")
     assert from_rank0.select("dst", "bytes", "tensors", "method").rows() == [("rank1", 512 + 64 + 32, 3, "gloo")]
     assert flows.filter(pl.col("src") == "rank1").select("dst", "bytes", "tensors").rows() == [("rank0", 32, 1)]
+
+
+def test_ranks_follow_a_world_that_is_destroyed_and_formed_again(tmp_path: Path) -> None:
+    """Each process read its rank once, so after destroy_process_group and a new world with the ranks swapped
+    every row kept the old rank: the new rank 0's send was recorded as rank 1 sending to itself."""
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(str(s.getsockname()[1]))
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--",
+                     sys.executable, str(REPO / "tests" / "jobs" / "reinit_job.py"), *ports, timeout=180)
+    assert result.returncode == 0, result.stderr
+    coll = rltrace.open(tmp_path / "run").collectives.collect()
+    p2p = coll.filter(pl.col("op").is_in(["send", "recv"])).sort("op")
+    assert p2p.select("op", "rank", "peer").rows() == [("recv", 1, 0), ("send", 0, 1)]
+    reduced = coll.filter(pl.col("op") == "all_reduce").group_by("count").agg(pl.col("rank").sort()).sort("count")
+    assert reduced.rows() == [(10, [0, 1]), (1000, [0, 1])]  # each world's all-reduce, once per rank

@@ -119,6 +119,11 @@ class Recorder:
                 print(f"rltrace: warning: the recording of pid {self.pid} lost {lost:,} events: {why}"
                       f"{f' ({last})' if last else ''}", file=sys.stderr)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` has begun (a flush hook runs once more for the final flush)."""
+        return self._stop.is_set()
+
     def cannot(self, what: str, why: str) -> None:
         """Say once (stderr, and the manifest's ``not_recorded``) what a collector cannot record here and why:
         a library release that lacks a hook or a field. The rest records as usual."""
@@ -128,9 +133,9 @@ class Recorder:
         with suppress(Exception):  # stderr itself may be gone
             print(f"rltrace: warning: {what} not recorded: {why}", file=sys.stderr)
 
-    def skip(self, why: str) -> None:
-        """Count one event a collector leaves out by design (e.g. a collective of a one-rank group)."""
-        self.skipped[why] = self.skipped.get(why, 0) + 1
+    def skip(self, why: str, n: int = 1) -> None:
+        """Count ``n`` events a collector leaves out by design (e.g. a collective of a one-rank group)."""
+        self.skipped[why] = self.skipped.get(why, 0) + n
 
     # ------------------------------------------------------------------ recording
     def add(self, table: str, row: tuple[Any, ...]) -> None:

@@ -249,7 +249,8 @@ class Interceptor:
         ]
         if spec.functional:
             if len(self.pending) > MAX_AWAITING:
-                self.pending.clear()  # never-waited outputs: their completion time is unknown
+                rec.skip(UNWAITED, len(self.pending))  # never-waited outputs: their completion time is unknown
+                self.pending.clear()
             for t in outs:
                 self.pending[id(t)] = (weakref.ref(t), row)
             return
@@ -291,9 +292,13 @@ def _completed(row: list[Any], _future: Any) -> None:
 
 
 # Works without a future, by id: pybind11 hands the job the same Python Work object the mode unboxed, so
-# the wrapped Work.wait below finds the row when the job waits (the moment the op is known complete).
+# the wrapped Work.wait below finds the row when the job waits (the moment the op is known complete). Held
+# strongly until the next flush (the job has its Work by then), weakly after: a Work the job drops unwaited
+# dies as it would unrecorded (Gloo cancels its send), and its row is counted as left out, not kept.
 _awaiting: dict[int, tuple[list[Any], Any]] = {}
+_awaiting_lock = threading.RLock()  # a Work dropped under it runs _unwaited in this thread
 MAX_AWAITING = 100_000
+UNWAITED = "asynchronous operations never waited on (completion unknown)"
 
 
 def _wrap_wait(wait: Any) -> Any:
@@ -301,7 +306,8 @@ def _wrap_wait(wait: Any) -> Any:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = wait(self, *args, **kwargs)
         if _awaiting:
-            entry = _awaiting.pop(id(self), None)
+            with _awaiting_lock:
+                entry = _awaiting.pop(id(self), None)
             if entry is not None:
                 entry[0][12] = time.time_ns()
                 recorder.record("collectives", tuple(entry[0]))
@@ -311,11 +317,32 @@ def _wrap_wait(wait: Any) -> Any:
     return wrapper
 
 
+def _unwaited(key: int, ref: Any) -> None:
+    """A Work the job dropped without waiting on it: count its row as left out."""
+    with _awaiting_lock:
+        entry = _awaiting.get(key)
+        if entry is None or entry[1] is not ref:
+            return
+        del _awaiting[key]
+    rec = recorder.current()
+    if rec is not None:
+        rec.skip(UNWAITED)
+
+
 def _prune_awaiting() -> None:
-    """Forget Works the job never waited on, beyond a bound (their completion time is unknown)."""
-    if len(_awaiting) > MAX_AWAITING:
-        for key in list(_awaiting)[: len(_awaiting) - MAX_AWAITING]:
-            _awaiting.pop(key, None)
+    """At each flush: hold the Works issued since the last one weakly; beyond a bound, and at the final flush,
+    count those the job never waited on (their completion time is unknown) and forget them."""
+    rec = recorder.current()
+    with _awaiting_lock:
+        for key, (row, held) in list(_awaiting.items()):
+            if not isinstance(held, weakref.ref):
+                _awaiting[key] = (row, weakref.ref(held, functools.partial(_unwaited, key)))
+        over = len(_awaiting) - (0 if rec is None or rec.stopping else MAX_AWAITING)
+        forgotten = list(_awaiting)[:max(over, 0)]
+        for key in forgotten:
+            del _awaiting[key]
+    if rec is not None and forgotten:
+        rec.skip(UNWAITED, len(forgotten))
 
 
 # ---------------------------------------------------------------------- async flag of the eager API

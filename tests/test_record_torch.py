@@ -112,3 +112,18 @@ def test_ranks_follow_a_world_that_is_destroyed_and_formed_again(tmp_path: Path)
     assert p2p.select("op", "rank", "peer").rows() == [("recv", 1, 0), ("send", 0, 1)]
     reduced = coll.filter(pl.col("op") == "all_reduce").group_by("count").agg(pl.col("rank").sort()).sort("count")
     assert reduced.rows() == [(10, [0, 1]), (1000, [0, 1])]  # each world's all-reduce, once per rank
+
+
+def test_operations_never_waited_on_are_counted_not_lost(tmp_path: Path) -> None:
+    """A Gloo isend whose Work the job never waits on has no completion time: its row was silently missing (and
+    the Work, held by the recorder, kept its tensor alive). Each is counted in the manifest's left_out."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--",
+                     sys.executable, str(REPO / "tests" / "jobs" / "unwaited_job.py"), port, timeout=180)
+    assert result.returncode == 0, result.stderr
+    bundle = rltrace.open(tmp_path / "run")
+    ops = bundle.collectives.collect().group_by("op", "rank").len().sort("op", "rank").rows()
+    assert ops == [("all_reduce", 0, 1), ("all_reduce", 1, 1), ("recv", 1, 3), ("send", 0, 1)]
+    assert bundle.manifest.extra["left_out"]["asynchronous operations never waited on (completion unknown)"] == 2

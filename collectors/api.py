@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from rltrace.collectors import recorder
 
-from rltrace.schema import SYNC_METHODS
+from rltrace.table_names import SYNC_METHODS
 
 SELF = "self"  # placeholder actor: the merge names the process (e.g. trainer/rank1, rollout/engine0)
 

@@ -33,10 +33,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from rltrace.schema import TABLES
+from rltrace.table_names import TABLE_NAMES
 
 FLUSH_INTERVAL_S = float(os.environ.get("RLTRACE_FLUSH_S", "1.0"))
 MAX_BUFFER_BYTES = 64 * 2**20
@@ -71,7 +68,7 @@ class Recorder:
         self.shard = self.root / f"{socket.gethostname()}-{self.pid}-{uuid.uuid4().hex[:6]}"
         # Rows are tuples in the bundle's column order; actor-like fields may hold process-local keys
         # ("self", "engine:<n>") that the merge resolves.
-        self._buffers: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLES}
+        self._buffers: dict[str, list[tuple[Any, ...]]] = {name: [] for name in TABLE_NAMES}
         self._seq = 0
         self.dropped = 0
         self.lost: dict[str, int] = {}  # table -> rows a failed flush could not write
@@ -187,7 +184,7 @@ class Recorder:
             with self.guard("flush hook"):
                 hook()
         with self._lock:
-            for table in TABLES:
+            for table in TABLE_NAMES:
                 retry = self._retry.pop(table, [])
                 rows, self._buffers[table] = self._buffers[table], []
                 if retry:
@@ -257,6 +254,14 @@ class Recorder:
 
     @staticmethod
     def _write(path: Path, table: str, rows: list[tuple[Any, ...]]) -> None:
+        # pyarrow (and numpy, which it imports) loads at the first write, not when recording starts: a process
+        # that records nothing never loads it, and one that records has imported torch and numpy first, as the
+        # job would have (thread settings the job makes before its own numpy import keep their effect)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from rltrace.schema import TABLES
+
         schema = TABLES[table].arrow_schema()
         arrays = [pa.array([r[i] for r in rows], type=field.type) for i, field in enumerate(schema)]
         tmp = path.with_name(f".{path.name}.tmp")

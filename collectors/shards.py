@@ -33,7 +33,8 @@ from rltrace.bundle import TableWriter, check_target, polars_schema, to_arrow, w
 from rltrace.errors import BundleError
 from rltrace.labels import fill_policy_versions
 from rltrace.manifest import Manifest, ModelInfo, Pool
-from rltrace.schema import SYNC_METHODS, TABLES
+from rltrace.schema import TABLES
+from rltrace.table_names import SYNC_METHODS
 from rltrace.validate import check_frame
 
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from rltrace.version import __version__
-
 _EXPORTS = {
+    "__version__": ("rltrace.version", "__version__"),  # reads the package metadata: 19 ms a recorded process
     "open_bundle": ("rltrace.bundle", "open_bundle"),
     "write_bundle": ("rltrace.bundle", "write_bundle"),
     "Bundle": ("rltrace.bundle", "Bundle"),
@@ -63,6 +62,7 @@ if TYPE_CHECKING:
     from rltrace.errors import BundleError, ConfigError, RltraceError, ValidationError
     from rltrace.manifest import Manifest, ModelInfo, Pool, RLConfig
     from rltrace.schema import FORMAT_VERSION, TABLES
+    from rltrace.version import __version__
 
 
 def open(path: str | os.PathLike[str], *, validate: bool = True) -> Bundle:

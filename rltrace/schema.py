@@ -1,6 +1,7 @@
 """Trace bundle format v1: every table's schema, defined once.
 
-This module depends on pyarrow only (recording processes import it at start-up). Each column is declared
+This module depends on pyarrow only (recording processes import it at their first shard write; the names they
+need before that are in :mod:`rltrace.table_names`). Each column is declared
 here with its Arrow type, unit (in its name: ``*_ns`` are int64 nanoseconds since
 the Unix epoch, ``bytes*`` are bytes, ``*_tokens`` are token counts), nullability, the format minor version
 that introduced it and its value rules. Everything else derives from these declarations: the Arrow schema the
@@ -30,6 +31,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from rltrace.table_names import SYNC_METHODS, TABLE_NAMES
+
 FORMAT_MAJOR = 1
 FORMAT_MINOR = 4
 FORMAT_VERSION = f"{FORMAT_MAJOR}.{FORMAT_MINOR}"
@@ -48,7 +51,6 @@ COLLECTIVE_OPS = (
     "recv",
     "barrier",
 )
-SYNC_METHODS = ("nccl", "gloo", "ipc", "rpc", "http", "disk", "rdma", "shm", "other")
 # Phases are an open vocabulary (a job may name its own); these are the ones rltrace knows how to replay.
 KNOWN_PHASES = (
     "generate",
@@ -269,6 +271,8 @@ ITERATIONS = TableSchema(
 )
 
 TABLES: dict[str, TableSchema] = {t.name: t for t in (REQUESTS, COLLECTIVES, WEIGHT_SYNCS, SPANS, ITERATIONS)}
+if tuple(TABLES) != TABLE_NAMES:
+    raise ImportError(f"rltrace.table_names lists {TABLE_NAMES}, the schema defines {tuple(TABLES)}")
 
 
 def parse_version(text: str) -> tuple[int, int]:

@@ -221,3 +221,12 @@ def test_an_unrecorded_command_itself_is_named_and_exits_3(tmp_path: Path) -> No
                      "import time, torch; time.sleep(2)", timeout=120)
     assert result.returncode == 3, result.stderr
     assert "did not reach 1 process" in result.stderr and "-I -c import time, torch" in result.stderr
+
+
+def test_a_recorded_process_loads_nothing_heavy_until_it_records(tmp_path: Path) -> None:
+    """The recorder imported pyarrow, and with it numpy and OpenBLAS, when each process started: 166 ms a process,
+    and a job that set OPENBLAS_NUM_THREADS before its own numpy import got every core's threads instead."""
+    probe = "import sys; print(sorted(m for m in ('numpy', 'pyarrow', 'polars', 'torch') if m in sys.modules))"
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", probe, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[]\n"

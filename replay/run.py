@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -41,6 +40,7 @@ from rltrace.replay.simulator import Simulator
 from rltrace.replay.work import same_work
 from rltrace.replay.workload import Workload
 
+from rltrace import jsontext
 from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.catalog import GPUSpec, ModelSpec, from_info, get_gpu, get_model
 from rltrace.catalog.models import catalog_entry, differences
@@ -192,8 +192,8 @@ class RunResult:
         links.parquet with a network model) into ``folder``."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.json").write_text(json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
-        (out / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
+        (out / "metrics.json").write_text(jsontext.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
+        (out / "config.json").write_text(jsontext.dumps(self.config, indent=2, sort_keys=True) + "\n")
         self.timeline.write_parquet(out / "timeline.parquet")
         self.requests.write_parquet(out / "requests.parquet")
         # the optional tables an earlier run of this folder may have left (a network model's links, an execution):

@@ -361,6 +361,8 @@ def test_a_bad_nccl_table_is_one_line_and_exit_2(tmp_path: Path, name: str, cont
 @pytest.mark.parametrize(("args", "message"), [
     (["fabric", "validate", "--tables", "."], "no NCCL tables"),
     (["fabric", "validate", "--tables", "no-such-folder"], "no such folder"),
+    (["fabric", "validate", "--runs", "my_cluster.csv"], "my_cluster.csv: no such file"),  # not "no table"
+    (["fabric", "validate", "--runs", "allreduce.log"], "allreduce.log: no such file"),  # before --cluster's turn
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--ranks", "1"], "--ranks must be in 2..8"),
     (["fabric", "bench", "--topology", "fat-tree:k=8,routing=adaptive", "--size", "1M"],
      "fat-tree: routing must be one of ecmp, dmodk, got 'adaptive'"),

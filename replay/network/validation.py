@@ -186,7 +186,7 @@ def multinode_measured(path: str | Path = MULTINODE_CSV, frame: pl.DataFrame | N
     their checks (see the CSV's columns; ``algorithm``, ``settings``, ``nvswitch`` and ``network`` are optional:
     auto, none, true, ib); what is wrong with them, as a ConfigError."""
     if frame is None and not Path(path).exists():
-        raise ConfigError(f"{path}: no multi-node validation table")
+        raise ConfigError(f"{path}: no such file")
     positive = (*_COUNTS, "nic_gbps", "time_us")
     rows = (read_table(Path(path), MULTINODE_COLUMNS, positive) if frame is None
             else checked(frame, path, MULTINODE_COLUMNS, positive))

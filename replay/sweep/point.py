@@ -4,7 +4,6 @@ picklable arguments, so a process pool and Ray run exactly the same code."""
 from __future__ import annotations
 
 import functools
-import json
 import time
 from typing import Any
 
@@ -17,6 +16,7 @@ from rltrace.replay.sources import prepare_source
 from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, file_digest, settings
 from rltrace.sample_traces import list_samples, sample_path
 
+from rltrace import jsontext
 from rltrace.bundle import open_bundle
 
 METRICS = {
@@ -113,6 +113,6 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
     row["fabric"] = point.get("topology") or ready.sync_fabric  # a topology spec as the point wrote it
     makespan = result.metrics["makespan_s"]
     row["usd_per_hour"] = result.metrics["cost_usd"] / makespan * 3600 if makespan else None  # as billed
-    row["metrics_json"] = json.dumps(result.metrics, sort_keys=True)
+    row["metrics_json"] = jsontext.dumps(result.metrics, sort_keys=True)
     row["replay_wall_s"] = time.perf_counter() - started
     return {column: row[column] for column in ROW_COLUMNS}

@@ -3,7 +3,6 @@ machine's own kernels with ``--device``)."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Annotated
@@ -11,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rltrace import calibration
+from rltrace import calibration, jsontext
 from rltrace.catalog import get_model
 from rltrace.cli.progress import stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
@@ -95,7 +94,7 @@ def calibrate(
     else:
         profile.write_parquet(output)
     if as_json:
-        print(json.dumps(profile.to_dicts(), indent=2))
+        print(jsontext.dumps(profile.to_dicts(), indent=2))
         return
     table = Table(title=f"Efficiency profile ({name}) -> {output}", title_justify="left")
     for col in ("source", "tp", "regime", "efficiency", "kernels", "median error"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +11,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from rltrace import jsontext
 from rltrace.analysis.diagnose import DEFAULT_REPLICATES, Diagnosis, diagnose
 from rltrace.analysis.runs import Run
 from rltrace.bundle import open_bundle
@@ -65,7 +65,7 @@ def diagnose_cmd(
             write_text(dashboard, build_report(runs, source, runs[0].name if runs else None,
                                                diagnosis=result, title=f"rltrace diagnose: {bundle}"))
     if as_json:
-        print(json.dumps({"bundle": str(source.path), "run_id": source.manifest.run_id, **result.to_json()},
+        print(jsontext.dumps({"bundle": str(source.path), "run_id": source.manifest.run_id, **result.to_json()},
                          indent=2))
         return
     render(str(bundle), result, stdout_console())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from enum import Enum
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from rltrace import jsontext
 from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import get_gpu, get_model, load_gpus
 from rltrace.cli.estimate_validate import show_rl_validation, show_validation
@@ -147,7 +147,7 @@ def estimate(
     if as_json:
         extra: dict[str, object] = {"fits": fits, "memory_needed_gb": state_gb if kind is Kind.train
                                     else cost.memory_needed_gb(kv_tokens)}
-        print(json.dumps({**result.to_json(), **extra, "track_record": record.to_json() if record else None}))
+        print(jsontext.dumps({**result.to_json(), **extra, "track_record": record.to_json() if record else None}))
         return
     if kind is Kind.train:
         print(f"{cost.model.name} on {cost.gpu.name}: {what}")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
 
+from rltrace import jsontext
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.errors import ConfigError
 from rltrace.replay.costmodels import aiconfigurator
@@ -58,7 +58,7 @@ def show_validation(data: list[Path] | None, by: list[str], as_json: bool, point
         except OSError as e:
             raise ConfigError(f"cannot write {points_out}: {e.strerror or e}") from None
     if as_json:
-        print(json.dumps({"overall": overall.to_dicts(), "by": by, "slices": sliced.to_dicts(),
+        print(jsontext.dumps({"overall": overall.to_dicts(), "by": by, "slices": sliced.to_dicts(),
                           "skipped": skipped.select("source", "backend", "model", "gpu", "skipped").to_dicts()}))
         return
     print("Cost model vs public measurements (error = (predicted - measured) / measured; median_error > 0: "
@@ -99,7 +99,7 @@ def show_rl_validation(data: Path | None, as_json: bool, points_out: Path | None
     if points_out is not None:
         _write_points(results, points_out)
     if as_json:
-        print(json.dumps({"sets": sets.to_dicts(), "pairs": pair.to_dicts(), "runs": results.to_dicts()}))
+        print(jsontext.dumps({"sets": sets.to_dicts(), "pairs": pair.to_dicts(), "runs": results.to_dicts()}))
         return
     print("Described jobs vs published RL runs (error = (predicted - measured) / measured step time; a run is "
           "scored only where its source states every input, the mean response above all)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rltrace import jsontext
 from rltrace.cli.progress import stage, stderr
 from rltrace.config import override, parse_set
 from rltrace.errors import ConfigError
@@ -85,7 +85,7 @@ def bench(
     out = {**result.to_json(), "op": op, "ranks": n, "size_bytes": nbytes, "topology": topology,
            "fabric_capex_usd": cost["capex_usd"], "track_record": record.to_json()}
     if as_json:
-        print(json.dumps(out, indent=2))
+        print(jsontext.dumps(out, indent=2))
         return
     console = Console(highlight=False)
     console.print(f"{op} of {out['size_bytes']:,} B over {n} GPUs on {topology}: {result.seconds * 1e3:.3f} ms, "
@@ -129,6 +129,9 @@ def validate(
     if as_json and tables is not None and runs:
         raise ConfigError("--json prints one set's points: give --tables or --runs, not both")
     files = runs or [MULTINODE_CSV]
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise ConfigError(f"{missing[0]}: no such file")
     logs = [f for f in files if f.suffix.lower() not in (".csv", ".parquet")]
     if logs and cluster is None:
         raise ConfigError(f"{logs[0]}: an nccl-tests log does not print its NICs; give --cluster "
@@ -145,7 +148,7 @@ def validate(
         with stage(stderr(), "pricing every measured point"):
             chosen = (compare(tables, gpu) if tables is not None else across_nodes() if multinode
                       else one_node_compare())
-        print(json.dumps(chosen.to_dicts(), indent=2))
+        print(jsontext.dumps(chosen.to_dicts(), indent=2))
         return
     with stage(stderr(), "pricing every measured point"):
         compared = compare(tables, gpu) if tables is not None else None

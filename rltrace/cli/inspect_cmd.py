@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from rltrace import jsontext
 from rltrace.bundle import open_bundle
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import clean
@@ -42,7 +42,7 @@ def inspect(
     """
     summary = summarize(open_bundle(resolve_bundle(bundle)))
     if as_json:
-        print(json.dumps(summary.to_json(), indent=2))
+        print(jsontext.dumps(summary.to_json(), indent=2))
     else:
         render(summary, stdout_console())
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from rltrace import jsontext
 from rltrace.analysis.verdict import pools_label, three_digits
 from rltrace.analysis.work import origin
 from rltrace.api import Comparison, finish, named, one_kind, prepare, replay_all, schedulers_of, spread
@@ -210,7 +210,7 @@ def replay(
         with stage(err, f"writing the report {dashboard}"):
             write_text(dashboard, build_report(comparison.runs(), source, baseline))
     if as_json:
-        print(json.dumps({name: r.metrics for name, r in results.items()}, indent=2))
+        print(jsontext.dumps({name: r.metrics for name, r in results.items()}, indent=2))
         return
     _print_table(results, prepared.notes, output, dashboard)
     for name, ex in executions.items():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +9,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
+from rltrace import jsontext
 from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
@@ -63,7 +63,7 @@ def replay_comms(
         for row in done.iter_rows(named=True):
             skipped = row["measured_s"] != row["measured_s"]  # NaN: not run (its skip says why)
             measured_s = None if skipped else row["measured_s"]
-            print(json.dumps({**row, "ranks": list(row["ranks"]), "measured_s": measured_s}))
+            print(jsontext.dumps({**row, "ranks": list(row["ranks"]), "measured_s": measured_s}))
         for note in notes:
             typer.echo(f"note: {note}", err=True)
         return

@@ -96,6 +96,29 @@ def same_work_rows() -> list[str]:
     return rows
 
 
+MOE_FABRICS = (None, "rail:nodes=4,gpu=H800", "fat-tree:k=8,gpu=H800", "fat-tree:k=8,gpu=H800,oversub=4")
+
+
+def moe_fabric_rows() -> list[str]:
+    """docs/fabrics.md's MoE table: the default sample as Qwen3-30B-A3B on 16 + 16 H800 (disagg-sync, 2 steps)
+    on each fabric, at trainer EP 1 and EP 16."""
+    rows = []
+    for topology in MOE_FABRICS:
+        steps = {}
+        for ep in (1, 16):
+            result = compare(None, "disagg-sync", settings=[f"cost.train_ep={ep}"], topology=topology,
+                             model="Qwen3-30B-A3B", gen_gpus=16, train_gpus=16, gpu="H800", steps=2)
+            steps[ep] = result.results["disagg-sync"].metrics
+        if topology is None:
+            rows.append(f"| none (built-in leaf-spine of NVSwitch nodes) | {steps[1]['step_time_s']['mean']:.1f} | "
+                        f"{steps[16]['step_time_s']['mean']:.1f} | (in the step) | (one copy over `cost.sync_gbps`) |")
+            continue
+        network, ep1, ep16 = steps[16]["network"], steps[1]["step_time_s"]["mean"], steps[16]["step_time_s"]["mean"]
+        rows.append(f"| `{topology}` | {ep1:.1f} | {ep16:.1f} | {network['expert_alltoall_s']:.2f} | "
+                    f"{network['weight_sync_s']:.3f} |")
+    return rows
+
+
 def price_rows() -> list[str]:
     """docs/costmodels.md's price table: every catalog GPU's $/GPU-hour and where it comes from."""
     return [f"| {g.name} | {g.usd_per_hour:.2f} | {g.price_source} |" for g in load_gpus().values()]
@@ -147,6 +170,8 @@ FIGURES = {f.name: f for f in (
     Figure("decode-example", "docs/costmodels.md", f"$ {DECODE}", lambda: cli_output(DECODE)),
     Figure("train-example", "docs/costmodels.md", f"$ {TRAIN}", lambda: cli_output(TRAIN)),
     Figure("price-table", "docs/costmodels.md", "| GPU | $/GPU-hour | source |", price_rows),
+    Figure("moe-fabric-table", "docs/fabrics.md", "| fabric | mean step, EP 1 (s) | mean step, EP 16 (s) | "
+           "expert all-to-alls a step (s) | weight sync (s) |", moe_fabric_rows),
     Figure("multinode-table", "docs/fabrics-multinode.md", "| op | GPU | nodes | size band | points | clusters | "
            "median \\|error\\| | max \\|error\\| |", multinode_rows),
     Figure("bench-example", "docs/fabrics.md", f"$ {BENCH}", lambda: cli_output(BENCH, columns=250)),

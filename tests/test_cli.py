@@ -364,7 +364,9 @@ def test_tables_on_an_80_column_terminal_keep_every_number_whole(tmp_path: Path)
 
 
 def test_a_piped_replay_reports_each_stage_and_never_goes_quiet(tmp_path: Path) -> None:
-    done = run_cli("replay", "-s", "disagg-sync", "--steps", "2", "--replicates", "4", "--dashboard",
+    # a copy of the default sample: one this process opened before is cached, and prepared within the grace
+    bundle = shutil.copytree(sample_path("rollpacker_qwen7b"), tmp_path / "bundle")
+    done = run_cli("replay", str(bundle), "-s", "disagg-sync", "--steps", "2", "--replicates", "4", "--dashboard",
                    str(tmp_path / "r.html"), cwd=tmp_path, env={"RLTRACE_PROGRESS_EVERY_S": "0.05"})
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()

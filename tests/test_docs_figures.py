@@ -19,7 +19,7 @@ def _script() -> ModuleType:
 
 
 FIGURES = _script().FIGURES
-SLOW = {"estimate-validate", "reproduction-table", "same-work-table"}  # over 5 s on 2 cores
+SLOW = {"estimate-validate", "reproduction-table", "same-work-table", "moe-fabric-table"}  # over 4 s on 2 cores
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in FIGURES])

@@ -66,7 +66,9 @@ def test_a_file_named_like_a_shipped_one_keeps_both_digests(tmp_path: Path, monk
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    (Constant("warp_speed", 2.0, "s", "assumed", "s", "", "", ""), "warp_speed name no calibrated constant"),
+    (Constant("warp_speed", 2.0, "s", "assumed", "s", "", "", ""), "no calibrated constant is named warp_speed"),
+    (Constant("memory_eficiency", 0.5, "fraction of HBM bandwidth", "assumed", "s", "", "", ""),
+     r"no calibrated constant is named memory_eficiency \(nearest: memory_efficiency\)"),
     (Constant("switch_floor_s", 100.0, "ms", "measured", "s", "", "", ""), "switch_floor_s is in 's', not 'ms'"),
     (Constant("switch_floor_s", -1.0, "s", "measured", "s", "", "", ""), r"switch_floor_s must be finite and >= 0"),
     (Constant("fp8_gemm_share", 0.0, "ratio", "fitted", "s", "", "", ""), r"fp8_gemm_share must be finite and > 0"),

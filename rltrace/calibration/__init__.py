@@ -13,6 +13,7 @@ GPU kind, TP and regime).
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -87,8 +88,10 @@ class CostCalibration:
         given = load([Path(path)])
         unknown = sorted(set(given.constants) - set(self.constants))
         if unknown:
-            raise ConfigError(f"{path}: {', '.join(unknown)} name no calibrated constant (the shipped ones are in "
-                              f"{', '.join(self.files)}; an efficiency profile goes to cost.profile)")
+            near = difflib.get_close_matches(unknown[0], list(self.constants), n=1)
+            raise ConfigError(f"{path}: no calibrated constant is named {', '.join(unknown)}"
+                              f"{f' (nearest: {near[0]})' if near else ''}; the shipped ones are in "
+                              f"{', '.join(self.files)}, and an efficiency profile goes to cost.profile")
         for name, c in given.constants.items():
             if c.unit != self.constants[name].unit:
                 raise ConfigError(f"{path}: constant {name} is in {self.constants[name].unit!r}, not {c.unit!r}")

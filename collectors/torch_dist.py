@@ -21,6 +21,7 @@ passes are not training) and is itself an ``optimizer`` span.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import threading
 import time
@@ -354,11 +355,17 @@ _ALWAYS_ASYNC = ("isend", "irecv", "batch_isend_irecv")
 
 
 def _flag_async(fn: Any, always: bool) -> Any:
+    try:  # async_op's place, for a call that passes it by position: all_reduce(t, op, group, True)
+        at = list(inspect.signature(fn).parameters).index("async_op")
+    except ValueError:
+        at = -1
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if getattr(_tls, "depth", 0):  # an API implemented by another (send -> isend): the outer call decides
             return fn(*args, **kwargs)
-        is_async = always or bool(kwargs.get("async_op", False))
+        is_async = always or bool(kwargs["async_op"] if "async_op" in kwargs
+                                  else args[at] if 0 <= at < len(args) else False)
         _tls.async_op = is_async
         _tls.depth = 1
         # A synchronous call waits before it returns: its ops complete then, with no Work future needed.

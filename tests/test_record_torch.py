@@ -38,6 +38,7 @@ def expected(rank: int) -> list[tuple]:
         ("send", "float32", 8, 8 * F32, 0, peer, True),  # batch_isend_irecv
         ("recv", "float32", 8, 0, 8 * F32, peer, True),
         ("all_reduce", "float32", 2048, 2048 * F32, 2048 * F32, None, True),  # async_op=True + wait
+        ("all_reduce", "float32", 512, 512 * F32, 512 * F32, None, True),  # the same, async_op by position
         ("all_reduce", "float32", 100, 100 * F32, 100 * F32, None, True),  # functional collective
         ("all_gather", "float32", 32, 32 * F32, 64 * F32, None, True),  # DTensor redistribute
     ]

@@ -37,6 +37,7 @@ def main() -> None:
         work.wait()
     work = dist.all_reduce(torch.ones(2048), async_op=True)
     work.wait()
+    dist.all_reduce(torch.ones(512), dist.ReduceOp.SUM, None, True).wait()  # async_op by position
     reduced = funcol.all_reduce(torch.ones(100), "sum", dist.group.WORLD)
     assert float((reduced + 0)[0]) == world
     mesh = init_device_mesh("cpu", (world,))

@@ -230,3 +230,28 @@ def test_a_recorded_process_loads_nothing_heavy_until_it_records(tmp_path: Path)
     result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", probe, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[]\n"
+
+
+DETACHES = """import subprocess, sys
+child = "import time, rltrace; time.sleep(float(sys.argv[1])); rltrace.span('reward', name='detached').__enter__()"
+subprocess.Popen([sys.executable, "-c", "import sys; " + child, sys.argv[1]], start_new_session=True)
+"""
+
+
+@pytest.mark.parametrize(("lives_s", "named"), [(0.5, False), (8.0, True)])
+def test_a_process_the_job_leaves_running_is_waited_for_briefly_then_named(
+        lives_s: float, named: bool, tmp_path: Path) -> None:
+    """A process the job detached recorded on after the merge, into a shards folder the next recording then called
+    an earlier one's, and nothing said so. One that ends within a moment is in the bundle; one that does not is
+    named, with the --merge command for its later shards."""
+    job = tmp_path / "detaches.py"
+    job.write_text(DETACHES)
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job), str(lives_s),
+                     timeout=120)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "still running" in line]
+    assert len(said) == named, result.stderr
+    if named:
+        assert f"record --merge {tmp_path / 'run.shards'} -o {tmp_path / 'run.late'}" in said[0]
+    spans = rltrace.open(tmp_path / "run").spans.collect()
+    assert spans["name"].to_list() == ([] if named else ["detached"])

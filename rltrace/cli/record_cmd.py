@@ -32,6 +32,9 @@ from rltrace.summary import summarize
 EXIT_UNRECORDED = 3
 STRAGGLER_WAIT_S = 60.0
 """after a signal, how long record waits for the job's recorded processes that outlived the one it reached"""
+LEFT_RUNNING_WAIT_S = 2.0
+"""without a signal, how long a recorded process the job left running (detached, a daemon, a pool shutting down) gets
+to end before record names it"""
 # What `record` was asked for, kept beside the shards so that a later `--merge` writes the same bundle.
 RECORD_FILE = "record.json"
 
@@ -106,9 +109,11 @@ def record(
     except BaseException:
         held.release(remove=False)
         raise
-    if signalled:  # its processes may outlive the one the signal reached: their shards still come in
-        later = _merge_command(record_dir, output.with_name(output.name + ".late"))
-        _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S, later)
+    # after a signal, the job's processes may outlive the one it reached: their shards still come in; without one,
+    # a process the job left running (detached, a daemon) gets a moment to end, then is named
+    later = _merge_command(record_dir, output.with_name(output.name + ".late"))
+    _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S if signalled else LEFT_RUNNING_WAIT_S, later,
+                        announce=signalled)
     try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
         missed = _unreached(watcher)
         if ray_address and session:
@@ -273,16 +278,20 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
     return (128 - code if code < 0 else code), signalled  # killed by signal N: 128 + N, as shells report it
 
 
-def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: float, later: str) -> None:
-    """After a signal, wait up to ``limit_s`` for the job's recorded processes that outlived the one it reached (a
-    launcher's children, an engine's processes) to end and flush, so the bundle holds what they recorded; a second
-    signal stops the wait. Those still running then are named: what they record later goes to shards that ``later``
-    (a --merge command) turns into a bundle of its own."""
+def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: float, later: str, *,
+                        announce: bool = True) -> None:
+    """Wait up to ``limit_s`` for the job's recorded processes that outlived the one it ran or a signal reached (a
+    launcher's children, an engine's processes, a process it detached) to end and flush, so the bundle holds what
+    they recorded; a second signal stops the wait (``announce``: say so when it starts). Those still running then
+    are named: what they record later goes to shards that ``later`` (a --merge command) turns into a bundle of its
+    own."""
     running = _alive_recorders(watcher, shards)
     if not running:
         return
-    print(f"rltrace: note: waiting up to {limit_s:.0f} s for {len(running)} recorded process(es) of the job that "
-          f"are still running (pid {', '.join(map(str, running))}); signal again to stop waiting", file=sys.stderr)
+    if announce:
+        print(f"rltrace: note: waiting up to {limit_s:.0f} s for {len(running)} recorded process(es) of the job that "
+              f"are still running (pid {', '.join(map(str, running))}); signal again to stop waiting",
+              file=sys.stderr)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -299,10 +308,11 @@ def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: floa
 
 
 def _alive_recorders(watcher: reach.ReachWatcher, shards: Path) -> list[int]:
-    """This host's processes that wrote a shard into ``shards`` and still run (a pid whose environment does not name
-    this recording is another process now)."""
+    """This host's processes that record into ``shards`` and still run: those that wrote a shard there (a pid whose
+    environment does not name this recording is another process now), and those yet to write their first."""
     alive = []
-    for pid in sorted(watcher.recorded()):
+    pids = watcher.recorded() | {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()}
+    for pid in sorted(pids):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:  # gone (or not ours to read)

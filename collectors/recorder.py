@@ -253,11 +253,18 @@ class Recorder:
             self.error("flush", e)
 
     @staticmethod
+    def load_writer() -> None:
+        """Load what a shard write needs (pyarrow, and the numpy it imports) now, not when recording starts: a
+        process that records nothing never loads it. The torch collector calls this when it attaches (torch has
+        loaded numpy by then, in the job's own order), so that the first flush, a second into the job's steps,
+        does not pay for the import; a process that records without torch loads it at its first write."""
+        import pyarrow.parquet  # noqa: F401
+
+        import rltrace.schema  # noqa: F401
+
+    @staticmethod
     def _write(path: Path, table: str, rows: list[tuple[Any, ...]]) -> None:
-        # pyarrow (and numpy, which it imports) loads at the first write, not when recording starts: a process
-        # that records nothing never loads it, and one that records has imported torch and numpy first, as the
-        # job would have (thread settings the job makes before its own numpy import keep their effect)
-        import pyarrow as pa
+        import pyarrow as pa  # loaded already, or now (see load_writer)
         import pyarrow.parquet as pq
 
         from rltrace.schema import TABLES

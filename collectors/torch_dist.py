@@ -249,8 +249,8 @@ class Interceptor:
             count, bytes_in, bytes_out, peer, seq, start, None, spec.functional or getattr(_tls, "async_op", False),
         ]
         if spec.functional:
-            if len(self.pending) > MAX_AWAITING:
-                rec.skip(UNWAITED, len(self.pending))  # never-waited outputs: their completion time is unknown
+            if len(self.pending) > MAX_AWAITING:  # never-waited outputs: their completion time is unknown
+                rec.skip(UNWAITED, len({id(row) for _, row in self.pending.values()}))  # operations, not outputs
                 self.pending.clear()
             for t in outs:
                 self.pending[id(t)] = (weakref.ref(t), row)
@@ -271,7 +271,7 @@ class Interceptor:
             try:
                 future = work.get_future()
             except RuntimeError:  # Gloo send/recv and reduce_scatter Works have no future: completion is their wait
-                _awaiting[id(work)] = (row, work)
+                _awaiting[id(work)] = (row, work, _generation)
                 return
             future.add_done_callback(functools.partial(_completed, row))
 
@@ -294,10 +294,12 @@ def _completed(row: list[Any], _future: Any) -> None:
 
 # Works without a future, by id: pybind11 hands the job the same Python Work object the mode unboxed, so
 # the wrapped Work.wait below finds the row when the job waits (the moment the op is known complete). Held
-# strongly until the next flush (the job has its Work by then), weakly after: a Work the job drops unwaited
-# dies as it would unrecorded (Gloo cancels its send), and its row is counted as left out, not kept.
-_awaiting: dict[int, tuple[list[Any], Any]] = {}
+# strongly through one whole flush interval (the job has its Work by then: a flush can run while the op's binding
+# has released the GIL, before the job holds it), weakly after: a Work the job drops unwaited dies one to two flush
+# intervals later than unrecorded, and its row is counted as left out, not kept.
+_awaiting: dict[int, tuple[list[Any], Any, int]] = {}  # id(Work) -> (row, Work or weak reference, generation)
 _awaiting_lock = threading.RLock()  # a Work dropped under it runs _unwaited in this thread
+_generation = 0  # flushes so far: an entry is weakened at the first flush of a later generation than its own
 MAX_AWAITING = 100_000
 UNWAITED = "asynchronous operations never waited on (completion unknown)"
 
@@ -331,19 +333,36 @@ def _unwaited(key: int, ref: Any) -> None:
 
 
 def _prune_awaiting() -> None:
-    """At each flush: hold the Works issued since the last one weakly; beyond a bound, and at the final flush,
-    count those the job never waited on (their completion time is unknown) and forget them."""
+    """At each flush: hold weakly the Works issued before the previous flush (they lived through a whole interval);
+    beyond a bound, and at the final flush, count those the job never waited on (their completion time is unknown)
+    and forget them."""
+    global _generation
     rec = recorder.current()
     with _awaiting_lock:
-        for key, (row, held) in list(_awaiting.items()):
-            if not isinstance(held, weakref.ref):
-                _awaiting[key] = (row, weakref.ref(held, functools.partial(_unwaited, key)))
+        for key, (row, held, born) in list(_awaiting.items()):
+            if born < _generation and not isinstance(held, weakref.ref):
+                _awaiting[key] = (row, weakref.ref(held, functools.partial(_unwaited, key)), born)
+        _generation += 1
         over = len(_awaiting) - (0 if rec is None or rec.stopping else MAX_AWAITING)
         forgotten = list(_awaiting)[:max(over, 0)]
         for key in forgotten:
             del _awaiting[key]
     if rec is not None and forgotten:
         rec.skip(UNWAITED, len(forgotten))
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with none of its parent's pending operations, and with a lock no other thread holds
+    (the parent's flush thread may have held it at the fork)."""
+    global _awaiting_lock
+    _awaiting_lock = threading.RLock()
+    _awaiting.clear()
+    if _interceptor is not None:
+        _interceptor.pending.clear()
+        _interceptor.cuda_pending = []
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------- async flag of the eager API
@@ -357,7 +376,7 @@ _ALWAYS_ASYNC = ("isend", "irecv", "batch_isend_irecv")
 def _flag_async(fn: Any, always: bool) -> Any:
     try:  # async_op's place, for a call that passes it by position: all_reduce(t, op, group, True)
         at = list(inspect.signature(fn).parameters).index("async_op")
-    except ValueError:
+    except (ValueError, TypeError):  # no such parameter, or no signature to read
         at = -1
 
     @functools.wraps(fn)
@@ -484,6 +503,7 @@ def install(_module: Any = None, *, min_ranks: int = 2) -> None:
     if rec is None or _interceptor is not None:
         return
     with rec.guard("torch collector install"):
+        rec.load_writer()
         _interceptor = Interceptor(min_ranks)
         rec.meta["c10d_kernels"] = _register_kernels(_interceptor)
         rec.flush_hooks.append(_interceptor.resolve_cuda)

@@ -1,8 +1,9 @@
 """JSON as strict parsers read it.
 
 Python's ``json`` writes a non-finite float as a bare ``NaN`` or ``Infinity``, which is not JSON: a browser's
-``JSON.parse``, ``jq`` and most other languages' parsers refuse the whole document. Every JSON file and ``--json``
-output of rltrace goes through :func:`dumps`, which writes such a value as ``null`` (no figure), never as a number.
+``JSON.parse``, ``jq`` and most other languages' parsers refuse the whole document. The files of a run and a sweep
+(metrics.json, config.json, points/*.json) and every ``--json`` output go through :func:`dumps`, which writes such a
+value as ``null`` (no figure), never as a number.
 """
 
 from __future__ import annotations

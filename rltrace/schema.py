@@ -1,12 +1,11 @@
 """Trace bundle format v1: every table's schema, defined once.
 
-This module depends on pyarrow only (recording processes import it at their first shard write; the names they
-need before that are in :mod:`rltrace.table_names`). Each column is declared
-here with its Arrow type, unit (in its name: ``*_ns`` are int64 nanoseconds since
-the Unix epoch, ``bytes*`` are bytes, ``*_tokens`` are token counts), nullability, the format minor version
-that introduced it and its value rules. Everything else derives from these declarations: the Arrow schema the
-writer casts to, the polars dtypes the reader casts to, the validation checks, and the markdown table in
-docs/format.md (``rltrace schema``).
+This module depends on pyarrow and :mod:`rltrace.table_names` (the names a recording process needs before it
+loads pyarrow). Each column is declared here with its Arrow type, unit (in its name: ``*_ns`` are int64
+nanoseconds since the Unix epoch, ``bytes*`` are bytes, ``*_tokens`` are token counts), nullability, the format
+minor version that introduced it and its value rules. Everything else derives from these declarations: the Arrow
+schema the writer casts to, the polars dtypes the reader casts to, the validation checks, and the markdown table
+in docs/format.md (``rltrace schema``).
 
 Versioning: ``FORMAT_VERSION`` is ``major.minor``. A minor version only adds columns, tables or manifest fields, so
 a reader accepts every older minor version and fills the columns it lacks with their declared default (a table newer

@@ -238,7 +238,7 @@ subprocess.Popen([sys.executable, "-c", "import sys; " + child, sys.argv[1]], st
 """
 
 
-@pytest.mark.parametrize(("lives_s", "named"), [(0.5, False), (8.0, True)])
+@pytest.mark.parametrize(("lives_s", "named"), [(0.1, False), (8.0, True)])
 def test_a_process_the_job_leaves_running_is_waited_for_briefly_then_named(
         lives_s: float, named: bool, tmp_path: Path) -> None:
     """A process the job detached recorded on after the merge, into a shards folder the next recording then called
@@ -246,6 +246,7 @@ def test_a_process_the_job_leaves_running_is_waited_for_briefly_then_named(
     named, with the --merge command for its later shards."""
     job = tmp_path / "detaches.py"
     job.write_text(DETACHES)
+    # (run_cli reads the job's output through pipes, which the detached child holds: the call returns when it ends)
     result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job), str(lives_s),
                      timeout=120)
     assert result.returncode == 0, result.stderr

@@ -100,11 +100,7 @@ def test_a_declared_sync_group_turns_its_sends_into_flows(recorded: Path) -> Non
 def test_ranks_follow_a_world_that_is_destroyed_and_formed_again(tmp_path: Path) -> None:
     """Each process read its rank once, so after destroy_process_group and a new world with the ranks swapped
     every row kept the old rank: the new rank 0's send was recorded as rank 1 sending to itself."""
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(str(s.getsockname()[1]))
+    ports = _free_ports(2)
     result = run_cli("record", "-o", str(tmp_path / "run"), "--",
                      sys.executable, str(REPO / "tests" / "jobs" / "reinit_job.py"), *ports, timeout=180)
     assert result.returncode == 0, result.stderr
@@ -118,13 +114,24 @@ def test_ranks_follow_a_world_that_is_destroyed_and_formed_again(tmp_path: Path)
 def test_operations_never_waited_on_are_counted_not_lost(tmp_path: Path) -> None:
     """A Gloo isend whose Work the job never waits on has no completion time: its row was silently missing (and
     the Work, held by the recorder, kept its tensor alive). Each is counted in the manifest's left_out."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    [port] = _free_ports(1)
     result = run_cli("record", "-o", str(tmp_path / "run"), "--",
                      sys.executable, str(REPO / "tests" / "jobs" / "unwaited_job.py"), port, timeout=180)
     assert result.returncode == 0, result.stderr
     bundle = rltrace.open(tmp_path / "run")
     ops = bundle.collectives.collect().group_by("op", "rank").len().sort("op", "rank").rows()
-    assert ops == [("all_reduce", 0, 1), ("all_reduce", 1, 1), ("recv", 1, 3), ("send", 0, 1)]
+    assert ops == [("all_reduce", 0, 1), ("all_reduce", 1, 1), ("barrier", 0, 1), ("barrier", 1, 1), ("recv", 1, 3),
+                   ("send", 0, 1)]
     assert bundle.manifest.extra["left_out"]["asynchronous operations never waited on (completion unknown)"] == 2
+
+
+def _free_ports(n: int) -> list[str]:
+    """``n`` distinct ports free now (each socket held until all are read, so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [str(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

@@ -44,10 +44,17 @@ METRICS = {
     "fabric_capex_usd": ("network", "fabric", "capex_usd"),
 }
 """metrics.json values every row carries (null where a run has none, e.g. no network model)"""
-ROW_COLUMNS = (*list(METRICS)[:5], "work_changed", *list(METRICS)[5:10], "usd_per_hour", *list(METRICS)[10:], "steps",
-               "samples", "trained_tokens", "gen_pool_gpus", "train_pool_gpus", "gpus", "fabric", "metrics_json",
-               "replay_wall_s", "row_version")
+ROW_COLUMNS = (
+    "samples_per_s", "usd_per_1k_samples", "same_work_s", "run_samples_per_s", "run_usd_per_1k_samples", "work_changed",
+    "tokens_per_s", "step_time_s", "step_time_p95_s", "makespan_s", "cost_usd", "usd_per_hour",
+    "gen_used", "gen_dependency_bubble", "gen_skewness_bubble", "train_used", "train_dependency_bubble",
+    "train_skewness_bubble", "weight_sync_s", "stale_max", "max_link_utilization", "fabric_capex_usd",
+    "steps", "samples", "trained_tokens", "gen_pool_gpus", "train_pool_gpus", "gpus", "fabric", "metrics_json",
+    "replay_wall_s", "row_version",
+)
 """a row's columns, in the order sweep.parquet gives them after the point's id and parameters (docs/sweeps.md)"""
+if not set(METRICS) <= set(ROW_COLUMNS):
+    raise ImportError(f"ROW_COLUMNS lacks {sorted(set(METRICS) - set(ROW_COLUMNS))}")
 ROW_VERSION = 3
 """what a row's figures mean: 3, pool GPUs as the run used them and the GPUs it held (2: the split asked for; 2 and
 3, samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of another version is run

@@ -23,6 +23,7 @@ import polars as pl
 from rltrace.replay.sweep.grid import FILE_KEYS, Point, point_id
 from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION, prepared, run_point
 
+from rltrace import jsontext
 from rltrace.errors import ConfigError, RltraceError
 
 Outcome = tuple[str, dict[str, Any] | None, str | None]
@@ -56,7 +57,7 @@ class Store:
     def save(self, pid: str, point: Point, row: dict[str, Any] | None, error: str | None) -> None:
         target = self.path(pid, error=row is None)
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"id": pid, "point": point, "row": row, "error": error}, sort_keys=True))
+        tmp.write_text(jsontext.dumps({"id": pid, "point": point, "row": row, "error": error}, sort_keys=True))
         os.replace(tmp, target)
         if row is not None:
             self.path(pid, error=True).unlink(missing_ok=True)

@@ -88,9 +88,9 @@ class CostCalibration:
         given = load([Path(path)])
         unknown = sorted(set(given.constants) - set(self.constants))
         if unknown:
-            near = difflib.get_close_matches(unknown[0], list(self.constants), n=1)
-            raise ConfigError(f"{path}: no calibrated constant is named {', '.join(unknown)}"
-                              f"{f' (nearest: {near[0]})' if near else ''}; the shipped ones are in "
+            near = [f"{name} (nearest: {hit[0]})" if (hit := difflib.get_close_matches(name, list(self.constants), n=1))
+                    else name for name in unknown]
+            raise ConfigError(f"{path}: no calibrated constant is named {', '.join(near)}; the shipped ones are in "
                               f"{', '.join(self.files)}, and an efficiency profile goes to cost.profile")
         for name, c in given.constants.items():
             if c.unit != self.constants[name].unit:

@@ -66,7 +66,7 @@ def diagnose_cmd(
                                                diagnosis=result, title=f"rltrace diagnose: {bundle}"))
     if as_json:
         print(jsontext.dumps({"bundle": str(source.path), "run_id": source.manifest.run_id, **result.to_json()},
-                         indent=2))
+                             indent=2))
         return
     render(str(bundle), result, stdout_console())
     if dashboard is not None:

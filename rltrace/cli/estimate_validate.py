@@ -59,7 +59,7 @@ def show_validation(data: list[Path] | None, by: list[str], as_json: bool, point
             raise ConfigError(f"cannot write {points_out}: {e.strerror or e}") from None
     if as_json:
         print(jsontext.dumps({"overall": overall.to_dicts(), "by": by, "slices": sliced.to_dicts(),
-                          "skipped": skipped.select("source", "backend", "model", "gpu", "skipped").to_dicts()}))
+                              "skipped": skipped.select("source", "backend", "model", "gpu", "skipped").to_dicts()}))
         return
     print("Cost model vs public measurements (error = (predicted - measured) / measured; median_error > 0: "
           "predicted above measured, i.e. slower for times, faster for throughputs)")

@@ -33,6 +33,8 @@ EXIT_UNRECORDED = 3
 STRAGGLER_WAIT_S = 60.0
 """after a signal, how long record waits for the job's recorded processes that outlived the one it reached"""
 LEFT_RUNNING_WAIT_S = 2.0
+BOOTING_S = 1.0
+"""a process started this recently counts as recorded before it has made its shard (Python's start-up and rltrace's)"""
 """without a signal, how long a recorded process the job left running (detached, a daemon, a pool shutting down) gets
 to end before record names it"""
 # What `record` was asked for, kept beside the shards so that a later `--merge` writes the same bundle.
@@ -309,17 +311,37 @@ def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: floa
 
 def _alive_recorders(watcher: reach.ReachWatcher, shards: Path) -> list[int]:
     """This host's processes that record into ``shards`` and still run: those that wrote a shard there (a pid whose
-    environment does not name this recording is another process now), and those yet to write their first."""
+    environment does not name this recording is another process now), and those started in the last
+    :data:`BOOTING_S`, which may not have made theirs yet."""
+    needle = f"{ENV_DIR}={shards.resolve()}\0".encode()
     alive = []
-    pids = watcher.recorded() | {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()}
-    for pid in sorted(pids):
+    for pid in sorted(watcher.recorded() | _started_within(BOOTING_S)):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:  # gone (or not ours to read)
             continue
-        if f"{ENV_DIR}={shards.resolve()}\0".encode() in environ:
+        if needle in environ:
             alive.append(pid)
     return alive
+
+
+def _started_within(seconds: float) -> set[int]:
+    """Pids of the processes started in the last ``seconds`` (none where there is no Linux /proc)."""
+    try:
+        now = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = os.sysconf("SC_CLK_TCK")
+        entries = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    except (OSError, ValueError):
+        return set()
+    young = set()
+    for entry in entries:
+        try:  # field 22 of stat, the start time in clock ticks since boot (the 20th after the command's ")")
+            started = int((entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[19]) / ticks
+        except (OSError, ValueError, IndexError):
+            continue
+        if now - started < seconds:
+            young.add(int(entry.name))
+    return young
 
 
 def _terminal_delivers_sigint() -> bool:

@@ -1,5 +1,6 @@
 """Two Gloo ranks; rank 0 sends three tensors to rank 1 asynchronously and waits on only the second send's Work,
-keeping the first's and dropping the third's (rank 1 receives all three). Then the ranks all-reduce.
+keeping the first's to the end and dropping the third's once both ranks passed a barrier (rank 1 has received all
+three by then, so the job runs the same recorded or not). Then the ranks all-reduce.
 
     python unwaited_job.py PORT
 """
@@ -19,10 +20,13 @@ def run(rank: int, port: str) -> None:
     if rank == 0:
         KEPT.append(dist.isend(t, 1))  # never waited on, held to the end
         dist.isend(t, 1).wait()
-        dist.isend(t, 1)  # never waited on, dropped at once
+        dropped = dist.isend(t, 1)  # never waited on, dropped once rank 1 has it
+        dist.barrier()
+        del dropped
     else:
         for _ in range(3):
             dist.recv(t, 0)
+        dist.barrier()
     dist.all_reduce(t)
     dist.destroy_process_group()
 

@@ -2,8 +2,8 @@
 weight-sync methods.
 
 Kept apart from :mod:`rltrace.schema`, which builds each table's Arrow schema under these names, so that a recorded
-process loads pyarrow (and the numpy it imports) only when it first writes a shard: one that records nothing never
-does, and one that records has imported torch, and numpy with it, in the job's own order.
+process loads pyarrow (and the numpy it imports) only once the job has imported torch (and numpy with it, in the
+job's own order), or at its first shard write: one that records nothing never does.
 """
 
 from __future__ import annotations

@@ -33,10 +33,10 @@ EXIT_UNRECORDED = 3
 STRAGGLER_WAIT_S = 60.0
 """after a signal, how long record waits for the job's recorded processes that outlived the one it reached"""
 LEFT_RUNNING_WAIT_S = 2.0
-BOOTING_S = 1.0
-"""a process started this recently counts as recorded before it has made its shard (Python's start-up and rltrace's)"""
 """without a signal, how long a recorded process the job left running (detached, a daemon, a pool shutting down) gets
 to end before record names it"""
+BOOTING_S = 1.0
+"""a process started this recently counts as recorded before it has made its shard (Python's start-up and rltrace's)"""
 # What `record` was asked for, kept beside the shards so that a later `--merge` writes the same bundle.
 RECORD_FILE = "record.json"
 

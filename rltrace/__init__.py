@@ -20,7 +20,16 @@ a recording process only pays for what it uses.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# Imported from a checkout (Python started in the repository's root), this is the source folder, which holds the
+# core only: the subpackages that live in top-level folders there (replay/, collectors/, dashboards/,
+# sample_traces/; installed inside this package) are found beside it, as installed.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "replay")) and os.path.isfile(
+        os.path.join(_CHECKOUT, "replay", "__init__.py")):
+    __path__.append(_CHECKOUT)
 
 _EXPORTS = {
     "__version__": ("rltrace.version", "__version__"),  # reads the package metadata: 19 ms a recorded process
@@ -54,8 +63,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    import os
-
     from rltrace.api import Comparison, compare
     from rltrace.bundle import Bundle, TableWriter, open_bundle, write_bundle
     from rltrace.collectors.api import log_flow, set_step, span, weight_sync

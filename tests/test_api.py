@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -94,3 +95,15 @@ def test_a_rewritten_run_folder_keeps_no_table_of_the_run_before(tmp_path: Path)
     assert (out / "disagg-sync" / "links.parquet").is_file()
     rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1).write(out)  # no network model this time
     assert not (out / "disagg-sync" / "links.parquet").exists()
+
+
+def test_python_started_in_the_checkout_finds_every_subpackage() -> None:
+    """From the repository's root, ``import rltrace`` is the source folder, which holds the core only: opening a
+    sample (rltrace.sample_traces) or importing rltrace.replay raised ModuleNotFoundError there."""
+    probe = ("import rltrace, rltrace.replay.fidelity, rltrace.dashboards.report, rltrace.collectors.recorder; "
+             "print(rltrace.open('rollpacker_qwen7b').manifest.run_id); print(rltrace.replay.__file__)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    run_id, replay = done.stdout.split()
+    assert run_id.startswith("synth-rollpacker_qwen7b") and Path(replay) == REPO / "replay" / "__init__.py"

@@ -13,6 +13,7 @@ import math
 import numbers
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,25 @@ def check_ray_address(address: str, option: str = "--ray-address") -> str:
     if not ((_HOST.fullmatch(host) or _ipv6(host)) and re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
         raise ConfigError(f"{option} must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got "
                           f"{clean(repr(address), 80)}")
+    return address
+
+
+RAY_CONNECT_S = 5.0
+"""how long a Ray cluster's address gets to accept a connection before the command says nothing answers there"""
+
+
+def check_ray_reachable(address: str, option: str = "--ray-address") -> str:
+    """A Ray cluster address (checked by :func:`check_ray_address`) that accepts a connection: Ray itself retries
+    an address where nothing answers for minutes, with no line that says so. ``auto`` and ``local`` pass."""
+    if address in ("auto", "local"):
+        return address
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_S).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__)
+        raise ConfigError(f"{option} {clean(address, 80)}: nothing answers there ({why}); is the Ray cluster up "
+                          "(`ray status` on its head node)?") from None
     return address
 
 

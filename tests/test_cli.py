@@ -217,6 +217,9 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "Invalid value for '--batch': not a whole number"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out, "--ray-address", "foo"],
          "--ray-address must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got 'foo'"),
+        # Ray retried an address where nothing listens for minutes, silently (port 1: nothing listens there)
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out, "--ray-address", "127.0.0.1:1"],
+         "--ray-address 127.0.0.1:1: nothing answers there (Connection refused)"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "twice.toml"), "-o", out],
          "axes.scheduler lists 'disagg-sync' twice"),
         (["sweep", str(empty), "--grid", str(tmp / "grid.toml"), "-o", out], "no requests, so no RL step to replay"),
@@ -266,11 +269,15 @@ def test_audited_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path: Path
         p.name for p in sample_path("tiny_rl_cpu").iterdir())
 
 
-def test_record_refuses_a_malformed_ray_address_before_the_job_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("address", "said"), [
+    ("foo", "--ray-address must be auto"),
+    ("127.0.0.1:1", "--ray-address 127.0.0.1:1: nothing answers there (Connection refused)"),
+])
+def test_record_refuses_a_bad_ray_address_before_the_job_runs(address: str, said: str, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    result = run_cli("record", "-o", str(tmp_path / "b"), "--ray-address", "foo", "--", sys.executable, "-c",
+    result = run_cli("record", "-o", str(tmp_path / "b"), "--ray-address", address, "--", sys.executable, "-c",
                      f"open({str(marker)!r}, 'w')")
-    assert result.returncode == 2 and "--ray-address must be auto" in result.stderr, result.stderr
+    assert result.returncode == 2 and said in result.stderr, result.stderr
     assert not marker.exists() and not (tmp_path / "b").exists()
 
 

@@ -137,7 +137,7 @@ def check_ray_address(address: str, option: str = "--ray-address") -> str:
     the user's job (``record``)."""
     if address in ("auto", "local"):
         return address
-    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host, port = _host_port(address)
     if not ((_HOST.fullmatch(host) or _ipv6(host)) and re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
         raise ConfigError(f"{option} must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got "
                           f"{clean(repr(address), 80)}")
@@ -148,12 +148,19 @@ RAY_CONNECT_S = 5.0
 """how long a Ray cluster's address gets to accept a connection before the command says nothing answers there"""
 
 
-def check_ray_reachable(address: str, option: str = "--ray-address") -> str:
-    """A Ray cluster address (checked by :func:`check_ray_address`) that accepts a connection: Ray itself retries
-    an address where nothing answers for minutes, with no line that says so. ``auto`` and ``local`` pass."""
-    if address in ("auto", "local"):
-        return address
+def _host_port(address: str) -> tuple[str, str]:
+    """``HOST:PORT`` or ``ray://HOST:PORT``, split (IPv6 hosts keep their brackets)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    return host, port
+
+
+def check_ray_reachable(address: str, option: str = "--ray-address") -> str:
+    """A well-formed Ray cluster address (:func:`check_ray_address`) that accepts a connection: Ray itself
+    retries an address where nothing answers for minutes, with no line that says so. ``auto`` and ``local``
+    pass."""
+    if check_ray_address(address, option) in ("auto", "local"):
+        return address
+    host, port = _host_port(address)
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_S).close()
     except OSError as e:

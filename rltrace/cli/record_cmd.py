@@ -24,7 +24,7 @@ from rltrace.collectors import SHARDS, owner, reach, shards
 from rltrace.collectors.autostart import ENV_DIR, SITECUSTOMIZE_TEMPLATE
 from rltrace.collectors.ray_hook import ENV_SESSION
 from rltrace.errors import ConfigError, RltraceError, clean
-from rltrace.limits import check_output, check_ray_address, check_ray_reachable
+from rltrace.limits import check_output, check_ray_reachable
 from rltrace.summary import summarize
 
 # rltrace record's own exit code when the job exited 0 but recording missed processes that ran torch or vLLM
@@ -81,7 +81,7 @@ def record(
     groups = set(sync_group or [])
     check_output(output, "-o", folder=True, bundle=True)  # before any work: under a file, not writable
     if ray_address is not None:
-        check_ray_reachable(check_ray_address(ray_address))  # the job's own ray.init() would otherwise fail on it
+        check_ray_reachable(ray_address)  # the job's own ray.init() would otherwise fail on it
     if merge_dir is not None:
         if command:
             raise ConfigError("give either a command or --merge, not both")

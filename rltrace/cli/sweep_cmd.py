@@ -18,7 +18,7 @@ from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build_sweep
-from rltrace.limits import check_output, check_ray_address, check_ray_reachable
+from rltrace.limits import check_output, check_ray_reachable
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import check_names, load_grid
 from rltrace.replay.sweep.runner import Store, run_sweep
@@ -45,7 +45,7 @@ def sweep(
     """
     check_output(output, "--output", folder=True)
     if ray_address is not None:
-        check_ray_reachable(check_ray_address(ray_address))
+        check_ray_reachable(ray_address)
     points = load_grid(grid).points()
     axes = list(load_grid(grid).axes)
     path = str(resolve_bundle(bundle))

@@ -31,6 +31,10 @@ if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "r
         os.path.join(_CHECKOUT, "replay", "__init__.py")):
     __path__.append(_CHECKOUT)
 
+# The environment as this process started, before any import changed it: polars sets _RJEM_MALLOC_CONF, its
+# allocator's settings, when it loads. `rltrace record` hands the job these values, not what its own imports left.
+_STARTING_ENVIRON = dict(os.environ)
+
 _EXPORTS = {
     "__version__": ("rltrace.version", "__version__"),  # reads the package metadata: 19 ms a recorded process
     "open_bundle": ("rltrace.bundle", "open_bundle"),

@@ -216,7 +216,7 @@ def test_the_model_holds_15_percent_at_64_mb_and_up_on_2_4_and_8_h100() -> None:
     nvls = s.filter(pl.col("algorithm") == "nvls")
     assert sorted(nvls["gpus"].to_list()) == [4, 4, 8, 8] and (nvls["max_abs_error"] <= 0.15).all()
     # the points still outside are three 64 MB points on 2 GPUs, at most 17.3% (docs/fabrics-validation.md)
-    big = compare(DATA).filter(pl.col("bytes") >= 64 << 20, pl.col("op").is_in(COLLECTIVES))
+    big = compare(DATA).filter(pl.col("size_bytes") >= 64 << 20, pl.col("op").is_in(COLLECTIVES))
     outside = big.filter(pl.col("error").abs() > 0.15)
     assert outside.height <= 3 and (outside["gpus"] == 2).all() and (outside["error"].abs() < 0.18).all()
 
@@ -234,10 +234,10 @@ def test_the_all_to_all_inside_a_node_copies_its_own_share_and_holds_17_percent_
     a2a = compare(DATA).filter(pl.col("op") == "all_to_all")
     assert sorted(a2a["gpus"].unique().to_list()) == [2, 4, 8] and (a2a["algorithm"] == "p2p").all()
     # from 64 MB: -17% to +3%, median -5% (without the self copy: 7-28% fast, median 18%; docs/fabrics-validation.md)
-    big = a2a.filter(pl.col("bytes") >= 64 << 20)["error"]
+    big = a2a.filter(pl.col("size_bytes") >= 64 << 20)["error"]
     assert (big > -0.18).all() and (big < 0.05).all() and big.abs().median() < 0.06
     # below 256 KiB (LL for a peer's 16 KiB or less, else Simple's latency) the median is within 12%
-    assert a2a.filter(pl.col("bytes") < 256 << 10)["error"].abs().median() < 0.12
+    assert a2a.filter(pl.col("size_bytes") < 256 << 10)["error"].abs().median() < 0.12
     # the self copy is a local pass of a copy's traffic: 2 x size / n
     topo = parse("nvswitch:gpus=4,gpu=H100")
     link_s = 3 / 4 * (1 << 30) / (450e9 * topo.nvlink_efficiency)  # type: ignore[attr-defined]
@@ -247,7 +247,7 @@ def test_the_all_to_all_inside_a_node_copies_its_own_share_and_holds_17_percent_
 
 @pytest.mark.slow  # over 5 s on 2 cores
 def test_vidur_send_recv_confirms_the_nvlink_constant_and_shows_the_nic_gap() -> None:
-    p2p = compare(DATA).filter(pl.col("op") == "send_recv", pl.col("bytes") >= 32 << 20)
+    p2p = compare(DATA).filter(pl.col("op") == "send_recv", pl.col("size_bytes") >= 32 << 20)
     assert p2p["gpus"].unique().to_list() == [2] and sorted(p2p["nodes"].unique().to_list()) == [1, 2]
     # one node: NVLink at the constant the all-gathers gave (362 GB/s); this data took no part in deriving it
     assert p2p.filter(pl.col("nodes") == 1)["error"].abs().median() < 0.05
@@ -312,8 +312,8 @@ def test_fabric_validate_cli_prints_the_table_and_every_point() -> None:
     points = run_cli("fabric", "validate", "--tables", str(DATA), "--json")
     assert points.returncode == 0, points.stderr
     rows = pl.DataFrame(json.loads(points.stdout))
-    assert rows.columns == ["source", "op", "dtype", "gpus", "nodes", "bytes", "measured_s", "model_s", "algorithm",
-                            "error"]
+    assert rows.columns == ["source", "op", "dtype", "gpus", "nodes", "size_bytes", "measured_s", "model_s",
+                            "algorithm", "error"]
     # 994 rows a placement, 16 MB measured twice (one point, the median)
     assert rows.filter(pl.col("op") == "send_recv").group_by("nodes").len().sort("nodes")["len"].to_list() == [993, 993]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -256,3 +257,19 @@ def test_a_process_the_job_leaves_running_is_waited_for_briefly_then_named(
         assert f"record --merge {tmp_path / 'run.shards'} -o {tmp_path / 'run.late'}" in said[0]
     spans = rltrace.open(tmp_path / "run").spans.collect()
     assert spans["name"].to_list() == ([] if named else ["detached"])
+
+
+@pytest.mark.parametrize("allocator", [None, "narenas:1"])
+def test_the_job_gets_the_environment_record_was_given(allocator: str | None, tmp_path: Path) -> None:
+    """polars, which record loads, sets _RJEM_MALLOC_CONF in its own process when it loads (or adds its settings to
+    the user's), and the job inherited that. Only record's own variables may differ from what record was given."""
+    given = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if allocator is not None:
+        given["_RJEM_MALLOC_CONF"] = allocator
+    job = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
+    result = subprocess.run([RLTRACE, "record", "-o", str(tmp_path / "run"), "--", *job], capture_output=True,
+                            text=True, timeout=120, env=given, check=False)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    own = {"RLTRACE_RECORD_DIR", "PYTHONPATH", "TORCH_NCCL_ENABLE_TIMING"}
+    assert {k: v for k, v in seen.items() if k not in own} == {k: v for k, v in given.items() if k not in own}

@@ -77,7 +77,7 @@ def checked(frame: pl.DataFrame, path: str | Path, columns: tuple[str, ...],
 
 
 def measured(directory: str | Path) -> pl.DataFrame:
-    """source, op, dtype, gpus, nodes, bytes, measured_s from whichever tables ``directory`` holds."""
+    """source, op, dtype, gpus, nodes, size_bytes, measured_s from whichever tables ``directory`` holds."""
     root, parts = Path(directory), []
     if not root.is_dir():
         raise ConfigError(f"{root}: no such folder (--tables takes a folder of NCCL tables)")
@@ -90,7 +90,7 @@ def measured(directory: str | Path) -> pl.DataFrame:
             pl.lit("aiconfigurator").alias("source"), pl.col("op_name").replace_strict(AIC_OPS).alias("op"),
             pl.col("nccl_dtype").alias("dtype"), pl.col("num_gpus").alias("gpus"), pl.lit(1).alias("nodes"),
             (pl.col("message_size") * pl.col("nccl_dtype").replace_strict(DTYPE_BYTES, return_dtype=pl.Int64))
-            .alias("bytes"),
+            .alias("size_bytes"),
             (pl.col("latency") / 1e3).alias("measured_s")))
     for op in ("all_reduce", "send_recv"):
         vidur = root / f"vidur_h100_dgx_{op}.csv"
@@ -100,27 +100,28 @@ def measured(directory: str | Path) -> pl.DataFrame:
                 pl.lit("vidur").alias("source"), pl.lit(op).alias("op"), pl.lit("half").alias("dtype"),
                 pl.col("num_workers").alias("gpus"),
                 (pl.col("num_workers") // pl.col("devices_per_node")).alias("nodes"),
-                pl.col("size").alias("bytes"), (pl.col(f"time_stats.{op}.median") / 1e3).alias("measured_s")))
+                pl.col("size").alias("size_bytes"), (pl.col(f"time_stats.{op}.median") / 1e3).alias("measured_s")))
     if not parts:
         raise ConfigError(f"{root}: no NCCL tables (aic_nccl_perf.parquet, vidur_h100_dgx_all_reduce.csv, "
                           "vidur_h100_dgx_send_recv.csv)")
     try:
         rows = (pl.concat(parts, how="vertical_relaxed")
-                .with_columns(pl.col("gpus", "nodes").cast(pl.Int64), pl.col("bytes").cast(pl.Float64).cast(pl.Int64),
+                .with_columns(pl.col("gpus", "nodes").cast(pl.Int64),
+                              pl.col("size_bytes").cast(pl.Float64).cast(pl.Int64),
                               pl.col("measured_s").cast(pl.Float64))
-                .group_by("source", "op", "dtype", "gpus", "nodes", "bytes").agg(pl.col("measured_s").median()))
+                .group_by("source", "op", "dtype", "gpus", "nodes", "size_bytes").agg(pl.col("measured_s").median()))
     except pl.exceptions.PolarsError as e:  # a column of text where a count, size or time belongs
         raise ConfigError(f"{root}: a table's columns are not numbers where they should be "
                           f"({str(e).splitlines()[0]})") from None
     if not rows.height:
         raise ConfigError(f"{root}: no measurement of an op ({', '.join(AIC_OPS)}) and dtype "
                           f"({', '.join(DTYPE_BYTES)}) the model knows")
-    bad = rows.filter((pl.col("gpus") < 1) | (pl.col("nodes") < 1) | (pl.col("bytes") <= 0)
+    bad = rows.filter((pl.col("gpus") < 1) | (pl.col("nodes") < 1) | (pl.col("size_bytes") <= 0)
                       | ~(pl.col("measured_s") > 0) | (pl.col("gpus") % pl.col("nodes") != 0))
     if bad.height:
         row = bad.row(0, named=True)
         raise ConfigError(f"{root}: impossible measurement ({row['op']}, {row['gpus']} GPUs on {row['nodes']} nodes, "
-                          f"{row['bytes']} bytes, {row['measured_s']} s): counts, sizes and times must be > 0")
+                          f"{row['size_bytes']} bytes, {row['measured_s']} s): counts, sizes and times must be > 0")
     return rows
 
 
@@ -128,15 +129,15 @@ def compare(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
     """Every measured point beside the model's time (and the algorithm it picked) on NVSwitch nodes of ``gpu``
     (several: a leaf-spine of 400 Gb/s NICs); error = model / measured - 1."""
     rows = measured(directory)
-    keys = rows.select("op", "dtype", "gpus", "nodes", "bytes").unique()
+    keys = rows.select("op", "dtype", "gpus", "nodes", "size_bytes").unique()
     topos = {(g, m): _topology(g, m, gpu) for g, m in keys.select("gpus", "nodes").unique().iter_rows()}
     modelled = [collective(topos[g, m], MODELLED_AS.get(op, op), g, b, dtype=dtype)
                 for op, dtype, g, m, b in keys.iter_rows()]
     keys = keys.with_columns(pl.Series("model_s", [r.seconds for r in modelled]),
                              pl.Series("algorithm", [r.algorithm for r in modelled]))
-    return rows.join(keys, on=["op", "dtype", "gpus", "nodes", "bytes"]).with_columns(
-        (pl.col("model_s") / pl.col("measured_s") - 1).alias("error")).sort("source", "op", "dtype", "gpus", "nodes",
-                                                                            "bytes")
+    return rows.join(keys, on=["op", "dtype", "gpus", "nodes", "size_bytes"]).with_columns(
+        (pl.col("model_s") / pl.col("measured_s") - 1).alias("error")).sort(
+            "source", "op", "dtype", "gpus", "nodes", "size_bytes")
 
 
 def _topology(gpus: int, nodes: int, gpu: str) -> Topology:
@@ -149,7 +150,7 @@ def summary(compared: pl.DataFrame, min_bytes: int = 64 << 20) -> pl.DataFrame:
     """Per source, op, dtype, GPU and node count and modelled algorithm: median and worst |error| at messages >=
     ``min_bytes``."""
     keys = ("source", "op", "dtype", "gpus", "nodes", "algorithm")
-    big = compared.filter(pl.col("bytes") >= min_bytes)
+    big = compared.filter(pl.col("size_bytes") >= min_bytes)
     return big.group_by(*keys).agg(
         pl.len().alias("points"), pl.col("error").abs().median().alias("median_abs_error"),
         pl.col("error").abs().max().alias("max_abs_error")).sort(*keys)

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+import rltrace
 from rltrace.bundle import check_target, open_bundle
 from rltrace.catalog import get_model
 from rltrace.cli.progress import stage, stderr
@@ -37,6 +38,9 @@ LEFT_RUNNING_WAIT_S = 2.0
 to end before record names it"""
 BOOTING_S = 1.0
 """a process started this recently counts as recorded before it has made its shard (Python's start-up and rltrace's)"""
+SET_BY_IMPORTS = ("_RJEM_MALLOC_CONF",)
+"""variables that libraries rltrace loads set in its own process (polars: its allocator's settings), which the job
+gets as rltrace was started with them"""
 # What `record` was asked for, kept beside the shards so that a later `--merge` writes the same bundle.
 RECORD_FILE = "record.json"
 
@@ -172,7 +176,7 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
         (record_dir / RECORD_FILE).write_text(json.dumps(request))
     except OSError as e:
         raise ConfigError(f"-o: cannot write in the recording folder {clean(record_dir)}: {e.strerror}") from None
-    env = dict(os.environ)
+    env = _job_environ()
     env[ENV_DIR] = str((record_dir / SHARDS).resolve())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(inject.resolve()), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")  # NCCL work durations from CUDA events
@@ -182,6 +186,18 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
         env["RAY_ADDRESS"] = ray_address  # the job's ray.init() joins the cluster
         env[ENV_SESSION] = session  # its workers keep their shards on their own node until collected
     return env, session
+
+
+def _job_environ() -> dict[str, str]:
+    """This process's environment less what libraries it imported set in it (:data:`SET_BY_IMPORTS`, as they were
+    when rltrace started): the job starts with the environment it was given."""
+    env = dict(os.environ)
+    for key in SET_BY_IMPORTS:
+        if key in rltrace._STARTING_ENVIRON:
+            env[key] = rltrace._STARTING_ENVIRON[key]
+        else:
+            env.pop(key, None)
+    return env
 
 
 def _merge_only(merge_dir: Path, output: Path, model: Any, groups: set[str], force: bool, name: str | None) -> int:

@@ -96,10 +96,14 @@ def load_workload(bundle: Bundle, shape: Shape) -> Loaded:
     check_replayable(bundle)
     workload = extract(bundle)
     recording, iterations = bundle.requests, bundle.iterations
-    if shape.source_steps is not None:
-        workload = select_steps(workload, shape.source_steps)
-        recording = renumber_steps(recording, shape.source_steps)
-        iterations = renumber_steps(iterations, shape.source_steps)
+    steps = shape.source_steps
+    if steps is None:  # a replay's steps are 0, 1, ...: a bundle's that start later or skip some are renumbered
+        recorded = workload.steps["step"].to_list()
+        steps = None if recorded == list(range(len(recorded))) else recorded
+    if steps is not None:
+        workload = select_steps(workload, steps)
+        recording = renumber_steps(recording, steps)
+        iterations = renumber_steps(iterations, steps)
     pools = dict(workload.cluster)
     if shape.reshapes:
         workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -211,3 +212,25 @@ def test_an_unpriced_run_shows_no_cost_per_sample() -> None:
     table = run_cli("replay", "tiny_rl_cpu", "-s", "disagg-sync", "--replicates", "0", env={"COLUMNS": "200"}).stdout
     row = next(line for line in table.splitlines() if line.startswith("│ disagg-sync "))
     assert [c.strip() for c in row.strip("│").split("│")][2] == "-", row
+
+
+@pytest.mark.parametrize("renumber", [{0: 100, 1: 101, 2: 102, 3: 103}, {0: 0, 1: 1, 2: 6, 3: 9}])
+def test_a_bundle_whose_steps_start_later_or_skip_replays_as_the_same_steps(
+        renumber: dict[int, int], tmp_path: Path) -> None:
+    """A job resumed at step 100, or one that numbers only some steps, crashed every scheduler with an IndexError:
+    a replay indexes its steps 0, 1, ... while the requests kept the bundle's numbers."""
+    source = rltrace.open(sample_path("tiny_rl_cpu"))
+    moved = tmp_path / "moved"
+    shutil.copytree(source.path, moved)
+    for table in moved.glob("*.parquet"):
+        frame = pl.read_parquet(table)
+        if "step" in frame.columns and frame.height:
+            moved_step = pl.col("step").replace_strict(renumber, default=pl.col("step")).cast(frame.schema["step"])
+            frame.with_columns(moved_step).write_parquet(table)
+    runs = [run_cli("replay", str(bundle), "-s", "colocated-sync,fully-async", "--replicates", "0", "--json")
+            for bundle in (source.path, moved)]
+    assert [r.returncode for r in runs] == [0, 0], runs[1].stderr
+    same, shifted = (json.loads(r.stdout) for r in runs)
+    for scheduler in ("colocated-sync", "fully-async"):
+        assert shifted[scheduler]["samples"] == same[scheduler]["samples"]
+        assert shifted[scheduler]["makespan_s"] == pytest.approx(same[scheduler]["makespan_s"], rel=1e-9)

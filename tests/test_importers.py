@@ -9,7 +9,7 @@ import gzip
 import io
 import json
 import tarfile
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
@@ -107,15 +107,76 @@ def test_kineto_hta_nccl_2rank_counts_and_sizes(tmp_path: Path):
     assert set(c["step"]) <= {4, 5, 6}
 
 
-def test_kineto_two_ranks_of_a_128_rank_job(tmp_path: Path):
+# Ranks 0 and 1 of HTA's 128-rank job, every NCCL kernel (all named ncclKernel_SendRecv_*, without collective args)
+# as the ops around its cudaLaunchKernel describe it (c10d::* cpu op, nccl:* user_annotation): kernel ts and dur (us),
+# op, dtype, count and bytes_in (the input: nccl:* Input Dims, or the c10d op's input argument), bytes_out (the
+# c10d op's output argument where it has one: alltoall_base_ and _allgather_base_ take (output, input, ...)).
+HTA_128 = {
+    0: [(1682725898094377, 30669, "all_to_all", "long", 384, 3072, 3072),
+        (1682725898125052, 62783, "all_to_all", "unsigned char", 419430400, 419430400, 382132224),
+        (1682725898295662, 11727, "all_reduce", "float", 19618307, 78473228, 78473228),
+        (1682725898348496, 47652, "all_reduce", "float", 26955536, 107822144, 107822144),
+        (1682725898585321, 42496, "all_gather", "signed char", 16777216, 16777216, 1073741824),
+        (1682725898741096, 67827, "all_to_all", "unsigned char", 419430400, 419430400, 382132224),
+        (1682725898854684, 21124, "all_to_all", "int", 2846720, 11386880, 10485760),
+        (1682725899131066, 12119, "all_reduce", "float", 26258430, 105033720, 105033720),
+        (1682725899146327, 36158, "all_reduce", "float", 5716654, 22866616, 22866616),
+        (1682725899185890, 63644, "all_gather", "signed char", 16777216, 16777216, 1073741824)],
+    1: [(1682725898129911, 57924, "all_to_all", "unsigned char", 339738624, 339738624, 382132224),
+        (1682725898234342, 41375, "all_to_all", "int", 2846720, 11386880, 10485760),
+        (1682725898298964, 8370, "all_reduce", "float", 19618307, 78473228, 78473228),
+        (1682725898512687, 17614, "all_reduce", "float", 26258430, 105033720, 105033720),
+        (1682725898585405, 42744, "all_gather", "signed char", 16777216, 16777216, 1073741824),
+        (1682725898701451, 39630, "all_to_all", "long", 384, 3072, 3072),
+        (1682725898899992, 4624, "all_reduce", "float", 19618307, 78473228, 78473228),
+        (1682725899038545, 90771, "all_to_all", "unsigned char", 394073856, 394073856, 350355456),
+        (1682725899168655, 13838, "all_reduce", "float", 5716654, 22866616, 22866616),
+        (1682725899187182, 62163, "all_gather", "signed char", 16777216, 16777216, 1073741824)],
+}
+HTA_128_COLUMNS = ("ts_us", "dur_us", "op", "dtype", "count", "bytes_in", "bytes_out")
+
+
+@pytest.fixture(scope="module")
+def hta_128(tmp_path_factory: pytest.TempPathFactory) -> rltrace.Bundle:
     files = [require_shared(f"{PROFILES}/hta_sampled_128rank_rank{r}.json.gz") for r in (0, 1)]
-    bundle = _import("kineto", files, tmp_path / "b")
-    c = bundle.collectives.collect()
-    assert set(c["rank"]) == {0, 1} and set(c["op"]) == {"all_to_all"}
-    sized = c.filter(pl.col("bytes_in") > 0)
-    assert sized.height >= 10  # sizes from the c10d op around each kernel's launch
+    return _import("kineto", files, tmp_path_factory.mktemp("hta128") / "b")
+
+
+def _hta_128_rows(bundle: rltrace.Bundle, rank: int) -> pl.DataFrame:
+    return bundle.collectives.collect().filter(pl.col("rank") == rank).sort("start_ns")
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_kineto_sendrecv_kernels_take_their_collective_from_the_ops_around_their_launch(hta_128, rank: int):
+    c = _hta_128_rows(hta_128, rank)
+    assert c["op"].to_list() == [row[2] for row in HTA_128[rank]]
+    assert dict(c.group_by("op").len().iter_rows()) == {"all_reduce": 4, "all_gather": 2, "all_to_all": 4}
+    # Kineto's integer microseconds, exactly (no float rounding of 1.68e15 us)
+    assert c["start_ns"].to_list() == [row[0] * 1000 for row in HTA_128[rank]]
+    assert (c["end_ns"] - c["start_ns"]).to_list() == [row[1] * 1000 for row in HTA_128[rank]]
     assert all(len(r) == 128 for r in c["pg_ranks"].to_list())
-    assert bundle.manifest.cluster["trainer"].count == 2
+    assert hta_128.manifest.cluster["trainer"].count == 2
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_kineto_nccl_annotations_give_the_all_reduce_sizes(hta_128, rank: int):
+    c = _hta_128_rows(hta_128, rank).filter(pl.col("op") == "all_reduce")
+    expected = [row for row in HTA_128[rank] if row[2] == "all_reduce"]
+    assert c.select("dtype", "count", "bytes_in", "bytes_out").rows() == [row[3:] for row in expected]
+    assert not any("without a message size" in n for n in hta_128.manifest.notes)
+    # the nccl:* annotations describe collectives; they are not counted as CPU work
+    with gzip.open(require_shared(f"{PROFILES}/hta_sampled_128rank_rank{rank}.json.gz")) as f:
+        events = json.load(f)["traceEvents"]
+    cpu_ops = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op")
+    spans = hta_128.spans.collect().filter((pl.col("actor") == f"trainer/rank{rank}") & (pl.col("phase") == "cpu"))
+    assert sum(int(name.split()[0]) for name in spans["name"]) == cpu_ops
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_kineto_output_first_c10d_ops_give_input_and_output_sizes(hta_128, rank: int):
+    c = _hta_128_rows(hta_128, rank).filter(pl.col("op").is_in(["all_gather", "all_to_all"]))
+    expected = [row for row in HTA_128[rank] if row[2] in ("all_gather", "all_to_all")]
+    assert c.select("op", "dtype", "count", "bytes_in", "bytes_out").rows() == [row[2:] for row in expected]
 
 
 def test_kineto_gloo_cpu_only_rank(tmp_path: Path):
@@ -145,6 +206,82 @@ def test_execution_traces_of_8_ranks(tmp_path: Path):
     assert set(per_rank.filter(pl.col("op") == "all_reduce")["len"]) == {3}
     assert 394241 * 4 in c.filter(pl.col("op") == "all_reduce")["bytes_in"].to_list()
     assert any("no durations" in n for n in bundle.manifest.notes)
+
+
+def _et_documents() -> dict[int, dict]:
+    """The DLRM execution traces by rank (the last number in each file name)."""
+    path = require_shared(f"{PROFILES}/param_dlrm_host_et_8rank.tar.gz")
+    with tarfile.open(path) as tar:
+        return {int(m.name.rsplit("_", 1)[1].split(".")[0]): json.load(io.BytesIO(tar.extractfile(m).read()))
+                for m in tar.getmembers() if m.name.endswith(".json")}
+
+
+# seq 3 of every rank: c10d::alltoall_base_(Tensor output, Tensor input, ...), the input 3,392 floats on each rank,
+# the output as the rank's split sizes make it
+ET_SEQ3_BYTES_OUT = {0: 3072, 1: 7168, 2: 9216, 3: 53248, 4: 18944, 5: 3072, 6: 6144, 7: 7680}
+
+
+def test_execution_trace_alltoall_reads_input_and_output_by_op_schema(tmp_path: Path):
+    c = _import("et", [require_shared(f"{PROFILES}/param_dlrm_host_et_8rank.tar.gz")], tmp_path / "b").collectives
+    c = c.collect()
+    seq3 = c.filter(pl.col("seq") == 3).sort("rank")
+    assert seq3.select("rank", "op", "count", "bytes_in", "bytes_out").rows() == [
+        (rank, "all_to_all", 3392, 3392 * 4, out) for rank, out in ET_SEQ3_BYTES_OUT.items()]
+    # every row, from the nodes: the argument the op_schema names input (output) holds [id, storage, offset, numel,
+    # element bytes, device]
+    for rank, trace in _et_documents().items():
+        nodes = [n for n in trace["nodes"] if n["name"].startswith("c10d::")]
+        mine = c.filter(pl.col("rank") == rank).sort("seq")
+        for node, (count, b_in, b_out) in zip(nodes, mine.select("count", "bytes_in", "bytes_out").rows()):
+            if node["name"] == "c10d::alltoall_base_":
+                assert "(Tensor output, Tensor input," in node["op_schema"]
+                out, given = node["inputs"][0], node["inputs"][1]
+            else:  # allreduce_(Tensor[] tensors, ...): one tensor, in place
+                out = given = node["inputs"][0][0]
+            assert (count, b_in, b_out) == (given[3], given[3] * given[4], out[3] * out[4]), (rank, node["id"])
+
+
+def test_execution_trace_start_ts_is_milliseconds(tmp_path: Path):
+    docs = _et_documents()
+    # a 2 s run: finish_ts - start_ts is about 2,040 in every file, so the unit is ms
+    assert all(2000 < d["finish_ts"] - d["start_ts"] < 2100 for d in docs.values())
+    c = _import("et", [require_shared(f"{PROFILES}/param_dlrm_host_et_8rank.tar.gz")], tmp_path / "b").collectives
+    c = c.collect().sort("rank", "seq")
+    assert c.filter(pl.col("rank") == 0)["start_ns"].to_list() == [6_672_645_000_000 + i * 1000 for i in range(8)]
+    for rank, doc in docs.items():
+        starts = c.filter(pl.col("rank") == rank)["start_ns"].to_list()
+        assert starts == [doc["start_ts"] * 1_000_000 + seq * 1000 for seq in range(len(starts))]
+
+
+TORCH_SCHEMAS = {  # torch/csrc/distributed/c10d/Ops.cpp
+    "allgather_": "Tensor[][] output_tensors, Tensor[] input_tensors",
+    "_allgather_base_": "Tensor output_tensor, Tensor input_tensor",
+    "allgather_coalesced_": "Tensor[][] output_lists, Tensor[] input_list",
+    "allgather_into_tensor_coalesced_": "Tensor[] outputs, Tensor[] inputs",
+    "reduce_scatter_": "Tensor[] output_tensors, Tensor[][] input_tensors",
+    "_reduce_scatter_base_": "Tensor output_tensor, Tensor input_tensor",
+    "reduce_scatter_tensor_coalesced_": "Tensor[] outputs, Tensor[] inputs",
+    "gather_": "Tensor[][] output_tensors, Tensor[] input_tensors",
+    "scatter_": "Tensor[] output_tensors, Tensor[][] input_tensors",
+    "alltoall_": "Tensor[] output_tensors, Tensor[] input_tensors",
+    "alltoall_base_": "Tensor output, Tensor input",
+    "allreduce_": "Tensor[] tensors",
+    "broadcast_": "Tensor[] tensors",
+    "reduce_": "Tensor[] tensors",
+}
+
+
+@pytest.mark.parametrize("op", sorted(TORCH_SCHEMAS))
+def test_input_and_output_positions_of_c10d_ops(op: str):
+    from rltrace.collectors.importers.comms import io_positions
+
+    expected = (0, 0) if TORCH_SCHEMAS[op] == "Tensor[] tensors" else (1, 0)
+    schema = f"c10d::{op}({TORCH_SCHEMAS[op]}, __torch__.torch.classes.c10d.ProcessGroup process_group, int timeout)"
+    assert io_positions(f"c10d::{op}") == expected  # by name (Kineto)
+    assert io_positions(f"c10d::{op}", schema + " -> __torch__.torch.classes.c10d.Work") == expected  # by schema (ET)
+    assert io_positions(f"nccl:{op.strip('_')}") == (0, None)  # annotations record the input only
+    # the node's own schema wins over the name
+    assert io_positions(f"c10d::{op}", "c10d::x(Tensor input, int[] s, *, Tensor output=None) -> ()") == (0, 2)
 
 
 @pytest.mark.live  # replay-comms runs the collectives on Gloo processes
@@ -181,7 +318,8 @@ def _truncated(tmp_path: Path) -> Path:
     ("kineto", lambda p: (p / "y.json").write_text("not json") and p / "y.json", "not a Kineto trace"),
     ("kineto", lambda p: p / "missing.json", "no such file"),
     ("et", lambda p: (p / "e.json").write_text('{"nodes": 3}') and p / "e.json", "not an execution trace"),
-    ("azure-llm", lambda p: (p / "a.csv").write_text("a,b\n1,2\n") and p / "a.csv", "no column 'TIMESTAMP'"),
+    ("azure-llm", lambda p: (p / "a.csv").write_text("a,b\n1,2\n") and p / "a.csv",
+     "not an Azure LLM trace (CSV): no column 'TIMESTAMP'"),
     ("csv", lambda p: (p / "c.csv").write_text("a,b\n1,2\n") and p / "c.csv", "needs --map"),
     ("nosuch", lambda p: p / "z.csv", "unknown import kind 'nosuch'"),
 ])
@@ -190,6 +328,70 @@ def test_malformed_inputs_are_one_line_and_exit_2(kind, make, message, tmp_path:
     assert done.returncode == 2, done.stdout
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("window, message", [
+    ("1e-6", "--window-s 1e-06 cuts 3,436 s of arrivals into 3,435,948,057 steps, more than the 2,147,483,648"),
+    ("1e300", "--window-s must be a number of seconds from 1e-09 (1 ns) to 9.22e+09, got 1e+300"),
+    ("1e-12", "--window-s must be a number of seconds from 1e-09 (1 ns) to 9.22e+09, got 1e-12"),
+    ("nan", "--window-s must be a number of seconds from 1e-09 (1 ns)"),
+])
+def test_a_window_that_gives_no_steps_is_one_line_and_exit_2(window: str, message: str, tmp_path: Path):
+    azure = require_shared("requests/azure_llm_2023_code.csv")
+    done = run_cli("import", "azure-llm", str(azure), "-o", str(tmp_path / "b"), "--window-s", window)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()
+
+
+def test_engines_above_the_manifest_limit_are_refused_at_import(tmp_path: Path):
+    from rltrace.manifest import MAX_GPUS
+
+    azure = require_shared("requests/azure_llm_2023_code.csv")
+    done = run_cli("import", "azure-llm", str(azure), "-o", str(tmp_path / "b"), "--engines", str(MAX_GPUS + 1))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"--engines={MAX_GPUS + 1:,} is above the limit of {MAX_GPUS:,}" in done.stderr
+    assert not (tmp_path / "b").exists()
+    _import("azure-llm", [azure], tmp_path / "most", "--engines", str(MAX_GPUS))  # the limit itself is a bundle
+    assert run_cli("inspect", str(tmp_path / "most")).returncode == 0
+
+
+def _zoned_azure(tmp_path: Path, last: str | None = None) -> tuple[Path, list[dict]]:
+    """The Azure code trace's first 4 requests, their TIMESTAMPs written as the same instants: as they are (no
+    zone), in UTC with "Z", at +01:00 and at -05:00 (and a last row ``last``)."""
+    rows = list(csv.DictReader(require_shared("requests/azure_llm_2023_code.csv").open()))[:4]
+    out = []
+    for row, (hours, zone) in zip(rows, [(0, ""), (0, "Z"), (1, "+01:00"), (-5, "-05:00")]):
+        whole, fraction = row["TIMESTAMP"].split(".")
+        local = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S") + timedelta(hours=hours)
+        stamp = row["TIMESTAMP"] if not zone else f"{local:%Y-%m-%dT%H:%M:%S}.{fraction}{zone}"
+        out.append({**row, "TIMESTAMP": stamp})
+    if last is not None:
+        out.append({**rows[0], "TIMESTAMP": last})
+    path = tmp_path / "zoned.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(out[0]))
+        writer.writeheader()
+        writer.writerows(out)
+    return path, rows
+
+
+def test_csv_datetimes_with_a_zone_are_read_as_utc(tmp_path: Path):
+    path, rows = _zoned_azure(tmp_path)
+    mapping = ("--map", "arrival=TIMESTAMP,prompt=ContextTokens,output=GeneratedTokens", "--time-unit", "datetime")
+    r = _import("csv", [path], tmp_path / "b", *mapping).requests.collect()
+    azure = _import("azure-llm", [require_shared("requests/azure_llm_2023_code.csv")], tmp_path / "a").requests
+    assert r.height == 4 and r["prompt_tokens"].to_list() == [int(x["ContextTokens"]) for x in rows]
+    assert r["arrival_ns"].to_list() == azure.collect()["arrival_ns"].to_list()[:4]
+
+
+def test_a_csv_datetime_that_is_not_a_timestamp_says_so(tmp_path: Path):
+    path, _ = _zoned_azure(tmp_path, last="yesterday")
+    done = run_cli("import", "csv", str(path), "-o", str(tmp_path / "b"), "--map",
+                   "arrival=TIMESTAMP,prompt=ContextTokens,output=GeneratedTokens", "--time-unit", "datetime")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "column 'TIMESTAMP', data row 5: 'yesterday' is not a timestamp" in done.stderr
+    assert "negative token count" not in done.stderr + done.stdout
 
 
 def test_bad_events_inside_a_good_file_are_counted_and_skipped(tmp_path: Path):

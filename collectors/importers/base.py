@@ -11,7 +11,7 @@ from typing import Protocol
 import polars as pl
 
 from rltrace.catalog import get_model
-from rltrace.errors import ValidationError
+from rltrace.errors import ConfigError, ValidationError
 from rltrace.manifest import Manifest, Pool
 from rltrace.registry import Registry
 
@@ -93,15 +93,41 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
     except pl.exceptions.PolarsError as e:  # text where a token count or a time belongs
         raise ValidationError(f"token counts and arrival times must be numbers ({str(e).splitlines()[0]})") from None
     n = frame.height
-    t0 = frame["arrival_ns"].min() if n else 0
-    step = ((pl.col("arrival_ns") - t0) // int(options.window_s * 1e9)) if options.window_s else pl.lit(0)
     return frame.with_columns(
-        step.cast(pl.Int32).alias("step"), pl.format("r{}", pl.int_range(n)).alias("request_id"),
+        window_steps(frame["arrival_ns"], options.window_s), pl.format("r{}", pl.int_range(n)).alias("request_id"),
         pl.format("r{}", pl.int_range(n)).alias("group_id"),
         pl.format("rollout/engine{}", pl.int_range(n) % options.engines).alias("engine"),
         *(pl.lit(None, pl.Int64).alias(c) for c in ("scheduled_ns", "first_token_ns", "finish_ns")),
         pl.lit("stop").alias("finish_reason"), pl.lit(None, pl.Int32).alias("policy_version"),
         pl.lit(0, pl.Int32).alias("turn"), pl.lit(0, pl.Int32).alias("num_preemptions"))
+
+
+MAX_STEP = 2**31 - 1
+"""largest step id: the step column is Int32 (rltrace/schema.py)"""
+NS_PER_S = 1_000_000_000
+
+
+def window_ns(window_s: float) -> int:
+    """``--window-s`` in whole nanoseconds; a ConfigError when it is not a finite number of seconds from 1 ns to
+    the int64 nanoseconds a time column holds (292 years)."""
+    most = (2**63 - 1) / NS_PER_S
+    if not 1 / NS_PER_S <= window_s <= most:  # NaN fails too
+        raise ConfigError(f"--window-s must be a number of seconds from 1e-09 (1 ns) to {most:.3g}, got {window_s:g}")
+    return round(window_s * NS_PER_S)
+
+
+def window_steps(arrival_ns: pl.Series, window_s: float | None) -> pl.Series:
+    """The Int32 column ``step``: each arrival's window of ``window_s`` seconds from the first (all 0 without
+    one); a ConfigError when the windows would number more than the step column holds."""
+    if not window_s:
+        return pl.Series("step", [0] * len(arrival_ns), pl.Int32)
+    width = window_ns(window_s)
+    first, last = arrival_ns.min(), arrival_ns.max()
+    if isinstance(first, int) and isinstance(last, int) and (last - first) // width > MAX_STEP:
+        raise ConfigError(f"--window-s {window_s:g} cuts {(last - first) / NS_PER_S:,.0f} s of arrivals into "
+                          f"{(last - first) // width + 1:,} steps, more than the {MAX_STEP + 1:,} a bundle holds: give "
+                          "a longer window")
+    return ((arrival_ns - (first or 0)) // width).cast(pl.Int32).alias("step")
 
 
 REQUEST_NOTES = ("request ids, group ids (one per request), engines (round-robin over --engines) and finish "

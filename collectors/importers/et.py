@@ -1,9 +1,10 @@
 """PyTorch / Chakra host execution traces (JSON, one file per rank, or a .tar.gz of them).
 
-Read: record_param_comms nodes and the c10d collective nodes that hold them (collective name, input tensor
-numel and element size, split sizes), the process-group table of a ``process_group:init`` node when the
-trace has one. An execution trace of schema 1.0.x records no durations: collectives keep their recorded
-order, one microsecond apart from the trace's start_ts, and that is said in the manifest.
+Read: the c10d collective nodes (collective name; input and output tensors, which argument is which from the
+node's op_schema, else from :func:`~rltrace.collectors.importers.comms.io_positions`), the process-group table
+of a ``process_group:init`` node when the trace has one. An execution trace of schema 1.0.x records no
+durations: collectives keep their recorded order, one microsecond apart from the trace's start_ts (milliseconds:
+PyTorch's execution_trace_observer writes steady-clock milliseconds), and that is said in the manifest.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from typing import Any
 
 import polars as pl
 from rltrace.collectors.importers.base import Imported, ImportOptions, register
-from rltrace.collectors.importers.comms import op_of
+from rltrace.collectors.importers.comms import io_positions, op_of
 
 from rltrace.errors import ConfigError
 from rltrace.limits import check_input
 from rltrace.manifest import Pool
 
 _RANK = re.compile(r"(\d+)(?=\D*$)")  # the last number in a file name: dlrm_eg_3.json -> 3
+NS_PER_MS = 1_000_000
+"""start_ts is steady-clock milliseconds (execution_trace_observer.cpp, every schema version)"""
+SPACING_NS = 1_000
+"""collectives of a trace without durations are laid out this far apart (1 us), in their recorded order"""
 
 
 def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
@@ -64,6 +69,11 @@ def _pg_table(nodes: list[dict[str, Any]]) -> dict[str, list[int]]:
     return {}
 
 
+def _int(value: Any) -> int:
+    """A whole number of the trace's header (start_ts, ms), 0 when absent, not a number or past 2**40 (35 years)."""
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 2**40 else 0
+
+
 def _tensor_bytes(value: Any) -> tuple[int, int]:
     """(numel, element bytes) of an ET tensor reference [id, storage, offset, numel, elem_bytes, device], or
     of a list of them (summed)."""
@@ -94,13 +104,14 @@ def execution_trace(files: list[Path], options: ImportOptions,
         rank = int(match.group(1)) if match else index
         nodes = trace["nodes"]
         pgs = _pg_table(nodes)
-        start_ns = int(trace.get("start_ts", 0)) * 1000  # ET start_ts is in microseconds
+        start_ns = _int(trace.get("start_ts")) * NS_PER_MS
         seq = 0
         for node in nodes:
             nname = str(node.get("name", ""))
             if not nname.startswith("c10d::"):
                 continue
-            inputs = node.get("inputs") or []
+            raw = node.get("inputs")  # a list; newer schemas: {"values": [...], "shapes": ..., "types": ...}
+            inputs = raw.get("values") or [] if isinstance(raw, dict) else raw if isinstance(raw, list) else []
             op = op_of(nname)
             # c10d ops record [tensor(s), seq, pg ptr, ..., collective name, in splits, out splits]
             named = next((v for v in inputs if isinstance(v, str) and op_of(v)), None)
@@ -108,15 +119,22 @@ def execution_trace(files: list[Path], options: ImportOptions,
             if op is None:
                 imported.skipped[f"unknown collective {nname!r}"] += 1
                 continue
-            numel, width = _tensor_bytes(inputs[0]) if inputs else (0, 0)
+            schema = node.get("op_schema")
+            given, taken = io_positions(nname, schema if isinstance(schema, str) else None)
+            numel, width = _tensor_bytes(inputs[given]) if given < len(inputs) else (0, 0)
+            out_numel, out_width = (_tensor_bytes(inputs[taken]) if taken is not None and taken < len(inputs)
+                                    else (0, 0))
+            if out_width == 0:  # no output recorded: it is the input's size
+                out_numel, out_width = numel, width
             if width == 0:
                 imported.skipped["collective without a tensor size (kept, 0 bytes)"] += 1
             pg = "0"
             members = pgs.get(pg) or list(range(world))
             rows.append({"step": 0, "rank": rank, "pg": pg, "pg_ranks": sorted({*members, rank}), "op": op,
                          "dtype": f"{width}-byte", "count": numel, "bytes_in": numel * width,
-                         "bytes_out": numel * width, "peer": None, "seq": seq,
-                         "start_ns": start_ns + seq * 1000, "end_ns": start_ns + seq * 1000, "async_op": False})
+                         "bytes_out": out_numel * out_width, "peer": None, "seq": seq,
+                         "start_ns": start_ns + seq * SPACING_NS, "end_ns": start_ns + seq * SPACING_NS,
+                         "async_op": False})
             seq += 1
         if progress:
             progress(index + 1, len(docs))
@@ -127,7 +145,7 @@ def execution_trace(files: list[Path], options: ImportOptions,
     imported.pools = {"trainer": Pool(device=options.gpu or "unknown", count=world)}
     imported.notes += [
         ("the execution traces record no durations: collectives keep their recorded order, 1 us apart from each "
-         "trace's start_ts, with zero duration; all in step 0"),
+         "trace's start_ts (milliseconds), with zero duration; all in step 0"),
         ("ranks from the last number in each file name; the process group is the default one over all "
          f"{world} files unless a process_group:init node lists the groups"),
         "dtype is the element size the trace records (e.g. '4-byte'), not its name"]

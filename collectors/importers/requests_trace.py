@@ -31,7 +31,7 @@ def _read(path: Path, reader: Callable[[Path], pl.DataFrame], what: str) -> pl.D
         return reader(path)
     except (pl.exceptions.PolarsError, OSError, ValueError) as e:
         why = (_bad_json_line(path) if reader is pl.read_ndjson else None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}: not a {what} ({why})") from None
+        raise ConfigError(f"{path}: not {what} ({why})") from None
 
 
 def _bad_json_line(path: Path) -> str | None:
@@ -59,13 +59,14 @@ def _bad_json_line(path: Path) -> str | None:
 
 
 def _read_all(files: list[Path], reader: Callable[[Path], pl.DataFrame], what: str, columns: list[str]) -> pl.DataFrame:
-    """Every file read and checked for ``columns``, concatenated in order."""
+    """Every file read and checked for ``columns``, concatenated in order (``what``: "a ... trace", with its
+    article)."""
     parts = []
     for path in files:
         frame = _read(path, reader, what)
         missing = [c for c in columns if c not in frame.columns]
         if missing:
-            raise ConfigError(f"{path}: not a {what}: no column {missing[0]!r} (columns: {', '.join(frame.columns)})")
+            raise ConfigError(f"{path}: not {what}: no column {missing[0]!r} (columns: {', '.join(frame.columns)})")
         parts.append(frame)
     return pl.concat(parts, how="diagonal_relaxed")
 
@@ -87,7 +88,8 @@ def _result(requests: pl.DataFrame, options: ImportOptions, notes: list[str]) ->
 @register("azure-llm")
 def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """Azure LLM inference trace 2023 (code or conversation)."""
-    source = _read_all(files, pl.read_csv, "Azure LLM trace (CSV)", ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
+    source = _read_all(files, pl.read_csv, "an Azure LLM trace (CSV)",
+                       ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
     # 7 fractional digits, no zone: the trace's wall clock, read as UTC
     when = pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
     requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when.dt.epoch("ns"), source, options)
@@ -97,7 +99,7 @@ def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, in
 @register("mooncake")
 def mooncake(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """Mooncake conversation/tool/synthetic traces (JSON lines)."""
-    source = _read_all(files, pl.read_ndjson, "Mooncake trace (JSON lines)",
+    source = _read_all(files, pl.read_ndjson, "a Mooncake trace (JSON lines)",
                        ["timestamp", "input_length", "output_length"]).with_row_index("row")
     cached = None
     notes = ["arrival times are the trace's timestamp (ms from its start) from the epoch"]
@@ -118,6 +120,22 @@ def mooncake(files: list[Path], options: ImportOptions, progress: Callable[[int,
     return _result(requests, options, notes)
 
 
+_ZONED = r"^(.*:\d{2}(?:[.,]\d+)?)\s*([Zz]|[+-]\d{2}(?::?\d{2})?)$"
+"""a timestamp ending in a zone after its seconds: (local part, "Z" | "+01:00" | "-0500" | "+02")"""
+
+
+def _datetime_ns(col: pl.Expr) -> pl.Expr:
+    """ISO-like timestamps as ns since the epoch, named ``arrival``: one with a zone ("Z", "+01:00") converted to UTC,
+    one without read as UTC; rows may mix both. Null where the value is not a timestamp."""
+    text = col.cast(pl.String).str.strip_chars()
+    zone = text.str.extract(_ZONED, 2)
+    local = pl.coalesce(text.str.extract(_ZONED, 1), text).str.to_datetime(time_unit="ns", strict=False)
+    digits = zone.str.replace_all(r"[^0-9]", "")
+    hours, minutes = (digits.str.slice(at, 2).cast(pl.Int64, strict=False).fill_null(0) for at in (0, 2))
+    offset_s = (hours * 3600 + minutes * 60) * pl.when(zone.str.starts_with("-")).then(-1).otherwise(1)
+    return (local.dt.epoch("ns") - offset_s * 1_000_000_000).alias("arrival")
+
+
 @register("csv")
 def csv(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """Any request log in CSV: ``--map arrival=COL,prompt=COL,output=COL`` names the columns."""
@@ -129,10 +147,16 @@ def csv(files: list[Path], options: ImportOptions, progress: Callable[[int, int]
         raise ConfigError(f"import csv needs --map arrival=COL,prompt=COL,output=COL ({said})")
     if options.time_unit not in (*UNITS, "datetime"):
         raise ConfigError(f"--time-unit must be one of s, ms, us, ns, datetime, got {options.time_unit!r}")
-    source = _read_all(files, pl.read_csv, "request log (CSV)", list(options.mapping.values()))
+    source = _read_all(files, pl.read_csv, "a request log (CSV)", list(options.mapping.values()))
     col = pl.col(options.mapping["arrival"])
     if options.time_unit == "datetime":
-        arrival = col.cast(pl.String).str.to_datetime(time_unit="ns", strict=False).dt.epoch("ns")
+        arrival = _datetime_ns(col)
+        unparsed = source.select(col.cast(pl.String).alias("value"), arrival.alias("parsed")).with_row_index(
+            "row", offset=1).filter(pl.col("parsed").is_null() & (pl.col("value").str.strip_chars() != ""))
+        if unparsed.height:
+            row, value, _ = unparsed.row(0)
+            raise ConfigError(f"column {options.mapping['arrival']!r}, data row {row:,}: {value[:60]!r} is not a "
+                              "timestamp (--time-unit datetime)")
     else:
         arrival = (col.cast(pl.Float64) * UNITS[options.time_unit]).round()
     requests = requests_table(pl.col(options.mapping["prompt"]), pl.col(options.mapping["output"]), arrival, source,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
-from rltrace.collectors.importers.base import Imported, ImportOptions, register
+from rltrace.collectors.importers.base import Imported, ImportOptions, register, window_steps
 
 from rltrace.errors import ConfigError
 from rltrace.limits import check_input
@@ -129,8 +129,7 @@ def sglang(files: list[Path], options: ImportOptions, progress: Callable[[int, i
         notes.append("steps: one per weight_version, in order"
                      + (" (--window-s is not used: every request has a weight version)" if options.window_s else ""))
     elif options.window_s:
-        t0 = frame["arrival_ns"].min()
-        frame = frame.with_columns(((pl.col("arrival_ns") - t0) // int(options.window_s * 1e9)).alias("step"))
+        frame = frame.with_columns(window_steps(frame["arrival_ns"], options.window_s))
         notes.append(f"steps are {options.window_s:g} s windows of arrival time")
     else:
         frame = frame.with_columns(pl.lit(0).alias("step"))

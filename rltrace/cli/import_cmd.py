@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -12,8 +11,10 @@ from rltrace.bundle import write_bundle
 from rltrace.catalog import get_gpu
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.collectors.importers import ImportOptions, importer, names
+from rltrace.collectors.importers.base import window_ns
 from rltrace.errors import ConfigError
-from rltrace.limits import check_output
+from rltrace.limits import check_int, check_output
+from rltrace.manifest import MAX_GPUS
 
 
 def _mapping(text: str | None) -> dict[str, str]:
@@ -43,8 +44,9 @@ def import_cmd(
     """
     chosen = importer(kind)
     check_output(output, "--output", folder=True, bundle=True)
-    if engines < 1 or (window_s is not None and not 0 < window_s < math.inf):
-        raise ConfigError("--engines must be >= 1 and --window-s a positive number of seconds")
+    check_int("--engines", engines, 1, MAX_GPUS, what=" (a pool's most devices: the manifest's limit)")
+    if window_s is not None:
+        window_ns(window_s)
     if gpu is not None:
         get_gpu(gpu)  # an unknown kind is refused here, not when the bundle is replayed
     options = ImportOptions(model=model, gpu=gpu, engines=engines, window_s=window_s, mapping=_mapping(map_),

@@ -171,7 +171,7 @@ def from_run(run: Run) -> Trace:
         *(pl.when("is_attempt").then(pl.col(c)).alias(c) for c in ("prompt_tokens", "output_tokens")),
         pl.when("is_attempt").then(pl.col("id").cast(pl.String)).alias("request"))
     frames = [spans]
-    reqs = t.filter(pl.col("kind") == "request")
+    reqs = t.filter(pl.col("kind").is_in(ATTEMPTS))  # the batch: every attempt, finished or not, while it runs
     counters = [
         _occupancy(pl.col("resource"), pl.col("start_s") * 1e6, pl.col("end_s") * 1e6, "running requests", reqs)
     ]

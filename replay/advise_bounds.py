@@ -53,7 +53,7 @@ def recorded_work(ready: Prepared) -> tuple[int, int]:
 
 def trainer_rate(ready: Prepared) -> float:
     """Tokens per trainer second of the prepared workload's fastest step (inf: a step trains for free, or several
-    jobs share the trainers). A colocated trainer's own time counts when the job gives one (all GPUs train)."""
+    jobs share the trainers). A colocated trainer's time counts too (all GPUs train)."""
     if len(ready.jobs) != 1:
         return math.inf
     job = ready.jobs[0]
@@ -62,9 +62,7 @@ def trainer_rate(ready: Prepared) -> float:
     per_step = dict(zip(tokens["step"].to_list(), tokens["t"].to_list()))
     best = 0.0
     for step in range(job.steps):
-        seconds = job.trainer_seconds(step)
-        if job.colocated is not None:
-            seconds = min(seconds, job.colocated.trainer_s[step])
+        seconds = min(job.trainer_seconds(step), job.colocated_trainer_seconds(step, ready.cluster))
         if seconds <= 0:
             return math.inf
         best = max(best, per_step.get(step, 0) / seconds)

@@ -31,6 +31,9 @@ class Colocated:
     alltoall_bytes: list[float] | None = None
     """per step: the bytes each GPU sends in expert all-to-alls when the whole cluster trains (what a colocated run
     reports, in place of :attr:`Job.alltoalls`' volume)"""
+    trainer_phases: list[dict[str, float]] | None = None
+    """per step: the trainer-side phases whose sum is :attr:`trainer_s` (as :attr:`Job.phases`, on the whole
+    cluster)"""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -102,3 +105,12 @@ class Job:
     def trainer_seconds(self, step: int) -> float:
         """Everything the trainers do for ``step`` after its samples are in: forward-only, train, optimizer."""
         return self.forward_s[step] + self.train_s[step] + self.optimizer_s[step]
+
+    def colocated_trainer_seconds(self, step: int, cluster: Cluster) -> float:
+        """:meth:`trainer_seconds` when every GPU of ``cluster`` trains (a colocating scheduler): a described job's
+        own (:attr:`colocated`), else the training pool's time scaled by that pool's share of the GPUs, which is
+        exact for measured times (they scale with the GPU count) and scales a FLOP-priced step's communication
+        alike. One answer for every split of the same GPUs."""
+        if self.colocated is not None:
+            return self.colocated.trainer_s[step]
+        return self.trainer_seconds(step) * cluster.train_gpus / (cluster.gen_gpus + cluster.train_gpus)

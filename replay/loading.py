@@ -99,7 +99,7 @@ def load_workload(bundle: Bundle, shape: Shape) -> Loaded:
     steps = shape.source_steps
     if steps is None:  # a replay's steps are 0, 1, ...: a bundle's that start later or skip some are renumbered
         recorded = workload.steps["step"].to_list()
-        steps = None if recorded == list(range(len(recorded))) else recorded
+        steps = None if recorded == list(range(len(recorded))) else tuple(recorded)
     if steps is not None:
         workload = select_steps(workload, steps)
         recording = renumber_steps(recording, steps)

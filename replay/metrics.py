@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from rltrace.replay.phases import phase_breakdown
+from rltrace.replay.phases import GENERATION_KINDS, phase_breakdown
 from rltrace.replay.record import PoolUse, RunRecord
 from rltrace.replay.workload import WARMUP_STEPS
 
@@ -55,7 +55,7 @@ def timeline_frame(run: RunRecord, requests: pl.DataFrame) -> pl.DataFrame:
         requests.filter(pl.col("finished"))
         .join(lookup, on="instance", how="left")
         .select("resource", "pool", pl.lit("request").alias("kind"), "step", "job", pl.col("request").alias("id"),
-                "start_s", pl.col("finish_s").alias("end_s"))
+                pl.col("admitted_s").alias("start_s"), pl.col("finish_s").alias("end_s"))
     )
     pools = {name: pool for name, pool in names.values()} | {r.name: r.pool for r in run.resources.values()}
     seg = run.segments
@@ -74,7 +74,20 @@ def timeline_frame(run: RunRecord, requests: pl.DataFrame) -> pl.DataFrame:
         },
         schema=TIMELINE_SCHEMA,
     )
-    return pl.concat([req.cast(TIMELINE_SCHEMA), other]).sort("start_s", "resource", "id")  # type: ignore[arg-type]
+    work = pl.concat([req.cast(TIMELINE_SCHEMA), other.filter(pl.col("kind") != "busy")])  # type: ignore[arg-type]
+    return pl.concat([work, _busy_rows(work, job=-1 if len(run.jobs) > 1 else 0)]).sort("start_s", "resource", "id")
+
+
+def _busy_rows(timeline: pl.DataFrame, job: int) -> pl.DataFrame:
+    """``busy`` rows: each instance's non-empty batch, the union of its requests' attempts, run to the end (an instance
+    that never empties its batch, or is still generating when the run ends, is busy throughout); ``job``: whose."""
+    work = timeline.filter(pl.col("kind").is_in(GENERATION_KINDS))
+    parts = []
+    for (resource, pool), mine in work.group_by("resource", "pool", maintain_order=True):
+        starts, ends = _merge(mine["start_s"].to_numpy(), mine["end_s"].to_numpy())
+        parts.append(pl.DataFrame({"resource": resource, "pool": pool, "kind": "busy", "step": -1, "job": job,
+                                   "id": -1, "start_s": starts, "end_s": ends}, schema=TIMELINE_SCHEMA))
+    return pl.concat(parts) if parts else timeline.clear()
 
 
 def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -190,7 +203,7 @@ def compute_metrics(
     # Generation: useful share = batch / peak batch per instance.
     # Every generation pool counts ("generation", and e.g. an affinity pool of another GPU kind "generation/...").
     gen = timeline.filter(pl.col("pool").str.starts_with("generation"),
-                          pl.col("kind").is_in(["request", "preempted", "aborted", "migrated"]))
+                          pl.col("kind").is_in(GENERATION_KINDS))
     inst_of = {i.name: i for i in run.instances}
     busy = busy_tail = 0.0
     if gen.height:
@@ -265,7 +278,7 @@ def compute_metrics(
         "aborted_attempts": int(requests["aborts"].sum()),
         "events": run.events,
         "latency": latency(requests),
-        "phases_s_per_step": phase_breakdown(timeline, run.jobs),
+        "phases_s_per_step": phase_breakdown(timeline, run.jobs, colocated=run.colocated),
         **({"extra": dict(run.extra)} if run.extra else {}),
     }
 

@@ -26,8 +26,9 @@ def _shares(parts: list[dict[str, float]]) -> dict[str, float]:
     return {k: v / whole for k, v in totals.items()} if whole > 0 else {}
 
 
-def phase_breakdown(timeline: pl.DataFrame, jobs: list[Job]) -> dict[str, float]:
-    """Mean seconds per step of each phase (see the module text); empty for a run that finished no step."""
+def phase_breakdown(timeline: pl.DataFrame, jobs: list[Job], *, colocated: bool = False) -> dict[str, float]:
+    """Mean seconds per step of each phase (see the module text; a ``colocated`` run's trainer in the proportions of
+    the whole cluster's phases); empty for a run that finished no step."""
     steps = timeline.filter(pl.col("step") >= 0).select(pl.struct("job", "step").n_unique()).item()
     if not steps:
         return {}
@@ -39,7 +40,8 @@ def phase_breakdown(timeline: pl.DataFrame, jobs: list[Job]) -> dict[str, float]
              .group_by("kind", maintain_order=True).agg((pl.col("end_s") - pl.col("start_s")).sum().alias("s")))
     per_kind = {k: float(s) / steps for k, s in spans.iter_rows()}
     out["reward"] = per_kind.get("reward", 0.0)
-    trainer = _shares([p for job in jobs for p in (job.phases or [])])
+    trainer = _shares([p for job in jobs for p in ((job.colocated.trainer_phases if colocated and job.colocated
+                                                    else None) or job.phases or [])])
     for phase, share in (trainer or {"train": 1.0}).items():
         out[phase] = per_kind.get("train", 0.0) * share
     if "switch" in per_kind:

@@ -136,3 +136,51 @@ def test_the_rules_catch_broken_flows(flow: list[dict], rule: str) -> None:
     good = NAMES + [X] + [{"name": "w", "pid": 1, "tid": 1, "cat": "c", "id": 1, **e}
                           for e in ({"ph": "s", "ts": 2}, {"ph": "f", "ts": 8, "bp": "e"})]
     assert violations(json.dumps({"traceEvents": good})) == []
+
+
+ATTEMPTS = ("request", "preempted", "aborted", "migrated")
+
+
+def test_a_requests_attempts_follow_one_another_on_the_instance_that_ran_each(rollmux_trace) -> None:
+    """Every attempt was drawn from the request's first admission: a migrated request appeared on its new instance
+    30 s before it arrived there, and one request of fully-async filled five batch slots at once."""
+    _events, run, _pids = rollmux_trace
+    attempts = pl.read_parquet(run / "timeline.parquet").filter(pl.col("kind").is_in(ATTEMPTS)).sort("id", "end_s")
+    moved = attempts.filter(pl.len().over("id") >= 2)
+    assert moved.height
+    gaps = moved.with_columns(pl.col("end_s").shift(1).over("id").alias("before")).drop_nulls("before")
+    # (a migration leaves its source at that instance's next iteration boundary, which can lie a part of one decode
+    # iteration, a few ms, past the moment the destination admits the request)
+    overlap = gaps["before"] - gaps["start_s"]
+    assert overlap.max() < 0.01, gaps.filter(overlap >= 0.01)
+
+
+def test_busy_rows_are_the_union_of_each_instances_attempts(rollmux_trace) -> None:
+    """An instance wrote a busy row only when its batch emptied, from after its first prefill: one that never
+    emptied had none (fully-async: 1 row for 16 instances), and the others began late."""
+    _events, run, _pids = rollmux_trace
+    timeline = pl.read_parquet(run / "timeline.parquet")
+    busy = timeline.filter(pl.col("kind") == "busy")
+    work = timeline.filter(pl.col("kind").is_in(ATTEMPTS))
+    assert set(busy["resource"]) == set(work["resource"])
+    for (resource,), mine in work.group_by("resource"):
+        rows = busy.filter(pl.col("resource") == resource).sort("start_s")
+        assert rows["start_s"][0] == mine["start_s"].min() and rows["end_s"][-1] == mine["end_s"].max()
+        assert (rows["start_s"][1:] > rows["end_s"][:-1]).all()  # disjoint
+        covered = sum(e - s for s, e in zip(rows["start_s"], rows["end_s"]))
+        assert covered <= (mine["end_s"] - mine["start_s"]).sum() + 1e-9
+
+
+def test_the_running_requests_counter_is_the_batch(rollmux_trace) -> None:
+    """The counter counted finished attempts only: a batch of 32 read 12 while 20 attempts that were aborted or
+    migrated later still ran."""
+    events, run, pids = rollmux_trace
+    attempts = pl.read_parquet(run / "timeline.parquet").filter(pl.col("kind").is_in(ATTEMPTS))
+    counter = [e for e in events if e["ph"] == "C" and e["name"] == "running requests"]
+    for resource in attempts.filter(pl.col("kind") != "request")["resource"].unique().to_list()[:3]:
+        mine = attempts.filter(pl.col("resource") == resource)
+        samples = sorted((e["ts"], e["args"]["value"]) for e in counter if pids[e["pid"]] == resource)
+        for ts, value in samples[:: max(len(samples) // 50, 1)]:
+            t = ts / 1e6
+            running = mine.filter(pl.col("start_s") <= t + 1e-9, pl.col("end_s") > t + 1e-9).height
+            assert value == running, (resource, t)

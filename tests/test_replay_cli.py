@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import run_cli
+from helpers import REPO, run_cli
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -234,3 +234,21 @@ def test_a_bundle_whose_steps_start_later_or_skip_replays_as_the_same_steps(
     for scheduler in ("colocated-sync", "fully-async"):
         assert shifted[scheduler]["samples"] == same[scheduler]["samples"]
         assert shifted[scheduler]["makespan_s"] == pytest.approx(same[scheduler]["makespan_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("source", "steps"), [("rollpacker_qwen7b", "2"),
+                                               (str(REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml"),
+                                                "1")])
+def test_colocated_sync_gives_one_answer_for_every_split_of_the_same_gpus(source: str, steps: str) -> None:
+    """Every GPU of a colocated cluster trains, but a recording's trainer time was priced on the training pool alone
+    (16 + 16 H100: 8.7 samples/s, 24 + 8: 7.7), and a described job whose pool could not hold its layout had its
+    reward (host work) scaled with the trainer's time (4.1 s a step at 16 + 16, 32.8 at 28 + 4)."""
+    runs = []
+    for gen, train in ((16, 16), (24, 8), (28, 4)):
+        done = run_cli("replay", source, "-s", "colocated-sync", "--gpu", "H100", "--gen-gpus", str(gen),
+                       "--train-gpus", str(train), "--steps", steps, "--replicates", "0", "--json")
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout)["colocated-sync"])
+    for run in runs[1:]:
+        assert run["throughput_samples_per_s"] == pytest.approx(runs[0]["throughput_samples_per_s"], rel=1e-9)
+        assert run["phases_s_per_step"] == pytest.approx(runs[0]["phases_s_per_step"], rel=1e-9)

@@ -123,7 +123,8 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
         split = [model.phases(train_gpus, float(t), per_step) for t in tokens]
     except ConfigError as e:  # a colocated layout the training pool alone cannot hold (an EP wider than the pool)
         scale = d.total_gpus / train_gpus
-        split = [Phases(**{k: v * scale for k, v in p.as_dict().items()}) for p in whole]
+        split = [Phases(**{k: v if k == "reward" else v * scale for k, v in p.as_dict().items()})
+                 for p in whole]  # (the reward runs on the host: no GPU count changes it)
         pool_layout = False  # the whole cluster's layout, its time scaled: its all-to-alls too
         notes.append(f"the {train_gpus}-GPU training pool cannot run the described parallelism ({e}): disaggregated "
                      f"schedulers take the whole cluster's trainer time x {scale:g}")
@@ -148,7 +149,8 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
               colocated=Colocated(trainer_s=[p.trainer for p in whole], to_train_s=switch.sleep,
                                   to_generate_s=switch.refit + switch.wake,
                                   phases={"sleep": switch.sleep, "refit": switch.refit, "wake": switch.wake},
-                                  alltoall_bytes=alltoall_whole))
+                                  alltoall_bytes=alltoall_whole,
+                                  trainer_phases=[_trainer_phases(p) for p in whole]))
     frame = pl.DataFrame({"step": step_of, "group": np.arange(step_of.size, dtype=np.int32) // d.batch.samples
                           % d.batch.prompts, "prompt_tokens": prompt.astype(np.int32),
                           "output_tokens": response.astype(np.int32), "env_s": np.zeros(step_of.size),

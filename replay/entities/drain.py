@@ -50,9 +50,10 @@ class Drain:
     """prompt plus recompute tokens per request"""
     end_s: float
     prior_start_s: np.ndarray | None = None
+    prior_admitted_s: np.ndarray | None = None
     prior_first_token_s: np.ndarray | None = None
-    """the requests' start and first-token times before the drain wrote its own (restored for the ones a
-    cut sends back to the queue)"""
+    """the requests' start, admission and first-token times before the drain wrote its own (restored for the ones
+    a cut sends back to the queue)"""
 
 
 def plan(running: list[tuple[int, int]], waiting: list[int], req: Requests, *, it0: int, t0: float, offset0: int,

@@ -15,6 +15,7 @@ back to the head of the queue and its generated tokens are prefilled again with 
 from __future__ import annotations
 
 import heapq
+import math
 import sys
 from collections import deque
 from collections.abc import Iterable
@@ -47,7 +48,6 @@ class GenerationInstance:
         "_retry_drain_at",
         "_segments",
         "batch",
-        "busy_since",
         "cost",
         "drain",
         "epoch",
@@ -82,9 +82,8 @@ class GenerationInstance:
         self.time_s = now_s
         self.epoch = 0
         self.version = 0
-        self.busy_since: float | None = None
         self._planned: tuple[int, float, bool] | None = None  # (iterations, seconds, ends in a preemption)
-        self._segments = segments  # the run's timeline spans: it adds its own (busy, preempted, aborted, switch)
+        self._segments = segments  # the run's timeline spans: it adds its own (preempted, aborted, migrated, switch)
         self.retired = False
         self.fast = False
         """plan whole queues at once (the simulator's quiet mode: nobody needs each finish as it happens)"""
@@ -190,12 +189,7 @@ class GenerationInstance:
         if batch == 0:
             self._planned = None
             self._order.clear()
-            if self.busy_since is not None:
-                self._segments.append((self.name, "busy", -1, -1, self.busy_since, self.time_s, -1))
-                self.busy_since = None
             return None
-        if self.busy_since is None:
-            self.busy_since = self.time_s
         it = self.it
         n = self._heap[0][0] - it
         n_fit = (self.kv_capacity - self.offset) // batch - it  # iterations before the cache is full
@@ -259,6 +253,7 @@ class GenerationInstance:
         self._retry_drain_at = sys.maxsize
         rids = d.rids.tolist()
         start, first, finish, state = req.start_s, req.first_token_s, req.finish_s, req.state
+        admitted = req.admitted_s
         if req.touched:
             untouched = np.array([req.remaining[r] == req.output[r] for r in rids])
         else:
@@ -267,22 +262,23 @@ class GenerationInstance:
         contiguous = hi - lo == len(rids) and bool(np.all(np.diff(d.rids) == 1))
         if contiguous:  # the usual case (a chunk of a step on a fresh instance): slice reads and writes
             d.prior_start_s, d.prior_first_token_s = np.array(start[lo:hi]), np.array(first[lo:hi])
+            d.prior_admitted_s = np.array(admitted[lo:hi])
         else:
             d.prior_start_s = np.array([start[r] for r in rids])
             d.prior_first_token_s = np.array([first[r] for r in rids])
+            d.prior_admitted_s = np.array([admitted[r] for r in rids])
         new_start = np.where(d.fresh & untouched, d.start_s, d.prior_start_s).tolist()
+        new_admitted = np.where(d.fresh, d.start_s, d.prior_admitted_s).tolist()
         new_first = np.where(np.isnan(d.prior_first_token_s) & d.fresh, d.first_token_s, d.prior_first_token_s).tolist()
         if contiguous:
             start[lo:hi], first[lo:hi], finish[lo:hi] = new_start, new_first, d.finish_s.tolist()
-            state[lo:hi] = [FINISHED] * len(rids)
+            admitted[lo:hi], state[lo:hi] = new_admitted, [FINISHED] * len(rids)
         else:
-            for r, a, b, c in zip(rids, new_start, new_first, d.finish_s.tolist()):
-                start[r], first[r], finish[r], state[r] = a, b, c, FINISHED
+            for r, a, b, c, e in zip(rids, new_start, new_first, d.finish_s.tolist(), new_admitted):
+                start[r], first[r], finish[r], admitted[r], state[r] = a, b, c, e, FINISHED
         version, admit = req.version, req.admit_iter
         for r, a in zip(d.rids[d.fresh].tolist(), d.admit_iter[d.fresh].tolist()):
             version[r], admit[r] = self.version, a
-        if self.busy_since is None:
-            self.busy_since = self.time_s
         self.drain, self._planned = d, None
         return d
 
@@ -297,12 +293,14 @@ class GenerationInstance:
         running: list[int] = d.rids[cut.running].tolist()
         waiting: list[int] = d.rids[cut.waiting].tolist()
         # _plan_drain set both before it kept the drain
-        assert d.prior_start_s is not None and d.prior_first_token_s is not None
+        assert d.prior_start_s is not None and d.prior_first_token_s is not None and d.prior_admitted_s is not None
         state, finish = req.state, req.finish_s
         for r in running:
             state[r], finish[r] = RUNNING, float("nan")
-        for r, a, b in zip(waiting, d.prior_start_s[cut.waiting].tolist(), d.prior_first_token_s[cut.waiting].tolist()):
-            state[r], finish[r], req.start_s[r], req.first_token_s[r] = WAITING, float("nan"), a, b
+        back = cut.waiting
+        for r, a, b, e in zip(waiting, d.prior_start_s[back].tolist(), d.prior_first_token_s[back].tolist(),
+                              d.prior_admitted_s[back].tolist()):
+            state[r], finish[r], req.start_s[r], req.first_token_s[r], req.admitted_s[r] = WAITING, math.nan, a, b, e
         admits = d.admit_iter[cut.running]
         self._heap = list(zip(d.finish_iter[cut.running].tolist(), running))
         heapq.heapify(self._heap)
@@ -334,6 +332,7 @@ class GenerationInstance:
             waiting.popleft()
             if remaining[rid] == output[rid]:
                 req.start_s[rid] = now
+            req.admitted_s[rid] = now
             req.state[rid] = RUNNING
             req.admit_iter[rid] = it
             req.version[rid] = version
@@ -372,7 +371,8 @@ class GenerationInstance:
         self._heap.remove((req.admit_iter[rid] + req.remaining[rid], rid))
         heapq.heapify(self._heap)
         self._leave(rid, keep=True)
-        self._segments.append((self.name, "preempted", req.step[rid], rid, req.start_s[rid], self.time_s, req.job[rid]))
+        self._segments.append((self.name, "preempted", req.step[rid], rid, req.admitted_s[rid], self.time_s,
+                               req.job[rid]))
         req.preemptions[rid] += 1
         req.state[rid] = WAITING
         self.waiting.appendleft(rid)
@@ -392,7 +392,7 @@ class GenerationInstance:
             rid = entry[1]
             if rid in drop:
                 self._leave(rid, keep=kind == "migrated")
-                span = (self.name, kind, req.step[rid], rid, req.start_s[rid], self.time_s, req.job[rid])
+                span = (self.name, kind, req.step[rid], rid, req.admitted_s[rid], self.time_s, req.job[rid])
                 self._segments.append(span)
             else:
                 kept_heap.append(entry)

@@ -51,6 +51,9 @@ class Requests:
         """first time the request was queued on an instance (kept through aborts, migrations and preemptions):
         its arrival, from which queueing, TTFT and end-to-end latency count"""
         self.start_s: list[float] = [float("nan")] * n
+        self.admitted_s: list[float] = [float("nan")] * n
+        """its latest admission into a batch: where its current stretch on an instance began (after a preemption or
+        a migration, where it resumed; ``start_s`` keeps the attempt's first), and its timeline span with it"""
         self.first_token_s: list[float] = [float("nan")] * n
         self.finish_s: list[float] = [float("nan")] * n
         self.version: list[int] = [-1] * n
@@ -78,7 +81,7 @@ class Requests:
                              ("output", output), ("remaining", output), ("recompute", [0] * k),
                              ("admit_iter", [0] * k), ("instance", [-1] * k), ("state", [State.PENDING] * k),
                              ("submit_s", [float("nan")] * k), ("start_s", [float("nan")] * k),
-                             ("first_token_s", [float("nan")] * k),
+                             ("admitted_s", [float("nan")] * k), ("first_token_s", [float("nan")] * k),
                              ("finish_s", [float("nan")] * k), ("version", [-1] * k), ("preemptions", [0] * k),
                              ("aborts", [0] * k)):
             getattr(self, name).extend(values)
@@ -166,6 +169,7 @@ class Requests:
                 "finished": np.asarray(self.state, dtype=np.int8) == State.FINISHED,
                 "submit_s": np.asarray(self.submit_s),
                 "start_s": np.asarray(self.start_s),
+                "admitted_s": np.asarray(self.admitted_s),
                 "first_token_s": np.asarray(self.first_token_s),
                 "finish_s": np.asarray(self.finish_s),
                 "version": np.asarray(self.version, dtype=np.int32),

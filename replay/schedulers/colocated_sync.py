@@ -4,8 +4,9 @@ One pool of ``gen_gpus + train_gpus`` GPUs alternates roles. Switching costs tim
 (free the KV cache, drop the inference weights, load weights and optimizer state from host memory) and back
 to generation (reshard the new weights into the inference engine, which replaces a network weight sync, while
 the training state goes back to host memory). By default both are the model's bytes over the GPU's host link
-plus an engine floor (:mod:`rltrace.replay.costmodels.switching`); a switch span on the trainer shows each. A
-described job brings its own trainer time on the whole cluster and its framework's switches (``Job.colocated``).
+plus an engine floor (:mod:`rltrace.replay.costmodels.switching`); a switch span on the trainer shows each. The
+trainer time is the whole cluster's (:meth:`~rltrace.replay.job.Job.colocated_trainer_seconds`), so every split of
+the same GPUs gives one answer; a described job brings its framework's switches too (``Job.colocated``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class ColocatedSync:
             # Trainer GPUs are the generators: the switch, then forward/backward/optimizer (FIFO on the
             # trainer: the train span starts when the switch ends), then back.
             sim.work("trainer", self.to_train, Tag("to_train", job.id, step), kind="switch", step=step)
-            trainer = job.colocated.trainer_s[step] if job.colocated else job.trainer_seconds(step)
+            trainer = job.colocated_trainer_seconds(step, sim.cluster)
             sim.work("trainer", trainer, Tag(TRAIN, job.id, step), kind="train", step=step)
         elif what == "to_train":
             return

@@ -18,10 +18,17 @@ def pareto(frame: pl.DataFrame, x: str = "usd_per_1k_samples", y: str = "samples
     return f.filter(keep)
 
 
+def _text(frame: pl.DataFrame, axis: str) -> pl.Expr:
+    """A parameter's values as text (a list, such as source_steps [0, 1], as "0,1")."""
+    if isinstance(frame.schema[axis], pl.List):
+        return pl.col(axis).cast(pl.List(pl.String)).list.join(",")
+    return pl.col(axis).cast(pl.String)
+
+
 def frontier(frame: pl.DataFrame, axes: list[str]) -> go.Figure:
     """Scatter of throughput against cost per 1k samples, one colour per scheduler; hover lists the point."""
     fig = go.Figure()
-    label = pl.concat_str([pl.format(f"{a}={{}}", pl.col(a).cast(pl.String).fill_null("")) for a in axes],
+    label = pl.concat_str([pl.format(f"{a}={{}}", _text(frame, a).fill_null("")) for a in axes],
                           separator=", ") if axes else pl.lit("")
     f = frame.with_columns(label.alias("_label"))
     for i, scheduler in enumerate(f["scheduler"].unique().sort().to_list()):
@@ -43,7 +50,7 @@ def effects(frame: pl.DataFrame, axes: list[str]) -> go.Figure:
     """Per varied parameter: samples/s of every point at each of its values (a strip per value)."""
     fig = make_subplots(rows=1, cols=max(len(axes), 1), subplot_titles=[esc(a) for a in axes], shared_yaxes=True)
     for col, axis in enumerate(axes, start=1):
-        values = frame[axis].cast(pl.String).fill_null("(none)").replace("", "(none)")
+        values = frame.select(_text(frame, axis)).to_series().fill_null("(none)").replace("", "(none)")
         fig.add_box(x=esc_all(values), y=frame["samples_per_s"].to_numpy(), boxpoints="all", jitter=0.4,
                     pointpos=0, name=esc(axis), marker_color=color("", col - 1), showlegend=False, row=1, col=col)
     fig.update_yaxes(title_text="samples/s", row=1, col=1)

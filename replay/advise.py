@@ -66,9 +66,14 @@ class Space:
             raise ConfigError("total_gpus values must be at least 2 (a pool each)")
 
     def designs(self) -> list[dict[str, Any]]:
+        """Every design of the space; a colocating scheduler's once per GPU kind and fabric (its GPUs all generate
+        and all train, so every generation share is the same design: the first share's split is what it runs)."""
         gpus = self.gpu or tuple(load_gpus())
+        colocated = {s for s in self.scheduler if capabilities(SCHEDULERS.lookup(s)).colocates}
         return [{"gpu": g, "scheduler": s, "gen_share": share, "topology": t}
-                for g, s, share, t in itertools.product(gpus, self.scheduler, self.gen_share, self.topology)]
+                for g, s, share, t in itertools.product(*map(dict.fromkeys, (gpus, self.scheduler, self.gen_share,
+                                                                             self.topology)))
+                if s not in colocated or share == self.gen_share[0]]
 
 
 def load_space(path: Path) -> Space:
@@ -176,18 +181,20 @@ class _Search:
         return point_of(self.designs[i].design, total, self.fixed)
 
     def walk(self, i: int, cutoff: float) -> Outcome:
-        """Where design ``i`` stands, its GPU counts taken in order: a replayed count that missed moves on, one
-        that met or went over budget decides; an unreplayed count is priced out, over budget, ruled out by the
-        trainer bound (moves on) or the next to replay."""
+        """Where design ``i`` stands, its GPU counts taken in order: a replayed count that missed or failed (a
+        model that does not fit, a pool TP does not divide) moves on, one that met or went over budget decides; an
+        unreplayed count is priced out, over budget, ruled out by the trainer bound (moves on) or the next to
+        replay. A design whose every replayed count failed failed."""
         d, bounds, screened, last = self.designs[i], self.bounds, 0, None
         nearest: tuple[float, int] = (-math.inf, 0)  # the ruled-out candidate nearest the target: (bound, GPUs)
+        failed: int | None = None  # the last count whose replay failed
         for total in self.sizes:
             if total in d.rows:
                 row = d.rows[total]
                 if row is None:
-                    return Outcome(FAILED, total, error=d.errors.get(total, "no result"), screened=screened,
-                                   nearest=nearest)
-                if self.budget is not None and (row["usd_per_hour"] or 0.0) > self.budget:
+                    failed = total
+                    continue
+                if self.budget is not None and (row["usd_per_hour"] or 0.0) > self.budget * (1 + TOLERANCE):
                     return Outcome(OVER_BUDGET, total, row, screened=screened, nearest=nearest)
                 if (row["samples_per_s"] or 0.0) >= self.target:
                     return Outcome(MET, total, row, screened=screened, nearest=nearest)
@@ -208,14 +215,16 @@ class _Search:
             nearest = max(nearest, (bound, total))
             if total == self.sizes[-1]:
                 return Outcome(MISSED, total, last=last, bound=bound, screened=screened, nearest=nearest)
-        assert last is not None  # the loop returns unless the last count was replayed and missed
+        if last is None:  # the loop returns unless the last count was replayed: it failed, as every other replay did
+            assert failed is not None
+            return Outcome(FAILED, failed, error=d.errors.get(failed, "no result"), screened=screened, nearest=nearest)
         return Outcome(MISSED, self.sizes[-1], last, screened=screened, nearest=nearest)
 
     def outcomes(self, top: int) -> tuple[list[Outcome], float]:
         """Every design's outcome, and the price that rules candidates out: the ``top``-th cheapest design that
         met the target (inf until ``top`` have)."""
         first = [self.walk(i, math.inf) for i in range(len(self.designs))]
-        met = sorted(o.row["usd_per_hour"] for o in first if o.kind == MET and o.row is not None)
+        met = sorted(round(o.row["usd_per_hour"], 6) for o in first if o.kind == MET and o.row is not None)
         cutoff = met[top - 1] if len(met) >= top else math.inf
         return [self.walk(i, cutoff) for i in range(len(self.designs))], cutoff
 
@@ -292,7 +301,9 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
                                            "work": pl.String},
                          infer_schema_length=None)
     frame = frame.select(COLUMNS)
-    winners = frame.filter(pl.col("outcome") == MET).sort("usd_per_hour", "usd_per_1k_samples")
+    # (one price summed in another order differs in its last bits: ties go to the cheaper sample, not to the noise)
+    winners = frame.filter(pl.col("outcome") == MET).sort(pl.col("usd_per_hour").cast(pl.Float64).round(6),
+                                                          "usd_per_1k_samples")
     order = {PRICED_OUT: 1, OVER_BUDGET: 2, MISSED: 3, FAILED: 4}
     losers = (frame.filter(pl.col("outcome") != MET)
               .with_columns(pl.col("outcome").replace_strict(order, return_dtype=pl.Int64).alias("_order"))

@@ -385,6 +385,12 @@ def _check_train_ep(ep: int, spec: ModelSpec | None, train_gpus: int) -> None:
                           "give --model")
 
 
+def two_kinds(colocating: list[str], cluster: Cluster) -> str:
+    """Why schedulers that colocate (every GPU in both roles) cannot run on ``cluster``'s two GPU kinds."""
+    return (f"{', '.join(colocating)} runs generation and training on the same GPUs, but this cluster's generation "
+            f"GPUs are {cluster.gen_gpu} and its training GPUs {cluster.train_gpu}")
+
+
 def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: Any = None,
            *, progress: Callable[[int], None] | None = None, keep_log: bool = False) -> RunResult:
     """Run ``scheduler`` over the prepared jobs with ``settings`` (its Config, or a mapping of the Config's
@@ -394,6 +400,9 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     if not prepared.recorded and can.replays_recording:
         raise ConfigError(f"{scheduler} replays a recording as it ran, and a described job has none (its mode is a "
                           "scheduler: colocated-sync or disagg-sync)")
+    c = prepared.cluster
+    if can.colocates and c.gen_gpu != c.train_gpu:
+        raise ConfigError(f"{two_kinds([scheduler], c)}: replay on one kind (--gpu {c.train_gpu}) to compare it")
     jobs, routed, notes = _on_network(prepared, scheduler, can.colocates, config.network)
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),

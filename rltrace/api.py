@@ -27,12 +27,13 @@ import polars as pl
 from rltrace.analysis import verdict
 from rltrace.analysis.runs import Run
 from rltrace.bundle import Bundle
+from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.limits import check_replicates
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.loading import Shape
-from rltrace.replay.run import Prepared, ReplayConfig, RunResult
+from rltrace.replay.run import Prepared, ReplayConfig, RunResult, two_kinds
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, shipped
 from rltrace.replay.schedulers.base import BASELINES, capabilities
@@ -59,11 +60,14 @@ def schedulers_of(names: str | Sequence[str] | None, option: str = "schedulers")
         raise ConfigError(f"{option} takes scheduler names: one, a comma-separated string or a list of them "
                           f"(or \"all\"), got {names!r}")
     chosen = list(BASELINES) if names is None else [
-        s.strip() for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
+        s.strip() for s in (names.split(",") if isinstance(names, str) else names)]
     if chosen == ["all"]:
         chosen = shipped()
-    if not chosen:
+    if not any(chosen):
         raise ConfigError(f"{option} needs at least one name (known: {', '.join(shipped())})")
+    if not all(chosen):  # "a,,b" or a trailing comma: a name left out, as --gpu H100, is refused
+        given = names if isinstance(names, str) else chosen
+        raise ConfigError(f"{option} {given!r} has an empty name (known: {', '.join(shipped())})")
     for name in chosen:
         lookup(name)
     if len(set(chosen)) < len(chosen):
@@ -116,8 +120,7 @@ def one_kind(prepared: Prepared, schedulers: Sequence[str], *, named: bool) -> l
     colocating = [n for n in schedulers if capabilities(lookup(n)).colocates]
     if not colocating:
         return list(schedulers)
-    why = (f"{', '.join(colocating)} runs generation and training on the same GPUs, but this cluster's generation "
-           f"GPUs are {c.gen_gpu} and its training GPUs {c.train_gpu}")
+    why = two_kinds(colocating, c)
     if named:
         raise ConfigError(f"{why}: replay on one kind (--gpu {c.train_gpu}) to compare it")
     prepared.notes.append(f"{why}: left out (replay on one kind, --gpu {c.train_gpu}, to compare it)")
@@ -240,6 +243,10 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
     flags = {k: v for k, v in {"network.topology": topology, "network.sync_strategy": sync_strategy}.items() if v}
     items = [settings] if isinstance(settings, str) else list(settings)  # one "key=value" is a list of one
     resolved = resolve(chosen, items, flags, where="settings")
+    asked = sync_strategy or next((v for k, v in map(parse_set, items) if k == "network.sync_strategy"), None)
+    if asked and not resolved.config.network.topology:  # without a fabric no strategy runs: say so, not ignore it
+        raise ConfigError(f"sync_strategy={asked!r}: a weight-sync strategy picks how a sync runs on a fabric; it "
+                          "needs a topology (topology='fat-tree:k=8', for one)")
     how = shape_of(shape)
     prepared, bundle = prepare(source, how, resolved, chosen, jobs=Path(jobs) if jobs is not None else None)
     chosen = one_kind(prepared, chosen, named=named(schedulers))

@@ -60,6 +60,13 @@ def test_the_notebook_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
      "source_steps takes recorded step numbers"),
     (lambda: rltrace.compare("tiny_rl_cpu", "disagg-sync", gen_gpu="H100"),
      "from the recorded cpu training devices to H100 generation GPUs have no network model"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", ["disagg-sync", ""]), "has an empty name"),
+    # ran, unchanged from the run without it: the CLI and a sweep refuse a strategy without a fabric
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=2, sync_strategy="tree"), "needs a topology"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=2, settings="network.sync_strategy=tree"),
+     "sync_strategy='tree'"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "colocated-sync", steps=2, gen_gpu="H20", train_gpu="H800"),
+     "runs generation and training on the same GPUs"),
     (lambda: rltrace.analysis.diagnose.diagnose(3), "diagnose takes a bundle, a bundle folder or a sample name"),
     (lambda: rltrace.analysis.diagnose.diagnose("tiny_rl_faults", replicates=1), "replicates must be 0 (off)"),
 ])

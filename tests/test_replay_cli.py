@@ -123,6 +123,8 @@ def test_a_cpu_recording_on_a_gpu_says_its_trainer_phases_stay_as_measured() -> 
         (["--gpu", "Z80"], "Z80"),
         (["--gpu", "H20,Z80", "--steps", "1"], "unknown GPU kind 'Z80'"),
         (["--gpu", "H20,"], "give one GPU kind, or two as GENERATION,TRAINING"),
+        (["-s", "disagg-sync,,"], "--scheduler 'disagg-sync,,' has an empty name"),  # was replayed as "disagg-sync"
+        (["-s", ",disagg-sync"], "has an empty name"),
         (["--gpu", "H20,H800,H100"], "give one GPU kind, or two as GENERATION,TRAINING"),
         (["/no/such/bundle"], "/no/such/bundle"),
         (["--model", "Llama-2-70B", "--gpu", "A100", "--tp", "1", "--steps", "1"], "leaves no KV cache"),

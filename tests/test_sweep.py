@@ -17,10 +17,12 @@ import polars as pl
 import pytest
 from browser import open_page
 from helpers import REPO, run_cli, small_config
-from rltrace.replay.advise import Space, load_space, point_of
+from rltrace.replay.advise import Space, advise, load_space, point_of
 from rltrace.replay.advise_verdict import bottleneck
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
-from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION
+from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION, run_point
+from rltrace.replay.sweep.runner import Store
+from rltrace.sample_traces import sample_path
 
 import rltrace
 from rltrace.cli.sweep_cmd import print_best
@@ -83,6 +85,12 @@ def test_point_id_ignores_key_order_and_settings_keep_their_types():
     ({"scheduler": "disagg-sync", "topology": "rail:nodes=two"}, "topology rail.nodes: expected an integer"),
     ({"scheduler": "disagg-sync", "sync_strategy": "bucketed"}, "sync_strategy 'bucketed' and no topology"),
     ({"scheduler": "disagg-sync", "topology": "", "network.sync_strategy": "bucketed"}, "and no topology"),
+    # replay and compare refuse colocation on two kinds; the sweep ran it, billed as 16 H20
+    ({"scheduler": "colocated-sync", "gen_gpu": "H20", "train_gpu": "H800"}, "runs generation and training on the"),
+    ({"scheduler": "colocated-sync", "gpu": "H100", "train_gpu": "H20"}, "on H100 generation and H20 training"),
+    # a string or a list of lists where a list of steps belongs ended in a TypeError inside every point
+    ({"scheduler": "disagg-sync", "source_steps": "0:2"}, "source_steps must be a list of recorded step numbers"),
+    ({"scheduler": "disagg-sync", "source_steps": [[0, 1]]}, "source_steps must be a list"),
 ])
 def test_bad_points_are_refused_before_anything_runs(point, message):
     with pytest.raises(ConfigError, match=message):
@@ -378,3 +386,59 @@ def test_a_sweep_over_calibration_files_prices_each_point_with_its_own(tmp_path:
     assert run_cli(*args).returncode == 0
     rows = _frame(tmp_path / "sweep").rows_by_key("cost.calibration", named=True, unique=True)
     assert rows["mine.toml"]["samples_per_s"] == pytest.approx(rows[""]["samples_per_s"])
+
+
+def test_a_grid_replays_only_the_recorded_steps_it_names(tmp_path: Path) -> None:
+    """source_steps was suggested for a misspelt key and passed the check, then failed every point with "TypeError:
+    unhashable type: 'list'"."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[axes]\nsource_steps = [[0, 1], [2]]\n[fixed]\nscheduler = "disagg-sync"\n')
+    done = run_cli("sweep", "tiny_rl_cpu", "--grid", str(grid), "-o", str(tmp_path / "o"), "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    rows = pl.read_parquet(tmp_path / "o" / "sweep.parquet").sort("samples")
+    per_step = rltrace.open(sample_path("tiny_rl_cpu")).requests.group_by("step").len().collect()
+    want = dict(zip(per_step["step"].to_list(), per_step["len"].to_list()))
+    assert rows["samples"].to_list() == sorted([want[0] + want[1], want[2]])
+
+
+def test_a_colocated_design_is_one_design_whatever_the_generation_share() -> None:
+    """Every split of a colocated cluster runs the same (all GPUs in both roles): listed once per GPU kind, where
+    each share was a design of its own (advise listed "H20 colocated-sync 8/8" twice, at 1.97 and 1.09 samples/s)."""
+    space = Space(gpu=("H100", "H20", "H100"), scheduler=("colocated-sync", "disagg-sync", "disagg-sync"),
+                  gen_share=(0.5, 0.75), total_gpus=(8,))
+    designs = [(d["gpu"], d["scheduler"], d["gen_share"]) for d in space.designs()]
+    assert designs == [("H100", "colocated-sync", 0.5), ("H100", "disagg-sync", 0.5), ("H100", "disagg-sync", 0.75),
+                       ("H20", "colocated-sync", 0.5), ("H20", "disagg-sync", 0.5), ("H20", "disagg-sync", 0.75)]
+
+
+def test_advise_ranks_designs_of_one_price_by_their_cost_per_sample(tmp_path: Path) -> None:
+    """Prices summed in another order differ in their last bits (10.8 and 10.800000000000002 for 8 H20): the noise
+    ranked rollpacker 6+2 at $3.27/1k above 4+4 at $1.93/1k, and --budget 10.8 called 10.800000000000002 over it."""
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H20"]\nscheduler = ["disagg-sync", "one-step-async", "rollpacker"]\n'
+                     'gen_share = [0.5, 0.75]\ntotal_gpus = [8]\n[fixed]\nsteps = 4\n')
+    advice = advise(str(sample_path("rollpacker_qwen7b")), 0.5, Store(tmp_path / "o"), load_space(space), budget=10.8,
+                    top=6, workers=1)
+    ranked = advice.ranked
+    assert ranked.height == 6 and advice.lost.height == 0
+    assert ranked["usd_per_hour"].round(6).n_unique() == 1
+    assert ranked["usd_per_1k_samples"].to_list() == sorted(ranked["usd_per_1k_samples"].to_list())
+
+
+def test_a_design_whose_smallest_cluster_fails_is_tried_larger(tmp_path: Path) -> None:
+    """At 24 GPUs a 0.875 share gives 21 generation GPUs, which TP 2 does not divide: the design was dropped there
+    ("no configuration reaches") though 32 GPUs meet the target."""
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H100"]\nscheduler = ["disagg-sync"]\ngen_share = [0.875]\ntotal_gpus = [24, 32]\n'
+                     '[fixed]\nsteps = 1\n')
+    described = str(REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml")
+    advice = advise(described, 1.0, Store(tmp_path / "o"), load_space(space), workers=1)
+    assert advice.ranked.height == 1 and advice.ranked["total_gpus"].to_list() == [32], advice.lost
+    assert advice.failed == 1
+
+
+def test_a_point_that_colocates_on_the_bundles_two_kinds_fails_with_the_reason() -> None:
+    """The recorded pools' kinds (the RollArt sample: H20 generation, H800 training) reach the replay unnamed by the
+    point: colocated-sync ran there, billed as H20s, where replay refuses it."""
+    with pytest.raises(ConfigError, match="generation GPUs are H20 and its training GPUs H800"):
+        run_point(str(sample_path("rollart_qwen3_8b")), {"scheduler": "colocated-sync", "steps": 1})

@@ -43,7 +43,8 @@ def test_a_next_turn_starts_after_its_environment_and_the_step_waits_for_the_las
 
 @pytest.mark.parametrize("scheduler", ["disagg-sync", "fully-async", "one-step-async", "colocated-sync"])
 def test_every_turn_of_a_trajectory_runs_on_the_instance_of_its_first(scheduler: str) -> None:
-    work = agentic([[[(10, 0.0), (20, 0.5), (5, 0.1)], [(30, 0.0), (5, 2.0)], [(7, 0.0), (7, 0.3)]]] * 2, gen_gpus=2)
+    work = agentic([[[(10, 0.0), (20, 0.5), (5, 0.1)], [(30, 0.0), (5, 2.0)], [(7, 0.0), (7, 0.3)]]] * 2, gen_gpus=2,
+                   gen_gpu="H800")  # one GPU kind for both pools: colocated-sync runs both roles on each GPU
     result = replay(work, scheduler, ReplayConfig())
     r = _requests(result)
     assert result.metrics["samples"] == work.requests_frame.height  # every step trained on a full batch

@@ -160,7 +160,7 @@ def test_the_colocated_schedulers_switches_take_the_runs_floor(tmp_path: Path) -
     """A recorded job's switches are the scheduler's own (no framework profile): its floor is the run's."""
     config = ReplayConfig()
     bundle = open_bundle(sample_path(SAMPLE))
-    runs = [replay(from_bundle(bundle, Shape(), CostConfig(calibration=c)), "colocated-sync", config)
+    runs = [replay(from_bundle(bundle, Shape(gpu="H800"), CostConfig(calibration=c)), "colocated-sync", config)
             for c in ("", str(_mine(tmp_path, switch_floor_s=5.0)))]
     steps = len(runs[0].steps)
     switches = (runs[1].metrics["makespan_s"] - runs[0].metrics["makespan_s"]) / 4.9

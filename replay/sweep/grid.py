@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from rltrace.replay.loading import Shape
-from rltrace.replay.schedulers import names
+from rltrace.replay.schedulers import lookup, names
+from rltrace.replay.schedulers.base import capabilities
 from rltrace.replay.settings import resolve
 
 from rltrace.catalog import get_gpu, get_model
@@ -99,16 +100,31 @@ def check(points: list[Point], where: str) -> None:
             raise ConfigError(f"{where}: unknown scheduler {scheduler!r} (known: {', '.join(names())})")
         values = settings(point)
         resolve([scheduler], values=values, where=where)
+        gen, train = point.get("gen_gpu") or point.get("gpu"), point.get("train_gpu") or point.get("gpu")
+        if gen and train and gen != train and capabilities(lookup(scheduler)).colocates:
+            raise ConfigError(f"{where}: a point of {scheduler} on {gen} generation and {train} training GPUs: it runs "
+                              "generation and training on the same GPUs (give it one kind)")
         if values.get("network.sync_strategy") and not values.get("network.topology"):
             # without a fabric no sync strategy runs: such points would repeat the no-topology result under other
             # strategy names (rltrace replay refuses the same)
             raise ConfigError(f"{where}: a point with sync_strategy {values['network.sync_strategy']!r} and no "
                               "topology: a weight-sync strategy picks how a sync runs on a fabric; vary "
                               "sync_strategy only in a grid whose every point has a topology")
+        steps = point.get("source_steps")
+        if steps is not None and not (isinstance(steps, list) and steps and all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)):
+            raise ConfigError(f"{where}: source_steps must be a list of recorded step numbers, such as [2, 4, 6] (an "
+                              f"axis: a list of such lists), got {steps!r}")
         try:  # types and limits of the shape keys (steps = "two" is named here, not a TypeError later)
-            Shape(**{k: v for k, v in point.items() if k in SHAPE_KEYS and k != "source_steps"})
+            shape_of(point)
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
+
+
+def shape_of(point: Point) -> Shape:
+    """The point's workload shape (``source_steps``, a list in the grid, as the tuple a shape holds)."""
+    given: dict[str, Any] = {k: tuple(v) if k == "source_steps" else v for k, v in point.items() if k in SHAPE_KEYS}
+    return Shape(**given)
 
 
 def check_names(points: list[Point], where: str, recorded: set[str]) -> None:

@@ -13,7 +13,7 @@ from rltrace.replay.loading import Loaded, Shape, load_workload, prepare_loaded
 from rltrace.replay.run import CostConfig, Prepared, replay
 from rltrace.replay.settings import Settings, resolve
 from rltrace.replay.sources import prepare_source
-from rltrace.replay.sweep.grid import SHAPE_KEYS, Point, file_digest, settings
+from rltrace.replay.sweep.grid import Point, file_digest, settings, shape_of
 from rltrace.sample_traces import list_samples, sample_path
 
 from rltrace import jsontext
@@ -85,7 +85,7 @@ def _prepared(bundle: str, shape: Shape, cost: CostConfig, prices: tuple[tuple[s
 def prepared(bundle: str, point: Point) -> tuple[Prepared, Settings]:
     """The point's prepared workload (shared as :func:`run_point` shares it) and its resolved settings."""
     resolved = resolve([point["scheduler"]], values=settings(point))
-    shape = Shape(**{k: point[k] for k in SHAPE_KEYS if k in point})
+    shape = shape_of(point)
     cost = resolved.config.cost
     files = tuple(file_digest(f) if f else "" for f in (cost.calibration, cost.profile))
     return _prepared(bundle, shape, cost, tuple(sorted(resolved.prices.items())), files), resolved

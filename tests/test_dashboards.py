@@ -36,7 +36,7 @@ from trace_event_rules import violations
 import rltrace
 from rltrace.analysis import compare, lengths, load_run, load_runs, network, recorded, verdict, work
 from rltrace.analysis.runs import Run
-from rltrace.analysis.timeline import busy_spans, gantt, lanes, merge_close
+from rltrace.analysis.timeline import busy_spans, gantt, lanes, merge_close, row_order
 from rltrace.synth import synthesize
 
 TOPOLOGY = "fat-tree:k=4,gpu=H800"
@@ -612,3 +612,13 @@ def test_a_job_lists_workload_is_worded_by_its_jobs(kinds: list[str], word: str)
                                                                    enumerate(kinds)]}
     assert work.origin({"source": source}) == word
     assert work.origin({"source": {"kind": "description"}}) == "described" and work.origin({}) == "recorded"
+
+
+def test_rows_run_generation_trainers_syncs_host_work_then_links() -> None:
+    """Resources are named trainer and sync, not for their pools (training, network): the trainer sorted after the
+    reward and the sync, and a RollMux group's instances before the shared pool's instance0."""
+    names = ["reward", "link/spine0", "sync", "trainer/g1", "generation/g1/instance16", "trainer", "env",
+             "generation/instance10", "generation/instance2", "sync/g1"]
+    assert row_order(names) == [
+        "generation/instance2", "generation/instance10", "generation/g1/instance16", "trainer", "trainer/g1", "sync",
+        "sync/g1", "env", "reward", "link/spine0"]

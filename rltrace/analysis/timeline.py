@@ -78,13 +78,14 @@ def lanes(resource: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.
 
 
 def row_order(names: list[str]) -> list[str]:
-    """Resource names top to bottom: generation instances (numerically), trainers, network, cpu, links."""
-    rank = {"generation": 0, "training": 1, "network": 2, "cpu": 3, "link": 4}
+    """Resource names top to bottom: generation instances (numerically; a job group's after the shared pool's),
+    trainers, weight syncs, host work (reward, environment), links."""
+    rank = {"generation": 0, "trainer": 1, "training": 1, "sync": 2, "network": 2, "link": 4}
 
-    def key(name: str) -> tuple[int, str, int]:
+    def key(name: str) -> tuple[int, int, str, int]:
         head = name.split("/", 1)[0]
         digits = "".join(ch for ch in name.rsplit("/", 1)[-1] if ch.isdigit())
-        return rank.get(head, 3), name.rstrip("0123456789"), int(digits) if digits else -1
+        return rank.get(head, 3), name.count("/"), name.rstrip("0123456789"), int(digits) if digits else -1
 
     return sorted(names, key=key)
 

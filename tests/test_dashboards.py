@@ -333,6 +333,9 @@ def test_replay_dashboard_flag(tmp_path: Path):
 @pytest.mark.parametrize("args, message", [
     (["dashboard", "/nonexistent/runs"], "no such run folder"),
     (["dashboard", "{empty}"], "not a run folder (no metrics.json) and holds none"),
+    # a bundle where runs belong: say what it is and what makes runs of it
+    (["dashboard", "tiny_rl_cpu"], "it is a shipped sample's name: `rltrace replay tiny_rl_cpu -o runs`"),
+    (["dashboard", "{bundle}"], "it is a trace bundle: `rltrace replay"),
     (["dashboard", "{runs}", "--baseline", "nosuch"], "--baseline 'nosuch' is none of the runs"),
     (["dashboard", "{runs}", "--objective", "speed"], "objective must be one of throughput, cost"),
     (["dashboard", "{runs}", "--max-staleness", "-1"], "--max-staleness must be >= 0"),
@@ -350,7 +353,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message, runs_dir: Path, tmp_pat
         (corrupt / name).write_text((runs_dir / "disagg-sync" / name).read_text())
     (corrupt / "timeline.parquet").write_bytes(b"PAR1 not really")
     (corrupt / "requests.parquet").write_bytes(b"PAR1 not really")
-    argv = [a.format(empty=empty, runs=runs_dir, corrupt=corrupt) for a in args]
+    argv = [a.format(empty=empty, runs=runs_dir, corrupt=corrupt, bundle=sample_path("tiny_rl_cpu")) for a in args]
     if "-o" not in argv:
         argv += ["-o", str(tmp_path / "x.out")]
     done = run_cli(*argv)

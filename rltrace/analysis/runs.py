@@ -13,6 +13,8 @@ import polars as pl
 import pyarrow as pa
 
 from rltrace.errors import ConfigError
+from rltrace.manifest import MANIFEST_FILE
+from rltrace.sample_traces import list_samples
 
 TABLES = ("timeline", "requests", "links", "steps")
 """Parquet files of a run folder; timeline and requests are required, links and steps optional."""
@@ -122,19 +124,28 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
     folders: list[Path] = []
     for path in map(Path, [paths] if isinstance(paths, str | Path) else paths):
         if not path.exists():
-            raise ConfigError(f"{path}: no such run folder")
+            sample = str(path) in list_samples()
+            raise ConfigError(f"{path}: no such run folder" + (_replay_first(path, "a shipped sample's name")
+                                                               if sample else ""))
         if (path / "metrics.json").is_file():
             folders.append(path)
             continue
         inner = sorted(p for p in path.iterdir() if (p / "metrics.json").is_file()) if path.is_dir() else []
         if not inner:
-            raise ConfigError(f"{path}: not a run folder (no metrics.json) and holds none")
+            bundle = (path / MANIFEST_FILE).is_file()
+            raise ConfigError(f"{path}: not a run folder (no metrics.json) and holds none"
+                              + (_replay_first(path, "a trace bundle") if bundle else ""))
         folders += inner
     names = [f.name for f in folders]
     labels = [f"{f.parent.name}/{f.name}" if names.count(f.name) > 1 else f.name for f in folders]
     if len(set(labels)) < len(labels):
         raise ConfigError(f"the same run is given twice: {', '.join(sorted(str(f) for f in folders))}")
     return [load_run(f, label) for f, label in zip(folders, labels)]
+
+
+def _replay_first(path: Path, what: str) -> str:
+    """What to do with a bundle given where runs belong."""
+    return f"; it is {what}: `rltrace replay {path} -o runs` writes run folders, then `rltrace dashboard runs`"
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -3,8 +3,9 @@
     python benchmarks/advise_speed.py [--repeat 3] [--workers 2] [--target 10] [--exhaustive]
 
 Times the whole command (process start, the search, its replays, the tables) on the default RollPacker-like sample
-and the default space (128 designs: every catalog GPU kind x 8 schedulers x 2 generation shares, at 8 to 128
-GPUs), into a fresh folder each time, and prints its replay count and CPU time (the command's and its workers').
+and the default space (120 designs: every catalog GPU kind x 8 schedulers x 2 generation shares, the colocated
+scheduler once, at 8 to 128 GPUs), into a fresh folder each time, and prints its replay count and CPU time (the
+command's and its workers').
 The machine's load average goes beside them: on a shared machine the wall time follows it. ``--exhaustive`` also
 runs ``rltrace advise --exhaustive`` (every candidate replayed) once and checks that both list the same
 configurations.

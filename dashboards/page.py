@@ -26,14 +26,15 @@ COLORS = {
     "weight_sync": "#b07aa1", "reward": "#9d7660", "switch": "#bab0ac", "host": "#79706e",
     "environment": "#d7b5a6", "aborted": "#e15759", "stale_abort": "#d37295", "migrated": "#f28e2b",
     "preempted": "#f1ce63", "short_round": "#499894", "long_round": "#86bcb6", "long_tail": "#ff9d9a",
-    "regular": "#ffbe7d",
+    "regular": "#ffbe7d", "dropped": "#d4a6c8",
     # parts of a pool's time (bubbles) and of a request's latency
     "used": "#a0cbe8", "dependency bubble": "#f28e2b", "skewness bubble": "#e15759",
     "queue": "#bab0ac", "prefill": "#86bcb6", "decode": "#4e79a7",
 }
 """one colour per kind or part, the same in every figure (Tableau 20); no two span kinds share one"""
 SPAN_KINDS = ("request", "busy", "train", "stream_train", "weight_sync", "reward", "switch", "host", "environment",
-              "aborted", "stale_abort", "migrated", "preempted", "short_round", "long_round", "long_tail", "regular")
+              "aborted", "stale_abort", "migrated", "preempted", "dropped", "short_round", "long_round", "long_tail",
+              "regular")
 """every span kind replay writes to timeline.parquet (simulator and schedulers)"""
 SPARE = ("#1b9e77", "#7570b3", "#66a61e", "#e6ab02", "#a6761d", "#666666", "#1f78b4", "#6a3d9a")
 """colours of kinds this page does not know (a newer scheduler's): none of COLORS"""

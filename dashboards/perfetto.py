@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
+from rltrace.replay.phases import GENERATION_KINDS
 
 from rltrace.analysis.recorded import time_origin_ns
 from rltrace.analysis.runs import Run
@@ -146,7 +147,7 @@ def _occupancy(process: pl.Expr, start: pl.Expr, end: pl.Expr, name: str, frame:
             .select("process", pl.lit(name).alias("name"), "ts_us", "value"))
 
 
-ATTEMPTS = ("preempted", "aborted", "migrated", "request")
+ATTEMPTS = GENERATION_KINDS
 """timeline kinds that are one attempt of a request (``id`` = the request)"""
 
 

@@ -24,7 +24,7 @@ def _segments(starts: np.ndarray, ends: np.ndarray, ys: np.ndarray, extra: np.nd
 
 BY_JOB = ("request", "train", "weight_sync", "reward")
 """kinds drawn in their job's colour in a run of several jobs (switches, preemptions... keep their kind's)"""
-OVERLAYS = ("aborted", "migrated", "preempted", "stale_abort", "long_tail", "regular")
+OVERLAYS = ("aborted", "migrated", "preempted", "dropped", "stale_abort", "long_tail", "regular")
 """what happened to requests (and a scheduler's marks): drawn as a thin strip along the top of the row, over
 the busy work but never hiding it (an instance that aborts or migrates all run long still shows its work)"""
 WIDTHS = {"request": 2, "busy": 9}

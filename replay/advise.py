@@ -176,9 +176,21 @@ class _Search:
     bounds: Bounds
     screen: bool
     """False: exhaustive (no bound rules anything out)"""
+    shares: tuple[float, ...] = ()
+    """the space's generation shares (a colocating design takes one whose split its TP divides)"""
 
     def point(self, i: int, total: int) -> Point:
-        return point_of(self.designs[i].design, total, self.fixed)
+        """Design ``i``'s candidate at ``total`` GPUs. A colocating design's split only has to give its generation
+        pool whole instances: the first of its share and the space's others that does."""
+        design = self.designs[i].design
+        point = point_of(design, total, self.fixed)
+        if not capabilities(SCHEDULERS.lookup(design["scheduler"])).colocates or self.bounds.takes(point):
+            return point
+        for share in self.shares:
+            other = point_of({**design, "gen_share": share}, total, self.fixed)
+            if self.bounds.takes(other):
+                return other
+        return point
 
     def walk(self, i: int, cutoff: float) -> Outcome:
         """Where design ``i`` stands, its GPU counts taken in order: a replayed count that missed or failed (a
@@ -188,6 +200,7 @@ class _Search:
         d, bounds, screened, last = self.designs[i], self.bounds, 0, None
         nearest: tuple[float, int] = (-math.inf, 0)  # the ruled-out candidate nearest the target: (bound, GPUs)
         failed: int | None = None  # the last count whose replay failed
+        last_total = 0  # the count of ``last``
         for total in self.sizes:
             if total in d.rows:
                 row = d.rows[total]
@@ -198,7 +211,7 @@ class _Search:
                     return Outcome(OVER_BUDGET, total, row, screened=screened, nearest=nearest)
                 if (row["samples_per_s"] or 0.0) >= self.target:
                     return Outcome(MET, total, row, screened=screened, nearest=nearest)
-                last = row
+                last, last_total = row, total
                 continue
             if not self.screen:
                 return Outcome("", total)
@@ -218,7 +231,9 @@ class _Search:
         if last is None:  # the loop returns unless the last count was replayed: it failed, as every other replay did
             assert failed is not None
             return Outcome(FAILED, failed, error=d.errors.get(failed, "no result"), screened=screened, nearest=nearest)
-        return Outcome(MISSED, self.sizes[-1], last, screened=screened, nearest=nearest)
+        beyond = (f"at {failed} GPUs it failed: {d.errors.get(failed, 'no result')}"
+                  if failed is not None and failed > last_total else "")
+        return Outcome(MISSED, last_total, last, error=beyond, screened=screened, nearest=nearest)
 
     def outcomes(self, top: int) -> tuple[list[Outcome], float]:
         """Every design's outcome, and the price that rules candidates out: the ``top``-th cheapest design that
@@ -268,7 +283,7 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
     bundle = str(Path(bundle).resolve()) if Path(bundle).exists() else bundle
     bounds = Bounds(bundle)
     search = _Search([_Design(d) for d in designs], sorted(set(space.total_gpus)), space.fixed, target, budget,
-                     bounds, not exhaustive)
+                     bounds, not exhaustive, space.gen_share)
     replays = reused = failed = 0
     notes: list[str] = []
     with local_pool(workers, inline=True) if ray is False else nullcontext(None) as pool:

@@ -27,6 +27,8 @@ from typing import Any
 
 import polars as pl
 from rltrace.replay.run import Prepared
+from rltrace.replay.schedulers import lookup
+from rltrace.replay.schedulers.base import capabilities
 from rltrace.replay.settings import resolve
 from rltrace.replay.sweep.grid import Point, settings
 from rltrace.replay.sweep.point import prepared
@@ -51,9 +53,9 @@ def recorded_work(ready: Prepared) -> tuple[int, int]:
     return f.height, int((f["prompt_tokens"] + f["output_tokens"]).sum())
 
 
-def trainer_rate(ready: Prepared) -> float:
+def trainer_rate(ready: Prepared, *, colocates: bool = False) -> float:
     """Tokens per trainer second of the prepared workload's fastest step (inf: a step trains for free, or several
-    jobs share the trainers). A colocated trainer's time counts too (all GPUs train)."""
+    jobs share the trainers), on the training pool, or on every GPU for a scheduler that ``colocates``."""
     if len(ready.jobs) != 1:
         return math.inf
     job = ready.jobs[0]
@@ -62,7 +64,7 @@ def trainer_rate(ready: Prepared) -> float:
     per_step = dict(zip(tokens["step"].to_list(), tokens["t"].to_list()))
     best = 0.0
     for step in range(job.steps):
-        seconds = min(job.trainer_seconds(step), job.colocated_trainer_seconds(step, ready.cluster))
+        seconds = (job.colocated_trainer_seconds(step, ready.cluster) if colocates else job.trainer_seconds(step))
         if seconds <= 0:
             return math.inf
         best = max(best, per_step.get(step, 0) / seconds)
@@ -86,7 +88,7 @@ class Bounds:
 
     bundle: str
     learned: dict[str, Learned] = dataclasses.field(default_factory=dict)
-    _rates: dict[tuple[Any, ...], tuple[float, str]] = dataclasses.field(default_factory=dict)
+    _rates: dict[tuple[Any, ...], tuple[float, str, bool]] = dataclasses.field(default_factory=dict)
     _prices: dict[tuple[Any, ...], tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     def of(self, scheduler: str) -> Learned:
@@ -108,18 +110,25 @@ class Bounds:
         gen, train = self._prices[key]
         return float(point["gen_gpus"] * gen + point["train_gpus"] * train)
 
-    def _prepared(self, point: Point) -> tuple[float, str]:
-        """(trainer-limited samples/s on the recorded work, sync fabric), per cluster."""
-        key = _key({k: v for k, v in point.items() if k != "scheduler"})
+    def _prepared(self, point: Point) -> tuple[float, str, bool]:
+        """(trainer-limited samples/s on the recorded work, sync fabric, whether the workload prepares on the
+        point's cluster), per cluster and role layout (a colocating scheduler's trainers are every GPU)."""
+        colocates = capabilities(lookup(point["scheduler"])).colocates
+        key = (*_key({k: v for k, v in point.items() if k != "scheduler"}), ("colocates", repr(colocates)))
         if key not in self._rates:
             try:
                 ready, _ = prepared(self.bundle, point)
             except ConfigError:  # a cluster the workload cannot take (tp, memory): its replay fails and says why
-                self._rates[key] = (math.inf, "")
+                self._rates[key] = (math.inf, "", False)
                 return self._rates[key]
             samples, tokens = recorded_work(ready)
-            self._rates[key] = (trainer_rate(ready) * samples / tokens if tokens else math.inf, ready.sync_fabric)
+            rate = trainer_rate(ready, colocates=colocates)
+            self._rates[key] = (rate * samples / tokens if tokens else math.inf, ready.sync_fabric, True)
         return self._rates[key]
+
+    def takes(self, point: Point) -> bool:
+        """Whether the workload prepares on the point's cluster (its TP splits the generation pool, the model fits)."""
+        return self._prepared(point)[2]
 
     def fabric(self, point: Point) -> str:
         """What the candidate's weight syncs run on: its topology, else the prepared workload's sync fabric."""

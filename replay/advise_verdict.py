@@ -50,6 +50,7 @@ class Outcome:
     bound: float | None = None
     """trainer bound at ``total`` (samples/s), when that decided it"""
     error: str = ""
+    """why it failed; for a miss, why the larger counts after it failed"""
     screened: int = 0
     """GPU counts the trainer bound ruled out for it without a replay"""
     nearest: tuple[float, int] = (0.0, 0)
@@ -95,7 +96,7 @@ def why(outcome: Outcome, *, cheapest: float | None, cutoff: float | None, top: 
         billed = outcome.row["usd_per_hour"] if outcome.row is not None else outcome.floor
         head = f"over budget {at}: {'' if outcome.row is not None else 'at least '}${billed:.2f}/h > ${budget:g}/h"
     elif outcome.kind == MISSED:
-        head = (f"missed the target {at}, the most tried" if outcome.row is not None else
+        head = (f"missed the target {at}, " + (outcome.error or "the most tried") if outcome.row is not None else
                 f"missed the target {at}, the most tried: its trainers allow at most {outcome.bound:.3g} "
                 "samples/s (not replayed)")
     else:

@@ -107,10 +107,12 @@ class Job:
         return self.forward_s[step] + self.train_s[step] + self.optimizer_s[step]
 
     def colocated_trainer_seconds(self, step: int, cluster: Cluster) -> float:
-        """:meth:`trainer_seconds` when every GPU of ``cluster`` trains (a colocating scheduler): a described job's
-        own (:attr:`colocated`), else the training pool's time scaled by that pool's share of the GPUs, which is
-        exact for measured times (they scale with the GPU count) and scales a FLOP-priced step's communication
-        alike. One answer for every split of the same GPUs."""
+        """:meth:`trainer_seconds` when every GPU of its pools trains (a colocating scheduler; the job's own
+        :attr:`cluster`, else ``cluster``): a described job's own (:attr:`colocated`), else the training pool's time
+        scaled by that pool's share of the GPUs, as a recording's measured times scale with the GPU count (its
+        communication with them, a network model's re-timed collectives included). One answer for every split of
+        the same GPUs."""
         if self.colocated is not None:
             return self.colocated.trainer_s[step]
-        return self.trainer_seconds(step) * cluster.train_gpus / (cluster.gen_gpus + cluster.train_gpus)
+        pools = self.cluster or cluster
+        return self.trainer_seconds(step) * pools.train_gpus / (pools.gen_gpus + pools.train_gpus)

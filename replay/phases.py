@@ -13,7 +13,7 @@ from __future__ import annotations
 import polars as pl
 from rltrace.replay.job import Job
 
-GENERATION_KINDS = ("request", "preempted", "aborted", "migrated")
+GENERATION_KINDS = ("request", "preempted", "aborted", "migrated", "dropped")
 
 
 def _shares(parts: list[dict[str, float]]) -> dict[str, float]:

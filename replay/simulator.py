@@ -278,6 +278,10 @@ class Simulator:
         finally:
             if paused:
                 gc.enable()
+        if self._stopped:  # what still generates is discarded: the timeline keeps the work it did until now
+            for inst in self.instances:
+                self._touch(inst)
+                inst.close(self.now)
         stuck = [i.name for i in self.instances if i.batch or i.waiting] if not self._stopped else []
         if stuck:  # every busy instance has a next event; a run that ran dry with work left is a bug, not a result
             raise RuntimeError(f"replay stalled at {self.now:.3f} s: {', '.join(stuck[:3])} still hold requests "

@@ -254,3 +254,18 @@ def test_colocated_sync_gives_one_answer_for_every_split_of_the_same_gpus(source
     for run in runs[1:]:
         assert run["throughput_samples_per_s"] == pytest.approx(runs[0]["throughput_samples_per_s"], rel=1e-9)
         assert run["phases_s_per_step"] == pytest.approx(runs[0]["phases_s_per_step"], rel=1e-9)
+
+
+def test_work_still_running_when_a_run_ends_is_on_its_timeline(tmp_path: Path) -> None:
+    """fully-async and rollart end the run with requests still generating; that work had no span, so the busy rows,
+    the Perfetto batch counter and gpu_busy stopped at the last finished request."""
+    done = run_cli("replay", "rollpacker_qwen7b", "-s", "fully-async,rollart", "--steps", "3", "--replicates", "0",
+                   "--set", "fully-async.interruptible=false", "-o", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    for name in ("fully-async", "rollart"):
+        timeline = pl.read_parquet(tmp_path / name / "timeline.parquet")
+        makespan = json.loads((tmp_path / name / "metrics.json").read_text())["makespan_s"]
+        dropped = timeline.filter(pl.col("kind") == "dropped")
+        assert dropped.height and (dropped["end_s"] == makespan).all() and (dropped["start_s"] < makespan).all()
+        assert timeline.filter(pl.col("kind") == "busy")["end_s"].max() == makespan
+        assert (timeline["end_s"] >= timeline["start_s"]).all()

@@ -285,11 +285,14 @@ def test_fast_path_gives_the_per_event_results(scheduler: str, seed: int, max_se
 
     fast, slow = run(ReplayConfig()), run(SLOW)
     assert fast.events < slow.events / 10  # one event per queue, not per request
-    cols = ["start_s", "first_token_s", "finish_s"]
+    cols = ["start_s", "admitted_s", "first_token_s", "finish_s"]
     assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(),
-                       rtol=1e-9, atol=1e-12)
+                       rtol=1e-9, atol=1e-12, equal_nan=True)
     placed = ["instance", "version", "preemptions"]
     assert fast.requests.select(placed).equals(slow.requests.select(placed))
+    busy = [r.timeline.filter(pl.col("kind") == "busy").sort("resource", "start_s") for r in (fast, slow)]
+    assert busy[0]["resource"].equals(busy[1]["resource"]) and np.allclose(
+        busy[0].select("start_s", "end_s").to_numpy(), busy[1].select("start_s", "end_s").to_numpy(), rtol=1e-9)
     for key in ("makespan_s", "throughput_samples_per_s", "gpu_utilization", "bubble_fraction"):
         assert json_close(fast.metrics[key], slow.metrics[key]), key
 
@@ -352,9 +355,10 @@ def test_cutting_a_drain_short_matches_the_per_event_path() -> None:
         return replay(prepared, "test-mid-drain", config)
 
     fast, slow = run(ReplayConfig()), run(SLOW)
-    cols = ["start_s", "first_token_s", "finish_s"]
+    cols = ["start_s", "admitted_s", "first_token_s", "finish_s"]
     assert fast.requests["aborts"].sum() > 0
-    assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(), rtol=1e-9)
+    assert np.allclose(fast.requests.select(cols).to_numpy(), slow.requests.select(cols).to_numpy(), rtol=1e-9,
+                       equal_nan=True)
     assert fast.requests.select("instance", "aborts").equals(slow.requests.select("instance", "aborts"))
     assert fast.steps["end_s"].to_list() == pytest.approx(slow.steps["end_s"].to_list(), rel=1e-9)
 

@@ -442,3 +442,27 @@ def test_a_point_that_colocates_on_the_bundles_two_kinds_fails_with_the_reason()
     point: colocated-sync ran there, billed as H20s, where replay refuses it."""
     with pytest.raises(ConfigError, match="generation GPUs are H20 and its training GPUs H800"):
         run_point(str(sample_path("rollart_qwen3_8b")), {"scheduler": "colocated-sync", "steps": 1})
+
+
+def test_a_miss_below_a_failed_count_is_reported_at_the_count_that_missed(tmp_path: Path) -> None:
+    """With the largest count failing, the design was reported missed at that count with the smaller count's
+    figures, "the most tried", and the failure unsaid."""
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H100"]\nscheduler = ["disagg-sync"]\ngen_share = [0.875]\ntotal_gpus = [16, 24]\n'
+                     '[fixed]\nsteps = 1\n')
+    described = str(REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml")
+    advice = advise(described, 1000.0, Store(tmp_path / "o"), load_space(space), workers=1, exhaustive=True)
+    (row,) = advice.lost.iter_rows(named=True)
+    assert (row["outcome"], row["total_gpus"], row["gen_gpus"]) == ("missed the target", 16, 14)
+    assert "at 24 GPUs it failed: the description reshaped (gen_gpus 21" in row["why"]
+
+
+def test_a_colocated_design_takes_a_split_its_tp_divides(tmp_path: Path) -> None:
+    """A colocated design runs on the space's first share; at 24 GPUs a 0.875 share's 21 generation GPUs do not
+    split into TP 2 instances, though all 24 (the colocated pool) do: it takes the next share whose split works."""
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H100"]\nscheduler = ["colocated-sync"]\ngen_share = [0.875, 0.5]\ntotal_gpus = [24]\n'
+                     '[fixed]\nsteps = 1\n')
+    described = str(REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml")
+    advice = advise(described, 1.0, Store(tmp_path / "o"), load_space(space), workers=1)
+    assert advice.failed == 0 and advice.ranked["total_gpus"].to_list() == [24]

@@ -111,7 +111,9 @@ def execution_trace(files: list[Path], options: ImportOptions,
             if not nname.startswith("c10d::"):
                 continue
             raw = node.get("inputs")  # a list; newer schemas: {"values": [...], "shapes": ..., "types": ...}
-            inputs = raw.get("values") or [] if isinstance(raw, dict) else raw if isinstance(raw, list) else []
+            if isinstance(raw, dict):
+                raw = raw.get("values")
+            inputs = raw if isinstance(raw, list) else []
             op = op_of(nname)
             # c10d ops record [tensor(s), seq, pg ptr, ..., collective name, in splits, out splits]
             named = next((v for v in inputs if isinstance(v, str) and op_of(v)), None)

@@ -112,6 +112,16 @@ class GenerationInstance:
         running = sorted((rid for _, rid in self._heap), key=lambda rid: position.get(rid, len(position)))
         return running + list(self.waiting)
 
+    def close(self, end_s: float) -> None:
+        """The run ends at ``end_s`` (the instance brought there): each request still running here since before
+        then leaves a ``dropped`` span to ``end_s``, the work it did before its tokens were discarded (the request
+        itself is left as it is: it never finished, and no scheduler aborted it)."""
+        req = self._req
+        for _, rid in self._heap:
+            if req.state[rid] == RUNNING and req.instance[rid] == self.id and req.admitted_s[rid] < end_s:
+                self._segments.append((self.name, "dropped", req.step[rid], rid, req.admitted_s[rid], end_s,
+                                       req.job[rid]))
+
     def reconfigure(self, now_s: float, *, tp: int | None, cost: GenerationCost | None, switch_s: float,
                     job: int) -> None:
         """Change TP degree or model at ``now_s`` (the caller brought the instance to now): busy ``switch_s`` (a

@@ -55,10 +55,11 @@ ROW_COLUMNS = (
 """a row's columns, in the order sweep.parquet gives them after the point's id and parameters (docs/sweeps.md)"""
 if not set(METRICS) <= set(ROW_COLUMNS):
     raise ImportError(f"ROW_COLUMNS lacks {sorted(set(METRICS) - set(ROW_COLUMNS))}")
-ROW_VERSION = 3
-"""what a row's figures mean: 3, pool GPUs as the run used them and the GPUs it held (2: the split asked for; 2 and
-3, samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of another version is run
-again (replay/sweep/runner.py)"""
+ROW_VERSION = 4
+"""what a row's figures mean: 4, a colocated run trains on every GPU and each request's timeline spans start at their
+own admission (the used shares and bubbles with them); 3, pool GPUs as the run used them and the GPUs it held (2: the
+split asked for; 2 to 4, samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of
+another version is run again (replay/sweep/runner.py)"""
 
 
 def _path(bundle: str) -> str:

@@ -21,9 +21,10 @@ import numpy as np
 import polars as pl
 
 from rltrace.analysis.runs import Run
+from rltrace.replay.phases import GENERATION_KINDS
 from rltrace.scalars import number
 
-ATTEMPTS = ("aborted", "migrated", "preempted")
+ATTEMPTS = tuple(k for k in GENERATION_KINDS if k != "request")
 """request attempts cut short: work an instance did, drawn over its busy span"""
 PIXELS = 2000
 """merge gaps below makespan / PIXELS"""
@@ -80,7 +81,7 @@ def lanes(resource: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.
 def row_order(names: list[str]) -> list[str]:
     """Resource names top to bottom: generation instances (numerically; a job group's after the shared pool's),
     trainers, weight syncs, host work (reward, environment), links."""
-    rank = {"generation": 0, "trainer": 1, "training": 1, "sync": 2, "network": 2, "link": 4}
+    rank = {"generation": 0, "trainer": 1, "sync": 2, "link": 4}
 
     def key(name: str) -> tuple[int, int, str, int]:
         head = name.split("/", 1)[0]

@@ -67,7 +67,7 @@ class Space:
 
     def designs(self) -> list[dict[str, Any]]:
         """Every design of the space; a colocating scheduler's once per GPU kind and fabric (its GPUs all generate
-        and all train, so every generation share is the same design: the first share's split is what it runs)."""
+        and all train, so every generation share is the same design; it runs on a split its TP divides)."""
         gpus = self.gpu or tuple(load_gpus())
         colocated = {s for s in self.scheduler if capabilities(SCHEDULERS.lookup(s)).colocates}
         return [{"gpu": g, "scheduler": s, "gen_share": share, "topology": t}

@@ -83,7 +83,8 @@ class GenerationInstance:
         self.epoch = 0
         self.version = 0
         self._planned: tuple[int, float, bool] | None = None  # (iterations, seconds, ends in a preemption)
-        self._segments = segments  # the run's timeline spans: it adds its own (preempted, aborted, migrated, switch)
+        self._segments = segments  # the run's timeline spans: it adds its own (preempted, aborted, migrated, dropped,
+        # switch)
         self.retired = False
         self.fast = False
         """plan whole queues at once (the simulator's quiet mode: nobody needs each finish as it happens)"""

@@ -169,3 +169,14 @@ def test_without_replicates_a_note_says_gains_were_not_held_against_their_spread
     assert extra.select("kind", "phase").rows() == [("bubble", "train")]
     assert any(n.startswith("--replicates 0: each replayed gain is a point estimate") for n in plain.notes)
     assert not any("--replicates 0" in n for n in spread.notes)
+
+
+@pytest.mark.parametrize("sample", ["streamrl_qwen32b", "rollart_qwen3_8b"])
+def test_a_recording_on_two_gpu_kinds_is_diagnosed_without_colocating_it(sample: str) -> None:
+    """The bubble check priced every scheduler, colocated-sync included, on H20 generation and H800 training pools,
+    which a replay refuses: diagnose ended with an error instead of findings on both such samples."""
+    pricer = Pricer(rltrace.open(sample))
+    assert "colocated-sync" not in {alt.scheduler for alt in _alternatives(pricer)}
+    done = run_cli("diagnose", sample, "--replicates", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "findings" in json.loads(done.stdout)

@@ -178,6 +178,9 @@ BAD_CONFIGS = [
     (["model=GPT-9"], "unknown model 'GPT-9'"),
     (["agentic.turns=0"], "agentic: turns must be >= 1"),
     (["agentic.env_median_s=-1"], "agentic: turns must be >= 1"),
+    # a quantile outside (0, 1) was clipped: 1.5 started the tail near 2.2M tokens, every tail draw at the cap
+    (["output.tail_fraction=0.2", "output.tail_start_quantile=1.5"], "tail_start_quantile must be in (0, 1), got 1.5"),
+    (["prompt.tail_start_quantile=0"], "prompt: tail_start_quantile must be in (0, 1)"),
 ]
 
 

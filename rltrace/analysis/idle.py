@@ -22,7 +22,7 @@ import polars as pl
 from rltrace.analysis.findings import Context, Finding, WhatIf
 from rltrace.analysis.whatif import Pricer
 from rltrace.bundle import Bundle
-from rltrace.replay.schedulers.base import SCHEDULERS
+from rltrace.replay.schedulers.base import SCHEDULERS, capabilities
 from rltrace.scalars import number
 
 IDLE_SHARE = 0.10
@@ -83,10 +83,13 @@ def _pools(metrics: dict[str, Any], step_s: float) -> dict[str, tuple[float, flo
 
 
 def _alternatives(pricer: Pricer) -> list[WhatIf]:
-    """Every shipped scheduler but as-recorded, then other pool splits under disagg-sync."""
-    out = [WhatIf(label=f"{name} ({WORDS.get(name, 'its own schedule')})", scheduler=name)
-           for name in SCHEDULERS.shipped() if name != "as-recorded"]
+    """Every shipped scheduler but as-recorded (and, on pools of two GPU kinds, those that colocate: every GPU in
+    both roles), then other pool splits under disagg-sync."""
     cluster = pricer.prepared(pricer.base_shape).cluster
+    one_kind = cluster.gen_gpu == cluster.train_gpu
+    out = [WhatIf(label=f"{name} ({WORDS.get(name, 'its own schedule')})", scheduler=name)
+           for name in SCHEDULERS.shipped()
+           if name != "as-recorded" and (one_kind or not capabilities(SCHEDULERS.lookup(name)).colocates)]
     gen, train, tp = cluster.gen_gpus, cluster.train_gpus, cluster.tp
     total = gen + train
     splits = {round(total * share / tp) * tp for share in SPLIT_SHARES} | {gen - tp, gen + tp}  # whole instances

@@ -140,6 +140,8 @@ class SynthConfig:
                 raise ConfigError(f"{where}: scale must be > 0, got {length.scale:g}")
             if not 0.0 <= length.tail_fraction < 1.0 or length.tail_alpha <= 0:
                 raise ConfigError(f"{where}: tail_fraction must be in [0, 1) and tail_alpha > 0")
+            if not 0.0 < length.tail_start_quantile < 1.0:  # the body's quantile where the tail starts
+                raise ConfigError(f"{where}: tail_start_quantile must be in (0, 1), got {length.tail_start_quantile:g}")
         for where, pool in (("generation", self.generation), ("training", self.training)):
             if pool.gpus < 1 or pool.tp < 1 or pool.gpus % pool.tp:
                 raise ConfigError(f"{where}: gpus ({pool.gpus}) must be a positive multiple of tp ({pool.tp})")

@@ -455,7 +455,8 @@ def _on_network(prepared: Prepared, scheduler: str, colocates: bool,
     """The jobs ``scheduler`` replays, their syncs and collectives timed on ``network``'s topology when it names one
     (on copies: the prepared jobs stay as they are), with what the network model did and notes on it. A described
     job under a colocating scheduler runs its own colocated step (the trainer on every GPU, the refit in place),
-    which the topology does not price: it is left off the network."""
+    which the topology does not price: it is left off the network. A recording under a colocating scheduler has its
+    training collectives timed on the fabric, and no weight sync (the refit is in place)."""
     if not network.topology:
         return prepared.jobs, None, []
     own = [colocates and j.colocated is not None for j in prepared.jobs]
@@ -469,7 +470,9 @@ def _on_network(prepared: Prepared, scheduler: str, colocates: bool,
     jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s), forward_s=list(j.forward_s))
             for j in prepared.jobs]
     c = prepared.cluster
-    routed = route([dataclasses.replace(j, sync_bytes=None, collective_bytes=None, alltoalls=None) if o else j
+    # a colocating scheduler refits the weights in place: no weight sync crosses the fabric
+    routed = route([dataclasses.replace(j, sync_bytes=None, collective_bytes=None, alltoalls=None) if o
+                    else dataclasses.replace(j, sync_bytes=None) if colocates else j
                     for j, o in zip(jobs, own)], c.gen_gpus, c.train_gpus, network)
     for before, after in zip(prepared.jobs, jobs):
         after.phases = _retimed_phases(before, after)

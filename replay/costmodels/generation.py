@@ -18,7 +18,7 @@ from rltrace.replay.costmodels import aiconfigurator, serving
 from rltrace.replay.costmodels.iteration import IterationModel, PrefillModel
 from rltrace.replay.costmodels.per_tp import PerTPGeneration
 from rltrace.replay.costmodels.profile import factors
-from rltrace.replay.costmodels.roofline import Roofline
+from rltrace.replay.costmodels.roofline import TABLE_BATCHES, Roofline
 
 from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.calibration.defaults import COMPUTE_EFFICIENCY, GPU_MEMORY_UTILIZATION, MEMORY_EFFICIENCY
@@ -66,7 +66,9 @@ class RooflineGeneration(PerTPGeneration):
                             compute_efficiency=f.compute_efficiency, attention_efficiency=f.attention_efficiency,
                             engine_overhead=f.engine_overhead, gemm_ramp=False,  # the profile's own GEMM form
                             batched_tokens=self.max_num_batched_tokens, calibration=self.calibration)
-        return roof.iteration_model(), roof.prefill_model()
+        # a table to the largest batch an instance can run: the engine's cap, or as many sequences as its KV cache holds
+        batches = max(TABLE_BATCHES, min(self.max_num_seqs, self.kv_capacity_tokens(tp)))
+        return roof.iteration_model(batches), roof.prefill_model()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -191,12 +191,13 @@ class Roofline(IterationCosts):
 
     # ---- the replay engine's closed forms ------------------------------------------------------------------
 
-    def iteration_model(self) -> IterationModel:
+    def iteration_model(self, batches: int = TABLE_BATCHES) -> IterationModel:
         """:meth:`decode` for the engine: attention as lines in total context tokens, everything else a table
-        by batch size (``memory_by_batch``); ``iteration(b, b x c)`` equals ``decode(b, c).seconds``."""
+        by batch size up to ``batches`` (``memory_by_batch``); ``iteration(b, b x c)`` equals ``decode(b, c).seconds``
+        for every batch the table holds."""
         per_c, per_m = self._attention_per_ctx
         self._serving_ep()
-        table = self.decode_table(np.arange(TABLE_BATCHES + 1))
+        table = self.decode_table(np.arange(max(batches, 1) + 1))
         e = self.engine_overhead
         return IterationModel(compute=Linear(per_ctx=per_c), memory=Linear(per_ctx=per_m), extra=e,
                               memory_by_batch=tuple(float(x) for x in table))

@@ -148,9 +148,8 @@ def across_nodes(op: str, ranks: np.ndarray, size: float, algorithm: str, gpus_p
         return [all_to_all(ranks, size)]
     if op == "broadcast":  # NCCL pipelines a broadcast along each channel's ring from the root (the first rank)
         # (src/device/broadcast.h: runRing), so each channel's chain is its ring cut open at the root: it leaves the
-        # root's node through that channel's NIC, and the root's node-mates before it in the ring come last.
-        # Until 2026-11-24 every channel left the root's node through one GPU, one NIC (4 x 8 H100: 5x slow).
-        orders = channel_orders(ranks, gpus_per_node, max(1, min(nics, gpus_per_node)))
+        # root's node through that channel's NIC, and the root's node-mates before it in the ring come last. The
+        # channels are the rings' (a root alone on its node, as a trainer's rank 0 sending to the generators: one)
         return [channel_chain([np.roll(o, -int(np.flatnonzero(o == ranks[0])[0])) for o in orders], size)]
     if op == "all_reduce" and algorithm in ("tree", "nvls_tree") and uniform and per > 1:
         if algorithm == "tree":

@@ -87,6 +87,10 @@ def load_space(path: Path) -> Space:
         if key == "fixed":
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: fixed must be a table of replay parameters")
+            searched = [k for k in SEARCHED if k in value]
+            if searched:  # each point sets them, so a fixed value would be dropped without a word
+                raise ConfigError(f"{path}: fixed.{searched[0]} is what the search chooses: give it as the space's "
+                                  f"{SEARCHED[searched[0]]} (a list, or one value)")
             kwargs[key] = value
             continue
         values = tuple(value) if isinstance(value, list) else (value,)  # one value is a list of one
@@ -104,6 +108,10 @@ def load_space(path: Path) -> Space:
     return Space(**kwargs)
 
 
+SEARCHED = {"scheduler": "scheduler", "gpu": "gpu", "gen_gpus": "gen_share and total_gpus",
+            "train_gpus": "gen_share and total_gpus"}
+"""replay parameters each candidate sets from its design and GPU count (:func:`point_of`), and the space keys that
+choose them"""
 # what each --space list holds: a string where a list belongs would otherwise be walked letter by letter
 _SPACE_TYPES: dict[str, type | tuple[type, ...]] = {"gpu": str, "scheduler": str, "topology": str,
                                                      "gen_share": (int, float), "total_gpus": int}

@@ -20,6 +20,9 @@ CASES = [
     ("mixed-kinds", lambda d: ("replay", "rollart_qwen3_8b", "-s", "colocated-sync", "--steps", "2", "--replicates",
                                "0"), ("colocated-sync runs generation and training on the same GPUs, but this "
                                       "cluster's generation GPUs are H20 and its training GPUs H800")),
+    # at TP 1 it said "(ep 1 or 1)"
+    ("serving-ep", lambda d: ("estimate", "decode", "--model", "Qwen3-30B-A3B", "--gpu", "H100", "--ep", "2"),
+     "ep 2: a serving instance runs its experts over its own TP group (ep 1, at tp 1)"),
 ]
 
 

@@ -249,6 +249,9 @@ def test_a_space_takes_lists_or_single_values(text, expected, tmp_path: Path):
     ('total_gpus = ["16"]\n', "total_gpus must be whole numbers"),
     ("gen_share = []\n", r"gen_share must be numbers \(one, or a non-empty list\), got \[\]"),
     ('fixed = "steps=2"\n', "fixed must be a table"),
+    # each candidate sets these from its design: a fixed value was dropped without a word
+    ('[fixed]\nscheduler = "rollpacker"\n', "fixed.scheduler is what the search chooses"),
+    ("[fixed]\ngen_gpus = 4\n", "fixed.gen_gpus is what the search chooses: give it as the space's gen_share and"),
 ])
 def test_a_badly_typed_space_is_refused(text, message, tmp_path: Path):
     path = tmp_path / "space.toml"

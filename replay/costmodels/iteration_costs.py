@@ -69,8 +69,8 @@ class IterationCosts(Kernels):
 
     def _serving_ep(self) -> None:
         if self.ep not in (1, self.tp):
-            raise ConfigError(f"ep {self.ep}: a serving instance runs its experts over its own TP group "
-                              f"(ep 1 or {self.tp})")
+            raise ConfigError(f"ep {self.ep}: a serving instance runs its experts over its own TP group (ep 1" +
+                              (f" or {self.tp}, its tp)" if self.tp > 1 else ", at tp 1)"))
 
     def _comm(self, tokens: np.ndarray | float) -> np.ndarray:
         """TP all-reduces of one iteration over ``tokens`` tokens (network model); the same with ``ep`` = ``tp``: the

@@ -82,12 +82,22 @@ def _busy_rows(timeline: pl.DataFrame, job: int) -> pl.DataFrame:
     """``busy`` rows: each instance's non-empty batch, the union of its requests' attempts, run to the end (an instance
     that never empties its batch, or is still generating when the run ends, is busy throughout); ``job``: whose."""
     work = timeline.filter(pl.col("kind").is_in(GENERATION_KINDS))
-    parts = []
-    for (resource, pool), mine in work.group_by("resource", "pool", maintain_order=True):
-        starts, ends = _merge(mine["start_s"].to_numpy(), mine["end_s"].to_numpy())
-        parts.append(pl.DataFrame({"resource": resource, "pool": pool, "kind": "busy", "step": -1, "job": job,
-                                   "id": -1, "start_s": starts, "end_s": ends}, schema=TIMELINE_SCHEMA))
-    return pl.concat(parts) if parts else timeline.clear()
+    return (union_spans(work, ["resource", "pool"])
+            .select("resource", "pool", pl.lit("busy").alias("kind"), pl.lit(-1).alias("step"),
+                    pl.lit(job).alias("job"), pl.lit(-1).alias("id"), "start_s", "end_s")
+            .cast(TIMELINE_SCHEMA))  # type: ignore[arg-type]
+
+
+def union_spans(spans: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The union of the ``start_s``..``end_s`` intervals of each group of ``keys``: disjoint rows of ``keys``,
+    ``start_s``, ``end_s``, in order of the keys' first appearance and then of time (touching intervals merge)."""
+    f = (spans.select(*keys, "start_s", "end_s").with_row_index("_row")
+         .with_columns(pl.col("_row").min().over(keys).alias("_first")).sort("_first", "start_s"))
+    f = f.with_columns(pl.col("end_s").cum_max().over(keys).alias("_reach"))
+    run = (pl.col("start_s") > pl.col("_reach").shift(1).over(keys)).fill_null(True).cum_sum()
+    return (f.with_columns(run.alias("_run")).group_by("_first", "_run", maintain_order=True)
+            .agg(*(pl.col(k).first() for k in keys), pl.col("start_s").min(), pl.col("end_s").max())
+            .select(*keys, "start_s", "end_s"))
 
 
 def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

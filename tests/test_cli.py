@@ -197,6 +197,7 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
                                                       "requests": synthetic.tables["requests"].head(0)})
     (tmp / "constants.toml").write_text("version = 1\nconstants = 5\n")
     (tmp / "twice.toml").write_text('[axes]\nscheduler = ["disagg-sync", "disagg-sync"]\n')
+    (tmp / "kinds.toml").write_text('[axes]\ngpu = ["H100", "h100"]\n[fixed]\nscheduler = "disagg-sync"\n')
     (tmp / "grid.toml").write_text('[axes]\nscheduler = ["disagg-sync"]\n')
     (tmp / "space.toml").write_text('scheduler = ["rollmux"]\n')
     (tmp / "recorded.toml").write_text('scheduler = "as-recorded"\n')
@@ -222,6 +223,8 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "--ray-address 127.0.0.1:1: nothing answers there (Connection refused)"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "twice.toml"), "-o", out],
          "axes.scheduler lists 'disagg-sync' twice"),
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "kinds.toml"), "-o", out],
+         "axes.gpu lists 'H100' and 'h100' twice"),
         (["sweep", str(empty), "--grid", str(tmp / "grid.toml"), "-o", out], "no requests, so no RL step to replay"),
         (["advise", str(empty)], "no requests, so no RL step to replay"),
         (["advise", "rollpacker_qwen7b", "--space", str(tmp / "space.toml")],

@@ -625,3 +625,7 @@ def test_rows_run_generation_trainers_syncs_host_work_then_links() -> None:
     assert row_order(names) == [
         "generation/instance2", "generation/instance10", "generation/g1/instance16", "trainer", "trainer/g1", "sync",
         "sync/g1", "env", "reward", "link/spine0"]
+    groups = ["generation/g10/instance0", "generation/g2/instance1", "generation/g2/instance0", "trainer/g10",
+              "trainer/g2"]
+    assert row_order(groups) == ["generation/g2/instance0", "generation/g2/instance1", "generation/g10/instance0",
+                                 "trainer/g2", "trainer/g10"]

@@ -70,10 +70,14 @@ def load_grid(path: Path) -> Grid:
     for key, values in axes.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: axes.{key} must be a non-empty list")
-        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]  # a value may be a table
+        # a value may be a table; GPU kinds are looked up without case ("h100" is H100)
+        fold = key in ("gpu", "gen_gpu", "train_gpu")
+        seen = [json.dumps(v.casefold() if fold and isinstance(v, str) else v, sort_keys=True, default=str)
+                for v in values]
         if len(set(seen)) < len(seen):
-            twice = next(v for v, s in zip(values, seen) if seen.count(s) > 1)
-            raise ConfigError(f"{path}: axes.{key} lists {twice!r} twice (each value is one point)")
+            first = next(s for s in seen if seen.count(s) > 1)
+            spellings = dict.fromkeys(repr(v) for v, s in zip(values, seen) if s == first)  # "H100" and "h100"
+            raise ConfigError(f"{path}: axes.{key} lists {' and '.join(spellings)} twice (each value is one point)")
     both = set(axes) & set(fixed)
     if both:
         raise ConfigError(f"{path}: {', '.join(sorted(both))} both varied and fixed")

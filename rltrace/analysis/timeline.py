@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from rltrace.analysis.runs import Run
+from rltrace.replay.metrics import union_spans
 from rltrace.replay.phases import GENERATION_KINDS
 from rltrace.scalars import number
 
-ATTEMPTS = tuple(k for k in GENERATION_KINDS if k != "request")
 """request attempts cut short: work an instance did, drawn over its busy span"""
 PIXELS = 2000
 """merge gaps below makespan / PIXELS"""
@@ -78,15 +79,18 @@ def lanes(resource: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.
     return lane, count
 
 
+_NATURAL = re.compile(r"(\D*)(\d*)")
+
+
 def row_order(names: list[str]) -> list[str]:
     """Resource names top to bottom: generation instances (numerically; a job group's after the shared pool's),
     trainers, weight syncs, host work (reward, environment), links."""
     rank = {"generation": 0, "trainer": 1, "sync": 2, "link": 4}
 
-    def key(name: str) -> tuple[int, int, str, int]:
+    def key(name: str) -> tuple[int, int, tuple[tuple[str, int], ...]]:
         head = name.split("/", 1)[0]
-        digits = "".join(ch for ch in name.rsplit("/", 1)[-1] if ch.isdigit())
-        return rank.get(head, 3), name.count("/"), name.rstrip("0123456789"), int(digits) if digits else -1
+        natural = tuple((text, int(number) if number else -1) for text, number in _NATURAL.findall(name))
+        return rank.get(head, 3), name.count("/"), natural
 
     return sorted(names, key=key)
 
@@ -107,26 +111,13 @@ def merge_close(frame: pl.DataFrame, gap_s: float) -> pl.DataFrame:
 def busy_spans(timeline: pl.DataFrame) -> pl.DataFrame:
     """When each generation instance ran anything: the union of its requests and of its attempts cut short,
     as ``busy`` intervals (the timeline's columns). From the work itself, because an instance that never
-    idles closes no busy span of its own (fully-async, rollart), and aborted or migrated attempts were work.
-    One sort for all instances (a million requests: a fraction of a second)."""
-    served = timeline.filter(pl.col("kind") == "request")["resource"].unique().sort().to_list()
-    work = timeline.filter(pl.col("kind").is_in(["request", *ATTEMPTS]), pl.col("resource").is_in(served))
-    code = work["resource"].replace_strict({n: i for i, n in enumerate(served)}, return_dtype=pl.Int64).to_numpy()
-    start, end = work["start_s"].to_numpy(), work["end_s"].to_numpy()
-    order = np.lexsort((start, code))
-    code, start, end = code[order], start[order], end[order]
-    # Running max of the ends within each instance: offsetting each instance by more than the whole span keeps
-    # one cumulative max from reaching across instances.
-    offset = code * (2.0 * (float(np.abs(end).max()) + float(np.abs(start).max())) + 1.0) if len(code) else code
-    reach = np.maximum.accumulate(end + offset) - offset
-    new = np.ones(len(code), bool)
-    new[1:] = (code[1:] != code[:-1]) | (start[1:] > reach[:-1])
-    first = np.flatnonzero(new)
-    return pl.DataFrame({
-        "resource": np.asarray(served, dtype=object)[code[first]] if len(first) else [],
-        "kind": "busy", "step": -1, "job": -1, "id": -1, "start_s": start[first],
-        "end_s": np.maximum.reduceat(end, first) if len(first) else np.zeros(0), "lane": 0, "lanes": 1,
-    }).cast(COLUMNS)  # type: ignore[arg-type]
+    idles closes no busy span of its own (fully-async, rollart), and aborted or migrated attempts were work."""
+    served = timeline.filter(pl.col("kind") == "request")["resource"].unique()
+    work = timeline.filter(pl.col("kind").is_in(GENERATION_KINDS), pl.col("resource").is_in(served.implode()))
+    return (union_spans(work, ["resource"])
+            .select("resource", pl.lit("busy").alias("kind"), pl.lit(-1).alias("step"), pl.lit(-1).alias("job"),
+                    pl.lit(-1).alias("id"), "start_s", "end_s", pl.lit(0).alias("lane"), pl.lit(1).alias("lanes"))
+            .cast(COLUMNS))  # type: ignore[arg-type]
 
 
 def gantt(run: Run, *, max_segments: int = 20_000, max_instances: int = 32, max_links: int = 12) -> Gantt:

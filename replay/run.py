@@ -68,11 +68,15 @@ class CostConfig:
             raise ConfigError(f"cost.sync_gbps must be in 0.001..1,000,000 GB/s, got {self.sync_gbps}")
         if self.train_ep < 1:
             raise ConfigError(f"cost.train_ep must be >= 1, got {self.train_ep}")
-        if self.calibration:  # a sweep's workers (a pool's, Ray's) need not share this process's directory
-            try:
-                object.__setattr__(self, "calibration", str(Path(self.calibration).resolve()))
-            except (OSError, ValueError) as e:  # a NUL byte, a loop of links
-                raise ConfigError(f"cost.calibration {self.calibration!r}: not a usable path ({e})") from None
+        given = [f"cost.{name}" for name in ("memory_efficiency", "compute_efficiency") if getattr(self, name)]
+        if self.profile and given:
+            raise ConfigError(f"cost.profile replaces {' and '.join(given)} (give one or the other)")
+        for name in ("calibration", "profile"):  # a sweep's workers (a pool's, Ray's) need not share this directory
+            if getattr(self, name):
+                try:
+                    object.__setattr__(self, name, str(Path(getattr(self, name)).resolve()))
+                except (OSError, ValueError) as e:  # a NUL byte, a loop of links
+                    raise ConfigError(f"cost.{name} {getattr(self, name)!r}: not a usable path ({e})") from None
     memory_efficiency: float | None = None
     """achieved fraction of HBM bandwidth in inference kernels (None: the calibration's ``memory_efficiency``)"""
     compute_efficiency: float | None = None
@@ -91,7 +95,8 @@ class CostConfig:
     """vLLM's share of GPU memory (None: the calibration's ``gpu_memory_utilization``, vLLM's default)"""
     profile: str = ""
     """an efficiency profile (a calibration file or Parquet, from `rltrace calibrate`) replacing the two efficiency
-    factors"""
+    factors of the roofline (a fit to the trace, or the kernel database, prices generation without them; its measured
+    peaks and transfer rates apply either way)"""
     calibration: str = ""
     """a calibration file (the shipped files' format) whose entries replace the shipped constants of the same names
     (:meth:`rltrace.calibration.CostCalibration.overridden`); empty: the shipped files alone"""
@@ -272,7 +277,10 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
                                               gpu_memory_utilization=cost.figure("gpu_memory_utilization", constants),
                                               max_num_seqs=cluster.max_seqs, profile=profile, calibration=constants)
         generation.iteration_model(cluster.tp)  # fail now, with one message, if the profile lacks this GPU
-        source = f", efficiencies from {cost.profile}" if profile is not None else ""
+        source = ""
+        if profile is not None:
+            source = (f", efficiencies from {cost.profile}" if cost.generation != "kernels" else
+                      f" (measured kernels: {cost.profile}'s efficiencies unused)")
         notes.append(f"{note}{source}")
     measured_bw = broadcast_bytes_per_s(profile) if profile is not None else None
     _check_train_ep(cost.train_ep, spec, cluster.train_gpus)

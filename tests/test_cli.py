@@ -207,6 +207,11 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     out = str(tmp / "out")
     return [
         (["diagnose", "tiny_rl_cpu", "--seed", "-1"], "--seed must be >= 0, got -1"),
+        # a profile's factors did nothing here, silently
+        (["estimate", "validate", "--profile", str(tmp / "p.toml")],
+         "--profile prices decode and prefill estimates; estimate validate does not use it"),
+        (["replay", "tiny_rl_cpu", "-s", "disagg-sync", "--set", f"cost.profile={tmp / 'p.toml'}", "--set",
+          "cost.memory_efficiency=0.9"], "cost.profile replaces cost.memory_efficiency (give one or the other)"),
         (["replay", "tiny_rl_cpu", "-s", "disagg-sync", "--set", f"cost.calibration={tmp / 'constants.toml'}"],
          "constants must be tables ([constants.NAME]), got 5"),
         (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--batch", "99999999999999999999999"],

@@ -322,6 +322,8 @@ def test_estimate_prints_its_track_record_and_json_carries_it() -> None:
         "points": 0, "median_abs_error": None, "within_20pct": None, "median_error": None}
     prefill = run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100")
     assert "no direct measurement of a prefill's time" in prefill.stdout
+    shared = run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100", "--samples", "8")
+    assert "in 1 prompt(s), 8 samples each sharing its prefix" in shared.stdout  # it moves the time: say why
     assert json.loads(run_cli("estimate", "prefill", "--model", "Llama-3-8B", "--gpu", "H100", "--json").stdout)[
         "track_record"] is None
 

@@ -35,18 +35,52 @@ PROFILE_COLUMNS = {"gpu": pl.String, "tp": pl.Int32, "regime": pl.String, "effic
 PROFILE_UNITS = {"efficiency": "fraction of the roofline bound", "peak_flops": "FLOP/s", "peak_bytes_per_s": "B/s",
                  "overhead_base_s": "s", "overhead_per_seq_s": "s per sequence", "bytes_per_s": "B/s"}
 """a profile's figures: each one a calibration entry"""
+PROFILE_RATES = ("peak_flops", "peak_bytes_per_s", "bytes_per_s")
+"""figures that must be above 0 (the times, ``overhead_*_s``, at or above 0)"""
 PROFILE_KINDS = {"peak_flops": "measured", "peak_bytes_per_s": "measured"}
 """figures read off a measurement; every other one is fitted"""
 ATTENTION_MIN_S = 20e-6  # below this the decode-attention kernels sit at their launch floor, not HBM
 
 
-def fit_rows(frame: pl.DataFrame, source: str, gpu: str) -> pl.DataFrame:
-    """``frame`` has tp, regime, bound_s (roofline at 100%) and measured_s; one profile row per (tp, regime)."""
-    achieved = frame.with_columns((pl.col("bound_s") / pl.col("measured_s")).alias("eff"))
+STREAM_MAX_M = 16  # rows of a decode-sized GEMM: <= 16 FLOP per byte, far below either dtype's ridge
+
+
+def gemm_regime(rows: pl.Expr, compute_s: pl.Expr, memory_s: pl.Expr) -> pl.Expr:
+    """A GEMM's regime from its ``rows`` (tokens: a TP rank splits the weights, not the rows) and its roofline bounds
+    at 100%: ``compute`` where its FLOPs outlast its bytes; ``memory`` for a decode-sized GEMM (<=
+    :data:`STREAM_MAX_M` rows) whose bytes outlast its FLOPs; ``ridge`` between the two, where a kernel reaches
+    neither bound (on the H100 tables its achieved fraction falls from about 0.8 at 16 rows to under 0.5 near the
+    ridge), so it prices neither factor (:func:`fit_rows`)."""
+    return (pl.when(compute_s >= memory_s).then(pl.lit("compute"))
+            .when(rows <= STREAM_MAX_M).then(pl.lit("memory")).otherwise(pl.lit("ridge")))
+
+
+def fit_rows(frame: pl.DataFrame, source: str, gpu: str, *, cap: bool = False) -> pl.DataFrame:
+    """``frame`` has tp, regime, bound_s (roofline at 100%) and measured_s; one profile row per (tp, regime). Ridge
+    GEMMs (:func:`gemm_regime`) are left out: the profile's GEMM form prices each kernel at one bound, which a kernel
+    between the bounds does not reach (with them, the memory factor was the median of decode and ridge kernels and
+    put H100 decode 30% too slow). A measured time that is not a positive number, or a factor above 1 (the kernels
+    ran faster than ``gpu``'s datasheet allows: timed on another part), is a ConfigError; with ``cap`` a factor
+    stops at 1 instead (a device's own kernels whose data stays in its caches beat its DRAM bound)."""
+    bad = frame.filter(~pl.col("measured_s").is_finite() | (pl.col("measured_s") <= 0))
+    if bad.height:
+        raise ConfigError(f"{source}: {bad.height:,} kernel time(s) are not positive numbers (first: "
+                          f"{bad['measured_s'][0]} s)")
+    achieved = (frame.filter(pl.col("regime") != "ridge")
+                .with_columns((pl.col("bound_s") / pl.col("measured_s")).alias("eff")))
+    if not achieved.height:
+        raise ConfigError(f"{source}: no kernel at either bound (every GEMM between the two, no attention)")
     per = achieved.group_by("tp", "regime").agg(pl.col("eff").median().alias("efficiency"), pl.len().alias("kernels"))
     errors = achieved.join(per, on=["tp", "regime"]).group_by("tp", "regime").agg(
         ((pl.col("bound_s") / pl.col("efficiency") - pl.col("measured_s")).abs() / pl.col("measured_s"))
         .median().alias("median_abs_error"))
+    fast = per.filter(pl.col("efficiency") > 1)
+    if cap:
+        per = per.with_columns(pl.col("efficiency").clip(upper_bound=1.0))
+    elif fast.height:
+        row = fast.row(0, named=True)
+        raise ConfigError(f"{source}: {row['regime']} kernels at tp {row['tp']} run at {row['efficiency']:.2f}x "
+                          f"{gpu}'s datasheet bound: timed on another part (give the GPU they ran on)")
     return per.join(errors, on=["tp", "regime"]).select(
         pl.lit(gpu).alias("gpu"), pl.col("tp").cast(pl.Int32), "regime", "efficiency",
         pl.col("kernels").cast(pl.Int64), "median_abs_error", pl.lit(source).alias("source"))
@@ -61,9 +95,8 @@ def _vidur(path: Path, model: ModelSpec, gpu: GPUSpec) -> pl.DataFrame:
     ).drop_nulls()
     compute = 2 * linear * pl.col("tokens") / (pl.col("tp") * gpu.flops)
     memory = linear * model.dtype_bytes / (pl.col("tp") * gpu.hbm_bytes_per_s)
-    return frame.with_columns(
-        pl.max_horizontal(compute, memory).alias("bound_s"),
-        pl.when(compute >= memory).then(pl.lit("compute")).otherwise(pl.lit("memory")).alias("regime"))
+    return frame.with_columns(pl.max_horizontal(compute, memory).alias("bound_s"),
+                              gemm_regime(pl.col("tokens"), compute, memory).alias("regime"))
 
 
 def _aic_gemm(path: Path, gpu: GPUSpec) -> pl.DataFrame:
@@ -73,8 +106,7 @@ def _aic_gemm(path: Path, gpu: GPUSpec) -> pl.DataFrame:
     return (
         pl.scan_parquet(path).filter(pl.col("gemm_dtype") == "bfloat16")
         .select((pl.col("latency") / 1e3).alias("measured_s"), pl.lit(1).alias("tp"),
-                pl.max_horizontal(compute, memory).alias("bound_s"),
-                pl.when(compute >= memory).then(pl.lit("compute")).otherwise(pl.lit("memory")).alias("regime"))
+                pl.max_horizontal(compute, memory).alias("bound_s"), gemm_regime(m, compute, memory).alias("regime"))
         .collect()
     )
 
@@ -103,17 +135,39 @@ def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
         ("aic_generation_attention_perf.parquet", "aic_generation_attention_perf.parquet (bf16 KV)",
          lambda p: _aic_attention(p, spec)),
     )
+    if not root.is_dir():
+        what = "a file" if root.exists() else "no such folder"
+        raise ConfigError(f"{root}: {what} (--tables is a folder of kernel tables)")
     for name, label, convert in tables:
         if (root / name).exists():
-            rows = convert(root / name)
+            _check_device(root / name, spec)
+            try:
+                rows = convert(root / name)
+            except (OSError, pl.exceptions.PolarsError) as e:  # the reader's words: what is wrong with the table
+                raise ConfigError(f"{root / name}: not a readable kernel table "
+                                  f"({str(e).splitlines()[0] or type(e).__name__})") from None
+            if not rows.height:
+                raise ConfigError(f"{root / name}: no kernels the fit reads (bf16 GEMMs, bf16-KV decode attention "
+                                  "or Vidur projection rows)")
             parts.append(rows.select(pl.lit(label).alias("source"), pl.col("tp").cast(pl.Int32), "regime", "bound_s",
                                      "measured_s"))
-    if not root.is_dir():
-        raise ConfigError(f"{root}: no such folder (--tables is a folder of kernel tables)")
     if not parts:
         raise ConfigError(f"{root}: no kernel tables found (vidur_llama-2-7b_mlp.csv, aic_gemm_perf.parquet, "
                           "aic_generation_attention_perf.parquet)")
     return pl.concat(parts)
+
+
+def _check_device(path: Path, spec: GPUSpec) -> None:
+    """Refuse an aiconfigurator table whose ``device`` column names another part than ``spec``."""
+    if path.suffix != ".parquet":
+        return
+    try:
+        devices = pl.read_parquet(path, columns=["device"])["device"].unique().to_list()
+    except (OSError, pl.exceptions.PolarsError):
+        return  # no device column: the conversion says what is wrong, if anything
+    other = [d for d in devices if d and spec.name.lower() not in str(d).lower()]
+    if other:
+        raise ConfigError(f"{path}: measured on {other[0]}, not {spec.name} (give --gpu the part the table ran on)")
 
 
 def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
@@ -124,7 +178,6 @@ def fit_kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
     return pl.concat(parts).sort("source", "tp", "regime")
 
 
-STREAM_MAX_M = 16  # rows of a decode-sized GEMM: <= 16 FLOP per byte, far below either dtype's ridge
 # aiconfigurator's gemm_dtype -> weight bytes (fp8: per-tensor scaled)
 _AIC_DTYPES = {name: DTYPE_BYTES[name] for name in ("bfloat16", "fp8")}
 
@@ -335,6 +388,15 @@ def load_profile(path: str | Path) -> pl.DataFrame:
     bad = frame.filter(pl.col("efficiency").is_null() | ~pl.col("efficiency").is_between(0, 1, closed="right"))
     if bad.height:
         raise ConfigError(f"{path}, column 'efficiency', row {bad.row(0, named=True)}: must be in (0, 1]")
+    for figure in (f for f in PROFILE_UNITS if f != "efficiency" and f in frame.columns):
+        value = pl.col(figure).cast(pl.Float64)  # null where a row lacks the figure
+        low = value > 0 if figure in PROFILE_RATES else value >= 0
+        wrong = frame.filter(value.is_not_null() & ~(value.is_finite() & low))
+        if wrong.height:
+            row = wrong.row(0, named=True)
+            raise ConfigError(f"{path}, {figure} of the {row['gpu']} tp {row['tp']} {row['regime']} row: must be a "
+                              f"finite number {'above' if figure in PROFILE_RATES else 'at or above'} 0, got "
+                              f"{row[figure]}")
     return frame
 
 

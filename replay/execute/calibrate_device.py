@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import torch
-from rltrace.replay.costmodels.profile import ATTENTION_MIN_S, fit_rows
+from rltrace.replay.costmodels.profile import ATTENTION_MIN_S, fit_rows, gemm_regime
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.execute import comms
 from rltrace.replay.execute.kernels import ModelKernels
@@ -68,7 +68,7 @@ def measure_grid(model: ModelSpec, device: str, spec: GPUSpec) -> pl.DataFrame:
     gemms = [("qkv", model.hidden, (model.heads + 2 * model.kv_heads) * hd), ("o", model.heads * hd, model.hidden),
              ("gate_up", model.hidden, 2 * model.intermediate), ("down", model.intermediate, model.hidden)]
     tokens = [1, 4, 16, 64, 256, 1024] + ([4096] if device.startswith("cuda") else [])
-    rows = []
+    timed = []
     for name, kk, n in gemms:
         w = torch.randn(kk, n, device=device, dtype=k.dtype)
         for m in tokens:
@@ -76,8 +76,12 @@ def measure_grid(model: ModelSpec, device: str, spec: GPUSpec) -> pl.DataFrame:
             seconds = measure(partial(torch.matmul, x, w), device)
             compute = 2 * m * n * kk / spec.flops
             memory = dtype_bytes * (m * kk + kk * n + m * n) / spec.hbm_bytes_per_s
-            rows.append((1, "compute" if compute >= memory else "memory", max(compute, memory), seconds, "gemm",
-                         f"{name}:m={m},k={kk},n={n}"))
+            timed.append((m, compute, memory, seconds, f"{name}:m={m},k={kk},n={n}"))
+    rows = (pl.DataFrame(timed, schema=["m", "compute_s", "memory_s", "measured_s", "shape"], orient="row")
+            .select(pl.lit(1).alias("tp"), gemm_regime(pl.col("m"), pl.col("compute_s"), pl.col("memory_s"))
+                    .alias("regime"), pl.max_horizontal("compute_s", "memory_s").alias("bound_s"), "measured_s",
+                    pl.lit("gemm").alias("kind"), "shape")
+            .rows())
     for batch in (1, 8, 32, 128, 256):
         for context in (128, 1024, 4096, 8192):
             kv = batch * context * 2 * model.kv_heads * hd * dtype_bytes
@@ -97,9 +101,8 @@ def calibrate_device(model: ModelSpec, device: str, engine_dir: Path | None = No
     ``ranks`` > 1 also collectives by size on that many local processes ("collective:<op>" rows)."""
     spec = device_spec(device)
     kernels = measure_grid(model, device, spec)
-    profile = fit_rows(kernels, f"measured on {device} ({model.name})", spec.name).with_columns(
-        # Kernels whose data stays in a CPU's caches beat the DRAM roofline; a profile's factors stop at 1.
-        pl.col("efficiency").clip(upper_bound=1.0),
+    # kernels whose data stays in a CPU's caches beat the DRAM roofline: a profile's factors stop at 1
+    profile = fit_rows(kernels, f"measured on {device} ({model.name})", spec.name, cap=True).with_columns(
         pl.lit(spec.flops).alias("peak_flops"), pl.lit(spec.hbm_bytes_per_s).alias("peak_bytes_per_s"))
     extra = []
     if engine_dir is not None:

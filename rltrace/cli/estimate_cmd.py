@@ -85,6 +85,10 @@ def estimate(
     """
     if points is not None:
         check_output(points, "--points")  # before the validation's work, not after it
+    if profile is not None and kind not in (Kind.decode, Kind.prefill):
+        # a profile holds inference kernels' factors; training runs at its MFU, and the validation checks the
+        # shipped calibration
+        raise ConfigError(f"--profile prices decode and prefill estimates; estimate {kind.value} does not use it")
     if kind is Kind.validate:
         show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points,
                         backends=_backends(backend) if backend is not None else None)
@@ -131,7 +135,8 @@ def estimate(
     elif kind is Kind.prefill:
         result = cost.prefill(tokens, prompts, samples)
         kv_tokens = tokens
-        what = f"prefill of {tokens:,} tokens in {prompts} prompt(s)"
+        shared = f", {samples} samples each sharing its prefix" if samples > 1 else ""
+        what = f"prefill of {tokens:,} tokens in {prompts} prompt(s){shared}"
     else:
         precision = precision or "bf16"
         result = cost.train(tokens, gpus, seq_len=context, precision=precision)

@@ -26,6 +26,9 @@ class Colocated:
     """the engine's sleep and the training state's way in"""
     to_generate_s: float
     """the refit, the engine's wake and the training state's way out"""
+    gpus: int
+    """the whole cluster's GPUs: a colocated run's pool (the disaggregated pools may not sum to it: 8 GPUs in
+    instances of 8 have no generation and training split)"""
     phases: dict[str, float] = field(default_factory=dict)
     """the switches' parts (sleep, refit, wake), seconds each"""
     alltoall_bytes: list[float] | None = None

@@ -42,6 +42,8 @@ MAX_LOCAL_RANKS = 256
 8 GPUs, or a CPU's cores, are far below"""
 MAX_TOKENS = 10**12
 """tokens one estimate prices (a trillion: past any step or prefill)"""
+MAX_EPOCHS = 1000
+"""passes over a rollout batch in one RL step (PPO runs a handful)"""
 MAX_SIGMA = 4.0
 """log-space spread of a drawn distribution (lengths, environment times): 4 puts the 99th percentile 11,000x the
 median, past any plausible workload (1e308 overflowed where the values are drawn)"""

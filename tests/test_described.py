@@ -140,6 +140,39 @@ def test_lengths_hit_the_stated_mean_and_pile_up_at_the_cap(tmp_path: Path) -> N
     assert response.max() == 2048 and (response == 2048).mean() > 0.2
 
 
+def test_a_cluster_without_a_split_runs_colocated_on_its_own_gpus(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """8 GPUs in one TP-8 engine have no generation and training split: colocated-sync ran (and billed) 9 GPUs, the
+    pools' 8 + 1; a single GPU ran as two, generating 1.35x faster. Here: 4 GPUs, one TP-4 engine."""
+    path = write(tmp_path, SMALL.replace("gpus = 8", "gpus = 4\n[generation]\ntp = 4"))
+    assert main(["replay", str(path), "-s", "colocated-sync,disagg-sync", "--replicates", "0", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert runs["colocated-sync"]["gpus"] == {"generation": 4, "training": 4}
+    assert runs["colocated-sync"]["cost_by_pool"]["generation"]["gpus"] == 4
+    assert runs["disagg-sync"]["gpus"] == {"generation": 4, "training": 1}
+    assert main(["replay", str(path), "-s", "disagg-sync", "--replicates", "0"]) == 0
+    assert ("cluster.gpus 4 has no split into whole 4-GPU generation instances and a training pool: colocated "
+            "schedulers run on 4 GPUs, disaggregated ones on 4 + 1") in " ".join(capsys.readouterr().out.split())
+
+
+def test_cost_settings_apply_to_a_described_job_or_say_why_not(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """--set cost.gpu_memory_utilization did nothing on a described job, and cost.sync_gbps nothing, silently."""
+    path = write(tmp_path, SMALL)
+    d = load_description(path)
+    kv = [from_description(d, Shape(), CostConfig(gpu_memory_utilization=u)).jobs[0].generation
+          .kv_capacity_tokens(1) for u in (None, 0.3)]
+    assert kv[1] < kv[0]
+    assert main(["replay", str(path), "-s", "disagg-sync", "--set", "cost.sync_gbps=1", "--replicates", "0"]) == 0
+    assert "(cost.sync_gbps unused; --topology, when given, prices them instead)" in " ".join(
+        capsys.readouterr().out.split())
+    assert main(["replay", str(path.with_name("capped.toml")), "--max-new-tokens", "4000", "--replicates", "0"]) == 2
+    path.with_name("capped.toml").write_text(SMALL.replace("max_response = 2048", "max_seq = 2048"))
+    assert main(["replay", str(path.with_name("capped.toml")), "--max-new-tokens", "4000", "--replicates", "0"]) == 2
+    assert "--max-new-tokens 4000: the described batch.max_seq 2048 (prompt + response) caps responses below it" in \
+        capsys.readouterr().err
+
+
 def test_what_if_options_reshape_the_description(tmp_path: Path) -> None:
     d = load_description(write(tmp_path, SMALL))
     prepared = from_description(d, Shape(gen_gpus=4, train_gpus=4, gpu="H200", tp=2, steps=2), CostConfig())
@@ -212,6 +245,12 @@ def test_as_recorded_needs_a_recording(tmp_path: Path, capsys: pytest.CaptureFix
     (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7B"\nseed = -1'), "seed must be >= 0, got -1"),
     (("prompts = 8", "prompts = 100000000"), "batch.prompts=100,000,000 is above the limit"),
     (("prompts = 8", "prompts = 5000000"), "batch.prompts x batch.samples=20,000,000 is above"),
+    # tracebacks (an OverflowError) or a silent int32 wrap before
+    (("max_response = 2048", "max_response = 18446744073709551616"), "batch.max_response=18,446,744,073,709,551,616"),
+    (("gpus = 8", "gpus = 8\n[training]\nepochs = 100000"), "training.epochs=100,000 is above the limit of 1,000"),
+    (("gpus = 8", "gpus = 8\n[training]\nmicro_batch = 1" + "0" * 40), "training.micro_batch=10" + ",000" * 13),
+    (("max_response = 2048", "max_response = 2048\nmean_prompt = 4294967552.0"),
+     "batch.mean_prompt must be in (0, 2,147,483,647) tokens"),
 ])
 def test_a_malformed_description_is_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             change: tuple[str, str], key: str) -> None:

@@ -20,7 +20,17 @@ from rltrace.catalog import get_gpu
 from rltrace.catalog._toml import load_toml
 from rltrace.config import build
 from rltrace.errors import ConfigError
-from rltrace.limits import MAX_GPUS, MAX_PER_STEP, MAX_REQUESTS, MAX_SEED, MAX_STEPS, check_int
+from rltrace.limits import (
+    MAX_EPOCHS,
+    MAX_GPUS,
+    MAX_NEW_TOKENS,
+    MAX_PER_STEP,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_TOKENS,
+    check_int,
+)
 
 PRECISIONS = ("bf16", "fp8")
 MODES = ("colocated", "disaggregated")
@@ -177,7 +187,13 @@ class Description:
         for key, value, hi in (("cluster.gpus", c.gpus, MAX_GPUS), ("cluster.gen_gpus", c.gen_gpus, MAX_GPUS),
                                ("cluster.train_gpus", c.train_gpus, MAX_GPUS), ("batch.steps", b.steps, MAX_STEPS),
                                ("batch.prompts", b.prompts, MAX_PER_STEP), ("batch.samples", b.samples, MAX_PER_STEP),
-                               ("seed", self.seed, MAX_SEED)):
+                               ("seed", self.seed, MAX_SEED), ("batch.max_seq", b.max_seq, MAX_NEW_TOKENS),
+                               ("batch.max_response", b.max_response, MAX_NEW_TOKENS),
+                               ("generation.max_num_seqs", g.max_num_seqs, MAX_PER_STEP),
+                               ("cluster.gpus_per_node", c.gpus_per_node, MAX_GPUS),
+                               ("training.micro_batch", t.micro_batch, MAX_PER_STEP),
+                               ("training.micro_batch_tokens", t.micro_batch_tokens, MAX_TOKENS),
+                               ("training.epochs", t.epochs, MAX_EPOCHS)):
             check_int(key, value, 0, hi)
         check_int("batch.prompts x batch.samples", b.prompts * b.samples, 1, MAX_PER_STEP, what=" samples a step")
         check_int("batch.steps x batch.prompts x batch.samples", b.steps * b.prompts * b.samples, 1, MAX_REQUESTS,
@@ -205,8 +221,8 @@ class Description:
             raise ConfigError(f"training.ep {t.ep} does not divide the {trainers} training GPUs")
         if not b.max_seq and not b.max_response:
             raise ConfigError("batch: give max_seq (prompt + response cap) or max_response (response cap)")
-        if not 0 < b.mean_prompt:
-            raise ConfigError(f"batch.mean_prompt must be > 0, got {b.mean_prompt:g}")
+        if not 0 < b.mean_prompt < MAX_NEW_TOKENS:  # prompt lengths are int32, as in a bundle
+            raise ConfigError(f"batch.mean_prompt must be in (0, {MAX_NEW_TOKENS:,}) tokens, got {b.mean_prompt:g}")
         if b.max_seq and b.mean_prompt >= b.max_seq:
             raise ConfigError(f"batch.max_seq {b.max_seq} leaves no room for a response after the mean prompt "
                               f"(batch.mean_prompt {b.mean_prompt:g} tokens)")
@@ -227,9 +243,11 @@ class Description:
 
     @property
     def response_cap(self) -> float:
-        """The cap a mean response is held against: ``max_response``, else ``max_seq`` less the mean prompt."""
+        """The cap a mean response is held against: ``max_response`` and ``max_seq`` less the mean prompt, the
+        lower of those given (the draw clips at both)."""
         b = self.batch
-        return float(b.max_response) if b.max_response else b.max_seq - b.mean_prompt
+        caps = [float(b.max_response)] if b.max_response else []
+        return min([*caps, b.max_seq - b.mean_prompt] if b.max_seq else caps)
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:

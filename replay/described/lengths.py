@@ -15,6 +15,7 @@ import numpy as np
 from rltrace.replay.described.description import Description
 
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_NEW_TOKENS
 from rltrace.synth.distributions import Empirical, correlated_uniforms, normal_ppf
 
 
@@ -24,7 +25,9 @@ def _solve_scale(draw: np.ndarray, cap: np.ndarray, mean: float) -> float:
     while np.minimum(hi * draw, cap).mean() < mean:
         hi *= 2.0
         if hi > 1e12:
-            raise ConfigError(f"batch.mean_response {mean:g} cannot be reached under the response cap")
+            raise ConfigError(f"batch.mean_response {mean:g} cannot be reached under the responses' caps (a mean of "
+                              f"{cap.mean():,.0f} tokens: max_response, and max_seq less each drawn prompt); lower "
+                              "it or raise the caps")
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         if np.minimum(mid * draw, cap).mean() < mean:
@@ -45,6 +48,9 @@ def draw_lengths(d: Description, steps: int) -> tuple[np.ndarray, np.ndarray, np
     prompts = b.mean_prompt * np.exp(n.prompt_sigma * prompt_latent - n.prompt_sigma ** 2 / 2)
     if b.max_seq:
         prompts = np.minimum(prompts, b.max_seq - 1)
+    if prompts.max() > MAX_NEW_TOKENS:  # token counts are int32, as in a bundle
+        raise ConfigError(f"batch.mean_prompt {b.mean_prompt:g} with lengths.prompt_sigma {n.prompt_sigma:g} draws "
+                          f"prompts of {prompts.max():,.0f} tokens, above the limit of {MAX_NEW_TOKENS:,}")
     prompt = np.repeat(np.maximum(np.rint(prompts), 1).astype(np.int64), per)
     cap = (np.full(prompt.shape, float(b.max_response)) if b.max_response
            else (b.max_seq - prompt).astype(np.float64))

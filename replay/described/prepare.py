@@ -55,6 +55,11 @@ def reshape(d: Description, shape: Shape) -> Description:
         if shape.max_new_tokens is not None and batch.mean_response >= shape.max_new_tokens:
             raise ConfigError(f"--max-new-tokens {shape.max_new_tokens} is at or below the described mean response "
                               f"({batch.mean_response:g} tokens)")
+        if shape.max_new_tokens is not None and batch.max_seq and shape.max_new_tokens > batch.max_seq - \
+                batch.mean_prompt:  # the draw clips at both caps: this one would change nothing
+            raise ConfigError(f"--max-new-tokens {shape.max_new_tokens}: the described batch.max_seq {batch.max_seq} "
+                              f"(prompt + response) caps responses below it (a mean prompt of "
+                              f"{batch.mean_prompt:g} tokens); raise max_seq in the description")
     mode = d.mode or ("colocated" if d.colocated else "disaggregated")
     reshaped = dataclasses.replace(d, cluster=cluster, batch=batch, generation=generation, mode=mode,
                                    model=shape.model or d.model, seed=shape.seed or d.seed)
@@ -103,8 +108,8 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                                        model=serving_model(spec, d.precision), gpu=gen_gpu,
                                        memory_efficiency=cost.figure("memory_efficiency", constants),
                                        compute_efficiency=cost.figure("compute_efficiency", constants),
-                                       gpu_memory_utilization=g.gpu_memory_utilization
-                                       or framework.gpu_memory_utilization,
+                                       gpu_memory_utilization=cost.gpu_memory_utilization  # a what-if first
+                                       or g.gpu_memory_utilization or framework.gpu_memory_utilization,
                                        max_num_seqs=cluster.max_seqs,
                                        max_num_batched_tokens=framework.max_num_batched_tokens,
                                        calibration=constants)
@@ -118,6 +123,10 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                       constants=constants)
     whole = [model.phases(d.total_gpus, float(t), per_step) for t in tokens]
     notes: list[str] = [priced] if cost.generation == "kernels" else []
+    if gen_gpus + train_gpus != d.total_gpus:
+        notes.append(f"cluster.gpus {d.total_gpus} has no split into whole {instance}-GPU generation instances and a "
+                     f"training pool: colocated schedulers run on {d.total_gpus} GPUs, disaggregated ones on "
+                     f"{gen_gpus} + {train_gpus} (give gen_gpus and train_gpus to choose)")
     pool_layout = True
     try:
         split = [model.phases(train_gpus, float(t), per_step) for t in tokens]
@@ -147,7 +156,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
               phases=[_trainer_phases(p) for p in split],
               calibration=constants,
               colocated=Colocated(trainer_s=[p.trainer for p in whole], to_train_s=switch.sleep,
-                                  to_generate_s=switch.refit + switch.wake,
+                                  to_generate_s=switch.refit + switch.wake, gpus=d.total_gpus,
                                   phases={"sleep": switch.sleep, "refit": switch.refit, "wake": switch.wake},
                                   alltoall_bytes=alltoall_whole,
                                   trainer_phases=[_trainer_phases(p) for p in whole]))
@@ -162,6 +171,9 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                  f"{d.generation.pp}, training TP {d.training.tp} CP {d.training.cp} EP {d.training.ep} PP "
                  f"{d.training.pp}")
     fabric = local_fabric(gen_gpus, train_gpus, train_gpu.name)  # where reprice_syncs priced the syncs
+    if cost.sync_gbps is not None:
+        notes.append(f"weight syncs priced on {fabric} (cost.sync_gbps unused; --topology, when given, prices them "
+                     "instead)")
     return Prepared(frame, [job], cluster, [described, *notes], sync_fabric=fabric, calibration=constants,
                     recorded=False)
 

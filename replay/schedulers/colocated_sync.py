@@ -40,7 +40,7 @@ class ColocatedSync:
     def start(self, sim: View) -> None:
         c, job = sim.cluster, sim.jobs[0]
         sim.quiet = True
-        gpus = c.gen_gpus + c.train_gpus
+        gpus = job.colocated.gpus if job.colocated else c.gen_gpus + c.train_gpus  # a described job's own cluster
         self.instances = generation_pool(sim, job, gpus)
         sim.allocate("training", gpus, c.gen_gpu, billed=False)  # the same GPUs in their training role
         sim.add_resource("trainer", "training", gpus=gpus)

@@ -347,13 +347,13 @@ def merge(
     )
     small = {"requests": req.drop("_shard"), "weight_syncs": syncs, "spans": spans.sort("start_ns"),
              "iterations": iterations}
-    _write(out, manifest, small, index, coll_files, overwrite)
-    return manifest
+    return _write(out, manifest, small, index, coll_files, overwrite)
 
 
 def _write(final: Path, manifest: Manifest, small: dict[str, pl.DataFrame], index: stream_merge.Index,
-           coll_files: list[tuple[Path, int]], overwrite: bool) -> None:
-    """Write the bundle as write_bundle does (validated, atomic rename into place), the collectives streamed."""
+           coll_files: list[tuple[Path, int]], overwrite: bool) -> Manifest:
+    """Write the bundle as write_bundle does (validated, atomic rename into place), the collectives streamed;
+    returns the manifest written."""
     check_target(final, overwrite)
     arrow = {name: to_arrow(TABLES[name], frame) for name, frame in small.items()}
     for name, data in arrow.items():
@@ -365,4 +365,4 @@ def _write(final: Path, manifest: Manifest, small: dict[str, pl.DataFrame], inde
         else:
             w.write(arrow[name])
 
-    write_atomically(final, manifest, fill)
+    return write_atomically(final, manifest, fill)

@@ -4,7 +4,9 @@ Layout: one process per actor (generation instance, trainer rank, link, ...), on
 train, weight_sync, a process group's collectives...). Complete events ("X") on one thread never partially
 overlap: intervals that do (requests in one running batch, async collectives) are spread over extra lanes,
 threads named "role #2", "role #3"... Counters ("C") carry running and waiting requests per instance and each
-link's utilisation. Times are microseconds since the run's (or bundle's) first event.
+link's utilisation. A bundle's request that has no finish time (a request log: arrivals and lengths only) is an
+instant event ("i") at its arrival, on its engine's "arrivals" thread. Times are microseconds since the run's (or
+bundle's) first event.
 
 Slices carry args: ``step`` always, ``job`` in a run, and on a request's slices ``request``, ``prompt_tokens``
 and ``output_tokens``. Flow events (arrows in Perfetto, the format's "s"/"t"/"f" phases, each bound to the
@@ -48,6 +50,9 @@ COUNTERS = {"process": pl.String, "name": pl.String, "ts_us": pl.Float64, "value
 FLOWS = {"id": pl.Int64, "order": pl.Float64, "row": pl.UInt32, "at": pl.String, "name": pl.String}
 """one row per flow event: flow ``id``, its place in the flow (0 first), the span it binds to (``row``, the
 span's row in ``Trace.spans``), where in that span ("start" or "end"), and the flow's name"""
+INSTANTS = {"process": pl.String, "role": pl.String, "name": pl.String, "ts_us": pl.Float64, "step": pl.Int64,
+            "request": pl.String, "prompt_tokens": pl.Int64, "output_tokens": pl.Int64}
+"""one row per instant event (a request's arrival), on thread ``role`` of ``process``"""
 INSIDE_US = 1.0
 REQUEST_ARGS = ["request", "prompt_tokens", "output_tokens"]
 
@@ -63,6 +68,13 @@ class Trace:
     metadata: dict[str, str]
     flows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=FLOWS))
     """flow events (``FLOWS``)"""
+    instants: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=INSTANTS))
+    """instant events (``INSTANTS``)"""
+
+    @property
+    def events(self) -> int:
+        """Spans, counter samples and instant events: zero means there is nothing to draw."""
+        return self.spans.height + self.counters.height + self.instants.height
 
     def to_json(self) -> str:
         """The trace as one JSON object: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}."""
@@ -70,15 +82,24 @@ class Trace:
             pl.Series("lane", lanes(*(self.spans[c].to_numpy() for c in ("_key", "start_us", "end_us")))[0]))
         spans = spans.with_columns(pl.when(pl.col("lane") == 0).then(pl.col("role"))
                                    .otherwise(pl.format("{} #{}", "role", pl.col("lane") + 1)).alias("thread"))
-        processes = row_order(sorted(set(spans["process"].to_list()) | set(self.counters["process"].to_list())))
+        processes = row_order(sorted(set(spans["process"].to_list()) | set(self.counters["process"].to_list())
+                                     | set(self.instants["process"].to_list())))
         pid = {p: i + 1 for i, p in enumerate(processes)}
-        threads = spans.select("process", "role", "lane", "thread").unique().sort("process", "role", "lane")
+        instant_threads = self.instants.select("process", "role", pl.lit(0, spans["lane"].dtype).alias("lane"),
+                                               pl.col("role").alias("thread"))
+        threads = (pl.concat([spans.select("process", "role", "lane", "thread"), instant_threads]).unique()
+                   .sort("process", "role", "lane"))
         threads = threads.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("process").alias("tid"))
         spans = spans.join(threads.select("process", "thread", "tid"), on=["process", "thread"], how="left")
         spans = spans.with_columns(pl.col("process").replace_strict(pid, return_dtype=pl.Int64).alias("pid"))
         complete = [_complete(spans.filter(pl.col("job").is_null() == no_job, pl.col("request").is_null() == no_req),
                               no_job, no_req) for no_job in (True, False) for no_req in (True, False)]
         flows = _flow_events(self.flows, spans)
+        instants = self.instants.join(threads.select("process", "thread", "tid"), left_on=["process", "role"],
+                                      right_on=["process", "thread"], how="left").select(
+            "name", pl.lit("rltrace").alias("cat"), pl.lit("i").alias("ph"), pl.lit("t").alias("s"),
+            pl.col("ts_us").alias("ts"), pl.col("process").replace_strict(pid, return_dtype=pl.Int64).alias("pid"),
+            "tid", pl.struct(["step", *REQUEST_ARGS]).alias("args"))
         counters = self.counters.select(
             "name", pl.lit("C").alias("ph"), pl.col("ts_us").alias("ts"),
             pl.col("process").replace_strict(pid, return_dtype=pl.Int64).alias("pid"), pl.lit(0, pl.Int64).alias("tid"),
@@ -88,7 +109,8 @@ class Trace:
                  for p in processes]
         meta += [{"name": "thread_name", "ph": "M", "pid": pid[p], "tid": t, "args": {"name": name}}
                  for p, name, t in threads.select("process", "thread", "tid").iter_rows()]  # hundreds at most
-        parts = [json.dumps(meta)[1:-1]] + [f.write_json()[1:-1] for f in (*complete, flows, counters) if f.height]
+        parts = [json.dumps(meta)[1:-1]] + [f.write_json()[1:-1] for f in (*complete, flows, instants, counters)
+                                                          if f.height]
         body = ",".join(p for p in parts if p)
         other = json.dumps({"generator": "rltrace", **self.metadata})
         return f'{{"traceEvents":[{body}],"displayTimeUnit":"ms","otherData":{other}}}'
@@ -119,13 +141,16 @@ def _flow_events(flows: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def _trace(spans: pl.DataFrame, counters: pl.DataFrame, metadata: dict[str, str],
-           flows: pl.DataFrame | None = None) -> Trace:
+           flows: pl.DataFrame | None = None, instants: pl.DataFrame | None = None) -> Trace:
     """``spans`` carry ``_row`` (their row numbers before any filtering), which ``flows.row`` refers to."""
     spans = spans.cast(SPANS | {"_row": pl.UInt32}).filter(pl.col("end_us") >= pl.col("start_us"))  # type: ignore[arg-type]
     # One lane key per (process, role): lanes() partitions each key's intervals.
     spans = spans.with_columns(pl.concat_str("process", pl.lit("\x00"), "role").alias("_key"))
     flows = pl.DataFrame(schema=FLOWS) if flows is None else flows.cast(FLOWS)  # type: ignore[arg-type]
-    return Trace(spans, counters.cast(COUNTERS).sort("process", "name", "ts_us"), metadata, flows)  # type: ignore[arg-type]
+    instants = (pl.DataFrame(schema=INSTANTS) if instants is None
+                else instants.cast(INSTANTS).sort("process", "ts_us"))  # type: ignore[arg-type]
+    return Trace(spans, counters.cast(COUNTERS).sort("process", "name", "ts_us"), metadata, flows,  # type: ignore[arg-type]
+                 instants)
 
 
 def _numbered(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -248,7 +273,9 @@ def _sync_flows(t: pl.DataFrame) -> pl.DataFrame:
 
 def from_bundle(bundle: Bundle) -> Trace:
     """A recorded bundle: phase spans per actor, requests per engine (lanes), collectives per rank and
-    process group, weight-sync flows on their source; waiting and running requests per engine as counters."""
+    process group, weight-sync flows on their source; waiting and running requests per engine as counters.
+    A request without a finish time (an imported request log) has no slice: its arrival is an instant event on
+    its engine's "arrivals" thread, and it counts as waiting from arrival to scheduled where that is known."""
     origin = time_origin_ns(bundle)
 
     def us(column: str) -> pl.Expr:
@@ -259,6 +286,11 @@ def from_bundle(bundle: Bundle) -> Trace:
                                 .otherwise(pl.col("name")).alias("name"),
                                 us("start_ns").alias("start_us"), us("end_ns").alias("end_us"), "step")
     requests = bundle.requests.filter(pl.col("finish_ns").is_not_null())
+    arrivals = bundle.requests.filter(pl.col("finish_ns").is_null()).select(
+        pl.col("engine").alias("process"), pl.lit("arrivals").alias("role"),
+        pl.format("{} arrives ({} tokens)", "request_id", "output_tokens").alias("name"),
+        us("arrival_ns").alias("ts_us"), "step", pl.col("request_id").alias("request"), "prompt_tokens",
+        "output_tokens")
     start = pl.coalesce("scheduled_ns", "arrival_ns")
     served = requests.select(pl.col("engine").alias("process"), pl.lit("requests").alias("role"),
                              pl.format("{} ({} tokens)", "request_id", "output_tokens").alias("name"),
@@ -278,7 +310,8 @@ def from_bundle(bundle: Bundle) -> Trace:
     received = sync.select(pl.col("dst").alias("process"), pl.lit("weight_sync in").alias("role"),
                            pl.format("v{} ← {} ({} B)", "version", "src", "bytes").alias("name"),
                            us("start_ns").alias("start_us"), us("end_ns").alias("end_us"), "step")
-    frames = pl.collect_all([spans, served, collectives, sent, received])
+    frames = pl.collect_all([spans, served, collectives, sent, received, arrivals])
+    instants = frames.pop()
     table = _numbered(frames)
     # Each transfer: from its sender's slice (near the start) to its receiver's (near the end).
     first_sent = sum(f.height for f in frames[:3])
@@ -288,8 +321,11 @@ def from_bundle(bundle: Bundle) -> Trace:
                       (index + first_sent + k * n).alias("row"), pl.lit(at).alias("at"),
                       pl.lit("weight sync").alias("name")) for k, at in ((0, "start"), (1, "end"))]
     flows = _flows(pl.concat(ends).cast(RAW_FLOWS)) if n else None  # type: ignore[arg-type]
-    r = requests.select("engine", us("arrival_ns").alias("a"), ((start - origin) / 1e3).alias("s"),
-                        us("finish_ns").alias("f")).collect()
+    # Waiting: every request whose end of waiting is known (scheduled, or finished: then it never waited).
+    known = pl.col("scheduled_ns").is_not_null() | pl.col("finish_ns").is_not_null()
+    r = bundle.requests.filter(known).select("engine", us("arrival_ns").alias("a"), ((start - origin) / 1e3).alias("s"),
+                                             us("finish_ns").alias("f")).collect()
     counters = pl.concat([_occupancy(pl.col("engine"), pl.col("a"), pl.col("s"), "waiting requests", r),
-                          _occupancy(pl.col("engine"), pl.col("s"), pl.col("f"), "running requests", r)])
-    return _trace(table, counters, {"bundle": str(bundle.path), "run_id": bundle.manifest.run_id}, flows)
+                          _occupancy(pl.col("engine"), pl.col("s"), pl.col("f"), "running requests",
+                                     r.filter(pl.col("f").is_not_null()))])
+    return _trace(table, counters, {"bundle": str(bundle.path), "run_id": bundle.manifest.run_id}, flows, instants)

@@ -7,6 +7,7 @@ never sees a half-written bundle or file.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import shutil
@@ -392,9 +393,22 @@ def write_bundle(
 
     ``tables`` maps table names to data (polars DataFrame, Arrow table or a mapping of columns); absent
     tables are written empty. Values are validated before anything is written, so an invalid table never
-    reaches disk. ``manifest.tables`` is filled with the row counts. With ``overwrite``, an existing bundle
+    reaches disk. The manifest written is a copy of ``manifest`` with ``tables`` set to the row counts; the
+    caller's object is not changed (:func:`save_bundle` returns the copy). With ``overwrite``, an existing bundle
     (and only a bundle, or an empty directory) at ``path`` is replaced.
     """
+    save_bundle(path, manifest, tables, overwrite=overwrite)
+    return Path(path)
+
+
+def save_bundle(
+    path: str | os.PathLike[str],
+    manifest: Manifest,
+    tables: Mapping[str, TableLike],
+    *,
+    overwrite: bool = False,
+) -> Manifest:
+    """:func:`write_bundle`, returning the manifest written (a copy of ``manifest`` with its row counts)."""
     final = Path(path)
     unknown = set(tables) - set(TABLES)
     if unknown:
@@ -403,8 +417,7 @@ def write_bundle(
     arrow = {name: to_arrow(schema, tables.get(name)) for name, schema in TABLES.items()}
     for name, data in arrow.items():
         check_frame(pl.from_arrow(data).lazy(), TABLES[name], TABLES[name].file)  # type: ignore[union-attr]  # of a Table: a DataFrame
-    write_atomically(final, manifest, lambda name, w: w.write(arrow[name]))
-    return final
+    return write_atomically(final, manifest, lambda name, w: w.write(arrow[name]))
 
 
 def check_target(final: Path, overwrite: bool) -> None:
@@ -417,10 +430,13 @@ def check_target(final: Path, overwrite: bool) -> None:
             raise BundleError(f"{final}: exists and is not a trace bundle; refusing to replace it")
 
 
-def write_atomically(final: Path, manifest: Manifest, fill: Callable[[str, TableWriter], None]) -> None:
+def write_atomically(final: Path, manifest: Manifest, fill: Callable[[str, TableWriter], None]) -> Manifest:
     """Write every table (``fill(name, writer)`` writes its rows) and the manifest into a temporary folder
     beside ``final``, then rename it into place: a reader never sees a partial bundle, and a failure (a full
-    disk) leaves none behind. ``manifest.tables`` gets each table's row count."""
+    disk) leaves none behind. Returns the manifest written: a copy of ``manifest`` (which is left unchanged)
+    whose ``tables`` holds each table's row count."""
+    written = copy.deepcopy(manifest)
+    written.tables = {}
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -431,8 +447,8 @@ def write_atomically(final: Path, manifest: Manifest, fill: Callable[[str, Table
         for name, schema in TABLES.items():
             with TableWriter(tmp / schema.file, schema) as w:
                 fill(name, w)
-            manifest.tables[name] = w.rows
-        (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+            written.tables[name] = w.rows
+        (tmp / MANIFEST_FILE).write_text(written.to_json(), encoding="utf-8")
         if final.exists():
             old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
             os.rename(final, old)
@@ -443,3 +459,4 @@ def write_atomically(final: Path, manifest: Manifest, fill: Callable[[str, Table
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return written

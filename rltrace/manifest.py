@@ -159,7 +159,10 @@ class Manifest:
         if not isinstance(raw, dict):
             raise ValidationError("must be a JSON object", file=file)
         _check_tree(raw, file)
-        manifest: Manifest = _build(cls, raw, file, "", strict=_known_version(raw.get("format_version")))
+        # format_version has a default for writers, but a reader must not guess it: without it, a manifest of
+        # any version (or a JSON object that is no manifest) would read as the current one.
+        manifest: Manifest = _build(cls, raw, file, "", strict=_known_version(raw.get("format_version")),
+                                    required=("format_version",))
         return manifest
 
 
@@ -202,7 +205,10 @@ def _unicode(text: str, key: str, file: str) -> None:
                               "Unicode", file=file) from None
 
 
-def _build(cls: type, raw: dict[str, Any], file: str, prefix: str, *, strict: bool = False) -> Any:
+def _build(cls: type, raw: dict[str, Any], file: str, prefix: str, *, strict: bool = False,
+           required: tuple[str, ...] = ()) -> Any:
+    """An instance of the dataclass ``cls`` from ``raw``; a field with a default may be left out unless it is
+    in ``required``."""
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
@@ -227,8 +233,7 @@ def _build(cls: type, raw: dict[str, Any], file: str, prefix: str, *, strict: bo
         for n, f in known.items()
         if n not in kwargs
         and n != "extra"
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
+        and (n in required or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING))
     ]
     if missing:
         raise ValidationError(f"missing field '{prefix}{missing[0]}'", file=file)

@@ -25,6 +25,7 @@ Changelog:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,9 +185,12 @@ REQUESTS = TableSchema(
         ),
     ),
     orders=(
+        # Every pair, not only neighbours: a null between two set times must not hide their order.
         Order("arrival_ns", "scheduled_ns"),
         Order("scheduled_ns", "first_token_ns"),
         Order("first_token_ns", "finish_ns"),
+        Order("arrival_ns", "first_token_ns"),
+        Order("scheduled_ns", "finish_ns"),
         Order("arrival_ns", "finish_ns"),
         Order("cached_tokens", "prompt_tokens"),
     ),
@@ -274,10 +278,16 @@ if tuple(TABLES) != TABLE_NAMES:
     raise ImportError(f"rltrace.table_names lists {TABLE_NAMES}, the schema defines {tuple(TABLES)}")
 
 
+_VERSION = re.compile(r"([0-9]{1,9})\.([0-9]{1,9})")
+
+
 def parse_version(text: str) -> tuple[int, int]:
-    """Parse ``"major.minor"``; raises ValueError on anything else."""
-    major, _, minor = str(text).partition(".")
-    return int(major), int(minor or 0)
+    """Parse ``"major.minor"`` (two runs of ASCII digits and a dot, nothing around them); raises ValueError on
+    anything else ("1", "1.-1", " 1.2", "1.2.3")."""
+    match = _VERSION.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"format version {text!r} is not 'major.minor'")
+    return int(match[1]), int(match[2])
 
 
 def markdown_table(table: TableSchema) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from pathlib import Path
 
 import polars as pl
@@ -9,9 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import small_config
 from polars.testing import assert_frame_equal
+from rltrace.sample_traces import sample_path
 
 import rltrace
-from rltrace.bundle import to_arrow
+from rltrace.bundle import save_bundle, to_arrow
 from rltrace.schema import TABLES
 from rltrace.synth import synthesize
 
@@ -25,8 +28,21 @@ def test_round_trip_preserves_every_table_and_the_manifest(tmp_path: Path) -> No
         assert_frame_equal(bundle.table(name).collect(), written)
         assert written.height == (result.tables[name].height if name in result.tables else 0)
     assert "iterations" not in result.tables  # a synthetic workload has no engine iterations: written empty
-    assert bundle.manifest == result.manifest
+    assert bundle.manifest == dataclasses.replace(result.manifest, tables=bundle.manifest.tables)
     assert bundle.manifest.tables == {n: result.tables[n].height if n in result.tables else 0 for n in TABLES}
+
+
+def test_writing_leaves_the_callers_manifest_unchanged(tmp_path: Path) -> None:
+    """Writing part of an opened bundle with its manifest must not rewrite that bundle's row counts: the
+    opened bundle still validates against its own files afterwards."""
+    bundle = rltrace.open(sample_path("rollpacker_qwen7b"))
+    before = copy.deepcopy(bundle.manifest)
+    part = bundle.requests.filter(pl.col("step") < 3).collect()
+    written = save_bundle(tmp_path / "part", bundle.manifest, {"requests": part})
+    assert bundle.manifest == before
+    bundle.validate()
+    assert written.tables["requests"] == part.height < before.tables["requests"]
+    assert rltrace.open(tmp_path / "part").manifest == written
 
 
 def test_write_accepts_dicts_and_fills_optional_columns(tmp_path: Path) -> None:

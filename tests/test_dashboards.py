@@ -279,6 +279,68 @@ def test_perfetto_of_the_recorded_tiny_rl_bundle(name: str, tmp_path: Path):
                and e["name"].split()[0] in {"all_reduce", "broadcast", "all_gather", "barrier"}) == recorded_ops
 
 
+def _requests(rows: list[tuple[int | None, int | None]]) -> dict[str, list]:
+    """requests.parquet columns for rows of (scheduled_ns, finish_ns), each arriving at 100 + its index."""
+    n = len(rows)
+    return {"step": [0] * n, "request_id": [f"r{i}" for i in range(n)], "group_id": ["g"] * n,
+            "engine": ["rollout/engine0"] * n, "prompt_tokens": [8] * n, "output_tokens": [4] * n,
+            "arrival_ns": [100 + i for i in range(n)], "scheduled_ns": [s for s, _ in rows],
+            "first_token_ns": [f for _, f in rows], "finish_ns": [f for _, f in rows],
+            "finish_reason": ["stop" if f is not None else "abort" for _, f in rows], "policy_version": [None] * n}
+
+
+PERFETTO_REQUEST_CASES = [
+    # what, (scheduled_ns, finish_ns) per request, request slices, arrival instants, waiting counter's peak
+    ("a request log (arrivals only)", [(None, None)] * 3, 0, 3, None),
+    ("finished and unfinished", [(110, 200), (150, None), (None, None)], 1, 2, 2.0),
+    ("all finished", [(110, 200), (120, 300)], 2, 0, 2.0),
+]
+
+
+@pytest.mark.parametrize(("what", "rows", "slices", "arrivals", "waiting"), PERFETTO_REQUEST_CASES,
+                         ids=[c[0] for c in PERFETTO_REQUEST_CASES])
+def test_perfetto_of_a_bundle_draws_every_request(what: str, rows: list, slices: int, arrivals: int,
+                                                 waiting: float | None, tmp_path: Path):
+    """A request without a finish time (request-log imports write none) is an arrival instant, not dropped;
+    the waiting counter counts every request whose wait has a known end."""
+    bundle = rltrace.write_bundle(tmp_path / "b", rltrace.Manifest(run_id="log"), {"requests": _requests(rows)})
+    out = tmp_path / "t.json"
+    done = run_cli("export", "perfetto", str(bundle), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert violations(text) == []
+    events = json.loads(text)["traceEvents"]
+    assert sum(e["ph"] == "X" and e["name"].startswith("r") for e in events) == slices
+    instants = [e for e in events if e["ph"] == "i"]
+    assert len(instants) == arrivals and all(e["args"]["request"] in e["name"] for e in instants)
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert ("arrivals" in threads) == bool(arrivals)
+    peak = max((e["args"]["value"] for e in events if e["ph"] == "C" and e["name"] == "waiting requests"), default=None)
+    assert peak == waiting
+    assert (f"{arrivals:,} arrivals without a finish time" in done.stdout) == bool(arrivals)
+
+
+def test_perfetto_of_a_request_log_import(tmp_path: Path):
+    """The reproduced case: `rltrace import csv` writes no finish times; the export shows its arrivals."""
+    (tmp_path / "log.csv").write_text("t,p,o\n0.5,10,3\n1.0,20,4\n2.5,30,5\n")
+    done = run_cli("import", "csv", str(tmp_path / "log.csv"), "-o", str(tmp_path / "b"), "--map",
+                   "arrival=t,prompt=p,output=o")
+    assert done.returncode == 0, done.stderr
+    done = run_cli("export", "perfetto", str(tmp_path / "b"), "-o", str(tmp_path / "t.json"))
+    assert done.returncode == 0, done.stderr
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert [e["ts"] for e in events if e["ph"] == "i"] == [0.0, 5e5, 2e6]
+
+
+def test_perfetto_of_a_bundle_with_nothing_to_draw_says_so(tmp_path: Path):
+    bundle = rltrace.write_bundle(tmp_path / "b", rltrace.Manifest(run_id="empty"), {})
+    out = tmp_path / "t.json"
+    done = run_cli("export", "perfetto", str(bundle), "-o", str(out))
+    assert done.returncode == 2, done.stdout
+    assert "nothing to draw" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("broken, rule", [
     ({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
                       {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 3, "dur": 5}]}, "partially overlaps"),

@@ -24,7 +24,9 @@ PROFILES = "profiler_traces"
 def _import(kind: str, files: list[Path], out: Path, *extra: str) -> rltrace.Bundle:
     done = run_cli("import", kind, *map(str, files), "-o", str(out), *extra)
     assert done.returncode == 0, done.stderr
-    return rltrace.open(out)
+    bundle = rltrace.open(out)
+    assert bundle.manifest.source == f"import:{kind}"  # as docs/format.md documents the field
+    return bundle
 
 
 def test_azure_code_trace(tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from helpers import REPO, run_cli
 from rltrace.replay.described import markdown_reference as described_reference
 
@@ -48,6 +49,13 @@ def test_schema_command_prints_the_reference() -> None:
         assert f"`{table.file}`" in result.stdout
 
 
-def test_version_parsing() -> None:
-    assert parse_version(FORMAT_VERSION) == (1, 4)
-    assert parse_version("1") == (1, 0)
+@pytest.mark.parametrize(("text", "parsed"), [(FORMAT_VERSION, (1, 4)), ("1.0", (1, 0)), ("2.15", (2, 15))])
+def test_version_parsing(text: str, parsed: tuple[int, int]) -> None:
+    assert parse_version(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["1", "1.-1", "-1.2", " 1.2", "1.2 ", "1.2\n", "1.2.3", "1.+2", "1_0.2", "\u0661.2",
+                                  "", "1.", ".2", "one"])
+def test_only_major_dot_minor_is_a_version(text: str) -> None:
+    with pytest.raises(ValueError, match="is not 'major.minor'"):
+        parse_version(text)

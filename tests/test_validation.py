@@ -62,6 +62,27 @@ def test_invalid_values_are_located(
     assert str(err).startswith(f"{small_bundle / table}.parquet, column '{named}', row {named_row}: ")
 
 
+NULL_GAP_CASES = [
+    # time set to null, time moved (from the row), column named in the error, message fragment
+    ("scheduled_ns", "first_token_ns", lambda r: r["arrival_ns"] - 5, "first_token_ns", "is before arrival_ns="),
+    ("first_token_ns", "scheduled_ns", lambda r: r["finish_ns"] + 5, "finish_ns", "is before scheduled_ns="),
+]
+
+
+@pytest.mark.parametrize(("null", "moved", "value", "named", "fragment"), NULL_GAP_CASES)
+def test_a_null_time_does_not_hide_the_order_of_the_times_around_it(
+    small_bundle: Path, null: str, moved: str, value: Callable, named: str, fragment: str
+) -> None:
+    """arrival <= scheduled <= first token <= finish holds between every two times that are set."""
+    set_cell(small_bundle, "requests", null, 3, lambda r: None)
+    rltrace.open(small_bundle)  # a null alone is allowed
+    set_cell(small_bundle, "requests", moved, 3, value)
+    with pytest.raises(rltrace.ValidationError) as info:
+        rltrace.open(small_bundle)
+    assert (info.value.column, info.value.row) == (named, 3)
+    assert fragment in str(info.value)
+
+
 def _rewrite(path: Path, change: Callable[[pa.Table], pa.Table]) -> None:
     pq.write_table(change(pq.read_table(path)), path)
 
@@ -136,6 +157,31 @@ STRUCTURE_CASES = [
         "unparseable version",
         lambda b: _manifest(b, lambda m: m.update(format_version="one")),
         "manifest.json: format_version 'one' is not 'major.minor'",
+    ),
+    (
+        "manifest without a version",
+        lambda b: _manifest(b, lambda m: m.pop("format_version")),
+        "manifest.json: missing field 'format_version'",
+    ),
+    (
+        "manifest of a run id alone",
+        lambda b: (b / "manifest.json").write_text('{"run_id": "x"}'),
+        "manifest.json: missing field 'format_version'",
+    ),
+    (
+        "mistyped field in a manifest without a version",
+        lambda b: _manifest(b, lambda m: (m.pop("format_version"), m.update(clustr=m.pop("cluster")))),
+        "manifest.json: missing field 'format_version'",
+    ),
+    (
+        "negative minor version",
+        lambda b: _manifest(b, lambda m: m.update(format_version="1.-1")),
+        "manifest.json: format_version '1.-1' is not 'major.minor'",
+    ),
+    (
+        "version with a space",
+        lambda b: _manifest(b, lambda m: m.update(format_version=" 1.2")),
+        "manifest.json: format_version ' 1.2' is not 'major.minor'",
     ),
     ("no manifest", lambda b: (b / "manifest.json").unlink(), "not a trace bundle (no manifest.json)"),
 ]

@@ -45,7 +45,8 @@ class Imported:
     """bad events inside good files, by reason (reported, not fatal)"""
 
     def manifest(self, kind: str, files: list[Path], options: ImportOptions) -> Manifest:
-        """The bundle's manifest: source "import", the command, the notes (and the skips, counted)."""
+        """The bundle's manifest: source "import:<kind>" (docs/format.md), the command, the notes (and the
+        skips, counted)."""
         model = None
         if options.model:
             model = get_model(options.model).info()
@@ -56,8 +57,8 @@ class Imported:
             notes.append(f"model {options.model} given on the command line, not read from the trace")
         if options.gpu:
             notes.append(f"GPU kind {options.gpu} given on the command line, not read from the trace")
-        return Manifest(run_id=files[0].name.split(".")[0], source="import", command=["rltrace", "import", kind],
-                        cluster=pools, model=model, notes=notes)
+        return Manifest(run_id=files[0].name.split(".")[0], source=f"import:{kind}",
+                        command=["rltrace", "import", kind], cluster=pools, model=model, notes=notes)
 
 
 class Importer(Protocol):

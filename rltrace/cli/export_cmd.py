@@ -13,6 +13,7 @@ from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.dashboards import perfetto as perfetto_trace
+from rltrace.errors import BundleError
 from rltrace.limits import check_output
 
 export = typer.Typer(help="Convert a run or a bundle for other tools. Example: rltrace export perfetto "
@@ -38,7 +39,11 @@ def perfetto(
             trace = perfetto_trace.from_run(load_run(source))
         else:
             trace = perfetto_trace.from_bundle(open_bundle(resolve_bundle(source)))
+        if not trace.events:  # an empty timeline is no answer: say so rather than write one
+            raise BundleError(f"{source}: nothing to draw (no spans, requests, collectives or weight syncs); "
+                              f"{output} not written")
         text = trace.to_json()
     size = write_text(output, text)
+    instants = f", {trace.instants.height:,} arrivals without a finish time" if trace.instants.height else ""
     print(f"wrote {output} ({size / 1e6:.1f} MB, {trace.spans.height:,} spans, "
-          f"{trace.counters.height:,} counter samples)")
+          f"{trace.counters.height:,} counter samples{instants})")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rltrace.bundle import write_bundle
+from rltrace.bundle import save_bundle
 from rltrace.catalog import get_gpu
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.collectors.importers import ImportOptions, importer, names
@@ -59,8 +59,8 @@ def import_cmd(
         raise ConfigError(f"no usable rows in {', '.join(str(f) for f in files)}{f' ({why})' if why else ''}")
     manifest = result.manifest(kind, files, options)
     with stage(err, f"writing {output}"):
-        path = write_bundle(output, manifest, result.tables, overwrite=force)
-    rows = ", ".join(f"{n} {t}" for t, n in manifest.tables.items() if n)
-    print(f"wrote {path}: {rows or 'no rows'}")
+        written = save_bundle(output, manifest, result.tables, overwrite=force)
+    rows = ", ".join(f"{n} {t}" for t, n in written.tables.items() if n)
+    print(f"wrote {output}: {rows or 'no rows'}")
     for why, n in sorted(result.skipped.items()):
         print(f"skipped {n} event(s): {why}")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from rltrace.bundle import write_bundle
+from rltrace.bundle import save_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.limits import check_output
 from rltrace.synth import load_config, presets, synthesize
@@ -39,6 +39,6 @@ def synth(
     cfg = load_config(preset=preset, path=config, sets=set_ or [], seed=seed)
     with stage(err, f"synthesizing {cfg.steps} steps x {cfg.prompts_per_step * cfg.samples_per_prompt} samples"):
         result = synthesize(cfg)
-        path = write_bundle(output, result.manifest, result.tables, overwrite=force)
-    rows = ", ".join(f"{v:,} {k}" for k, v in result.manifest.tables.items())
-    print(f"wrote {path}: {rows} ({time.perf_counter() - started:.2f} s)", file=sys.stderr)
+        written = save_bundle(output, result.manifest, result.tables, overwrite=force)
+    rows = ", ".join(f"{v:,} {k}" for k, v in written.tables.items())
+    print(f"wrote {output}: {rows} ({time.perf_counter() - started:.2f} s)", file=sys.stderr)

@@ -249,9 +249,10 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
     page.details("each run's own figures, whatever work it trained (metrics.json)")
     page.table(table, AS_RUN, classes={"baseline": "base"})
     if any("spread" in r.metrics for r in runs):
-        spread = compare.summary(runs, baseline).select("run", "samples_per_s_p05", "samples_per_s_p95")
-        page.table(spread, [Column("run", "run"), Column("samples_per_s_p05", "samples/s, 5% of replicates", ".3g"),
-                            Column("samples_per_s_p95", "samples/s, 95% of replicates", ".3g")])
+        low, high = "same_work_samples_per_s_p05", "same_work_samples_per_s_p95"
+        spread = compare.summary(runs, baseline).select("run", low, high)
+        page.table(spread, [Column("run", "run"), Column(low, "samples/s, 5% of replicates", ".3g"),
+                            Column(high, "samples/s, 95% of replicates", ".3g")])
     page.end_details()
 
 

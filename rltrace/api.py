@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,15 @@ from typing import Any
 import polars as pl
 
 from rltrace.analysis import verdict
-from rltrace.analysis.runs import Run
+from rltrace.analysis.runs import Run, write_order
 from rltrace.bundle import Bundle
+from rltrace.calibration import CALIBRATION
 from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
-from rltrace.errors import ConfigError
-from rltrace.limits import check_replicates
+from rltrace.errors import ConfigError, clean
+from rltrace.limits import check_output, check_replicates
+from rltrace.replay.costmodels.generation import RooflineGeneration
+from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.loading import Shape
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, two_kinds
@@ -178,9 +181,11 @@ class Comparison:
 
     @property
     def notes(self) -> list[str]:
-        """What the replay decided on the way, as the CLI prints it: cost models chosen, schedulers left out,
-        jobs a one-job scheduler did not run, repricings."""
-        return list(self.prepared.notes)
+        """What the replay decided on the way, as the CLI prints it: cost models chosen and their track record,
+        schedulers left out, jobs a one-job scheduler did not run, repricings, then each run's own (its network's,
+        its scheduler's), each once."""
+        own = (note for result in self.results.values() for note in result.config.get("notes", []))
+        return list(dict.fromkeys([*self.prepared.notes, *own]))
 
     def __repr__(self) -> str:  # the dataclass's own would print every request of every run
         where = self.prepared.source.get("path") or (self.source.path if self.source is not None else "given jobs")
@@ -210,9 +215,10 @@ class Comparison:
         """One run folder per scheduler under ``folder`` (what ``rltrace replay -o`` writes). Run folders an
         earlier replay left there are kept, and a note (:attr:`notes`) names them: a report or ``load_runs`` of
         the folder reads them beside these."""
-        out = Path(folder)
+        out = check_output(Path(folder), "folder", folder=True)  # as -o: not inside a bundle, not onto a file
         for name, result in self.results.items():
             result.write(out / name)
+        write_order(out, list(self.results))  # load_runs reads them back in this order: the same baseline
         earlier = sorted(p.name for p in out.iterdir() if p.name not in self.results and (p / "metrics.json").is_file())
         note = (f"{out} also holds {', '.join(earlier)} from an earlier replay, not rewritten now: a report or "
                 f"load_runs of {out} reads them beside these (write to an empty folder to compare these runs alone)")
@@ -224,24 +230,49 @@ class Comparison:
         """The HTML comparison report (``rltrace replay --dashboard``)."""
         if baseline is not None and baseline not in self.results:
             raise ConfigError(f"baseline {baseline!r} is not among the replayed schedulers ({', '.join(self.results)})")
-        out = Path(path)
+        out = check_output(Path(path), "path")  # as --dashboard: a file in an existing folder
         out.write_text(build_report(self.runs(), self.source, baseline), encoding="utf-8")
         return out
 
 
+def _settings(settings: str | Sequence[str] | Mapping[str, Any]) -> list[str]:
+    """``--set`` items from one "key=value" string, a list of them, or a mapping of keys to values."""
+    if isinstance(settings, str):
+        return [settings]
+    if isinstance(settings, Mapping):
+        return [f"{key}={value}" for key, value in settings.items()]
+    if isinstance(settings, Sequence) and all(isinstance(item, str) for item in settings):
+        return list(settings)
+    raise ConfigError(f"settings takes \"key=value\" strings (one, or a list) or a mapping of keys to values, got "
+                      f"{clean(repr(settings), 60)}")
+
+
+def track_records(prepared: Prepared) -> list[str]:
+    """The roofline generation's record on the public measurements nearest each job's model and GPU kind: only
+    where it runs the validated defaults (a fitted trace, a profile, other efficiencies or a calibration of the
+    user's own are not what was held against the measurements)."""
+    generations = {(g.model.name, g.gpu.name): g for g in (job.generation for job in prepared.jobs)
+                   if isinstance(g, RooflineGeneration) and g.profile is None
+                   and g.calibration is CALIBRATION and (g.memory_efficiency, g.compute_efficiency)
+                   == (CALIBRATION["memory_efficiency"], CALIBRATION["compute_efficiency"])}
+    records = (track_record("decode", g.model, g.gpu.name, weights_precision(g.model)) for g in generations.values())
+    return [f"generation cost's {record.line()}" for record in records]
+
+
 def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | None = None, *,
-            jobs: str | Path | None = None, settings: Sequence[str] = (), topology: str | None = None,
-            sync_strategy: str | None = None, replicates: int = 0, **shape: Any) -> Comparison:
+            jobs: str | Path | None = None, settings: str | Sequence[str] | Mapping[str, Any] = (),
+            topology: str | None = None, sync_strategy: str | None = None, replicates: int = 0,
+            **shape: Any) -> Comparison:
     """Replay ``source`` (a bundle folder, a shipped sample's name, a described job's TOML; None: the default
     sample) or a job list (``jobs``) under ``schedulers`` (names, a comma-separated string, "all"; None: the
-    baselines). ``settings`` are ``--set key=value`` strings, ``shape`` the keyword arguments of
+    baselines). ``settings`` are ``--set key=value`` strings (or a mapping of keys to values), ``shape`` the keyword arguments of
     :class:`rltrace.replay.loading.Shape` (``steps``, ``gen_gpus``, ``gpu``, ``samples_per_prompt``, ...),
     ``replicates`` the replays behind each run's spread (0: none, else 2..1000). What was left out or decided on
     the way is in :attr:`Comparison.notes`, as the CLI prints it."""
     chosen = schedulers_of(schedulers)
     check_replicates("replicates", replicates)
     flags = {k: v for k, v in {"network.topology": topology, "network.sync_strategy": sync_strategy}.items() if v}
-    items = [settings] if isinstance(settings, str) else list(settings)  # one "key=value" is a list of one
+    items = _settings(settings)
     resolved = resolve(chosen, items, flags, where="settings")
     asked = sync_strategy or next((v for k, v in map(parse_set, items) if k == "network.sync_strategy"), None)
     if asked and not resolved.config.network.topology:  # without a fabric no strategy runs: say so, not ignore it
@@ -250,6 +281,7 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
     how = shape_of(shape)
     prepared, bundle = prepare(source, how, resolved, chosen, jobs=Path(jobs) if jobs is not None else None)
     chosen = one_kind(prepared, chosen, named=named(schedulers))
+    prepared.notes.extend(track_records(prepared))
     results = replay_all(prepared, chosen, resolved)
     spreads = spread(bundle, how, resolved, prepared, chosen, replicates) if bundle is not None else {}
     finish(results, spreads)

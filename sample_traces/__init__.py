@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rltrace.errors import BundleError, clean
+
 SAMPLES_DIR = Path(__file__).parent
 DEFAULT_SAMPLE = "rollpacker_qwen7b"
 
@@ -21,9 +23,11 @@ def sample_path(name: str = DEFAULT_SAMPLE) -> Path:
 
 def resolve(path: str | os.PathLike[str] | None) -> Path:
     """A bundle as the CLI and :func:`rltrace.open` name one: None, the default sample; a shipped sample's name that
-    is no path here, that sample; anything else, that path."""
+    is no path here, that sample; another string or path, that path; anything else is a BundleError."""
     if path is None:
         return sample_path()
+    if not isinstance(path, str | os.PathLike):  # Path(5) would raise a TypeError from deep in pathlib
+        raise BundleError(f"a bundle is a folder's path or a shipped sample's name, got {clean(repr(path), 60)}")
     where = Path(path)
     if not where.exists() and str(path) in list_samples():
         return sample_path(str(path))

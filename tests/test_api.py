@@ -12,6 +12,8 @@ import pytest
 from helpers import REPO, run_cli
 
 import rltrace
+from rltrace.analysis import verdict
+from rltrace.analysis.runs import load_runs
 
 SCHEDULERS = ["disagg-sync", "one-step-async"]
 
@@ -69,9 +71,14 @@ def test_the_notebook_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
      "runs generation and training on the same GPUs"),
     (lambda: rltrace.analysis.diagnose.diagnose(3), "diagnose takes a bundle, a bundle folder or a sample name"),
     (lambda: rltrace.analysis.diagnose.diagnose("tiny_rl_faults", replicates=1), "replicates must be 0 (off)"),
+    # a TypeError or AttributeError from deep inside, or a dict's keys read as items
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1, settings=5), "settings takes"),
+    (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1, settings=[5]), "settings takes"),
+    (lambda: rltrace.compare(5, "disagg-sync"), "a bundle is a folder's path or a shipped sample's name, got 5"),
+    (lambda: rltrace.open(123), "a bundle is a folder's path or a shipped sample's name, got 123"),
 ])
 def test_wrong_arguments_raise_one_config_error(call, said: str) -> None:
-    with pytest.raises(rltrace.ConfigError) as info:
+    with pytest.raises(rltrace.errors.RltraceError) as info:  # ConfigError, or BundleError for a bundle's name
         call()
     assert said in str(info.value)
 
@@ -94,6 +101,36 @@ def test_numpy_numbers_and_generators_are_taken_as_the_builtins_are() -> None:
     assert cmp.prepared.jobs[0].steps == 2
     assert rltrace.api.named("all,") is False and rltrace.api.named(list(rltrace.api.BASELINES)) is False
     assert rltrace.api.named(["disagg-sync"]) is True
+
+
+def test_runs_read_back_in_the_order_compared_and_notes_are_the_clis(tmp_path: Path) -> None:
+    """load_runs sorted a folder's runs by name, so its table and report took another baseline than the replay's
+    (rollpacker against disagg-sync 0.81x; read back, disagg-sync against rollpacker 1.23x); and notes lacked the
+    track record and the runs' own notes the CLI prints (a topology's GPUs unlike the replay's)."""
+    cmp = rltrace.compare("rollpacker_qwen7b", ["rollpacker", "disagg-sync"], steps=1, topology="fat-tree:k=8")
+    cmp.write(tmp_path / "runs")
+    back = verdict.table(load_runs(tmp_path / "runs"))
+    assert back["run"].to_list() == ["rollpacker", "disagg-sync"] and back["baseline"].to_list() == [True, False]
+    assert back["samples_per_s_x"].to_list() == pytest.approx(cmp.table()["samples_per_s_x"].to_list(), rel=1e-12)
+    assert any(n.startswith("generation cost's track record") for n in cmp.notes)
+    assert any("the topology's GPUs are H100s, the training GPUs H800s" in n for n in cmp.notes)
+    shown = run_cli("replay", "rollpacker_qwen7b", "-s", "rollpacker,disagg-sync", "--steps", "1", "--topology",
+                    "fat-tree:k=8", "--replicates", "0", "--json")
+    assert [line.removeprefix("note: ") for line in shown.stderr.splitlines() if line.startswith("note: ")] == \
+        cmp.notes  # --json printed none
+
+
+def test_settings_as_a_mapping_and_outputs_checked_as_the_cli_checks_them(tmp_path: Path) -> None:
+    """A mapping of settings was read as its keys ("expected key=value"); a report into a missing folder or a
+    run folder onto a file were an OSError from deep inside."""
+    as_text = rltrace.compare("tiny_rl_cpu", "disagg-sync", settings="cost.train_mfu=0.3", gpu="H100")
+    as_map = rltrace.compare("tiny_rl_cpu", "disagg-sync", settings={"cost.train_mfu": 0.3}, gpu="H100")
+    assert as_map.metrics().equals(as_text.metrics())
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(rltrace.ConfigError, match="does not exist"):
+        as_map.report(tmp_path / "nodir" / "x.html")
+    with pytest.raises(rltrace.ConfigError, match="exists and is not a folder"):
+        as_map.write(tmp_path / "file.txt")
 
 
 def test_a_rewritten_run_folder_keeps_no_table_of_the_run_before(tmp_path: Path) -> None:

@@ -130,6 +130,12 @@ def test_summary_ratios_and_baseline():
     assert s["baseline"].to_list() == [False, True]
     with pytest.raises(rltrace.errors.ConfigError, match="none of the runs"):
         compare.summary(runs, baseline="c")
+    # a spread is of the same-work rate, not the run's own: its columns say so (a run's own 17.7 samples/s sat
+    # beside a 6.5..14.6 interval under one name)
+    spread = {"same_work.samples_per_s": {"p05": 1.5, "p95": 1.9}}
+    s = compare.summary([_run("c", [], throughput_samples_per_s=2.5, spread=spread)])
+    assert s.select("samples_per_s", "same_work_samples_per_s_p05", "same_work_samples_per_s_p95").row(0) == \
+        (2.5, 1.5, 1.9)
 
 
 def test_bubbles_split_each_pool_into_parts_that_sum_to_one(runs_dir: Path):

@@ -58,10 +58,10 @@ def gemm_regime(rows: pl.Expr, compute_s: pl.Expr, memory_s: pl.Expr) -> pl.Expr
 def fit_rows(frame: pl.DataFrame, source: str, gpu: str, *, cap: bool = False) -> pl.DataFrame:
     """``frame`` has tp, regime, bound_s (roofline at 100%) and measured_s; one profile row per (tp, regime). Ridge
     GEMMs (:func:`gemm_regime`) are left out: the profile's GEMM form prices each kernel at one bound, which a kernel
-    between the bounds does not reach (with them, the memory factor was the median of decode and ridge kernels and
-    put H100 decode 30% too slow). A measured time that is not a positive number, or a factor above 1 (the kernels
-    ran faster than ``gpu``'s datasheet allows: timed on another part), is a ConfigError; with ``cap`` a factor
-    stops at 1 instead (a device's own kernels whose data stays in its caches beat its DRAM bound)."""
+    between the bounds does not reach (a median over decode-sized and ridge kernels together puts Vidur's H100
+    decode-sized projections 35-45% too slow). A measured time that is not a positive number, or a factor above 1
+    (the kernels ran faster than ``gpu``'s datasheet allows: timed on another part), is a ConfigError; with ``cap``
+    a factor stops at 1 instead (a device's own kernels whose data stays in its caches beat its DRAM bound)."""
     bad = frame.filter(~pl.col("measured_s").is_finite() | (pl.col("measured_s") <= 0))
     if bad.height:
         raise ConfigError(f"{source}: {bad.height:,} kernel time(s) are not positive numbers (first: "

@@ -29,8 +29,10 @@ def baseline_index(runs: list[Run], baseline: str | None) -> int:
 def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     """One row per run: the headline figures and, for each, its ratio to the baseline run (``<col>_x``).
 
-    A ratio above 1 means more than the baseline (for step time and cost, that is worse). Runs with a spread
-    (replay/uncertainty.py) add the 5% and 95% quantiles of their same-work samples/s over the replicates."""
+    A ratio above 1 means more than the baseline (for step time and cost, that is worse). The headline figures are
+    each run's own (metrics.json); runs with a spread (replay/uncertainty.py) add the 5% and 95% quantiles of their
+    samples/s on the same work over the replicates (``same_work_samples_per_s_p05``/``_p95``: the table's and the
+    report's rate, not the run's own: a run that trains shorter samples first has the higher own rate)."""
     rows = []
     for run in runs:
         row: dict[str, object] = {"run": run.name, "scheduler": run.scheduler}
@@ -46,8 +48,8 @@ def summary(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
         spread = run.metrics.get("spread", {})  # same-work samples/s, as the table shows it (older runs: own rate)
         rate = spread.get("same_work.samples_per_s") or spread.get("throughput_samples_per_s")
         if any("spread" in r.metrics for r in runs):  # a replay from a recording: its 90% interval beside it
-            row["samples_per_s_p05"] = float(rate["p05"]) if rate else None
-            row["samples_per_s_p95"] = float(rate["p95"]) if rate else None
+            row["same_work_samples_per_s_p05"] = float(rate["p05"]) if rate else None
+            row["same_work_samples_per_s_p95"] = float(rate["p95"]) if rate else None
         rows.append(row)
     frame = pl.DataFrame(rows)
     base = frame.row(baseline_index(runs, baseline), named=True)

@@ -17,6 +17,9 @@ from rltrace.manifest import MANIFEST_FILE
 from rltrace.sample_traces import list_samples
 
 TABLES = ("timeline", "requests", "links", "steps")
+ORDER_FILE = "runs.json"
+"""in a folder of run folders: ``{"runs": [names]}``, the order the replay compared them in (its first is the
+baseline a table or report takes by default)"""
 """Parquet files of a run folder; timeline and requests are required, links and steps optional."""
 
 
@@ -120,7 +123,9 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
     """The runs of one path or several, each a run folder or a folder of run folders (``-o OUT`` of a
     multi-scheduler replay): ``load_runs("runs")``, ``load_runs(["runs/a", "runs/b"])``.
 
-    Runs are labelled by folder name; where two share a name, by parent/name."""
+    Runs are labelled by folder name; where two share a name, by parent/name. A folder of runs lists them in the
+    order the replay compared them (its :data:`ORDER_FILE`, so the first is the same baseline), else
+    alphabetically."""
     folders: list[Path] = []
     for path in map(Path, [paths] if isinstance(paths, str | Path) else paths):
         if not path.exists():
@@ -130,7 +135,8 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
         if (path / "metrics.json").is_file():
             folders.append(path)
             continue
-        inner = sorted(p for p in path.iterdir() if (p / "metrics.json").is_file()) if path.is_dir() else []
+        inner = _in_order(path, sorted(p for p in path.iterdir() if (p / "metrics.json").is_file())) \
+            if path.is_dir() else []
         if not inner:
             bundle = (path / MANIFEST_FILE).is_file()
             raise ConfigError(f"{path}: not a run folder (no metrics.json) and holds none"
@@ -141,6 +147,26 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
     if len(set(labels)) < len(labels):
         raise ConfigError(f"the same run is given twice: {', '.join(sorted(str(f) for f in folders))}")
     return [load_run(f, label) for f, label in zip(folders, labels)]
+
+
+def write_order(folder: Path, names: Sequence[str]) -> None:
+    """Record ``names`` first in ``folder``'s run order (:data:`ORDER_FILE`), the runs it held before after them."""
+    before = _order(folder)
+    (folder / ORDER_FILE).write_text(json.dumps({"runs": list(dict.fromkeys([*names, *before]))}), encoding="utf-8")
+
+
+def _order(folder: Path) -> list[str]:
+    try:
+        runs = json.loads((folder / ORDER_FILE).read_text(encoding="utf-8")).get("runs", [])
+    except (OSError, ValueError, AttributeError):  # none, or not one this wrote: alphabetical
+        return []
+    return [r for r in runs if isinstance(r, str)] if isinstance(runs, list) else []
+
+
+def _in_order(folder: Path, runs: list[Path]) -> list[Path]:
+    """``runs`` (alphabetical) in the order the replay that wrote them compared them, the others after."""
+    rank = {name: i for i, name in enumerate(_order(folder))}
+    return sorted(runs, key=lambda p: rank.get(p.name, len(rank)))
 
 
 def _replay_first(path: Path, what: str) -> str:

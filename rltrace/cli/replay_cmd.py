@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,8 +13,17 @@ from rich.table import Table
 from rltrace import jsontext
 from rltrace.analysis.verdict import pools_label, three_digits
 from rltrace.analysis.work import origin
-from rltrace.api import Comparison, finish, named, one_kind, prepare, replay_all, schedulers_of, spread
-from rltrace.calibration import CALIBRATION
+from rltrace.api import (
+    Comparison,
+    finish,
+    named,
+    one_kind,
+    prepare,
+    replay_all,
+    schedulers_of,
+    spread,
+    track_records,
+)
 from rltrace.catalog import load_gpus
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.progress import Bar, stage, stderr
@@ -22,11 +32,9 @@ from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_LOCAL_RANKS, MAX_STEPS, check_int, check_output, check_replicates
-from rltrace.replay.costmodels.generation import RooflineGeneration
-from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.described import is_description, load_description
 from rltrace.replay.loading import Shape
-from rltrace.replay.run import Prepared, RunResult, model_spec
+from rltrace.replay.run import RunResult, model_spec
 from rltrace.replay.schedulers.base import BASELINES
 from rltrace.replay.settings import resolve
 from rltrace.replay.uncertainty import DEFAULT_REPLICATES, Spread, sources
@@ -175,7 +183,7 @@ def replay(
     chosen = one_kind(prepared, chosen, named=named(scheduler))
     if baseline is not None and baseline not in chosen:
         raise ConfigError(f"--baseline {baseline!r} is left out of this replay ({', '.join(chosen)})")
-    prepared.notes.extend(_track_records(prepared))
+    prepared.notes.extend(track_records(prepared))
     results = replay_all(prepared, chosen, settings,
                          counter=lambda name: Bar(err, f"replay {name}", "events", piped_total=False))
     spreads: dict[str, Spread] = {}
@@ -209,24 +217,14 @@ def replay(
     if dashboard is not None:
         with stage(err, f"writing the report {dashboard}"):
             write_text(dashboard, build_report(comparison.runs(), source, baseline))
-    if as_json:
+    if as_json:  # stdout holds the JSON alone; what the replay decided on the way goes to stderr
         print(jsontext.dumps({name: r.metrics for name, r in results.items()}, indent=2))
+        for note in comparison.notes:
+            print(f"note: {note}", file=sys.stderr)
         return
-    _print_table(results, prepared.notes, output, dashboard)
+    _print_table(results, comparison.notes, output, dashboard)
     for name, ex in executions.items():
         _print_execution(name, ex.summary())
-
-
-def _track_records(prepared: Prepared) -> list[str]:
-    """The roofline generation's record on the public measurements nearest each job's model and GPU kind: only
-    where it runs the validated defaults (a fitted trace, a profile, other efficiencies or a calibration of the
-    user's own are not what was held against the measurements)."""
-    generations = {(g.model.name, g.gpu.name): g for g in (job.generation for job in prepared.jobs)
-                   if isinstance(g, RooflineGeneration) and g.profile is None
-                   and g.calibration is CALIBRATION and (g.memory_efficiency, g.compute_efficiency)
-                   == (CALIBRATION["memory_efficiency"], CALIBRATION["compute_efficiency"])}
-    records = (track_record("decode", g.model, g.gpu.name, weights_precision(g.model)) for g in generations.values())
-    return [f"generation cost's {record.line()}" for record in records]
 
 
 def _print_execution(name: str, summary: dict[str, Any]) -> None:
@@ -300,8 +298,6 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
                           f"{f', expert all-to-alls {experts:.3f} s' if experts else ''} per step, "
                           f"busiest link {net['max_link_utilization']:.0%}, fabric ${net['fabric']['capex_usd']:,.0f}",
                           markup=False)
-    # the run's own notes (the network's, the scheduler's) after the preparation's, each once
-    notes = list(dict.fromkeys([*notes, *(n for r in results.values() for n in r.config.get("notes", []))]))
     for note in notes:
         console.print(f"note: {note}", markup=False)
     if output is not None:

@@ -265,8 +265,9 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
             **shape: Any) -> Comparison:
     """Replay ``source`` (a bundle folder, a shipped sample's name, a described job's TOML; None: the default
     sample) or a job list (``jobs``) under ``schedulers`` (names, a comma-separated string, "all"; None: the
-    baselines). ``settings`` are ``--set key=value`` strings (or a mapping of keys to values), ``shape`` the keyword arguments of
-    :class:`rltrace.replay.loading.Shape` (``steps``, ``gen_gpus``, ``gpu``, ``samples_per_prompt``, ...),
+    baselines). ``settings`` are ``--set key=value`` strings (or a mapping of keys to values), ``shape`` the
+    keyword arguments of :class:`rltrace.replay.loading.Shape` (``steps``, ``gen_gpus``, ``gpu``,
+    ``samples_per_prompt``, ...),
     ``replicates`` the replays behind each run's spread (0: none, else 2..1000). What was left out or decided on
     the way is in :attr:`Comparison.notes`, as the CLI prints it."""
     chosen = schedulers_of(schedulers)

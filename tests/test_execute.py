@@ -134,7 +134,8 @@ def test_calibrate_device_cpu_writes_a_profile_that_models_the_cpu(tmp_path: Pat
 @pytest.mark.parametrize(("args", "message"), [
     (["calibrate", "-o", "x.parquet"], "give --tables DIR (public kernel tables) or --device cpu|cuda"),
     (["calibrate", "--device", "tpu", "-o", "x.parquet"], "--device must be cpu or cuda"),
-    (["replay-comms", "tiny_rl_cpu", "--ranks", "0"], "--ranks must be >= 1, got 0"),
+    (["replay-comms", "tiny_rl_cpu", "--ranks", "0"], "--ranks must be >= 2, got 0"),
+    (["replay-comms", "tiny_rl_cpu", "--ranks", "1"], "--ranks must be >= 2, got 1"),  # an empty table, exit 0
     (["replay", "tiny_rl_cpu", "-s", "as-recorded", "--execute", "--device", "cuda"], "--device cuda: no CUDA device"),
 ])
 def test_bad_execution_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:

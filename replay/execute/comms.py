@@ -22,10 +22,13 @@ import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
 from rltrace.errors import ConfigError
+from rltrace.units import dtype_bytes
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
           "int64": torch.int64, "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
           "none": torch.uint8}
+BY_WIDTH = {1: torch.uint8, 2: torch.float16, 4: torch.float32, 8: torch.float64}
+"""a dtype of each width, for the names torch does not use (a profiler's "Float", "long int"; ET's "4-byte")"""
 # torch 2.13 renamed the tensor forms of all-gather and reduce-scatter (*_single); older torch has only *_tensor.
 ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
@@ -43,6 +46,16 @@ class Op:
     ranks: tuple[int, ...]
     root: int = 0
     peer: int = -1
+    width: int = 0
+    """bytes per element as recorded (bytes over count; 0: unknown), for a dtype name torch does not use"""
+
+    @property
+    def tensor_dtype(self) -> torch.dtype:
+        """The torch dtype to issue it in: torch's own name, else a dtype of the name's or the recorded width (a
+        Kineto "Float" is 4 bytes an element, not 1)."""
+        if self.dtype in DTYPES:
+            return DTYPES[self.dtype]
+        return BY_WIDTH.get(dtype_bytes(self.dtype) or self.width, torch.uint8)
 
 
 def fold(ranks: list[int], world: int) -> tuple[int, ...]:
@@ -82,7 +95,7 @@ def _worker(rank: int, world: int, ops: list[Op], device: str, warmup: int, tmp:
         if rank not in o.ranks:
             continue
         group = groups[o.ranks]
-        buf = torch.zeros(max(o.count, 1), dtype=DTYPES.get(o.dtype, torch.uint8), device=dev)
+        buf = torch.zeros(max(o.count, 1), dtype=o.tensor_dtype, device=dev)
         for attempt in range(warmup + 1):
             dist.barrier(group=group)
             t0 = time.perf_counter()

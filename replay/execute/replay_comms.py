@@ -8,8 +8,10 @@ the shortest of its ranks' durations: the last rank to arrive waits least, so it
 communication itself.
 
 Each operation is run unless it must be skipped, for one stated reason: its kind is not one
-:mod:`~rltrace.replay.execute.comms` can issue, or its group folds onto a single local rank (recorded
-ranks fold onto ``rank % ranks``), leaving nothing to communicate.
+:mod:`~rltrace.replay.execute.comms` can issue, its ranks recorded different operations or dtypes under one
+(group, sequence number) (a trace whose ranks were sampled apart: no one operation to issue), or its group folds
+onto a single local rank (recorded ranks fold onto ``rank % ranks``), leaving nothing to communicate. A dtype
+name torch does not use (a profiler's ``Float``, ET's ``4-byte``) is issued in a dtype of its recorded width.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 UNSUPPORTED = "kind not replayable"
 ONE_RANK = "folds onto one local rank"
+DISAGREE = "its ranks recorded different ops or dtypes"
 SCHEMA: SchemaDict = {
     "step": pl.Int32, "pg": pl.String, "seq": pl.Int64, "op": pl.String, "dtype": pl.String, "count": pl.Int64,
     "bytes": pl.Int64, "recorded_s": pl.Float64, "ranks": pl.List(pl.Int32), "folded": pl.Boolean,
@@ -48,6 +51,7 @@ def logical_ops(bundle: Bundle, world: int) -> pl.DataFrame:
         pl.col("bytes_in").filter(sent).min().fill_null(pl.col("bytes_out").max()).alias("bytes"),
         pl.col("pg_ranks").first().alias("ranks"), pl.col("rank").filter(sent).min().alias("sender"),
         pl.col("peer").filter(sent).drop_nulls().first().alias("peer"),
+        ((pl.col("op").filter(sent).n_unique() > 1) | (pl.col("dtype").n_unique() > 1)).alias("disagree"),
     ).sort("start_ns", "pg", "seq")
     specs, folded, supported, skip = [], [], [], []
     for r in ops.iter_rows(named=True):  # one Op object per operation: the few thousand a job records
@@ -58,11 +62,13 @@ def logical_ops(bundle: Bundle, world: int) -> pl.DataFrame:
         root = (r["peer"] if r["op"] in ("broadcast", "reduce") and r["peer"] is not None else
                 r["sender"] if r["op"] == "send" else members[0]) % world
         peer = (r["peer"] % world) if r["op"] == "send" and r["peer"] is not None else -1
-        specs.append(Op(r["op"], int(r["count"]), r["dtype"], group, root=root, peer=peer))
+        width = int(r["bytes"]) // int(r["count"]) if r["count"] and r["bytes"] else 0
+        specs.append(Op(r["op"], int(r["count"]), r["dtype"], group, root=root, peer=peer, width=width))
         folded.append(len(set(members)) != len(group) or max(members) >= world)
         supported.append(r["op"] in OPS)
         one_rank = len(group) < 2 or (r["op"] == "send" and root == peer)
-        skip.append(UNSUPPORTED if r["op"] not in OPS else ONE_RANK if one_rank else None)
+        skip.append(UNSUPPORTED if r["op"] not in OPS else DISAGREE if r["disagree"] else ONE_RANK if one_rank
+                    else None)
     return ops.select("step", "pg", "seq", "op", "dtype", "count", "bytes", "recorded_s", "ranks").with_columns(
         pl.Series("folded", folded), pl.Series("supported", supported), pl.Series("skip", skip, dtype=pl.String),
         pl.Series("op_spec", specs, dtype=pl.Object))
@@ -74,7 +80,9 @@ def report(ops: pl.DataFrame, world: int) -> list[str]:
               f"{int(ops['skip'].is_null().sum())} run on {world} local ranks; "
               f"{int(ops['folded'].sum())} on recorded ranks folded onto them (rank % {world}); "
               f"{int((ops['skip'] == ONE_RANK).sum())} skipped: {ONE_RANK}; "
-              f"{int((ops['skip'] == UNSUPPORTED).sum())} skipped: {UNSUPPORTED}")]
+              f"{int((ops['skip'] == UNSUPPORTED).sum())} skipped: {UNSUPPORTED}"
+              + (f"; {int((ops['skip'] == DISAGREE).sum())} skipped: {DISAGREE}" if (ops["skip"] == DISAGREE).any()
+                 else ""))]
     per = ops.group_by("pg").agg(
         pl.col("ranks").first(), pl.len().alias("n"), pl.col("skip").is_null().sum().alias("run"),
         pl.col("folded").sum(), (pl.col("skip") == ONE_RANK).sum().alias("one_rank"),

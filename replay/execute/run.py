@@ -11,15 +11,15 @@ Per replayed step:
   training pool; modelled: the replay's trainer time);
 - **weight_sync**: a real broadcast of the step's model copy from rank 0 to the other ranks (modelled: the
   replay's sync time), at most ``max_sync_bytes`` moved and scaled linearly beyond;
-- **collectives**: the step's recorded collectives, re-issued in recorded order (modelled: their recorded
-  durations), when the bundle has them and ``ranks`` > 1.
+- **collectives**: the collectives of the recorded step the replayed step came from, re-issued in recorded order
+  (modelled: their recorded durations), when the bundle has them and ``ranks`` > 1.
 
 Kernel times are scaled from ``layers`` executed layers to the model's depth (``layer_scale`` in the output).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,9 +74,11 @@ def _step_shapes(result: RunResult) -> pl.DataFrame:
 
 def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model: ModelSpec, *, device: str = "cpu",
             ranks: int = 2, layers: int = 2, max_sync_bytes: int = MAX_SYNC_BYTES,
+            source_steps: Sequence[int] | None = None,
             progress: Callable[[int, int], None] | None = None) -> Execution:
     """Run the replay ``result`` of ``prepared`` as real kernels (``model``'s shapes) and collectives;
-    ``progress(done, total)`` after each step's kernels and after the collectives (total: steps + 1)."""
+    ``source_steps``: the recorded steps the replay took, in order (None: all of them); ``progress(done, total)``
+    after each step's kernels and after the collectives (total: steps + 1)."""
     job = prepared.jobs[0]
     tp = prepared.cluster.tp
     kernels = ModelKernels(model, device, layers)
@@ -109,7 +111,7 @@ def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model:
                          f"tokens={s['tokens']},per_gpu={share}"))
     if progress is not None:
         progress(shapes.height, shapes.height + 1)
-    rows += _communication(prepared, bundle, device, ranks, max_sync_bytes)
+    rows += _communication(prepared, bundle, device, ranks, max_sync_bytes, source_steps)
     if progress is not None:
         progress(shapes.height + 1, shapes.height + 1)
     frame = pl.DataFrame(rows, schema={"step": pl.Int32, "phase": pl.String, "kind": pl.String,
@@ -118,9 +120,19 @@ def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model:
     return Execution(frame, kernels.scale, device, ranks)
 
 
-def _communication(prepared: Prepared, bundle: Bundle | None, device: str, ranks: int,
-                   max_sync_bytes: int) -> list[tuple[int, str, str, float, float, str]]:
-    """Weight syncs (one broadcast per step) and the recorded collectives, on ``ranks`` real processes."""
+def recorded_steps(bundle: Bundle, steps: int, source_steps: Sequence[int] | None = None) -> list[int]:
+    """The recorded step whose collectives each of ``steps`` replayed steps re-issues: the replay's own
+    (``source_steps``, else the bundle's steps in order), a resampled replay's step ``i`` the ``i``-th of them
+    cyclically."""
+    recorded = list(source_steps) if source_steps else (
+        bundle.requests.select(pl.col("step").unique().sort()).collect()["step"].to_list())
+    return [recorded[i % len(recorded)] for i in range(steps)] if recorded else []
+
+
+def _communication(prepared: Prepared, bundle: Bundle | None, device: str, ranks: int, max_sync_bytes: int,
+                   source_steps: Sequence[int] | None = None) -> list[tuple[int, str, str, float, float, str]]:
+    """Weight syncs (one broadcast per step) and each replayed step's recorded collectives (:func:`recorded_steps`),
+    on ``ranks`` real processes."""
     if ranks < 2:
         return []
     job = prepared.jobs[0]
@@ -136,9 +148,12 @@ def _communication(prepared: Prepared, bundle: Bundle | None, device: str, ranks
         # Only what replay-comms would run: an op it cannot issue (no local rank pair, an unsupported kind)
         # is left out here as it is there (its ``skip`` says why).
         logical = logical_ops(bundle, ranks).filter(pl.col("skip").is_null())
-        for row, op in zip(logical.iter_rows(named=True), logical["op_spec"].to_list()):
-            ops.append(op)
-            meta.append((row["step"], "collectives", row["op"], row["recorded_s"], f"bytes={row['bytes']}", 1.0))
+        for step, recorded in enumerate(recorded_steps(bundle, job.steps, source_steps)):
+            mine = logical.filter(pl.col("step") == recorded)
+            for row, op in zip(mine.iter_rows(named=True), mine["op_spec"].to_list()):
+                ops.append(op)
+                meta.append((step, "collectives", row["op"], row["recorded_s"],
+                             f"bytes={row['bytes']},recorded_step={recorded}", 1.0))
     if not ops:
         return []
     seconds = comms.run(ops, ranks, device)

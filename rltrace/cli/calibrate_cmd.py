@@ -12,6 +12,7 @@ from rich.table import Table
 
 from rltrace import calibration, jsontext
 from rltrace.catalog import get_model
+from rltrace.cli.extras import needs_torch
 from rltrace.cli.progress import stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
@@ -61,7 +62,8 @@ def calibrate(
         if device not in ("cpu", "cuda"):
             raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
         # torch is an optional extra: only this path imports it
-        from rltrace.replay.execute.calibrate_device import calibrate_device
+        with needs_torch("calibrate --device"):
+            from rltrace.replay.execute.calibrate_device import calibrate_device
 
         engine_dir = None
         if engine is not None:

@@ -26,6 +26,7 @@ from rltrace.api import (
 )
 from rltrace.catalog import load_gpus
 from rltrace.cli.dashboard_cmd import write_text
+from rltrace.cli.extras import needs_torch
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.config import parse_set
@@ -143,8 +144,8 @@ def replay(
         if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
             raise ConfigError("--execute needs --device cpu|cuda, --ranks >= 1 and --layers >= 1")
         check_int("--ranks", ranks, 1, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
-        from rltrace.replay.execute.kernels import require_device
-
+        with needs_torch("--execute"):
+            from rltrace.replay.execute.kernels import require_device
         require_device(device)
     chosen = schedulers_of(scheduler, "--scheduler")
     check_replicates("--replicates", replicates)
@@ -195,8 +196,8 @@ def replay(
     finish(results, spreads)
     executions = {}
     if execute:
-        # torch is an optional extra: only --execute imports it
-        from rltrace.replay.execute.run import execute as run_execute
+        with needs_torch("--execute"):  # torch is an optional extra: only --execute imports it
+            from rltrace.replay.execute.run import execute as run_execute
 
         spec = model_spec(source.manifest.model if source is not None else None, model)
         if spec is None:
@@ -207,7 +208,7 @@ def replay(
             with Bar(err, f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)", "steps",
                      announce=True) as bar:
                 executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks,
-                                               layers=layers, progress=bar.update)
+                                               layers=layers, source_steps=shape.source_steps, progress=bar.update)
             result.metrics["execution"] = executions[name].summary()
     comparison = Comparison(results, prepared, source)
     if output is not None:

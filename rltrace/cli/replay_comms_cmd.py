@@ -11,6 +11,7 @@ from rich.table import Table
 
 from rltrace import jsontext
 from rltrace.bundle import open_bundle
+from rltrace.cli.extras import needs_torch
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
@@ -28,22 +29,19 @@ def replay_comms(
 ) -> None:
     """Re-issue every recorded collective (group, dtype, size, order) on local ranks (needs torch).
 
-    Prints measured beside recorded latency per operation kind and size, then what was run, folded onto the
-    local ranks and skipped (with the reason), overall and per process group. Example:
+    Prints measured beside recorded latency per operation kind, size and group size (a recorded group folded onto
+    fewer local ranks shows both: "16 -> 2"), then what was run, folded onto the local ranks and skipped (with the
+    reason), overall and per process group. Example:
 
         rltrace replay-comms tiny_rl_cpu --ranks 2
     """
     if device not in ("cpu", "cuda"):
         raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
-    check_int("--ranks", ranks, 1, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
+    check_int("--ranks", ranks, 2, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
     # torch is an optional extra: only this command imports it
-    try:
+    with needs_torch("replay-comms"):
         from rltrace.replay.execute import comms
         from rltrace.replay.execute.replay_comms import logical_ops, report
-    except ImportError as e:
-        if (e.name or "").split(".")[0] != "torch":
-            raise
-        raise ConfigError("replay-comms needs torch, which is not installed here (pip install torch)") from None
 
     source = open_bundle(resolve_bundle(bundle))
     ops = logical_ops(source, ranks)
@@ -54,7 +52,8 @@ def replay_comms(
         seconds = comms.run(runnable["op_spec"].to_list(), ranks, device)
     measured = pl.Series("measured_s", [float("nan")] * ops.height)
     measured = measured.scatter(ops.with_row_index("i").filter(pl.col("skip").is_null())["i"], seconds)
-    done = ops.drop("op_spec").with_columns(measured)
+    run_ranks = pl.Series("run_ranks", [len(o.ranks) for o in ops["op_spec"].to_list()], dtype=pl.Int32)
+    done = ops.drop("op_spec").with_columns(measured, run_ranks)
     notes = report(ops, ranks)
     unmeasured = int(done.filter(pl.col("skip").is_null())["measured_s"].is_nan().sum())
     if unmeasured:
@@ -69,13 +68,19 @@ def replay_comms(
         return
     table = Table(title=f"Recorded vs re-issued on {ranks} local {device} ranks (median per operation)",
                   title_justify="left")
-    for col in ("op", "dtype", "bytes", "count", "recorded us", "measured us", "measured / recorded"):
-        table.add_column(col, justify="left" if col in ("op", "dtype") else "right")
-    grouped = done.filter(pl.col("skip").is_null()).group_by("op", "dtype", "bytes").agg(
-        pl.len().alias("n"), pl.col("recorded_s").median(), pl.col("measured_s").median()).sort("op", "bytes")
+    for col in ("op", "dtype", "bytes", "ranks", "operations", "recorded us", "measured us", "measured / recorded"):
+        table.add_column(col, justify="left" if col in ("op", "dtype", "ranks") else "right")
+    # a folded group runs on fewer ranks than recorded (an all-gather gathers less): its row says so
+    grouped = (done.filter(pl.col("skip").is_null())
+               .with_columns(pl.col("ranks").list.len().alias("recorded_ranks"))
+               .group_by("op", "dtype", "bytes", "recorded_ranks", "run_ranks")
+               .agg(pl.len().alias("n"), pl.col("recorded_s").median(), pl.col("measured_s").median())
+               .sort("op", "bytes", "recorded_ranks"))
     for r in grouped.iter_rows(named=True):
-        table.add_row(r["op"], r["dtype"], f"{r['bytes']:,}", str(r["n"]), f"{r['recorded_s'] * 1e6:,.1f}",
-                      f"{r['measured_s'] * 1e6:,.1f}",
+        folded = r["recorded_ranks"] != r["run_ranks"]
+        table.add_row(r["op"], r["dtype"], f"{r['bytes']:,}",
+                      f"{r['recorded_ranks']} -> {r['run_ranks']}" if folded else str(r["run_ranks"]), str(r["n"]),
+                      f"{r['recorded_s'] * 1e6:,.1f}" if r["recorded_s"] else "-", f"{r['measured_s'] * 1e6:,.1f}",
                       f"{r['measured_s'] / r['recorded_s']:.2f}" if r["recorded_s"] else "-")
     console = stdout_console()
     print_table(console, table)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 from typing import TYPE_CHECKING, Any
 
 # Imported from a checkout (Python started in the repository's root), this is the source folder, which holds the
@@ -34,6 +35,10 @@ if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "r
 # The environment as this process started, before any import changed it: polars sets _RJEM_MALLOC_CONF, its
 # allocator's settings, when it loads. `rltrace record` hands the job these values, not what its own imports left.
 _STARTING_ENVIRON = dict(os.environ)
+# The signals this process started with ignored (a shell's background job starts with SIGINT ignored): polars
+# installs its own SIGINT handler when it loads, and a handler, unlike an ignored signal, does not pass to a child.
+_STARTING_IGNORED = tuple(s for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM)
+                          if signal.getsignal(s) is signal.SIG_IGN)
 
 _EXPORTS = {
     "__version__": ("rltrace.version", "__version__"),  # reads the package metadata: 19 ms a recorded process

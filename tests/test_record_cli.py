@@ -54,6 +54,39 @@ def _start_loop(tmp_path: Path, *extra: str, mode: str = "loop") -> tuple[subpro
     return proc, int(pidfile.read_text())
 
 
+def test_a_signal_ignored_at_start_stays_ignored_for_the_job(tmp_path: Path) -> None:
+    """A shell's background job starts with SIGINT ignored. Under rltrace the job started with it at its default
+    (polars' handler replaced the ignored disposition, and a handler does not pass to a child) and rltrace
+    forwarded a SIGINT: the job died of a signal it ignores without rltrace."""
+    job = ("import signal, sys, time; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True); "
+           "time.sleep(4); print('done')")
+    proc = subprocess.Popen(["bash", "-c", "trap '' INT; exec \"$@\"", "bash", RLTRACE, "record", "-o",
+                             str(tmp_path / "run"), "--", sys.executable, "-c", job],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "True\n"  # started with SIGINT ignored
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and stdout == "done\n", stderr
+
+
+def test_a_killed_recordings_job_that_runs_on_keeps_a_new_recording_out(tmp_path: Path) -> None:
+    """rltrace killed, its job running on: a new recording into the same -o took the folder over, and the old
+    job's shards (821 all_reduces of another command) landed in the new bundle."""
+    proc, job = _start_loop(tmp_path)
+    proc.kill()
+    proc.wait(timeout=60)  # not communicate(): the job runs on and holds the pipes open
+    try:
+        again = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", "pass")
+        assert again.returncode == 2 and f"processes of an earlier recording still write there (pid {job})" in \
+            again.stderr, again.stderr
+        assert not (tmp_path / "run").exists()
+    finally:
+        os.kill(job, signal.SIGKILL)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 def test_sigterm_reaches_the_job_and_the_bundle_is_written(tmp_path: Path) -> None:
     proc, _ = _start_loop(tmp_path)
     proc.send_signal(signal.SIGTERM)

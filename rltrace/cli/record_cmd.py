@@ -148,10 +148,17 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
              request: dict[str, Any]) -> tuple[dict[str, str], str | None]:
     """Set up an owned recording folder: earlier shards moved aside (or removed with --force), the injected
     sitecustomize, what was asked (for a later --merge), and the job's environment."""
+    left = record_dir / SHARDS
+    if held.previous_pid or left.exists():
+        # a killed recording's job may run on and write its shards here: they would land in this bundle
+        writers = _writers(left)
+        if writers:
+            raise ConfigError(f"{clean(record_dir)}: processes of an earlier recording still write there (pid "
+                              f"{', '.join(map(str, writers[:5]))}{', ...' if len(writers) > 5 else ''}): stop them, "
+                              "or record to another -o")
     if held.previous_pid:
         print(f"rltrace: note: {clean(record_dir)} was owned by a recording (pid {held.previous_pid}) that is no "
               "longer running; taking it over", file=sys.stderr)
-    left = record_dir / SHARDS
     if left.exists() and any(left.iterdir()):
         if force:
             shutil.rmtree(left)
@@ -259,8 +266,12 @@ def _collect_ray(address: str, session: str, dest: Path) -> list[Any] | None:
 
 
 def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | None = None) -> tuple[int, bool]:
-    """Run the command, forwarding SIGTERM (and SIGINT unless the terminal already delivered it); returns its exit
-    code and whether a signal reached rltrace while it ran."""
+    """Run the command, forwarding SIGTERM (and SIGINT unless the terminal already delivered it); a signal rltrace
+    started with ignored the job starts with ignored too, and it is not forwarded. Returns the job's exit code and
+    whether a signal reached rltrace while it ran."""
+    ignored = rltrace._STARTING_IGNORED
+    for s in ignored:  # ignored again here (polars' handler replaced it), so the job starts with them ignored
+        signal.signal(s, signal.SIG_IGN)
     try:
         child = subprocess.Popen(command, env=env)
     except FileNotFoundError:
@@ -280,9 +291,10 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
         nonlocal signalled
         signalled = True
 
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, noted if _terminal_delivers_sigint() else forward)
+    forwarded = [s for s in (signal.SIGINT, signal.SIGTERM) if s not in ignored]  # an ignored one stays ignored
+    previous = {s: signal.getsignal(s) for s in forwarded}
+    for s in forwarded:
+        signal.signal(s, noted if s == signal.SIGINT and _terminal_delivers_sigint() else forward)
     if watcher is not None:
         watcher.root_pid = child.pid
         watcher.start()
@@ -329,9 +341,14 @@ def _alive_recorders(watcher: reach.ReachWatcher, shards: Path) -> list[int]:
     """This host's processes that record into ``shards`` and still run: those that wrote a shard there (a pid whose
     environment does not name this recording is another process now), and those started in the last
     :data:`BOOTING_S`, which may not have made theirs yet."""
+    return _recording_into(watcher.recorded() | _started_within(BOOTING_S), shards)
+
+
+def _recording_into(pids: set[int], shards: Path) -> list[int]:
+    """Those of ``pids`` still running whose environment records into ``shards``."""
     needle = f"{ENV_DIR}={shards.resolve()}\0".encode()
     alive = []
-    for pid in sorted(watcher.recorded() | _started_within(BOOTING_S)):
+    for pid in sorted(pids):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:  # gone (or not ours to read)
@@ -339,6 +356,15 @@ def _alive_recorders(watcher: reach.ReachWatcher, shards: Path) -> list[int]:
         if needle in environ:
             alive.append(pid)
     return alive
+
+
+def _writers(shards: Path) -> list[int]:
+    """This host's running processes (those this user can read) whose environment records into ``shards``."""
+    try:
+        pids = {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()}
+    except OSError:  # no Linux /proc: nothing to ask
+        return []
+    return _recording_into(pids, shards)
 
 
 def _started_within(seconds: float) -> set[int]:

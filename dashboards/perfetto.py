@@ -301,7 +301,9 @@ def from_bundle(bundle: Bundle) -> Trace:
     process_of = {r: f"trainer/rank{r}" if f"trainer/rank{r}" in actors else f"rank{r}" for r in ranks}
     collectives = bundle.collectives.select(
         pl.col("rank").replace_strict(process_of, return_dtype=pl.String).alias("process"),
-        pl.format("collectives ({})", "pg").alias("role"), pl.format("{} {} B", "op", "bytes_in").alias("name"),
+        pl.format("collectives ({})", "pg").alias("role"),
+        # the bytes it moved, in or out (a recv's are all out), as inspect counts them
+        pl.format("{} {} B", "op", pl.max_horizontal("bytes_in", "bytes_out")).alias("name"),
         us("start_ns").alias("start_us"), us("end_ns").alias("end_us"), "step")
     sync = bundle.weight_syncs
     sent = sync.select(pl.col("src").alias("process"), pl.lit("weight_sync").alias("role"),

@@ -296,7 +296,8 @@ def shape_of(given: dict[str, Any]) -> Shape:
     known = [f.name for f in fields(Shape)]
     unknown = sorted(set(given) - set(known))
     if unknown:
-        near = difflib.get_close_matches(unknown[0], [*known, *COMPARE_ARGUMENTS], n=1)
+        near = [CLI_SPELLINGS[unknown[0]]] if unknown[0] in CLI_SPELLINGS else difflib.get_close_matches(
+            unknown[0], [*known, *COMPARE_ARGUMENTS], n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
         raise ConfigError(f"compare: unknown argument {unknown[0]!r}{hint}; the workload's shape takes "
                           f"{', '.join(known)}")
@@ -320,6 +321,9 @@ def shape_of(given: dict[str, Any]) -> Shape:
 
 
 COMPARE_ARGUMENTS = ("schedulers", "jobs", "settings", "topology", "sync_strategy", "replicates")
+CLI_SPELLINGS = {"prompts": "prompts_per_step", "samples": "samples_per_prompt", "recorded_steps": "source_steps",
+                 "scheduler": "schedulers"}
+"""the CLI's option names that are another keyword here"""
 """compare()'s own keywords, beside the shape's: what a misspelt argument may have meant"""
 
 

@@ -71,6 +71,7 @@ def test_the_notebook_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
      "runs generation and training on the same GPUs"),
     (lambda: rltrace.analysis.diagnose.diagnose(3), "diagnose takes a bundle, a bundle folder or a sample name"),
     (lambda: rltrace.analysis.diagnose.diagnose("tiny_rl_faults", replicates=1), "replicates must be 0 (off)"),
+    (lambda: rltrace.compare("tiny_rl_cpu", "disagg-sync", samples=4), "(did you mean samples_per_prompt?)"),
     # a TypeError or AttributeError from deep inside, or a dict's keys read as items
     (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1, settings=5), "settings takes"),
     (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1, settings=[5]), "settings takes"),

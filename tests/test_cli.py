@@ -395,11 +395,12 @@ def test_a_piped_replay_reports_each_stage_and_never_goes_quiet(tmp_path: Path) 
 
 @pytest.mark.live  # a real kernel run
 def test_a_piped_execute_reports_its_steps(tmp_path: Path) -> None:
-    """`replay --execute` printed nothing for 600 s when piped; now every step says so (a line per stage)."""
+    """`replay --execute` printed nothing for 600 s when piped; now every step says so (a line per stage), with the
+    layers it runs of the model's (it said "10 layers" of a 2-layer model)."""
     done = run_cli("replay", "tiny_rl_cpu", "-s", "disagg-sync", "--replicates", "0", "--execute", "--ranks", "1",
                    "--layers", "1", cwd=tmp_path, env={"RLTRACE_PROGRESS_EVERY_S": "0.5"}, timeout=600)
     assert done.returncode == 0, done.stderr
-    text = "executing disagg-sync's replay on cpu (1 ranks, 1 layers)"
+    text = "executing disagg-sync's replay on cpu (1 ranks, 1 of 2 layers)"
     assert re.search(rf"rltrace: {re.escape(text)}: (\d+)/\1 steps, done in", done.stderr)
     assert "Executed vs modelled" in done.stdout
 

@@ -697,3 +697,16 @@ def test_rows_run_generation_trainers_syncs_host_work_then_links() -> None:
               "trainer/g2"]
     assert row_order(groups) == ["generation/g2/instance0", "generation/g2/instance1", "generation/g10/instance0",
                                  "trainer/g2", "trainer/g10"]
+
+
+def test_a_collective_slice_names_the_bytes_it_moved_in_or_out(tmp_path: Path) -> None:
+    """A recv's bytes are all out: its slice read "recv 0 B" (inspect counts the larger of the two)."""
+    synthetic = synthesize(small_config())
+    rows = synthetic.tables["collectives"]
+    first = rows.head(1).with_columns(pl.lit("recv").alias("op"), pl.lit(0, pl.Int64).alias("bytes_in"),
+                                      pl.lit(4096, pl.Int64).alias("bytes_out"), pl.lit(1, pl.Int32).alias("peer"),
+                                      pl.lit(False).alias("async_op"))
+    tables = {**synthetic.tables, "collectives": pl.concat([first, rows.slice(1)])}
+    rltrace.write_bundle(tmp_path / "b", synthetic.manifest, tables)
+    names = perfetto.from_bundle(rltrace.open(tmp_path / "b")).spans["name"].to_list()
+    assert "recv 4096 B" in names and "recv 0 B" not in names

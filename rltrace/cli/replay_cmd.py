@@ -205,8 +205,9 @@ def replay(
         for name, result in results.items():
             # announced at once: it starts processes and runs kernels, and a fast machine can finish it inside
             # the grace a piped stage gets before it speaks, leaving a piped user no line at all
-            with Bar(err, f"executing {name}'s replay on {device} ({ranks} ranks, {layers} layers)", "steps",
-                     announce=True) as bar:
+            run_layers = min(layers, spec.layers)  # at most the model's own (a 2-layer model runs 2 of --layers 10)
+            with Bar(err, f"executing {name}'s replay on {device} ({ranks} ranks, {run_layers} of {spec.layers} "
+                     "layers)", "steps", announce=True) as bar:
                 executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks,
                                                layers=layers, source_steps=shape.source_steps, progress=bar.update)
             result.metrics["execution"] = executions[name].summary()

@@ -44,6 +44,7 @@ _EXPORTS = {
     "__version__": ("rltrace.version", "__version__"),  # reads the package metadata: 19 ms a recorded process
     "open_bundle": ("rltrace.bundle", "open_bundle"),
     "write_bundle": ("rltrace.bundle", "write_bundle"),
+    "save_bundle": ("rltrace.bundle", "save_bundle"),
     "Bundle": ("rltrace.bundle", "Bundle"),
     "TableWriter": ("rltrace.bundle", "TableWriter"),
     "BundleError": ("rltrace.errors", "BundleError"),
@@ -67,13 +68,13 @@ _EXPORTS = {
 __all__ = [
     "FORMAT_VERSION", "TABLES", "Bundle", "BundleError", "Comparison", "ConfigError", "Manifest", "ModelInfo", "Pool",
     "RLConfig", "RltraceError", "TableWriter", "ValidationError", "__version__", "compare", "log_flow", "open",
-    "open_bundle", "set_step",
+    "open_bundle", "save_bundle", "set_step",
     "span", "weight_sync", "write_bundle",
 ]
 
 if TYPE_CHECKING:
     from rltrace.api import Comparison, compare
-    from rltrace.bundle import Bundle, TableWriter, open_bundle, write_bundle
+    from rltrace.bundle import Bundle, TableWriter, open_bundle, save_bundle, write_bundle
     from rltrace.collectors.api import log_flow, set_step, span, weight_sync
     from rltrace.errors import BundleError, ConfigError, RltraceError, ValidationError
     from rltrace.manifest import Manifest, ModelInfo, Pool, RLConfig

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -235,14 +235,22 @@ class Comparison:
         return out
 
 
-def _settings(settings: str | Sequence[str] | Mapping[str, Any]) -> list[str]:
-    """``--set`` items from one "key=value" string, a list of them, or a mapping of keys to values."""
+def _settings(settings: str | Iterable[str] | Mapping[str, Any]) -> list[str]:
+    """``--set`` items from one "key=value" string, an iterable of them, or a mapping of keys to values (each value
+    written as the CLI reads it: ``True`` as ``true``; ``None`` is refused)."""
     if isinstance(settings, str):
         return [settings]
     if isinstance(settings, Mapping):
-        return [f"{key}={value}" for key, value in settings.items()]
-    if isinstance(settings, Sequence) and all(isinstance(item, str) for item in settings):
-        return list(settings)
+        items = []
+        for key, value in settings.items():
+            if value is None or not isinstance(value, str | bool | int | float):
+                raise ConfigError(f"settings[{key!r}] must be a string, number or bool, got {clean(repr(value), 60)}")
+            items.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+        return items
+    if isinstance(settings, Iterable):
+        items = list(settings)  # a generator is read once, here
+        if all(isinstance(item, str) for item in items):
+            return items
     raise ConfigError(f"settings takes \"key=value\" strings (one, or a list) or a mapping of keys to values, got "
                       f"{clean(repr(settings), 60)}")
 
@@ -260,7 +268,7 @@ def track_records(prepared: Prepared) -> list[str]:
 
 
 def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | None = None, *,
-            jobs: str | Path | None = None, settings: str | Sequence[str] | Mapping[str, Any] = (),
+            jobs: str | Path | None = None, settings: str | Iterable[str] | Mapping[str, Any] = (),
             topology: str | None = None, sync_strategy: str | None = None, replicates: int = 0,
             **shape: Any) -> Comparison:
     """Replay ``source`` (a bundle folder, a shipped sample's name, a described job's TOML; None: the default
@@ -321,10 +329,10 @@ def shape_of(given: dict[str, Any]) -> Shape:
 
 
 COMPARE_ARGUMENTS = ("schedulers", "jobs", "settings", "topology", "sync_strategy", "replicates")
+"""compare()'s own keywords, beside the shape's: what a misspelt argument may have meant"""
 CLI_SPELLINGS = {"prompts": "prompts_per_step", "samples": "samples_per_prompt", "recorded_steps": "source_steps",
                  "scheduler": "schedulers"}
 """the CLI's option names that are another keyword here"""
-"""compare()'s own keywords, beside the shape's: what a misspelt argument may have meant"""
 
 
 def _flat(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:

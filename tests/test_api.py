@@ -127,6 +127,14 @@ def test_settings_as_a_mapping_and_outputs_checked_as_the_cli_checks_them(tmp_pa
     as_text = rltrace.compare("tiny_rl_cpu", "disagg-sync", settings="cost.train_mfu=0.3", gpu="H100")
     as_map = rltrace.compare("tiny_rl_cpu", "disagg-sync", settings={"cost.train_mfu": 0.3}, gpu="H100")
     assert as_map.metrics().equals(as_text.metrics())
+    slow = rltrace.compare("tiny_rl_cpu", "disagg-sync", settings={"cost.train_mfu": 0.3, "fast_path": False},
+                           gpu="H100")  # a bool as the CLI writes it ("False" was refused)
+    generated = rltrace.compare("tiny_rl_cpu", "disagg-sync", settings=(s for s in ["cost.train_mfu=0.3"]),
+                                gpu="H100")
+    assert slow.metrics()["same_work.samples_per_s"].equals(as_map.metrics()["same_work.samples_per_s"])
+    assert generated.metrics().equals(as_text.metrics())
+    with pytest.raises(rltrace.ConfigError, match="settings\\['cost.calibration'\\] must be a string"):
+        rltrace.compare("tiny_rl_cpu", "disagg-sync", settings={"cost.calibration": None})
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(rltrace.ConfigError, match="does not exist"):
         as_map.report(tmp_path / "nodir" / "x.html")

@@ -158,6 +158,7 @@ def _gemms(latency_ms: float, dtype: str = "bfloat16", device: str = "NVIDIA H10
     ("aic_gemm_perf.parquet", _gemms(-0.05), "H100", "kernel time(s) are not positive numbers"),
     ("aic_gemm_perf.parquet", _gemms(0.0), "H100", "kernel time(s) are not positive numbers"),
     ("aic_gemm_perf.parquet", _gemms(0.05), "H200", "measured on NVIDIA H100 80GB HBM3, not H200"),
+    ("aic_gemm_perf.parquet", _gemms(0.05, device="NVIDIA H200"), "H20", "measured on NVIDIA H200, not H20"),
     ("aic_gemm_perf.parquet", _gemms(0.012, device=""), "A100", "x A100's datasheet bound: timed on another part"),
 ])
 def test_bad_kernel_tables_are_one_line_and_exit_2(tmp_path: Path, name: str, content: pl.DataFrame | str, gpu: str,
@@ -172,9 +173,10 @@ def test_bad_kernel_tables_are_one_line_and_exit_2(tmp_path: Path, name: str, co
     ("overhead_base_s", -0.005, "overhead_base_s of the H100 tp 1 engine row: must be a finite number at or above 0"),
     ("overhead_per_seq_s", float("nan"), "overhead_per_seq_s of the H100 tp 1 engine row: must be a finite number"),
     ("peak_flops", 0.0, "peak_flops of the H100 tp 1 engine row: must be a finite number above 0"),
+    ("peak_flops", "abc", "peak_flops of the H100 tp 1 engine row: must be a finite number above 0, got abc"),
 ])
-def test_a_profiles_other_figures_are_checked(tmp_path: Path, profile: pl.DataFrame, figure: str, value: float,
-                                              message: str) -> None:
+def test_a_profiles_other_figures_are_checked(tmp_path: Path, profile: pl.DataFrame, figure: str,
+                                              value: float | str, message: str) -> None:
     """A negative engine overhead took 5 ms off every iteration (decode below its own memory time); NaN made the
     estimate null."""
     engine = {"gpu": "H100", "tp": 1, "regime": "engine", "efficiency": 1.0, "kernels": 0, "median_abs_error": 0.0,

@@ -293,7 +293,7 @@ def test_a_sweep_whose_every_point_fails_writes_and_claims_no_table(tmp_path: Pa
     grid = tmp_path / "grid.toml"
     grid.write_text('[axes]\nscheduler = ["disagg-sync"]\ntp = [3]\n')  # tiny_rl has 1 generation GPU
     out = tmp_path / "sweep"
-    out.mkdir()
+    (out / "points").mkdir(parents=True)  # an earlier sweep's folder
     (out / "sweep.parquet").write_text("an earlier grid's table")
     result = run_cli("sweep", "tiny_rl_cpu", "--grid", str(grid), "-o", str(out), "--workers", "1")
     assert result.returncode == 1, result.stderr

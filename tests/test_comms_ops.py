@@ -27,6 +27,8 @@ PROFILES = "profiler_traces"
 def test_a_dtype_torch_does_not_name_is_issued_at_its_width(dtype: str, width: int, expected: torch.dtype) -> None:
     """A Kineto "Float" or an ET "4-byte" was issued as uint8: a quarter of the recorded bytes."""
     assert Op("all_reduce", 8, dtype, (0, 1), width=width).tensor_dtype == expected
+    odd = Op("all_reduce", 8, "16-byte", (0, 1), width=16)  # no dtype of that width here: its bytes as uint8
+    assert (odd.tensor_dtype, odd.elements) == (torch.uint8, 128)
 
 
 def _imported(tmp_path: Path, *names: str) -> rltrace.Bundle:

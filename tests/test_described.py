@@ -169,8 +169,8 @@ def test_cost_settings_apply_to_a_described_job_or_say_why_not(tmp_path: Path,
     assert main(["replay", str(path.with_name("capped.toml")), "--max-new-tokens", "4000", "--replicates", "0"]) == 2
     path.with_name("capped.toml").write_text(SMALL.replace("max_response = 2048", "max_seq = 2048"))
     assert main(["replay", str(path.with_name("capped.toml")), "--max-new-tokens", "4000", "--replicates", "0"]) == 2
-    assert "--max-new-tokens 4000: the described batch.max_seq 2048 (prompt + response) caps responses below it" in \
-        capsys.readouterr().err
+    assert "--max-new-tokens 4000: the described batch.max_seq 2048 (prompt + response) caps every response below " \
+        "it" in capsys.readouterr().err
 
 
 def test_what_if_options_reshape_the_description(tmp_path: Path) -> None:

@@ -175,6 +175,38 @@ def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path
     assert len(errors) == 1 and json.loads(errors[0].read_text())["point"]["gen_gpus"] == 3
     again = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1")
     assert "0 ran, 2 already done, 1 failed" in again.stdout  # only the failed point is tried again
+    # by its values, not its hash alone
+    assert re.search(r"failed [0-9a-f]{16} \(scheduler=disagg-sync, gen_gpus=3\): ", again.stdout)
+
+
+def test_a_sweep_folder_holds_one_sources_points(bundle: Path, tmp_path: Path) -> None:
+    """A folder swept with one bundle, then another, gave back the first bundle's results ("12 already done"); a
+    sweep into a folder with a dashboard's report.html deleted it when no point finished."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[axes]\nscheduler = ["disagg-sync"]\n[fixed]\nsteps = 1\n')
+    out = tmp_path / "out"
+    assert run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out)).returncode == 0
+    other = run_cli("sweep", "tiny_rl_cpu", "--grid", str(grid), "-o", str(out))
+    assert other.returncode == 2 and f"holds the points of a sweep of {bundle.resolve()}, not of " in other.stderr
+    Store(out, str(bundle))  # the same source: its points are kept
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in bundle.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    Store(out, str(copy))  # the same content at another path (a sample through another install): the same source
+    Store(tmp_path / "out2", str(copy))
+    (tmp_path / "legacy" / "points").mkdir(parents=True)  # an older rltrace's folder names no source: taken as this
+    assert Store(tmp_path / "legacy", str(bundle)).root.joinpath("source.json").is_file()
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "run_id": "recorded-again"}))
+    with pytest.raises(ConfigError, match="as it was then"):
+        Store(tmp_path / "out2", str(copy))
+    report = tmp_path / "dash"
+    report.mkdir()
+    (report / "report.html").write_text("a dashboard's")
+    refused = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(report))
+    assert refused.returncode == 2 and "holds a report.html or sweep.parquet but no sweep's points" in \
+        refused.stderr and (report / "report.html").read_text() == "a dashboard's"
 
 
 @pytest.mark.parametrize("grid, message", [
@@ -183,6 +215,9 @@ def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path
     ('[axes]\nscheduler = ["disagg-sync"]\n[fixed]\nscheduler = "streamrl"\n', "both varied and fixed"),
     ('[fixed]\nscheduler = "streamrl"\n', "no [axes]"),
     ("[axes\n", "invalid TOML"),
+    ("axes = 3\n", "axes must be a table ([axes] with one key per parameter), got int"),  # tracebacks before
+    ('[[axes]]\nscheduler = ["disagg-sync"]\n', "axes must be a table ([axes] with one key per parameter), got list"),
+    ('fixed = 2\n[axes]\nscheduler = ["disagg-sync"]\n', "fixed must be a table"),
     ('[axes]\nscheduler = ["disagg-sync"]\ngpu = ["H100", "Z9"]\n', "unknown GPU kind 'Z9'"),
     ('[axes]\nscheduler = ["disagg-sync"]\n[fixed]\nmodel = "GPT-9"\n', "unknown model 'GPT-9'"),
 ])

@@ -16,6 +16,7 @@ factors a :class:`Roofline` takes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +166,8 @@ def _check_device(path: Path, spec: GPUSpec) -> None:
         devices = pl.read_parquet(path, columns=["device"])["device"].unique().to_list()
     except (OSError, pl.exceptions.PolarsError):
         return  # no device column: the conversion says what is wrong, if anything
-    other = [d for d in devices if d and spec.name.lower() not in str(d).lower()]
+    part = re.compile(rf"(?<![a-z0-9]){re.escape(spec.name.lower())}(?![a-z0-9])")  # H20 is not in H200's name
+    other = [d for d in devices if d and not part.search(str(d).lower())]
     if other:
         raise ConfigError(f"{path}: measured on {other[0]}, not {spec.name} (give --gpu the part the table ran on)")
 
@@ -389,9 +391,9 @@ def load_profile(path: str | Path) -> pl.DataFrame:
     if bad.height:
         raise ConfigError(f"{path}, column 'efficiency', row {bad.row(0, named=True)}: must be in (0, 1]")
     for figure in (f for f in PROFILE_UNITS if f != "efficiency" and f in frame.columns):
-        value = pl.col(figure).cast(pl.Float64)  # null where a row lacks the figure
+        value = pl.col(figure).cast(pl.Float64, strict=False)  # null where a row lacks the figure, or not a number
         low = value > 0 if figure in PROFILE_RATES else value >= 0
-        wrong = frame.filter(value.is_not_null() & ~(value.is_finite() & low))
+        wrong = frame.filter(pl.col(figure).is_not_null() & ~(value.is_finite() & low).fill_null(False))
         if wrong.height:
             row = wrong.row(0, named=True)
             raise ConfigError(f"{path}, {figure} of the {row['gpu']} tp {row['tp']} {row['regime']} row: must be a "

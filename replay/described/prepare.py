@@ -55,11 +55,10 @@ def reshape(d: Description, shape: Shape) -> Description:
         if shape.max_new_tokens is not None and batch.mean_response >= shape.max_new_tokens:
             raise ConfigError(f"--max-new-tokens {shape.max_new_tokens} is at or below the described mean response "
                               f"({batch.mean_response:g} tokens)")
-        if shape.max_new_tokens is not None and batch.max_seq and shape.max_new_tokens > batch.max_seq - \
-                batch.mean_prompt:  # the draw clips at both caps: this one would change nothing
+        if shape.max_new_tokens is not None and batch.max_seq and shape.max_new_tokens >= batch.max_seq:
+            # the draw clips at both caps, and every prompt holds a token of max_seq: this one would change nothing
             raise ConfigError(f"--max-new-tokens {shape.max_new_tokens}: the described batch.max_seq {batch.max_seq} "
-                              f"(prompt + response) caps responses below it (a mean prompt of "
-                              f"{batch.mean_prompt:g} tokens); raise max_seq in the description")
+                              "(prompt + response) caps every response below it; raise max_seq in the description")
     mode = d.mode or ("colocated" if d.colocated else "disaggregated")
     reshaped = dataclasses.replace(d, cluster=cluster, batch=batch, generation=generation, mode=mode,
                                    model=shape.model or d.model, seed=shape.seed or d.seed)

@@ -55,7 +55,18 @@ class Op:
         Kineto "Float" is 4 bytes an element, not 1)."""
         if self.dtype in DTYPES:
             return DTYPES[self.dtype]
-        return BY_WIDTH.get(dtype_bytes(self.dtype) or self.width, torch.uint8)
+        return BY_WIDTH.get(self._width, torch.uint8)
+
+    @property
+    def elements(self) -> int:
+        """Elements of :attr:`tensor_dtype` to issue: ``count``, or its bytes as uint8 for a width no dtype here has
+        (a 16-byte complex)."""
+        odd = self.dtype not in DTYPES and self._width not in BY_WIDTH and self._width > 1
+        return self.count * self._width if odd else self.count
+
+    @property
+    def _width(self) -> int:
+        return dtype_bytes(self.dtype) or self.width
 
 
 def fold(ranks: list[int], world: int) -> tuple[int, ...]:
@@ -95,7 +106,7 @@ def _worker(rank: int, world: int, ops: list[Op], device: str, warmup: int, tmp:
         if rank not in o.ranks:
             continue
         group = groups[o.ranks]
-        buf = torch.zeros(max(o.count, 1), dtype=o.tensor_dtype, device=dev)
+        buf = torch.zeros(max(o.elements, 1), dtype=o.tensor_dtype, device=dev)
         for attempt in range(warmup + 1):
             dist.barrier(group=group)
             t0 = time.perf_counter()

@@ -65,6 +65,10 @@ def load_grid(path: Path) -> Grid:
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))} (expected [axes] and [fixed])")
     axes, fixed = data.get("axes", {}), data.get("fixed", {})
+    for name, table in (("axes", axes), ("fixed", fixed)):
+        if not isinstance(table, dict):  # `axes = 3`, `[[axes]]`: named here, not an error from .items()
+            raise ConfigError(f"{path}: {name} must be a table ([{name}] with one key per parameter), got "
+                              f"{type(table).__name__}")
     if not axes:
         raise ConfigError(f"{path}: no [axes]: a grid needs at least one parameter to vary")
     for key, values in axes.items():

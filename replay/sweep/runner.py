@@ -20,24 +20,59 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from rltrace.replay.sweep.grid import FILE_KEYS, Point, point_id
+from rltrace.replay.sweep.grid import FILE_KEYS, Point, file_digest, point_id
 from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION, prepared, run_point
 
 from rltrace import jsontext
 from rltrace.errors import ConfigError, RltraceError
+from rltrace.manifest import MANIFEST_FILE
 
+SOURCE_FILE = "source.json"
+"""in a sweep's folder: what its points replayed (:func:`source_identity`)"""
 Outcome = tuple[str, dict[str, Any] | None, str | None]
 """(point id, metrics row or None, error line or None)"""
 
 
+def source_identity(source: str) -> dict[str, str]:
+    """A swept source's absolute path and content digest (a bundle's manifest.json, which holds its tables' row
+    counts and its run's id, or the described job's file): one re-recorded in place is another source."""
+    where = Path(source).resolve()
+    content = where / MANIFEST_FILE if where.is_dir() else where
+    return {"path": str(where), "sha256": file_digest(str(content))}
+
+
 @dataclass(frozen=True, slots=True)
 class Store:
-    """The sweep's folder of per-point results."""
+    """The sweep's folder of per-point results, of one source (``source``: the bundle folder or description file
+    swept; its path and content digest are kept in :data:`SOURCE_FILE`, and a folder of another source's points is
+    refused: a point's id names its parameters, not what it replays). A folder of points that names no source (an
+    older rltrace's) is taken as this source's."""
 
     root: Path
+    source: str = ""
 
     def __post_init__(self) -> None:
+        if self.source:
+            self._claim(source_identity(self.source))
         (self.root / "points").mkdir(parents=True, exist_ok=True)
+
+    def _claim(self, ident: dict[str, str]) -> None:
+        kept = self.root / SOURCE_FILE
+        try:
+            before = json.loads(kept.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.root.mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(ident), encoding="utf-8")
+            return
+        except (OSError, ValueError):
+            before = {}  # unreadable: not one this wrote
+        same = isinstance(before, dict) and (before.get("sha256") == ident["sha256"] if ident["sha256"]
+                                             else before.get("path") == ident["path"])
+        if not same:  # the content decides: a sample reached through another install is the same source
+            was = before.get("path", "another source") if isinstance(before, dict) else "another source"
+            changed = " as it was then (it has changed since)" if was == ident["path"] else ""
+            raise ConfigError(f"{self.root}: holds the points of a sweep of {was}{changed}, not of "
+                              f"{ident['path']}; write to another -o (or empty this one)")
 
     def path(self, pid: str, error: bool = False) -> Path:
         return self.root / "points" / f"{pid}{'.error' if error else ''}.json"
@@ -177,8 +212,12 @@ def on_ray(bundle: str, todo: list[tuple[str, Point]], address: str | None, work
             except ConnectionError as e:
                 # Ray >= 2.59 turns token auth on for clusters from `ray start`; a client only sends the
                 # token when told to, and the failure then reads as a plain connection error.
-                raise ConfigError(f"--ray {address}: cannot connect ({e}); a cluster with token auth needs "
-                                  "RAY_AUTH_MODE=token here (token from RAY_AUTH_TOKEN or ~/.ray/auth_token)") from None
+                raise ConfigError(f"--ray-address {address}: cannot connect ({e}); a cluster with token auth "
+                                  "needs RAY_AUTH_MODE=token here (token from RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+                                  ) from None
+            except BaseException:  # interrupted while Ray starts: what it started so far stops too
+                ray.shutdown()
+                raise
             finally:
                 os.chdir(here)
     try:

@@ -17,10 +17,10 @@ from rltrace.manifest import MANIFEST_FILE
 from rltrace.sample_traces import list_samples
 
 TABLES = ("timeline", "requests", "links", "steps")
+"""Parquet files of a run folder; timeline and requests are required, links and steps optional."""
 ORDER_FILE = "runs.json"
 """in a folder of run folders: ``{"runs": [names]}``, the order the replay compared them in (its first is the
 baseline a table or report takes by default)"""
-"""Parquet files of a run folder; timeline and requests are required, links and steps optional."""
 
 
 class ResultLike(Protocol):

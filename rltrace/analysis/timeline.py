@@ -26,7 +26,6 @@ from rltrace.replay.metrics import union_spans
 from rltrace.replay.phases import GENERATION_KINDS
 from rltrace.scalars import number
 
-"""request attempts cut short: work an instance did, drawn over its busy span"""
 PIXELS = 2000
 """merge gaps below makespan / PIXELS"""
 

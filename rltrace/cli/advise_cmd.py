@@ -74,7 +74,7 @@ def advise_cmd(
     err = stderr()
     designs = len(chosen.designs())
     with tempfile.TemporaryDirectory() as tmp, Bar(err, f"advise: {designs} designs", "decided") as bar:
-        advice = advise(path, target_throughput, Store(output or Path(tmp)), chosen, budget=budget, top=top,
+        advice = advise(path, target_throughput, Store(output or Path(tmp), path), chosen, budget=budget, top=top,
                         workers=workers, ray=ray, progress=bar.update, exhaustive=exhaustive)
     console = stdout_console()
     title = f"Cheapest configurations reaching {target_throughput:g} samples/s" + (

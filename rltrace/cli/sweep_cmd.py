@@ -18,9 +18,10 @@ from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build_sweep
+from rltrace.errors import ConfigError
 from rltrace.limits import check_output, check_ray_reachable
 from rltrace.replay.sources import source_devices
-from rltrace.replay.sweep.grid import check_names, load_grid
+from rltrace.replay.sweep.grid import check_names, load_grid, point_id
 from rltrace.replay.sweep.runner import Store, run_sweep
 
 
@@ -50,7 +51,12 @@ def sweep(
     axes = list(load_grid(grid).axes)
     path = str(resolve_bundle(bundle))
     check_names(points, str(grid), source_devices(path))  # a bad source fails here, once, not in every point
-    store = Store(output)
+    if not (output / "points").is_dir() and any((output / n).exists() for n in ("sweep.parquet", "report.html")):
+        # not a sweep's folder: a report another command wrote here (a dashboard's) would be replaced, or deleted
+        # if no point finished
+        raise ConfigError(f"--output {output}: holds a report.html or sweep.parquet but no sweep's points; write "
+                          "to another folder")
+    store = Store(output, path)  # refuses a folder of another source's points
     err = stderr()
     where = f"Ray at {ray_address}" if ray_address else "a local Ray" if ray else f"{workers} local process(es)"
     with Bar(err, f"sweep: {len(points)} points on {where}", "points") as bar:
@@ -68,8 +74,9 @@ def sweep(
         wrote = f"no point finished, so no table or report (each failure is in {output / 'points'})"
     print(f"{len(points)} points on {where}: {result.ran} ran, {result.skipped} already done, "
           f"{len(result.failed)} failed; {wrote}")
-    for pid, error in result.failed.items():
-        print(f"failed {pid}: {error}")
+    named = {point_id(p): ", ".join(f"{k}={p[k]}" for k in axes if k in p) for p in points}
+    for pid, error in result.failed.items():  # by its axes' values, which tell the failed points apart
+        print(f"failed {pid} ({named.get(pid, '?')}): {error}")
     if result.failed:
         print(f"rltrace: {len(result.failed)} of {len(points)} points failed (listed on stdout)", file=sys.stderr)
         raise typer.Exit(1)

@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 from browser import open_page
-from helpers import REPO, run_cli, small_config
+from helpers import REPO, RLTRACE, run_cli, small_config
 from rltrace.replay.advise import Space, advise, load_space, point_of
 from rltrace.replay.advise_verdict import bottleneck
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
@@ -207,6 +209,28 @@ def test_a_sweep_folder_holds_one_sources_points(bundle: Path, tmp_path: Path) -
     refused = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(report))
     assert refused.returncode == 2 and "holds a report.html or sweep.parquet but no sweep's points" in \
         refused.stderr and (report / "report.html").read_text() == "a dashboard's"
+
+
+@pytest.mark.live  # a signal to a running sweep
+def test_an_interrupted_sweep_says_what_it_kept_and_resumes(bundle: Path, tmp_path: Path) -> None:
+    """An interrupted sweep ended at 130 without a word on what it kept or how to go on."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[axes]\nseed = [" + ", ".join(map(str, range(40))) + "]\n[fixed]\n"
+                    'scheduler = "disagg-sync"\n')
+    out = tmp_path / "out"
+    proc = subprocess.Popen([RLTRACE, "sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not ((out / "points").is_dir() and any((out / "points").glob("*.json"))):  # a point has finished
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    said = re.search(r"rltrace: interrupted; (\d+) of 40 points are kept in .*: the same command resumes the sweep",
+                     stderr)
+    assert proc.returncode == 130 and said, stderr
+    again = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1")
+    assert again.returncode == 0 and f"{40 - int(said[1])} ran, {said[1]} already done" in again.stdout
 
 
 @pytest.mark.parametrize("grid, message", [

@@ -59,8 +59,14 @@ def sweep(
     store = Store(output, path)  # refuses a folder of another source's points
     err = stderr()
     where = f"Ray at {ray_address}" if ray_address else "a local Ray" if ray else f"{workers} local process(es)"
-    with Bar(err, f"sweep: {len(points)} points on {where}", "points") as bar:
-        result = run_sweep(path, points, store, workers=workers, ray=ray_address or ray, progress=bar.update)
+    try:
+        with Bar(err, f"sweep: {len(points)} points on {where}", "points") as bar:
+            result = run_sweep(path, points, store, workers=workers, ray=ray_address or ray, progress=bar.update)
+    except KeyboardInterrupt:  # every point that finished is kept: say how to go on
+        kept = sum(store.done(point_id(p)) for p in points)
+        print(f"rltrace: interrupted; {kept} of {len(points)} points are kept in {output / 'points'}: the same "
+              "command resumes the sweep", file=sys.stderr)
+        raise
     frame = store.frame(points)
     if frame.height:
         with stage(err, f"writing {output / 'sweep.parquet'} and the report"):

@@ -324,9 +324,11 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
                                            "work": pl.String},
                          infer_schema_length=None)
     frame = frame.select(COLUMNS)
-    # (one price summed in another order differs in its last bits: ties go to the cheaper sample, not to the noise)
-    winners = frame.filter(pl.col("outcome") == MET).sort(pl.col("usd_per_hour").cast(pl.Float64).round(6),
-                                                          "usd_per_1k_samples")
+    # (one price summed in another order differs in its last bits: ties go to the cheaper sample, not to the noise;
+    # then to the design's own fields, so a search and an exhaustive one list tied designs alike)
+    winners = frame.filter(pl.col("outcome") == MET).sort(
+        pl.col("usd_per_hour").cast(pl.Float64).round(6), pl.col("usd_per_1k_samples").cast(pl.Float64).round(9),
+        "gpu", "scheduler", "gen_gpus", "train_gpus", "fabric", maintain_order=True)
     order = {PRICED_OUT: 1, OVER_BUDGET: 2, MISSED: 3, FAILED: 4}
     losers = (frame.filter(pl.col("outcome") != MET)
               .with_columns(pl.col("outcome").replace_strict(order, return_dtype=pl.Int64).alias("_order"))

@@ -19,6 +19,7 @@ from rltrace.dashboards.report import build
 
 import rltrace
 from rltrace.analysis.diagnose import diagnose
+from rltrace.analysis.expected import UNJUDGED
 from rltrace.analysis.findings import KINDS, SCHEMA, WhatIf, covered
 from rltrace.analysis.idle import _alternatives
 from rltrace.analysis.runs import Run
@@ -180,3 +181,24 @@ def test_a_recording_on_two_gpu_kinds_is_diagnosed_without_colocating_it(sample:
     done = run_cli("diagnose", sample, "--replicates", "0", "--json")
     assert done.returncode == 0, done.stderr
     assert "findings" in json.loads(done.stdout)
+
+
+def _cpu_profile(path: Path, efficiency: float) -> Path:
+    rows = [{"gpu": "cpu", "tp": 1, "regime": regime, "efficiency": efficiency, "kernels": 8, "median_abs_error": 0.1,
+             "source": "measured on cpu (tiny)", "peak_flops": 1e12, "peak_bytes_per_s": 5e10}
+            for regime in ("compute", "memory", "attention")]
+    pl.DataFrame(rows).write_parquet(path)
+    return path
+
+
+def test_a_profiles_estimate_on_an_uncatalogued_device_is_shown_not_judged(tmp_path: Path) -> None:
+    """A CPU profile's efficiency reads 2.6% in one calibration and 94% in another: with a high one, the healthy
+    tiny_rl_cpu sample got slow_phase findings for generation (41x) and training (9x)."""
+    d = diagnose("tiny_rl_cpu", profile=str(_cpu_profile(tmp_path / "p.parquet", 0.9)), replicates=0)
+    phases = {r["phase"]: r for r in d.phases.iter_rows(named=True)}
+    for phase in ("generate", "train"):
+        assert phases[phase]["expected_s"] and not phases[phase]["judged"], phase
+        assert phases[phase]["expected_from"].endswith(UNJUDGED)
+    assert "slow_phase" not in d.findings["kind"].to_list()
+    gpu = {r["phase"]: r["judged"] for r in diagnose("rollpacker_qwen7b", replicates=0).phases.iter_rows(named=True)}
+    assert gpu["generate"] and gpu["train"]  # a catalogued GPU's expectation is judged

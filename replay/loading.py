@@ -42,7 +42,8 @@ class Shape:
     prompts_per_step: int | None = None
     samples_per_prompt: int | None = None
     max_new_tokens: int | None = None
-    seed: int = 0
+    seed: int | None = None
+    """seed of the resampled draw (None: 0, or a described job's own ``seed``)"""
     source_steps: tuple[int, ...] | None = None
     """replay (and fit costs to) only these recorded steps, renumbered 0, 1, ...; None takes them all"""
 
@@ -108,7 +109,7 @@ def load_workload(bundle: Bundle, shape: Shape) -> Loaded:
     if shape.reshapes:
         workload = retarget(workload, steps=shape.steps, prompts_per_step=shape.prompts_per_step,
                             samples_per_prompt=shape.samples_per_prompt, max_new_tokens=shape.max_new_tokens,
-                            seed=shape.seed)
+                            seed=_given(shape.seed, 0))
     before: ModelSpec | None = None
     if shape.model:  # measured phase times belong to the recorded model: use FLOPs for the new one
         measured = ("train_s", "reference_s", "optimizer_s", "weight_sync_s")

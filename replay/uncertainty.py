@@ -88,18 +88,19 @@ def replicate(bundle: Bundle, shape: Shape, cost: CostConfig, prepared: Prepared
               config: ReplayConfig, prices: dict[str, float] | None = None, *, count: int = DEFAULT_REPLICATES,
               progress: Callable[[int, int], None] | None = None) -> dict[str, Spread]:
     """Replay ``count`` replicates of ``prepared`` (made from ``bundle`` with ``shape``) under each scheduler
-    (name -> its Config or a mapping of its fields): replicate k uses seed ``shape.seed + 1 + k`` and its own
+    (name -> its Config or a mapping of its fields): replicate k uses seed ``shape.seed + 1 + k`` (None: 0) and its own
     bootstrap of the fitted steps. Returns one :class:`Spread` per scheduler; empty when nothing can vary or
     ``count`` < 2. ``progress(done, total)`` is called after each replay."""
     varied = sources(prepared, shape)
     if not varied or count < 2:
         return {}
-    rng = np.random.default_rng(shape.seed)
+    seed = 0 if shape.seed is None else shape.seed
+    rng = np.random.default_rng(seed)
     values: dict[str, dict[str, list[float]]] = {name: {".".join(p): [] for p in KEYS} for name in schedulers}
     total, done = count * len(schedulers), 0
     for k in range(count):
         weights = bootstrap(prepared.fitted_steps, rng) if "fit" in varied else None
-        draw = replace(shape, seed=shape.seed + 1 + k) if "seed" in varied else shape
+        draw = replace(shape, seed=seed + 1 + k) if "seed" in varied else shape
         copy = from_bundle(bundle, draw, cost, prices, step_weights=weights)
         for name, settings in schedulers.items():
             metrics = replay(copy, name, config, settings).metrics

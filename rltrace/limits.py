@@ -70,7 +70,8 @@ def check_shape(shape: Any) -> None:
         value = getattr(shape, name)
         if value is not None:
             check_int(name, value, 1, hi, what=_WHY.get(name, ""))
-    check_int("seed", shape.seed, 0, MAX_SEED)
+    if shape.seed is not None:
+        check_int("seed", shape.seed, 0, MAX_SEED)
     for name in ("gpu", "gen_gpu", "train_gpu", "model"):
         value = getattr(shape, name)
         if value is not None and not isinstance(value, str):

@@ -195,6 +195,19 @@ def test_replay_cli_takes_a_description(tmp_path: Path, capsys: pytest.CaptureFi
     assert metrics["colocated-sync"]["phases_s_per_step"]["generation"] > 0
 
 
+
+def test_seed_draws_the_descriptions_own_lengths_unless_given_even_as_zero(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "seed = 7\n" + SMALL)
+
+    def tokens(*seed: str) -> float:
+        assert main(["replay", str(path), "-s", "disagg-sync", "--replicates", "0", "--json", *seed]) == 0
+        return float(json.loads(capsys.readouterr().out)["disagg-sync"]["output_tokens"])
+
+    own = tokens()
+    assert tokens("--seed", "7") == own
+    assert tokens("--seed", "0") != own  # 0 was "not given", so the description's 7 drew it
+
 def test_a_run_folder_names_the_description_it_replayed_and_every_view_says_as_described(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """config.json's ``source`` names the file by absolute path and content digest (an edited file gets another),

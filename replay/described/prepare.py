@@ -61,7 +61,7 @@ def reshape(d: Description, shape: Shape) -> Description:
                               "(prompt + response) caps every response below it; raise max_seq in the description")
     mode = d.mode or ("colocated" if d.colocated else "disaggregated")
     reshaped = dataclasses.replace(d, cluster=cluster, batch=batch, generation=generation, mode=mode,
-                                   model=shape.model or d.model, seed=shape.seed or d.seed)
+                                   model=shape.model or d.model, seed=d.seed if shape.seed is None else shape.seed)
     given = [f"{name} {value}" for name, value in (
         ("gen_gpus", shape.gen_gpus), ("train_gpus", shape.train_gpus), ("gpu", shape.gpu),
         ("gen_gpu", shape.gen_gpu), ("train_gpu", shape.train_gpu), ("tp", shape.tp), ("max_seqs", shape.max_seqs),

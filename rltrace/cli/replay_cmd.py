@@ -91,7 +91,8 @@ def replay(
     prompts: Annotated[int | None, typer.Option(help="Prompts per step (resampled).")] = None,
     samples: Annotated[int | None, typer.Option(help="Samples per prompt (resampled).")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Cap on output tokens.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for resampling.")] = 0,
+    seed: Annotated[int | None, typer.Option(help="Seed for resampling (default 0, or a described job's own).",
+                                              show_default=False)] = None,
     recorded_steps: Annotated[str | None, typer.Option(help="Replay (and fit costs to) only these recorded steps: "
                                                        "START:STOP[:STRIDE] (STOP excluded) or a list, e.g. 1:21:2 "
                                                        "or 2,4,6.")] = None,

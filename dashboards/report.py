@@ -43,7 +43,7 @@ SUMMARY = [
     Column("run", "run"),
     Column("samples_per_s", "samples/s, same work", verdict.three_digits),
     Column("samples_per_s_x", "× baseline", ".2f"),
-    Column("usd_per_1k_samples", "$ per 1k samples, same work", ".3f"),
+    Column("usd_per_1k_samples", "$ per 1k samples, same work", verdict.usd_label),
     Column("usd_per_1k_samples_x", "cost × baseline", ".2f"),
     Column("same_work_s", "time for the work (s)", verdict.three_digits), Column("step_time_s", "mean step (s)", ".3g"),
     Column("trained_samples", "trained samples", ",d"),
@@ -64,7 +64,8 @@ AS_RUN = [
     Column("run", "run"),
     Column("run_samples_per_s", "samples/s", ".3g"), Column("run_samples_per_s_x", "× baseline", ".2f"),
     Column("run_tokens_per_s", "tokens/s", ",.0f"), Column("run_tokens_per_s_x", "× baseline", ".2f"),
-    Column("makespan_s", "run time (s)", ",.0f"), Column("run_usd_per_1k_samples", "$ per 1k samples", ".3f"),
+    Column("makespan_s", "run time (s)", verdict.three_digits),
+    Column("run_usd_per_1k_samples", "$ per 1k samples", verdict.usd_label),
     Column("gen_busy", "generation busy (non-empty batch)", ".0%"),
     Column("gen_used", "generation used (batch against peak)", ".0%"),
     Column("train_used", "training busy (= used)", ".0%"),
@@ -177,7 +178,7 @@ PHASE_COLUMNS = [Column("phase", "phase"), Column("measured_s", "measured (s per
 def _fixes(page: Page, diagnosis: Diagnosis) -> None:
     """What to fix: the diagnosis's findings, most seconds per step first, with their replayed gains; then each
     phase against what the hardware should give, and the notes that qualify both."""
-    _findings(page, diagnosis.findings)
+    _findings(page, diagnosis)
     for note in diagnosis.notes:  # what the gains are measured against, and what could not be judged
         page.text(f"note: {note}")
     if diagnosis.phases.height:
@@ -186,10 +187,17 @@ def _fixes(page: Page, diagnosis: Diagnosis) -> None:
         page.table(diagnosis.phases, PHASE_COLUMNS)
 
 
-def _findings(page: Page, findings: pl.DataFrame) -> None:
-    page.section("What to fix", "rltrace diagnose's findings, most seconds per step first; a gain is the step time "
-                 "a what-if replay of the fix saves, with its 5%-95% range over bootstrap replicates (the runs "
-                 "named 'fix N' below)")
+def _findings(page: Page, diagnosis: Diagnosis) -> None:
+    findings = diagnosis.findings
+    replayed = int(diagnosis.runs[0][1].metrics.get("steps", 0)) if diagnosis.runs else 0
+    unjudged = replayed - len(diagnosis.steps)
+    runs = ("the runs named 'fix N' below" if unjudged <= 0 else
+            f"the runs named 'fix N' below, whose mean step also counts the {unjudged} replayed "
+            f"step{'s' if unjudged > 1 else ''} not judged (the warm-up), which a fix to a rank or a transfer "
+            f"leaves as it ran: {len(diagnosis.steps)}/{replayed} of such a gain shows there")
+    page.section("What to fix", f"rltrace diagnose's findings over {diagnosis.judged}, most seconds per step first; "
+                 "a gain is the time per judged step a what-if replay of the fix saves, with its 5%-95% range over "
+                 f"bootstrap replicates ({runs})")
     if not findings.height:
         page.text("nothing to fix above the floor (10 ms and 2% of the step)")
         return
@@ -294,7 +302,7 @@ SWEEP_COLUMNS: dict[str, tuple[str, str | Callable[[float], str]]] = {
                  "work_changed": ("work", lambda changed: "changed" if changed else "same"),
                  "tokens_per_s": ("tokens/s", ",.0f"),
                  "step_time_s": ("step time (s)", ".3g"),
-                 "usd_per_1k_samples": ("$ per 1k samples, same work", ".3f"),
+                 "usd_per_1k_samples": ("$ per 1k samples, same work", verdict.usd_label),
                  "usd_per_hour": ("$ per hour", ",.1f"),
                  "gen_dependency_bubble": ("generation dependency bubble", ".0%"),
                  "gen_skewness_bubble": ("generation skewness bubble", ".0%"),

@@ -398,6 +398,25 @@ def test_replay_dashboard_flag(tmp_path: Path):
     assert "fully-async" in html and html.count('class="fig"') >= 8
 
 
+
+def test_the_report_prints_a_runs_figures_as_the_terminal_does(tmp_path: Path):
+    """A CPU recording's runs have no price: "-" in the terminal and the report (not $0.000); a run time under a
+    minute keeps three digits (2.84 s was "3", beside 1.60 s as "2": a 1.5x look for a 1.78x ratio)."""
+    out, runs = tmp_path / "r.html", tmp_path / "runs"
+    done = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded,fully-async", "--replicates", "0", "-o", str(runs),
+                   "--dashboard", str(out))
+    assert done.returncode == 0, done.stderr
+    html = out.read_text()
+    for run in load_runs([runs]):
+        assert run.metrics["same_work"]["usd_per_1k_samples"] == 0.0
+        row = html.split(f"<td>{run.name}</td>", 2)[2].split("</tr>", 1)[0]  # "each run's own figures"
+        cells = [c.split("</td>", 1)[0] for c in row.split("<td>")[1:]]
+        assert verdict.three_digits(run.metrics["makespan_s"]) in cells and "-" in cells
+        assert "0.000" not in cells
+    first = html.split('<section id="s0">', 1)[1].split("</section>", 1)[0]
+    assert "<td>0.000</td>" not in first and "<td>-</td>" in first
+    assert verdict.usd_label(0.0) == "-" and verdict.usd_label(1.5) == "1.500"
+
 @pytest.mark.parametrize("args, message", [
     (["dashboard", "/nonexistent/runs"], "no such run folder"),
     (["dashboard", "{empty}"], "not a run folder (no metrics.json) and holds none"),
@@ -530,7 +549,7 @@ def test_the_choice_and_why():
     none, why = verdict.choose(t.filter(pl.col("run") == "short"), verdict.Objective(max_staleness=0))
     assert none is None and "no run meets" in why
     text = " ".join(verdict.reasons(runs, t, "fair"))
-    assert "in 40 s against 100 s for sync: 2.50x the samples/s" in text
+    assert "in 40.0 s against 100 s for sync: 2.50x the samples/s" in text
     assert "dependency bubble of the generation pool" in text and "60% of that pool's GPU-time before, 10% now" in text
     assert "Neither pool is saturated (generation busy 50%, training 60%)" in text
     assert "the recorded length distribution, unchanged" in text

@@ -63,6 +63,11 @@ class Diagnosis:
     """with ``keep_runs``: the recording replayed as it ran ("as recorded"), then each priced fix's replay
     ("fix N: ...", N its rank among the findings), for a report"""
 
+    @property
+    def judged(self) -> str:
+        """The judged steps as the terminal and the report name them: "steps 1..5" ("no steps")."""
+        return f"steps {self.steps[0]}..{self.steps[-1]}" if self.steps else "no steps"
+
     def to_json(self) -> dict[str, Any]:
         """The JSON ``rltrace diagnose --json`` prints (keys in docs/diagnose.md)."""
         findings = []

@@ -106,6 +106,12 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
     return frame.with_columns(*ratios, pl.col("run").eq(base["run"]).alias("baseline"))
 
 
+def usd_label(value: float) -> str:
+    """Dollars per 1k samples as every view prints them: three decimals, "-" for 0 (no GPU of the run has a
+    price, so nothing was billed)."""
+    return f"{value:.3f}" if value else "-"
+
+
 def three_digits(value: float) -> str:
     """How every view prints same-work samples/s and the time for the work (the terminal table, the report's first
     screen, the verdict, sweep and advise): three significant digits with their trailing zeros, so a column lines
@@ -235,7 +241,8 @@ def _work_change(row: dict[str, Any]) -> str:
 
 
 def _secs(s: float) -> str:
-    return f"{s / 3600:.2f} h" if s >= 3600 else f"{s:,.0f} s" if s >= 10 else f"{s:.2f} s"
+    """Seconds as the report's table prints them (three digits), in hours from an hour up."""
+    return f"{s / 3600:.2f} h" if s >= 3600 else f"{three_digits(s)} s"
 
 
 def tokens_label(n: float) -> str:

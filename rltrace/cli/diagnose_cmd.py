@@ -86,10 +86,9 @@ def _gain(row: dict[str, object]) -> str:
 
 def render(path: str, d: Diagnosis, console: Console) -> None:
     """Print a diagnosis for people; every trace-supplied string is printed as text, never as markup."""
-    steps = f"steps {d.steps[0]}..{d.steps[-1]}" if d.steps else "no steps"
     mean = f", mean step {d.step_s:.3f} s" if d.step_s == d.step_s else ""
     count = f"{d.findings.height} finding" + ("" if d.findings.height == 1 else "s")
-    console.print(Text(clean(f"{path}: {count} over {steps}{mean}", MAX_CELL_CHARS), style="bold"))
+    console.print(Text(clean(f"{path}: {count} over {d.judged}{mean}", MAX_CELL_CHARS), style="bold"))
     if d.findings.height:
         table = Table(title=Text("What to fix, most seconds per step first"), title_justify="left",
                       title_style="bold")

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from rltrace import jsontext
-from rltrace.analysis.verdict import pools_label, three_digits
+from rltrace.analysis.verdict import pools_label, three_digits, usd_label
 from rltrace.analysis.work import origin
 from rltrace.api import (
     Comparison,
@@ -252,9 +252,8 @@ def _print_table(results: dict[str, RunResult], notes: list[str], output: Path |
         table.add_column(col, justify="left" if col in ("scheduler", "work") else "right", no_wrap=True)
     for name, r in results.items():
         m, b, w = r.metrics, r.metrics["bubble_fraction"], r.metrics["same_work"]
-        usd = w["usd_per_1k_samples"]
         table.add_row(
-            name, three_digits(w["samples_per_s"]), f"{usd:.3f}" if usd else "-",  # 0: no GPU has a price
+            name, three_digits(w["samples_per_s"]), usd_label(w["usd_per_1k_samples"]),
             "changed" if w["changed"] else f"as {origin(r.config)}",
             f"{m['throughput_samples_per_s']:.2f}",
             f"{m['step_time_s']['mean']:.2f}",

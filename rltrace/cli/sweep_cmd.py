@@ -12,7 +12,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from rltrace.analysis.verdict import three_digits
+from rltrace.analysis.verdict import three_digits, usd_label
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
@@ -92,7 +92,7 @@ BEST = 5
 """points the terminal lists (the report lists more)"""
 FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("samples_per_s", "samples/s", three_digits), ("run_samples_per_s", "run samples/s", three_digits),
-    ("usd_per_hour", "$/h", "{:.2f}".format), ("usd_per_1k_samples", "$/1k samples", "{:.3f}".format))
+    ("usd_per_hour", "$/h", "{:.2f}".format), ("usd_per_1k_samples", "$/1k samples", usd_label))
 """the terminal's figures: samples/s and $ per 1k samples on the same work (rltrace.replay.work), as the replay
 table prints them; the run's own rate beside"""
 

@@ -212,23 +212,29 @@ def test_a_sweep_folder_holds_one_sources_points(bundle: Path, tmp_path: Path) -
 
 
 @pytest.mark.live  # a signal to a running sweep
-def test_an_interrupted_sweep_says_what_it_kept_and_resumes(bundle: Path, tmp_path: Path) -> None:
-    """An interrupted sweep ended at 130 without a word on what it kept or how to go on."""
+@pytest.mark.parametrize(("where", "signum", "code"), [
+    (["--workers", "1"], signal.SIGINT, 130), (["--workers", "1"], signal.SIGTERM, 143),
+    (["--ray"], signal.SIGTERM, 143)])
+def test_an_interrupted_sweep_says_what_it_kept_and_resumes(bundle: Path, tmp_path: Path, where: list[str],
+                                                            signum: int, code: int) -> None:
+    """An interrupted sweep ended at 130 without a word on what it kept or how to go on; SIGTERM (a scheduler's
+    stop) killed it silently, or under Ray dumped a native stack and exited 1."""
     grid = tmp_path / "grid.toml"
     grid.write_text("[axes]\nseed = [" + ", ".join(map(str, range(40))) + "]\n[fixed]\n"
                     'scheduler = "disagg-sync"\n')
     out = tmp_path / "out"
-    proc = subprocess.Popen([RLTRACE, "sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1"],
+    proc = subprocess.Popen([RLTRACE, "sweep", str(bundle), "--grid", str(grid), "-o", str(out), *where],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not ((out / "points").is_dir() and any((out / "points").glob("*.json"))):  # a point has finished
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
     said = re.search(r"rltrace: interrupted; (\d+) of 40 points are kept in .*: the same command resumes the sweep",
                      stderr)
-    assert proc.returncode == 130 and said, stderr
+    assert proc.returncode == code and said and "SIGTERM received" not in stderr, stderr
+    assert not list((out / "points").glob("*.tmp"))
     again = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1")
     assert again.returncode == 0 and f"{40 - int(said[1])} ran, {said[1]} already done" in again.stdout
 

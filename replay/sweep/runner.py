@@ -26,6 +26,7 @@ from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION, prepared, run_p
 from rltrace import jsontext
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.manifest import MANIFEST_FILE
+from rltrace.signals import keep_sigterm
 
 SOURCE_FILE = "source.json"
 """in a sweep's folder: what its points replayed (:func:`source_identity`)"""
@@ -92,8 +93,12 @@ class Store:
     def save(self, pid: str, point: Point, row: dict[str, Any] | None, error: str | None) -> None:
         target = self.path(pid, error=row is None)
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(jsontext.dumps({"id": pid, "point": point, "row": row, "error": error}, sort_keys=True))
-        os.replace(tmp, target)
+        try:
+            tmp.write_text(jsontext.dumps({"id": pid, "point": point, "row": row, "error": error}, sort_keys=True))
+            os.replace(tmp, target)
+        except BaseException:  # interrupted mid-write (Ctrl-C, SIGTERM): no half-written file is left
+            tmp.unlink(missing_ok=True)
+            raise
         if row is not None:
             self.path(pid, error=True).unlink(missing_ok=True)
 
@@ -207,8 +212,9 @@ def on_ray(bundle: str, todo: list[tuple[str, Point]], address: str | None, work
         with tempfile.TemporaryDirectory() as neutral:
             os.chdir(neutral)
             try:
-                ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
-                         log_to_driver=False, configure_logging=False)
+                with keep_sigterm():  # Ray's own handler dumps a native stack and exits 1 on SIGTERM
+                    ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                             log_to_driver=False, configure_logging=False)
             except ConnectionError as e:
                 # Ray >= 2.59 turns token auth on for clusters from `ray start`; a client only sends the
                 # token when told to, and the failure then reads as a plain connection error.

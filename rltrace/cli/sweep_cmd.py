@@ -23,6 +23,7 @@ from rltrace.limits import check_output, check_ray_reachable
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import check_names, load_grid, point_id
 from rltrace.replay.sweep.runner import Store, run_sweep
+from rltrace.signals import EXIT_TERMINATED, terminate_as_interrupt
 
 
 def sweep(
@@ -60,12 +61,14 @@ def sweep(
     err = stderr()
     where = f"Ray at {ray_address}" if ray_address else "a local Ray" if ray else f"{workers} local process(es)"
     try:
-        with Bar(err, f"sweep: {len(points)} points on {where}", "points") as bar:
+        with terminate_as_interrupt() as stop, Bar(err, f"sweep: {len(points)} points on {where}", "points") as bar:
             result = run_sweep(path, points, store, workers=workers, ray=ray_address or ray, progress=bar.update)
-    except KeyboardInterrupt:  # every point that finished is kept: say how to go on
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every point that finished is kept, say how to go on
         kept = sum(store.done(point_id(p)) for p in points)
         print(f"rltrace: interrupted; {kept} of {len(points)} points are kept in {output / 'points'}: the same "
               "command resumes the sweep", file=sys.stderr)
+        if stop.terminated:
+            raise typer.Exit(EXIT_TERMINATED) from None
         raise
     frame = store.frame(points)
     if frame.height:

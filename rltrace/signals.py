@@ -16,8 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
-from rltrace import _STARTING_IGNORED
-
 EXIT_TERMINATED = 128 + signal.SIGTERM
 """the exit code of a command stopped by SIGTERM, as a shell reports a process killed by it"""
 
@@ -48,7 +46,7 @@ def terminate_as_interrupt() -> Iterator[Stop]:
     """Within the block, SIGTERM raises :class:`Terminated`; the previous handler is restored after. A SIGTERM the
     process started with ignored (``nohup``-like launchers) stays ignored; off the main thread, nothing changes."""
     stop = Stop()
-    if not _main_thread() or signal.SIGTERM in _STARTING_IGNORED:
+    if not _main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         yield stop
         return
     previous = signal.signal(signal.SIGTERM, stop._raise)

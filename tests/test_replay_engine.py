@@ -101,6 +101,21 @@ def test_fully_async_never_admits_past_the_staleness_bound() -> None:
         assert result.metrics["staleness"]["max"] <= eta, eta
 
 
+
+def test_what_fully_async_still_generates_when_training_ends_is_dropped_at_the_end() -> None:
+    """The last weight update used to interrupt the running requests as for a next step (spans "migrated", each
+    ending at its instance's own clock, past the run's end); no step runs under those weights: the run ends and
+    what was generating is dropped there."""
+    lengths = [[40, 3, 3, 3]] * 4
+    result = replay(make(lengths, train_s=0.05, sync_s=0.01), "fully-async", ReplayConfig(),
+                    {"eta": 1, "interruptible": True})
+    end = result.metrics["makespan_s"]
+    t = result.timeline
+    dropped = t.filter(pl.col("kind") == "dropped")
+    assert dropped.height > 0 and (dropped["end_s"] == end).all()
+    assert t["end_s"].max() == pytest.approx(end, abs=1e-12)
+    assert t.filter(pl.col("kind") == "migrated", pl.col("end_s") >= end).height == 0
+
 def test_the_event_log_is_identical_across_runs() -> None:
     logs = []
     for _ in range(2):

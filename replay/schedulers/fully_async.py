@@ -97,13 +97,13 @@ class FullyAsync:
             self.trained = step + 1
             self.version = step + 1
             sim.set_version(self.version)
+            sim.end_step(job.id, step)
+            if self.trained >= job.steps:
+                sim.stop()  # what is still generating is discarded (dropped), as when a real run ends
+                return
             if self.config.interruptible:
                 for inst in self.instances:
                     if inst.batch:
                         sim.reconfigure(inst)  # running requests resume under the new weights
-            sim.end_step(job.id, step)
-            if self.trained >= job.steps:
-                sim.stop()  # what is still generating is discarded, as when a real run ends
-                return
             self._admit(sim)
         self._train(sim)

@@ -1,7 +1,7 @@
 """Throughput of the bundle path: synthesize, write, open + validate, summarise (``rltrace inspect``).
 
 Usage: python benchmarks/bundle_io.py [--steps 100] [--samples 8192] [--out DIR]
-Prints one line per stage with wall time, rows/s and the process's peak RSS so far.
+Prints one line per stage with wall time and rows/s, then the process's peak RSS over the whole run.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ Usage: python benchmarks/fit_rl_calibration.py [--check]
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,12 +18,16 @@ TARGET = Path(__file__).resolve().parents[1] / "replay" / "described" / "data" /
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--check", action="store_true",
+                        help="fit, compare with the shipped file, exit 1 when they differ (nothing written)")
+    args = parser.parse_args()
     fitted = fit_calibration(progress=lambda done, total: print(f"\rreplayed {done}/{total} runs", end="",
                                                                  file=sys.stderr))
     print(file=sys.stderr)
     with pl.Config(tbl_rows=100, tbl_width_chars=160, fmt_str_lengths=60):
         print(fitted)
-    if "--check" in sys.argv[1:]:
+    if args.check:
         shipped = pl.read_csv(TARGET)
         same = shipped.select("framework", "quantity", "value").equals(fitted.select("framework", "quantity", "value"))
         print("the shipped calibration matches the fit" if same else "the shipped calibration differs from the fit")

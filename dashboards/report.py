@@ -316,7 +316,8 @@ samples are on the same work (rltrace.replay.work), as every view shows them"""
 def build_sweep(frame: pl.DataFrame, axes: list[str], failed: dict[str, str] | None = None,
                 title: str = "rltrace sweep", top: int = 25) -> str:
     """The report of a sweep: the best points, throughput against cost with its Pareto front, and what each
-    varied parameter does. ``frame`` is the sweep's Parquet (one row per point)."""
+    varied parameter does. ``frame`` is the sweep's Parquet (one row per point); ``failed``: each failed point's
+    label (its id and grid values) -> its error."""
     if not frame.height:
         raise ConfigError("the sweep has no finished point to report")
     page = Page(title)

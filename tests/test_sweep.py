@@ -179,6 +179,7 @@ def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path
     assert "0 ran, 2 already done, 1 failed" in again.stdout  # only the failed point is tried again
     # by its values, not its hash alone
     assert re.search(r"failed [0-9a-f]{16} \(scheduler=disagg-sync, gen_gpus=3\): ", again.stdout)
+    assert re.search(r"failed: [0-9a-f]{16} \(scheduler=disagg-sync, gen_gpus=3\): ", (out / "report.html").read_text())
 
 
 def test_a_sweep_folder_holds_one_sources_points(bundle: Path, tmp_path: Path) -> None:

@@ -71,10 +71,12 @@ def sweep(
             raise typer.Exit(EXIT_TERMINATED) from None
         raise
     frame = store.frame(points)
+    named = {point_id(p): ", ".join(f"{k}={p[k]}" for k in axes if k in p) for p in points}
+    failed = {f"{pid} ({named.get(pid, '?')})": error for pid, error in result.failed.items()}
     if frame.height:
         with stage(err, f"writing {output / 'sweep.parquet'} and the report"):
             frame.write_parquet(output / "sweep.parquet")
-            write_text(output / "report.html", build_sweep(frame, axes, result.failed))
+            write_text(output / "report.html", build_sweep(frame, axes, failed))
         print_best(frame, axes)
         wrote = f"wrote {output / 'sweep.parquet'} and {output / 'report.html'}"
     else:  # no point finished: an earlier sweep's table and report would describe another grid
@@ -83,9 +85,8 @@ def sweep(
         wrote = f"no point finished, so no table or report (each failure is in {output / 'points'})"
     print(f"{len(points)} points on {where}: {result.ran} ran, {result.skipped} already done, "
           f"{len(result.failed)} failed; {wrote}")
-    named = {point_id(p): ", ".join(f"{k}={p[k]}" for k in axes if k in p) for p in points}
-    for pid, error in result.failed.items():  # by its axes' values, which tell the failed points apart
-        print(f"failed {pid} ({named.get(pid, '?')}): {error}")
+    for label, error in failed.items():  # by its axes' values, which tell the failed points apart
+        print(f"failed {label}: {error}")
     if result.failed:
         print(f"rltrace: {len(result.failed)} of {len(points)} points failed (listed on stdout)", file=sys.stderr)
         raise typer.Exit(1)

@@ -29,6 +29,7 @@ from rltrace.dashboards import (
 from rltrace.dashboards import lengths as lengths_fig
 from rltrace.dashboards import work as work_fig
 from rltrace.dashboards.page import Column, Page
+from rltrace.replay.sweep.point import note_counts
 
 from rltrace.analysis import compare, lengths, network, recorded, verdict
 from rltrace.analysis.diagnose import Diagnosis
@@ -328,6 +329,8 @@ def build_sweep(frame: pl.DataFrame, axes: list[str], failed: dict[str, str] | N
     page.table(shown, columns)
     for pid, error in (failed or {}).items():
         page.text(f"failed: {pid}: {error}")
+    for note, count in note_counts(frame):  # what `rltrace replay` of the points says beside them, each once
+        page.text(f"note: {note}" + (f" ({count} of {frame.height} points)" if count < frame.height else ""))
     page.section("Throughput against cost")
     page.figure(sweep.frontier(frame, axes))
     page.section("Parameters")

@@ -30,6 +30,7 @@ from rltrace.replay.advise_verdict import FAILED, MET, MISSED, OVER_BUDGET, PRIC
 from rltrace.replay.schedulers.base import SCHEDULERS, capabilities
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import Point, check, check_names, point_id
+from rltrace.replay.sweep.point import note_counts
 from rltrace.replay.sweep.runner import Store, local_pool, run_sweep
 
 from rltrace.catalog import load_gpus
@@ -145,6 +146,9 @@ class Advice:
     """candidates (a design at a GPU count) decided by a price floor or trainer bound without a replay"""
     notes: list[str] = field(default_factory=list)
     """bounds a replay broke, and what the search did about it"""
+    replay_notes: list[tuple[str, int]] = field(default_factory=list)
+    """the notes of the replays of the designs that met the target (as `rltrace replay` prints them), each with
+    the number of those designs that gave it"""
     cutoff: float | None = None
     """USD/h of the ``top``-th cheapest design that met the target (what prices the others out)"""
 
@@ -318,6 +322,8 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
                 elif not exhaustive:
                     notes += bounds.learn(point, row)
     prices = [o.row["usd_per_hour"] for o in outcomes if o.kind == MET and o.row is not None]
+    met = [o.row.get("notes") or [] for o in outcomes if o.kind == MET and o.row is not None]
+    met_notes = pl.DataFrame({"notes": met}, schema={"notes": pl.List(pl.String)})
     cheapest = min(prices) if prices else None
     frame = pl.DataFrame([_record(search, i, o, cheapest, cutoff, top) for i, o in enumerate(outcomes)],
                          schema_overrides={"samples_per_s_max": pl.Float64, "usd_per_hour_min": pl.Float64,
@@ -335,7 +341,7 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
               .sort("_order", "usd_per_hour_min", pl.col("samples_per_s").fill_null(pl.col("samples_per_s_max")),
                     descending=[False, False, True], nulls_last=True).drop("_order"))
     ruled_out = sum(o.screened + (o.row is None and o.kind in (PRICED_OUT, OVER_BUDGET)) for o in outcomes)
-    return Advice(winners, losers, replays, reused, failed, ruled_out, notes,
+    return Advice(winners, losers, replays, reused, failed, ruled_out, notes, note_counts(met_notes),
                   cutoff if math.isfinite(cutoff) else None)
 
 

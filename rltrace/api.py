@@ -27,15 +27,13 @@ import polars as pl
 from rltrace.analysis import verdict
 from rltrace.analysis.runs import Run, write_order
 from rltrace.bundle import Bundle
-from rltrace.calibration import CALIBRATION
 from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError, clean
 from rltrace.limits import check_output, check_replicates
-from rltrace.replay.costmodels.generation import RooflineGeneration
-from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.loading import Shape
+from rltrace.replay.notes import track_records
 from rltrace.replay.run import Prepared, ReplayConfig, RunResult, two_kinds
 from rltrace.replay.run import replay as run_replay
 from rltrace.replay.schedulers import lookup, shipped
@@ -253,18 +251,6 @@ def _settings(settings: str | Iterable[str] | Mapping[str, Any]) -> list[str]:
             return items
     raise ConfigError(f"settings takes \"key=value\" strings (one, or a list) or a mapping of keys to values, got "
                       f"{clean(repr(settings), 60)}")
-
-
-def track_records(prepared: Prepared) -> list[str]:
-    """The roofline generation's record on the public measurements nearest each job's model and GPU kind: only
-    where it runs the validated defaults (a fitted trace, a profile, other efficiencies or a calibration of the
-    user's own are not what was held against the measurements)."""
-    generations = {(g.model.name, g.gpu.name): g for g in (job.generation for job in prepared.jobs)
-                   if isinstance(g, RooflineGeneration) and g.profile is None
-                   and g.calibration is CALIBRATION and (g.memory_efficiency, g.compute_efficiency)
-                   == (CALIBRATION["memory_efficiency"], CALIBRATION["compute_efficiency"])}
-    records = (track_record("decode", g.model, g.gpu.name, weights_precision(g.model)) for g in generations.values())
-    return [f"generation cost's {record.line()}" for record in records]
 
 
 def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | None = None, *,

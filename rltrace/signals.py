@@ -44,7 +44,7 @@ def _main_thread() -> bool:
 @contextmanager
 def terminate_as_interrupt() -> Iterator[Stop]:
     """Within the block, SIGTERM raises :class:`Terminated`; the previous handler is restored after. A SIGTERM the
-    process started with ignored (``nohup``-like launchers) stays ignored; off the main thread, nothing changes."""
+    process inherited ignored (``trap '' TERM``) stays ignored; off the main thread, nothing changes."""
     stop = Stop()
     if not _main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         yield stop

@@ -281,3 +281,24 @@ def test_a_colocated_run_on_a_fabric_syncs_no_weights_over_it(tmp_path: Path) ->
     metrics = json.loads(done.stdout)["colocated-sync"]
     assert metrics["weight_sync_s"] == metrics["network"]["weight_sync_s"] == 0.0
     assert metrics["network"]["collective_s"] > 0  # its training collectives still cross the fabric
+
+
+DESCRIBED = str(REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    ([DESCRIBED, "-s", "colocated-sync", "--steps", "2", "--replicates", "5"], "a described job draws one workload"),
+    (["rollpacker_qwen7b", "-s", "disagg-sync", "--steps", "2", "--replicates", "5"], None),  # resampled: a spread
+    (["rollpacker_qwen7b", "-s", "disagg-sync", "--replicates", "5"], "nothing in this replay varies"),
+    (["rollpacker_qwen7b", "-s", "disagg-sync"], None),  # the default, not asked for: no word
+    ([DESCRIBED, "-s", "colocated-sync", "--steps", "2", "--replicates", "0"], None),
+])
+def test_replicates_asked_for_where_nothing_varies_say_so(args: list[str], said: str | None) -> None:
+    """`--replicates 5` on a replay that cannot vary gave no spread and no word on why."""
+    done = run_cli("replay", *args)
+    assert done.returncode == 0, done.stderr
+    flat = " ".join(done.stdout.split())
+    if said is None:
+        assert "no spread" not in flat
+    else:
+        assert f"note: --replicates 5: no spread, {said}" in flat and "spread (" not in flat

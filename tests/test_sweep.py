@@ -4,6 +4,7 @@ and advise end to end."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -240,6 +241,29 @@ def test_an_interrupted_sweep_says_what_it_kept_and_resumes(bundle: Path, tmp_pa
     assert again.returncode == 0 and f"{40 - int(said[1])} ran, {said[1]} already done" in again.stdout
 
 
+def test_a_sweep_says_what_each_points_replay_says(bundle: Path, tmp_path: Path) -> None:
+    """A sweep dropped every replay's notes: an A100 point under an H100 topology was priced on the H100's NVLink
+    with no word (`rltrace replay` says so). Each row keeps its notes; the terminal and report give each once."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[axes]\ngpu = ["H100", "A100"]\n[fixed]\nscheduler = "disagg-sync"\n'
+                    'topology = "fat-tree:k=4,gpu=H100"\n')
+    out = tmp_path / "out"
+    done = run_cli("sweep", str(bundle), "--grid", str(grid), "-o", str(out), "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    alone = run_cli("replay", str(bundle), "-s", "disagg-sync", "--gpu", "A100", "--topology", "fat-tree:k=4,gpu=H100",
+                    "--replicates", "0")
+    rows = pl.read_parquet(out / "sweep.parquet")
+    a100 = rows.filter(pl.col("gpu") == "A100")["notes"].to_list()[0]
+    said = next(note for note in a100 if note.startswith("the topology's GPUs are H100s"))
+
+    def flat(text: str) -> str:  # the terminal wraps long lines
+        return " ".join(text.split())
+
+    assert flat(f"note: {said}") in flat(alone.stdout)
+    assert flat(f"note: {said} (1 of 2 points)") in flat(done.stdout)
+    assert said in html.unescape((out / "report.html").read_text())
+
+
 @pytest.mark.parametrize("grid, message", [
     ("[axes]\nscheduler = []\n", "axes.scheduler must be a non-empty list"),
     ('[axes]\nscheduler = ["x"]\n', "unknown scheduler 'x'"),
@@ -343,6 +367,8 @@ def test_advise_prints_the_cheapest_configuration_meeting_the_target(tmp_path: P
     price = float(cheapest.rsplit("$", 1)[1].split("/h")[0])
     assert price == pytest.approx(min(meeting), abs=0.01)  # no replay that met the target was cheaper
     assert "Why the other" in done.stdout
+    # what `rltrace replay` says beside a winner's figures, advise says too (it said nothing)
+    assert re.search(r"note: generation cost: roofline of Qwen2.5-7B on (H100|A100|H20)", done.stdout)
     budget = run_cli("advise", "--target-throughput", "10", "--budget", "1", "--space", str(space),
                      "-o", str(tmp_path / "replays"))
     assert budget.returncode == 0 and "no configuration in the space reaches 10 samples/s within $1/h" in budget.stdout

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 from rltrace.replay.described import is_description
 from rltrace.replay.loading import Loaded, Shape, load_workload, prepare_loaded
+from rltrace.replay.notes import run_notes
 from rltrace.replay.run import CostConfig, Prepared, replay
 from rltrace.replay.settings import Settings, resolve
 from rltrace.replay.sources import prepare_source
@@ -50,16 +51,17 @@ ROW_COLUMNS = (
     "gen_used", "gen_dependency_bubble", "gen_skewness_bubble", "train_used", "train_dependency_bubble",
     "train_skewness_bubble", "weight_sync_s", "stale_max", "max_link_utilization", "fabric_capex_usd",
     "steps", "samples", "trained_tokens", "gen_pool_gpus", "train_pool_gpus", "gpus", "fabric", "metrics_json",
-    "replay_wall_s", "row_version",
+    "replay_wall_s", "row_version", "notes",
 )
 """a row's columns, in the order sweep.parquet gives them after the point's id and parameters (docs/sweeps.md)"""
 if not set(METRICS) <= set(ROW_COLUMNS):
     raise ImportError(f"ROW_COLUMNS lacks {sorted(set(METRICS) - set(ROW_COLUMNS))}")
-ROW_VERSION = 4
-"""what a row's figures mean: 4, a colocated run trains on every GPU and each request's timeline spans start at their
-own admission (the used shares and bubbles with them); 3, pool GPUs as the run used them and the GPUs it held (2: the
-split asked for; 2 to 4, samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of
-another version is run again (replay/sweep/runner.py)"""
+ROW_VERSION = 5
+"""what a row's figures mean: 5, it keeps the replay's notes (``notes``, as `rltrace replay` prints them); 4, a
+colocated run trains on every GPU and each request's timeline spans start at their own admission (the used shares
+and bubbles with them); 3, pool GPUs as the run used them and the GPUs it held (2: the split asked for; 2 to 4,
+samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of another version is run again
+(replay/sweep/runner.py)"""
 
 
 def _path(bundle: str) -> str:
@@ -122,5 +124,18 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
     makespan = result.metrics["makespan_s"]
     row["usd_per_hour"] = result.metrics["cost_usd"] / makespan * 3600 if makespan else None  # as billed
     row["metrics_json"] = jsontext.dumps(result.metrics, sort_keys=True)
+    row["notes"] = run_notes(ready, result)  # what `rltrace replay` of the point would print beside it
     row["replay_wall_s"] = time.perf_counter() - started
     return {column: row[column] for column in ROW_COLUMNS}
+
+
+def note_counts(frame: pl.DataFrame) -> list[tuple[str, int]]:
+    """Each distinct note of a sweep's rows (``frame``: sweep.parquet, or rows with a ``notes`` list) with the
+    number of points that gave it, most common first, then in the order the points first gave them."""
+    if "notes" not in frame.columns or not frame.height:
+        return []
+    counts: dict[str, int] = {}
+    for notes in frame["notes"].to_list():
+        for note in dict.fromkeys(notes or ()):
+            counts[note] = counts.get(note, 0) + 1
+    return sorted(counts.items(), key=lambda kv: -kv[1])  # stable: ties keep first-seen order

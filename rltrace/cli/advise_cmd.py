@@ -15,7 +15,7 @@ from rich.table import Table
 from rltrace.analysis.verdict import three_digits
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stderr
-from rltrace.cli.tables import print_table, stdout_console
+from rltrace.cli.tables import print_notes, print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output
 from rltrace.replay.advise import Advice, Space, advise, load_space
@@ -90,6 +90,8 @@ def advise_cmd(
     else:
         console.print(f"no configuration in the space reaches {target_throughput:g} samples/s"
                       + (f" within ${budget:g}/h" if budget is not None else ""), markup=False, soft_wrap=True)
+    # what the replays of the designs that met the target say beside their figures (as `rltrace replay` would)
+    print_notes(console, advice.replay_notes, advice.ranked.height, "designs that met the target")
     lost = pl.concat([advice.ranked.slice(top), advice.lost], how="diagonal_relaxed")
     if lost.height:
         print_table(console, _table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why", "why"),

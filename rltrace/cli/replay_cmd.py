@@ -22,7 +22,6 @@ from rltrace.api import (
     replay_all,
     schedulers_of,
     spread,
-    track_records,
 )
 from rltrace.catalog import load_gpus
 from rltrace.cli.dashboard_cmd import write_text
@@ -35,6 +34,7 @@ from rltrace.errors import ConfigError
 from rltrace.limits import MAX_LOCAL_RANKS, MAX_STEPS, check_int, check_output, check_replicates
 from rltrace.replay.described import is_description, load_description
 from rltrace.replay.loading import Shape
+from rltrace.replay.notes import track_records
 from rltrace.replay.run import RunResult, model_spec
 from rltrace.replay.schedulers.base import BASELINES
 from rltrace.replay.settings import resolve
@@ -119,9 +119,10 @@ def replay(
     baseline: Annotated[str | None, typer.Option(help="With --dashboard: the run the others are compared to "
                                                  "(default: the first scheduler).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {scheduler: metrics} as JSON on stdout.")] = False,
-    replicates: Annotated[int, typer.Option(help="Replicates behind the spread of a replay from a recording or a "
-                                            "resampled workload (seeds, and a bootstrap of the steps its costs "
-                                            "are fitted to); 0 turns it off.")] = DEFAULT_REPLICATES,
+    replicates: Annotated[int | None, typer.Option(help="Replicates behind the spread of a replay from a recording or "
+                                                   "a resampled workload (seeds, and a bootstrap of the steps its "
+                                                   f"costs are fitted to); 0 turns it off.  [default: "
+                                                   f"{DEFAULT_REPLICATES}]", show_default=False)] = None,
 ) -> None:
     """Replay a bundle under other schedulers, pool splits, GPU kinds, batch shapes or network fabrics.
 
@@ -149,7 +150,8 @@ def replay(
             from rltrace.replay.execute.kernels import require_device
         require_device(device)
     chosen = schedulers_of(scheduler, "--scheduler")
-    check_replicates("--replicates", replicates)
+    given_replicates = replicates is not None
+    replicates = check_replicates("--replicates", DEFAULT_REPLICATES if replicates is None else replicates)
     if output is not None:  # outputs checked before any replay runs
         check_output(output, "--output", folder=True)
     if dashboard is not None:
@@ -189,7 +191,13 @@ def replay(
     results = replay_all(prepared, chosen, settings,
                          counter=lambda name: Bar(err, f"replay {name}", "events", piped_total=False))
     spreads: dict[str, Spread] = {}
-    if source is not None and replicates and sources(prepared, shape):
+    varied = bool(sources(prepared, shape)) if source is not None else False
+    if given_replicates and replicates and not varied:  # asked for a spread this replay cannot have: say so
+        prepared.notes.append(f"--replicates {replicates}: no spread, " + (
+            "a described job draws one workload from its seed (replay other --seed values to see theirs)"
+            if source is None else "nothing in this replay varies (a spread needs generation costs fitted to the "
+            "recording's steps, or a resampled workload: --steps, --prompts, --samples, --max-new-tokens)"))
+    if replicates and varied and source is not None:
         total = replicates * len(chosen)
         with Bar(err, f"{total} replicate replays for the spread", "replays", announce=True) as bar:
             spreads = spread(source, shape, settings, prepared, chosen, replicates, progress=bar.update)

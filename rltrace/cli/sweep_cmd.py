@@ -16,12 +16,13 @@ from rltrace.analysis.verdict import three_digits, usd_label
 from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
-from rltrace.cli.tables import print_table, stdout_console
+from rltrace.cli.tables import print_notes, print_table, stdout_console
 from rltrace.dashboards.report import build_sweep
 from rltrace.errors import ConfigError
 from rltrace.limits import check_output, check_ray_reachable
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import check_names, load_grid, point_id
+from rltrace.replay.sweep.point import note_counts
 from rltrace.replay.sweep.runner import Store, run_sweep
 from rltrace.signals import EXIT_TERMINATED, terminate_as_interrupt
 
@@ -132,6 +133,8 @@ def print_best(frame: pl.DataFrame, axes: list[str]) -> None:
                       if row.get("work_changed") else "")
         console.print(f"cheapest per 1k samples: {where}: ${row['usd_per_1k_samples']:.3f} ({figures}){other_work}",
                       markup=False)
+    print_notes(console, note_counts(frame), frame.height, "points")
+
 
 
 def _value(value: object) -> str:

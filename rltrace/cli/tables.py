@@ -58,3 +58,15 @@ def stdout_console() -> Console:
     if not console.is_terminal:
         console.width = 140
     return console
+
+
+MAX_NOTES = 6
+"""distinct notes the terminal prints (the report lists every one)"""
+
+
+def print_notes(console: Console, counts: list[tuple[str, int]], total: int, what: str) -> None:
+    """The replays' notes, as `rltrace replay` prints them, each once with the share of ``what`` that gave it."""
+    for note, count in counts[:MAX_NOTES]:
+        console.print(f"note: {note}" + (f" ({count} of {total} {what})" if count < total else ""), markup=False)
+    if len(counts) > MAX_NOTES:
+        console.print(f"note: {len(counts) - MAX_NOTES} more notes in the report", markup=False)

@@ -41,7 +41,8 @@ class JobSpec:
     samples_per_prompt: int | None = None
     max_new_tokens: int | None = None
     model: str | None = None
-    seed: int = 0
+    seed: int | None = None
+    """seed of this job's draw (None: 0, or a described job's own ``seed``)"""
     train_ep: int | None = None
     """this job's trainer expert parallelism (None: ``cost.train_ep``); a list of dense and MoE jobs sets it per
     job, since a dense model has no experts to spread"""

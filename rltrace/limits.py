@@ -212,6 +212,12 @@ def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_p
             raise ConfigError(f"{option} {clean(path)}: exists and is not a folder")
         if not folder and path.is_dir():
             raise ConfigError(f"{option} {clean(path)}: is a folder, expected a file name")
+    if not folder and (path.is_symlink() or (path.exists() and not path.is_file())):
+        # the write replaces the path with a new file: a device, a pipe or a link (to /dev/stdout, say) would
+        # be replaced, not written through
+        kind = "a symbolic link" if path.is_symlink() else "not a regular file (a device, pipe or socket)"
+        raise ConfigError(f"{option} {clean(path)}: is {kind}; the output replaces it with a new file, so name a "
+                          "regular file's path")
     parent = path.parent
     blocked = any(p.exists() and not p.is_dir() for p in parent.parents)
     if not (folder if make_parents is None else make_parents) and not parent.exists() and not blocked:

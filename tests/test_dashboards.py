@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -427,6 +428,9 @@ def test_the_report_prints_a_runs_figures_as_the_terminal_does(tmp_path: Path):
     (["dashboard", "{runs}", "--objective", "speed"], "objective must be one of throughput, cost"),
     (["dashboard", "{runs}", "--max-staleness", "-1"], "--max-staleness must be >= 0"),
     (["dashboard", "{runs}", "-o", "/nonexistent/dir/r.html"], "does not exist"),
+    # the write replaced a device, a pipe or a link (to /dev/stdout, say) with a file: refused
+    (["export", "perfetto", "tiny_rl_cpu", "-o", "{fifo}"], "is not a regular file (a device, pipe or socket)"),
+    (["export", "perfetto", "tiny_rl_cpu", "-o", "{link}"], "is a symbolic link"),
     (["dashboard", "{corrupt}"], "unreadable Parquet"),
     (["export", "perfetto", "/nonexistent/bundle"], "no such file or directory"),
     (["export", "perfetto", "{corrupt}"], "unreadable Parquet"),
@@ -440,12 +444,17 @@ def test_bad_input_is_one_line_and_exit_2(args, message, runs_dir: Path, tmp_pat
         (corrupt / name).write_text((runs_dir / "disagg-sync" / name).read_text())
     (corrupt / "timeline.parquet").write_bytes(b"PAR1 not really")
     (corrupt / "requests.parquet").write_bytes(b"PAR1 not really")
-    argv = [a.format(empty=empty, runs=runs_dir, corrupt=corrupt, bundle=sample_path("tiny_rl_cpu")) for a in args]
+    fifo, link = tmp_path / "fifo", tmp_path / "link"
+    os.mkfifo(fifo)
+    link.symlink_to(tmp_path / "target.json")
+    argv = [a.format(empty=empty, runs=runs_dir, corrupt=corrupt, bundle=sample_path("tiny_rl_cpu"), fifo=fifo,
+                     link=link) for a in args]
     if "-o" not in argv:
         argv += ["-o", str(tmp_path / "x.out")]
     done = run_cli(*argv)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert fifo.is_fifo() and link.is_symlink()  # left as they were
 
 
 def test_nan_free_json(runs_dir: Path):

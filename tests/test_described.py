@@ -207,6 +207,11 @@ def test_seed_draws_the_descriptions_own_lengths_unless_given_even_as_zero(
     own = tokens()
     assert tokens("--seed", "7") == own
     assert tokens("--seed", "0") != own  # 0 was "not given", so the description's 7 drew it
+    # a job list naming the description without a seed of its own draws the description's seed too (it drew 0)
+    listed = tmp_path / "jobs.toml"
+    listed.write_text(f'[[jobs]]\nname = "a"\nbundle = "{path}"\n')
+    assert main(["replay", "--jobs", str(listed), "-s", "disagg-sync", "--replicates", "0", "--json"]) == 0
+    assert float(json.loads(capsys.readouterr().out)["disagg-sync"]["output_tokens"]) == own
 
 def test_a_run_folder_names_the_description_it_replayed_and_every_view_says_as_described(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,11 +4,15 @@ calibration from this machine's kernels (tiny shapes; the CUDA path is the same 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import run_cli, tiny_model
+from helpers import RLTRACE, run_cli, tiny_model
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.execute import comms
 from rltrace.replay.execute.kernels import ModelKernels
@@ -160,3 +164,39 @@ def test_an_engine_calibrated_cpu_profile_lowers_the_replay_error_on_the_tiny_rl
     before = as_recorded_error(bundle, CostConfig(generation="roofline", profile=str(tmp_path / "kernels.parquet")))
     after = as_recorded_error(bundle, CostConfig(generation="roofline", profile=str(out)))
     assert abs(after.error) < abs(before.error) - 0.15, (before.error, after.error)
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_sigterm_stops_replay_comms_with_its_ranks(tmp_path: Path) -> None:
+    """SIGTERM killed replay-comms at once and left its spawned ranks running (re-issuing collectives on the
+    CPU with nobody waiting) and its store folder behind. They stop with it now, exit 143."""
+    proc = subprocess.Popen([RLTRACE, "replay-comms", "rollpacker_qwen7b", "--ranks", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    deadline = time.monotonic() + 120
+    while len(ranks := _children(proc.pid)) < 2:  # the spawned ranks (and their resource tracker) are up
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    time.sleep(1)
+    alive = [pid for pid in ranks if Path(f"/proc/{pid}").exists()
+             and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+    assert not alive, alive
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]

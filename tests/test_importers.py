@@ -324,6 +324,9 @@ def _truncated(tmp_path: Path) -> Path:
      "not an Azure LLM trace (CSV): no column 'TIMESTAMP'"),
     ("csv", lambda p: (p / "c.csv").write_text("a,b\n1,2\n") and p / "c.csv", "needs --map"),
     ("nosuch", lambda p: p / "z.csv", "unknown import kind 'nosuch'"),
+    ("mooncake", lambda p: (p / "m.jsonl").write_text(  # a traceback from polars' explode
+        '{"timestamp": 1, "input_length": 5, "output_length": 3, "hash_ids": "zz"}\n') and p / "m.jsonl",
+     "hash_ids must be lists of block hashes, got String values"),
 ])
 def test_malformed_inputs_are_one_line_and_exit_2(kind, make, message, tmp_path: Path):
     done = run_cli("import", kind, str(make(tmp_path)), "-o", str(tmp_path / "out"))
@@ -490,6 +493,14 @@ def test_an_sglang_export_with_text_for_a_number_is_one_line(tmp_path: Path) -> 
     done = run_cli("import", "sglang", str(path), "-o", str(tmp_path / "b"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "wrong type" in done.stderr
+
+
+def test_an_sglang_time_past_what_nanoseconds_hold_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "far.log"  # a traceback from the cast to int64 nanoseconds
+    path.write_text("".join(json.dumps({**row, "request_received_ts": 1e30}) + "\n" for row in _sglang_rows()))
+    done = run_cli("import", "sglang", str(path), "-o", str(tmp_path / "b"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "request_received_ts: 1e+30 s is not a usable time" in done.stderr
 
 
 def test_an_sglang_export_without_request_times_names_the_flag(tmp_path: Path):

@@ -292,6 +292,8 @@ DESCRIBED = str(REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml"
     (["rollpacker_qwen7b", "-s", "disagg-sync", "--replicates", "5"], "nothing in this replay varies"),
     (["rollpacker_qwen7b", "-s", "disagg-sync"], None),  # the default, not asked for: no word
     ([DESCRIBED, "-s", "colocated-sync", "--steps", "2", "--replicates", "0"], None),
+    (["--jobs", str(REPO / "examples" / "rollmux" / "jobs.toml"), "-s", "disagg-sync", "--replicates", "5"],
+     "a job list draws each job's workload once"),
 ])
 def test_replicates_asked_for_where_nothing_varies_say_so(args: list[str], said: str | None) -> None:
     """`--replicates 5` on a replay that cannot vary gave no spread and no word on why."""

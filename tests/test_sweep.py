@@ -216,7 +216,7 @@ def test_a_sweep_folder_holds_one_sources_points(bundle: Path, tmp_path: Path) -
 @pytest.mark.live  # a signal to a running sweep
 @pytest.mark.parametrize(("where", "signum", "code"), [
     (["--workers", "1"], signal.SIGINT, 130), (["--workers", "1"], signal.SIGTERM, 143),
-    (["--ray"], signal.SIGTERM, 143)])
+    (["--workers", "2"], signal.SIGTERM, 143), (["--ray"], signal.SIGTERM, 143)])
 def test_an_interrupted_sweep_says_what_it_kept_and_resumes(bundle: Path, tmp_path: Path, where: list[str],
                                                             signum: int, code: int) -> None:
     """An interrupted sweep ended at 130 without a word on what it kept or how to go on; SIGTERM (a scheduler's

@@ -104,6 +104,9 @@ def mooncake(files: list[Path], options: ImportOptions, progress: Callable[[int,
     cached = None
     notes = ["arrival times are the trace's timestamp (ms from its start) from the epoch"]
     if "hash_ids" in source.columns:
+        if not isinstance(source.schema["hash_ids"], pl.List):
+            given = source.schema["hash_ids"]
+            raise ConfigError(f"a Mooncake trace's hash_ids must be lists of block hashes, got {given} values")
         # A block is cached if an earlier request had it; a request's cached prefix is its leading run of
         # cached blocks (prefix caching reuses only a prefix).
         blocks = source.select("row", "hash_ids").explode("hash_ids").drop_nulls("hash_ids").with_columns(

@@ -78,6 +78,13 @@ def _read(path: Path, index: int) -> pl.DataFrame:
         raise ConfigError(f"{path}: a field of the wrong type: {str(e).splitlines()[0]}") from None
 
 
+TIME_FIELDS = ("request_received_ts", "request_finished_ts", "e2e_latency", "first_token_latency", "queue_time",
+               "forward_entry_time")
+"""the export's times, seconds (since the epoch, or from the request's arrival)"""
+MAX_SECONDS = 9.2e9
+"""the most seconds an int64 of nanoseconds holds (about year 2262 from the epoch)"""
+
+
 def _ns(seconds: pl.Expr) -> pl.Expr:
     return (seconds.cast(pl.Float64) * 1e9).round().cast(pl.Int64)
 
@@ -97,6 +104,11 @@ def sglang(files: list[Path], options: ImportOptions, progress: Callable[[int, i
     except pl.exceptions.PolarsError as e:  # files whose fields disagree in type
         raise ConfigError(f"the files' fields disagree in type: {str(e).splitlines()[0]}") from None
     total = source.height
+    for column in TIME_FIELDS:  # seconds that nanoseconds since the epoch cannot hold would overflow silently
+        if column in source.columns and source.schema[column].is_numeric():
+            worst = source.select(pl.col(column).cast(pl.Float64).abs().max()).item()
+            if worst is not None and not worst < MAX_SECONDS:
+                raise ConfigError(f"{column}: {worst:g} s is not a usable time (at most {MAX_SECONDS:.3g} s)")
     source = source.with_row_index("row").with_columns(pl.col("dp_rank").fill_null(0))
     arrival = _ns(pl.col("request_received_ts"))
     finish = _within(pl.coalesce(_ns(pl.col("request_finished_ts")), arrival + _ns(pl.col("e2e_latency"))), arrival)

@@ -84,8 +84,18 @@ def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1) -> np.n
         raise ConfigError(f"{world} ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "seconds"
-        start_processes(_worker, args=(world, ops, device, warmup, tmp, str(out)), nprocs=world, join=True,
-                        start_method="spawn")
+        ranks = start_processes(_worker, args=(world, ops, device, warmup, tmp, str(out)), nprocs=world,
+                                join=False, start_method="spawn")
+        try:
+            while not ranks.join():
+                pass
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM) or a rank failed: no rank is left running
+            for process in ranks.processes:
+                if process.is_alive():
+                    process.terminate()
+            for process in ranks.processes:
+                process.join(timeout=10)
+            raise
         # each operation is timed by its group's first rank, which may be any rank: every rank's file counts
         seconds: np.ndarray = np.fmax.reduce([np.load(f"{out}{r}.npy") for r in range(world)], axis=0)
         return seconds

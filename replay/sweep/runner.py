@@ -170,8 +170,16 @@ def local_pool(workers: int, *, inline: bool = False) -> Iterator[LocalPool]:
     if processes < 1 or workers == 1:
         yield LocalPool(None, 0, True)
         return
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as executor:
+    executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
         yield LocalPool(executor, processes, inline)
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM to this process alone): queued points must not run on
+        running = list((getattr(executor, "_processes", None) or {}).values())  # (shutdown forgets them)
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in running:
+            process.terminate()  # a running point's result would be discarded: stop it too
+        raise
+    executor.shutdown(wait=True)
 
 
 def local(bundle: str, todo: list[tuple[str, Point]], workers: int, pool: LocalPool | None = None) -> Iterator[Outcome]:
@@ -262,12 +270,17 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
     if todo:
         outcomes = local(bundle, todo, workers, pool) if ray is False else on_ray(
             bundle, todo, ray if isinstance(ray, str) else None, workers)
-    for pid, row, error in outcomes:
-        store.save(pid, by_id[pid], row, error)
-        if row is None:
-            result.failed[pid] = error or "failed"
-        else:
-            result.ran += 1
-        if progress:
-            progress(result.skipped + result.ran + len(result.failed), len(points))
+    try:
+        for pid, row, error in outcomes:
+            store.save(pid, by_id[pid], row, error)
+            if row is None:
+                result.failed[pid] = error or "failed"
+            else:
+                result.ran += 1
+            if progress:
+                progress(result.skipped + result.ran + len(result.failed), len(points))
+    finally:  # interrupted here, not inside the pool's generator: stop its workers now, not when it is collected
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()
     return result

@@ -32,6 +32,7 @@ from rltrace.cli.schema_cmd import schema
 from rltrace.cli.sweep_cmd import sweep
 from rltrace.cli.synth_cmd import synth
 from rltrace.errors import MAX_ERROR_CHARS, RltraceError, clean
+from rltrace.signals import EXIT_TERMINATED, terminate_as_interrupt
 
 app = typer.Typer(
     name="rltrace",
@@ -103,6 +104,12 @@ def help_as_written(command: click.Command) -> click.Command:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script passes it to sys.exit)."""
     command = help_as_written(typer.main.get_command(app))
+    with terminate_as_interrupt() as stop:  # SIGTERM stops a command as Ctrl-C does: its cleanup runs
+        code = _run(command, argv)
+    return EXIT_TERMINATED if stop.terminated else code
+
+
+def _run(command: click.Command, argv: Sequence[str] | None) -> int:
     try:
         result = command.main(args=list(argv) if argv is not None else None, prog_name="rltrace", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as e:

@@ -12,7 +12,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
-from rltrace.analysis.verdict import three_digits
+from rltrace.analysis.verdict import three_digits, usd_label
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stderr
 from rltrace.cli.tables import print_notes, print_table, stdout_console
@@ -27,7 +27,7 @@ from rltrace.scalars import integer
 COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("gpu", "GPU", str), ("scheduler", "scheduler", str), ("gen_gpus", "gen", str), ("train_gpus", "train", str),
     ("fabric", "fabric", str), ("samples_per_s", "samples/s", three_digits),  # as every view prints it
-    ("usd_per_hour", "$/h", "{:.2f}".format), ("usd_per_1k_samples", "$/1k samples", "{:.3f}".format),
+    ("usd_per_hour", "$/h", "{:.2f}".format), ("usd_per_1k_samples", "$/1k samples", usd_label),
     ("work", "work", str))
 BOUNDS = {"samples_per_s": ("samples_per_s_max", "≤{:.3g}"), "usd_per_hour": ("usd_per_hour_min", "≥{:.2f}")}
 """a column without a replay shows the bound that decided the design instead"""

@@ -194,6 +194,7 @@ def replay(
     varied = bool(sources(prepared, shape)) if source is not None else False
     if given_replicates and replicates and not varied:  # asked for a spread this replay cannot have: say so
         prepared.notes.append(f"--replicates {replicates}: no spread, " + (
+            "a job list draws each job's workload once, from the job's own seed" if jobs is not None else
             "a described job draws one workload from its seed (replay other --seed values to see theirs)"
             if source is None else "nothing in this replay varies (a spread needs generation costs fitted to the "
             "recording's steps, or a resampled workload: --steps, --prompts, --samples, --max-new-tokens)"))

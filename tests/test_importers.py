@@ -324,6 +324,12 @@ def _truncated(tmp_path: Path) -> Path:
      "not an Azure LLM trace (CSV): no column 'TIMESTAMP'"),
     ("csv", lambda p: (p / "c.csv").write_text("a,b\n1,2\n") and p / "c.csv", "needs --map"),
     ("nosuch", lambda p: p / "z.csv", "unknown import kind 'nosuch'"),
+    ("azure-llm", lambda p: (p / "f.csv").write_text(  # imported as 5 prompt tokens without a word
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5.5,10\n2023-11-16 18:15:47.68,6,11\n")
+     and p / "f.csv", "prompt token counts must be whole numbers: row 0 has 5.5 (1 of 2 rows are fractional)"),
+    ("azure-llm", lambda p: (p / "far.csv").write_text(  # its nanoseconds wrapped: "arrival_ns=-48...7 is below 0"
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n9999-12-31 23:59:59,5,10\n") and p / "far.csv",
+     "TIMESTAMP 9999-12-31 23:59:59 is past 2262"),
     ("mooncake", lambda p: (p / "m.jsonl").write_text(  # a traceback from polars' explode
         '{"timestamp": 1, "input_length": 5, "output_length": 3, "hash_ids": "zz"}\n') and p / "m.jsonl",
      "hash_ids must be lists of block hashes, got String values"),

@@ -87,6 +87,17 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
                    options: ImportOptions, cached: pl.Expr | None = None) -> pl.DataFrame:
     """A requests table from request-log columns: ids by row, engines round-robin, steps by window."""
     try:
+        counts = source.select(prompt.alias("prompt"), output.alias("output"))
+    except pl.exceptions.PolarsError as e:
+        raise ValidationError(f"token counts and arrival times must be numbers ({str(e).splitlines()[0]})") from None
+    for name in ("prompt", "output"):  # a cast to integers would truncate 5.5 to 5 without a word
+        if counts.schema[name].is_float():
+            fractional = counts.with_row_index("row").filter(pl.col(name) != pl.col(name).round())
+            if fractional.height:
+                row, value = fractional.row(0)[0], fractional.row(0)[counts.columns.index(name) + 1]
+                raise ValidationError(f"{name} token counts must be whole numbers: row {row} has {value:g} "
+                                      f"({fractional.height:,} of {counts.height:,} rows are fractional)")
+    try:
         frame = source.select(prompt.cast(pl.Int64).alias("prompt_tokens"),
                               output.cast(pl.Int64).alias("output_tokens"),
                               arrival_ns.cast(pl.Int64).alias("arrival_ns"),

@@ -85,13 +85,22 @@ def _result(requests: pl.DataFrame, options: ImportOptions, notes: list[str]) ->
     return imported
 
 
+LAST_NS_YEAR = 2262
+"""the first year an int64 of nanoseconds since 1970 cannot hold (it ends on 2262-04-11)"""
+
+
 @register("azure-llm")
 def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """Azure LLM inference trace 2023 (code or conversation)."""
     source = _read_all(files, pl.read_csv, "an Azure LLM trace (CSV)",
                        ["TIMESTAMP", "ContextTokens", "GeneratedTokens"])
     # 7 fractional digits, no zone: the trace's wall clock, read as UTC
-    when = pl.col("TIMESTAMP").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
+    stamp = "%Y-%m-%d %H:%M:%S%.f"
+    latest = source.select(pl.col("TIMESTAMP").cast(pl.String).str.to_datetime(stamp, time_unit="us", strict=False)
+                           .max()).item()
+    if latest is not None and latest.year >= LAST_NS_YEAR:  # nanoseconds since 1970 would wrap
+        raise ConfigError(f"TIMESTAMP {latest} is past {LAST_NS_YEAR}, later than nanoseconds since 1970 hold")
+    when = pl.col("TIMESTAMP").str.to_datetime(stamp, time_unit="ns", strict=False)
     requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when.dt.epoch("ns"), source, options)
     return _result(requests, options, ["arrival times are the trace's TIMESTAMP read as UTC"])
 

@@ -11,6 +11,7 @@ scope names what was.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import polars as pl
 from rltrace.replay.costmodels.validation import (
@@ -81,6 +82,8 @@ def catalog_name(model: ModelSpec) -> str | None:
     return None
 
 
+# a record replays every measurement it holds the model to (about 150 ms): once a process (a sweep asks each point)
+@functools.lru_cache(maxsize=256)
 def track_record(kind: str, model: ModelSpec, gpu: str, precision: str) -> TrackRecord:
     """The record of an estimate of ``kind`` (decode or train) for ``model`` on ``gpu`` in ``precision`` (decode: the
     weights' type; train: the linear layers')."""

@@ -132,6 +132,19 @@ def test_a_topology_re_times_a_described_jobs_expert_all_to_alls() -> None:
     assert any(n.startswith("colocated-sync runs described's own colocated step") for n in mixed.config["notes"])
 
 
+@pytest.mark.parametrize("backend", ["megatron", "fsdp"])
+def test_context_parallel_ranks_shard_the_optimizer_with_the_data_parallel_ones(tmp_path: Path, backend: str) -> None:
+    """CP ranks hold the same parameters as their DP peers, so the gradients and optimizer state shard over DP x CP
+    (Megatron's distributed optimizer uses the data-parallel group with context parallelism): TP 2 on 8 GPUs shards
+    over 4 ranks with CP 1 or CP 2 alike. The shard group was the DP ranks alone (2 with CP 2)."""
+    def optimizer(cp: int) -> float:
+        text = SMALL + f"[training]\nbackend = \"{backend}\"\ntp = 2\ncp = {cp}\n"
+        prepared = from_description(load_description(write(tmp_path, text)), Shape(), ReplayConfig().cost)
+        return replay(prepared, "colocated-sync", ReplayConfig()).metrics["phases_s_per_step"]["optimizer"]
+
+    assert optimizer(2) == pytest.approx(optimizer(1), rel=1e-9) and optimizer(1) > 0
+
+
 def test_lengths_hit_the_stated_mean_and_pile_up_at_the_cap(tmp_path: Path) -> None:
     d = load_description(write(tmp_path, SMALL.replace("mean_response = 900", "mean_response = 1800")))
     prompt, response, _ = draw_lengths(d, 3)

@@ -103,14 +103,14 @@ class StepModel:
         gradients (a forward-only pass: the one all-gather), not overlapped with compute; 0 for Megatron, whose
         distributed optimizer moves them once an optimizer step (:meth:`_optimizer_step`)."""
         d = self.description
-        if self.backend != "fsdp" or self._dp(gpus) < 2:
+        group = self._shard_group(gpus)
+        if self.backend != "fsdp" or group < 2:
             return 0.0
         t = d.training
         shard = GRAD_BYTES * self.model.params / (t.tp * t.pp)
-        per_node = self._dp_per_node()
-        gather = collective_seconds(self.gpu, "all_gather", self._dp(gpus), shard, per_node, calibration=self.constants)
-        scatter = collective_seconds(self.gpu, "reduce_scatter", self._dp(gpus), shard, per_node,
-                                     calibration=self.constants)
+        per_node = self._shard_group_per_node()
+        gather = collective_seconds(self.gpu, "all_gather", group, shard, per_node, calibration=self.constants)
+        scatter = collective_seconds(self.gpu, "reduce_scatter", group, shard, per_node, calibration=self.constants)
         per_rank = tokens / self._dp(gpus)
         micro = max(math.ceil(per_rank / self.micro_batch_tokens), 1)
         return micro * (2 * gather + scatter if passes > 1 else gather)
@@ -127,25 +127,33 @@ class StepModel:
         return float(d.training.micro_batch_tokens or d.batch.max_seq or d.batch.mean_prompt + d.batch.max_response)
 
     def _dp(self, gpus: int) -> int:
+        """Data-parallel ranks: each takes its own share of the samples."""
         t = self.description.training
         return max(gpus // (t.tp * t.cp * t.pp), 1)
 
-    def _dp_per_node(self) -> int:
-        """Data-parallel ranks of one group on one NVLink node: the model-parallel ranks (TP innermost, as Megatron and
-        FSDP+TP lay them out) fill a node first, so a group spans nodes once they fill it."""
+    def _shard_group(self, gpus: int) -> int:
+        """Ranks that hold the same parameters, so shard the gradients and optimizer state between them: the
+        data-parallel ranks times the context-parallel ones (Megatron's distributed optimizer reduce-scatters over
+        ``get_data_parallel_group(with_context_parallel=True)``; FSDP shards over its dp x cp mesh)."""
+        t = self.description.training
+        return max(gpus // (t.tp * t.pp), 1)
+
+    def _shard_group_per_node(self) -> int:
+        """Ranks of one :meth:`_shard_group` on one NVLink node: the model-parallel ranks (TP innermost, as Megatron
+        and FSDP+TP lay them out) fill a node first, so a group spans nodes once they fill it."""
         t, d = self.description.training, self.description
         per_node = d.cluster.gpus_per_node or self.gpu.nvlink_domain
-        return max(per_node // (t.tp * t.cp * t.pp), 1)
+        return max(per_node // (t.tp * t.pp), 1)
 
     def _optimizer_step(self, gpus: int) -> float:
         """One optimizer step: Adam over the rank's shard, gradients reduce-scattered and weights all-gathered over
-        the data-parallel ranks (each rank's model-parallel shard in BF16)."""
-        t, dp = self.description.training, self._dp(gpus)
+        the ranks that hold the same parameters (:meth:`_shard_group`; each rank's model-parallel shard in BF16)."""
+        t, group = self.description.training, self._shard_group(gpus)
         adam = self.constants["adam_bytes_per_param"] * self.model.params / gpus / self.gpu.hbm_bytes_per_s
         shard = GRAD_BYTES * self.model.params / (t.tp * t.pp)
-        per_node = self._dp_per_node()
-        comm = (collective_seconds(self.gpu, "reduce_scatter", dp, shard, per_node, calibration=self.constants)
-                + collective_seconds(self.gpu, "all_gather", dp, shard, per_node, calibration=self.constants))
+        per_node = self._shard_group_per_node()
+        comm = (collective_seconds(self.gpu, "reduce_scatter", group, shard, per_node, calibration=self.constants)
+                + collective_seconds(self.gpu, "all_gather", group, shard, per_node, calibration=self.constants))
         return adam + comm
 
     def phases(self, gpus: int, tokens: float, samples: int) -> Phases:

@@ -329,7 +329,10 @@ def _truncated(tmp_path: Path) -> Path:
      and p / "f.csv", "prompt token counts must be whole numbers: row 0 has 5.5 (1 of 2 rows are fractional)"),
     ("azure-llm", lambda p: (p / "far.csv").write_text(  # its nanoseconds wrapped: "arrival_ns=-48...7 is below 0"
         "TIMESTAMP,ContextTokens,GeneratedTokens\n9999-12-31 23:59:59,5,10\n") and p / "far.csv",
-     "TIMESTAMP 9999-12-31 23:59:59 is past 2262"),
+     "TIMESTAMP 9999-12-31 23:59:59 is past 2262-04-11 23:47:16, the last time nanoseconds since 1970 hold"),
+    ("azure-llm", lambda p: (p / "big.csv").write_text(  # refused naming requests.parquet, a file the user never saw
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3000000000\n") and p / "big.csv",
+     "output token counts must be at most 2,147,483,647: row 0 has 3,000,000,000 (1 of 1 rows)"),
     ("mooncake", lambda p: (p / "m.jsonl").write_text(  # a traceback from polars' explode
         '{"timestamp": 1, "input_length": 5, "output_length": 3, "hash_ids": "zz"}\n') and p / "m.jsonl",
      "hash_ids must be lists of block hashes, got String values"),
@@ -394,6 +397,13 @@ def test_csv_datetimes_with_a_zone_are_read_as_utc(tmp_path: Path):
     azure = _import("azure-llm", [require_shared("requests/azure_llm_2023_code.csv")], tmp_path / "a").requests
     assert r.height == 4 and r["prompt_tokens"].to_list() == [int(x["ContextTokens"]) for x in rows]
     assert r["arrival_ns"].to_list() == azure.collect()["arrival_ns"].to_list()[:4]
+
+
+def test_an_azure_time_early_in_2262_still_fits_nanoseconds(tmp_path: Path):
+    path = tmp_path / "late.csv"  # int64 nanoseconds end on 2262-04-11; January was refused as "past 2262"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2262-01-01 00:00:00,5,10\n")
+    r = _import("azure-llm", [path], tmp_path / "b").requests.collect()
+    assert r["arrival_ns"].to_list() == [int(datetime(2262, 1, 1, tzinfo=timezone.utc).timestamp()) * 10**9]
 
 
 def test_a_csv_datetime_that_is_not_a_timestamp_says_so(tmp_path: Path):

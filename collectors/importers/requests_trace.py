@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -85,8 +86,8 @@ def _result(requests: pl.DataFrame, options: ImportOptions, notes: list[str]) ->
     return imported
 
 
-LAST_NS_YEAR = 2262
-"""the first year an int64 of nanoseconds since 1970 cannot hold (it ends on 2262-04-11)"""
+LAST_NS_TIME = datetime(1970, 1, 1) + timedelta(microseconds=(2**63 - 1) // 1000)
+"""the last microsecond an int64 of nanoseconds since 1970 holds (2262-04-11 23:47:16.854775)"""
 
 
 @register("azure-llm")
@@ -98,8 +99,9 @@ def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, in
     stamp = "%Y-%m-%d %H:%M:%S%.f"
     latest = source.select(pl.col("TIMESTAMP").cast(pl.String).str.to_datetime(stamp, time_unit="us", strict=False)
                            .max()).item()
-    if latest is not None and latest.year >= LAST_NS_YEAR:  # nanoseconds since 1970 would wrap
-        raise ConfigError(f"TIMESTAMP {latest} is past {LAST_NS_YEAR}, later than nanoseconds since 1970 hold")
+    if latest is not None and latest > LAST_NS_TIME:  # nanoseconds since 1970 would wrap
+        raise ConfigError(f"TIMESTAMP {latest} is past {LAST_NS_TIME:%Y-%m-%d %H:%M:%S}, the last time nanoseconds "
+                          "since 1970 hold")
     when = pl.col("TIMESTAMP").str.to_datetime(stamp, time_unit="ns", strict=False)
     requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when.dt.epoch("ns"), source, options)
     return _result(requests, options, ["arrival times are the trace's TIMESTAMP read as UTC"])

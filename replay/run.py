@@ -264,7 +264,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         fitted_cost, report = fit_generation(recording, iterations.collect() if iterations is not None else None,
                                              tp=rollout.tp if rollout else 1, step_weights=step_weights)
         generation = replace(fitted_cost, tp_speedup=constants["fitted_tp_speedup"])
-        notes.append(f"generation cost fitted to the trace, {report}")
+        unused = f" ({cost.profile}'s efficiencies unused)" if profile is not None else ""
+        notes.append(f"generation cost fitted to the trace, {report}{unused}")
     else:
         gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
         if spec is None or gpu is None:

@@ -30,6 +30,7 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 from rltrace import calibration
+from rltrace.cli.calibrate_cmd import fitted_cost
 from rltrace.errors import ConfigError
 
 
@@ -150,14 +151,31 @@ def _gemms(latency_ms: float, dtype: str = "bfloat16", device: str = "NVIDIA H10
                          "k": [4096, 4096], "latency": [latency_ms, latency_ms * 50]})
 
 
+def _vidur(tp: int = 1, tokens: int = 4096, pre_proj_ms: float = 0.3) -> pl.DataFrame:
+    ops = {f"time_stats.{op}.median": [0.3, 0.3] for op in ("attn_pre_proj", "attn_post_proj", "mlp_up_proj",
+                                                             "mlp_down_proj")}
+    ops["time_stats.attn_pre_proj.median"] = [0.3, pre_proj_ms]
+    return pl.DataFrame({"num_tokens": [tokens, 1], "num_tensor_parallel_workers": tp, **ops})
+
+
 @pytest.mark.parametrize(("name", "content", "gpu", "message"), [
     ("vidur_llama-2-7b_mlp.csv", "", "H100", "not a readable kernel table"),
     ("vidur_llama-2-7b_mlp.csv", "a,b\n1,2\n", "H100", "not a readable kernel table"),
     ("aic_gemm_perf.parquet", "not parquet", "H100", "not a readable kernel table"),
     ("aic_gemm_perf.parquet", _gemms(0.05).drop("latency"), "H100", "not a readable kernel table"),
     ("aic_gemm_perf.parquet", _gemms(0.05, dtype="fp8"), "H100", "no kernels the fit reads"),
-    ("aic_gemm_perf.parquet", _gemms(-0.05), "H100", "kernel time(s) are not positive numbers"),
-    ("aic_gemm_perf.parquet", _gemms(0.0), "H100", "kernel time(s) are not positive numbers"),
+    ("aic_gemm_perf.parquet", _gemms(-0.05), "H100", "column 'latency', data row 0: -0.05 is not a positive number"),
+    ("aic_gemm_perf.parquet", _gemms(0.0), "H100", "column 'latency', data row 0: 0.0 is not a positive number"),
+    # each fitted without a word: a negative TP (then refused by the profile's own loader), negative token counts
+    # (every kernel classed memory-bound), one op's negative time inside a positive sum
+    ("vidur_llama-2-7b_mlp.csv", _vidur(tp=-2), "H100",
+     "column 'num_tensor_parallel_workers', data row 0: -2 is not a positive number"),
+    ("vidur_llama-2-7b_mlp.csv", _vidur(tp=0), "H100",
+     "column 'num_tensor_parallel_workers', data row 0: 0 is not a positive number"),
+    ("vidur_llama-2-7b_mlp.csv", _vidur(tokens=-4096), "H100",
+     "column 'num_tokens', data row 0: -4096 is not a positive number"),
+    ("vidur_llama-2-7b_mlp.csv", _vidur(pre_proj_ms=-0.01), "H100",
+     "column 'time_stats.attn_pre_proj.median', data row 1: -0.01 is not a positive number"),
     ("aic_gemm_perf.parquet", _gemms(0.05), "H200", "measured on NVIDIA H100 80GB HBM3, not H200"),
     ("aic_gemm_perf.parquet", _gemms(0.05, device="NVIDIA H200"), "H20", "measured on NVIDIA H200, not H20"),
     ("aic_gemm_perf.parquet", _gemms(0.012, device=""), "A100", "x A100's datasheet bound: timed on another part"),
@@ -168,6 +186,43 @@ def test_bad_kernel_tables_are_one_line_and_exit_2(tmp_path: Path, name: str, co
     done = run_cli("calibrate", "--tables", str(folder), "--gpu", gpu, "-o", str(tmp_path / "p.toml"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "p.toml").exists()
+
+
+@pytest.mark.parametrize(("row", "printed"), [
+    ({"overhead_base_s": 0.0019, "overhead_per_seq_s": 74e-6, "bytes_per_s": None}, "1.9 ms + 74 us x batch"),
+    ({"overhead_base_s": 0.0039, "overhead_per_seq_s": None, "bytes_per_s": 2.6e9}, "3.9 ms + 2.6 GB/s"),
+    ({"overhead_base_s": None, "overhead_per_seq_s": None, "bytes_per_s": None}, ""),  # a kernel row: its efficiency
+])
+def test_engine_and_collective_rows_print_what_they_fitted(row: dict[str, float | None], printed: str) -> None:
+    """The table printed "efficiency 1.000" for them: the figures the docs quote were only in the file."""
+    assert fitted_cost(row) == printed
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tables", "T", "--engine", "vllm"], "--engine applies with --device, not --tables: drop it"),
+    (["--tables", "T", "--ranks", "4"], "--ranks applies with --device, not --tables: drop it"),
+    (["--tables", "T", "--model", "Qwen2.5-7B"], "--model applies with --device, not --tables: drop it"),
+    (["--device", "cpu", "--gpu", "A100"], "--gpu applies with --tables (--device measures its own device): drop it"),
+])
+def test_an_option_of_the_other_mode_is_refused_not_ignored(tmp_path: Path, args: list[str], message: str) -> None:
+    done = run_cli("calibrate", *args, "-o", str(tmp_path / "p.toml"))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "p.toml").exists()
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    (["config.json"], "holds no weights (*.safetensors or pytorch_model*.bin) beside its config.json"),
+    (["config.json", "model.safetensors"], "holds no tokenizer (tokenizer.json, tokenizer.model or vocab.json)"),
+])
+def test_an_engine_model_folder_without_weights_or_tokenizer_is_refused_before_measuring(
+        tmp_path: Path, files: list[str], message: str) -> None:
+    """It was a 79-line traceback from vLLM's tokenizer, after half a minute of measuring kernels."""
+    for name in files:
+        (tmp_path / name).write_text("{}")
+    done = run_cli("calibrate", "--device", "cpu", "--model", str(tmp_path / "config.json"), "--engine", "vllm",
+                   "-o", str(tmp_path / "p.toml"))
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(("figure", "value", "message"), [
@@ -230,6 +285,9 @@ def test_calibrate_writes_a_profile_that_estimate_and_replay_use(tmp_path, profi
     kernels = run_cli("replay", "-s", "disagg-sync", "--steps", "1", "--gpu", "H100", "--set", f"cost.profile={out}",
                       "--set", "cost.generation=kernels")  # it said "efficiencies from" the profile it did not use
     assert kernels.returncode == 0 and "h100.parquet's efficiencies unused" in kernels.stdout, kernels.stderr
+    fitted_to_trace = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--set", f"cost.profile={out}")
+    assert fitted_to_trace.returncode == 0, fitted_to_trace.stderr  # it said nothing of the profile
+    assert "h100.parquet's efficiencies unused" in fitted_to_trace.stdout
     # the same profile as a calibration file: the same rows, and a run names it with its version and digest
     toml = tmp_path / "h100.toml"
     assert run_cli("calibrate", "--tables", tables, "-o", str(toml)).returncode == 0

@@ -154,11 +154,14 @@ def test_an_engine_calibrated_cpu_profile_lowers_the_replay_error_on_the_tiny_rl
     model = tiny_model(tmp_path / "model")
     out = tmp_path / "cpu.parquet"
     result = run_cli("calibrate", "--device", "cpu", "--model", str(model / "config.json"), "--engine", "vllm",
-                     "-o", str(out), env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}, timeout=600)
+                     "-o", str(out), "--json", env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     profile = load_profile(out)
     engine = profile.filter(pl.col("regime") == "engine")
     assert engine.height == 1 and engine["overhead_base_s"][0] > 0
+    printed = json.loads(result.stdout)  # vLLM's own log lines (half of stdout) go to stderr
+    engine_rows = [row["overhead_base_s"] for row in printed if row["regime"] == "engine"]
+    assert engine_rows == engine["overhead_base_s"].to_list()
     profile.filter(pl.col("regime") != "engine").write_parquet(tmp_path / "kernels.parquet")
     bundle = rltrace.open(sample_path("tiny_rl_cpu"))
     before = as_recorded_error(bundle, CostConfig(generation="roofline", profile=str(tmp_path / "kernels.parquet")))

@@ -87,8 +87,11 @@ def fit_rows(frame: pl.DataFrame, source: str, gpu: str, *, cap: bool = False) -
         pl.col("kernels").cast(pl.Int64), "median_abs_error", pl.lit(source).alias("source"))
 
 
+_VIDUR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+
 def _vidur(path: Path, model: ModelSpec, gpu: GPUSpec) -> pl.DataFrame:
-    ops = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
+    ops = _VIDUR_OPS
     linear = model.layer_params - 2 * model.hidden  # the four projections; norms are not GEMMs
     frame = pl.read_csv(path).select(
         pl.col("num_tokens").alias("tokens"), pl.col("num_tensor_parallel_workers").alias("tp"),
@@ -124,6 +127,31 @@ def _aic_attention(path: Path, gpu: GPUSpec) -> pl.DataFrame:
     )
 
 
+POSITIVE_COLUMNS = {
+    "vidur_llama-2-7b_mlp.csv": ("num_tokens", "num_tensor_parallel_workers",
+                                 *(f"time_stats.{op}.median" for op in _VIDUR_OPS)),
+    "aic_gemm_perf.parquet": ("m", "n", "k", "latency"),
+    "aic_generation_attention_perf.parquet": ("batch_size", "step", "num_key_value_heads", "head_dim", "latency"),
+}
+"""each kernel table's shapes and times, which must be positive numbers where given (a null row is skipped)"""
+
+
+def _check_positive(path: Path, columns: tuple[str, ...]) -> None:
+    """A ConfigError naming the first shape or time in ``columns`` of ``path`` that is not a positive number: a
+    negative token count or TP, or one negative op time among four, would otherwise be fitted without a word."""
+    frame = (pl.scan_csv(path) if path.suffix == ".csv" else pl.scan_parquet(path))
+    present = [c for c in columns if c in frame.collect_schema()]  # a missing one: the conversion names it
+    if not present:
+        return
+    bad = (frame.select(present).with_row_index("row")
+           .filter(pl.any_horizontal(~(pl.col(c).cast(pl.Float64) > 0) & pl.col(c).is_not_null() for c in present))
+           .head(1).collect())
+    if bad.height:
+        first = next(c for c in present if not (bad[c][0] is None or bad[c][0] > 0))
+        raise ConfigError(f"{path}, column {first!r}, data row {bad['row'][0]:,}: {bad[first][0]} is not a positive "
+                          "number")
+
+
 def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
     """The public kernel tables in ``directory`` converted to measured-kernel rows (source, tp, regime,
     bound_s, measured_s): the same rows ``rltrace calibrate --device`` measures, so both fit the same way."""
@@ -143,6 +171,7 @@ def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:
         if (root / name).exists():
             _check_device(root / name, spec)
             try:
+                _check_positive(root / name, POSITIVE_COLUMNS[name])
                 rows = convert(root / name)
             except (OSError, pl.exceptions.PolarsError) as e:  # the reader's words: what is wrong with the table
                 raise ConfigError(f"{root / name}: not a readable kernel table "

@@ -27,6 +27,7 @@ import os
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -146,15 +147,18 @@ def engine_overhead(model_dir: Path, spec: GPUSpec, model: ModelSpec, profile: p
               enforce_eager=True, seed=0)
     params = SamplingParams(max_tokens=ENGINE_TOKENS, ignore_eos=True, temperature=1.0)
     prompt = TokensPrompt(prompt_token_ids=list(range(1, 17)))
-    llm.generate([prompt], params, use_tqdm=False)  # warm-up: first-request compilation and allocation
     batches, per_iteration = np.array(ENGINE_BATCHES, dtype=float), []
-    for batch in ENGINE_BATCHES:
-        runs = []
-        for _ in range(ENGINE_REPEATS):  # the fastest of a few: other load is not the engine
-            t0 = time.perf_counter()
-            llm.generate([prompt] * batch, params, use_tqdm=False)
-            runs.append((time.perf_counter() - t0) / ENGINE_TOKENS)
-        per_iteration.append(min(runs))
+    try:
+        llm.generate([prompt], params, use_tqdm=False)  # warm-up: first-request compilation and allocation
+        for batch in ENGINE_BATCHES:
+            runs = []
+            for _ in range(ENGINE_REPEATS):  # the fastest of a few: other load is not the engine
+                t0 = time.perf_counter()
+                llm.generate([prompt] * batch, params, use_tqdm=False)
+                runs.append((time.perf_counter() - t0) / ENGINE_TOKENS)
+            per_iteration.append(min(runs))
+    finally:
+        _shut_down(llm)
     measured = np.array(per_iteration)
     kernels = np.array([roof.decode(int(b), 16 + ENGINE_TOKENS / 2).seconds for b in batches])
     base, slope = np.linalg.lstsq(np.column_stack([np.ones_like(batches), batches]), measured - kernels, rcond=None)[0]
@@ -166,6 +170,15 @@ def engine_overhead(model_dir: Path, spec: GPUSpec, model: ModelSpec, profile: p
                          "source": [f"vLLM engine on {spec.name}, batches {list(ENGINE_BATCHES)}"],
                          "overhead_base_s": [base], "overhead_per_seq_s": [slope]},
                         schema_overrides={"tp": pl.Int32, "kernels": pl.Int64})
+
+
+def _shut_down(llm: Any) -> None:
+    """Stop a vLLM engine's process now rather than at the interpreter's exit, where its client logs the engine's
+    death ("engine core exited unexpectedly") to standard output after the command printed its result. A
+    ``LLM`` without the V1 engine client's ``shutdown`` is left to its own exit."""
+    shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
+    if callable(shutdown):
+        shutdown()
 
 
 COLLECTIVE_SIZES = (1 << 16, 1 << 20, 1 << 24, 1 << 26)

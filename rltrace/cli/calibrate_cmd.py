@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,7 +13,7 @@ from rich.table import Table
 from rltrace import calibration, jsontext
 from rltrace.catalog import get_model
 from rltrace.cli.extras import needs_torch
-from rltrace.cli.progress import stage, stderr
+from rltrace.cli.progress import stage, stderr, stdout_to_stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_LOCAL_RANKS, check_int, check_output
@@ -28,9 +28,10 @@ def calibrate(
         help="Folder of kernel tables (e.g. ../shared/data/kernels/h100).")] = None,
     device: Annotated[str | None, typer.Option(
         help="Measure the model's kernels here instead: cpu or cuda (needs torch).")] = None,
-    model: Annotated[str, typer.Option(
-        help="With --device: catalog model or config.json whose kernels to measure.")] = "Qwen2.5-7B",
-    gpu: Annotated[str, typer.Option(help="With --tables: GPU kind the tables were measured on.")] = "H100",
+    model: Annotated[str | None, typer.Option(
+        help="With --device: catalog model or config.json whose kernels to measure [default: Qwen2.5-7B].")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="With --tables: GPU kind the tables were measured on [default: H100].")] = None,
     engine: Annotated[str | None, typer.Option(
         help="With --device: also measure a serving engine's per-iteration overhead (vllm; --model must be a model "
              "folder's config.json).")] = None,
@@ -58,6 +59,14 @@ def calibrate(
         raise ConfigError(f"--engine {engine!r}: the only engine measured is vllm")
     if (tables is None) == (device is None):
         raise ConfigError("give --tables DIR (public kernel tables) or --device cpu|cuda (measure here), one of them")
+    # an option of the other mode would be ignored without a word
+    other = ([("--gpu", gpu)] if device is not None else
+             [("--model", model), ("--engine", engine), ("--ranks", ranks if ranks > 1 else None)])
+    for flag, value in other:
+        if value is not None:
+            mode = "--tables (--device measures its own device)" if device is not None else "--device, not --tables"
+            raise ConfigError(f"{flag} applies with {mode}: drop it")
+    model_name, gpu_name = model or "Qwen2.5-7B", gpu or "H100"
     if device is not None:
         if device not in ("cpu", "cuda"):
             raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
@@ -67,28 +76,27 @@ def calibrate(
 
         engine_dir = None
         if engine is not None:
-            if not Path(model).is_file():
-                raise ConfigError("--engine vllm needs --model PATH/config.json of a model folder with its weights")
-            engine_dir = Path(model).parent
-        with stage(stderr(), f"measuring {model}'s kernels on {device}"):
-            profile, kernels = calibrate_device(get_model(model), device, engine_dir, ranks)
+            engine_dir = model_folder(Path(model_name))
+        # vLLM logs to stdout (its engine process too): the result alone goes there
+        with stage(stderr(), f"measuring {model_name}'s kernels on {device}"), stdout_to_stderr():
+            profile, kernels = calibrate_device(get_model(model_name), device, engine_dir, ranks)
         if kernels_out is not None:
             kernels.write_parquet(kernels_out)
         name = profile["gpu"][0]
     else:
         assert tables is not None
-        profile, name = fit_kernel_tables(tables, gpu), gpu
+        profile, name = fit_kernel_tables(tables, gpu_name), gpu_name
         if kernels_out is not None:  # the public tables converted once to measured-kernel rows
-            kernel_tables(tables, gpu).write_parquet(kernels_out)
+            kernel_tables(tables, gpu_name).write_parquet(kernels_out)
     output.parent.mkdir(parents=True, exist_ok=True)
     if output.suffix == ".toml":
         if device is not None:
-            command = shlex.join(["rltrace", "calibrate", "--device", device, "--model", model,
+            command = shlex.join(["rltrace", "calibrate", "--device", device, "--model", model_name,
                                   *(["--engine", engine] if engine else []),
                                   *(["--ranks", str(ranks)] if ranks > 1 else [])])
             data = f"kernels measured on {device} by the command in 'fit'"
         else:
-            command = shlex.join(["rltrace", "calibrate", "--tables", str(tables), "--gpu", gpu])
+            command = shlex.join(["rltrace", "calibrate", "--tables", str(tables), "--gpu", gpu_name])
             data = f"the kernel tables in {tables}"
         header = (f"Efficiency profile for {name}, written by `{command}`.\n"
                   "Load it with `rltrace estimate --profile FILE` or `rltrace replay --set cost.profile=FILE`.")
@@ -99,9 +107,44 @@ def calibrate(
         print(jsontext.dumps(profile.to_dicts(), indent=2))
         return
     table = Table(title=f"Efficiency profile ({name}) -> {output}", title_justify="left")
-    for col in ("source", "tp", "regime", "efficiency", "kernels", "median error"):
-        table.add_column(col, justify="left" if col in ("source", "regime") else "right")
+    for col in ("source", "tp", "regime", "efficiency", "fitted cost", "kernels", "median error"):
+        table.add_column(col, justify="left" if col in ("source", "regime", "fitted cost") else "right")
     for row in profile.iter_rows(named=True):
-        table.add_row(row["source"], str(row["tp"]), row["regime"], f"{row['efficiency']:.3f}", f"{row['kernels']:,}",
-                      f"{row['median_abs_error']:.1%}")
+        cost = fitted_cost(row)
+        table.add_row(row["source"], str(row["tp"]), row["regime"], "-" if cost else f"{row['efficiency']:.3f}",
+                      cost or "-", f"{row['kernels']:,}", f"{row['median_abs_error']:.1%}")
     print_table(stdout_console(), table)
+
+
+WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
+TOKENIZERS = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def model_folder(config: Path) -> Path:
+    """The folder of ``config`` (a model's config.json) when it holds what a vLLM engine loads: weights and a
+    tokenizer; else a ConfigError naming what is missing (found only after the kernels' measurement, as a
+    traceback)."""
+    if not config.is_file():
+        raise ConfigError("--engine vllm needs --model PATH/config.json of a model folder with its weights")
+    folder = config.parent
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHTS):
+        raise ConfigError(f"--engine vllm: {folder} holds no weights ({_either(WEIGHTS)}) beside its config.json")
+    if not any((folder / name).is_file() for name in TOKENIZERS):
+        raise ConfigError(f"--engine vllm: {folder} holds no tokenizer ({_either(TOKENIZERS)}) beside its "
+                          "config.json")
+    return folder
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+
+
+def fitted_cost(row: dict[str, Any]) -> str:
+    """What an engine or collective row fitted instead of an efficiency, as the docs quote it ("1.9 ms + 74 us x
+    batch", "3.9 ms + 2.6 GB/s"); empty for a kernel row."""
+    base = row.get("overhead_base_s")
+    if base is None:
+        return ""
+    if row.get("bytes_per_s") is not None:
+        return f"{base * 1e3:.3g} ms + {row['bytes_per_s'] / 1e9:.3g} GB/s"
+    return f"{base * 1e3:.3g} ms + {(row.get('overhead_per_seq_s') or 0.0) * 1e6:.3g} us x batch"

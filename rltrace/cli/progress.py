@@ -10,6 +10,7 @@ bad input after a quick first stage still prints one line on stderr, the error.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -138,3 +139,19 @@ class Bar:
             self._bar.__exit__(None, None, None)
         elif exc[0] is None and self._heart is not None and (self._heart.started or self.announce):
             say(self.err, f"{self.text}: {self._count()}, done in {time.perf_counter() - self.started:.1f} s")
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Within the block, whatever writes to this process's standard output goes to stderr instead: a library's log
+    handler bound to ``sys.stdout`` (vLLM's), a child process it spawns. Standard output keeps only the command's
+    own result, so ``--json`` prints JSON alone."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

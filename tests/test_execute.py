@@ -99,6 +99,14 @@ def test_replay_execute_on_the_tiny_rl_sample(tmp_path: Path) -> None:
     assert metrics["execution"]["phases"]["kernels"]["modelled_s"] is None
 
 
+def test_one_rank_says_it_executes_no_collective_or_weight_sync() -> None:
+    """The table ended at the kernels, titled "1 ranks", with no word on the phases it left out."""
+    result = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--execute", "--ranks", "1", "--layers", "1")
+    assert result.returncode == 0, result.stderr
+    assert "cpu, 1 rank," in result.stdout and "weight_sync" not in result.stdout
+    assert "note: on 1 rank no collective or weight sync is executed (give --ranks 2 or more)" in result.stdout
+
+
 def _not_json(word: str) -> None:
     raise ValueError(f"{word} is not JSON")
 

@@ -240,8 +240,9 @@ def replay(
 
 
 def _print_execution(name: str, summary: dict[str, Any]) -> None:
-    table = Table(title=f"Executed vs modelled ({name}; {summary['device']}, {summary['ranks']} ranks, kernel times "
-                        f"x{summary['layer_scale']:g} for the model's depth)", title_justify="left")
+    ranks = summary["ranks"]
+    table = Table(title=f"Executed vs modelled ({name}; {summary['device']}, {ranks} rank{'s' * (ranks != 1)}, kernel "
+                        f"times x{summary['layer_scale']:g} for the model's depth)", title_justify="left")
     for col in ("phase", "modelled s", "measured s", "measured / modelled"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     for phase, t in summary["phases"].items():
@@ -250,6 +251,8 @@ def _print_execution(name: str, summary: dict[str, Any]) -> None:
         table.add_row(phase, f"{modelled:.4g}" if known else "-", f"{t['measured_s']:.4g}",
                       f"{t['measured_s'] / modelled:.2f}" if known else "-")
     print_table(stdout_console(), table)
+    if ranks < 2:  # the table would end at the kernels with no word on the rest
+        print("note: on 1 rank no collective or weight sync is executed (give --ranks 2 or more)")
 
 
 def _print_table(results: dict[str, RunResult], notes: list[str], output: Path | None, dashboard: Path | None) -> None:

@@ -39,7 +39,7 @@ def _flush_on_sigterm() -> None:
             # called by a handler the job installed later, as the "previous" one it chains to: the default it
             # replaced is not callable, so the job's handler would have called nothing, and its shutdown goes on
             return
-        recorder.stop()
+        recorder.stop_at_exit()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -57,7 +57,7 @@ def _flush_at_child_exit(_token: object) -> None:
     # multiprocessing children started by fork (and forkserver) leave through os._exit, skipping atexit; their
     # bootstrap clears the finalizer registry first, then runs after-fork callbacks like this one, and runs
     # the finalizers registered here on the way out.
-    multiprocessing.util.Finalize(None, recorder.stop, exitpriority=100)
+    multiprocessing.util.Finalize(None, recorder.stop_at_exit, exitpriority=100)
 
 
 def boot() -> None:
@@ -68,7 +68,7 @@ def boot() -> None:
     try:
         recorder.start(root)
         install_collectors()
-        atexit.register(recorder.stop)
+        atexit.register(recorder.stop_at_exit)
         multiprocessing.util.register_after_fork(_FORK_TOKEN, _flush_at_child_exit)
         _flush_on_sigterm()
     except Exception as e:  # noqa: BLE001 - recording must never stop the job from starting

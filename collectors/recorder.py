@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures.thread  # noqa: F401
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -99,8 +100,16 @@ class Recorder:
         self._errors, self._reported = {}, set()
         self._open_shard()
 
-    def stop(self) -> None:
-        """Flush everything and stop the flush thread (idempotent); say on stderr what could not be kept."""
+    def stop(self, *, at_exit: bool = False) -> None:
+        """Flush everything and stop the flush thread (idempotent); say on stderr what could not be kept. A SIGINT
+        that arrives meanwhile waits for the flush (torch's spawned ranks get one when their launcher dies, often
+        while they exit): then it is raised, or at exit (``at_exit``: the process is ending anyway) dropped."""
+        with _sigint_held() as held:
+            self._stop_and_flush()
+        if held and not at_exit:
+            raise KeyboardInterrupt
+
+    def _stop_and_flush(self) -> None:
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -301,12 +310,34 @@ def start(root: str | os.PathLike[str]) -> Recorder:
     return _current
 
 
-def stop() -> None:
-    """Flush and stop this process's recorder."""
+def stop(*, at_exit: bool = False) -> None:
+    """Flush and stop this process's recorder (``at_exit``: see :meth:`Recorder.stop`)."""
     global _current
     if _current is not None:
-        _current.stop()
+        _current.stop(at_exit=at_exit)
         _current = None
+
+
+def stop_at_exit() -> None:
+    """:func:`stop` as the process ends (atexit, a child's exit, before a SIGTERM death)."""
+    stop(at_exit=True)
+
+
+@contextmanager
+def _sigint_held() -> Iterator[list[bool]]:
+    """Within the block, a SIGINT is noted (the yielded list gets an item) instead of raising KeyboardInterrupt
+    halfway through a flush, which lost the rows it held and printed a traceback into the job's stderr. Only on the
+    main thread under Python's own SIGINT handler; a handler the job installed is left alone."""
+    held: list[bool] = []
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield held
+        return
+    signal.signal(signal.SIGINT, lambda *_: held.append(True))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _after_fork() -> None:

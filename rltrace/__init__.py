@@ -37,8 +37,8 @@ if not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "r
 _STARTING_ENVIRON = dict(os.environ)
 # The signals this process started with ignored (a shell's background job starts with SIGINT ignored): polars
 # installs its own SIGINT handler when it loads, and a handler, unlike an ignored signal, does not pass to a child.
-_STARTING_IGNORED = tuple(s for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM)
-                          if signal.getsignal(s) is signal.SIG_IGN)
+_STARTING_IGNORED = tuple(s for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1,
+                                       signal.SIGUSR2) if signal.getsignal(s) is signal.SIG_IGN)
 
 _EXPORTS = {
     "__version__": ("rltrace.version", "__version__"),  # reads the package metadata: 19 ms a recorded process

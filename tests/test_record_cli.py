@@ -97,6 +97,17 @@ def test_sigterm_reaches_the_job_and_the_bundle_is_written(tmp_path: Path) -> No
     assert spans.height > 20  # flushed on SIGTERM, not only what the last periodic flush wrote
 
 
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1])
+def test_other_signals_reach_the_job_as_if_it_ran_alone(tmp_path: Path, sig: signal.Signals) -> None:
+    """A closed ssh session's SIGHUP (or a job's own SIGUSR1) ended rltrace at once: the job ran on, never
+    signalled, and no bundle was written. The job gets it now and dies of it as it would alone."""
+    proc, _ = _start_loop(tmp_path)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, stderr
+    assert "rltrace: recorded" in stderr and rltrace.open(tmp_path / "run").spans.collect().height > 20
+
+
 def test_after_sigterm_the_bundle_waits_for_the_jobs_processes_that_outlive_it(tmp_path: Path) -> None:
     """SIGTERM ends the job's first process; its child, which no signal reached, records on for a few seconds.
     record waits for it (saying so) before it merges: the child's last span is in the bundle, and no shards are
@@ -175,6 +186,7 @@ def test_bad_record_input_is_one_line(tmp_path: Path) -> None:
         (["record", "--model", "GPT-9", "--", "true"], "unknown model 'GPT-9'"),
         (["record", "-o", ".", "--force", "--", "true"], "exists and is not a trace bundle"),  # refused before it runs
         (["record", "-o", "plain", "--force", "--", "true"], "plain: exists and is not a trace bundle"),
+        (["record", "--name", "", "--", "true"], "--name must not be empty"),  # a generated id replaced it
     ]
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "x.txt").write_text("mine")

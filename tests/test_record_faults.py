@@ -223,6 +223,25 @@ def test_a_sigkilled_rank_loses_at_most_its_last_second(tmp_path: Path) -> None:
     assert json.loads(json.dumps(rltrace.open(tmp_path / "run").manifest.extra))["shards"] >= 3
 
 
+def test_a_sigint_during_the_last_flush_waits_for_it(tmp_path: Path) -> None:
+    """torch's spawned ranks get SIGINT when their launcher dies (their parent-death signal), often while they exit:
+    a KeyboardInterrupt in the recorder's exit-time flush printed "Exception ignored in atexit callback" into the
+    job's stderr and lost the rows that flush held, counting none."""
+    job = ("import atexit, os, signal, threading, time\n"
+           "from rltrace.collectors import recorder, span\n"
+           "recorder.current().flush_hooks.append(lambda: time.sleep(0.6))  # a slow last flush\n"
+           "for _ in range(5):\n"
+           "    with span('reward'):\n"
+           "        pass\n"
+           "def interrupt_soon():  # runs before the recorder's exit hook (atexit runs the newest first)\n"
+           "    threading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), signal.SIGINT)),\n"
+           "                     daemon=True).start()\n"
+           "atexit.register(interrupt_soon)\n")
+    result = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", job)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert rltrace.open(tmp_path / "run").spans.collect().height == 5
+
+
 def test_what_a_collector_cannot_record_is_said_once_and_kept_in_the_manifest(tmp_path: Path) -> None:
     # a collector whose library lacks a hook or a field (an older vLLM's request timings) calls `cannot`
     job = ("from rltrace.collectors import recorder\n"

@@ -70,8 +70,8 @@ def record(
     """Run COMMAND unchanged, recording every Python process it starts, and write a trace bundle.
 
     Requests (vLLM), collectives (torch.distributed), weight-sync flows and phase spans are captured. The
-    command's stdin, stdout, stderr and exit code pass through; SIGINT and SIGTERM reach it, and the
-    bundle is still written. A killed job's shards merge with --merge. If processes that ran torch or vLLM
+    command's stdin, stdout, stderr and exit code pass through; SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
+    SIGUSR2 reach it, and the bundle is still written. A killed job's shards merge with --merge. If processes that ran torch or vLLM
     were not recorded, one line names them and rltrace exits 3 (when the job itself exited 0).
 
     Example: rltrace record -o run -- torchrun --nproc-per-node 2 train.py
@@ -83,6 +83,8 @@ def record(
         print(f"rltrace: note: --model {clean(str(model))} does not exist yet; it is read when the job ends (a job "
               "may write it)", file=sys.stderr)
     groups = set(sync_group or [])
+    if name is not None and not name.strip():  # it was replaced by a generated id without a word
+        raise ConfigError("--name must not be empty (leave it out for a generated run id)")
     check_output(output, "-o", folder=True, bundle=True)  # before any work: under a file, not writable
     if ray_address is not None:
         check_ray_reachable(ray_address)  # the job's own ray.init() would otherwise fail on it
@@ -265,10 +267,18 @@ def _collect_ray(address: str, session: str, dest: Path) -> list[Any] | None:
     return nodes
 
 
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+"""signals that reach the job as if it ran alone: by default each would end rltrace and leave the job running
+unsignalled, with no bundle (a closed ssh session's SIGHUP; torchrun handles SIGHUP and SIGQUIT itself)"""
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+"""signals a terminal sends to its whole foreground process group (Ctrl-C, Ctrl-\\, a hang-up), the job included:
+there rltrace notes them and does not send a second copy"""
+
+
 def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | None = None) -> tuple[int, bool]:
-    """Run the command, forwarding SIGTERM (and SIGINT unless the terminal already delivered it); a signal rltrace
-    started with ignored the job starts with ignored too, and it is not forwarded. Returns the job's exit code and
-    whether a signal reached rltrace while it ran."""
+    """Run the command, forwarding :data:`FORWARDED` (those of :data:`TERMINAL_SIGNALS` unless the terminal already
+    delivered them); a signal rltrace started with ignored the job starts with ignored too, and it is not
+    forwarded. Returns the job's exit code and whether a signal reached rltrace while it ran."""
     ignored = rltrace._STARTING_IGNORED
     for s in ignored:  # ignored again here (polars' handler replaced it), so the job starts with them ignored
         signal.signal(s, signal.SIG_IGN)
@@ -291,10 +301,11 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
         nonlocal signalled
         signalled = True
 
-    forwarded = [s for s in (signal.SIGINT, signal.SIGTERM) if s not in ignored]  # an ignored one stays ignored
+    forwarded = [s for s in FORWARDED if s not in ignored]  # an ignored one stays ignored
     previous = {s: signal.getsignal(s) for s in forwarded}
+    at_terminal = _terminal_delivers_sigint()
     for s in forwarded:
-        signal.signal(s, noted if s == signal.SIGINT and _terminal_delivers_sigint() else forward)
+        signal.signal(s, noted if s in TERMINAL_SIGNALS and at_terminal else forward)
     if watcher is not None:
         watcher.root_pid = child.pid
         watcher.start()

@@ -92,8 +92,10 @@ class ReportConfig:
     time_bins: int = 200
 
     def __post_init__(self) -> None:
-        if min(self.max_segments, self.max_instances, self.timeline_links, self.max_links, self.time_bins) < 1:
-            raise ConfigError("report limits must be positive")
+        for name in ("max_segments", "max_instances", "timeline_links", "max_links", "time_bins"):
+            if getattr(self, name) < 1:  # max_segments is the dashboard's --max-segments
+                flag = "--max-segments" if name == "max_segments" else name
+                raise ConfigError(f"{flag} must be at least 1, got {getattr(self, name)}")
 
 
 def build(runs: list[Run], bundle: Bundle | None = None, baseline: str | None = None,

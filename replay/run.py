@@ -291,7 +291,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         state = ModelState(params=float(spec.params), weight_bytes=float(spec.weight_bytes))
         per_gpu = state.training_bytes(cluster.train_gpus, constants)
         if per_gpu > train_gpu.memory_bytes:
-            notes.append(f"training {spec.name} on {cluster.train_gpus} {train_gpu.name}s: its weights and Adam state "
+            gpus = f"{cluster.train_gpus} {train_gpu.name}{'s' * (cluster.train_gpus != 1)}"
+            notes.append(f"training {spec.name} on {gpus}: its weights and Adam state "
                          f"alone are {per_gpu / 1e9:,.0f} GB a GPU sharded over all of them, above the "
                          f"{train_gpu.name}'s {train_gpu.memory_bytes / 1e9:.0f} GB: a real job needs more GPUs or "
                          "offloading (the replay prices the step as given)")

@@ -160,6 +160,17 @@ def renumber_steps(frame: Frame, steps: Sequence[int]) -> Frame:
         pl.col("step").replace_strict({s: i for i, s in enumerate(wanted)}, return_dtype=pl.Int32))
 
 
+def step_ranges(steps: Sequence[int]) -> str:
+    """Sorted step numbers as runs ("0..11", "3, 5..7"): a hundred steps read in one line, not a cut-off list."""
+    runs: list[list[int]] = []
+    for s in steps:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}, {b}" if b == a + 1 else f"{a}..{b}" for a, b in runs)
+
+
 def select_steps(workload: Workload, steps: Sequence[int]) -> Workload:
     """Only the recorded ``steps``, renumbered 0, 1, ... in step order: for example one setting's steps of a
     recording that alternates two settings step by step. Each step keeps what was measured in the full
@@ -167,8 +178,9 @@ def select_steps(workload: Workload, steps: Sequence[int]) -> Workload:
     present = set(workload.steps["step"].to_list())
     missing = sorted(set(steps) - present)
     if not steps or missing:
-        raise ConfigError(f"recorded steps {missing or '(none)'} are not in the bundle, whose steps are "
-                          f"{min(present)}..{max(present)}")
+        which = (f"recorded step {missing[0]} is" if len(missing) == 1 else
+                 f"recorded steps {step_ranges(missing) or '(none)'} are")
+        raise ConfigError(f"{which} not in the bundle, whose steps are {step_ranges(sorted(present))}")
     return replace(workload, samples=renumber_steps(workload.samples, steps),
                    steps=renumber_steps(workload.steps, steps))
 

@@ -134,11 +134,26 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["import", "azure-llm", str(tmp / "ok.csv"), "-o", out, "--gpu", "Z9"], "unknown GPU kind 'Z9'"),
         (["import", "azure-llm", str(tmp), "-o", out], "a folder, expected a file"),
         (["import", "mooncake", str(tmp / "file.txt"), "-o", out], "line 1 is not JSON"),
+        (["import", "azure-llm", str(tmp / "ok.csv"), "-o", out, "--time-unit", "ms"],  # read in seconds regardless
+         "--time-unit does not apply to import azure-llm (it is for csv): drop it"),
+        (["import", "kineto", str(tmp / "ok.csv"), "-o", out, "--engines", "3"],
+         "--engines does not apply to import kineto (it is for azure-llm, csv, mooncake): drop it"),
+        (["fabric", "validate", "--gpu", "H999"], "--gpu goes with --tables (the packaged sets state their own)"),
+        (["fabric", "validate", "--tables", str(tmp / "file.txt")], "file.txt: a file (--tables takes a folder"),
+        (["dashboard", str(tmp / "runs"), "-o", str(tmp / "r.html"), "--max-segments", "0"],
+         "--max-segments must be at least 1, got 0"),  # "report limits must be positive", naming no flag
         (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=H100", "--size", "0.5"], "at least 1 byte(s)"),
         (["fabric", "bench", "--topology", "nvswitch:gpus=8,gpu=H100", "--size", "1G", "--price", "cable_usd=-1"],
          "cable_usd must be a price >= 0"),
         (["fabric", "validate", "--min-size", "lots"], "--min-size 'lots'"),
         (["calibrate", "--device", "cpu", "--ranks", "0", "-o", str(tmp / "p.parquet")], "--ranks must be at least 1"),
+        # each was ignored without a word, the estimate printed as without it
+        (["estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H100", "--gpus", "4"],
+         "--gpus does not apply to estimate decode (it is for train): drop it"),
+        (["estimate", "train", "--model", "Llama-2-7B", "--gpu", "H100", "--batch", "7"],
+         "--batch does not apply to estimate train (it is for decode): drop it"),
+        (["estimate", "validate-rl", "--by", "gpu"],
+         "--by does not apply to estimate validate-rl (it is for validate)"),
         (["advise", "rollpacker_qwen7b", "--top", "0"], "--top must be at least 1"),
         (["dashboard", str(tmp / "runs"), "-o", str(tmp / "r.html")], "makespan_s must be a number, got 'lots'"),
         (["dashboard", str(tmp / "flat"), "-o", str(tmp / "r.html")],
@@ -216,7 +231,7 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "constants must be tables ([constants.NAME]), got 5"),
         (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--batch", "99999999999999999999999"],
          "--batch=99,999,999,999,999,999,999,999 is above the limit"),
-        (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--samples", "-3"],
+        (["estimate", "prefill", "--model", "Qwen2.5-7B", "--gpu", "H100", "--samples", "-3"],
          "--samples must be >= 1, got -3"),
         (["estimate", "decode", "--model", "qwen2.5-7", "--gpu", "H100"], "(nearest: Qwen2.5-7B,"),
         (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--batch", "lots"],
@@ -348,7 +363,7 @@ def test_help_shows_bracketed_toml_words() -> None:
     ("sweep", "a failed point is reported and the others go on. Writes OUT/sweep.parquet",
      "    rltrace sweep rollpacker_qwen7b --grid"),
     ("replay", "with -o, an HTML report with --dashboard", "    rltrace replay -s all --dashboard report.html"),
-    ("record", "pass through; SIGINT and SIGTERM reach it", "Example: rltrace record -o run"),
+    ("record", "pass through; SIGINT, SIGTERM", "Example: rltrace record -o run"),
 ])
 def test_help_prose_wraps_to_the_terminal_and_examples_keep_their_indent(
         command: str, sentence: str, example: str) -> None:

@@ -130,7 +130,7 @@ def test_a_cpu_recording_on_a_gpu_says_its_trainer_phases_stay_as_measured() -> 
         (["--model", "Llama-2-70B", "--gpu", "A100", "--tp", "1", "--steps", "1"], "leaves no KV cache"),
         (["--recorded-steps", "1:x"], "give START:STOP[:STRIDE]"),
         (["--recorded-steps", "3:1"], "selects no step"),
-        (["--recorded-steps", "0:40"], "recorded steps [12, 13,"),
+        (["--recorded-steps", "0:40"], "recorded steps 12..39 are not in the bundle, whose steps are 0..11"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

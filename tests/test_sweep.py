@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 from browser import open_page
 from helpers import REPO, RLTRACE, run_cli, small_config
+from rich.console import Console
 from rltrace.replay.advise import Space, advise, load_space, point_of
 from rltrace.replay.advise_verdict import bottleneck
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
@@ -29,6 +30,7 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 from rltrace.cli.sweep_cmd import print_best
+from rltrace.cli.tables import MAX_NOTES, print_notes
 from rltrace.errors import ConfigError
 from rltrace.synth import synthesize
 
@@ -373,6 +375,15 @@ def test_advise_prints_the_cheapest_configuration_meeting_the_target(tmp_path: P
                      "-o", str(tmp_path / "replays"))
     assert budget.returncode == 0 and "no configuration in the space reaches 10 samples/s within $1/h" in budget.stdout
     assert "over budget" in budget.stdout
+
+
+@pytest.mark.parametrize(("report", "last"), [(True, "note: 3 more notes in the report"), (False, "note: n8")])
+def test_notes_past_the_terminal_limit_go_to_a_report_only_where_there_is_one(report: bool, last: str) -> None:
+    """advise writes no report, yet said "2 more notes in the report": those notes were nowhere."""
+    console = Console(record=True, width=200)
+    print_notes(console, [(f"n{i}", 1) for i in range(MAX_NOTES + 3)], 1, "points", report=report)
+    lines = console.export_text().splitlines()
+    assert lines[-1] == last and len(lines) == (MAX_NOTES + 1 if report else MAX_NOTES + 3)
 
 
 COUNTS_SPACE = ('gpu = ["H100", "A100", "H20"]\n'

@@ -80,7 +80,8 @@ def measured(directory: str | Path) -> pl.DataFrame:
     """source, op, dtype, gpus, nodes, size_bytes, measured_s from whichever tables ``directory`` holds."""
     root, parts = Path(directory), []
     if not root.is_dir():
-        raise ConfigError(f"{root}: no such folder (--tables takes a folder of NCCL tables)")
+        what = "a file" if root.exists() else "no such folder"
+        raise ConfigError(f"{root}: {what} (--tables takes a folder of NCCL tables)")
     aic = root / "aic_nccl_perf.parquet"
     if aic.exists():
         frame = (read_table(aic, AIC_COLUMNS, ("num_gpus", "message_size", "latency"))

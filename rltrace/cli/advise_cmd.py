@@ -91,7 +91,8 @@ def advise_cmd(
         console.print(f"no configuration in the space reaches {target_throughput:g} samples/s"
                       + (f" within ${budget:g}/h" if budget is not None else ""), markup=False, soft_wrap=True)
     # what the replays of the designs that met the target say beside their figures (as `rltrace replay` would)
-    print_notes(console, advice.replay_notes, advice.ranked.height, "designs that met the target")
+    print_notes(console, advice.replay_notes, advice.ranked.height, "designs that met the target",
+                report=False)  # advise writes no report: every note here
     lost = pl.concat([advice.ranked.slice(top), advice.lost], how="diagonal_relaxed")
     if lost.height:
         print_table(console, _table(lost.head(15), f"Why the other {lost.height} lost (best first)", "why", "why"),

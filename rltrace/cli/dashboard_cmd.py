@@ -67,11 +67,12 @@ def dashboard(
     """
     check_output(output, "--output")
     goal = Objective(goal=objective, max_staleness=max_staleness, same_distribution=same_distribution)
+    limits = ReportConfig(max_segments=max_segments)  # before the runs are read
     err = stderr()
     with stage(err, "reading runs"):
         loaded = load_runs(runs)
         source = open_bundle(resolve_bundle(bundle)) if bundle is not None else None
     with stage(err, f"building the report of {len(loaded)} run(s)"):
-        html = build(loaded, source, baseline, ReportConfig(max_segments=max_segments), title=title, objective=goal)
+        html = build(loaded, source, baseline, limits, title=title, objective=goal)
     write_text(output, html)
     print(f"wrote {output} ({len(html) / 1e6:.1f} MB, {len(loaded)} run(s))")

@@ -14,6 +14,7 @@ from rltrace import jsontext
 from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import get_gpu, get_model, load_gpus
 from rltrace.cli.estimate_validate import show_rl_validation, show_validation
+from rltrace.cli.options import refuse_unused
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_GPUS, MAX_NEW_TOKENS, MAX_PER_STEP, MAX_TOKENS, check_int, check_output
 from rltrace.replay.costmodels import Roofline
@@ -31,7 +32,19 @@ class Kind(str, Enum):
     validate_rl = "validate-rl"
 
 
+USES: dict[Kind, set[str]] = {
+    Kind.decode: {"model", "gpu", "tp", "ep", "batch", "context", "precision", "profile"},
+    Kind.prefill: {"model", "gpu", "tp", "ep", "samples", "tokens", "prompts", "precision", "profile"},
+    Kind.train: {"model", "gpu", "tp", "ep", "context", "tokens", "gpus", "precision"},  # --tp: refused below
+    Kind.validate: {"data", "by", "points", "backend"},
+    Kind.validate_rl: {"data", "points", "backend"},
+}
+"""the options each kind reads (``--json`` every one); another given on the command line would be ignored"""
+READERS = {name: [k.value for k, names in USES.items() if name in names] for names in USES.values() for name in names}
+
+
 def estimate(
+    ctx: typer.Context,
     kind: Annotated[Kind, typer.Argument(help="decode (one iteration), prefill, train (one optimizer step), "
                                                "validate (the model against public real measurements) or "
                                                "validate-rl (described jobs against published RL runs).")],
@@ -62,7 +75,8 @@ def estimate(
         help="validate: a validation CSV (repeatable; default: the shipped sets); validate-rl: one runs CSV in "
              "the shipped set's layout.")] = None,
     by: Annotated[str, typer.Option(help="validate: slices of the error table, comma-separated (gpu, model, "
-                                         "engine, dtype, regime, origin: the source's repository).")] = (
+                                         "engine, dtype, regime, origin: the source's repository), within the "
+                                         "set and backend every table is sliced by.")] = (
         "gpu,model,dtype"),
     points: Annotated[Path | None, typer.Option(
         help="validate: also write every point, predicted and measured, to this CSV.")] = None,
@@ -89,6 +103,7 @@ def estimate(
         # a profile holds inference kernels' factors; training runs at its MFU, and the validation checks the
         # shipped calibration
         raise ConfigError(f"--profile prices decode and prefill estimates; estimate {kind.value} does not use it")
+    refuse_unused(ctx, "estimate", kind.value, READERS)
     if kind is Kind.validate:
         show_validation(data or None, [b.strip() for b in by.split(",") if b.strip()], as_json, points,
                         backends=_backends(backend) if backend is not None else None)

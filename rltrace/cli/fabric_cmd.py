@@ -108,9 +108,11 @@ def validate(
     cluster: Annotated[str | None, typer.Option(
         help="What --runs' logs do not print: nics_per_node=N,nic_gbps=G[,network=ib|roce|efa|...]"
              "[,nvswitch=false][,name=CLUSTER][,gpu=KIND][,op=OP].")] = None,
-    gpu: Annotated[str, typer.Option(help="GPU kind the tables were measured on.")] = "H100",
-    min_size: Annotated[str, typer.Option(help="Summarise --tables' messages of at least this size (the packaged "
-                                               "sets print fixed size bands).")] = "64M",
+    gpu: Annotated[str | None, typer.Option(
+        help="With --tables: GPU kind the tables were measured on [default: H100].")] = None,
+    min_size: Annotated[str | None, typer.Option(
+        help="With --tables: summarise its messages of at least this size (the packaged sets print fixed size "
+             "bands) [default: 64M].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON: --tables' points if "
                                                          "given, else the multi-node runs', else (--no-multinode) "
                                                          "the packaged one-node sweeps'.")] = False,
@@ -125,7 +127,12 @@ def validate(
         raise ConfigError("nothing to validate: give --tables or leave --multinode or --one-node on")
     if runs and not multinode:
         raise ConfigError("--runs are multi-node runs: drop --no-multinode")
-    smallest = parse_size(min_size, "--min-size", minimum=0)
+    smallest = parse_size(min_size or "64M", "--min-size", minimum=0)
+    if tables is None:  # they would be ignored without a word (an unknown --gpu too)
+        given = [flag for flag, value in (("--gpu", gpu), ("--min-size", min_size)) if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]} goes with --tables (the packaged sets state their own): drop it")
+    gpu, min_size = gpu or "H100", min_size or "64M"
     if as_json and tables is not None and runs:
         raise ConfigError("--json prints one set's points: give --tables or --runs, not both")
     files = runs or [MULTINODE_CSV]

@@ -9,6 +9,7 @@ import typer
 
 from rltrace.bundle import save_bundle
 from rltrace.catalog import get_gpu
+from rltrace.cli.options import refuse_unused
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.collectors.importers import ImportOptions, importer, names
 from rltrace.collectors.importers.base import window_ns
@@ -26,7 +27,13 @@ def _mapping(text: str | None) -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in pairs}
 
 
+READERS = {"engines": ["azure-llm", "csv", "mooncake"], "window_s": ["azure-llm", "csv", "mooncake", "sglang"],
+           "map_": ["csv"], "time_unit": ["csv"]}
+"""the source kinds each request-log option applies to (the others would ignore it without a word)"""
+
+
 def import_cmd(
+    ctx: typer.Context,
     kind: Annotated[str, typer.Argument(help=f"Source kind: {', '.join(names())}.")],
     files: Annotated[list[Path], typer.Argument(help="Source files (several: one per rank, or concatenated logs).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle directory to write.")],
@@ -43,6 +50,7 @@ def import_cmd(
     Example: rltrace import azure-llm AzureLLMInferenceTrace_code.csv -o azure_code --model Llama-2-7B --gpu H100
     """
     chosen = importer(kind)
+    refuse_unused(ctx, "import", kind, READERS)
     check_output(output, "--output", folder=True, bundle=True)
     check_int("--engines", engines, 1, MAX_GPUS, what=" (a pool's most devices: the manifest's limit)")
     if window_s is not None:

@@ -71,8 +71,8 @@ def record(
 
     Requests (vLLM), collectives (torch.distributed), weight-sync flows and phase spans are captured. The
     command's stdin, stdout, stderr and exit code pass through; SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
-    SIGUSR2 reach it, and the bundle is still written. A killed job's shards merge with --merge. If processes that ran torch or vLLM
-    were not recorded, one line names them and rltrace exits 3 (when the job itself exited 0).
+    SIGUSR2 reach it, and the bundle is still written. A killed job's shards merge with --merge. If processes that
+    ran torch or vLLM were not recorded, one line names them and rltrace exits 3 (when the job itself exited 0).
 
     Example: rltrace record -o run -- torchrun --nproc-per-node 2 train.py
     """

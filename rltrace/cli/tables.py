@@ -64,9 +64,12 @@ MAX_NOTES = 6
 """distinct notes the terminal prints (the report lists every one)"""
 
 
-def print_notes(console: Console, counts: list[tuple[str, int]], total: int, what: str) -> None:
-    """The replays' notes, as `rltrace replay` prints them, each once with the share of ``what`` that gave it."""
-    for note, count in counts[:MAX_NOTES]:
+def print_notes(console: Console, counts: list[tuple[str, int]], total: int, what: str, *,
+                report: bool = True) -> None:
+    """The replays' notes, as `rltrace replay` prints them, each once with the share of ``what`` that gave it: the
+    first :data:`MAX_NOTES` when a report lists them all (``report``), else every one."""
+    shown = counts[:MAX_NOTES] if report else counts
+    for note, count in shown:
         console.print(f"note: {note}" + (f" ({count} of {total} {what})" if count < total else ""), markup=False)
-    if len(counts) > MAX_NOTES:
-        console.print(f"note: {len(counts) - MAX_NOTES} more notes in the report", markup=False)
+    if len(counts) > len(shown):
+        console.print(f"note: {len(counts) - len(shown)} more notes in the report", markup=False)

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rltrace.table_names import TABLE_NAMES
@@ -314,8 +315,10 @@ def stop(*, at_exit: bool = False) -> None:
     """Flush and stop this process's recorder (``at_exit``: see :meth:`Recorder.stop`)."""
     global _current
     if _current is not None:
-        _current.stop(at_exit=at_exit)
-        _current = None
+        try:
+            _current.stop(at_exit=at_exit)
+        finally:  # a KeyboardInterrupt it raises leaves no stopped recorder behind for the next start
+            _current = None
 
 
 def stop_at_exit() -> None:
@@ -325,15 +328,22 @@ def stop_at_exit() -> None:
 
 @contextmanager
 def _sigint_held() -> Iterator[list[bool]]:
-    """Within the block, a SIGINT is noted (the yielded list gets an item) instead of raising KeyboardInterrupt
-    halfway through a flush, which lost the rows it held and printed a traceback into the job's stderr. Only on the
-    main thread under Python's own SIGINT handler; a handler the job installed is left alone."""
+    """Within the block, a first SIGINT is noted (the yielded list gets an item) instead of raising KeyboardInterrupt
+    halfway through a flush, which lost the rows it held and printed a traceback into the job's stderr; a second one
+    raises as usual (a flush that hangs can still be interrupted). Only on the main thread under Python's own
+    SIGINT handler; a handler the job installed is left alone."""
     held: list[bool] = []
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield held
         return
-    signal.signal(signal.SIGINT, lambda *_: held.append(True))
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        if held:
+            signal.default_int_handler(signum, frame)
+        held.append(True)
+
+    signal.signal(signal.SIGINT, note)
     try:
         yield held
     finally:

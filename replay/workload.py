@@ -180,7 +180,7 @@ def select_steps(workload: Workload, steps: Sequence[int]) -> Workload:
     if not steps or missing:
         which = (f"recorded step {missing[0]} is" if len(missing) == 1 else
                  f"recorded steps {step_ranges(missing) or '(none)'} are")
-        raise ConfigError(f"{which} not in the bundle, whose steps are {step_ranges(sorted(present))}")
+        raise ConfigError(f"{which} not in the bundle, whose steps are {step_ranges(sorted(present)) or '(none)'}")
     return replace(workload, samples=renumber_steps(workload.samples, steps),
                    steps=renumber_steps(workload.steps, steps))
 

@@ -194,7 +194,8 @@ def test_bad_kernel_tables_are_one_line_and_exit_2(tmp_path: Path, name: str, co
     ({"overhead_base_s": None, "overhead_per_seq_s": None, "bytes_per_s": None}, ""),  # a kernel row: its efficiency
 ])
 def test_engine_and_collective_rows_print_what_they_fitted(row: dict[str, float | None], printed: str) -> None:
-    """The table printed "efficiency 1.000" for them: the figures the docs quote were only in the file."""
+    """What the calibrate table prints in its fitted-cost column; it printed "efficiency 1.000" for these rows, and
+    the figures the docs quote were only in the file."""
     assert fitted_cost(row) == printed
 
 
@@ -211,8 +212,9 @@ def test_an_option_of_the_other_mode_is_refused_not_ignored(tmp_path: Path, args
 
 
 @pytest.mark.parametrize(("files", "message"), [
-    (["config.json"], "holds no weights (*.safetensors or pytorch_model*.bin) beside its config.json"),
-    (["config.json", "model.safetensors"], "holds no tokenizer (tokenizer.json, tokenizer.model or vocab.json)"),
+    (["config.json"], "holds no weights (*.safetensors, *.bin or *.pt) beside its config.json"),
+    (["config.json", "model.safetensors"],
+     "holds no tokenizer (tokenizer.json, tokenizer.model, vocab.json or tekken.json)"),
 ])
 def test_an_engine_model_folder_without_weights_or_tokenizer_is_refused_before_measuring(
         tmp_path: Path, files: list[str], message: str) -> None:

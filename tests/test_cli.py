@@ -489,3 +489,14 @@ def test_piped_dashboard_and_validations_say_what_they_are_doing(tmp_path: Path)
         assert done.returncode == 0, done.stderr
         assert re.search(rf"^rltrace: {re.escape(text)}: done in \d+\.\d s$", done.stderr, re.MULTILINE), (
             args, done.stderr)
+
+
+@pytest.mark.parametrize(("redirect", "stdout"), [("", "after\n"), (">&-", "")])
+def test_stdout_to_stderr_keeps_stdout_for_the_result_even_when_closed(redirect: str, stdout: str) -> None:
+    """What a library writes to fd 1 inside the block (vLLM's log lines under `calibrate --json`) goes to stderr; a
+    closed stdout (`>&-`, where Python sets sys.stdout None) failed with an AttributeError and now stays closed."""
+    code = ("import os\nfrom rltrace.cli.progress import stdout_to_stderr\n"
+            "with stdout_to_stderr():\n    os.write(1, b'inside\\n')\nprint('after', flush=True)\n")
+    done = subprocess.run(["bash", "-c", f'"$1" -c "$0" {redirect}', code, sys.executable], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout == stdout and done.stderr == "inside\n", done.stderr

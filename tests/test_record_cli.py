@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -106,6 +109,35 @@ def test_other_signals_reach_the_job_as_if_it_ran_alone(tmp_path: Path, sig: sig
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, stderr
     assert "rltrace: recorded" in stderr and rltrace.open(tmp_path / "run").spans.collect().height > 20
+
+
+def test_a_hang_up_reaches_the_job_when_rltrace_leads_the_session(tmp_path: Path) -> None:
+    """`ssh host rltrace record ...` (a shell execs its last command) makes rltrace the session leader, which alone
+    gets the terminal's hang-up: it must pass it on, then finish the bundle and exit with the job's code without
+    failing on the dead terminal (EIO)."""
+    job = tmp_path / "job.py"
+    job.write_text("import os, signal, sys, time\n"
+                   f"signal.signal(signal.SIGHUP, lambda *_: (open({str(tmp_path / 'hup')!r}, 'w').close(), "
+                   "sys.exit(0)))\n"
+                   f"open({str(tmp_path / 'started')!r}, 'w').close()\n"
+                   "time.sleep(60)\n")
+    pid, fd = pty.fork()
+    if pid == 0:  # a new session on a new terminal, rltrace its leader
+        os.execv(RLTRACE, [RLTRACE, "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job)])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline
+        if select.select([fd], [], [], 0.2)[0]:
+            with contextlib.suppress(OSError):
+                os.read(fd, 4096)  # keep the terminal drained
+    time.sleep(1)
+    os.close(fd)  # hang up
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        assert time.monotonic() < deadline + 60, "rltrace never ended"
+        time.sleep(0.1)
+    assert (tmp_path / "hup").exists()  # the job got it
+    assert os.waitstatus_to_exitcode(done[1]) == 0  # the job's code, not 1 from writing to the dead terminal
+    assert (tmp_path / "run" / "manifest.json").is_file() and not (tmp_path / "run.shards").exists()
 
 
 def test_after_sigterm_the_bundle_waits_for_the_jobs_processes_that_outlive_it(tmp_path: Path) -> None:

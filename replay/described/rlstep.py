@@ -17,7 +17,8 @@ FP8 linear layers at the FP8 peak, expert all-to-alls for ``ep`` > 1) times the 
 (:class:`.frameworks.Calibration`); pipeline parallelism adds its 1F1B bubble, ``(pp - 1) / m`` of the compute for
 ``m`` micro-batches a data-parallel rank runs per optimizer step. An FSDP backend adds its parameter traffic per
 micro-batch (``training.micro_batch_tokens`` packed tokens): two all-gathers and a reduce-scatter of the rank's
-shard for a forward and backward, one all-gather for a forward-only pass, over the data-parallel ranks.
+shard for a forward and backward, one all-gather for a forward-only pass, over the data- and context-parallel
+ranks.
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ class StepModel:
 
     def _fsdp_traffic(self, tokens: float, gpus: int, passes: float) -> float:
         """FSDP's parameter traffic over ``tokens`` tokens: every micro-batch all-gathers each rank's model-parallel
-        shard (BF16) over the data-parallel ranks for its forward, again for its backward, and reduce-scatters its
-        gradients (a forward-only pass: the one all-gather), not overlapped with compute; 0 for Megatron, whose
-        distributed optimizer moves them once an optimizer step (:meth:`_optimizer_step`)."""
+        shard (BF16) over the data- and context-parallel ranks for its forward, again for its backward, and
+        reduce-scatters its gradients (a forward-only pass: the one all-gather), not overlapped with compute; 0 for
+        Megatron, whose distributed optimizer moves them once an optimizer step (:meth:`_optimizer_step`)."""
         d = self.description
         group = self._shard_group(gpus)
         if self.backend != "fsdp" or group < 2:
@@ -135,8 +136,7 @@ class StepModel:
         """Ranks that hold the same parameters, so shard the gradients and optimizer state between them: the
         data-parallel ranks times the context-parallel ones (Megatron's distributed optimizer reduce-scatters over
         ``get_data_parallel_group(with_context_parallel=True)``; FSDP shards over its dp x cp mesh)."""
-        t = self.description.training
-        return max(gpus // (t.tp * t.pp), 1)
+        return self._dp(gpus) * self.description.training.cp
 
     def _shard_group_per_node(self) -> int:
         """Ranks of one :meth:`_shard_group` on one NVLink node: the model-parallel ranks (TP innermost, as Megatron

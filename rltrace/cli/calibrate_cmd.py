@@ -116,8 +116,10 @@ def calibrate(
     print_table(stdout_console(), table)
 
 
-WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
-TOKENIZERS = ("tokenizer.json", "tokenizer.model", "vocab.json")
+WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
+"""weight files a vLLM engine loads from a model folder (one of them must be there)"""
+TOKENIZERS = ("tokenizer.json", "tokenizer.model", "vocab.json", "tekken.json")
+"""tokenizer files a vLLM engine reads from a model folder (Hugging Face fast or SentencePiece, BPE, Mistral's)"""
 
 
 def model_folder(config: Path) -> Path:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -145,13 +145,25 @@ class Bar:
 def stdout_to_stderr() -> Iterator[None]:
     """Within the block, whatever writes to this process's standard output goes to stderr instead: a library's log
     handler bound to ``sys.stdout`` (vLLM's), a child process it spawns. Standard output keeps only the command's
-    own result, so ``--json`` prints JSON alone."""
-    sys.stdout.flush()
-    saved = os.dup(1)
+    own result, so ``--json`` prints JSON alone. A closed standard output (``>&-``) stays closed after the block."""
+    _flush_stdout()
     try:
-        os.dup2(2, 1)
+        saved: int | None = os.dup(1)
+    except OSError:  # fd 1 closed: what the block writes goes to stderr, and fd 1 is closed again after
+        saved = None
+    os.dup2(2, 1)
+    try:
         yield
     finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        _flush_stdout()
+        if saved is None:
+            os.close(1)
+        else:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_stdout() -> None:
+    with suppress(OSError, ValueError):  # None or closed (Python sets sys.stdout None when fd 1 was closed)
+        if sys.stdout is not None:
+            sys.stdout.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -272,7 +273,11 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 unsignalled, with no bundle (a closed ssh session's SIGHUP; torchrun handles SIGHUP and SIGQUIT itself)"""
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 """signals a terminal sends to its whole foreground process group (Ctrl-C, Ctrl-\\, a hang-up), the job included:
-there rltrace notes them and does not send a second copy"""
+there rltrace notes them and does not send a second copy (a hang-up reaches a session leader alone: rltrace run as
+one, by ``ssh host rltrace ...`` or ``setsid``, forwards it)"""
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""forwarded signals that stop a job: after one, its processes that outlive it are waited for longer, and a second
+one stops that wait (a USR signal asks a running job for something, a checkpoint, a dump)"""
 
 
 def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | None = None) -> tuple[int, bool]:
@@ -290,22 +295,26 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
         raise ConfigError(f"command not executable: {command[0]}") from None
 
     signalled = False
+    terminal_fds = [fd for fd in (1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal is no tty any more
 
     def forward(signum: int, _frame: Any) -> None:
         nonlocal signalled
-        signalled = True
+        signalled = signalled or signum in STOPPING
         if child.poll() is None:
             child.send_signal(signum)
+        if signum == signal.SIGHUP and _session_leader():
+            _leave_hung_up_terminal(terminal_fds)
 
-    def noted(_signum: int, _frame: Any) -> None:  # the terminal delivered SIGINT to the job itself
+    def noted(_signum: int, _frame: Any) -> None:  # the terminal delivered it to the job itself
         nonlocal signalled
         signalled = True
 
     forwarded = [s for s in FORWARDED if s not in ignored]  # an ignored one stays ignored
     previous = {s: signal.getsignal(s) for s in forwarded}
     at_terminal = _terminal_delivers_sigint()
+    delivered = {s for s in TERMINAL_SIGNALS if at_terminal and not (s == signal.SIGHUP and _session_leader())}
     for s in forwarded:
-        signal.signal(s, noted if s in TERMINAL_SIGNALS and at_terminal else forward)
+        signal.signal(s, noted if s in delivered else forward)
     if watcher is not None:
         watcher.root_pid = child.pid
         watcher.start()
@@ -334,7 +343,7 @@ def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: floa
               f"are still running (pid {', '.join(map(str, running))}); signal again to stop waiting",
               file=sys.stderr)
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in STOPPING}
     try:
         deadline = time.monotonic() + limit_s
         while running and not stop.wait(0.2) and time.monotonic() < deadline:
@@ -395,6 +404,22 @@ def _started_within(seconds: float) -> set[int]:
         if now - started < seconds:
             young.add(int(entry.name))
     return young
+
+
+def _leave_hung_up_terminal(fds: list[int]) -> None:
+    """A session leader's SIGHUP is its terminal hanging up: what rltrace still has to say (the summary, the
+    bundle's path) would fail there with EIO and end it before it cleans up and exits with the job's code, so its
+    standard streams ``fds`` that were that terminal go to /dev/null."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)
+
+
+def _session_leader() -> bool:
+    """Whether rltrace leads its session: a terminal's hang-up then reaches rltrace alone, not the job."""
+    return os.getsid(0) == os.getpid()
 
 
 def _terminal_delivers_sigint() -> bool:

@@ -329,6 +329,11 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     sync = [training.sync_seconds(m) for m in col("weight_sync_s")]
     measured_syncs = all(m is not None for m in col("weight_sync_s"))
     sync_fabric = "recorded" if measured_syncs else f"{training.sync_gbps:g} GB/s"
+    measured_trainer = all(m is not None for m in [*col("train_s"), *col("reference_s")])  # what the MFU prices
+    for key, all_measured in (("train_mfu", measured_trainer), ("sync_gbps", measured_syncs)):
+        if getattr(cost, key) is not None and all_measured:  # it changed nothing, and said nothing
+            what = "trainer phase" if key == "train_mfu" else "weight sync"
+            notes.append(f"cost.{key} unused: every {what} of the source was measured, and is replayed as measured")
     reward = [r or 0.0 for r in col("reward_s")]
     other = [o or 0.0 for o in col("other_s")]
     # Expert all-to-alls of the trainer spans that are modelled; a measured span holds the recorded job's own.

@@ -118,6 +118,13 @@ def test_a_cpu_recording_on_a_gpu_says_its_trainer_phases_stay_as_measured() -> 
         (["--gen-gpus", "0"], "gen_gpus must be >= 1"),
         (["--gen-gpus", "3", "--tp", "2"], "do not split into instances of tp 2"),
         (["--set", "fully-async.bogus=1", "-s", "fully-async"], "unknown key 'fully-async.bogus'"),
+        (["--set", "rollpacker.seed=-1", "-s", "rollpacker"], "rollpacker seed must be >= 0, got -1"),  # a traceback
+        (["--set", "streamrl.seed=99999999999", "-s", "streamrl"], "streamrl seed=99,999,999,999 is above the limit"),
+        # each grew until the kernel killed it, or ran on at 0 events: refused before the replay allocates
+        (["--set", "rollpacker.responses=100000", "-s", "rollpacker"],
+         "rollpacker launches 20,000,000 responses a round"),
+        (["--set", "rollart.alpha=100000", "-s", "rollart"], "rollart alpha 100,000 starts"),
+        (["--set", "fully-async.eta=100000", "-s", "fully-async"], "fully-async eta 100,000 launches"),
         (["--set", "cost.train_mfu=2"], "cost.train_mfu must be in (0, 1]"),
         (["--set", "nokey"], "expected key=value"),
         (["--gpu", "Z80"], "Z80"),
@@ -304,3 +311,16 @@ def test_replicates_asked_for_where_nothing_varies_say_so(args: list[str], said:
         assert "no spread" not in flat
     else:
         assert f"note: --replicates 5: no spread, {said}" in flat and "spread (" not in flat
+
+
+def test_a_cost_setting_the_measured_source_leaves_unused_says_so() -> None:
+    """On a recording whose trainer spans and weight syncs were all measured, cost.train_mfu and cost.sync_gbps
+    changed nothing, and nothing said so."""
+    args = ("replay", "-s", "disagg-sync", "--steps", "2", "--replicates", "0")
+    plain = run_cli(*args, "--json")
+    given = run_cli(*args, "--json", "--set", "cost.train_mfu=0.1", "--set", "cost.sync_gbps=0.5")
+    assert plain.returncode == given.returncode == 0, given.stderr
+    makespans = [json.loads(done.stdout)["disagg-sync"]["makespan_s"] for done in (plain, given)]
+    assert makespans[0] == makespans[1]
+    for key, what in (("train_mfu", "trainer phase"), ("sync_gbps", "weight sync")):
+        assert f"cost.{key} unused: every {what} of the source was measured" in given.stderr

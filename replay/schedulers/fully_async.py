@@ -33,6 +33,7 @@ from rltrace.replay.schedulers.common import (
 from rltrace.replay.schedulers.view import View
 
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_REQUESTS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +56,10 @@ class FullyAsync:
         self.config = config
 
     def start(self, sim: View) -> None:
+        ahead = self.config.eta * len(sim.jobs[0].starts(0))
+        if ahead > MAX_REQUESTS:  # each launched batch is held in memory: 100,000 of them were a kernel OOM kill
+            raise ConfigError(f"fully-async eta {self.config.eta:,} launches {ahead:,} requests ahead of the trainer, "
+                              f"above the {MAX_REQUESTS:,} a replay holds")
         self.instances = disaggregated_pools(sim, sim.jobs[0])
         self.answers = siblings(sim, sim.jobs[0])  # (step, prompt) -> its recorded responses
         self.ready: deque[int] = deque()  # finished, not yet trained on

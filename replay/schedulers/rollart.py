@@ -43,6 +43,7 @@ from rltrace.replay.schedulers.view import View
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_REQUESTS
 
 # AWS Lambda on x86: $0.0000166667 per GB-second (aws.amazon.com/lambda/pricing, 2025); a 2 GB reward function.
 SERVERLESS_USD_PER_S = 2 * 0.0000166667
@@ -112,6 +113,9 @@ class RollArt:
         else:
             sim.add_resource("reward", "cpu")
         self.batch = len(job.starts(0))
+        if self.batch * cfg.alpha > MAX_REQUESTS:  # alpha 100,000 grew without end at 0 events
+            raise ConfigError(f"rollart alpha {cfg.alpha:,} starts {self.batch * cfg.alpha:,} trajectories ahead of "
+                              f"the trainer, above the {MAX_REQUESTS:,} requests a replay holds")
         self.heads = [head for s in range(job.steps) for head in job.starts(s)]  # recorded trajectories, in order
         self.queue: deque[int] = deque(self.heads)  # not started yet
         self.prompt_heads = siblings(sim, job)  # (step, prompt) -> its recorded trajectories

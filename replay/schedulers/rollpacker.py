@@ -43,6 +43,7 @@ from rltrace.replay.schedulers.view import View
 
 from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_PER_STEP, MAX_SEED, check_int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,6 +70,7 @@ class RollPackerConfig:
     """... and after which it no longer starts"""
 
     def __post_init__(self) -> None:
+        check_int("rollpacker seed", self.seed, 0, MAX_SEED)  # numpy's generator refused a negative one in a traceback
         if self.eta < 1:
             raise ConfigError(f"rollpacker eta must be >= 1, got {self.eta}")
         if self.prompts < 0 or self.responses < 0:
@@ -147,6 +149,10 @@ class RollPacker:
         prompts, r0 = self._prompts(sim, job)
         self.p0 = self.config.prompts or max(1, round(len(prompts) / job.steps))
         self.r0 = self.config.responses or r0
+        launched = math.ceil(self.config.eta * self.p0) * math.ceil(self.config.eta * self.r0)
+        if launched > MAX_PER_STEP:  # responses = 100,000 was a kernel OOM kill
+            raise ConfigError(f"rollpacker launches {launched:,} responses a round (eta {self.config.eta:g} x "
+                              f"{self.p0:,} prompts x {self.r0:,} responses), above the {MAX_PER_STEP:,} a step holds")
         self.fresh: deque[Prompt] = deque(prompts)
         self.long: deque[Prompt] = deque()
         self.rounds = 0

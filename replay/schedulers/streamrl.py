@@ -31,6 +31,7 @@ from rltrace.replay.schedulers.predict import RecentLengths, prior_tokens
 from rltrace.replay.schedulers.view import View
 
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_SEED, check_int
 
 PAPER_RECALL = 0.87  # StreamRL's ranker: recall on the longest 20% of samples (arXiv 2504.15930)
 
@@ -53,6 +54,7 @@ class StreamRLConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_int("streamrl seed", self.seed, 0, MAX_SEED)  # numpy's generator refused a negative one in a traceback
         if self.mode not in ("sync", "async"):
             raise ConfigError("streamrl: mode is sync or async")
         if (not 0 <= self.recall <= 1 or not 0 < self.long_fraction < 1 or self.microbatches < 1

@@ -97,7 +97,7 @@ def replay(
                                                        "START:STOP[:STRIDE] (STOP excluded) or a list, e.g. 1:21:2 "
                                                        "or 2,4,6.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="key=value: cost.*, metrics.*, prices.GPU, SCHEDULER.*")] = None,
+        "--set", help="key=value: cost.*, metrics.*, prices.GPU, network.*, fast_path, SCHEDULER.*")] = None,
     topology: Annotated[str | None, typer.Option(help="Route weight syncs and training collectives through a "
                                                  "topology, e.g. fat-tree:k=16,gpu=H800 (docs/fabrics.md).")] = None,
     sync_strategy: Annotated[str | None, typer.Option(help="Weight-sync strategy on the topology: per_tensor, "

@@ -12,6 +12,7 @@ import polars as pl
 
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError, ValidationError
+from rltrace.limits import MAX_NEW_TOKENS
 from rltrace.manifest import Manifest, Pool
 from rltrace.registry import Registry
 
@@ -105,9 +106,9 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
     except pl.exceptions.PolarsError as e:  # text where a token count or a time belongs
         raise ValidationError(f"token counts and arrival times must be numbers ({str(e).splitlines()[0]})") from None
     for name in ("prompt_tokens", "output_tokens"):  # the format's int32 would refuse it, naming its own file
-        over = frame.with_row_index("row").filter(pl.col(name) > MAX_TOKENS)
+        over = frame.with_row_index("row").filter(pl.col(name) > MAX_NEW_TOKENS)
         if over.height:
-            raise ValidationError(f"{name.split('_')[0]} token counts must be at most {MAX_TOKENS:,}: row "
+            raise ValidationError(f"{name.split('_')[0]} token counts must be at most {MAX_NEW_TOKENS:,}: row "
                                   f"{over['row'][0]} has {over[name][0]:,} ({over.height:,} of {frame.height:,} rows)")
     n = frame.height
     return frame.with_columns(
@@ -119,8 +120,6 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
         pl.lit(0, pl.Int32).alias("turn"), pl.lit(0, pl.Int32).alias("num_preemptions"))
 
 
-MAX_TOKENS = 2**31 - 1
-"""largest token count: the token columns are Int32 (rltrace/schema.py)"""
 MAX_STEP = 2**31 - 1
 """largest step id: the step column is Int32 (rltrace/schema.py)"""
 NS_PER_S = 1_000_000_000

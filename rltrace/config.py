@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from rltrace.errors import ConfigError
+from rltrace.limits import MAX_SECONDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,11 +48,20 @@ def build(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     missing = [name for name in required if name not in data]
     if missing:  # in the file's terms, not the dataclass constructor's
         raise ConfigError(f"{where}: missing key {missing[0]!r}")
-    kwargs = {k: _value(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+    kwargs = {k: _field(k, hints[k], v, f"{where}.{k}") for k, v in data.items()}
     try:
         return cls(**kwargs)
     except TypeError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _field(name: str, hint: Any, value: Any, where: str) -> Any:
+    """Field ``name``'s value checked against its type, and a number in seconds (``*_s``) against the limit."""
+    typed = _value(hint, value, where)
+    if name.endswith("_s") and isinstance(typed, float) and abs(typed) > MAX_SECONDS:
+        raise ConfigError(f"{where}={typed:g} is above the limit of {MAX_SECONDS:g} "
+                          "for a value in seconds or per second")
+    return typed
 
 
 def _value(hint: Any, value: Any, where: str) -> Any:
@@ -165,7 +175,7 @@ def _replace(obj: Any, tree: dict[str, Any], where: str) -> Any:
         else:
             value, origin = sub
             origins.append(origin)
-            changes[name] = _value(hints[name], value, f"{origin}: {where}.{name}")
+            changes[name] = _field(name, hints[name], value, f"{origin}: {where}.{name}")
     try:
         return dataclasses.replace(obj, **changes)
     except TypeError as e:

@@ -44,6 +44,9 @@ MAX_TOKENS = 10**12
 """tokens one estimate prices (a trillion: past any step or prefill)"""
 MAX_EPOCHS = 1000
 """passes over a rollout batch in one RL step (PPO runs a handful)"""
+MAX_SECONDS = 1e9
+"""a duration or a rate per second in a setting (a field named ``*_s``): 1e9 s is 32 years, past any step, switch
+or transfer (1e300 s was taken and printed samples/s of 1e-297)"""
 MAX_SIGMA = 4.0
 """log-space spread of a drawn distribution (lengths, environment times): 4 puts the 99th percentile 11,000x the
 median, past any plausible workload (1e308 overflowed where the values are drawn)"""

@@ -81,6 +81,7 @@ def test_a_config_goes_to_json_and_back_unchanged() -> None:
     (['network.topology="rail:radix=3"'], "topology rail: unknown key 'radix'"),
     (['network.topology="rail:nodes=two"'], "topology rail.nodes: expected an integer"),
     (["network.topology=3"], "expected a topology spec"),
+    (["cost.train_mfu=inf"], "replay.cost.train_mfu: expected a finite number"),
 ])
 def test_bad_settings_are_one_clear_error(sets: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")) as err:
@@ -111,3 +112,14 @@ def test_a_table_missing_a_required_key_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"^jobs\[0\]: missing key 'name'$"):
         build(JobSpec, {"bundle": "rollpacker_qwen7b"}, "jobs[0]")
     assert build(JobSpec, {"name": "a", "bundle": "b"}, "jobs[0]").name == "a"
+
+
+@pytest.mark.parametrize("scheduler, key", [("colocated-sync", "to_train_s"), ("orchestrrl", "switch_s"),
+                                            ("rollart", "reward_usd_per_s")])
+def test_a_duration_past_any_run_is_refused(scheduler: str, key: str) -> None:
+    # 1e300 s was taken and printed samples/s of 1e-297; a rate per second that large is no price either
+    assert resolve([scheduler], [f"{scheduler}.{key}=1e9"]).per_scheduler[scheduler] is not None
+    message = (rf"^--set '{scheduler}\.{key}=1e300': .*{scheduler}\.{key}=1e\+300 is above the limit of 1e\+09 "
+               r"for a value in seconds or per second$")
+    with pytest.raises(ConfigError, match=message):
+        resolve([scheduler], [f"{scheduler}.{key}=1e300"])

@@ -46,10 +46,11 @@ def resolve(schedulers: list[str], sets: Iterable[str] = (), values: Mapping[str
     replay: list[Assignment] = []
     for key, value, origin in assignments:
         head, _, rest = key.partition(".")
-        if head == "prices":
-            if rest not in prices:
-                raise ConfigError(f"{origin}: unknown key {key!r}")
-            prices[rest] = check_price(key, value)
+        if head == "prices":  # GPU kinds by name, case-insensitively, as everywhere else
+            kind = next((name for name in prices if name.casefold() == rest.casefold()), None)
+            if kind is None:
+                raise ConfigError(f"{origin}: unknown key {key!r} (GPU kinds: {', '.join(sorted(prices))})")
+            prices[kind] = check_price(f"{origin}: {key}", value)
         elif head in by_scheduler and rest:
             by_scheduler[head].append((rest, value, origin))
         elif rest and head in names():

@@ -27,6 +27,11 @@ def test_schedulers_configs_come_out_as_their_dataclasses() -> None:
     assert settings.config.cost.train_mfu == 0.4 and settings.prices["H100"] == 3.0
 
 
+def test_a_price_names_its_gpu_kind_in_any_case() -> None:
+    # as --gpu h800 and rollart.prefill_gpu=h800 do; prices.h800 was an unknown key
+    assert resolve(["disagg-sync"], ["prices.h800=3.5"]).prices["H800"] == 3.5
+
+
 def test_typed_values_reach_the_config_as_they_are() -> None:
     spec = TopologySpec.parse("rail:nodes=4,gpu=H100")
     settings = resolve(["disagg-sync"], values={"network.topology": spec, "cost.sync_gbps": 25})
@@ -76,7 +81,8 @@ def test_a_config_goes_to_json_and_back_unchanged() -> None:
     (["disagg-sync.bogus=1"], "disagg-sync takes no settings"),
     (["cost.train_mfu=abc"], "replay.cost.train_mfu: expected a number, got 'abc'"),
     (["cost.train_mfu.x=1"], "unknown key 'cost.train_mfu.x'"),
-    (["prices.NOSUCH=1"], "unknown key 'prices.NOSUCH'"),
+    (["prices.NOSUCH=1"], "unknown key 'prices.NOSUCH' (GPU kinds: A100, A800, B200"),
+    (["prices.H100=-1"], "--set 'prices.H100=-1': prices.H100 must be in 0..10,000 USD per GPU-hour, got -1"),
     (['network.topology="mesh:n=3"'], "unknown topology 'mesh'"),
     (['network.topology="rail:radix=3"'], "topology rail: unknown key 'radix'"),
     (['network.topology="rail:nodes=two"'], "topology rail.nodes: expected an integer"),

@@ -140,6 +140,27 @@ def test_a_hang_up_reaches_the_job_when_rltrace_leads_the_session(tmp_path: Path
     assert (tmp_path / "run" / "manifest.json").is_file() and not (tmp_path / "run.shards").exists()
 
 
+def test_a_hang_up_after_the_job_ended_still_writes_the_bundle(tmp_path: Path) -> None:
+    """The terminal closing (or ssh's SIGHUP) once the job has ended, while rltrace writes the bundle: the default
+    action ended rltrace there (exit 129), the bundle unwritten and the shards left behind."""
+    pidfile = tmp_path / "pid"
+    job = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(1)"
+    proc = subprocess.Popen([RLTRACE, "record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", job],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    job_pid = int(pidfile.read_text())
+    while Path(f"/proc/{job_pid}").exists():  # rltrace reaps it as it ends: from here rltrace waits and merges
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert (tmp_path / "run" / "manifest.json").is_file() and not (tmp_path / "run.shards").exists()
+
+
 def test_after_sigterm_the_bundle_waits_for_the_jobs_processes_that_outlive_it(tmp_path: Path) -> None:
     """SIGTERM ends the job's first process; its child, which no signal reached, records on for a few seconds.
     record waits for it (saying so) before it merges: the child's last span is in the bundle, and no shards are

@@ -110,8 +110,10 @@ def record(
         raise
 
     watcher = reach.ReachWatcher(0, record_dir / SHARDS)
+    terminal_fds = [fd for fd in (1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal is no tty any more
+    _finish_through_hang_up(terminal_fds)  # what a hang-up does once the job has ended (_run restores it)
     try:
-        code, signalled = _run(command, env, watcher)
+        code, signalled = _run(command, env, terminal_fds, watcher)
     except ConfigError:  # the command could not start: nothing was recorded, nothing to keep
         held.release(remove=True)
         raise
@@ -280,10 +282,12 @@ STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 one stops that wait (a USR signal asks a running job for something, a checkpoint, a dump)"""
 
 
-def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | None = None) -> tuple[int, bool]:
+def _run(command: list[str], env: dict[str, str], terminal_fds: list[int],
+         watcher: reach.ReachWatcher | None = None) -> tuple[int, bool]:
     """Run the command, forwarding :data:`FORWARDED` (those of :data:`TERMINAL_SIGNALS` unless the terminal already
     delivered them); a signal rltrace started with ignored the job starts with ignored too, and it is not
-    forwarded. Returns the job's exit code and whether a signal reached rltrace while it ran."""
+    forwarded. ``terminal_fds``: rltrace's standard streams that are a terminal (left for /dev/null when it hangs
+    up). Returns the job's exit code and whether a signal reached rltrace while it ran."""
     ignored = rltrace._STARTING_IGNORED
     for s in ignored:  # ignored again here (polars' handler replaced it), so the job starts with them ignored
         signal.signal(s, signal.SIG_IGN)
@@ -295,7 +299,6 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
         raise ConfigError(f"command not executable: {command[0]}") from None
 
     signalled = False
-    terminal_fds = [fd for fd in (1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal is no tty any more
 
     def forward(signum: int, _frame: Any) -> None:
         nonlocal signalled
@@ -305,9 +308,11 @@ def _run(command: list[str], env: dict[str, str], watcher: reach.ReachWatcher | 
         if signum == signal.SIGHUP and _session_leader():
             _leave_hung_up_terminal(terminal_fds)
 
-    def noted(_signum: int, _frame: Any) -> None:  # the terminal delivered it to the job itself
+    def noted(signum: int, _frame: Any) -> None:  # the terminal delivered it to the job itself
         nonlocal signalled
         signalled = True
+        if signum == signal.SIGHUP:  # and is gone
+            _leave_hung_up_terminal(terminal_fds)
 
     forwarded = [s for s in FORWARDED if s not in ignored]  # an ignored one stays ignored
     previous = {s: signal.getsignal(s) for s in forwarded}
@@ -343,7 +348,13 @@ def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: floa
               f"are still running (pid {', '.join(map(str, running))}); signal again to stop waiting",
               file=sys.stderr)
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in STOPPING}
+
+    def stopped(signum: int, frame: Any) -> None:
+        stop.set()
+        if signum == signal.SIGHUP and callable(after := previous[signal.SIGHUP]):  # the terminal is gone: leave it too
+            after(signum, frame)
+
+    previous = {s: signal.signal(s, stopped) for s in STOPPING}
     try:
         deadline = time.monotonic() + limit_s
         while running and not stop.wait(0.2) and time.monotonic() < deadline:
@@ -404,6 +415,14 @@ def _started_within(seconds: float) -> set[int]:
         if now - started < seconds:
             young.add(int(entry.name))
     return young
+
+
+def _finish_through_hang_up(terminal_fds: list[int]) -> None:
+    """Once the job has ended, a hang-up (the terminal closed, the ssh session gone) has no job to reach, and by
+    default it would end rltrace while it waits for the job's processes or writes the bundle, leaving shards and no
+    word: it now only sends what rltrace still prints to /dev/null (a hang-up ignored at start stays ignored)."""
+    if signal.SIGHUP not in rltrace._STARTING_IGNORED:
+        signal.signal(signal.SIGHUP, lambda *_: _leave_hung_up_terminal(terminal_fds))
 
 
 def _leave_hung_up_terminal(fds: list[int]) -> None:

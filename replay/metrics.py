@@ -221,7 +221,8 @@ def compute_metrics(
         codes = gen["resource"].replace_strict({n: i for i, n in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
         start, end = gen["start_s"].to_numpy(), np.minimum(gen["end_s"].to_numpy(), makespan)
         peaks = _peak_concurrency(codes, start, end)
-        per_code = np.array([inst_of[n].tp / peaks[i] for i, n in enumerate(names)])
+        # a peak of 0: only empty intervals (requests that generated nothing), which weigh nothing anyway
+        per_code = np.array([inst_of[n].tp / max(peaks[i], 1) for i, n in enumerate(names)])
         weight = per_code[codes]
         busy = float(((end - start) * weight).sum())
         busy_tail = float(((_covered(ws, we, end) - _covered(ws, we, start)) * weight).sum())

@@ -166,6 +166,16 @@ def test_a_slow_generation_instance_is_a_straggler_and_an_even_pair_is_not(tmp_p
     assert "ms each against" in found["evidence"][0]
 
 
+def test_a_bundle_whose_requests_generated_nothing_is_diagnosed(tmp_path: Path) -> None:
+    # every request with 0 output tokens (a valid bundle): the replay's generation intervals are all empty and
+    # the useful-share weight divided by their peak concurrency, 0 (ZeroDivisionError and a traceback)
+    src = synthesize(small_config("steps=4"))
+    req = pl.DataFrame(src.tables["requests"]).with_columns(pl.lit(0, pl.Int32).alias("output_tokens"))
+    bundle = rltrace.open(rltrace.write_bundle(tmp_path / "nothing", src.manifest, {**src.tables, "requests": req}))
+    generate = diagnose(bundle, replicates=0).phases.filter(pl.col("phase") == "generate").row(0, named=True)
+    assert generate["measured_s"] > 0 and generate["expected_s"] == 0.0  # nothing to generate, in no time
+
+
 intervals = st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 200)), max_size=12)
 
 

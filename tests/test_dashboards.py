@@ -106,6 +106,23 @@ def test_busy_spans_are_the_union_of_the_work_per_instance():
     assert set(busy["kind"]) == {"busy"}
 
 
+def test_the_baseline_is_named_by_label_folder_or_a_scheduler_only_one_run_has(runs_dir: Path, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch):
+    # --help says "folder or scheduler name": a folder was refused, and a scheduler two runs share took the first
+    other = tmp_path / "other"
+    other.mkdir()
+    os.symlink(runs_dir / "disagg-sync", other / "disagg-sync")
+    runs = load_runs([runs_dir / "disagg-sync", other / "disagg-sync"])
+    assert [r.name for r in runs] == ["runs/disagg-sync", "other/disagg-sync"]
+    assert compare.baseline_index(runs, "other/disagg-sync") == 1
+    assert compare.baseline_index(runs, str(other / "disagg-sync")) == 1
+    monkeypatch.chdir(tmp_path)
+    assert compare.baseline_index(runs, "other/disagg-sync/") == 1  # a relative path, a trailing slash
+    with pytest.raises(rltrace.errors.ConfigError, match=r"--baseline 'disagg-sync' names 2 runs \(runs/disagg-sync, "
+                                                         r"other/disagg-sync\): give one's label"):
+        compare.baseline_index(runs, "disagg-sync")
+
+
 def test_gantt_stays_within_its_budget_and_says_how(runs_dir: Path):
     run = load_run(runs_dir / "disagg-sync")
     full = gantt(run)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import polars as pl
 
 from rltrace.analysis.runs import Run
@@ -17,12 +19,19 @@ HEADLINE = (
 
 
 def baseline_index(runs: list[Run], baseline: str | None) -> int:
-    """Position of the baseline run: the one named (label or scheduler), else the first."""
+    """Position of the baseline run: the one named by its label, its folder or its scheduler, else the first. A
+    scheduler's name that two runs share is refused (their labels tell them apart)."""
     if baseline is None:
         return 0
-    for i, run in enumerate(runs):
-        if baseline in (run.name, run.scheduler):
-            return i
+    path = os.path.abspath(baseline)
+    folders = [os.path.abspath(r.folder) if r.folder is not None else None for r in runs]
+    for names in ([r.name for r in runs], folders, [r.scheduler for r in runs]):
+        hits = [i for i, name in enumerate(names) if name in (baseline, path)]
+        if len(hits) > 1:
+            raise ConfigError(f"--baseline {baseline!r} names {len(hits)} runs "
+                              f"({', '.join(runs[i].name for i in hits)}): give one's label")
+        if hits:
+            return hits[0]
     raise ConfigError(f"--baseline {baseline!r} is none of the runs ({', '.join(r.name for r in runs)})")
 
 

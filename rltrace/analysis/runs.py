@@ -56,6 +56,8 @@ class Run:
     """link, kind, what, step, start_s, end_s, bytes, utilization (runs with a --topology)"""
     steps: pl.DataFrame | None = None
     """job, step, end_s, step_time_s (and, from runs of 2026-11-26 on, each step's volumes: replay.run.RunResult)"""
+    folder: Path | None = None
+    """where it was read from (None: a result in memory)"""
 
     @property
     def scheduler(self) -> str:
@@ -91,7 +93,7 @@ def load_run(folder: str | Path, name: str | None = None) -> Run:
     if "job" not in timeline.columns:  # an older run folder (no job column): its one job, or unknown
         one = "job" not in requests.columns or requests["job"].n_unique() <= 1
         timeline = timeline.with_columns(pl.lit(0 if one else -1, pl.Int32).alias("job"))
-    return Run(name or root.name, metrics, config, timeline, requests, frames["links"], frames["steps"])
+    return Run(name or root.name, metrics, config, timeline, requests, frames["links"], frames["steps"], root)
 
 
 # metrics.json sections that hold figures only (others, such as ``network`` and ``spread``, also name things)

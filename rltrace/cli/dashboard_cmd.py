@@ -43,8 +43,8 @@ def dashboard(
     output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
     bundle: Annotated[Path | None, typer.Option(help="The replayed bundle (or sample name): adds what it "
                                                 "recorded (collectives, weight-sync flows, request latency).")] = None,
-    baseline: Annotated[str | None, typer.Option(help="Run (folder or scheduler name) the others are compared to "
-                                                 "(default: the first).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Run (its label, folder or scheduler name) the others are "
+                                                 "compared to (default: the first).")] = None,
     max_segments: Annotated[int, typer.Option(help="Timeline intervals drawn per run; more are aggregated.")] = 20_000,
     title: Annotated[str, typer.Option(help="Page title.")] = "rltrace report",
     objective: Annotated[str, typer.Option(

@@ -17,6 +17,7 @@ import importlib.util
 import io
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,29 @@ def moe_fabric_rows() -> list[str]:
     return rows
 
 
+DESCRIBED = REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml"
+DESCRIBED_FABRICS = (None, "fat-tree:k=8,gpu=H100", "fat-tree:k=8,gpu=H100,oversub=4")
+
+
+def described_fabric_rows() -> list[str]:
+    """docs/described.md's table: the Qwen3-30B-A3B example under disagg-sync on 16 + 16 H100, its trainer at EP
+    8 (the example's) and EP 16, built in and on each fabric."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ep16 = Path(tmp) / "ep16.toml"
+        ep16.write_text(DESCRIBED.read_text().replace("\nep = 8\n", "\nep = 16\n"))
+        for ep, source in ((8, DESCRIBED), (16, ep16)):
+            for topology in DESCRIBED_FABRICS[:2] if ep == 8 else DESCRIBED_FABRICS:
+                metrics = compare(source, "disagg-sync", topology=topology, gen_gpus=16,
+                                  train_gpus=16).results["disagg-sync"].metrics
+                network = metrics.get("network") or {}
+                alltoalls = f"{network['expert_alltoall_s']:.1f}" if topology else "(in the step)"
+                rows.append(f"| {ep} | {f'`{topology}`' if topology else 'none (built-in)'} | "
+                            f"{metrics['step_time_s']['mean']:.1f} | {metrics['phases_s_per_step']['train']:.1f} | "
+                            f"{alltoalls} |")
+    return rows
+
+
 def price_rows() -> list[str]:
     """docs/costmodels.md's price table: every catalog GPU's $/GPU-hour and where it comes from."""
     return [f"| {g.name} | {g.usd_per_hour:.2f} | {g.price_source} |" for g in load_gpus().values()]
@@ -172,6 +196,8 @@ FIGURES = {f.name: f for f in (
     Figure("price-table", "docs/costmodels.md", "| GPU | $/GPU-hour | source |", price_rows),
     Figure("moe-fabric-table", "docs/fabrics.md", "| fabric | mean step, EP 1 (s) | mean step, EP 16 (s) | "
            "expert all-to-alls a step (s) | weight sync (s) |", moe_fabric_rows),
+    Figure("described-fabric-table", "docs/described.md", "| trainer EP | fabric | mean step (s) | train a step (s) "
+           "| expert all-to-alls a step (s) |", described_fabric_rows),
     Figure("multinode-table", "docs/fabrics-multinode.md", "| op | GPU | nodes | size band | points | clusters | "
            "median \\|error\\| | max \\|error\\| |", multinode_rows),
     Figure("bench-example", "docs/fabrics.md", f"$ {BENCH}", lambda: cli_output(BENCH, columns=250)),

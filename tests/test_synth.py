@@ -181,9 +181,16 @@ BAD_CONFIGS = [
     # a quantile outside (0, 1) was clipped: 1.5 started the tail near 2.2M tokens, every tail draw at the cap
     (["output.tail_fraction=0.2", "output.tail_start_quantile=1.5"], "tail_start_quantile must be in (0, 1), got 1.5"),
     (["prompt.tail_start_quantile=0"], "prompt: tail_start_quantile must be in (0, 1)"),
+    # times past int64 nanoseconds: a RuntimeWarning of numpy's cast, then a negative arrival_ns blamed on the table
+    (["timing.reward_s_per_sample=1e9", "steps=2"], "synthetic times reach 1.02e+12 s from the run's start"),
+    (["timing.sync_gbps=1e-12", "steps=2"], "or a rate (timing.sync_gbps, network_gbps, an MFU or efficiency) too"),
+    (["timing.train_mfu=1e-300", "steps=2"], "synthetic times reach 9.99e+300 s"),
+    (["timing.start_ns=-5"], "timing.start_ns must be >= 0, got -5"),
+    (["timing.start_ns=9223372036854775000"], "timing.start_ns=9,223,372,036,854,775,000 is above the limit"),
 ]
 
 
+@pytest.mark.filterwarnings("error")  # one clear error, not a numpy warning before it
 @pytest.mark.parametrize(("sets", "fragment"), BAD_CONFIGS)
 def test_impossible_configs_are_refused(sets: list[str], fragment: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -63,6 +63,11 @@ class PoolConfig:
     tp: int = 1
 
 
+MAX_RUN_S = 100 * 365 * 86_400
+"""how far from its start a synthetic run may stamp a time: a century, well inside int64 nanoseconds (292 years)
+even from the default start in 2026"""
+
+
 @dataclass(kw_only=True, slots=True)
 class TimingConfig:
     """The simple timing model that stamps synthetic requests, spans and collectives (docs/synth.md)."""
@@ -160,6 +165,9 @@ class SynthConfig:
             raise ConfigError("timing: efficiencies and MFUs must be in (0, 1]")
         if t.max_num_seqs < 1 or t.sync_gbps <= 0 or t.network_gbps <= 0 or t.step_gap_s < 0:
             raise ConfigError("timing: max_num_seqs, sync_gbps and network_gbps must be > 0, step_gap_s >= 0")
+        # a century of run past the start must still fit int64 nanoseconds
+        check_int("timing.start_ns", t.start_ns, 0, 2**63 - 1 - MAX_RUN_S * 10**9,
+                  what=" (a run starting later would overflow int64 nanoseconds)")
         # the limits a replay has (rltrace.limits), before anything is drawn
         for key, hi in (("steps", MAX_STEPS), ("prompts_per_step", MAX_PER_STEP), ("samples_per_prompt", MAX_PER_STEP),
                         ("max_new_tokens", MAX_NEW_TOKENS), ("seed", MAX_SEED)):

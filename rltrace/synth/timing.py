@@ -18,7 +18,8 @@ from numpy.typing import ArrayLike
 from rltrace.calibration import CALIBRATION
 from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM
 from rltrace.catalog import GPUSpec, ModelSpec
-from rltrace.synth.config import SynthConfig
+from rltrace.errors import ConfigError
+from rltrace.synth.config import MAX_RUN_S, SynthConfig
 from rltrace.units import bus_factor
 
 KV_BLOCK_TOKENS = 16  # vLLM's default KV block size: prefix-cache hits are whole blocks
@@ -76,8 +77,15 @@ def costs(cfg: SynthConfig, model: ModelSpec, gen: GPUSpec, train: GPUSpec) -> C
 
 
 def ns(seconds: ArrayLike) -> np.ndarray:
-    """Seconds from the run start as int64 nanoseconds."""
-    return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
+    """Seconds from the run start as int64 nanoseconds; a time past :data:`MAX_RUN_S` (a timing setting too large
+    or a rate too small) is a ConfigError, not an int64 overflow."""
+    s = np.asarray(seconds, dtype=np.float64)
+    if s.size and not (np.isfinite(s).all() and float(np.abs(s).max()) <= MAX_RUN_S):
+        worst = float(np.nanmax(np.abs(s))) if not np.isnan(s).all() else float("nan")
+        raise ConfigError(f"synthetic times reach {worst:.3g} s from the run's start, past the limit of a century "
+                          f"({MAX_RUN_S:,} s): a timing.* or agentic.* setting in seconds is too large, or a rate "
+                          "(timing.sync_gbps, network_gbps, an MFU or efficiency) too small")
+    return np.rint(s * 1e9).astype(np.int64)
 
 
 def decode_engine(

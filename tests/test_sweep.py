@@ -23,6 +23,7 @@ from helpers import REPO, RLTRACE, run_cli, small_config
 from rich.console import Console
 from rltrace.replay.advise import Space, advise, load_space, point_of
 from rltrace.replay.advise_verdict import bottleneck
+from rltrace.replay.sweep import runner
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
 from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION, run_point
 from rltrace.replay.sweep.runner import Store
@@ -183,6 +184,19 @@ def test_a_failed_point_is_reported_and_the_others_finish(bundle: Path, tmp_path
     # by its values, not its hash alone
     assert re.search(r"failed [0-9a-f]{16} \(scheduler=disagg-sync, gen_gpus=3\): ", again.stdout)
     assert re.search(r"failed: [0-9a-f]{16} \(scheduler=disagg-sync, gen_gpus=3\): ", (out / "report.html").read_text())
+
+
+def test_a_worker_of_another_rltrace_install_is_a_failed_point(bundle: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray workers that import another rltrace than the driver wrote rows of another row version, which the store
+    then dropped: "12 ran, 0 failed; no point finished", exit 0 and no table. Here this process reads one version
+    on (what a newer driver would), and its worker, itself, writes the current one."""
+    monkeypatch.setattr(runner, "ROW_VERSION", ROW_VERSION + 1)
+    result = runner.run_sweep(str(bundle), [{"scheduler": "disagg-sync"}], Store(tmp_path / "out", str(bundle)),
+                              workers=1)
+    assert result.ran == 0 and len(result.failed) == 1
+    assert f"the worker's rltrace wrote row version {ROW_VERSION}, this one" in next(iter(result.failed.values()))
+    assert f"reads {ROW_VERSION + 1}: the workers import another rltrace install" in next(iter(result.failed.values()))
 
 
 def test_a_sweep_folder_holds_one_sources_points(bundle: Path, tmp_path: Path) -> None:

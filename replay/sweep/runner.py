@@ -27,6 +27,7 @@ from rltrace import jsontext
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.manifest import MANIFEST_FILE
 from rltrace.signals import keep_sigterm
+from rltrace.version import __version__
 
 SOURCE_FILE = "source.json"
 """in a sweep's folder: what its points replayed (:func:`source_identity`)"""
@@ -246,6 +247,17 @@ def on_ray(bundle: str, todo: list[tuple[str, Point]], address: str | None, work
             ray.shutdown()
 
 
+def _this_version(row: dict[str, Any] | None, error: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """A worker's outcome as this rltrace reads it: a row of another row version (a Ray worker that imports another
+    rltrace install than this process) is an error saying so, not a result that :meth:`Store.done` would then
+    drop without a word."""
+    if row is None or row.get("row_version") == ROW_VERSION:
+        return row, error
+    return None, (f"the worker's rltrace wrote row version {row.get('row_version')}, this one ({__version__}, "
+                  f"{Path(jsontext.__file__).parent}) reads {ROW_VERSION}: the workers import another rltrace "
+                  "install; install this one where they run")
+
+
 def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 2, ray: str | None | bool = False,
               progress: Callable[[int, int], None] | None = None,
               pool: LocalPool | None = None) -> SweepResult:
@@ -271,7 +283,8 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
         outcomes = local(bundle, todo, workers, pool) if ray is False else on_ray(
             bundle, todo, ray if isinstance(ray, str) else None, workers)
     try:
-        for pid, row, error in outcomes:
+        for pid, outcome, why in outcomes:
+            row, error = _this_version(outcome, why)
             store.save(pid, by_id[pid], row, error)
             if row is None:
                 result.failed[pid] = error or "failed"

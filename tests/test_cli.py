@@ -447,7 +447,10 @@ def test_the_shipped_sweep_grid_runs(tmp_path: Path) -> None:
     assert f"{n} points on 2 local process(es): {n} ran" in done.stdout
     assert f"rltrace: sweep: {n} points on 2 local process(es) ..." in done.stderr.splitlines()
     assert re.search(rf"rltrace: sweep: {n} points on 2 local process\(es\): {n}/{n} points, done in", done.stderr)
-    assert pl.read_parquet(tmp_path / "sweep" / "sweep.parquet").height == len(points)
+    table = pl.read_parquet(tmp_path / "sweep" / "sweep.parquet")
+    assert table.height == len(points)
+    h800 = table.filter(pl.col("gpu") == "H800")  # its [fixed] key is one the points use (a train MFU was not)
+    assert h800.height and ((h800["usd_per_hour"] - 2.2 * h800["gpus"]).abs() < 1e-9).all()
 
 
 def test_rltrace_open_takes_the_sample_names_the_cli_takes(tmp_path: Path) -> None:

@@ -102,6 +102,18 @@ def test_empirical_source_errors_are_config_errors(tmp_path: Path) -> None:
         Empirical.from_file(tmp_path / "neg.csv", "x")
 
 
+def test_a_config_files_relative_paths_are_read_from_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # as a described job's are: "ok.csv" beside the file was looked for in the working directory
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "lengths.csv").write_text("len\n100\n200\n")
+    (tmp_path / "job" / "synth.toml").write_text(
+        'steps = 1\n[output]\nkind = "empirical"\npath = "lengths.csv"\ncolumn = "len"\n')
+    monkeypatch.chdir(tmp_path)
+    config = load_config(path="job/synth.toml")
+    assert Path(config.output.path).resolve() == (tmp_path / "job" / "lengths.csv").resolve()
+    assert set(synthesize(config).tables["requests"]["output_tokens"].to_list()) <= {100, 200}
+
+
 def test_engine_slots_are_never_oversubscribed() -> None:
     cfg = small_config("timing.max_num_seqs=4", "prompts_per_step=16")
     req = synthesize(cfg).tables["requests"]

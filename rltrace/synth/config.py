@@ -198,12 +198,26 @@ def load_config(
     elif path:
         source = Path(path)
     if source is not None:
-        _merge(data, load_toml(source), str(source))
+        _merge(data, _from_its_folder(load_toml(source), source), str(source))
     config = build(SynthConfig, data, f"{source.name}: synth" if source is not None else "synth")
     assignments = [(*parse_set(item), f"--set {item!r}") for item in sets or []]
     if seed is not None:
         assignments.append(("seed", seed, "--seed"))
     return override(config, assignments, "synth").check()
+
+
+def _from_its_folder(data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """A config file's relative paths (a model's config.json, an empirical length file) taken from its folder, as a
+    described job's are, not from wherever synth runs."""
+    model = data.get("model")
+    if isinstance(model, str) and model.endswith(".json") and not Path(model).is_absolute():
+        data["model"] = str(source.parent / model)
+    for table in ("output", "prompt"):
+        lengths = data.get(table)
+        if isinstance(lengths, dict) and isinstance(lengths.get("path"), str) and lengths["path"] \
+                and not Path(lengths["path"]).is_absolute():
+            lengths["path"] = str(source.parent / lengths["path"])
+    return data
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any], where: str) -> None:

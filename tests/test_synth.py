@@ -13,7 +13,7 @@ from helpers import require_shared, small_config
 import rltrace
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError
-from rltrace.synth import LengthConfig, length_dist, load_config, presets, synthesize
+from rltrace.synth import LengthConfig, length_dist, load_config, presets, synthesize, unused
 from rltrace.synth.config import AgenticConfig, SynthConfig
 from rltrace.synth.distributions import Empirical
 
@@ -112,6 +112,20 @@ def test_a_config_files_relative_paths_are_read_from_its_folder(tmp_path: Path, 
     config = load_config(path="job/synth.toml")
     assert Path(config.output.path).resolve() == (tmp_path / "job" / "lengths.csv").resolve()
     assert set(synthesize(config).tables["requests"]["output_tokens"].to_list()) <= {100, 200}
+
+
+@pytest.mark.parametrize("sets, notes", [
+    (["output.tail_fraction=0.5", "output.tail_alpha=0.5"],
+     [("output.tail_fraction, output.tail_alpha unused: read by output.kind = 'lognormal_pareto' only (output.kind is "
+      "'lognormal')")]),
+    (["prompt.path='x.csv'"], [("prompt.path unused: read by prompt.kind = 'empirical' only (prompt.kind is "
+                               "'lognormal')")]),
+    (["output.kind='lognormal_pareto'", "output.tail_fraction=0.05"], []),
+    ([], []),
+])
+def test_length_keys_the_kind_does_not_read_are_noted(sets: list[str], notes: list[str]) -> None:
+    # the output was byte-identical with and without them, and nothing said so
+    assert unused(load_config(sets=sets)) == notes
 
 
 def test_engine_slots_are_never_oversubscribed() -> None:

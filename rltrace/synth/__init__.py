@@ -1,6 +1,6 @@
 """Seeded synthetic RL workloads (``rltrace synth``): length distributions, a simple timing model, presets."""
 
-from rltrace.synth.config import LengthConfig, PoolConfig, SynthConfig, TimingConfig, load_config, presets
+from rltrace.synth.config import LengthConfig, PoolConfig, SynthConfig, TimingConfig, load_config, presets, unused
 from rltrace.synth.workload import SynthResult, length_dist, synthesize
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "load_config",
     "presets",
     "synthesize",
+    "unused",
 ]

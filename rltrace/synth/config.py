@@ -178,6 +178,23 @@ class SynthConfig:
         return self
 
 
+_SHAPES = {"lognormal_pareto": ("tail_fraction", "tail_alpha", "tail_start_quantile"), "empirical": ("path", "column")}
+"""the length keys only one kind reads"""
+
+
+def unused(config: SynthConfig) -> list[str]:
+    """Notes on length keys set away from their defaults that the chosen ``kind`` does not read (a tail on a plain
+    lognormal, a file on a drawn distribution): the output is the same as without them."""
+    default, notes = LengthConfig(), []
+    for where, length in (("output", config.output), ("prompt", config.prompt)):
+        for kind, keys in _SHAPES.items():
+            moved = [k for k in keys if kind != length.kind and getattr(length, k) != getattr(default, k)]
+            if moved:
+                notes.append(f"{', '.join(f'{where}.{k}' for k in moved)} unused: read by {where}.kind = {kind!r} "
+                             f"only ({where}.kind is {length.kind!r})")
+    return notes
+
+
 def presets() -> list[str]:
     """Names of the built-in presets (files in rltrace/synth/presets/)."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))

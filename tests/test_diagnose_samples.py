@@ -225,6 +225,18 @@ def _cpu_profile(path: Path, efficiency: float) -> Path:
     return path
 
 
+def test_a_profile_given_is_not_asked_for_again(tmp_path: Path) -> None:
+    # a profile without broadcasts (or of other devices) still read "no transport rate: give --profile"
+    d = diagnose("tiny_rl_cpu", profile=str(_cpu_profile(tmp_path / "p.parquet", 0.5)), replicates=0)
+    sync = d.phases.filter(pl.col("phase") == "weight_sync")["expected_from"][0]
+    assert sync.startswith("no transport rate: the profile timed no broadcast") and "give --profile" not in sync
+    other = pl.read_parquet(_cpu_profile(tmp_path / "q.parquet", 0.5)).with_columns(pl.lit("H100").alias("gpu"))
+    other.write_parquet(tmp_path / "h100.parquet")
+    note = next(n for n in diagnose("tiny_rl_cpu", profile=str(tmp_path / "h100.parquet"), replicates=0).notes
+                if n.startswith("no expected phase times"))
+    assert "and the profile given is of others" in note and "--device cpu " in note
+
+
 def test_a_profiles_estimate_on_an_uncatalogued_device_is_shown_not_judged(tmp_path: Path) -> None:
     """A CPU profile's efficiency reads 2.6% in one calibration and 94% in another: with a high one, the healthy
     tiny_rl_cpu sample got slow_phase findings for generation (41x) and training (9x)."""

@@ -158,9 +158,11 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
             runs += [(f"fix {i + 1}: {f.kind} {f.phase}", pricer.result(f.whatif)) for i, f in enumerate(ranked(found))
                      if f.whatif is not None and f.gain is not None]
         if phases["expected_s"].null_count() == phases.height:
-            notes.append("no expected phase times: the recorded devices are not in the GPU catalog; a profile "
-                         "measured on them gives them, shown beside the measured ones (rltrace calibrate --device cpu "
-                         "--model CONFIG --ranks 2 -o P; --profile P)")
+            devices = sorted({pool.device for pool in bundle.manifest.cluster.values() if pool.device}) or ["DEVICE"]
+            given = ", and the profile given is of others" if profile else ""
+            notes.append(f"no expected phase times: the recorded devices are not in the GPU catalog{given}; a profile "
+                         "measured on them gives them, shown beside the measured ones (rltrace calibrate --device "
+                         f"{devices[0]} --model CONFIG --ranks 2 -o P; --profile P)")
     return Diagnosis(frame(found), phases, ctx.steps, ctx.step_s, notes, runs)
 
 

@@ -146,8 +146,11 @@ def phase_table(bundle: Bundle, workload: Workload, ctx: Context, cost: CostConf
         expected["weight_sync"] = (sync_bytes / rate + per_step * per_op, "the profile's broadcasts")
     elif train_gpu is not None and profile is None:
         expected["weight_sync"] = (sync_bytes / (SYNC_GBPS * 1e9), f"{SYNC_GBPS:g} GB/s, the default sync bandwidth")
-    else:
+    elif profile is None:
         expected["weight_sync"] = (None, "no transport rate: give --profile")
+    else:  # given, but it timed no broadcast (rltrace calibrate --ranks 2 and more does)
+        expected["weight_sync"] = (None, ("no transport rate: the profile timed no broadcast (measure one with "
+                                         "rltrace calibrate --device ... --ranks 2)"))
     published = _published(m.model.name if m.model else None, trainer.device if trainer else None,
                            number(steps["samples"].mean() or 0.0),
                            (trainer.count if trainer else 0) + (rollout.count if rollout else 0))

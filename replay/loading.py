@@ -15,7 +15,7 @@ from rltrace.replay.workload import Workload, extract, renumber_steps, retarget,
 
 from rltrace.bundle import Bundle
 from rltrace.catalog import ModelSpec, get_gpu, get_model
-from rltrace.errors import ConfigError
+from rltrace.errors import ConfigError, HardwareUnknown
 from rltrace.limits import check_shape
 from rltrace.manifest import Pool
 
@@ -140,7 +140,7 @@ def prepare_loaded(loaded: Loaded, shape: Shape, cost: CostConfig, prices: dict[
     gen_gpu = shape.gen_gpu or shape.gpu or (rollout.device if rollout else None)
     train_gpu = shape.train_gpu or shape.gpu or (trainer.device if trainer else gen_gpu)
     if gen_gpu is None or train_gpu is None:
-        raise ConfigError("the bundle records no GPU kind: give --gpu")
+        raise HardwareUnknown("the bundle records no GPU kind: give --gpu")
     cluster = Cluster(
         gen_gpus=_given(shape.gen_gpus, rollout.count if rollout else 1),
         train_gpus=_given(shape.train_gpus, trainer.count if trainer else 1),

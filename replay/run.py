@@ -45,7 +45,7 @@ from rltrace.calibration import CALIBRATION, CostCalibration
 from rltrace.catalog import GPUSpec, ModelSpec, from_info, get_gpu, get_model
 from rltrace.catalog.models import catalog_entry, differences
 from rltrace.config import to_dict
-from rltrace.errors import ConfigError
+from rltrace.errors import ConfigError, HardwareUnknown
 from rltrace.manifest import ModelInfo
 
 
@@ -269,8 +269,8 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     else:
         gpu = _gpu(cluster.gen_gpu) or (device_from_profile(profile, cluster.gen_gpu) if profile is not None else None)
         if spec is None or gpu is None:
-            raise ConfigError(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model, or a "
-                              "profile measured on that device (rltrace calibrate --device)")
+            raise HardwareUnknown(f"no roofline for {cluster.gen_gpu!r}: give a catalog GPU kind (--gpu) and a model, "
+                                  "or a profile measured on that device (rltrace calibrate --device)")
         generation, note = catalog_generation("kernels" if cost.generation == "kernels" else "roofline",
                                               model=spec, gpu=gpu,
                                               memory_efficiency=cost.figure("memory_efficiency", constants),

@@ -44,6 +44,11 @@ class ConfigError(RltraceError):
     """A configuration value, option or parameter is unknown or impossible."""
 
 
+class HardwareUnknown(ConfigError):
+    """A replay needs a GPU kind or a model that neither the bundle records nor the caller gave (``--gpu``,
+    ``--model``): a command without those options words it in its own terms."""
+
+
 MAX_ERROR_CHARS = 400
 """An error line is at most this many characters (plus the ``rltrace: error: `` prefix): a 10^6-character
 value in a trace must not become a megabyte on stderr."""

@@ -31,7 +31,7 @@ from rltrace.analysis import capacity, expected, idle, stragglers, transfers
 from rltrace.analysis.findings import Context, Finding, frame, ranked, steady_steps
 from rltrace.analysis.whatif import Pricer
 from rltrace.bundle import Bundle, open_bundle
-from rltrace.errors import ConfigError
+from rltrace.errors import ConfigError, HardwareUnknown
 from rltrace.limits import MAX_SEED, check_int, check_replicates
 from rltrace.replay.costmodels.profile import load_profile
 from rltrace.replay.run import CostConfig, RunResult
@@ -131,7 +131,12 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
         found += capacity.engine_limits(load, ctx)
         pricer = Pricer(bundle, cost, seed, cap)
         say("bubbles: replaying every scheduler and pool split")
-        found += idle.bubbles(bundle, ctx, pricer)
+        try:
+            found += idle.bubbles(bundle, ctx, pricer)
+        except HardwareUnknown:  # replay's own advice names flags that diagnose has not
+            raise ConfigError(f"{bundle.path}: diagnose replays a job on the GPU kind and model it recorded, and this "
+                              "bundle lacks one (a request-log import records neither): `rltrace replay "
+                              f"{bundle.path} --gpu KIND --model NAME` replays it on ones you give") from None
         replayed = pricer.replayed_step_s(ctx.steps)  # the steps the measured mean is taken over
         if ctx.step_s > 0 and math.isfinite(replayed) and abs(replayed / ctx.step_s - 1) > REPLAY_OFF:
             notes.append(f"the recording replayed as it ran takes {replayed:.3f} s a step against {ctx.step_s:.3f} s "

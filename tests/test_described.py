@@ -186,6 +186,19 @@ def test_cost_settings_apply_to_a_described_job_or_say_why_not(tmp_path: Path,
         "it" in capsys.readouterr().err
 
 
+def test_the_stated_engine_prices_generation_or_a_note_says_it_cannot(tmp_path: Path) -> None:
+    """generation.engine was checked (vllm or sglang) and then read by nothing: SGLang priced as vLLM, silently."""
+    sglang = load_description(write(tmp_path, SMALL + '[generation]\nengine = "sglang"\n'))
+    kernels = from_description(sglang, Shape(), CostConfig(generation="kernels"))
+    assert any(n.endswith("kernels of Qwen2.5-7B on H100 (sglang)") for n in kernels.notes), kernels.notes
+    vllm = from_description(load_description(write(tmp_path, SMALL)), Shape(), CostConfig(generation="kernels"))
+    assert kernels.jobs[0].generation.database(1).decode_seconds(64, 1024) != \
+        vllm.jobs[0].generation.database(1).decode_seconds(64, 1024)
+    roofline = from_description(sglang, Shape(), CostConfig())
+    assert "generation.engine = 'sglang': the roofline has no engine term, so generation is priced as vLLM's " \
+        "(cost.generation=kernels prices sglang's own measured kernels)" in roofline.notes
+
+
 def test_what_if_options_reshape_the_description(tmp_path: Path) -> None:
     d = load_description(write(tmp_path, SMALL))
     prepared = from_description(d, Shape(gen_gpus=4, train_gpus=4, gpu="H200", tp=2, steps=2), CostConfig())

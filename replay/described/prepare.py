@@ -104,7 +104,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     cluster = Cluster(gen_gpus=gen_gpus, train_gpus=train_gpus, gen_gpu=gen_gpu.name, train_gpu=train_gpu.name,
                       tp=instance, max_seqs=g.max_num_seqs or framework.max_num_seqs, price_per_gpu_hour=prices)
     generation, priced = catalog_generation("kernels" if cost.generation == "kernels" else "roofline",
-                                       model=serving_model(spec, d.precision), gpu=gen_gpu,
+                                       model=serving_model(spec, d.precision), gpu=gen_gpu, engine=g.engine,
                                        memory_efficiency=cost.figure("memory_efficiency", constants),
                                        compute_efficiency=cost.figure("compute_efficiency", constants),
                                        gpu_memory_utilization=cost.gpu_memory_utilization  # a what-if first
@@ -122,6 +122,9 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
                       constants=constants)
     whole = [model.phases(d.total_gpus, float(t), per_step) for t in tokens]
     notes: list[str] = [priced] if cost.generation == "kernels" else []
+    if g.engine != "vllm" and cost.generation != "kernels":
+        notes.append(f"generation.engine = {g.engine!r}: the roofline has no engine term, so generation is priced "
+                     f"as vLLM's (cost.generation=kernels prices {g.engine}'s own measured kernels)")
     if gen_gpus + train_gpus != d.total_gpus:
         notes.append(f"cluster.gpus {d.total_gpus} has no split into whole {instance}-GPU generation instances and a "
                      f"training pool: colocated schedulers run on {d.total_gpus} GPUs, disaggregated ones on "

@@ -342,6 +342,31 @@ def test_validate_rl_refuses_a_runs_file_without_its_columns(tmp_path: Path,
     assert err.count("\n") == 1 and "missing column 'publisher'" in err
 
 
+@pytest.mark.parametrize(("rows", "message"), [
+    ("", "no runs"),  # a header alone: a traceback on a missing predicted_step_s column
+    ("a,me,paper T1,verl,colocated,Qwen2.5-7B,H100,8,,,8,4,2048,900,0,30,20,p,fit\n",
+     "line 2 (a): step_s must be a positive number of seconds, got '0'"),  # was scored, at an infinite error
+])
+def test_validate_rl_refuses_a_runs_file_without_runs_or_measurements(tmp_path: Path, rows: str, message: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs.csv"
+    runs.write_text(RUNS_HEADER + rows)
+    assert main(["estimate", "validate-rl", "--data", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_validate_rl_lists_runs_it_cannot_predict_when_none_can_be(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs.csv"  # every run refused: a null-typed predicted column failed to round
+    runs.write_text(RUNS_HEADER + "a,me,paper T1,verl,colocated,NoSuchModel,H100,8,,,8,4,2048,900,60,30,20,p,fit\n")
+    assert main(["estimate", "validate-rl", "--data", str(runs), "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["predicted_step_s"] is None and "NoSuchModel" in run["skipped"]
+    assert main(["estimate", "validate-rl", "--data", str(runs)]) == 0
+    assert "unknown model" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("gpu", ["H100", "H200", "H800", "H20", "A100", "A800", "B200", "GB200"])
 def test_every_gpu_kind_of_the_published_runs_replays(tmp_path: Path, gpu: str) -> None:
     d = load_description(write(tmp_path, SMALL.replace('gpu = "H100"', f'gpu = "{gpu}"')))

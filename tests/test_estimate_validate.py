@@ -215,6 +215,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert decode.returncode == 2 and "needs --model and --gpu" in decode.stderr
 
 
+@pytest.mark.parametrize(("edit", "outcome"), [
+    ((",8,1,1,1,4096,8,bf16,100", ",0,1,1,1,4096,8,bf16,100"), "gpus must be at least 1, got 0"),  # ZeroDivisionError
+    ((",8,1,1,1,4096,8,bf16,100", ",8,1,1,1,-1,8,bf16,100"), "seq_len must be at least 1, got -1"),  # was scored
+    ((",8,1,1,1,4096,8,bf16,100", ",8,1,1,1,4096,8,bf16,0"), ("line 2: tokens_per_s_per_gpu must be a positive "
+                                                            "measurement, got 0")),  # was an infinite error
+])
+def test_a_training_point_without_work_or_measurement_is_refused(tmp_path: Path, edit: tuple[str, str],
+                                                                 outcome: str) -> None:
+    data = tmp_path / "mine.csv"
+    data.write_text(("source,framework,model,gpu,gpus,tp,pp,ep,seq_len,global_batch,precision,tokens_per_s_per_gpu\n"
+                     "x,y,Llama-2-7B,H100,8,1,1,1,4096,8,bf16,100\n").replace(*edit))
+    result = run_cli("estimate", "validate", "--backend", "roofline", "--data", str(data), cwd=tmp_path)
+    if "measurement" in outcome:  # the file's own data is wrong: refused, one line
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"rltrace: error: {data}: {outcome}"]
+    else:  # a point the model cannot price: skipped, with its reason
+        assert result.returncode == 0 and "(no point predicted)" in result.stdout and outcome in result.stdout, \
+            result.stdout + result.stderr
+
+
 @pytest.mark.parametrize(("rate", "outcome"), [
     ("abc", "line 2: request_rate must be a number, got 'abc'"),  # not a number: the file is refused, one line
     ("0", "request_rate must be > 0"),  # a number the model refuses: that point is skipped, with its reason

@@ -67,6 +67,9 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
                  "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "weights_gib",
                  "activation_peak_gib", "non_torch_gib", "kv_tokens"),
 }
+MEASURED: dict[str, tuple[str, ...]] = {"generation": ("tpot_ms", "ttft_ms"), "offline": ("output_tokens_per_s",),
+                                        "training": ("tokens_per_s_per_gpu",), "kv_cache": ()}
+"""each layout's measured columns (the kv_cache quantities are checked per point, each named)"""
 SLICES = ("set", "backend", "gpu", "model", "engine", "dtype", "regime", "origin")
 # a point's origin: the GitHub repository its source opens with (owner/name, as a bare name or a github.com URL; an
 # owner has no dots, so a host/path is not one), else the source's opening words
@@ -249,6 +252,9 @@ def predict_training(points: pl.DataFrame, backend: str = "roofline") -> pl.Data
         model, gpu = specs(row["model"], row["gpu"], "bf16")
         seq = int(row["seq_len"])
         tokens, gpus = seq * int(row["global_batch"]), int(row["gpus"])
+        for column, value in (("seq_len", seq), ("global_batch", int(row["global_batch"])), ("gpus", gpus)):
+            if value < 1:  # a step of no work, or on no GPU, has no rate to predict
+                raise ConfigError(f"{column} must be at least 1, got {value}")
         ep = int(row["ep"] or 1) if model.is_moe else 1
         step = step_seconds(model, gpu, tokens=tokens, gpus=gpus, ep=ep, seq_len=seq,
                             precision=str(row["precision"]).lower())
@@ -315,12 +321,23 @@ def load_points(path: Path) -> tuple[str, pl.DataFrame]:
         if set(needed) <= set(frame.columns):
             if frame.is_empty():
                 raise ConfigError(f"{path}: no points")
+            _check_measured(path, frame, MEASURED[kind])
             return kind, frame
     # the layout it comes closest to, and what that one still needs
     kind, needed = max(LAYOUTS.items(), key=lambda item: len(set(item[1]) & set(frame.columns)))
     missing = ", ".join(c for c in needed if c not in frame.columns)
     raise ConfigError(f"{path}: not a validation set; closest is the {kind} layout, which also needs: {missing} "
                       f"(layouts: {', '.join(LAYOUTS)}; replay/costmodels/validation.py lists their columns)")
+
+
+def _check_measured(path: Path, frame: pl.DataFrame, columns: tuple[str, ...]) -> None:
+    """A measurement is a positive finite number (or blank): 0 was scored as an infinite error."""
+    for column in columns:
+        values = frame[column].cast(pl.Float64, strict=False)
+        bad = (values.is_not_null() & ~(values.is_finite() & (values > 0))).arg_true()
+        if len(bad):
+            got = frame[column][int(bad[0])]
+            raise ConfigError(f"{path}: line {int(bad[0]) + 2}: {column} must be a positive measurement, got {got}")
 
 
 BACKENDS = ("roofline", "kernels")

@@ -55,9 +55,17 @@ def read_runs(path: str | Path | None = None) -> pl.DataFrame:
         raise ConfigError(f"{p}: missing column {missing[0]!r} (a runs file needs {', '.join(REQUIRED)})")
     if "scored" not in frame.columns:  # a user's own runs: every one stated in full unless it says otherwise
         frame = frame.with_columns(pl.lit("yes").alias("scored"))
+    if frame.is_empty():
+        raise ConfigError(f"{p}: no runs")
     casts = [pl.col(c).cast(pl.Int64, strict=False) for c in _INT if c in frame.columns]
     casts += [pl.col(c).cast(pl.Float64, strict=False) for c in _FLOAT if c in frame.columns]
-    return frame.with_columns(casts)
+    typed = frame.with_columns(casts)
+    bad = (typed["step_s"].is_null() | ~(typed["step_s"].is_finite() & (typed["step_s"] > 0))).arg_true()
+    if len(bad):  # the measurement every error is taken against: 0 was scored as an infinite error
+        i = int(bad[0])
+        raise ConfigError(f"{p}: line {i + 2} ({frame['run_id'][i]}): step_s must be a positive number of seconds, "
+                          f"got {frame['step_s'][i]!r}")
+    return typed
 
 
 def _given(row: dict[str, Any], key: str) -> Any:
@@ -142,7 +150,8 @@ def validate_runs(path: str | Path | None = None, cost: CostConfig | None = None
         rows.append(out)
         if progress is not None:
             progress(i + 1, runs.height)
-    frame = pl.DataFrame(rows, infer_schema_length=None)
+    frame = pl.DataFrame(rows, infer_schema_length=None)  # seconds as floats even where every prediction was refused
+    frame = frame.with_columns(pl.col("^(measured|predicted)_.*$").cast(pl.Float64))
     return frame.with_columns(((pl.col("predicted_step_s") - pl.col("measured_step_s"))
                                / pl.col("measured_step_s")).alias("error"))
 

@@ -313,6 +313,24 @@ def test_replicates_asked_for_where_nothing_varies_say_so(args: list[str], said:
         assert f"note: --replicates 5: no spread, {said}" in flat and "spread (" not in flat
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    # the recorded shape asked for is a new draw (8.012 samples/s against 7.956 without it), and nothing said so
+    (["--steps", "12"], "the workload is drawn from the recorded one (seed 0): its steps and samples are resampled"),
+    (["--seed", "5"], "--seed 5 unused: nothing is drawn, the recording replays as it ran"),  # changed nothing
+    (["--seed", "5", "--samples", "8"], "the workload is drawn from the recorded one (seed 5)"),
+    ([], None),
+])
+def test_a_replay_says_when_it_draws_the_workload_and_when_a_seed_draws_nothing(args: list[str],
+                                                                                said: str | None) -> None:
+    done = run_cli("replay", "rollpacker_qwen7b", "-s", "disagg-sync", "--replicates", "0", *args)
+    assert done.returncode == 0, done.stderr
+    flat = " ".join((done.stdout + done.stderr).split())
+    if said is None:
+        assert "drawn from the recorded one" not in flat and "unused: nothing is drawn" not in flat
+    else:
+        assert f"note: {said}" in flat, flat[-2000:]
+
+
 def test_a_cost_setting_the_measured_source_leaves_unused_says_so() -> None:
     """On a recording whose trainer spans and weight syncs were all measured, cost.train_mfu and cost.sync_gbps
     changed nothing, and nothing said so."""

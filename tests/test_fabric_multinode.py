@@ -416,7 +416,9 @@ def test_fabric_validate_holds_the_model_against_runs_of_your_own(tmp_path) -> N
     ({"network": "efx"}, "unknown network 'efx' (known: ib, roce, efa"),
     ({"nodes": 1.5}, "column nodes must hold whole numbers"),
     ({"nodes": 1, "gpus_per_node": 1}, "a collective needs at least 2 GPUs"),
-    ({"time_us": 0}, "column time_us must be above 0"),
+    ({"time_us": 0}, "column time_us must be a finite number above 0 in every row, got 0.0"),
+    ({"time_us": float("nan")}, "column time_us must be a finite number above 0 in every row, got nan"),  # taken
+    ({"nvswitch": "maybe"}, "column nvswitch is true or false, got 'maybe'"),  # read as true
     ({"nic_gbps": "fast"}, "column nic_gbps holds values that are not numbers"),
 ])
 def test_a_bad_run_of_your_own_is_one_line_and_exit_2(tmp_path, change: dict, message: str) -> None:

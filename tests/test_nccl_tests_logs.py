@@ -63,8 +63,12 @@ def test_fabric_validate_reads_logs_beside_a_csv() -> None:
     (RANKS.replace("node-1", "node-2", 1) + TABLE, "all_reduce_perf.txt", "", "nodes with different GPU counts"),
     (RANKS, "all_reduce_perf.txt", "", "no nccl-tests table"),
     (RANKS + TABLE.replace("60.12", "fast"), "all_reduce_perf.txt", "", "line 6: the out-of-place time 'fast' is not"),
-    (RANKS.replace("80GB HBM3", "PCIe") + TABLE, "all_reduce_perf.txt", "", "not an SXM part the catalog holds"),
-    (RANKS.replace("H100 80GB HBM3", "V100-SXM2-32GB") + TABLE, "all_reduce_perf.txt", "", "no single catalog kind"),
+    (RANKS + TABLE.replace("60.12", "nan"), "all_reduce_perf.txt", "", ("line 6: the out-of-place time 'nan' is not a "
+     "time above 0")),  # read, and the summary's median moved
+    (RANKS.replace("80GB HBM3", "PCIe") + TABLE, "all_reduce_perf.txt", "", ("all_reduce_perf.txt: line 1: GPU "
+     "'NVIDIA H100 PCIe' is not an SXM part the catalog holds")),  # the file and line were not named
+    (RANKS.replace("H100 80GB HBM3", "V100-SXM2-32GB") + TABLE, "all_reduce_perf.txt", "", ("all_reduce_perf.txt: line "
+     "1: GPU 'NVIDIA V100-SXM2-32GB': no single catalog kind")),
     (RANKS.replace("H100", "H200", 1) + TABLE, "all_reduce_perf.txt", "", "ranks on different GPUs"),
     (RANKS + TABLE, "all_reduce_perf.txt", ",gpu=V100", "--cluster gpu=V100: unknown GPU kind 'V100'"),
     (RANKS + TABLE.replace("float", "int32"), "all_reduce_perf.txt", "", "line 6: unknown dtype 'int32'"),

@@ -13,6 +13,7 @@ log does not state, the NICs, comes from the caller (:class:`Cluster`).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from itertools import pairwise
@@ -167,6 +168,8 @@ def _table(run: list[tuple[int, str]], path: Path) -> list[tuple[int, int, str, 
             rows.append((number, int(cells[0]), _DTYPES.get(cells[kind], cells[kind]), float(cells[at])))
         except ValueError:
             raise ConfigError(f"{path}: line {number}: the out-of-place time {cells[at]!r} is not a number") from None
+        if not 0 < rows[-1][3] < math.inf:  # float() reads "nan" and "inf": a point with no time to hold the model to
+            raise ConfigError(f"{path}: line {number}: the out-of-place time {cells[at]!r} is not a time above 0")
     if not rows:
         raise ConfigError(f"{path}: line {run[at_header][0]}: the nccl-tests table has no rows")
     return rows
@@ -205,8 +208,14 @@ def _rows(run: list[tuple[int, str]], path: Path, cluster: Cluster, version: str
     env = {m.group(1): m.group(2).rstrip(".") for m in _ENV.finditer(text)}  # NCCL ends "... to 1." with a period
     version = next((_version(m.group(1) or m.group(2)) for m in _VERSION.finditer(text)), version)
     lines, sizes, dtypes, times = zip(*_table(run, path), strict=True)
+    device = devices.pop()
+    try:
+        gpu = cluster.gpu or _gpu_kind(device)
+    except ConfigError as e:  # the file and the line that names the device, as every other error of a log says
+        line = next((number for number, ln in run if device in ln), None)
+        raise ConfigError(f"{path}: {f'line {line}: ' if line else ''}{e}") from None
     stated = {"source": str(path), "cluster": cluster.name or path.stem,
-              "gpu": cluster.gpu or _gpu_kind(devices.pop()), "nodes": len(per_node),
+              "gpu": gpu, "nodes": len(per_node),
               "gpus_per_node": next(iter(per_node.values())), "nics_per_node": cluster.nics_per_node,
               "nic_gbps": float(cluster.nic_gbps), "nvswitch": str(cluster.nvswitch).lower(),
               "network": cluster.network, "nccl_version": version, "algorithm": "auto",

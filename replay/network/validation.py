@@ -70,8 +70,10 @@ def checked(frame: pl.DataFrame, path: str | Path, columns: tuple[str, ...],
             values = frame[c].cast(pl.Float64, strict=True)
         except (pl.exceptions.PolarsError, TypeError):  # text (or a type polars cannot make a number of)
             raise ConfigError(f"{path}: column {c} holds values that are not numbers") from None
-        if not bool((values > 0).all()):
-            raise ConfigError(f"{path}: column {c} must be above 0 in every row, got {values.min()!r}")
+        bad = ~(values.is_finite() & (values > 0))  # polars orders NaN above every number: NaN > 0 held
+        if bool(bad.any()):
+            raise ConfigError(f"{path}: column {c} must be a finite number above 0 in every row, got "
+                              f"{values.filter(bad)[0]!r}")
         frame = frame.with_columns(values)
     return frame
 
@@ -200,6 +202,9 @@ def multinode_measured(path: str | Path = MULTINODE_CSV, frame: pl.DataFrame | N
         raise ConfigError(f"{path}: a collective needs at least 2 GPUs (nodes x gpus_per_node) in every row")
     defaults = {"algorithm": "auto", "settings": "", "nvswitch": "true", "network": "ib"}
     rows = rows.with_columns(pl.lit(v).alias(c) for c, v in defaults.items() if c not in rows.columns)
+    switched = {str(v).lower() for v in rows["nvswitch"].to_list()} - {"true", "false"}
+    if switched:  # anything but "false" read as true: "maybe" was an NVSwitch node
+        raise ConfigError(f"{path}: column nvswitch is true or false, got {min(switched)!r}")
     rows = rows.with_columns(pl.col("network").cast(pl.Utf8).str.to_lowercase())
     unknown = sorted(set(rows["network"].to_list()) - set(NETWORKS))
     if unknown:  # a misspelt "efa" would silently drop the plugin's latency

@@ -113,9 +113,10 @@ def validate(
     min_size: Annotated[str | None, typer.Option(
         help="With --tables: summarise its messages of at least this size (the packaged sets print fixed size "
              "bands) [default: 64M].")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print every compared point as JSON: --tables' points if "
-                                                         "given, else the multi-node runs', else (--no-multinode) "
-                                                         "the packaged one-node sweeps'.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every compared point of one set as JSON: --tables' "
+                                                         "points if given, else the multi-node runs', else "
+                                                         "(--no-multinode) the packaged one-node sweeps' (--tables "
+                                                         "with --runs is refused).")] = False,
 ) -> None:
     """Hold the collective model (spec-sheet NVLink and NICs, NCCL's constants, no per-size fit) against measured
     NCCL timings: the packaged public multi-node nccl-tests runs, the packaged one-node sweeps of four GPU kinds,

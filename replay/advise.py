@@ -352,7 +352,12 @@ def _record(search: _Search, i: int, outcome: Outcome, cheapest: float | None, c
     point = search.point(i, total)
     fabric = (row or {}).get("fabric") or search.bounds.fabric(point)  # "": a workload the cluster cannot take
     group, limit = bottleneck(row) if row is not None else ("", "")
-    gen, train = (row["gen_pool_gpus"], row["train_pool_gpus"]) if row else (point["gen_gpus"], point["train_gpus"])
+    if row:
+        gen, train = row["gen_pool_gpus"], row["train_pool_gpus"]
+    elif capabilities(SCHEDULERS.lookup(design["scheduler"])).colocates:  # unreplayed, as a replay would say it
+        gen = train = total
+    else:
+        gen, train = point["gen_gpus"], point["train_gpus"]
     return {**design, "total_gpus": total, "gen_gpus": gen, "train_gpus": train,  # a colocated run: all, both
             "fabric": fabric or design["topology"] or "-",
             "samples_per_s": row["samples_per_s"] if row else None,

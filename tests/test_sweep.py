@@ -545,6 +545,18 @@ def test_advise_ranks_designs_of_one_price_by_their_cost_per_sample(tmp_path: Pa
     assert ranked["usd_per_1k_samples"].to_list() == sorted(ranked["usd_per_1k_samples"].to_list())
 
 
+def test_a_colocated_design_left_unreplayed_holds_every_gpu_in_both_columns(tmp_path: Path) -> None:
+    """A colocated design priced out before its replay showed its total split in half (4 | 4 at 8 GPUs), where a
+    replayed one shows the total in both (sweeps.md)."""
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H100", "H200"]\nscheduler = ["colocated-sync"]\ntotal_gpus = [8]\n[fixed]\nsteps = 1\n')
+    advice = advise(str(sample_path("rollpacker_qwen7b")), 0.5, Store(tmp_path / "o"), load_space(space), top=1,
+                    workers=1)
+    rows = pl.concat([advice.ranked, advice.lost], how="diagonal_relaxed")
+    assert sorted(rows["replayed"].to_list()) == [False, True]  # one replayed, one priced out
+    assert rows.select("total_gpus", "gen_gpus", "train_gpus").unique().rows() == [(8, 8, 8)]
+
+
 def test_a_design_whose_smallest_cluster_fails_is_tried_larger(tmp_path: Path) -> None:
     """At 24 GPUs a 0.875 share gives 21 generation GPUs, which TP 2 does not divide: the design was dropped there
     ("no configuration reaches") though 32 GPUs meet the target."""

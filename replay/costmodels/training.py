@@ -44,9 +44,9 @@ from rltrace.errors import ConfigError
 from rltrace.units import bus_factor
 
 PRECISIONS = ("bf16", "fp16", "fp8")  # the linear layers' (Transformer Engine's FP8 recipes for fp8)
-DENSE_MFU_BY_GPU = {"A100": "dense_train_mfu_a100"}
-"""GPU kinds with a dense MFU of their own (MosaicML's A100 table, module text): the calibration entry; others take
-Llama 3's ``dense_train_mfu``"""
+DENSE_MFU_BY_GPU = {"A100": "dense_train_mfu_a100", "A800": "dense_train_mfu_a100"}
+"""GPU kinds with a dense MFU of their own (MosaicML's A100 table, module text; the A800 is the same GA100 part, its
+NVLink cut, which a one-GPU MFU does not see): the calibration entry; others take Llama 3's ``dense_train_mfu``"""
 
 
 def default_mfu(model: ModelSpec | None, gpu: GPUSpec | None = None,

@@ -433,6 +433,9 @@ def test_a_bad_run_of_your_own_is_one_line_and_exit_2(tmp_path, change: dict, me
     (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, cpu, gpu,"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"],
      "unknown protocol 'LL64'"),
+    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1.5"], "a whole number of bytes"),  # was 1 byte
+    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "99999999999999999999999"],
+     "at most 1,125,899,906,842,624 bytes (1 PiB)"),  # was priced at 389,721,105,833 s
     (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
     (["fabric", "bench", "--topology", "rail:nodes=2,net_latency_us=-1", "--size", "1M"],
      "net_latency_us must be >= 0"),

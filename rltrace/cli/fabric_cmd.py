@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated
 
@@ -40,16 +41,24 @@ UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 
 """nccl-tests' K, M and G are binary, as are KiB, MiB and GiB; kB, MB and GB are decimal (SI)"""
 
 
+MAX_SIZE = 1 << 50
+"""the largest message a command takes (1 PiB): far past any collective or sync bucket"""
+
+
 def parse_size(text: str, option: str = "--size", minimum: int = 1) -> int:
     """``1048576``, ``64M`` or ``64MiB`` (binary, as nccl-tests' -b and -e), ``1GB`` (decimal) -> bytes, at least
     ``minimum``."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in UNITS:
         raise ConfigError(f"{option} {text!r}: expected bytes, e.g. 1048576, 64M or 1GiB (binary), 1GB (decimal)")
-    size = int(float(m.group(1)) * UNITS[m.group(2).lower()])
-    if size < minimum:  # 0.5 is no byte count either: it would round to nothing
+    exact = Fraction(m.group(1)) * UNITS[m.group(2).lower()]  # exact: 1.5M is 1,572,864 bytes, 1.5 is no count
+    if exact < minimum:  # 0.5 is no byte count either: it would round to nothing
         raise ConfigError(f"{option} {text!r}: at least {minimum} byte(s)")
-    return size
+    if exact.denominator != 1:  # 1.5 was taken as 1 byte
+        raise ConfigError(f"{option} {text!r}: a whole number of bytes ({float(exact):g} is not)")
+    if exact > MAX_SIZE:  # 1e23 bytes was priced, at 389,721,105,833 s
+        raise ConfigError(f"{option} {text!r}: at most {MAX_SIZE:,} bytes (1 PiB), past any collective")
+    return int(exact)
 
 
 @fabric.command("bench")

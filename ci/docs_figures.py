@@ -130,7 +130,10 @@ def described_fabric_rows() -> list[str]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ep16 = Path(tmp) / "ep16.toml"
-        ep16.write_text(DESCRIBED.read_text().replace("\nep = 8\n", "\nep = 16\n"))
+        text = DESCRIBED.read_text()
+        if text.count("\nep = 8\n") != 1:  # else the EP 16 rows would silently be the EP 8 ones
+            raise RuntimeError(f"{DESCRIBED}: expected one line 'ep = 8' to set to 16")
+        ep16.write_text(text.replace("\nep = 8\n", "\nep = 16\n"))
         for ep, source in ((8, DESCRIBED), (16, ep16)):
             for topology in DESCRIBED_FABRICS[:2] if ep == 8 else DESCRIBED_FABRICS:
                 metrics = compare(source, "disagg-sync", topology=topology, gen_gpus=16,

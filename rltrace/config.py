@@ -59,7 +59,7 @@ def _field(name: str, hint: Any, value: Any, where: str) -> Any:
     """Field ``name``'s value checked against its type, and a number in seconds (``*_s``) against the limit."""
     typed = _value(hint, value, where)
     if name.endswith("_s") and isinstance(typed, float) and abs(typed) > MAX_SECONDS:
-        raise ConfigError(f"{where}={typed:g} is above the limit of {MAX_SECONDS:g} "
+        raise ConfigError(f"{where}={typed:g} is past the limit of {MAX_SECONDS:g} (either sign) "
                           "for a value in seconds or per second")
     return typed
 

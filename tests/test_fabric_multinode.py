@@ -409,6 +409,15 @@ def test_fabric_validate_holds_the_model_against_runs_of_your_own(tmp_path) -> N
     assert points.head(mine.height)["model_s"].to_list() == packaged["model_s"].to_list()
 
 
+def test_a_blank_optional_cell_takes_its_default(tmp_path) -> None:
+    # the nvswitch check read a blank cell as the word "none" and refused the file; a blank is the default, true
+    rows = pl.read_csv(MULTINODE_CSV).head(2).with_columns(pl.lit(True).alias("nvswitch"))
+    rows.write_csv(tmp_path / "stated.csv")
+    rows.with_columns(pl.lit(None, pl.Boolean).alias("nvswitch")).write_csv(tmp_path / "blank.csv")
+    stated, blank = (multinode_compare(tmp_path / name)["model_s"].to_list() for name in ("stated.csv", "blank.csv"))
+    assert blank == stated
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"gpu": "V100"}, "mine.csv: line 2: unknown GPU kind 'V100'"),
     ({"op": "allreduce"}, "mine.csv: line 2: unknown collective 'allreduce'"),
@@ -433,9 +442,10 @@ def test_a_bad_run_of_your_own_is_one_line_and_exit_2(tmp_path, change: dict, me
     (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, cpu, gpu,"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"],
      "unknown protocol 'LL64'"),
-    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1.5"], "a whole number of bytes"),  # was 1 byte
+    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1.5"], "'1.5': not a whole number of bytes"),  # 1 B
+    (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1" * 5000], "bytes (int64"),  # int's digit limit
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "99999999999999999999999"],
-     "at most 1,125,899,906,842,624 bytes (1 PiB)"),  # was priced at 389,721,105,833 s
+     "at most 9,223,372,036,854,775,807 bytes (int64"),  # was priced at 389,721,105,833 s
     (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
     (["fabric", "bench", "--topology", "rail:nodes=2,net_latency_us=-1", "--size", "1M"],
      "net_latency_us must be >= 0"),

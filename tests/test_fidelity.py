@@ -86,8 +86,9 @@ def test_as_recorded_replay_predicts_the_measured_step_time(recording, steps, se
     # The replay prices every engine iteration with one cost line fitted to these steps' iterations. On a quiet
     # machine its bootstrap over the steps spans a few percent and the replay lands within 1.5% (7 recordings). A
     # contention burst on a CI machine makes the line depend on which steps it sees: two CI recordings landed at
-    # +5.0% and +5.1% with intervals as wide as -9.8% to +33.2% (measured standard errors 11.1% and 15.4%). So
-    # the 5% bound widens to one standard error of that spread when it is wider, never past 10%.
+    # +5.0% and +5.1% (their measured means' standard errors 11.1% and 15.4%), the first with its bootstrap interval
+    # -9.8% to +33.2%, a replay standard error of 13.1%. So the 5% bound widens to one standard error of that spread
+    # when it is wider, never past 10%.
     replay_se = (high - low) / (2 * 1.645)
     bound = min(max(AS_RECORDED_BOUND, replay_se), AS_RECORDED_CEILING)
     print(f"standard errors: measured {fid.measured_se:.1%}, replayed {replay_se:.1%}: bound {bound:.1%}")

@@ -19,6 +19,7 @@ from helpers import REPO, RLTRACE, run_cli
 from rltrace.collectors.shards import engine_scoped_ids
 
 import rltrace
+from rltrace.cli import main
 
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 
@@ -159,6 +160,13 @@ def test_a_hang_up_after_the_job_ended_still_writes_the_bundle(tmp_path: Path) -
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     assert (tmp_path / "run" / "manifest.json").is_file() and not (tmp_path / "run.shards").exists()
+
+
+def test_recording_in_process_leaves_the_callers_hang_up_handler_as_it_was(tmp_path: Path) -> None:
+    # record's hang-up handler (send what it prints to /dev/null) stayed installed in a process that called it
+    before = signal.getsignal(signal.SIGHUP)
+    assert main(["record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", "pass"]) == 0
+    assert signal.getsignal(signal.SIGHUP) is before
 
 
 def test_after_sigterm_the_bundle_waits_for_the_jobs_processes_that_outlive_it(tmp_path: Path) -> None:

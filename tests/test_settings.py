@@ -125,7 +125,7 @@ def test_a_table_missing_a_required_key_names_the_key() -> None:
 def test_a_duration_past_any_run_is_refused(scheduler: str, key: str) -> None:
     # 1e300 s was taken and printed samples/s of 1e-297; a rate per second that large is no price either
     assert resolve([scheduler], [f"{scheduler}.{key}=1e9"]).per_scheduler[scheduler] is not None
-    message = (rf"^--set '{scheduler}\.{key}=1e300': .*{scheduler}\.{key}=1e\+300 is above the limit of 1e\+09 "
-               r"for a value in seconds or per second$")
+    message = (rf"^--set '{scheduler}\.{key}=1e300': .*{scheduler}\.{key}=1e\+300 is past the limit of 1e\+09 "
+               r"\(either sign\) for a value in seconds or per second$")
     with pytest.raises(ConfigError, match=message):
         resolve([scheduler], [f"{scheduler}.{key}=1e300"])

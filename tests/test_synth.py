@@ -121,6 +121,10 @@ def test_a_config_files_relative_paths_are_read_from_its_folder(tmp_path: Path, 
     (["prompt.path='x.csv'"], [("prompt.path unused: read by prompt.kind = 'empirical' only (prompt.kind is "
                                "'lognormal')")]),
     (["output.kind='lognormal_pareto'", "output.tail_fraction=0.05"], []),
+    (["output.scale=2"], ["output.scale unused: read by output.kind = 'empirical' only (output.kind is 'lognormal')"]),
+    (["output.kind='empirical'", "output.path='x.csv'", "output.column='n'", "output.median=900"],
+     [("output.median unused: read by output.kind = 'lognormal' or 'lognormal_pareto' only (output.kind is "
+      "'empirical')")]),
     ([], []),
 ])
 def test_length_keys_the_kind_does_not_read_are_noted(sets: list[str], notes: list[str]) -> None:

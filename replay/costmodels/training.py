@@ -24,7 +24,7 @@ MFU defaults, one home (``default_mfu``, calibration entries ``dense_train_mfu``
   8-64 A100 80GB (mosaicml/llm-foundry @ 061f2c7c, ``scripts/train/benchmarking/README.md``, "A100 80GB" table:
   MFU 49-60%, median 55% with attention counted non-causally, i.e. about 52% with causal attention): the
   A100's lower FLOP/s per byte of HBM and of network lets the same software reach a higher share of its peak
-  (the same table's H100 rows: 30-46%, median 40%, as Llama 3);
+  (the same table's H100 rows: 30-46%, median 40%, as Llama 3); the A800 (no published MFU) takes the A100's;
 - MoE: 0.35, DeepSeek-V3 pre-training: 2.664M H800 GPU-hours for 14.8T tokens (DeepSeek-V3 technical report,
   arXiv 2412.19437, Table 1) at 6 x 37B active parameters per token is 3.29e24 FLOPs over 2.664e6 x 3,600 s x
   989.4 TFLOP/s = 0.346 of BF16 peak (its GEMMs ran in FP8; the figure is what the run achieved end to end).
@@ -45,8 +45,10 @@ from rltrace.units import bus_factor
 
 PRECISIONS = ("bf16", "fp16", "fp8")  # the linear layers' (Transformer Engine's FP8 recipes for fp8)
 DENSE_MFU_BY_GPU = {"A100": "dense_train_mfu_a100", "A800": "dense_train_mfu_a100"}
-"""GPU kinds with a dense MFU of their own (MosaicML's A100 table, module text; the A800 is the same GA100 part, its
-NVLink cut, which a one-GPU MFU does not see): the calibration entry; others take Llama 3's ``dense_train_mfu``"""
+"""GPU kinds with a dense MFU of their own (MosaicML's A100 table, module text): the calibration entry; others take
+Llama 3's ``dense_train_mfu``. No A800 MFU is published; it takes the A100's, whose die and HBM it is, with NVLink
+cut to 400 GB/s: on both ratios the module text names it sits nearer the A100 than Hopper (BF16 FLOP/s per byte/s
+of HBM 153 as the A100's 153, H100 295; per byte/s of NVLink 780 against the A100's 520 and the H100's 1,099)"""
 
 
 def default_mfu(model: ModelSpec | None, gpu: GPUSpec | None = None,

@@ -17,7 +17,7 @@ from typing import Any
 from rltrace.replay.described.frameworks import get_framework
 
 from rltrace.catalog import get_gpu
-from rltrace.catalog._toml import load_toml
+from rltrace.catalog._toml import load_toml, paths_from_folder
 from rltrace.config import build
 from rltrace.errors import ConfigError
 from rltrace.limits import (
@@ -275,15 +275,7 @@ def parse_description(data: dict[str, Any], where: str) -> Description:
 def load_description(path: str | Path) -> Description:
     """Read and check a description TOML file; a relative model path is taken from the file's folder."""
     p = Path(path)
-    data = load_toml(p)
-    model = data.get("model")
-    if isinstance(model, str) and model.endswith(".json") and not Path(model).is_absolute():
-        data["model"] = str(p.parent / model)
-    if isinstance(data.get("lengths"), dict) and isinstance(data["lengths"].get("path"), str):
-        lengths = Path(data["lengths"]["path"])
-        if data["lengths"]["path"] and not lengths.is_absolute():
-            data["lengths"]["path"] = str(p.parent / lengths)
-    return parse_description(data, str(p))
+    return parse_description(paths_from_folder(load_toml(p), p.parent, tables=("lengths",)), str(p))
 
 
 def is_description(path: str | Path | None) -> bool:

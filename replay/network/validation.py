@@ -202,6 +202,9 @@ def multinode_measured(path: str | Path = MULTINODE_CSV, frame: pl.DataFrame | N
         raise ConfigError(f"{path}: a collective needs at least 2 GPUs (nodes x gpus_per_node) in every row")
     defaults = {"algorithm": "auto", "settings": "", "nvswitch": "true", "network": "ib"}
     rows = rows.with_columns(pl.lit(v).alias(c) for c, v in defaults.items() if c not in rows.columns)
+    rows = rows.with_columns(  # a blank cell: the default (a column of true/false cells stays boolean)
+        pl.col(c).fill_null(v == "true") if rows.schema[c] == pl.Boolean else pl.col(c).cast(pl.Utf8).fill_null(v)
+        for c, v in defaults.items())
     switched = {str(v).lower() for v in rows["nvswitch"].to_list()} - {"true", "false"}
     if switched:  # anything but "false" read as true: "maybe" was an NVSwitch node
         raise ConfigError(f"{path}: column nvswitch is true or false, got {min(switched)!r}")

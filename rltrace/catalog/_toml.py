@@ -29,6 +29,21 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: invalid TOML ({e})") from None
 
 
+def paths_from_folder(data: dict[str, Any], folder: Path, model: bool = True,
+                      tables: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``data`` (a file's TOML) with its relative paths taken from the file's ``folder``, not from wherever the
+    command runs: the ``model`` key where it names a config.json, and the ``path`` key of each of ``tables``."""
+    named = data.get("model")
+    if model and isinstance(named, str) and named.endswith(".json") and not Path(named).is_absolute():
+        data["model"] = str(folder / named)
+    for table in tables:
+        inner = data.get(table)
+        if isinstance(inner, dict) and isinstance(inner.get("path"), str) and inner["path"] \
+                and not Path(inner["path"]).is_absolute():
+            inner["path"] = str(folder / inner["path"])
+    return data
+
+
 E = TypeVar("E")
 
 

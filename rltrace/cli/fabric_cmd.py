@@ -41,23 +41,27 @@ UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 
 """nccl-tests' K, M and G are binary, as are KiB, MiB and GiB; kB, MB and GB are decimal (SI)"""
 
 
-MAX_SIZE = 1 << 50
-"""the largest message a command takes (1 PiB): far past any collective or sync bucket"""
+MAX_SIZE = 2**63 - 1
+"""the largest message a command takes: bytes are int64 in the format, and far past any collective"""
 
 
 def parse_size(text: str, option: str = "--size", minimum: int = 1) -> int:
     """``1048576``, ``64M`` or ``64MiB`` (binary, as nccl-tests' -b and -e), ``1GB`` (decimal) -> bytes, at least
     ``minimum``."""
+    shown = text if len(text) <= 60 else f"{text[:57]}..."  # the limit's message, not 5,000 digits, in the line
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in UNITS:
-        raise ConfigError(f"{option} {text!r}: expected bytes, e.g. 1048576, 64M or 1GiB (binary), 1GB (decimal)")
-    exact = Fraction(m.group(1)) * UNITS[m.group(2).lower()]  # exact: 1.5M is 1,572,864 bytes, 1.5 is no count
+        raise ConfigError(f"{option} {shown!r}: expected bytes, e.g. 1048576, 64M or 1GiB (binary), 1GB (decimal)")
+    digits = m.group(1)
+    # exact: 1.5M is 1,572,864 bytes and 1.5 none; 40 digits are far past the limit, and Python's int parsing stops
+    # at 4,300 digits (a traceback)
+    exact = Fraction(digits) * UNITS[m.group(2).lower()] if len(digits) <= 40 else Fraction(MAX_SIZE + 1)
     if exact < minimum:  # 0.5 is no byte count either: it would round to nothing
-        raise ConfigError(f"{option} {text!r}: at least {minimum} byte(s)")
-    if exact.denominator != 1:  # 1.5 was taken as 1 byte
-        raise ConfigError(f"{option} {text!r}: a whole number of bytes ({float(exact):g} is not)")
+        raise ConfigError(f"{option} {shown!r}: at least {minimum} byte(s)")
     if exact > MAX_SIZE:  # 1e23 bytes was priced, at 389,721,105,833 s
-        raise ConfigError(f"{option} {text!r}: at most {MAX_SIZE:,} bytes (1 PiB), past any collective")
+        raise ConfigError(f"{option} {shown!r}: at most {MAX_SIZE:,} bytes (int64, as the format holds them)")
+    if exact.denominator != 1:  # 1.5 was taken as 1 byte
+        raise ConfigError(f"{option} {shown!r}: not a whole number of bytes")
     return int(exact)
 
 

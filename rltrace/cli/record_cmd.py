@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -111,42 +112,42 @@ def record(
 
     watcher = reach.ReachWatcher(0, record_dir / SHARDS)
     terminal_fds = [fd for fd in (1, 2) if os.isatty(fd)]  # asked now: a hung-up terminal is no tty any more
-    _finish_through_hang_up(terminal_fds)  # what a hang-up does once the job has ended (_run restores it)
-    try:
-        code, signalled = _run(command, env, terminal_fds, watcher)
-    except ConfigError:  # the command could not start: nothing was recorded, nothing to keep
-        held.release(remove=True)
-        raise
-    except BaseException:
-        held.release(remove=False)
-        raise
-    # after a signal, the job's processes may outlive the one it reached: their shards still come in; without one,
-    # a process the job left running (detached, a daemon) gets a moment to end, then is named
-    later = _merge_command(record_dir, output.with_name(output.name + ".late"))
-    _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S if signalled else LEFT_RUNNING_WAIT_S, later,
-                        announce=signalled)
-    try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
-        missed = _unreached(watcher)
-        if ray_address and session:
-            nodes = _collect_ray(ray_address, session, record_dir / SHARDS)
-            if nodes is not None and not any(n.shards for n in nodes):
-                missed.append(f"the job's Ray workers on all {len(nodes)} node(s) of {ray_address} "
-                              "(no shard came back)")
-        if missed:
-            print(f"rltrace: warning: recording did not reach {len(missed)} process(es) that ran torch or "
-                  f"vLLM; the bundle lacks their work: {'; '.join(missed)}", file=sys.stderr)
-            if code == 0:
-                code = EXIT_UNRECORDED
-        if deferred:
-            info = get_model(str(model)).info()
-        _merge(record_dir, output, command=command, model=info, groups=groups, force=force, run_id=name)
-    except Exception as e:  # noqa: BLE001 - disk full, read-only, a bad model: say so, keep the shards
-        held.release(remove=False)
-        print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards are kept in "
-              f"{clean(record_dir)} (finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
+    with _through_hang_up(terminal_fds):  # a hang-up once the job has ended (_run forwards one while it runs)
+        try:
+            code, signalled = _run(command, env, terminal_fds, watcher)
+        except ConfigError:  # the command could not start: nothing was recorded, nothing to keep
+            held.release(remove=True)
+            raise
+        except BaseException:
+            held.release(remove=False)
+            raise
+        # after a signal, the job's processes may outlive the one it reached: their shards still come in; without one,
+        # a process the job left running (detached, a daemon) gets a moment to end, then is named
+        later = _merge_command(record_dir, output.with_name(output.name + ".late"))
+        _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S if signalled else LEFT_RUNNING_WAIT_S, later,
+                            announce=signalled)
+        try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
+            missed = _unreached(watcher)
+            if ray_address and session:
+                nodes = _collect_ray(ray_address, session, record_dir / SHARDS)
+                if nodes is not None and not any(n.shards for n in nodes):
+                    missed.append(f"the job's Ray workers on all {len(nodes)} node(s) of {ray_address} "
+                                  "(no shard came back)")
+            if missed:
+                print(f"rltrace: warning: recording did not reach {len(missed)} process(es) that ran torch or "
+                      f"vLLM; the bundle lacks their work: {'; '.join(missed)}", file=sys.stderr)
+                if code == 0:
+                    code = EXIT_UNRECORDED
+            if deferred:
+                info = get_model(str(model)).info()
+            _merge(record_dir, output, command=command, model=info, groups=groups, force=force, run_id=name)
+        except Exception as e:  # noqa: BLE001 - disk full, read-only, a bad model: say so, keep the shards
+            held.release(remove=False)
+            print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards are kept in "
+                  f"{clean(record_dir)} (finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
+            return code
+        held.release(remove=not keep_shards)
         return code
-    held.release(remove=not keep_shards)
-    return code
 
 
 def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool, ray_address: str | None,
@@ -348,13 +349,15 @@ def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: floa
               f"are still running (pid {', '.join(map(str, running))}); signal again to stop waiting",
               file=sys.stderr)
     stop = threading.Event()
+    previous = {s: signal.getsignal(s) for s in STOPPING}  # read before any is replaced: a signal may come between
 
     def stopped(signum: int, frame: Any) -> None:
         stop.set()
         if signum == signal.SIGHUP and callable(after := previous[signal.SIGHUP]):  # the terminal is gone: leave it too
             after(signum, frame)
 
-    previous = {s: signal.signal(s, stopped) for s in STOPPING}
+    for s in STOPPING:
+        signal.signal(s, stopped)
     try:
         deadline = time.monotonic() + limit_s
         while running and not stop.wait(0.2) and time.monotonic() < deadline:
@@ -417,12 +420,20 @@ def _started_within(seconds: float) -> set[int]:
     return young
 
 
-def _finish_through_hang_up(terminal_fds: list[int]) -> None:
-    """Once the job has ended, a hang-up (the terminal closed, the ssh session gone) has no job to reach, and by
-    default it would end rltrace while it waits for the job's processes or writes the bundle, leaving shards and no
-    word: it now only sends what rltrace still prints to /dev/null (a hang-up ignored at start stays ignored)."""
-    if signal.SIGHUP not in rltrace._STARTING_IGNORED:
-        signal.signal(signal.SIGHUP, lambda *_: _leave_hung_up_terminal(terminal_fds))
+@contextlib.contextmanager
+def _through_hang_up(terminal_fds: list[int]) -> Iterator[None]:
+    """Within the block, a hang-up (the terminal closed, the ssh session gone) only sends what rltrace still prints to
+    /dev/null: once the job has ended it has no job to reach, and by default it would end rltrace while it waits for
+    the job's processes or writes the bundle, leaving shards and no word. A hang-up ignored at start stays ignored;
+    the handler before is restored after."""
+    if signal.SIGHUP in rltrace._STARTING_IGNORED:
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, lambda *_: _leave_hung_up_terminal(terminal_fds))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def _leave_hung_up_terminal(fds: list[int]) -> None:

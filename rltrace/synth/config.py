@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrace.calibration.defaults import MEMORY_EFFICIENCY, SYNC_GBPS, SYNTH_TRAIN_MFU
-from rltrace.catalog._toml import load_toml
+from rltrace.catalog._toml import load_toml, paths_from_folder
 from rltrace.config import build, override, parse_set, to_dict
 from rltrace.errors import ConfigError
 from rltrace.limits import (
@@ -178,20 +178,26 @@ class SynthConfig:
         return self
 
 
-_SHAPES = {"lognormal_pareto": ("tail_fraction", "tail_alpha", "tail_start_quantile"), "empirical": ("path", "column")}
-"""the length keys only one kind reads"""
+_READ_BY = {"median": ("lognormal", "lognormal_pareto"), "sigma": ("lognormal", "lognormal_pareto"),
+            "tail_fraction": ("lognormal_pareto",), "tail_alpha": ("lognormal_pareto",),
+            "tail_start_quantile": ("lognormal_pareto",), "path": ("empirical",), "column": ("empirical",),
+            "scale": ("empirical",)}
+"""the length keys only some kinds read (docs/synth.md's table), and those kinds"""
 
 
 def unused(config: SynthConfig) -> list[str]:
     """Notes on length keys set away from their defaults that the chosen ``kind`` does not read (a tail on a plain
-    lognormal, a file on a drawn distribution): the output is the same as without them."""
+    lognormal, a file on a drawn distribution, a median on a file's lengths): the output is the same as without
+    them. A preset's own values count as set."""
     default, notes = LengthConfig(), []
     for where, length in (("output", config.output), ("prompt", config.prompt)):
-        for kind, keys in _SHAPES.items():
-            moved = [k for k in keys if kind != length.kind and getattr(length, k) != getattr(default, k)]
-            if moved:
-                notes.append(f"{', '.join(f'{where}.{k}' for k in moved)} unused: read by {where}.kind = {kind!r} "
-                             f"only ({where}.kind is {length.kind!r})")
+        by_readers: dict[tuple[str, ...], list[str]] = {}
+        for key, kinds in _READ_BY.items():
+            if length.kind not in kinds and getattr(length, key) != getattr(default, key):
+                by_readers.setdefault(kinds, []).append(f"{where}.{key}")
+        for kinds, keys in by_readers.items():
+            notes.append(f"{', '.join(keys)} unused: read by {where}.kind = "
+                         f"{' or '.join(repr(k) for k in kinds)} only ({where}.kind is {length.kind!r})")
     return notes
 
 
@@ -215,26 +221,13 @@ def load_config(
     elif path:
         source = Path(path)
     if source is not None:
-        _merge(data, _from_its_folder(load_toml(source), source), str(source))
+        # a config file's relative paths from its folder, as a described job's (a preset's name none)
+        _merge(data, paths_from_folder(load_toml(source), source.parent, tables=("output", "prompt")), str(source))
     config = build(SynthConfig, data, f"{source.name}: synth" if source is not None else "synth")
     assignments = [(*parse_set(item), f"--set {item!r}") for item in sets or []]
     if seed is not None:
         assignments.append(("seed", seed, "--seed"))
     return override(config, assignments, "synth").check()
-
-
-def _from_its_folder(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    """A config file's relative paths (a model's config.json, an empirical length file) taken from its folder, as a
-    described job's are, not from wherever synth runs."""
-    model = data.get("model")
-    if isinstance(model, str) and model.endswith(".json") and not Path(model).is_absolute():
-        data["model"] = str(source.parent / model)
-    for table in ("output", "prompt"):
-        lengths = data.get(table)
-        if isinstance(lengths, dict) and isinstance(lengths.get("path"), str) and lengths["path"] \
-                and not Path(lengths["path"]).is_absolute():
-            lengths["path"] = str(source.parent / lengths["path"])
-    return data
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any], where: str) -> None:

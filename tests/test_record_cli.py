@@ -6,7 +6,9 @@ import contextlib
 import json
 import os
 import pty
+import re
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -182,6 +184,26 @@ def test_after_sigterm_the_bundle_waits_for_the_jobs_processes_that_outlive_it(t
     names = rltrace.open(tmp_path / "run").spans.collect()["name"].to_list()
     assert "tail-done" in names
     assert not (tmp_path / "run.shards").exists()
+
+
+def test_a_process_left_running_keeps_the_shards_its_warning_names(tmp_path: Path) -> None:
+    """The job ends and leaves a recorded child running past record's wait: the warning names a --merge of the
+    shards for later, and record then deleted them (the command it printed could not work)."""
+    done = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, JOB, "leave")
+    assert done.returncode == 0, done.stderr
+    warned = re.search(r"still running \(pid (\d+)\).*\(once they end: (rltrace record --merge .+)\)$", done.stderr,
+                       re.MULTILINE)
+    assert warned, done.stderr
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{warned.group(1)}").exists():  # the child records 4 s in all
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    merged = run_cli(*shlex.split(warned.group(2))[1:])
+    assert merged.returncode == 0, merged.stderr
+    spans = rltrace.open(tmp_path / "run.late").spans.collect()
+    assert "tail-done" in spans["name"].to_list()
+    # every shard of the recording: the job's own too (with the folder deleted, only what the child wrote after)
+    assert spans["actor"].n_unique() == 2, spans
 
 
 def test_a_model_file_that_never_appears_is_said_at_start_and_at_the_merge(tmp_path: Path) -> None:

@@ -124,8 +124,8 @@ def record(
         # after a signal, the job's processes may outlive the one it reached: their shards still come in; without one,
         # a process the job left running (detached, a daemon) gets a moment to end, then is named
         later = _merge_command(record_dir, output.with_name(output.name + ".late"))
-        _wait_for_recorders(watcher, record_dir / SHARDS, STRAGGLER_WAIT_S if signalled else LEFT_RUNNING_WAIT_S, later,
-                            announce=signalled)
+        wait_s = STRAGGLER_WAIT_S if signalled else LEFT_RUNNING_WAIT_S
+        still = _wait_for_recorders(watcher, record_dir / SHARDS, wait_s, later, announce=signalled)
         try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
             missed = _unreached(watcher)
             if ray_address and session:
@@ -146,7 +146,8 @@ def record(
             print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards are kept in "
                   f"{clean(record_dir)} (finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
             return code
-        held.release(remove=not keep_shards)
+        # processes still recording write on into the shards: kept for the --merge the warning names
+        held.release(remove=not keep_shards and not still)
         return code
 
 
@@ -335,15 +336,15 @@ def _run(command: list[str], env: dict[str, str], terminal_fds: list[int],
 
 
 def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: float, later: str, *,
-                        announce: bool = True) -> None:
+                        announce: bool = True) -> list[int]:
     """Wait up to ``limit_s`` for the job's recorded processes that outlived the one it ran or a signal reached (a
     launcher's children, an engine's processes, a process it detached) to end and flush, so the bundle holds what
     they recorded; a second signal stops the wait (``announce``: say so when it starts). Those still running then
     are named: what they record later goes to shards that ``later`` (a --merge command) turns into a bundle of its
-    own."""
+    own. Returns their pids (none: every recorded process ended)."""
     running = _alive_recorders(watcher, shards)
     if not running:
-        return
+        return []
     if announce:
         print(f"rltrace: note: waiting up to {limit_s:.0f} s for {len(running)} recorded process(es) of the job that "
               f"are still running (pid {', '.join(map(str, running))}); signal again to stop waiting",
@@ -369,6 +370,7 @@ def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: floa
         print(f"rltrace: warning: {len(running)} recorded process(es) still running (pid "
               f"{', '.join(map(str, running))}); what they record from now on is not in the bundle (once they end: "
               f"{later})", file=sys.stderr)
+    return running
 
 
 def _alive_recorders(watcher: reach.ReachWatcher, shards: Path) -> list[int]:

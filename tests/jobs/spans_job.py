@@ -7,6 +7,7 @@
     python spans_job.py children           # one child per multiprocessing start method, each records a span
     python spans_job.py orphan PIDFILE     # starts a child that records for 4 s, writes its own pid, then waits
                                            # (SIGTERM ends it; the child, which no signal reaches, runs on)
+    python spans_job.py leave              # starts that child, then exits 0 at once (the child records on)
 """
 
 import multiprocessing
@@ -62,6 +63,9 @@ if __name__ == "__main__":
         with open(sys.argv[2], "w") as f:
             f.write(str(os.getpid()))
         time.sleep(3600)
+    elif mode == "leave":  # starts the same child, then ends at once: the child records on past the job
+        subprocess.Popen([sys.executable, __file__, "tail"], start_new_session=True)
+        spans(1)
     elif mode == "tail":
         end = time.monotonic() + 4.0
         while time.monotonic() < end:

@@ -159,7 +159,7 @@ def run_vidur(work: Path, requests: pl.DataFrame, batch: int) -> tuple[pl.DataFr
 
 def run_rltrace(work: Path, requests: pl.DataFrame, batch: int, profile: Path | None) -> tuple[pl.DataFrame, float]:
     """rltrace's per-request (ttft_s, e2e_s) from the real CLI, and its wall time."""
-    bundle = work / "rltrace_bundle"
+    bundle = work / f"rltrace_bundle_{requests.height}"  # by its size: a --work reused for another count
     if not bundle.exists():
         spec = get_model("Llama-2-7B")
         n = requests.height

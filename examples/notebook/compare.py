@@ -1,7 +1,7 @@
 """Compare schedulers on a recorded workload from Python, as in a notebook: the frames `rltrace replay` prints.
 
 Run it as ``python examples/notebook/compare.py [OUT]``; it writes run folders and an HTML report under OUT (default:
-a folder ``notebook-runs`` here).
+a folder ``notebook-runs`` in the working directory).
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench import at_least
+from _bench import run as run_script
+
 SAMPLE = "rollpacker_qwen7b"
 
 
@@ -50,8 +53,8 @@ def listed(stdout: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=at_least(1), default=3)
+    parser.add_argument("--workers", type=at_least(1), default=2)
     parser.add_argument("--target", type=float, default=10.0)
     parser.add_argument("--exhaustive", action="store_true", help="also time --exhaustive and compare the answers")
     args = parser.parse_args()
@@ -76,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

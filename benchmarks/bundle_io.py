@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench import at_least, run
+
 import rltrace
 from rltrace.summary import summarize
 from rltrace.synth import load_config, synthesize
@@ -24,8 +26,8 @@ def peak_rss_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--samples", type=int, default=8192, help="samples per step (prompts x 8)")
+    parser.add_argument("--steps", type=at_least(1), default=100)
+    parser.add_argument("--samples", type=at_least(1), default=8192, help="samples per step (prompts x 8)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     cfg = load_config(
@@ -57,4 +59,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _bench import at_least
 from rltrace.replay.costmodels.calibrate import fit_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "tiny_rl"))
@@ -73,14 +74,17 @@ def fit_plane(batch: np.ndarray, finished: np.ndarray, seconds: np.ndarray) -> t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[4, 8, 16, 32, 64])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", type=at_least(1), nargs="+", default=[4, 8, 16, 32, 64])
+    parser.add_argument("--repeats", type=at_least(1), default=3)
     parser.add_argument("--logprobs", type=int, default=None, help="ask for sampled-token logprobs (tiny_rl: 0)")
-    parser.add_argument("--warmup", type=int, default=200, help="first iterations left out (engine warm-up)")
+    parser.add_argument("--warmup", type=at_least(0), default=200, help="first iterations left out (engine warm-up)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     running, calls, seconds = measure(args.batches, args.repeats, args.logprobs)
+    if len(running) <= args.warmup + 2:  # a line needs iterations past the warm-up (a ZeroDivisionError)
+        raise SystemExit(f"cpu_decode_iterations.py: {len(running)} iterations, --warmup {args.warmup} leaves too few "
+                         "to fit: more --batches or --repeats, or a smaller --warmup")
     batch, calls, tau = running[args.warmup:], calls[args.warmup:], seconds[args.warmup:]
     keep = batch >= 1
     batch, calls, tau = batch[keep], calls[keep], tau[keep]

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench import at_least, run
 from rltrace.dashboards import perfetto
 from rltrace.dashboards.report import build
 from rltrace.replay.loading import Shape, from_bundle
@@ -32,8 +33,8 @@ from rltrace.cli.dashboard_cmd import write_text
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=128)
-    parser.add_argument("--samples-per-step", type=int, default=8192)
+    parser.add_argument("--steps", type=at_least(1), default=128)
+    parser.add_argument("--samples-per-step", type=at_least(1), default=8192)
     parser.add_argument("--runs", default="disagg-sync", help="schedulers, comma-separated")
     parser.add_argument("--browser", action="store_true", help="also time the render in headless Chromium")
     args = parser.parse_args()
@@ -89,4 +90,4 @@ def _browser(report: Path) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

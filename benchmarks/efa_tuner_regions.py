@@ -13,11 +13,12 @@ the membership test is its ray casting, written again here. The model does not r
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 
 from rltrace.replay.network.collectives import collective
-from rltrace.replay.network.validation import multinode_measured, multinode_topology
+from rltrace.replay.network.validation import MULTINODE_CSV, multinode_measured, multinode_topology
 
 Point = tuple[float, float]
 MAX_SIZE, MAX_RANKS = 100.0 * 1024**3, 1024.0 * 1024  # TUNER_MAX_SIZE, TUNER_MAX_RANKS
@@ -104,6 +105,7 @@ def plugin_pick(nbytes: float, ranks: int, nodes: int) -> tuple[str, str] | None
 
 def main() -> None:
     rows = multinode_measured().filter(cluster="aws-p5-efa-hyperpod", op="all_reduce")
+    print(f"{MULTINODE_CSV.name}, cluster aws-p5-efa-hyperpod (p5.48xlarge, EFA), all-reduce: {rows.height} points")
     print("nodes  size MiB  model pick          error   plugin pick         error")
     big: list[tuple[float, float]] = []
     for r in rows.iter_rows(named=True):
@@ -125,4 +127,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or refused
     main()

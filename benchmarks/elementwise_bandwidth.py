@@ -15,6 +15,7 @@ the RMSNorm.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -27,12 +28,15 @@ DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernels" / 
 
 
 def main(argv: list[str]) -> int:
-    path = Path(argv[0]) if argv else DEFAULT
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("path", nargs="?", type=Path, default=DEFAULT,
+                        help="a Vidur MLP profile CSV (default: Vidur's H100 Llama-2-7B one in the shared data)")
+    path = parser.parse_args(argv).path
     if not path.is_file():
         print(f"elementwise_bandwidth: no such file: {path}", file=sys.stderr)
         return 2
     fit = fit_elementwise_stream(path)
-    print(f"Vidur's H100 Llama-2-7B elementwise ops at >= {ELEMENTWISE_MIN_TOKENS} tokens, TP 1-8: fraction of HBM")
+    print(f"{path}: elementwise ops at >= {ELEMENTWISE_MIN_TOKENS} tokens, TP 1-8: fraction of HBM")
     for row in fit.iter_rows(named=True):
         spread = f"{row['min']:.2f}-{row['max']:.2f}"
         print(f"  {row['op']:<26} {row['rows']:>4} rows  median {row['median']:.2f}  ({spread})")

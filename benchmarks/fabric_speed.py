@@ -9,6 +9,7 @@ fastest algorithm x protocol), and prints what auto picked and its modelled time
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import time
@@ -50,4 +51,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or refused
     main()

@@ -1,6 +1,6 @@
 """Replay fidelity against real recordings of three job shapes: record each several times and print the errors.
 
-    python benchmarks/fidelity.py [--job tiny_rl|tcp_rl|ray_rl] [--recordings 8] [--steps 10]
+    python benchmarks/fidelity.py [--job tiny_rl|tcp_rl|ray_rl] [--recordings 8] [--steps 10] [--reuse]
                                   [--out /tmp/rltrace_fidelity] [--replicates 10]
 
 Every recording alternates 8 and 4 samples per prompt step by step (2 x steps + 1 steps, the first with 8),

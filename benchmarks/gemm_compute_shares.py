@@ -16,9 +16,9 @@ AICONFIGURATOR_REPO is a checkout of ai-dynamo/aiconfigurator (this machine's mi
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import polars as pl
+from _bench import existing_folder, run
 from rltrace.replay.costmodels.profile import fit_gemm_compute
 
 from rltrace.catalog import get_gpu
@@ -30,7 +30,7 @@ DTYPES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("repo", type=Path, help="a checkout of ai-dynamo/aiconfigurator")
+    parser.add_argument("repo", type=existing_folder, help="a checkout of ai-dynamo/aiconfigurator")
     args = parser.parse_args()
     base = args.repo / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
     rows = []
@@ -53,4 +53,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

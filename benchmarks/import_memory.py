@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _bench import at_least, run
+
 STEP_US = 100_000.0
 
 
@@ -81,7 +83,7 @@ def child_peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=1024)
+    parser.add_argument("--mb", type=at_least(1), default=1024)
     parser.add_argument("--gzip", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,4 +106,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _bench import at_least, run
 
 FLUSH_ROWS = 262_144  # the recorder's largest flush (MAX_BUFFER_ROWS)
 MEASURE = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
@@ -78,8 +79,8 @@ def write_shards(root: Path, rows: int, ranks: int, p2p_every: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--rows", type=at_least(1), default=10_000_000)
+    parser.add_argument("--ranks", type=at_least(1), default=8)
     parser.add_argument("--p2p-every", type=int, default=0, help="a send from rank 0 to 1 every K ops (0: none)")
     args = parser.parse_args()
     rltrace = str(Path(sys.executable).parent / "rltrace")
@@ -110,4 +111,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

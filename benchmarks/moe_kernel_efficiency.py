@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from _bench import existing_folder, run
 
 from rltrace.catalog import get_gpu
 
@@ -127,7 +128,7 @@ def memory_bound(table: pl.DataFrame, spec: Table, hbm_bytes_per_s: float) -> tu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("repo", type=Path, help="a checkout of ai-dynamo/aiconfigurator")
+    parser.add_argument("repo", type=existing_folder, help="a checkout of ai-dynamo/aiconfigurator")
     args = parser.parse_args()
     base = args.repo / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
     for kind, spec in TABLES.items():
@@ -164,4 +165,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

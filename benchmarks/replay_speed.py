@@ -1,6 +1,6 @@
 """Replay speed: requests replayed per second of wall time, and how it grows with trace size.
 
-    python benchmarks/replay_speed.py [--steps 100] [--samples-per-step 8192] [--scheduler disagg-sync]
+    python benchmarks/replay_speed.py [--steps 100] [--samples-per-step 8192] [--scheduler disagg-sync] [--scaling]
 
 Retargets the default RollPacker-like sample to the given shape (resampled lengths, seeded), then times
 the event loop alone and the whole replay (loop + timeline + metrics) on one core. Target (replay-engine
@@ -13,6 +13,7 @@ import argparse
 import platform
 import time
 
+from _bench import at_least, run
 from rltrace.replay.loading import Shape, from_bundle
 from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
@@ -35,8 +36,8 @@ def one(steps: int, per_step: int, scheduler: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--samples-per-step", type=int, default=8192)
+    parser.add_argument("--steps", type=at_least(1), default=100)
+    parser.add_argument("--samples-per-step", type=at_least(1), default=8192)
     parser.add_argument("--scheduler", default="disagg-sync")
     parser.add_argument("--scaling", action="store_true", help="also time 1/8, 1/4 and 1/2 of the steps")
     args = parser.parse_args()
@@ -51,4 +52,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -213,6 +213,8 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of the table")
     args = parser.parse_args()
+    if args.write and not args.write.parent.is_dir():  # said before the minutes of replays, not after
+        parser.error(f"--write {args.write}: folder {args.write.parent} does not exist")
     started = time.perf_counter()
     table = rows()
     text = markdown(table)

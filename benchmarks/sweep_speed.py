@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+from _bench import at_least
 
 SCHEDULERS = ["disagg-sync", "one-step-async", "fully-async", "streamrl", "rollpacker", "orchestrrl"]
 GPUS = ["H100", "H800", "A100", "H20"]
@@ -43,10 +44,14 @@ def run(args: list[str], out: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--points", type=int, default=48)
+    step = len(SCHEDULERS) * len(GPUS)
+    parser.add_argument("--points", type=at_least(step), default=48,
+                        help=f"grid points: a multiple of {step} (schedulers x GPU kinds), at most {4 * step}")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
+    if args.points % step or args.points > 4 * step:  # 50 ran 48 points and 100 ran 96, unsaid
+        parser.error(f"--points {args.points}: a multiple of {step} up to {4 * step}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "grid.toml").write_text(grid(args.points))

@@ -101,7 +101,12 @@ def prepare(source: str | Path | None, shape: Shape, settings: Settings, schedul
             prepared.notes.append(f"{', '.join(single)} replay(s) the first job only ({prepared.jobs[0].name})")
         return prepared, None
     path = source_path(source)
-    return open_source(path, shape, config.cost, prices)
+    prepared, bundle = open_source(path, shape, config.cost, prices)
+    if bundle is not None and shape.reshapes:  # even the recorded shape, asked for, is a new draw: say so
+        prepared.notes.append(f"the workload is drawn from the recorded one (seed {shape.seed or 0}): its steps and "
+                              "samples are resampled, so even the recorded shape is a new draw (without --steps, "
+                              "--prompts, --samples, --max-new-tokens and --model the recording replays as it ran)")
+    return prepared, bundle
 
 
 def one_kind(prepared: Prepared, schedulers: Sequence[str], *, named: bool) -> list[str]:

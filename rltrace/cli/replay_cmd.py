@@ -192,11 +192,7 @@ def replay(
                          counter=lambda name: Bar(err, f"replay {name}", "events", piped_total=False))
     spreads: dict[str, Spread] = {}
     varied = bool(sources(prepared, shape)) if source is not None else False
-    if source is not None and shape.reshapes:  # even the recorded shape, asked for, is a new draw: say so
-        prepared.notes.append(f"the workload is drawn from the recorded one (seed {seed or 0}): its steps and samples "
-                              "are resampled, so even the recorded shape is a new draw (without --steps, --prompts, "
-                              "--samples, --max-new-tokens and --model the recording replays as it ran)")
-    elif source is not None and seed is not None and not (replicates and varied):
+    if source is not None and seed is not None and not shape.reshapes and not (replicates and varied):
         prepared.notes.append(f"--seed {seed} unused: nothing is drawn, the recording replays as it ran (--steps, "
                               "--prompts, --samples, --max-new-tokens or --model draw a workload from it)")
     if given_replicates and replicates and not varied:  # asked for a spread this replay cannot have: say so

@@ -415,6 +415,18 @@ def test_a_csv_datetime_that_is_not_a_timestamp_says_so(tmp_path: Path):
     assert "negative token count" not in done.stderr + done.stdout
 
 
+def test_an_azure_timestamp_is_read_or_refused_never_dropped(tmp_path: Path):
+    # "notadate" was dropped as a "negative token count or missing arrival", and so was a zoned time
+    head = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,5\n"
+    (tmp_path / "bad.csv").write_text(head + "notadate,10,5\n")
+    done = run_cli("import", "azure-llm", str(tmp_path / "bad.csv"), "-o", str(tmp_path / "b"))
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "rltrace: error: column 'TIMESTAMP', data row 2: 'notadate' is not a timestamp"], done.stderr
+    (tmp_path / "zoned.csv").write_text(head + "2023-11-16T18:17:05+01:00,10,5\n")
+    arrival = _import("azure-llm", [tmp_path / "zoned.csv"], tmp_path / "z").requests.collect()["arrival_ns"]
+    assert arrival.len() == 2 and arrival[0] - arrival[1] == 3_598_979_960_000  # 17:17:05 UTC, before 18:17:03.98
+
+
 def test_bad_events_inside_a_good_file_are_counted_and_skipped(tmp_path: Path):
     events = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100},
@@ -432,6 +444,27 @@ def test_bad_events_inside_a_good_file_are_counted_and_skipped(tmp_path: Path):
     c = rltrace.open(tmp_path / "b").collectives.collect()
     assert c.height == 1 and c["bytes_in"][0] == 32 and c["step"][0] == 1
     assert any("skipped 1" in n for n in rltrace.open(tmp_path / "b").manifest.notes)
+
+
+def test_a_profile_of_one_gpu_without_collectives_imports_its_spans(tmp_path: Path):
+    # a trace with no communication failed on its empty collectives table: "column 'step': missing required column"
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10, "dur": 20},
+              {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "ts": 15, "dur": 30, "args": {"correlation": 1}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+    bundle = _import("kineto", [path], tmp_path / "b")
+    assert bundle.collectives.collect().height == 0 and bundle.spans.collect().height > 0
+
+
+@pytest.mark.parametrize(("kind", "trace"), [("kineto", "profiler_traces/hta_nccl_2rank_rank0.json.gz"),
+                                              ("et", "profiler_traces/param_dlrm_host_et_8rank.tar.gz")])
+def test_a_rank_given_twice_is_refused(tmp_path: Path, kind: str, trace: str):
+    # a glob that named one trace twice doubled its collectives (42 where the file holds 21), unsaid
+    path = require_shared(trace)
+    done = run_cli("import", kind, str(path), str(path), "-o", str(tmp_path / "b"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "rank 0 again" in done.stderr and "give each rank's trace once" in done.stderr
 
 
 SGLANG = Path(__file__).parent / "data" / "sglang" / "sglang-request-metrics-20261129_06.log"

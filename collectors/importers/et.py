@@ -93,6 +93,7 @@ def execution_trace(files: list[Path], options: ImportOptions,
     rows: list[dict[str, Any]] = []
     docs = [(name, data) for path in files for name, data in _documents(path)]
     world = len(docs)
+    seen: dict[int, str] = {}
     for index, (name, data) in enumerate(docs):
         try:
             trace = json.load(io.BytesIO(data))
@@ -102,6 +103,10 @@ def execution_trace(files: list[Path], options: ImportOptions,
             raise ConfigError(f"{name}: not an execution trace (no nodes list)")
         match = _RANK.search(Path(name).stem)
         rank = int(match.group(1)) if match else index
+        if rank in seen:  # the same file twice (a glob), or two of one rank: its collectives would count twice
+            raise ConfigError(f"{name}: rank {rank} again ({seen[rank]} is rank {rank} too); give each rank's trace "
+                              "once")
+        seen[rank] = name
         nodes = trace["nodes"]
         pgs = _pg_table(nodes)
         start_ns = _int(trace.get("start_ts")) * NS_PER_MS

@@ -336,6 +336,9 @@ def kineto(files: list[Path], options: ImportOptions, progress: Callable[[int, i
         check_input(path)
         info, base = _metadata(path)
         rank = int(info["rank"]) if "rank" in info else index
+        if rank in ranks_seen:  # the same file twice (a glob), or two of one rank: its collectives would count twice
+            raise ConfigError(f"{path}: rank {rank} again ({files[ranks_seen.index(rank)]} is rank {rank} too); give "
+                              "each rank's trace once")
         if "rank" not in info:
             notes.append(f"{path.name}: no distributedInfo.rank; rank {index} taken from the file's position")
         world = int(info.get("world_size", len(files)))
@@ -361,7 +364,9 @@ def kineto(files: list[Path], options: ImportOptions, progress: Callable[[int, i
     if frame.height:
         frame = frame.sort("rank", "pg", "start_ns").with_columns(
             pl.int_range(pl.len()).over("rank", "pg").cast(pl.Int64).alias("seq"))
-    imported.tables = {"collectives": frame, "spans": pl.DataFrame(spans) if spans else pl.DataFrame()}
+    # a table with no rows is left out (written empty, with its schema): a trace of one GPU has no collectives
+    tables = {"collectives": frame, "spans": pl.DataFrame(spans) if spans else pl.DataFrame()}
+    imported.tables = {name: table for name, table in tables.items() if table.height}
     imported.pools = {"trainer": Pool(device=options.gpu or "unknown", count=len(set(ranks_seen)))}
     notes.append("steps are ProfilerStep#N ranges (a kernel belongs to the last step that started before it); "
                  "async_op is not in the trace (false)")

@@ -102,8 +102,8 @@ def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, in
     if latest is not None and latest > LAST_NS_TIME:  # nanoseconds since 1970 would wrap
         raise ConfigError(f"TIMESTAMP {latest} is past {LAST_NS_TIME:%Y-%m-%d %H:%M:%S}, the last time nanoseconds "
                           "since 1970 hold")
-    when = pl.col("TIMESTAMP").str.to_datetime(stamp, time_unit="ns", strict=False)
-    requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when.dt.epoch("ns"), source, options)
+    when = _timestamps(source, "TIMESTAMP", "")  # a value that is no timestamp (or a zoned one) was dropped unsaid
+    requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when, source, options)
     return _result(requests, options, ["arrival times are the trace's TIMESTAMP read as UTC"])
 
 
@@ -150,6 +150,19 @@ def _datetime_ns(col: pl.Expr) -> pl.Expr:
     return (local.dt.epoch("ns") - offset_s * 1_000_000_000).alias("arrival")
 
 
+def _timestamps(source: pl.DataFrame, column: str, hint: str) -> pl.Expr:
+    """``column`` of ``source`` as :func:`_datetime_ns` reads it; a value that is not a timestamp is a ConfigError
+    naming the column and the data row (a blank one is a missing arrival, left to the table's checks)."""
+    col = pl.col(column)
+    arrival = _datetime_ns(col)
+    unparsed = source.select(col.cast(pl.String).alias("value"), arrival.alias("parsed")).with_row_index(
+        "row", offset=1).filter(pl.col("parsed").is_null() & (pl.col("value").str.strip_chars() != ""))
+    if unparsed.height:
+        row, value, _ = unparsed.row(0)
+        raise ConfigError(f"column {column!r}, data row {row:,}: {value[:60]!r} is not a timestamp{hint}")
+    return arrival
+
+
 @register("csv")
 def csv(files: list[Path], options: ImportOptions, progress: Callable[[int, int], None] | None = None) -> Imported:
     """Any request log in CSV: ``--map arrival=COL,prompt=COL,output=COL`` names the columns."""
@@ -164,13 +177,7 @@ def csv(files: list[Path], options: ImportOptions, progress: Callable[[int, int]
     source = _read_all(files, pl.read_csv, "a request log (CSV)", list(options.mapping.values()))
     col = pl.col(options.mapping["arrival"])
     if options.time_unit == "datetime":
-        arrival = _datetime_ns(col)
-        unparsed = source.select(col.cast(pl.String).alias("value"), arrival.alias("parsed")).with_row_index(
-            "row", offset=1).filter(pl.col("parsed").is_null() & (pl.col("value").str.strip_chars() != ""))
-        if unparsed.height:
-            row, value, _ = unparsed.row(0)
-            raise ConfigError(f"column {options.mapping['arrival']!r}, data row {row:,}: {value[:60]!r} is not a "
-                              "timestamp (--time-unit datetime)")
+        arrival = _timestamps(source, options.mapping["arrival"], " (--time-unit datetime)")
     else:
         arrival = (col.cast(pl.Float64) * UNITS[options.time_unit]).round()
     requests = requests_table(pl.col(options.mapping["prompt"]), pl.col(options.mapping["output"]), arrival, source,

@@ -67,6 +67,18 @@ def _pids(shards: Path) -> list[int]:
     return pids
 
 
+def unpack(data: bytes, dest: Path) -> int:
+    """One node's archive (:func:`_pack_node`) into ``dest``; the number of shards it held. A node that ran none of
+    the job's processes has no shards folder and sends no archive: 0 (its empty bytes failed to open as a tar and
+    ended the collection, losing every node after it, whose shards were already removed)."""
+    if not data:
+        return 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        members = [m for m in tar.getmembers() if not (dest / m.name).exists()]  # one host, two nodes
+        tar.extractall(dest, members=members, filter="data")
+        return len({m.name.split("/", 1)[0] for m in tar.getmembers()})
+
+
 def collect(address: str, session: str, dest: Path, timeout_s: float = COLLECT_TIMEOUT_S) -> list[NodeShards]:
     """Bring every alive node's shards of ``session`` into ``dest`` (the recording's shard root)."""
     import ray
@@ -87,15 +99,8 @@ def collect(address: str, session: str, dest: Path, timeout_s: float = COLLECT_T
             task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(session)
             for n in ray.nodes() if n.get("Alive")
         ]
-        found = []
-        for node_id, host, data in ray.get(refs, timeout=timeout_s):
-            names: set[str] = set()
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-                members = [m for m in tar.getmembers() if not (dest / m.name).exists()]  # one host, two nodes
-                tar.extractall(dest, members=members, filter="data")
-                names = {m.name.split("/", 1)[0] for m in tar.getmembers()}
-            found.append(NodeShards(node_id, host, len(names)))
-        return found
+        return [NodeShards(node_id, host, unpack(data, dest))
+                for node_id, host, data in ray.get(refs, timeout=timeout_s)]
     finally:
         for module in by_value:
             ray.cloudpickle.unregister_pickle_by_value(module)

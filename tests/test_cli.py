@@ -295,6 +295,9 @@ def test_audited_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path: Path
 @pytest.mark.parametrize(("address", "said"), [
     ("foo", "--ray-address must be auto"),
     ("127.0.0.1:1", "--ray-address 127.0.0.1:1: nothing answers there (Connection refused)"),
+    # taken, then the job's workers ran unrecorded (ray://) or in a cluster of their own (local), exit 0
+    ("ray://127.0.0.1:10001", "--ray-address ray://127.0.0.1:10001: record attaches to a running cluster"),
+    ("local", "--ray-address local: record attaches to a running cluster by its own address (HOST:PORT, or auto)"),
 ])
 def test_record_refuses_a_bad_ray_address_before_the_job_runs(address: str, said: str, tmp_path: Path) -> None:
     marker = tmp_path / "ran"

@@ -7,6 +7,7 @@ every weight-sync bucket it sent, and the gradient bytes DDP all-reduces (the mo
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from helpers import REPO, require, run_cli, stack_names, stack_with_rltrace
+from rltrace.collectors.ray_collect import unpack
 
 import rltrace
 from rltrace.cli.record_cmd import EXIT_UNRECORDED
@@ -157,6 +160,21 @@ def cluster() -> Iterator[tuple[str, str]]:
     finally:
         _kill_tree_of(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_node_without_shards_sends_none_and_the_others_still_unpack(tmp_path: Path) -> None:
+    """A node that ran none of the job's processes sent empty bytes, which failed to open as a tar archive: the
+    collection ended there ("ReadError: empty file"), losing every node after it (their shards already removed)."""
+    node = tmp_path / "node" / "actor-1"
+    node.mkdir(parents=True)
+    (node / "meta.json").write_text("{}")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(node, arcname=node.name)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert [unpack(data, dest) for data in (b"", buf.getvalue())] == [0, 1]
+    assert (dest / "actor-1" / "meta.json").is_file()
 
 
 def test_attached_two_node_cluster_collects_every_node(tmp: Path, cluster: tuple[str, str]) -> None:

@@ -89,6 +89,10 @@ def record(
         raise ConfigError("--name must not be empty (leave it out for a generated run id)")
     check_output(output, "-o", folder=True, bundle=True)  # before any work: under a file, not writable
     if ray_address is not None:
+        if ray_address == "local" or ray_address.startswith("ray://"):  # accepted, and then nothing was recorded
+            raise ConfigError(f"--ray-address {ray_address}: record attaches to a running cluster by its own address "
+                              "(HOST:PORT, or auto): a ray:// client's workers and a cluster the job starts itself do "
+                              "not get the recording's hook")
         check_ray_reachable(ray_address)  # the job's own ray.init() would otherwise fail on it
     if merge_dir is not None:
         if command:

@@ -17,7 +17,7 @@ from typing import Any
 from rltrace.replay.run import ReplayConfig
 from rltrace.replay.schedulers import lookup, names
 
-from rltrace.catalog import load_gpus
+from rltrace.catalog import get_gpu, load_gpus
 from rltrace.config import Assignment, override, parse_set
 from rltrace.errors import ConfigError
 from rltrace.limits import check_price
@@ -46,10 +46,11 @@ def resolve(schedulers: list[str], sets: Iterable[str] = (), values: Mapping[str
     replay: list[Assignment] = []
     for key, value, origin in assignments:
         head, _, rest = key.partition(".")
-        if head == "prices":  # GPU kinds by name, case-insensitively, as everywhere else
-            kind = next((name for name in prices if name.casefold() == rest.casefold()), None)
-            if kind is None:
-                raise ConfigError(f"{origin}: unknown key {key!r} (GPU kinds: {', '.join(sorted(prices))})")
+        if head == "prices":  # GPU kinds by name, case-insensitively, as the catalog looks them up everywhere
+            try:
+                kind = get_gpu(rest).name
+            except ConfigError:
+                raise ConfigError(f"{origin}: unknown key {key!r} (GPU kinds: {', '.join(sorted(prices))})") from None
             prices[kind] = check_price(f"{origin}: {key}", value)
         elif head in by_scheduler and rest:
             by_scheduler[head].append((rest, value, origin))

@@ -45,6 +45,7 @@ from rltrace.calibration.defaults import GPU_MEMORY_UTILIZATION
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.limits import check_input
+from rltrace.scalars import first_not_positive
 
 DATA = Path(__file__).parent / "data"
 GENERATION_CSV = DATA / "generation_validation.csv"
@@ -333,11 +334,10 @@ def load_points(path: Path) -> tuple[str, pl.DataFrame]:
 def _check_measured(path: Path, frame: pl.DataFrame, columns: tuple[str, ...]) -> None:
     """A measurement is a positive finite number (or blank): 0 was scored as an infinite error."""
     for column in columns:
-        values = frame[column].cast(pl.Float64, strict=False)
-        bad = (values.is_not_null() & ~(values.is_finite() & (values > 0))).arg_true()
-        if len(bad):
-            got = frame[column][int(bad[0])]
-            raise ConfigError(f"{path}: line {int(bad[0]) + 2}: {column} must be a positive measurement, got {got}")
+        bad = first_not_positive(frame[column].cast(pl.Float64, strict=False))
+        if bad is not None:
+            raise ConfigError(f"{path}: line {bad + 2}: {column} must be a positive measurement, got "
+                              f"{frame[column][bad]}")
 
 
 BACKENDS = ("roofline", "kernels")

@@ -26,6 +26,7 @@ from rltrace.replay.run import CostConfig, ReplayConfig, replay
 
 from rltrace.errors import ConfigError, RltraceError
 from rltrace.limits import check_input
+from rltrace.scalars import first_not_positive
 
 RUNS_CSV = Path(__file__).parent / "data" / "rl_runs.csv"
 SCHEDULERS = {"colocated": "colocated-sync", "disaggregated": "disagg-sync", "one-step-async": "one-step-async",
@@ -60,9 +61,9 @@ def read_runs(path: str | Path | None = None) -> pl.DataFrame:
     casts = [pl.col(c).cast(pl.Int64, strict=False) for c in _INT if c in frame.columns]
     casts += [pl.col(c).cast(pl.Float64, strict=False) for c in _FLOAT if c in frame.columns]
     typed = frame.with_columns(casts)
-    bad = (typed["step_s"].is_null() | ~(typed["step_s"].is_finite() & (typed["step_s"] > 0))).arg_true()
-    if len(bad):  # the measurement every error is taken against: 0 was scored as an infinite error
-        i = int(bad[0])
+    blank = typed["step_s"].is_null().arg_true()
+    i = int(blank[0]) if len(blank) else first_not_positive(typed["step_s"])
+    if i is not None:  # the measurement every error is taken against: 0 was scored as an infinite error
         raise ConfigError(f"{p}: line {i + 2} ({frame['run_id'][i]}): step_s must be a positive number of seconds, "
                           f"got {frame['step_s'][i]!r}")
     return typed

@@ -30,6 +30,7 @@ from rltrace.replay.topologies.base import Topology
 
 from rltrace import units
 from rltrace.errors import ConfigError
+from rltrace.scalars import first_not_positive
 
 # the NCCL dtypes modelled
 DTYPE_BYTES = {name: units.DTYPE_BYTES[name] for name in ("half", "int8", "float", "bfloat16")}
@@ -70,10 +71,9 @@ def checked(frame: pl.DataFrame, path: str | Path, columns: tuple[str, ...],
             values = frame[c].cast(pl.Float64, strict=True)
         except (pl.exceptions.PolarsError, TypeError):  # text (or a type polars cannot make a number of)
             raise ConfigError(f"{path}: column {c} holds values that are not numbers") from None
-        bad = ~(values.is_finite() & (values > 0))  # polars orders NaN above every number: NaN > 0 held
-        if bool(bad.any()):
-            raise ConfigError(f"{path}: column {c} must be a finite number above 0 in every row, got "
-                              f"{values.filter(bad)[0]!r}")
+        bad = first_not_positive(values)  # blanks were refused above
+        if bad is not None:
+            raise ConfigError(f"{path}: column {c} must be a finite number above 0 in every row, got {values[bad]!r}")
         frame = frame.with_columns(values)
     return frame
 

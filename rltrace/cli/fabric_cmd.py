@@ -16,6 +16,7 @@ from rltrace import jsontext
 from rltrace.cli.progress import stage, stderr
 from rltrace.config import override, parse_set
 from rltrace.errors import ConfigError
+from rltrace.manifest import MAX_INT
 from rltrace.replay.network.collectives import ALGORITHMS, DTYPES, SWITCH_REDUCIBLE, collective
 from rltrace.replay.network.cost import FabricPrices, fabric_cost
 from rltrace.replay.network.nccl_tests import parse_cluster, read_log
@@ -41,7 +42,7 @@ UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 
 """nccl-tests' K, M and G are binary, as are KiB, MiB and GiB; kB, MB and GB are decimal (SI)"""
 
 
-MAX_SIZE = 2**63 - 1
+MAX_SIZE = MAX_INT
 """the largest message a command takes: bytes are int64 in the format, and far past any collective"""
 
 

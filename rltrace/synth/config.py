@@ -24,6 +24,7 @@ from rltrace.limits import (
     MAX_STEPS,
     check_int,
 )
+from rltrace.manifest import MAX_INT
 
 PRESET_DIR = Path(__file__).with_name("presets")
 LENGTH_KINDS = ("lognormal", "lognormal_pareto", "empirical")
@@ -166,7 +167,7 @@ class SynthConfig:
         if t.max_num_seqs < 1 or t.sync_gbps <= 0 or t.network_gbps <= 0 or t.step_gap_s < 0:
             raise ConfigError("timing: max_num_seqs, sync_gbps and network_gbps must be > 0, step_gap_s >= 0")
         # a century of run past the start must still fit int64 nanoseconds
-        check_int("timing.start_ns", t.start_ns, 0, 2**63 - 1 - MAX_RUN_S * 10**9,
+        check_int("timing.start_ns", t.start_ns, 0, MAX_INT - MAX_RUN_S * 10**9,
                   what=" (a run starting later would overflow int64 nanoseconds)")
         # the limits a replay has (rltrace.limits), before anything is drawn
         for key, hi in (("steps", MAX_STEPS), ("prompts_per_step", MAX_PER_STEP), ("samples_per_prompt", MAX_PER_STEP),

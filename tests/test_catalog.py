@@ -103,6 +103,11 @@ MOE_CONFIG = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads
     ({"kv_lora_rank": 512}, "missing key 'qk_rope_head_dim'"),
     ({"n_shared_experts": -1}, "n_shared_experts must be an integer >= 0, got -1"),
     ({"quantization_config": "fp8"}, "quantization_config must be an object, got 'fp8'"),
+    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quant_method 'awq' is not priced"),
+    ({"quantization_config": {"quant_method": "mxfp4"}}, "quant_method 'mxfp4' is not priced"),
+    ({"quantization_config": {"quant_method": "compressed-tensors",
+                              "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}}}},
+     "quant_method 'compressed-tensors' is not priced"),
 ])
 def test_a_config_json_no_model_can_have_names_its_key(tmp_path: Path, change: dict, message: str) -> None:
     """What a config.json cannot mean is refused in the config's own key names, not read as another model."""
@@ -113,6 +118,21 @@ def test_a_config_json_no_model_can_have_names_its_key(tmp_path: Path, change: d
     assert message in str(refused.value) and str(path) in str(refused.value)
     path.write_text(json.dumps(MOE_CONFIG))  # the same config, unchanged, is an MoE of 64 experts
     assert (get_model(str(path)).experts, get_model(str(path)).experts_per_token) == (64, 4)
+
+
+@pytest.mark.parametrize("quant", [
+    {"quant_method": "fp8", "fmt": "e4m3"},
+    {"quant_method": "fbgemm_fp8"},
+    {"quant_method": "modelopt", "quant_algo": "FP8"},
+    {"quant_method": "compressed-tensors",
+     "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}, "input_activations": None}}},
+    {},
+])
+def test_fp8_weights_are_read_from_every_fp8_scheme(tmp_path: Path, quant: dict) -> None:
+    """The FP8 schemes vLLM loads price weights at one byte; no quantization_config prices them at two."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MOE_CONFIG, "quantization_config": quant}))
+    assert get_model(str(path)).dtype_bytes == (1 if quant else 2)
 
 
 def test_every_gpu_has_a_price_with_its_source() -> None:

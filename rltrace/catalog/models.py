@@ -338,14 +338,37 @@ def _int(cfg: dict[str, Any], key: str, minimum: int, default: int | None = None
     return value
 
 
+_FP8_METHODS = ("fp8", "fbgemm_fp8")
+
+
+def _is_fp8(quant: Any) -> bool:
+    """Whether a config.json's ``quantization_config`` stores FP8 weights (False when it is empty). Any other scheme
+    (AWQ, GPTQ, bitsandbytes, MXFP4, INT4/INT8 groups) is refused by name: the cost model prices BF16 and FP8 weights
+    only, and reading a 4-bit model as BF16 would double its weight traffic without a word."""
+    if not isinstance(quant, dict):
+        raise ConfigError(f"quantization_config must be an object, got {quant!r}")
+    if not quant:
+        return False
+    method = str(quant.get("quant_method", "")).lower()
+    if method in _FP8_METHODS or str(quant.get("fmt", "")).startswith("e4m3"):
+        return True
+    if method == "modelopt" and str(quant.get("quant_algo", "")).upper() == "FP8":
+        return True
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        weights = [g.get("weights") for g in groups.values()] if isinstance(groups, dict) and groups else []
+        if weights and all(isinstance(w, dict) and w.get("num_bits") == 8 and w.get("type") == "float"
+                           for w in weights):
+            return True
+    raise ConfigError(f"quantization_config quant_method {quant.get('quant_method')!r} is not priced: the cost model "
+                      "knows BF16 and FP8 weights only (remove quantization_config to price the model as BF16)")
+
+
 def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     """Catalog fields from a Hugging Face config.json's keys (Llama, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3,
     GLM-4.5 spellings); a KeyError names a missing required key, a ConfigError a value no such model can have (by
     the config's own key names)."""
-    quant = cfg.get("quantization_config") or {}
-    if not isinstance(quant, dict):
-        raise ConfigError(f"quantization_config must be an object, got {quant!r}")
-    fp8 = str(quant.get("quant_method", "")).lower() == "fp8" or str(quant.get("fmt", "")).startswith("e4m3")
+    fp8 = _is_fp8(cfg.get("quantization_config") or {})
     experts_key = next((k for k in ("num_experts", "n_routed_experts", "num_local_experts") if cfg.get(k) is not None),
                        "num_experts")
     experts = _int(cfg, experts_key, 0, default=0)

@@ -199,6 +199,16 @@ def test_the_stated_engine_prices_generation_or_a_note_says_it_cannot(tmp_path: 
         "(cost.generation=kernels prices sglang's own measured kernels)" in roofline.notes
 
 
+def test_a_pipelined_engine_says_it_is_priced_as_one_tp_group(tmp_path: Path) -> None:
+    """generation.pp multiplied the instance's GPUs and was then priced as tensor parallelism, without a word."""
+    piped = from_description(load_description(write(tmp_path, SMALL + "[generation]\ntp = 2\npp = 2\n")), Shape(),
+                             CostConfig())
+    assert "generation.pp = 2: each engine is priced as one tensor-parallel group of 4 GPUs (the generation model " \
+        "has no pipeline stages)" in piped.notes
+    assert not any("generation.pp" in n for n in from_description(load_description(write(tmp_path, SMALL)), Shape(),
+                                                                   CostConfig()).notes)
+
+
 def test_what_if_options_reshape_the_description(tmp_path: Path) -> None:
     d = load_description(write(tmp_path, SMALL))
     prepared = from_description(d, Shape(gen_gpus=4, train_gpus=4, gpu="H200", tp=2, steps=2), CostConfig())

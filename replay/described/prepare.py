@@ -125,6 +125,9 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
     if g.engine != "vllm" and cost.generation != "kernels":
         notes.append(f"generation.engine = {g.engine!r}: the roofline has no engine term, so generation is priced "
                      f"as vLLM's (cost.generation=kernels prices {g.engine}'s own measured kernels)")
+    if g.pp > 1:
+        notes.append(f"generation.pp = {g.pp}: each engine is priced as one tensor-parallel group of {instance} GPUs "
+                     "(the generation model has no pipeline stages)")
     if gen_gpus + train_gpus != d.total_gpus:
         notes.append(f"cluster.gpus {d.total_gpus} has no split into whole {instance}-GPU generation instances and a "
                      f"training pool: colocated schedulers run on {d.total_gpus} GPUs, disaggregated ones on "

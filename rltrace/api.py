@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import operator
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -201,7 +202,7 @@ class Comparison:
     def table(self, baseline: str | None = None) -> pl.DataFrame:
         """One row per run: same-work samples/s and $ per 1k samples with their ratios to ``baseline`` (default:
         the first run), the run's own figures, and what it trained (:func:`rltrace.analysis.verdict.table`)."""
-        return verdict.table(self.runs(), baseline)
+        return verdict.table(self.runs(), _name(baseline, "baseline"))
 
     def metrics(self) -> pl.DataFrame:
         """One row per run: its fixed metric keys, nested ones flattened with dots (``step_time_s.mean``)."""
@@ -218,7 +219,7 @@ class Comparison:
         """One run folder per scheduler under ``folder`` (what ``rltrace replay -o`` writes). Run folders an
         earlier replay left there are kept, and a note (:attr:`notes`) names them: a report or ``load_runs`` of
         the folder reads them beside these."""
-        out = check_output(Path(folder), "folder", folder=True)  # as -o: not inside a bundle, not onto a file
+        out = check_output(_path(folder, "folder"), "folder", folder=True)  # as -o: not in a bundle, not onto a file
         for name, result in self.results.items():
             result.write(out / name)
         write_order(out, list(self.results))  # load_runs reads them back in this order: the same baseline
@@ -231,11 +232,25 @@ class Comparison:
 
     def report(self, path: str | Path, baseline: str | None = None) -> Path:
         """The HTML comparison report (``rltrace replay --dashboard``)."""
-        if baseline is not None and baseline not in self.results:
+        if _name(baseline, "baseline") is not None and baseline not in self.results:
             raise ConfigError(f"baseline {baseline!r} is not among the replayed schedulers ({', '.join(self.results)})")
-        out = check_output(Path(path), "path")  # as --dashboard: a file in an existing folder
+        out = check_output(_path(path, "path"), "path")  # as --dashboard: a file in an existing folder
         out.write_text(build_report(self.runs(), self.source, baseline), encoding="utf-8")
         return out
+
+
+def _path(value: Any, what: str) -> Path:
+    """``value`` as a Path, when it is a string or path-like; a ConfigError naming ``what`` otherwise."""
+    if isinstance(value, str | os.PathLike):
+        return Path(value)
+    raise ConfigError(f"{what} must be a path (a string or pathlib.Path), got {clean(repr(value), 60)}")
+
+
+def _name(value: Any, what: str) -> str | None:
+    """``value`` when it is a string or None; a ConfigError naming ``what`` otherwise."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{what} must be a run's name (a string), got {clean(repr(value), 60)}")
 
 
 def _settings(settings: str | Iterable[str] | Mapping[str, Any]) -> list[str]:
@@ -279,7 +294,7 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
         raise ConfigError(f"sync_strategy={asked!r}: a weight-sync strategy picks how a sync runs on a fabric; it "
                           "needs a topology (topology='fat-tree:k=8', for one)")
     how = shape_of(shape)
-    prepared, bundle = prepare(source, how, resolved, chosen, jobs=Path(jobs) if jobs is not None else None)
+    prepared, bundle = prepare(source, how, resolved, chosen, jobs=_path(jobs, "jobs") if jobs is not None else None)
     chosen = one_kind(prepared, chosen, named=named(schedulers))
     prepared.notes.extend(track_records(prepared))
     results = replay_all(prepared, chosen, resolved)

@@ -196,6 +196,11 @@ def _bundle_around(path: Path, *, itself: bool = True) -> Path | None:
     return None
 
 
+RUN_FOLDER_FILES = frozenset({"metrics.json", "config.json", "timeline.parquet", "requests.parquet", "steps.parquet",
+                              "links.parquet", "execution.parquet"})
+"""the files a replay writes into a run folder (one with a metrics.json): an output written over one breaks the run"""
+
+
 def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_parents: bool | None = None,
                  bundle: bool = False) -> Path:
     """Refuse, before any work, an output that cannot be written: inside a trace bundle (a report over its
@@ -210,6 +215,9 @@ def check_output(path: Path, option: str = "-o", *, folder: bool = False, make_p
         where = "is" if Path(os.path.abspath(path)) == around else "inside"
         raise ConfigError(f"{option} {clean(path)}: {where} the trace bundle {clean(around)}; write outside it (a "
                           "bundle holds its own files only)")
+    if not folder and path.name in RUN_FOLDER_FILES and (path.parent / "metrics.json").is_file():
+        raise ConfigError(f"{option} {clean(path)}: is a file of the replay run {clean(path.parent)}; write outside "
+                          "it (a run folder holds its replay's own files)")
     if path.exists():
         if folder and not path.is_dir():
             raise ConfigError(f"{option} {clean(path)}: exists and is not a folder")

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from rltrace.bundle import Bundle, has_page_checksums
+from rltrace.errors import ConfigError
 from rltrace.manifest import Manifest
 from rltrace.schema import TABLES
 
@@ -73,7 +74,10 @@ class Summary:
 
 
 def summarize(bundle: Bundle) -> Summary:
-    """Summarise an opened bundle."""
+    """Summarise an opened bundle (``rltrace.open(path)``)."""
+    if not isinstance(bundle, Bundle):
+        raise ConfigError(f"summarize takes an opened bundle (rltrace.open(path or sample name)), got "
+                          f"{type(bundle).__name__}")
     names = tuple(TABLES)  # every table of the format, iterations included
     rows = pl.collect_all([bundle.table(n).select(pl.len()) for n in names])
     table_rows = {n: int(f.item()) for n, f in zip(names, rows)}

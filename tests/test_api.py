@@ -14,6 +14,7 @@ from helpers import REPO, run_cli
 import rltrace
 from rltrace.analysis import verdict
 from rltrace.analysis.runs import load_runs
+from rltrace.summary import summarize
 
 SCHEDULERS = ["disagg-sync", "one-step-async"]
 
@@ -77,6 +78,12 @@ def test_the_notebook_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (lambda: rltrace.compare("rollpacker_qwen7b", "disagg-sync", steps=1, settings=[5]), "settings takes"),
     (lambda: rltrace.compare(5, "disagg-sync"), "a bundle is a folder's path or a shipped sample's name, got 5"),
     (lambda: rltrace.open(123), "a bundle is a folder's path or a shipped sample's name, got 123"),
+    # a TypeError from pathlib, or polars' ColumnNotFoundError / an AttributeError on 'table'
+    (lambda: rltrace.compare(None, "rollmux", jobs=5), "jobs must be a path (a string or pathlib.Path), got 5"),
+    (lambda: load_runs(5), "load_runs takes a run folder's path or a non-empty list of them, got 5"),
+    (lambda: load_runs([]), "load_runs takes a run folder's path or a non-empty list of them, got []"),
+    (lambda: verdict.table([]), "table takes a non-empty list of runs"),
+    (lambda: summarize("rollpacker_qwen7b"), "summarize takes an opened bundle"),
 ])
 def test_wrong_arguments_raise_one_config_error(call, said: str) -> None:
     with pytest.raises(rltrace.errors.RltraceError) as info:  # ConfigError, or BundleError for a bundle's name
@@ -140,6 +147,11 @@ def test_settings_as_a_mapping_and_outputs_checked_as_the_cli_checks_them(tmp_pa
         as_map.report(tmp_path / "nodir" / "x.html")
     with pytest.raises(rltrace.ConfigError, match="exists and is not a folder"):
         as_map.write(tmp_path / "file.txt")
+    for wrong, said in ((lambda: as_map.write(5), "folder must be a path"), (lambda: as_map.report(5), "path must be"),
+                        (lambda: as_map.table(baseline=3), "baseline must be a run's name .a string., got 3"),
+                        (lambda: as_map.report(tmp_path / "r.html", baseline=3), "baseline must be a run's name")):
+        with pytest.raises(rltrace.ConfigError, match=said):  # a TypeError from pathlib or os.path
+            wrong()
 
 
 def test_a_rewritten_run_folder_keeps_no_table_of_the_run_before(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ import rltrace
 from rltrace.analysis import compare, lengths, load_run, load_runs, network, recorded, verdict, work
 from rltrace.analysis.runs import Run
 from rltrace.analysis.timeline import busy_spans, gantt, lanes, merge_close, row_order
+from rltrace.cli.dashboard_cmd import write_text
 from rltrace.synth import synthesize
 
 TOPOLOGY = "fat-tree:k=4,gpu=H800"
@@ -758,3 +759,15 @@ def test_a_collective_slice_names_the_bytes_it_moved_in_or_out(tmp_path: Path) -
     rltrace.write_bundle(tmp_path / "b", synthetic.manifest, tables)
     names = perfetto.from_bundle(rltrace.open(tmp_path / "b")).spans["name"].to_list()
     assert "recv 4096 B" in names and "recv 0 B" not in names
+
+
+def test_an_output_is_written_through_a_temporary_name_of_its_own(tmp_path: Path) -> None:
+    """The temporary file had one fixed name (.NAME.tmp): a folder of that name made the write fail naming a path
+    the user never gave, and two writers of one output shared it."""
+    (tmp_path / ".t.json.tmp").mkdir()
+    out = tmp_path / "t.json"
+    assert write_text(out, "{}") == 2
+    assert out.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == [".t.json.tmp", "t.json"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask  # as a plain write makes it, not mkstemp's 0600

@@ -126,6 +126,19 @@ def test_an_output_beside_a_bundle_is_written_and_one_inside_it_refused(tmp_path
         check_output(bundle / "inner", folder=True, bundle=True)  # a bundle inside a bundle
 
 
+def test_an_output_over_a_replay_runs_own_file_is_refused(tmp_path: Path) -> None:
+    """`export perfetto RUN -o RUN/metrics.json` replaced the run's metrics with a trace, and the run was broken."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    for name in ("metrics.json", "requests.parquet", "links.parquet"):
+        with pytest.raises(ConfigError, match="is a file of the replay run"):
+            check_output(run / name)
+    assert check_output(run / "trace.json") == run / "trace.json"  # a new file beside the run's own is fine
+    assert check_output(tmp_path / "metrics.json") == tmp_path / "metrics.json"  # no run folder there
+    assert check_output(run, folder=True) == run  # a replay writes its run folder again
+
+
 @pytest.mark.parametrize(("address", "ok"), [
     ("auto", True), ("local", True), ("127.0.0.1:6379", True), ("ray://head:10001", True), ("[::1]:6379", True),
     ("head.example.com:10001", True), ("foo", False), ("::::1", False), ("a:b:c:99999", False), ("head:0", False),

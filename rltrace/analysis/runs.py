@@ -128,8 +128,11 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
     Runs are labelled by folder name; where two share a name, by parent/name. A folder of runs lists them in the
     order the replay compared them (its :data:`ORDER_FILE`, so the first is the same baseline), else
     alphabetically."""
+    given = [paths] if isinstance(paths, str | Path) else paths
+    if not isinstance(given, Sequence) or not given or not all(isinstance(p, str | Path) for p in given):
+        raise ConfigError(f"load_runs takes a run folder's path or a non-empty list of them, got {paths!r:.60}")
     folders: list[Path] = []
-    for path in map(Path, [paths] if isinstance(paths, str | Path) else paths):
+    for path in map(Path, given):
         if not path.exists():
             sample = str(path) in list_samples()
             raise ConfigError(f"{path}: no such run folder" + (_replay_first(path, "a shipped sample's name")

@@ -74,6 +74,9 @@ def table(runs: list[Run], baseline: str | None = None) -> pl.DataFrame:
 
     Same work: the time analysis/work.py finds for the recorded work, priced by rltrace.replay.work.rates as the
     replay prices the figures it puts in each run's metrics (so a folder written before them carries them too)."""
+    if not runs or not all(isinstance(r, Run) for r in runs):
+        raise ConfigError(f"table takes a non-empty list of runs (rltrace.analysis.runs.load_runs), got "
+                          f"{type(runs).__name__} of {len(runs) if isinstance(runs, list) else '?'} items")
     w = work(runs)
     rows = []
     for run in runs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -24,18 +25,29 @@ def write_text(path: Path, text: str) -> int:
     the bytes written. A missing folder is bad input."""
     if not path.parent.exists():
         raise ConfigError(f"{path}: folder {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.tmp")
     data = text.encode("utf-8")
     if path.suffix == ".gz":
         # gzip's default level: a 1M-request trace shrinks 7.5x in 2.7 s (benchmarks/dashboard_speed.py)
         data = gzip.compress(data, compresslevel=6, mtime=0)
-    try:
-        tmp.write_bytes(data)
+    tmp: Path | None = None
+    try:  # a temporary name of its own: two writers of one output never share one, nor meet a folder of that name
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600, widened to what a plain write would have made
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise ConfigError(f"{path}: cannot write ({e.strerror})") from None
     return len(data)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def dashboard(

@@ -8,10 +8,11 @@ from rltrace.schema import markdown_reference
 
 
 def schema() -> None:
-    """Print the trace bundle format (every table, column, type, unit and rule) and the described-job keys as
-    markdown.
+    """Print the trace bundle's tables (every column, type, unit and rule) and the described-job keys as markdown.
 
-    Example: rltrace schema > format.md
+    The manifest's fields and a replay run folder's files are in docs/format.md.
+
+    Example: rltrace schema > bundle-tables.md
     """
     print(markdown_reference(), end="")
     print()

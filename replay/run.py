@@ -212,6 +212,11 @@ class RunResult:
         return out
 
 
+def _unmeasured_trainer(steps: pl.DataFrame) -> bool:
+    """Whether a step lacks a measured train time (which a cost model then prices)."""
+    return "train_s" not in steps.columns or bool(steps["train_s"].null_count())
+
+
 def model_spec(info: ModelInfo | None, override: str | None = None) -> ModelSpec | None:
     """``override`` (a catalog name or a config.json), else the model the bundle's manifest records
     (:func:`rltrace.catalog.from_info`: its recorded architecture, else the catalog's entry of its name)."""
@@ -285,7 +290,14 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
         notes.append(f"{note}{source}")
     measured_bw = broadcast_bytes_per_s(profile) if profile is not None else None
     _check_train_ep(cost.train_ep, spec, cluster.train_gpus)
-    train_gpu = _gpu(cluster.train_gpu)
+    train_gpu = _gpu(cluster.train_gpu) or (device_from_profile(profile, cluster.train_gpu) if profile is not None
+                                            else None)
+    if spec is not None and train_gpu is None and _unmeasured_trainer(workload.steps):
+        # the model prices the trainer phases the source did not measure (a drawn workload measured none): without
+        # the device's peaks each would cost 0 s, and the training pool would idle through the run unsaid
+        raise HardwareUnknown(f"no training cost model for {cluster.train_gpu!r}: give a catalog GPU kind for the "
+                              "training pool (--gpu), or a profile measured on that device "
+                              "(rltrace calibrate --device)")
     if spec is not None and train_gpu is not None:
         # the weights and mixed-precision Adam state a switch moves (.switching), at best sharded over every trainer
         state = ModelState(params=float(spec.params), weight_bytes=float(spec.weight_bytes))

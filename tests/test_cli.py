@@ -147,6 +147,9 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "cable_usd must be a price >= 0"),
         (["fabric", "validate", "--min-size", "lots"], "--min-size 'lots'"),
         (["calibrate", "--device", "cpu", "--ranks", "0", "-o", str(tmp / "p.parquet")], "--ranks must be at least 1"),
+        # the kernels were written, then replaced by the profile, exit 0
+        (["calibrate", "--tables", str(tmp), "-o", str(tmp / "p.parquet"), "--kernels-out", str(tmp / "p.parquet")],
+         "is the --output file too: give each its own file"),
         # each was ignored without a word, the estimate printed as without it
         (["estimate", "decode", "--model", "Llama-2-7B", "--gpu", "H100", "--gpus", "4"],
          "--gpus does not apply to estimate decode (it is for train): drop it"),
@@ -275,6 +278,9 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["calibrate", "--tables", str(tmp / "nonexist"), "-o", str(tmp / "p.parquet")], "no such folder"),
         (["synth", "-o", out, "--config", str(tmp / "words.toml")], "words.toml: synth.steps: expected an integer"),
         (["replay", "-s", "rollmux", "--jobs", str(tmp / "jobs.toml")], "job 'a': bundle 'nope': no such file"),
+        # the drawn workload's trainer phases priced at 0 s on a device the catalog lacks: the pool idled, unsaid
+        (["replay", "tiny_rl_cpu", "-s", "as-recorded", "--model", "Qwen2.5-7B", "--set", "cost.generation=trace"],
+         "no training cost model for 'cpu': give a catalog GPU kind for the training pool (--gpu), or a profile"),
     ]
 
 

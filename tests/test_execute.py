@@ -141,6 +141,13 @@ def test_calibrate_device_cpu_writes_a_profile_that_models_the_cpu(tmp_path: Pat
                         CostConfig(generation="roofline", profile=str(out)))
     weights = get_model(config).weight_bytes
     assert other.jobs[0].sync_s[0] == pytest.approx(weights / bandwidth)
+    # and its trainer phases, drawn unmeasured, are priced on the profile's peaks (they cost 0 s, unsaid)
+    assert min(other.jobs[0].train_s) > 0 and min(other.jobs[0].optimizer_s) > 0
+    # estimate takes it too, as its header says ("unknown GPU kind 'cpu'" before)
+    estimated = run_cli("estimate", "decode", "--model", config, "--gpu", "cpu", "--profile", str(out), "--batch", "8",
+                        "--context", "100", "--json")
+    assert estimated.returncode == 0, estimated.stderr
+    assert json.loads(estimated.stdout)["seconds"] > 0
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -72,9 +72,6 @@ def fit_rows(frame: pl.DataFrame, source: str, gpu: str, *, cap: bool = False) -
     if not achieved.height:
         raise ConfigError(f"{source}: no kernel at either bound (every GEMM between the two, no attention)")
     per = achieved.group_by("tp", "regime").agg(pl.col("eff").median().alias("efficiency"), pl.len().alias("kernels"))
-    errors = achieved.join(per, on=["tp", "regime"]).group_by("tp", "regime").agg(
-        ((pl.col("bound_s") / pl.col("efficiency") - pl.col("measured_s")).abs() / pl.col("measured_s"))
-        .median().alias("median_abs_error"))
     fast = per.filter(pl.col("efficiency") > 1)
     if cap:
         per = per.with_columns(pl.col("efficiency").clip(upper_bound=1.0))
@@ -82,6 +79,10 @@ def fit_rows(frame: pl.DataFrame, source: str, gpu: str, *, cap: bool = False) -
         row = fast.row(0, named=True)
         raise ConfigError(f"{source}: {row['regime']} kernels at tp {row['tp']} run at {row['efficiency']:.2f}x "
                           f"{gpu}'s datasheet bound: timed on another part (give the GPU they ran on)")
+    # the error of the factor the profile keeps (capped, where it is)
+    errors = achieved.join(per, on=["tp", "regime"]).group_by("tp", "regime").agg(
+        ((pl.col("bound_s") / pl.col("efficiency") - pl.col("measured_s")).abs() / pl.col("measured_s"))
+        .median().alias("median_abs_error"))
     return per.join(errors, on=["tp", "regime"]).select(
         pl.lit(gpu).alias("gpu"), pl.col("tp").cast(pl.Int32), "regime", "efficiency",
         pl.col("kernels").cast(pl.Int64), "median_abs_error", pl.lit(source).alias("source"))

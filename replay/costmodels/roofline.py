@@ -45,11 +45,13 @@ class Estimate:
     """kernel floors and host launches beyond what the kernels' work explains"""
     experts: float = 0.0
     """expected distinct routed experts read per MoE layer"""
+    engine_s: float = 0.0
+    """the engine's own per-iteration time beside the kernels (a profile's, measured by calibrate --engine vllm)"""
 
     def to_json(self) -> dict[str, float | str]:
         return {"seconds": self.seconds, "bound": self.bound, "compute_s": self.compute_s, "memory_s": self.memory_s,
                 "comm_s": self.comm_s, "flops": self.flops, "bytes": self.bytes, "floor_s": self.floor_s,
-                "experts": self.experts}
+                "experts": self.experts, "engine_s": self.engine_s}
 
 
 def _work(compute_s: float, memory_s: float, elementwise_s: float) -> float:
@@ -96,7 +98,7 @@ class Roofline(IterationCosts):
         work = _work(compute_s, memory_s, ew)
         floor = max(seconds - engine - comm - work, 0.0)
         bound = "launch" if floor > work else _bound(compute_s, memory_s, ew)
-        return Estimate(seconds, bound, compute_s, memory_s, comm + engine, flops, nbytes, floor, experts)
+        return Estimate(seconds, bound, compute_s, memory_s, comm, flops, nbytes, floor, experts, engine)
 
     def decode_seconds(self, batch: int, context: float) -> float:
         """:meth:`decode`'s seconds (the surface :class:`.benchmark.ServingCosts` shares with the kernel database)."""

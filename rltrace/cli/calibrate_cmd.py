@@ -52,6 +52,8 @@ def calibrate(
     check_output(output, "--output", make_parents=True)
     if kernels_out is not None:
         check_output(kernels_out, "--kernels-out")
+        if kernels_out.resolve() == output.resolve():  # the profile, written second, replaced the kernels unsaid
+            raise ConfigError(f"--kernels-out {kernels_out} is the --output file too: give each its own file")
     if ranks < 1:
         raise ConfigError(f"--ranks must be at least 1 (1: no collectives), got {ranks}")
     check_int("--ranks", ranks, 1, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
@@ -113,7 +115,7 @@ def calibrate(
         cost = fitted_cost(row)
         table.add_row(row["source"], str(row["tp"]), row["regime"], "-" if cost else f"{row['efficiency']:.3f}",
                       cost or "-", f"{row['kernels']:,}", f"{row['median_abs_error']:.1%}")
-    print_table(stdout_console(), table)
+    print_table(stdout_console(), table, keep=3)  # source, tp, regime: which row each figure is
 
 
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt")

@@ -18,7 +18,7 @@ from rltrace.cli.options import refuse_unused
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_GPUS, MAX_NEW_TOKENS, MAX_PER_STEP, MAX_TOKENS, check_int, check_output
 from rltrace.replay.costmodels import Roofline
-from rltrace.replay.costmodels.profile import factors, load_profile
+from rltrace.replay.costmodels.profile import device_from_profile, factors, load_profile
 from rltrace.replay.costmodels.track_record import track_record, weights_precision
 from rltrace.replay.costmodels.training import PRECISIONS, check_expert_parallel, training_state_bytes
 from rltrace.replay.costmodels.validation import BACKENDS, DTYPE_BYTES
@@ -129,8 +129,15 @@ def estimate(
     if kind is Kind.train and tp != 1:
         raise ConfigError("estimate train prices data and expert parallelism over --gpus (--ep); --tp is for decode "
                           "and prefill")
-    spec = get_gpu(gpu)
-    fitted = factors(load_profile(profile), spec.name, tp) if profile else None
+    loaded = load_profile(profile) if profile else None
+    try:
+        spec = get_gpu(gpu)
+    except ConfigError:  # a device the catalog lacks: the peaks a profile measured on it (calibrate --device cpu)
+        measured = device_from_profile(loaded, gpu) if loaded is not None else None
+        if measured is None:
+            raise
+        spec = measured
+    fitted = factors(loaded, spec.name, tp) if loaded is not None else None
     arch = get_model(model)
     if kind is Kind.train:
         check_expert_parallel(arch, ep, gpus, "--ep")
@@ -177,7 +184,8 @@ def estimate(
         print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}, {weights} weights): {what}")
         print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "
               f"(compute {result.compute_s * 1e3:.3f} ms, memory {result.memory_s * 1e3:.3f} ms, "
-              f"tp comm {result.comm_s * 1e3:.3f} ms)")
+              f"tp comm {result.comm_s * 1e3:.3f} ms"
+              + (f", engine {result.engine_s * 1e3:.3f} ms" if result.engine_s else "") + ")")
     if kind is not Kind.train:
         # what the kernels' work does not explain: their fixed parts and ramps (a fused-MoE layer's at narrow expert
         # widths too) and the host's launches

@@ -31,6 +31,18 @@ else:  # pragma: no cover
 T = TypeVar("T")
 
 
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """``cls``'s resolved field types, once per class (resolving them parses every annotation string: a sweep builds
+    a config thousands of times)."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
 def build(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     """Build dataclass ``cls`` from ``data``, recursing into nested dataclass fields (an instance of ``cls`` is
     returned as it is)."""
@@ -38,7 +50,7 @@ def build(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
         return data
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a table, got {data!r}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # a config class: a dataclass
     unknown = sorted(set(data) - names)
     if unknown:
@@ -166,7 +178,7 @@ def _is_config(obj: Any) -> bool:
 
 
 def _replace(obj: Any, tree: dict[str, Any], where: str) -> Any:
-    hints = typing.get_type_hints(type(obj))
+    hints = _hints(type(obj))
     changes: dict[str, Any] = {}
     origins: list[str] = []
     for name, sub in tree.items():

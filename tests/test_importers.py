@@ -336,6 +336,14 @@ def _truncated(tmp_path: Path) -> Path:
     ("mooncake", lambda p: (p / "m.jsonl").write_text(  # a traceback from polars' explode
         '{"timestamp": 1, "input_length": 5, "output_length": 3, "hash_ids": "zz"}\n') and p / "m.jsonl",
      "hash_ids must be lists of block hashes, got String values"),
+    # refused naming requests.parquet's arrival_ns, or a cast of 1e26 (the trace's ms as ns) that failed
+    ("mooncake", lambda p: (p / "n.jsonl").write_text(
+        '{"timestamp": 3, "input_length": 5, "output_length": 3}\n{"timestamp": -5, "input_length": 5, '
+        '"output_length": 3}\n') and p / "n.jsonl",
+     "arrival times must be from 0 to 9.22e+09 s: row 1 arrives at -0.005 s (1 of 2 rows)"),
+    ("mooncake", lambda p: (p / "f.jsonl").write_text(
+        '{"timestamp": 1e20, "input_length": 5, "output_length": 3}\n') and p / "f.jsonl",
+     "arrival times must be from 0 to 9.22e+09 s: row 0 arrives at 1e+17 s (1 of 1 rows)"),
 ])
 def test_malformed_inputs_are_one_line_and_exit_2(kind, make, message, tmp_path: Path):
     done = run_cli("import", kind, str(make(tmp_path)), "-o", str(tmp_path / "out"))

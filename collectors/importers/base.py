@@ -84,6 +84,10 @@ def importer(name: str) -> Importer:
     return found
 
 
+LAST_ARRIVAL_S = (2**63 - 1) / 1e9
+"""the latest arrival an int64 of nanoseconds holds (about 292 years after the epoch)"""
+
+
 def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source: pl.DataFrame,
                    options: ImportOptions, cached: pl.Expr | None = None) -> pl.DataFrame:
     """A requests table from request-log columns: ids by row, engines round-robin, steps by window."""
@@ -98,6 +102,15 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
                 row, value = fractional.row(0)[0], fractional.row(0)[counts.columns.index(name) + 1]
                 raise ValidationError(f"{name} token counts must be whole numbers: row {row} has {value:g} "
                                       f"({fractional.height:,} of {counts.height:,} rows are fractional)")
+    try:  # in seconds, as the trace's own unit may not be: nanoseconds since the epoch end in 2262
+        arrival_s = source.select((arrival_ns.cast(pl.Float64) / 1e9).alias("s")).with_row_index("row").filter(
+            (pl.col("s") < 0) | (pl.col("s") > LAST_ARRIVAL_S))
+    except pl.exceptions.PolarsError:
+        arrival_s = None  # text where a time belongs: refused with the counts below
+    if arrival_s is not None and arrival_s.height:
+        row, value = arrival_s.row(0)
+        raise ValidationError(f"arrival times must be from 0 to {LAST_ARRIVAL_S:.3g} s: row {row} arrives at "
+                              f"{value:g} s ({arrival_s.height:,} of {source.height:,} rows)")
     try:
         frame = source.select(prompt.cast(pl.Int64).alias("prompt_tokens"),
                               output.cast(pl.Int64).alias("output_tokens"),

@@ -360,8 +360,9 @@ def _is_fp8(quant: Any) -> bool:
         if weights and all(isinstance(w, dict) and w.get("num_bits") == 8 and w.get("type") == "float"
                            for w in weights):
             return True
-    raise ConfigError(f"quantization_config quant_method {quant.get('quant_method')!r} is not priced: the cost model "
-                      "knows BF16 and FP8 weights only (remove quantization_config to price the model as BF16)")
+    scheme = f"quant_method {quant['quant_method']!r}" if "quant_method" in quant else "without a quant_method"
+    raise ConfigError(f"quantization_config {scheme} is not priced: the cost model knows BF16 and FP8 weights only "
+                      "(remove quantization_config to price the model as BF16)")
 
 
 def hf_fields(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ starts with the job's ``runtime_env``, record through Ray's worker setup hook (`
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing.util
 import os
 import signal
@@ -29,21 +30,42 @@ def install_collectors() -> None:
     attach_all()
 
 
+_SIGNAL = signal.signal
+_GETSIGNAL = signal.getsignal
+
+
 def _flush_on_sigterm() -> None:
-    """Flush before the default SIGTERM death; a handler the job installed itself is left alone."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    """Flush before the default SIGTERM death, where SIGTERM is at its default; a handler the job installed itself
+    is left alone.
+
+    The job never sees the flush handler: ``signal.getsignal(SIGTERM)`` says SIG_DFL while it is in place, and
+    ``signal.signal`` returns SIG_DFL as the handler it replaced. A job that installs its own only over the
+    default, or chains to the "previous" handler when that is callable (else restores the default and signals
+    itself again), then acts as unrecorded; asking for SIG_DFL puts the flush back, which dies as the default
+    does."""
+    if _GETSIGNAL(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if signal.getsignal(signal.SIGTERM) is not handler:
-            # called by a handler the job installed later, as the "previous" one it chains to: the default it
-            # replaced is not callable, so the job's handler would have called nothing, and its shutdown goes on
-            return
         recorder.stop_at_exit()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _SIGNAL(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, handler)
+    @functools.wraps(_GETSIGNAL)
+    def getsignal(signalnum: int) -> Any:
+        found = _GETSIGNAL(signalnum)
+        return signal.SIG_DFL if found is handler else found
+
+    @functools.wraps(_SIGNAL)
+    def set_signal(signalnum: int, action: Any) -> Any:
+        if action is signal.SIG_DFL and signalnum == signal.SIGTERM:
+            action = handler  # the default, with the flush before it
+        previous = _SIGNAL(signalnum, action)
+        return signal.SIG_DFL if previous is handler else previous
+
+    _SIGNAL(signal.SIGTERM, handler)
+    setattr(signal, "getsignal", getsignal)  # noqa: B010 - the module's own functions, replaced for the job
+    setattr(signal, "signal", set_signal)  # noqa: B010
 
 
 class _ForkToken:

@@ -21,7 +21,7 @@ from helpers import REPO, RLTRACE, run_cli
 from rltrace.collectors.shards import engine_scoped_ids
 
 import rltrace
-from rltrace.cli import main
+from rltrace.cli import main, record_cmd
 
 pytestmark = pytest.mark.live  # a real job, engine or install: not in `make test-fast`
 
@@ -86,6 +86,11 @@ def test_a_killed_recordings_job_that_runs_on_keeps_a_new_recording_out(tmp_path
         assert again.returncode == 2 and f"processes of an earlier recording still write there (pid {job})" in \
             again.stderr, again.stderr
         assert not (tmp_path / "run").exists()
+        # nor is a merge of its shards a bundle yet: it merged what they held so far, exit 0, without a word
+        merged = run_cli("record", "--merge", str(tmp_path / "run.shards"), "-o", str(tmp_path / "merged"))
+        assert merged.returncode == 2 and f"processes of the recording still write there (pid {job})" in \
+            merged.stderr, merged.stderr
+        assert not (tmp_path / "merged").exists()
     finally:
         os.kill(job, signal.SIGKILL)
         for pipe in (proc.stdout, proc.stderr):
@@ -141,6 +146,39 @@ def test_a_hang_up_reaches_the_job_when_rltrace_leads_the_session(tmp_path: Path
     assert (tmp_path / "hup").exists()  # the job got it
     assert os.waitstatus_to_exitcode(done[1]) == 0  # the job's code, not 1 from writing to the dead terminal
     assert (tmp_path / "run" / "manifest.json").is_file() and not (tmp_path / "run.shards").exists()
+
+
+def test_one_ctrl_c_reaches_the_job_once_with_stdin_redirected(tmp_path: Path) -> None:
+    """rltrace asked its stdin whether the terminal delivers Ctrl-C: with `< /dev/null` it forwarded the SIGINT the
+    terminal had already sent the job, which got two (a second Ctrl-C: a hard abort in many jobs)."""
+    count = tmp_path / "count"
+    job = tmp_path / "job.py"
+    job.write_text("import signal, time\n"
+                   "got = []\n"
+                   "signal.signal(signal.SIGINT, lambda *_: got.append(1))\n"
+                   f"open({str(tmp_path / 'started')!r}, 'w').close()\n"
+                   "while not got:\n    time.sleep(0.05)\n"
+                   "time.sleep(1.5)  # a forwarded copy would come now\n"
+                   f"open({str(count)!r}, 'w').write(str(len(got)))\n")
+    pid, fd = pty.fork()
+    if pid == 0:  # rltrace in the foreground of its own terminal, its stdin from /dev/null
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.execv(RLTRACE, [RLTRACE, "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job)])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline
+        if select.select([fd], [], [], 0.2)[0]:
+            with contextlib.suppress(OSError):
+                os.read(fd, 4096)
+    os.write(fd, b"\x03")  # Ctrl-C: the terminal signals its foreground group, rltrace and the job
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        assert time.monotonic() < deadline + 60, "rltrace never ended"
+        if select.select([fd], [], [], 0.1)[0]:
+            with contextlib.suppress(OSError):
+                os.read(fd, 4096)
+    os.close(fd)
+    assert count.read_text() == "1"
+    assert os.waitstatus_to_exitcode(done[1]) == 0
 
 
 def test_a_hang_up_after_the_job_ended_still_writes_the_bundle(tmp_path: Path) -> None:
@@ -330,6 +368,42 @@ def test_a_job_handler_that_chains_to_the_previous_one_shuts_down_as_unrecorded(
     assert plain.stdout == recorded.stdout == "saving a checkpoint\nsaved, exiting\n"
 
 
+RE_KILLS = """import os, signal, sys
+previous = signal.getsignal(signal.SIGTERM)
+def handler(signum, frame):  # save, then whatever was there: the previous handler, or the default's death again
+    print("saved", flush=True)
+    if callable(previous):
+        previous(signum, frame)
+    else:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+signal.signal(signal.SIGTERM, handler)
+os.kill(os.getpid(), signal.SIGTERM)
+print("ran on", flush=True)
+"""
+OVER_THE_DEFAULT = """import os, signal, sys
+def graceful(signum, frame):
+    print("graceful shutdown", flush=True)
+    sys.exit(0)
+if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # a handler of its own only where nobody else has one
+    signal.signal(signal.SIGTERM, graceful)
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+@pytest.mark.parametrize("script", [RE_KILLS, OVER_THE_DEFAULT], ids=["re-kills", "over-the-default"])
+def test_a_job_sees_sigterm_at_its_default_as_unrecorded(tmp_path: Path, script: str) -> None:
+    """The flush handler was visible to the job: one that chained to a callable previous handler ran on to exit 0
+    (143 unrecorded), and one that installs its handler only over the default died without its shutdown."""
+    job = tmp_path / "job.py"
+    job.write_text(script)
+    plain = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=60, check=False)
+    recorded = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job), timeout=120)
+    died = plain.returncode < 0  # by a signal: record exits 128 + its number, as a shell reports it
+    assert recorded.returncode == (128 - plain.returncode if died else plain.returncode), (plain, recorded.stderr)
+    assert recorded.stdout == plain.stdout
+
+
 def test_the_jobs_own_sitecustomize_runs_as_itself(tmp_path: Path) -> None:
     """record's sitecustomize runs the one it shadows; that one read rltrace's __file__, not its own."""
     site = tmp_path / "site"
@@ -401,3 +475,28 @@ def test_the_job_gets_the_environment_record_was_given(allocator: str | None, tm
     seen = json.loads(result.stdout)
     own = {"RLTRACE_RECORD_DIR", "PYTHONPATH", "TORCH_NCCL_ENABLE_TIMING"}
     assert {k: v for k, v in seen.items() if k not in own} == {k: v for k, v in given.items() if k not in own}
+
+
+class _Unstopped(Exception):
+    """The test's own SIGTERM handler ran: rltrace left SIGTERM at what it was (the default would end pytest)."""
+
+
+def test_a_signal_once_the_job_has_ended_stops_the_merge_and_keeps_the_shards(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second Ctrl-C or a SIGTERM while rltrace merged killed it: no bundle, not a word, the shards left behind."""
+    def merging(*_args: object, **_kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs here
+
+    def unstopped(_signum: int, _frame: object) -> None:
+        raise _Unstopped
+
+    monkeypatch.setattr(record_cmd, "_merge", merging)
+    previous = signal.signal(signal.SIGTERM, unstopped)
+    try:
+        code = main(["record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", "pass"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0  # the job's
+    assert "rltrace: stopped before the bundle was written; the shards are kept in" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and (tmp_path / "run.shards" / "shards").is_dir()

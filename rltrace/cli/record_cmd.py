@@ -28,6 +28,7 @@ from rltrace.collectors.autostart import ENV_DIR, SITECUSTOMIZE_TEMPLATE
 from rltrace.collectors.ray_hook import ENV_SESSION
 from rltrace.errors import ConfigError, RltraceError, clean
 from rltrace.limits import check_output, check_ray_reachable
+from rltrace.signals import terminate_as_interrupt
 from rltrace.summary import summarize
 
 # rltrace record's own exit code when the job exited 0 but recording missed processes that ran torch or vLLM
@@ -125,34 +126,44 @@ def record(
         except BaseException:
             held.release(remove=False)
             raise
-        # after a signal, the job's processes may outlive the one it reached: their shards still come in; without one,
-        # a process the job left running (detached, a daemon) gets a moment to end, then is named
-        later = _merge_command(record_dir, output.with_name(output.name + ".late"))
-        wait_s = STRAGGLER_WAIT_S if signalled else LEFT_RUNNING_WAIT_S
-        still = _wait_for_recorders(watcher, record_dir / SHARDS, wait_s, later, announce=signalled)
-        try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
-            missed = _unreached(watcher)
-            if ray_address and session:
-                nodes = _collect_ray(ray_address, session, record_dir / SHARDS)
-                if nodes is not None and not any(n.shards for n in nodes):
-                    missed.append(f"the job's Ray workers on all {len(nodes)} node(s) of {ray_address} "
-                                  "(no shard came back)")
-            if missed:
-                print(f"rltrace: warning: recording did not reach {len(missed)} process(es) that ran torch or "
-                      f"vLLM; the bundle lacks their work: {'; '.join(missed)}", file=sys.stderr)
-                if code == 0:
-                    code = EXIT_UNRECORDED
-            if deferred:
-                info = get_model(str(model)).info()
-            _merge(record_dir, output, command=command, model=info, groups=groups, force=force, run_id=name)
-        except Exception as e:  # noqa: BLE001 - disk full, read-only, a bad model: say so, keep the shards
-            held.release(remove=False)
-            print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards are kept in "
-                  f"{clean(record_dir)} (finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
+
+        def finish(code: int) -> int:  # the job has ended: merge what it recorded
+            # after a signal, the job's processes may outlive the one it reached: their shards still come in;
+            # without one, a process the job left running (detached, a daemon) gets a moment to end, then is named
+            later = _merge_command(record_dir, output.with_name(output.name + ".late"))
+            wait_s = STRAGGLER_WAIT_S if signalled else LEFT_RUNNING_WAIT_S
+            still = _wait_for_recorders(watcher, record_dir / SHARDS, wait_s, later, announce=signalled)
+            try:  # from here on, whatever fails, the job's exit code is what rltrace exits with
+                missed = _unreached(watcher)
+                if ray_address and session:
+                    nodes = _collect_ray(ray_address, session, record_dir / SHARDS)
+                    if nodes is not None and not any(n.shards for n in nodes):
+                        missed.append(f"the job's Ray workers on all {len(nodes)} node(s) of {ray_address} "
+                                      "(no shard came back)")
+                if missed:
+                    print(f"rltrace: warning: recording did not reach {len(missed)} process(es) that ran torch or "
+                          f"vLLM; the bundle lacks their work: {'; '.join(missed)}", file=sys.stderr)
+                    if code == 0:
+                        code = EXIT_UNRECORDED
+                recorded = get_model(str(model)).info() if deferred else info
+                _merge(record_dir, output, command=command, model=recorded, groups=groups, force=force, run_id=name)
+            except Exception as e:  # noqa: BLE001 - disk full, read-only, a bad model: say so, keep the shards
+                held.release(remove=False)
+                print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards are kept in "
+                      f"{clean(record_dir)} (finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
+                return code
+            # processes still recording write on into the shards: kept for the --merge the warning names
+            held.release(remove=not keep_shards and not still)
             return code
-        # processes still recording write on into the shards: kept for the --merge the warning names
-        held.release(remove=not keep_shards and not still)
-        return code
+
+        try:
+            with _stoppable():  # a signal now stops rltrace's own work, and keeps the shards
+                return finish(code)
+        except KeyboardInterrupt:
+            held.release(remove=False)
+            print(f"rltrace: stopped before the bundle was written; the shards are kept in {clean(record_dir)} "
+                  f"(finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
+            return code
 
 
 def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool, ray_address: str | None,
@@ -206,6 +217,21 @@ def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool,
     return env, session
 
 
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """Within the block SIGINT and SIGTERM raise KeyboardInterrupt (one ignored when rltrace started stays ignored),
+    each handler put back after: a second Ctrl-C, or a SIGTERM, once the job has ended stops the wait and the merge
+    with a word, rather than killing rltrace silently with the shards left behind."""
+    with terminate_as_interrupt():
+        previous = signal.getsignal(signal.SIGINT)
+        if signal.SIGINT not in rltrace._STARTING_IGNORED:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def _job_environ() -> dict[str, str]:
     """This process's environment less what libraries it imported set in it (:data:`SET_BY_IMPORTS`, as they were
     when rltrace started): the job starts with the environment it was given."""
@@ -223,6 +249,11 @@ def _merge_only(merge_dir: Path, output: Path, model: Any, groups: set[str], for
     busy = owner.held_by_other(merge_dir)
     if busy:
         raise ConfigError(f"{clean(merge_dir)}: a recording (pid {busy}) is still writing here; merge when it ends")
+    writers = _writers(merge_dir / SHARDS)  # a killed recording's job, running on: its shards are not complete
+    if writers:
+        raise ConfigError(f"{clean(merge_dir)}: processes of the recording still write there (pid "
+                          f"{', '.join(map(str, writers[:5]))}{', ...' if len(writers) > 5 else ''}); merge when they "
+                          "end")
     asked: dict[str, Any] = {}
     try:
         asked = json.loads((merge_dir / RECORD_FILE).read_text())
@@ -459,10 +490,18 @@ def _session_leader() -> bool:
 
 
 def _terminal_delivers_sigint() -> bool:
+    """Whether rltrace runs in its controlling terminal's foreground process group, whose Ctrl-C reaches the job
+    too: asked of the terminal itself (/dev/tty), whatever its standard streams were redirected to."""
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:  # no controlling terminal
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
 def _merge(

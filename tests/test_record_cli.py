@@ -308,6 +308,8 @@ def test_bad_record_input_is_one_line(tmp_path: Path) -> None:
         (["record", "-o", ".", "--force", "--", "true"], "exists and is not a trace bundle"),  # refused before it runs
         (["record", "-o", "plain", "--force", "--", "true"], "plain: exists and is not a trace bundle"),
         (["record", "--name", "", "--", "true"], "--name must not be empty"),  # a generated id replaced it
+        (["record", "--model", "", "--", "true"], "--model must not be empty"),  # read as no --model
+        (["record", "--sync-group", " ", "--", "true"], "--sync-group must not be empty"),
     ]
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "x.txt").write_text("mine")

@@ -79,6 +79,9 @@ def record(
 
     Example: rltrace record -o run -- torchrun --nproc-per-node 2 train.py
     """
+    for option, given in (("--model", [model] if model is not None else []), ("--sync-group", sync_group or [])):
+        if any(not value.strip() for value in given):  # read as none given, without a word
+            raise ConfigError(f"{option} must not be empty")
     # A config.json the job writes itself is read after the run; anything else is checked now.
     deferred = bool(model and model.endswith(".json") and not Path(model).exists())
     info = get_model(model).info() if model and not deferred else None

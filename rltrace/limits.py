@@ -137,16 +137,19 @@ def _ipv6(host: str) -> bool:
     return True
 
 
-def check_ray_address(address: str, option: str = "--ray-address") -> str:
+RAY_FORMS = "auto, local, HOST:PORT or ray://HOST:PORT"
+"""the addresses ray.init takes, as an error names them"""
+
+
+def check_ray_address(address: str, option: str = "--ray-address", forms: str = RAY_FORMS) -> str:
     """A Ray cluster address as ``ray.init`` takes one (``auto``, ``local``, ``HOST:PORT`` or
     ``ray://HOST:PORT``), checked before any work: a malformed one failed only at the end (``sweep``) or inside
-    the user's job (``record``)."""
+    the user's job (``record``); ``forms``: the forms the command takes, as its error names them."""
     if address in ("auto", "local"):
         return address
     host, port = _host_port(address)
     if not ((_HOST.fullmatch(host) or _ipv6(host)) and re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
-        raise ConfigError(f"{option} must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got "
-                          f"{clean(repr(address), 80)}")
+        raise ConfigError(f"{option} must be {forms} (port 1..65535), got {clean(repr(address), 80)}")
     return address
 
 
@@ -160,11 +163,11 @@ def _host_port(address: str) -> tuple[str, str]:
     return host, port
 
 
-def check_ray_reachable(address: str, option: str = "--ray-address") -> str:
+def check_ray_reachable(address: str, option: str = "--ray-address", forms: str = RAY_FORMS) -> str:
     """A well-formed Ray cluster address (:func:`check_ray_address`) that accepts a connection: Ray itself
     retries an address where nothing answers for minutes, with no line that says so. ``auto`` and ``local``
     pass."""
-    if check_ray_address(address, option) in ("auto", "local"):
+    if check_ray_address(address, option, forms) in ("auto", "local"):
         return address
     host, port = _host_port(address)
     try:

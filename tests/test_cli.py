@@ -241,6 +241,8 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "Invalid value for '--batch': not a whole number"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out, "--ray-address", "foo"],
          "--ray-address must be auto, local, HOST:PORT or ray://HOST:PORT (port 1..65535), got 'foo'"),
+        # record takes neither local nor ray:// (refused by name), and its error named both
+        (["record", "--ray-address", "foo", "--", "true"], "--ray-address must be auto or HOST:PORT (port 1..65535)"),
         # Ray retried an address where nothing listens for minutes, silently (port 1: nothing listens there)
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out, "--ray-address", "127.0.0.1:1"],
          "--ray-address 127.0.0.1:1: nothing answers there (Connection refused)"),

@@ -97,7 +97,7 @@ def record(
             raise ConfigError(f"--ray-address {ray_address}: record attaches to a running cluster by its own address "
                               "(HOST:PORT, or auto): a ray:// client's workers and a cluster the job starts itself do "
                               "not get the recording's hook")
-        check_ray_reachable(ray_address)  # the job's own ray.init() would otherwise fail on it
+        check_ray_reachable(ray_address, forms="auto or HOST:PORT")  # the job's own ray.init() would fail on it
     if merge_dir is not None:
         if command:
             raise ConfigError("give either a command or --merge, not both")

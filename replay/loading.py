@@ -141,6 +141,11 @@ def prepare_loaded(loaded: Loaded, shape: Shape, cost: CostConfig, prices: dict[
     train_gpu = shape.train_gpu or shape.gpu or (trainer.device if trainer else gen_gpu)
     if gen_gpu is None or train_gpu is None:
         raise HardwareUnknown("the bundle records no GPU kind: give --gpu")
+    for role, pool, given, flag in (("rollout", rollout, shape.gen_gpus, "--gen-gpus"),
+                                    ("trainer", trainer, shape.train_gpus, "--train-gpus")):
+        if pool is not None and given is None and pool.count < 1:  # "pools need at least one GPU each", unexplained
+            raise ConfigError(f"the bundle records {pool.count} GPUs for its {role} pool (manifest.json "
+                              f"cluster.{role}.count): replay it with {flag} N")
     cluster = Cluster(
         gen_gpus=_given(shape.gen_gpus, rollout.count if rollout else 1),
         train_gpus=_given(shape.train_gpus, trainer.count if trainer else 1),

@@ -342,3 +342,19 @@ def test_a_cost_setting_the_measured_source_leaves_unused_says_so() -> None:
     assert makespans[0] == makespans[1]
     for key, what in (("train_mfu", "trainer phase"), ("sync_gbps", "weight sync")):
         assert f"cost.{key} unused: every {what} of the source was measured" in given.stderr
+
+
+def test_a_pool_the_manifest_counts_as_empty_is_named(tmp_path: Path) -> None:
+    """A manifest's trainer pool of 0 GPUs was refused as 'pools need at least one GPU each, got 1 generation and 0
+    training GPUs', by replay and diagnose alike, naming neither the manifest nor the flag that replays it."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(sample_path("tiny_rl_cpu"), copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["cluster"]["trainer"]["count"] = 0
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    said = ("the bundle records 0 GPUs for its trainer pool (manifest.json cluster.trainer.count): replay it with "
+            "--train-gpus N")
+    for args in (["replay", str(copy), "-s", "disagg-sync"], ["diagnose", str(copy), "--replicates", "0"]):
+        refused = run_cli(*args)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+    assert run_cli("replay", str(copy), "-s", "disagg-sync", "--train-gpus", "2", "--replicates", "0").returncode == 0

@@ -35,18 +35,17 @@ _GETSIGNAL = signal.getsignal
 
 
 def _flush_on_sigterm() -> None:
-    """Flush before the default SIGTERM death, where SIGTERM is at its default; a handler the job installed itself
-    is left alone.
+    """Flush before the default SIGTERM death, where SIGTERM is at its default; a handler the job installs itself
+    (SIG_DFL included) replaces it.
 
     The job never sees the flush handler: ``signal.getsignal(SIGTERM)`` says SIG_DFL while it is in place, and
     ``signal.signal`` returns SIG_DFL as the handler it replaced. A job that installs its own only over the
     default, or chains to the "previous" handler when that is callable (else restores the default and signals
-    itself again), then acts as unrecorded; asking for SIG_DFL puts the flush back, which dies as the default
-    does."""
+    itself again), then acts as unrecorded."""
     if _GETSIGNAL(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
-    def handler(signum: int, frame: Any) -> None:
+    def flush(signum: int, frame: Any) -> None:
         recorder.stop_at_exit()
         _SIGNAL(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -54,16 +53,14 @@ def _flush_on_sigterm() -> None:
     @functools.wraps(_GETSIGNAL)
     def getsignal(signalnum: int) -> Any:
         found = _GETSIGNAL(signalnum)
-        return signal.SIG_DFL if found is handler else found
+        return signal.SIG_DFL if found is flush else found
 
     @functools.wraps(_SIGNAL)
-    def set_signal(signalnum: int, action: Any) -> Any:
-        if action is signal.SIG_DFL and signalnum == signal.SIGTERM:
-            action = handler  # the default, with the flush before it
-        previous = _SIGNAL(signalnum, action)
-        return signal.SIG_DFL if previous is handler else previous
+    def set_signal(signalnum: int, handler: Any) -> Any:  # the standard library's parameter names: by keyword too
+        previous = _SIGNAL(signalnum, handler)
+        return signal.SIG_DFL if previous is flush else previous
 
-    _SIGNAL(signal.SIGTERM, handler)
+    _SIGNAL(signal.SIGTERM, flush)
     setattr(signal, "getsignal", getsignal)  # noqa: B010 - the module's own functions, replaced for the job
     setattr(signal, "signal", set_signal)  # noqa: B010
 

@@ -33,7 +33,10 @@ class Ownership:
 
     def release(self, *, remove: bool) -> None:
         """Give the folder up; ``remove``: delete it (everything but the lock first, so no one else's new
-        lock is deleted), otherwise leave its shards and drop only the lock."""
+        lock is deleted), otherwise leave its shards and drop only the lock. Once given up, a second call does
+        nothing (the descriptor's number may be another file's by then)."""
+        if self.fd < 0:
+            return
         try:
             if remove:
                 for child in self.folder.iterdir():
@@ -46,6 +49,7 @@ class Ownership:
             pass  # a folder a newer recording took, or one that vanished: nothing of ours is left to clean
         finally:
             os.close(self.fd)
+            self.fd = -1
 
 
 def _pid_in(fd: int) -> int | None:

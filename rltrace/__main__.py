@@ -1,7 +1,5 @@
 """``python -m rltrace``: the same as the ``rltrace`` command."""
 
-import sys
+from rltrace.cli import console
 
-from rltrace.cli import main
-
-sys.exit(main())
+console()

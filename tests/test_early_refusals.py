@@ -53,3 +53,19 @@ def test_a_refusal_names_the_owner_that_has_not_written_its_pid_yet(tmp_path: Pa
     finally:
         writer.join()
         os.close(fd)
+
+
+def test_a_recording_folder_is_given_up_once(tmp_path: Path) -> None:
+    """A second release (a signal between the merge and the exit) closed the lock's descriptor again: EBADF, or
+    another file's descriptor where the number had been reused."""
+    held = owner.take(tmp_path / "run.shards")
+    spare = os.open(os.devnull, os.O_RDONLY)
+    held.release(remove=True)
+    reused = os.open(os.devnull, os.O_RDONLY)  # most likely the lock's old number
+    try:
+        held.release(remove=False)
+        os.fstat(reused)  # still open
+    finally:
+        os.close(reused)
+        os.close(spare)
+    assert not (tmp_path / "run.shards").exists()

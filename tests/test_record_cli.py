@@ -102,7 +102,7 @@ def test_sigterm_reaches_the_job_and_the_bundle_is_written(tmp_path: Path) -> No
     proc, _ = _start_loop(tmp_path)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == -signal.SIGTERM  # rltrace dies of the signal the job died of
     assert "rltrace: recorded" in stderr
     spans = rltrace.open(tmp_path / "run").spans.collect()
     assert spans.height > 20  # flushed on SIGTERM, not only what the last periodic flush wrote
@@ -115,7 +115,7 @@ def test_other_signals_reach_the_job_as_if_it_ran_alone(tmp_path: Path, sig: sig
     proc, _ = _start_loop(tmp_path)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + sig, stderr
+    assert proc.returncode == -sig, stderr
     assert "rltrace: recorded" in stderr and rltrace.open(tmp_path / "run").spans.collect().height > 20
 
 
@@ -216,7 +216,7 @@ def test_after_sigterm_the_bundle_waits_for_the_jobs_processes_that_outlive_it(t
     proc, _ = _start_loop(tmp_path, mode="orphan")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert proc.returncode == -signal.SIGTERM, stderr
     assert "recorded process(es) of the job that are still running" in stderr, stderr
     assert "still running (pid" not in stderr.split("signal again to stop waiting")[-1], stderr  # it ended in time
     names = rltrace.open(tmp_path / "run").spans.collect()["name"].to_list()
@@ -244,6 +244,18 @@ def test_a_process_left_running_keeps_the_shards_its_warning_names(tmp_path: Pat
     assert spans["actor"].n_unique() == 2, spans
 
 
+def test_a_model_file_the_job_writes_that_cannot_be_read_leaves_the_bundle_without_a_model(tmp_path: Path) -> None:
+    """A job wrote an AWQ config.json (a scheme the cost model refuses): the bundle was not written, exit 0."""
+    config = tmp_path / "model" / "config.json"
+    writes = (f"import json, pathlib; p = pathlib.Path({str(config)!r}); p.parent.mkdir(); p.write_text(json.dumps("
+              "{'hidden_size': 64, 'num_hidden_layers': 2, 'num_attention_heads': 4, 'intermediate_size': 128, "
+              "'vocab_size': 1000, 'quantization_config': {'quant_method': 'awq', 'bits': 4}}))")
+    done = run_cli("record", "-o", str(tmp_path / "run"), "--model", str(config), "--", sys.executable, "-c", writes)
+    assert done.returncode == 0, done.stderr
+    assert "quant_method 'awq' is not priced" in done.stderr and "the bundle records no model" in done.stderr
+    assert rltrace.open(tmp_path / "run").manifest.model is None and not (tmp_path / "run.shards").exists()
+
+
 def test_a_model_file_that_never_appears_is_said_at_start_and_at_the_merge(tmp_path: Path) -> None:
     """A --model config.json may be written by the job, so a missing one is read when it ends: record says so at
     the start, keeps the shards when it is still missing (the job's exit code passes), and the --merge it suggests
@@ -264,7 +276,7 @@ def test_a_sigkilled_job_still_merges(tmp_path: Path) -> None:
     proc, pid = _start_loop(tmp_path, "--keep-shards")
     os.kill(pid, signal.SIGKILL)  # no handler runs: only the periodic flushes survive
     proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGKILL
+    assert proc.returncode == -signal.SIGKILL
     spans = rltrace.open(tmp_path / "run").spans.collect()
     assert spans.height > 20
     last_span_ns = spans["end_ns"].max()
@@ -393,7 +405,14 @@ os.kill(os.getpid(), signal.SIGTERM)
 """
 
 
-@pytest.mark.parametrize("script", [RE_KILLS, OVER_THE_DEFAULT], ids=["re-kills", "over-the-default"])
+BY_KEYWORD = """import os, signal, sys
+signal.signal(signal.SIGTERM, handler=lambda *_: sys.exit(print("handled") or 0))  # the stdlib's own keyword
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+@pytest.mark.parametrize("script", [RE_KILLS, OVER_THE_DEFAULT, BY_KEYWORD],
+                         ids=["re-kills", "over-the-default", "by-keyword"])
 def test_a_job_sees_sigterm_at_its_default_as_unrecorded(tmp_path: Path, script: str) -> None:
     """The flush handler was visible to the job: one that chained to a callable previous handler ran on to exit 0
     (143 unrecorded), and one that installs its handler only over the default died without its shutdown."""
@@ -401,8 +420,7 @@ def test_a_job_sees_sigterm_at_its_default_as_unrecorded(tmp_path: Path, script:
     job.write_text(script)
     plain = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=60, check=False)
     recorded = run_cli("record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job), timeout=120)
-    died = plain.returncode < 0  # by a signal: record exits 128 + its number, as a shell reports it
-    assert recorded.returncode == (128 - plain.returncode if died else plain.returncode), (plain, recorded.stderr)
+    assert recorded.returncode == plain.returncode, (plain, recorded.stderr)  # -15: both die of SIGTERM
     assert recorded.stdout == plain.stdout
 
 

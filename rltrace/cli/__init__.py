@@ -7,6 +7,7 @@ unknown names) prints one line on stderr and exits with code 2; no traceback rea
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from inspect import cleandoc
@@ -25,7 +26,7 @@ from rltrace.cli.export_cmd import export
 from rltrace.cli.fabric_cmd import fabric
 from rltrace.cli.import_cmd import import_cmd
 from rltrace.cli.inspect_cmd import inspect
-from rltrace.cli.record_cmd import record
+from rltrace.cli.record_cmd import job_signal, record
 from rltrace.cli.replay_cmd import replay
 from rltrace.cli.replay_comms_cmd import replay_comms
 from rltrace.cli.schema_cmd import schema
@@ -99,6 +100,20 @@ def help_as_written(command: click.Command) -> click.Command:
     for sub in getattr(command, "commands", {}).values():
         help_as_written(sub)
     return command
+
+
+def console() -> None:
+    """The ``rltrace`` command: :func:`main`'s exit code, except that where ``record``'s job was killed by a signal
+    that only ends a process, rltrace dies of the same signal once the bundle is written, as the job did."""
+    code = main()
+    died = job_signal()
+    if died is not None and code == 128 + died:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if died != signal.SIGKILL:  # its disposition cannot be changed, nor need be
+            signal.signal(died, signal.SIG_DFL)
+        os.kill(os.getpid(), died)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

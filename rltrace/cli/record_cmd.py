@@ -79,6 +79,7 @@ def record(
 
     Example: rltrace record -o run -- torchrun --nproc-per-node 2 train.py
     """
+    _died_of.clear()
     for option, given in (("--model", [model] if model is not None else []), ("--sync-group", sync_group or [])):
         if any(not value.strip() for value in given):  # read as none given, without a word
             raise ConfigError(f"{option} must not be empty")
@@ -130,7 +131,9 @@ def record(
             held.release(remove=False)
             raise
 
-        def finish(code: int) -> int:  # the job has ended: merge what it recorded
+        state = {"code": code, "written": False, "remove": False}
+
+        def finish() -> None:  # the job has ended: wait for its stragglers, merge what it recorded
             # after a signal, the job's processes may outlive the one it reached: their shards still come in;
             # without one, a process the job left running (detached, a daemon) gets a moment to end, then is named
             later = _merge_command(record_dir, output.with_name(output.name + ".late"))
@@ -146,27 +149,42 @@ def record(
                 if missed:
                     print(f"rltrace: warning: recording did not reach {len(missed)} process(es) that ran torch or "
                           f"vLLM; the bundle lacks their work: {'; '.join(missed)}", file=sys.stderr)
-                    if code == 0:
-                        code = EXIT_UNRECORDED
-                recorded = get_model(str(model)).info() if deferred else info
-                _merge(record_dir, output, command=command, model=recorded, groups=groups, force=force, run_id=name)
-            except Exception as e:  # noqa: BLE001 - disk full, read-only, a bad model: say so, keep the shards
-                held.release(remove=False)
+                    if state["code"] == 0:
+                        state["code"] = EXIT_UNRECORDED
+                _merge(record_dir, output, command=command, model=_deferred_model(str(model)) if deferred else info,
+                       groups=groups, force=force, run_id=name)
+            except Exception as e:  # noqa: BLE001 - disk full, read-only: say so, keep the shards
                 print(f"rltrace: error: could not write the bundle {clean(output)}: {_why(e)}; the shards are kept in "
                       f"{clean(record_dir)} (finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
-                return code
+                return
+            state["written"] = True
             # processes still recording write on into the shards: kept for the --merge the warning names
-            held.release(remove=not keep_shards and not still)
-            return code
+            state["remove"] = not keep_shards and not still
 
         try:
             with _stoppable():  # a signal now stops rltrace's own work, and keeps the shards
-                return finish(code)
+                finish()
         except KeyboardInterrupt:
-            held.release(remove=False)
-            print(f"rltrace: stopped before the bundle was written; the shards are kept in {clean(record_dir)} "
-                  f"(finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
-            return code
+            if not state["written"]:
+                print(f"rltrace: stopped before the bundle was written; the shards are kept in {clean(record_dir)} "
+                      f"(finish later: {_merge_command(record_dir, output)})", file=sys.stderr)
+            state["remove"] = False
+        held.release(remove=bool(state["remove"]))
+        return int(state["code"])
+
+
+def _deferred_model(model: str) -> Any:
+    """The model a job wrote as it ran (``--model`` naming a config.json that did not exist yet), or None with a
+    warning where the file it wrote cannot be read: the bundle goes without it rather than not at all. A file that
+    never appeared is an error (the shards are kept for a --merge once it is there)."""
+    if not Path(model).exists():
+        return get_model(model).info()  # no such file: said as such
+    try:
+        return get_model(model).info()
+    except RltraceError as e:
+        print(f"rltrace: warning: --model {clean(model)} could not be read ({clean(str(e), 300)}); the bundle records "
+              "no model", file=sys.stderr)
+        return None
 
 
 def _prepare(held: owner.Ownership, record_dir: Path, output: Path, force: bool, ray_address: str | None,
@@ -370,7 +388,22 @@ def _run(command: list[str], env: dict[str, str], terminal_fds: list[int],
             signal.signal(s, handler)
         if watcher is not None:
             watcher.stop()
+    if code < 0 and -code in MIRRORED:
+        _died_of.append(-code)  # the console script dies of it too, once the bundle is written
     return (128 - code if code < 0 else code), signalled  # killed by signal N: 128 + N, as shells report it
+
+
+MIRRORED = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGUSR1, signal.SIGUSR2,
+                      signal.SIGALRM, signal.SIGPIPE})
+"""signals whose default action only ends a process: where one killed the job, the ``rltrace`` command dies of it
+too (a shell stops a loop on a death by Ctrl-C, not on exit 130); a core-dumping one (SIGSEGV, SIGABRT, SIGQUIT)
+is reported as exit 128 + N instead"""
+_died_of: list[int] = []
+
+
+def job_signal() -> int | None:
+    """The signal of :data:`MIRRORED` that killed the last recorded job, if one did (None after any other end)."""
+    return _died_of[-1] if _died_of else None
 
 
 def _wait_for_recorders(watcher: reach.ReachWatcher, shards: Path, limit_s: float, later: str, *,

@@ -212,9 +212,9 @@ class RunResult:
         return out
 
 
-def _unmeasured_trainer(steps: pl.DataFrame) -> bool:
-    """Whether a step lacks a measured train time (which a cost model then prices)."""
-    return "train_s" not in steps.columns or bool(steps["train_s"].null_count())
+def _unmeasured_steps(steps: pl.DataFrame) -> int:
+    """How many steps lack a measured train time (which a cost model then prices)."""
+    return steps.height if "train_s" not in steps.columns else steps["train_s"].null_count()
 
 
 def model_spec(info: ModelInfo | None, override: str | None = None) -> ModelSpec | None:
@@ -292,12 +292,17 @@ def prepare(workload: Workload, cluster: Cluster, cost: CostConfig, *, recording
     _check_train_ep(cost.train_ep, spec, cluster.train_gpus)
     train_gpu = _gpu(cluster.train_gpu) or (device_from_profile(profile, cluster.train_gpu) if profile is not None
                                             else None)
-    if spec is not None and train_gpu is None and _unmeasured_trainer(workload.steps):
+    unmeasured = _unmeasured_steps(workload.steps)
+    if spec is not None and train_gpu is None and unmeasured:
         # the model prices the trainer phases the source did not measure (a drawn workload measured none): without
         # the device's peaks each would cost 0 s, and the training pool would idle through the run unsaid
-        raise HardwareUnknown(f"no training cost model for {cluster.train_gpu!r}: give a catalog GPU kind for the "
-                              "training pool (--gpu), or a profile measured on that device "
-                              "(rltrace calibrate --device)")
+        if unmeasured == workload.steps.height:
+            raise HardwareUnknown(f"no training cost model for {cluster.train_gpu!r}: give a catalog GPU kind for the "
+                                  "training pool (--gpu), or a profile measured on that device "
+                                  "(rltrace calibrate --device)")
+        notes.append(f"{unmeasured} of {workload.steps.height} steps have no measured train time, and "
+                     f"{cluster.train_gpu!r} no cost model to price one: they train in 0 s (a profile measured on it, "
+                     "rltrace calibrate --device, prices them)")
     if spec is not None and train_gpu is not None:
         # the weights and mixed-precision Adam state a switch moves (.switching), at best sharded over every trainer
         state = ModelState(params=float(spec.params), weight_bytes=float(spec.weight_bytes))

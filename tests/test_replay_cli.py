@@ -13,6 +13,7 @@ from helpers import REPO, run_cli
 from rltrace.sample_traces import sample_path
 
 import rltrace
+from rltrace.schema import TABLES
 
 BASELINES = ["colocated-sync", "disagg-sync", "one-step-async", "fully-async"]
 FIXED_KEYS = ["throughput_samples_per_s", "throughput_tokens_per_s", "step_time_s", "makespan_s", "bubble_fraction",
@@ -358,3 +359,18 @@ def test_a_pool_the_manifest_counts_as_empty_is_named(tmp_path: Path) -> None:
         refused = run_cli(*args)
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
     assert run_cli("replay", str(copy), "-s", "disagg-sync", "--train-gpus", "2", "--replicates", "0").returncode == 0
+
+
+def test_a_recording_with_a_step_left_unmeasured_replays_with_a_note(tmp_path: Path) -> None:
+    """A recording stopped mid-step (no train span in its last step) on a device the catalog lacks was refused as a
+    device without a training cost model, though the rest of it was measured."""
+    bundle = rltrace.open("tiny_rl_cpu")
+    tables = {name: bundle.table(name).collect() for name in TABLES}
+    last = tables["spans"]["step"].max()
+    trained = pl.col("phase").is_in(["train", "optimizer"])
+    tables["spans"] = tables["spans"].filter(~((pl.col("step") == last) & trained))
+    rltrace.write_bundle(tmp_path / "partial", bundle.manifest, tables)
+    done = run_cli("replay", str(tmp_path / "partial"), "-s", "as-recorded", "--replicates", "0")
+    assert done.returncode == 0, done.stderr
+    assert "1 of 4 steps have no measured train time, and 'cpu' no cost model to price one" in " ".join(
+        done.stdout.split())

@@ -4,6 +4,7 @@ object itself straight after a replay (``rltrace replay --dashboard``)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,8 +129,8 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
     Runs are labelled by folder name; where two share a name, by parent/name. A folder of runs lists them in the
     order the replay compared them (its :data:`ORDER_FILE`, so the first is the same baseline), else
     alphabetically."""
-    given = [paths] if isinstance(paths, str | Path) else paths
-    if not isinstance(given, Sequence) or not given or not all(isinstance(p, str | Path) for p in given):
+    given = [paths] if isinstance(paths, str | os.PathLike) else paths
+    if not isinstance(given, Sequence) or not given or not all(isinstance(p, str | os.PathLike) for p in given):
         raise ConfigError(f"load_runs takes a run folder's path or a non-empty list of them, got {paths!r:.60}")
     folders: list[Path] = []
     for path in map(Path, given):

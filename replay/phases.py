@@ -45,7 +45,9 @@ def phase_breakdown(timeline: pl.DataFrame, jobs: list[Job], *, colocated: bool 
     for phase, share in (trainer or {"train": 1.0}).items():
         out[phase] = per_kind.get("train", 0.0) * share
     if "switch" in per_kind:
-        switch = _shares([job.colocated.phases for job in jobs if job.colocated is not None])
+        # a colocated run's switches are its sleep, refit and wake; another scheduler's (OrchestrRL regrouping its
+        # instances) are switches of its own
+        switch = _shares([job.colocated.phases for job in jobs if job.colocated is not None]) if colocated else None
         for phase, share in (switch or {"switch": 1.0}).items():
             out[phase] = per_kind["switch"] * share
     out["weight_sync"] = per_kind.get("weight_sync", 0.0)

@@ -78,7 +78,8 @@ CASES = [
          "(Table 2's last row), whose reward scheduler the replay does not model", "rollpacker.toml"),
     Case("OrchestrRL", "arXiv 2601.01209", "streamrl_qwen32b", "orchestrrl", {"max_tp": 8}, "disagg-sync",
          H800, H800, (1.40, 1.40),
-         "generation throughput vs a static-parallelism disaggregated baseline, 64 H800", "orchestrrl.toml"),
+         "end-to-end throughput vs a static-parallelism disaggregated baseline (\"up to 1.40x throughput\", v1 "
+         "abstract): the sample on its 64 H800, the described setup on the paper's 48", "orchestrrl.toml"),
     Case("RollArt", "arXiv 2512.22560", "rollart_qwen3_8b", "rollart", {}, "disagg-sync",
          Shape(), Shape(), (1.35, 2.05),
          "end-to-end throughput over the sample's 8 steps vs synchronous disaggregated pools of the same GPU count: "
@@ -215,6 +216,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.write and not args.write.parent.is_dir():  # said before the minutes of replays, not after
         parser.error(f"--write {args.write}: folder {args.write.parent} does not exist")
+    if args.write and args.write.is_dir():
+        parser.error(f"--write {args.write}: a folder, expected a file name")
     started = time.perf_counter()
     table = rows()
     text = markdown(table)

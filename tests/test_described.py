@@ -293,7 +293,10 @@ def test_as_recorded_needs_a_recording(tmp_path: Path, capsys: pytest.CaptureFix
     (('framework = "verl"', 'framework = "nemo"'), "run.toml: framework must be one of"),
     (("gpus = 8", "gpus = 8\n[generation]\ntp = 3"), "generation.tp"),
     (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7B"\nprecision = "int4"'), "precision"),
-    (('gpu = "H100"', 'gpu = "H999"'), "run.toml: unknown GPU kind 'H999'"),
+    (('gpu = "H100"', 'gpu = "H999"'), "run.toml: cluster.gpu: unknown GPU kind 'H999'"),
+    # named neither the key nor, for the model, the file
+    (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7Bx"'), "run.toml: model: unknown model 'Qwen2.5-7Bx'"),
+    (('gpu = "H100"', 'gpu = "H100"\ntrain_gpu = "H999"'), "run.toml: cluster.train_gpu: unknown GPU kind 'H999'"),
     (('model = "Qwen2.5-7B"', "model = 5"), "run.toml: model: expected a string, got 5"),
     (("max_response = 2048", "max_seq = 200"), "batch.max_seq 200 leaves no room for a response"),
     (('model = "Qwen2.5-7B"', 'model = "Qwen2.5-7B"\nseed = -1'), "seed must be >= 0, got -1"),

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rltrace.replay.described.frameworks import get_framework
 
-from rltrace.catalog import get_gpu
+from rltrace.catalog import get_gpu, get_model
 from rltrace.catalog._toml import load_toml, paths_from_folder
 from rltrace.config import build
 from rltrace.errors import ConfigError
@@ -264,12 +265,20 @@ def parse_description(data: dict[str, Any], where: str) -> Description:
         raise ConfigError(f"{where}: {text[len(where) + 1:]}" if text.startswith(where + ".") else text) from None
     try:
         checked = described.check()
-        get_framework(checked.framework)  # the names it gives, with the file's name, before anything is priced
-        for gpu in {checked.cluster.gpu, checked.cluster.train_gpu or checked.cluster.gpu}:
-            get_gpu(gpu)
-        return checked
+        get_framework(checked.framework)  # its message names the key
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
+    # the names it gives, each with the file's name and its key, before anything is priced
+    names: list[tuple[str, Callable[[str], object], str]] = [
+        ("model", get_model, checked.model), ("cluster.gpu", get_gpu, checked.cluster.gpu),
+        ("cluster.train_gpu", get_gpu, checked.cluster.train_gpu)]
+    for key, lookup, name in names:
+        if name:  # an empty train_gpu: the cluster's gpu
+            try:
+                lookup(name)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {key}: {e}") from None
+    return checked
 
 
 def load_description(path: str | Path) -> Description:

@@ -48,8 +48,12 @@ class JobSpec:
     job, since a dense model has no experts to spread"""
 
     def __post_init__(self) -> None:
-        if self.arrival_s < 0 or self.slo < 1:
-            raise ConfigError(f"job {self.name!r}: arrival_s must be >= 0 and slo >= 1")
+        if self.arrival_s < 0:
+            raise ConfigError(f"job {self.name!r}: arrival_s must be >= 0 (seconds after the first job), got "
+                              f"{self.arrival_s:g}")
+        if self.slo < 1:
+            raise ConfigError(f"job {self.name!r}: slo must be >= 1 (a multiple of the job's time alone), got "
+                              f"{self.slo:g}")
 
 
 def load_jobs(path: str | Path) -> list[JobSpec]:
@@ -58,7 +62,10 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     tables = data.get("jobs")
     if not isinstance(tables, list) or not tables:
         raise ConfigError(f"{path}: expected one or more [[jobs]] tables")
-    specs = [build(JobSpec, t, f"{path}: jobs[{i}]") for i, t in enumerate(tables)]
+    try:
+        specs = [build(JobSpec, t, f"{path}: jobs[{i}]") for i, t in enumerate(tables)]
+    except ConfigError as e:  # a value a job cannot have, said by its name: with the file too
+        raise ConfigError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
     here = Path(path).parent  # a relative path beside the list (a described job next to it), else as given
     specs = [replace(s, bundle=str(here / s.bundle)) if not Path(s.bundle).is_absolute()
              and s.bundle not in list_samples() and (here / s.bundle).exists() else s for s in specs]

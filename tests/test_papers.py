@@ -4,7 +4,9 @@ scheduler and its paper's baseline, and `benchmarks/reproduce.py --json` reports
 from __future__ import annotations
 
 import json
+import re
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -15,6 +17,7 @@ from rltrace.replay.loading import Shape
 from rltrace.replay.run import CostConfig
 
 import rltrace
+from rltrace.errors import ConfigError
 
 KEYS = {"system", "paper", "baseline", "measure", "claim", "sample", "paper_range", "ratio_sample", "inside_sample",
         "oracle_sample", "ratio_described", "inside_described", "described"}
@@ -82,3 +85,25 @@ def test_orchestrrls_regroups_are_its_own_switches_not_a_colocated_engines_sleep
     orchestrrl, colocated = runs.row(0, named=True), runs.row(1, named=True)
     assert orchestrrl["phases_s_per_step.switch"] > 0 and orchestrrl["phases_s_per_step.sleep"] is None
     assert colocated["phases_s_per_step.sleep"] > 0 and colocated["phases_s_per_step.switch"] is None
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    (("arrival_s = 0.0", "arrival_s = -60.0"), "arrival_s must be >= 0 (seconds after the first job), got -60"),
+    (("slo = 2.0", "slo = 0.5"), "slo must be >= 1 (a multiple of the job's time alone), got 0.5"),
+])
+def test_a_job_lists_bad_value_is_named_with_its_file(tmp_path: Path, change: tuple[str, str], said: str) -> None:
+    """'arrival_s must be >= 0 and slo >= 1' named neither the key that was wrong, its value, nor the file."""
+    text = (REPO / "examples" / "papers" / "rollmux_jobs.toml").read_text()
+    assert change[0] in text
+    path = tmp_path / "jobs.toml"
+    path.write_text(text.replace(change[0], change[1], 1))
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: job ")) as refused:
+        load_jobs(path)
+    assert said in str(refused.value)
+
+
+def test_a_job_list_given_as_a_described_job_says_to_use_jobs() -> None:
+    path = REPO / "examples" / "papers" / "rollmux_jobs.toml"
+    with pytest.raises(ConfigError, match=re.escape(f"a job list ([[jobs]] tables), not a described job: replay it "
+                                                    f"with --jobs {path}")):
+        load_description(path)

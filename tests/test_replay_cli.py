@@ -163,7 +163,7 @@ def test_rollmux_takes_a_job_list(tmp_path: Path) -> None:
     assert "replay(s) the first job only (a)" in table.stdout
     jobs.write_text('[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nslo = 0.5\n')
     bad = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux")
-    assert bad.returncode == 2 and "slo >= 1" in bad.stderr
+    assert bad.returncode == 2 and "slo must be >= 1" in bad.stderr
     both = run_cli("replay", "rollpacker_qwen7b", "--jobs", str(jobs), "-s", "rollmux")
     assert both.returncode == 2
 

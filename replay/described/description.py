@@ -258,6 +258,9 @@ def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
 
 def parse_description(data: dict[str, Any], where: str) -> Description:
     """A description from a parsed table; ``where`` names it in messages."""
+    if "jobs" in data:  # "unknown key 'jobs'", with no word of what the file is
+        raise ConfigError(f"{where}: a job list ([[jobs]] tables), not a described job: replay it with --jobs {where} "
+                          "(-s rollmux)")
     try:
         described = build(Description, data, where)
     except ConfigError as e:  # "run.toml.batch.prompts: ..." reads as one name: the file, then the key

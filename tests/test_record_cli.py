@@ -119,6 +119,23 @@ def test_other_signals_reach_the_job_as_if_it_ran_alone(tmp_path: Path, sig: sig
     assert "rltrace: recorded" in stderr and rltrace.open(tmp_path / "run").spans.collect().height > 20
 
 
+def _record_in_a_terminal(tmp_path: Path, job: Path, *, stdin_null: bool = False) -> tuple[int, int]:
+    """``rltrace record`` of ``job`` as the leader of a new session on a new terminal (its stdin from /dev/null with
+    ``stdin_null``), once the job has written ``tmp_path/started``: rltrace's pid and the terminal's master end."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        if stdin_null:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.execv(RLTRACE, [RLTRACE, "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job)])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < deadline
+        if select.select([fd], [], [], 0.2)[0]:
+            with contextlib.suppress(OSError):
+                os.read(fd, 4096)  # keep the terminal drained
+    return pid, fd
+
+
 def test_a_hang_up_reaches_the_job_when_rltrace_leads_the_session(tmp_path: Path) -> None:
     """`ssh host rltrace record ...` (a shell execs its last command) makes rltrace the session leader, which alone
     gets the terminal's hang-up: it must pass it on, then finish the bundle and exit with the job's code without
@@ -129,15 +146,8 @@ def test_a_hang_up_reaches_the_job_when_rltrace_leads_the_session(tmp_path: Path
                    "sys.exit(0)))\n"
                    f"open({str(tmp_path / 'started')!r}, 'w').close()\n"
                    "time.sleep(60)\n")
-    pid, fd = pty.fork()
-    if pid == 0:  # a new session on a new terminal, rltrace its leader
-        os.execv(RLTRACE, [RLTRACE, "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job)])
+    pid, fd = _record_in_a_terminal(tmp_path, job)
     deadline = time.monotonic() + 60
-    while not (tmp_path / "started").exists():
-        assert time.monotonic() < deadline
-        if select.select([fd], [], [], 0.2)[0]:
-            with contextlib.suppress(OSError):
-                os.read(fd, 4096)  # keep the terminal drained
     time.sleep(1)
     os.close(fd)  # hang up
     while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
@@ -160,16 +170,8 @@ def test_one_ctrl_c_reaches_the_job_once_with_stdin_redirected(tmp_path: Path) -
                    "while not got:\n    time.sleep(0.05)\n"
                    "time.sleep(1.5)  # a forwarded copy would come now\n"
                    f"open({str(count)!r}, 'w').write(str(len(got)))\n")
-    pid, fd = pty.fork()
-    if pid == 0:  # rltrace in the foreground of its own terminal, its stdin from /dev/null
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.execv(RLTRACE, [RLTRACE, "record", "-o", str(tmp_path / "run"), "--", sys.executable, str(job)])
+    pid, fd = _record_in_a_terminal(tmp_path, job, stdin_null=True)
     deadline = time.monotonic() + 60
-    while not (tmp_path / "started").exists():
-        assert time.monotonic() < deadline
-        if select.select([fd], [], [], 0.2)[0]:
-            with contextlib.suppress(OSError):
-                os.read(fd, 4096)
     os.write(fd, b"\x03")  # Ctrl-C: the terminal signals its foreground group, rltrace and the job
     while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
         assert time.monotonic() < deadline + 60, "rltrace never ended"

@@ -91,19 +91,24 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         return build(hint, value, where)  # type: ignore[arg-type]  # is_dataclass(hint) above
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
         if not math.isfinite(value):  # TOML reads nan and inf: no setting means either
             raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {_shown(value)}")
         return value
     if hint is bool and not isinstance(value, bool):
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, got {_shown(value)}")
     if hint is str and not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        raise ConfigError(f"{where}: expected a string, got {_shown(value)}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """A value as the TOML file or ``--set`` spelled it: ``true``, not Python's ``True``."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

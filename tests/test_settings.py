@@ -88,6 +88,7 @@ def test_a_config_goes_to_json_and_back_unchanged() -> None:
     (['network.topology="rail:nodes=two"'], "topology rail.nodes: expected an integer"),
     (["network.topology=3"], "expected a topology spec"),
     (["cost.train_mfu=inf"], "replay.cost.train_mfu: expected a finite number"),
+    (["cost.train_mfu=true"], "replay.cost.train_mfu: expected a number, got true"),  # TOML's spelling, not True
 ])
 def test_bad_settings_are_one_clear_error(sets: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")) as err:

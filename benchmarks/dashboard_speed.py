@@ -28,7 +28,7 @@ from rltrace.sample_traces import sample_path
 
 import rltrace
 from rltrace.analysis import Run, load_runs
-from rltrace.cli.dashboard_cmd import write_text
+from rltrace.files import write_text
 
 
 def main() -> None:

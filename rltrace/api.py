@@ -31,6 +31,7 @@ from rltrace.bundle import Bundle
 from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError, clean
+from rltrace.files import write_text
 from rltrace.limits import check_output, check_replicates
 from rltrace.replay.jobs import load_jobs, prepare_jobs
 from rltrace.replay.loading import Shape
@@ -235,7 +236,7 @@ class Comparison:
         if _name(baseline, "baseline") is not None and baseline not in self.results:
             raise ConfigError(f"baseline {baseline!r} is not among the replayed schedulers ({', '.join(self.results)})")
         out = check_output(_path(path, "path"), "path")  # as --dashboard: a file in an existing folder
-        out.write_text(build_report(self.runs(), self.source, baseline), encoding="utf-8")
+        write_text(out, build_report(self.runs(), self.source, baseline))
         return out
 
 

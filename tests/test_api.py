@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import runpy
 import subprocess
@@ -41,6 +42,9 @@ def test_compare_gives_frames_folders_and_a_report_with_the_clis_numbers(tmp_pat
         rltrace.compare(None, "disagg-sync,nosuch")
     with pytest.raises(rltrace.ConfigError, match="baseline"):
         cmp.report(tmp_path / "x.html", baseline="rollart")
+    # the report is written as `replay --dashboard` writes it: through a temporary file, gzip for .gz
+    assert gzip.decompress(cmp.report(tmp_path / "r.html.gz").read_bytes()).startswith(b"<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.html.gz", "runs"]
 
 
 def test_the_notebook_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

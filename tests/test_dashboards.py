@@ -38,7 +38,7 @@ import rltrace
 from rltrace.analysis import compare, lengths, load_run, load_runs, network, recorded, verdict, work
 from rltrace.analysis.runs import Run
 from rltrace.analysis.timeline import busy_spans, gantt, lanes, merge_close, row_order
-from rltrace.cli.dashboard_cmd import write_text
+from rltrace.files import write_text
 from rltrace.synth import synthesize
 
 TOPOLOGY = "fat-tree:k=4,gpu=H800"

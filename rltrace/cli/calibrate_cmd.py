@@ -16,6 +16,7 @@ from rltrace.cli.extras import needs_torch
 from rltrace.cli.progress import stage, stderr, stdout_to_stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
+from rltrace.files import write_text
 from rltrace.limits import MAX_LOCAL_RANKS, check_int, check_output
 from rltrace.replay.costmodels.profile import fit_kernel_tables, kernel_tables, profile_entries
 
@@ -102,7 +103,7 @@ def calibrate(
             data = f"the kernel tables in {tables}"
         header = (f"Efficiency profile for {name}, written by `{command}`.\n"
                   "Load it with `rltrace estimate --profile FILE` or `rltrace replay --set cost.profile=FILE`.")
-        output.write_text(calibration.dumps(profile_entries(profile, command, data), header), encoding="utf-8")
+        write_text(output, calibration.dumps(profile_entries(profile, command, data), header))
     else:
         profile.write_parquet(output)
     if as_json:

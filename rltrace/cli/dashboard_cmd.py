@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import os
-import uuid
 from pathlib import Path
 from typing import Annotated
 
@@ -16,29 +13,8 @@ from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.dashboards.report import ReportConfig, build
-from rltrace.errors import ConfigError
+from rltrace.files import write_text
 from rltrace.limits import check_output
-
-
-def write_text(path: Path, text: str) -> int:
-    """Write atomically (a reader never sees half a file), gzip-compressed when the name ends in .gz; return
-    the bytes written. A missing folder is bad input."""
-    if not path.parent.exists():
-        raise ConfigError(f"{path}: folder {path.parent} does not exist")
-    data = text.encode("utf-8")
-    if path.suffix == ".gz":
-        # gzip's default level: a 1M-request trace shrinks 7.5x in 2.7 s (benchmarks/dashboard_speed.py)
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")  # its own: two writers never share one
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException as e:  # a full disk, or Ctrl-C: no temporary file left behind
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise ConfigError(f"{path}: cannot write ({e.strerror})") from None
-        raise
-    return len(data)
 
 
 def dashboard(

@@ -15,12 +15,12 @@ from rltrace import jsontext
 from rltrace.analysis.diagnose import DEFAULT_REPLICATES, Diagnosis, diagnose
 from rltrace.analysis.runs import Run
 from rltrace.bundle import open_bundle
-from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import MAX_CELL_CHARS, resolve_bundle
 from rltrace.cli.progress import say, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import clean
+from rltrace.files import write_text
 from rltrace.limits import MAX_REPLICATES, MAX_SEED, check_input, check_int, check_output, check_replicates
 
 MAX_TEXT_CHARS = 4000

@@ -9,11 +9,11 @@ import typer
 
 from rltrace.analysis.runs import load_run
 from rltrace.bundle import open_bundle
-from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.dashboards import perfetto as perfetto_trace
 from rltrace.errors import BundleError
+from rltrace.files import write_text
 from rltrace.limits import check_output
 
 export = typer.Typer(help="Convert a run or a bundle for other tools. Example: rltrace export perfetto "

@@ -24,13 +24,13 @@ from rltrace.api import (
     spread,
 )
 from rltrace.catalog import load_gpus
-from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.extras import needs_torch
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.config import parse_set
 from rltrace.dashboards.report import build as build_report
 from rltrace.errors import ConfigError
+from rltrace.files import write_text
 from rltrace.limits import MAX_LOCAL_RANKS, MAX_STEPS, check_int, check_output, check_replicates
 from rltrace.replay.described import is_description, load_description
 from rltrace.replay.loading import Shape

@@ -13,12 +13,12 @@ import typer
 from rich.table import Table
 
 from rltrace.analysis.verdict import three_digits, usd_label
-from rltrace.cli.dashboard_cmd import write_text
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import Bar, stage, stderr
 from rltrace.cli.tables import print_notes, print_table, stdout_console
 from rltrace.dashboards.report import build_sweep
 from rltrace.errors import ConfigError
+from rltrace.files import write_text
 from rltrace.limits import check_output, check_ray_reachable
 from rltrace.replay.sources import source_devices
 from rltrace.replay.sweep.grid import check_names, load_grid, point_id

@@ -590,6 +590,9 @@ def test_the_choice_and_why():
     alts = dict(verdict.alternatives(t))
     assert alts["cheapest per sample on the recorded work (a run that changes it is left out)"].startswith("fair (")
     assert alts["fastest of any trained work (a run may change it)"].startswith("short (")
+    # a faster on-policy run that changed the work is not this one: the label says so
+    assert alts["fastest on-policy (staleness 0) on the recorded work (a run that changes it is left out)"].startswith(
+        "fair (")
     by_cost = dict(verdict.alternatives(t, "cost"))  # "fastest" beside a $ figure ranked by cost
     assert "cheapest per sample of any trained work (a run may change it)" in by_cost
     assert not any(label.startswith("fastest") for label in by_cost)

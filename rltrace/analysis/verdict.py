@@ -264,9 +264,9 @@ def alternatives(frame: pl.DataFrame, goal: str = "throughput") -> list[tuple[st
     """The winner under other objectives: (objective in words, run and its figure)."""
     out, given = [], workload_origin(frame)
     best = "cheapest per sample" if goal == "cost" else "fastest"  # the goal the last two rank by
-    for label, objective in ((f"cheapest per sample on the {given} work (a run that changes it is left out)",
-                              Objective(goal="cost")),
-                             (f"{best} on-policy (staleness 0)", Objective(goal=goal, max_staleness=0)),
+    same = f"on the {given} work (a run that changes it is left out)"
+    for label, objective in ((f"cheapest per sample {same}", Objective(goal="cost")),
+                             (f"{best} on-policy (staleness 0) {same}", Objective(goal=goal, max_staleness=0)),
                              (f"{best} of any trained work (a run may change it)",
                               Objective(goal=goal, same_distribution=False))):
         name, why = choose(frame, objective)

@@ -226,14 +226,15 @@ def _cpu_profile(path: Path, efficiency: float) -> Path:
 
 
 def test_a_request_log_import_is_refused_in_diagnoses_terms(tmp_path: Path) -> None:
-    # it lacks a GPU kind and a model; the replay's "give a catalog GPU kind (--gpu)" named a flag diagnose has not
+    # it lacks a GPU kind and a model; the replay's "give a catalog GPU kind (--gpu)" named a flag diagnose has not.
+    # Its arrivals are no measured step: with a GPU and model given it was judged (a 617 s step, a trainer's bubble)
     (tmp_path / "req.csv").write_text("arrival,prompt,output\n0.0,100,50\n0.1,120,60\n")
     done = run_cli("import", "csv", str(tmp_path / "req.csv"), "-o", str(tmp_path / "b"),
                    "--map", "arrival=arrival,prompt=prompt,output=output")
     assert done.returncode == 0, done.stderr
     done = run_cli("diagnose", str(tmp_path / "b"))
     assert done.returncode == 2 and done.stderr.count("rltrace: error:") == 1, done.stderr  # progress lines aside
-    assert "diagnose replays a job on the GPU kind and model it recorded" in done.stderr
+    assert "nothing to diagnose: no request finished (a request-log import records arrivals only)" in done.stderr
     assert f"`rltrace replay {tmp_path / 'b'} --gpu KIND --model NAME`" in done.stderr
     assert "(--gpu)" not in done.stderr and "give --gpu" not in done.stderr
 

@@ -17,6 +17,7 @@ import pytest
 from helpers import require_shared, run_cli
 
 import rltrace
+from rltrace.analysis.diagnose import diagnose
 
 PROFILES = "profiler_traces"
 
@@ -296,6 +297,9 @@ def test_inspect_replay_and_replay_comms_on_imported_bundles(tmp_path: Path):
     assert replayed.returncode == 0, replayed.stderr
     metrics = json.loads(replayed.stdout)["disagg-sync"]
     assert metrics["samples"] == 8819 and metrics["throughput_tokens_per_s"] > 0
+    # a request log holds arrivals, not a measured step: diagnose says so rather than judge a trainer it lacks
+    with pytest.raises(rltrace.ConfigError, match="nothing to diagnose: no request finished"):
+        diagnose(tmp_path / "req", replicates=0)
     hta = require_shared(f"{PROFILES}/hta_nccl_2rank_rank0.json.gz")
     _import("kineto", [hta], tmp_path / "nccl")
     assert run_cli("inspect", str(tmp_path / "nccl")).returncode == 0

@@ -31,6 +31,7 @@ from rltrace.analysis import capacity, expected, idle, stragglers, transfers
 from rltrace.analysis.findings import Context, Finding, frame, ranked, steady_steps
 from rltrace.analysis.whatif import Pricer
 from rltrace.bundle import Bundle, open_bundle
+from rltrace.catalog.gpus import load_gpus
 from rltrace.errors import ConfigError, HardwareUnknown
 from rltrace.limits import MAX_SEED, check_int, check_replicates
 from rltrace.replay.costmodels.profile import load_profile
@@ -83,9 +84,10 @@ class Diagnosis:
 
 
 def _context(bundle: Bundle) -> tuple[Context, Any]:
-    """The judged steps and their mean measured step time (NaN without requests), and the workload."""
-    requests = bundle.requests.select(pl.len()).collect().item()
-    workload = extract(bundle) if requests else None
+    """The judged steps and their mean measured step time (NaN without finished requests), and the workload (None
+    when no request finished: a request log's arrivals are not a measured step)."""
+    finished = bundle.requests.select(pl.col("finish_ns").is_not_null().sum()).collect().item()
+    workload = extract(bundle) if finished else None
     if workload is not None and workload.steps.height:
         steps = steady_steps(workload.steps["step"].to_list())
         wall = workload.steps.filter(pl.col("step").is_in(steps))["wall_s"].mean()
@@ -113,6 +115,16 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
     say = progress or (lambda _: None)
     ctx, workload = _context(bundle)
     notes = ["nodes are not judged: a bundle does not record which host ran which rank"]
+    unfinished = workload is None and bundle.requests.select(pl.len()).collect().item() > 0
+    if unfinished and not any(table.select(pl.len()).collect().item()
+                              for table in (bundle.spans, bundle.collectives, bundle.weight_syncs)):
+        kinds = {name.lower() for name in load_gpus()}
+        gpu = any(pool.device.lower() in kinds for pool in bundle.manifest.cluster.values())
+        model = bundle.manifest.model is not None
+        flags = [flag for flag, known in (("--gpu KIND", gpu), ("--model NAME", model)) if not known]
+        raise ConfigError(f"{bundle.path}: nothing to diagnose: no request finished (a request-log import records "
+                          "arrivals only) and it holds no spans, collectives or weight syncs; "
+                          f"`{' '.join(['rltrace replay', str(bundle.path), *flags])}` replays its requests")
     frame_profile = load_profile(profile) if profile else None
     cost = CostConfig(profile=profile or "")
     transport = _broadcast(frame_profile)
@@ -123,8 +135,8 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
     phases = pl.DataFrame(schema=expected.SCHEMA)
     runs: list[tuple[str, RunResult]] = []
     if workload is None:
-        notes.append("no requests: generation, bubbles and engine settings are not judged, and no replay prices "
-                     "a fix")
+        notes.append(f"{'no request finished' if unfinished else 'no requests'}: generation, bubbles and engine "
+                     "settings are not judged, and no replay prices a fix")
     else:
         load = capacity.engine_load(bundle.requests.collect())
         cap = capacity.running_cap(load, ctx)
@@ -135,7 +147,7 @@ def diagnose(bundle: Bundle | str | os.PathLike[str], *, profile: str | None = N
             found += idle.bubbles(bundle, ctx, pricer)
         except HardwareUnknown:  # replay's own advice names flags that diagnose has not
             raise ConfigError(f"{bundle.path}: diagnose replays a job on the GPU kind and model it recorded, and this "
-                              "bundle lacks one (a request-log import records neither): `rltrace replay "
+                              "bundle lacks one: `rltrace replay "
                               f"{bundle.path} --gpu KIND --model NAME` replays it on ones you give") from None
         replayed = pricer.replayed_step_s(ctx.steps)  # the steps the measured mean is taken over
         if ctx.step_s > 0 and math.isfinite(replayed) and abs(replayed / ctx.step_s - 1) > REPLAY_OFF:

@@ -330,13 +330,13 @@ def _truncated(tmp_path: Path) -> Path:
     ("nosuch", lambda p: p / "z.csv", "unknown import kind 'nosuch'"),
     ("azure-llm", lambda p: (p / "f.csv").write_text(  # imported as 5 prompt tokens without a word
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5.5,10\n2023-11-16 18:15:47.68,6,11\n")
-     and p / "f.csv", "prompt token counts must be whole numbers: row 0 has 5.5 (1 of 2 rows are fractional)"),
+     and p / "f.csv", "prompt token counts must be whole numbers: data row 1 has 5.5 (1 of 2 rows are fractional)"),
     ("azure-llm", lambda p: (p / "far.csv").write_text(  # its nanoseconds wrapped: "arrival_ns=-48...7 is below 0"
         "TIMESTAMP,ContextTokens,GeneratedTokens\n9999-12-31 23:59:59,5,10\n") and p / "far.csv",
      "TIMESTAMP 9999-12-31 23:59:59 is past 2262-04-11 23:47:16, the last time nanoseconds since 1970 hold"),
     ("azure-llm", lambda p: (p / "big.csv").write_text(  # refused naming requests.parquet, a file the user never saw
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,3000000000\n") and p / "big.csv",
-     "output token counts must be at most 2,147,483,647: row 0 has 3,000,000,000 (1 of 1 rows)"),
+     "output token counts must be at most 2,147,483,647: data row 1 has 3,000,000,000 (1 of 1 rows)"),
     ("mooncake", lambda p: (p / "m.jsonl").write_text(  # a traceback from polars' explode
         '{"timestamp": 1, "input_length": 5, "output_length": 3, "hash_ids": "zz"}\n') and p / "m.jsonl",
      "hash_ids must be lists of block hashes, got String values"),
@@ -344,10 +344,10 @@ def _truncated(tmp_path: Path) -> Path:
     ("mooncake", lambda p: (p / "n.jsonl").write_text(
         '{"timestamp": 3, "input_length": 5, "output_length": 3}\n{"timestamp": -5, "input_length": 5, '
         '"output_length": 3}\n') and p / "n.jsonl",
-     "arrival times must be from 0 to 9.22e+09 s: row 1 arrives at -0.005 s (1 of 2 rows)"),
+     "arrival times must be from 0 to 9.22e+09 s: data row 2 arrives at -0.005 s (1 of 2 rows)"),
     ("mooncake", lambda p: (p / "f.jsonl").write_text(
         '{"timestamp": 1e20, "input_length": 5, "output_length": 3}\n') and p / "f.jsonl",
-     "arrival times must be from 0 to 9.22e+09 s: row 0 arrives at 1e+17 s (1 of 1 rows)"),
+     "arrival times must be from 0 to 9.22e+09 s: data row 1 arrives at 1e+17 s (1 of 1 rows)"),
 ])
 def test_malformed_inputs_are_one_line_and_exit_2(kind, make, message, tmp_path: Path):
     done = run_cli("import", kind, str(make(tmp_path)), "-o", str(tmp_path / "out"))

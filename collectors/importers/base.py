@@ -97,19 +97,19 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
         raise ValidationError(f"token counts and arrival times must be numbers ({str(e).splitlines()[0]})") from None
     for name in ("prompt", "output"):  # a cast to integers would truncate 5.5 to 5 without a word
         if counts.schema[name].is_float():
-            fractional = counts.with_row_index("row").filter(pl.col(name) != pl.col(name).round())
+            fractional = counts.with_row_index("row", offset=1).filter(pl.col(name) != pl.col(name).round())
             if fractional.height:
                 row, value = fractional.row(0)[0], fractional.row(0)[counts.columns.index(name) + 1]
-                raise ValidationError(f"{name} token counts must be whole numbers: row {row} has {value:g} "
+                raise ValidationError(f"{name} token counts must be whole numbers: data row {row:,} has {value:g} "
                                       f"({fractional.height:,} of {counts.height:,} rows are fractional)")
     try:  # in seconds, as the trace's own unit may not be: nanoseconds since the epoch end in 2262
-        arrival_s = source.select((arrival_ns.cast(pl.Float64) / 1e9).alias("s")).with_row_index("row").filter(
-            (pl.col("s") < 0) | (pl.col("s") > LAST_ARRIVAL_S))
+        arrival_s = source.select((arrival_ns.cast(pl.Float64) / 1e9).alias("s")).with_row_index(
+            "row", offset=1).filter((pl.col("s") < 0) | (pl.col("s") > LAST_ARRIVAL_S))
     except pl.exceptions.PolarsError:
         arrival_s = None  # text where a time belongs: refused with the counts below
     if arrival_s is not None and arrival_s.height:
         row, value = arrival_s.row(0)
-        raise ValidationError(f"arrival times must be from 0 to {LAST_ARRIVAL_S:.3g} s: row {row} arrives at "
+        raise ValidationError(f"arrival times must be from 0 to {LAST_ARRIVAL_S:.3g} s: data row {row:,} arrives at "
                               f"{value:g} s ({arrival_s.height:,} of {source.height:,} rows)")
     try:
         frame = source.select(prompt.cast(pl.Int64).alias("prompt_tokens"),
@@ -119,10 +119,11 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
     except pl.exceptions.PolarsError as e:  # text where a token count or a time belongs
         raise ValidationError(f"token counts and arrival times must be numbers ({str(e).splitlines()[0]})") from None
     for name in ("prompt_tokens", "output_tokens"):  # the format's int32 would refuse it, naming its own file
-        over = frame.with_row_index("row").filter(pl.col(name) > MAX_NEW_TOKENS)
+        over = frame.with_row_index("row", offset=1).filter(pl.col(name) > MAX_NEW_TOKENS)
         if over.height:
-            raise ValidationError(f"{name.split('_')[0]} token counts must be at most {MAX_NEW_TOKENS:,}: row "
-                                  f"{over['row'][0]} has {over[name][0]:,} ({over.height:,} of {frame.height:,} rows)")
+            raise ValidationError(f"{name.split('_')[0]} token counts must be at most {MAX_NEW_TOKENS:,}: data "
+                                  f"row {over['row'][0]:,} has {over[name][0]:,} ({over.height:,} of {frame.height:,} "
+                                  "rows)")
     n = frame.height
     return frame.with_columns(
         window_steps(frame["arrival_ns"], options.window_s), pl.format("r{}", pl.int_range(n)).alias("request_id"),

@@ -232,6 +232,8 @@ def _check_version(text: str, file: str) -> tuple[int, int]:
 def _scan(root: Path, table: TableSchema, version: tuple[int, int]) -> pl.LazyFrame:
     path = root / table.file
     file = _rel(root, table.file)
+    if path.exists() and not path.is_file():
+        raise BundleError(f"{file}: is {'a folder' if path.is_dir() else 'not a regular file'}, not a Parquet table")
     if not path.is_file():
         if version < table.since:  # written before the table existed
             return pl.LazyFrame(schema=polars_schema(table))

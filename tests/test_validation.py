@@ -96,6 +96,8 @@ def _manifest(bundle: Path, change: Callable[[dict], Any]) -> None:
 
 STRUCTURE_CASES = [
     ("missing table file", lambda b: (b / "spans.parquet").unlink(), "spans.parquet: missing"),
+    ("folder for a table", lambda b: (b / "spans.parquet").unlink() or (b / "spans.parquet").mkdir(),
+     "spans.parquet: is a folder, not a Parquet table"),
     ("random bytes", lambda b: (b / "spans.parquet").write_bytes(b"\x00" * 100),
      "spans.parquet: not a valid Parquet file"),
     (

@@ -29,7 +29,7 @@ from rltrace.replay.advise_bounds import TOLERANCE, Bounds
 from rltrace.replay.advise_verdict import FAILED, MET, MISSED, OVER_BUDGET, PRICED_OUT, Outcome, bottleneck, why
 from rltrace.replay.schedulers.base import SCHEDULERS, capabilities
 from rltrace.replay.sources import source_devices
-from rltrace.replay.sweep.grid import Point, check, check_names, point_id
+from rltrace.replay.sweep.grid import Point, check, check_distinct, check_names, point_id
 from rltrace.replay.sweep.point import note_counts
 from rltrace.replay.sweep.runner import Store, local_pool, run_sweep
 
@@ -99,6 +99,7 @@ def load_space(path: Path) -> Space:
         if not values or any(isinstance(v, bool) or not isinstance(v, want) for v in values):
             kind = "strings" if want is str else "whole numbers" if want is int else "numbers"
             raise ConfigError(f"{path}: {key} must be {kind} (one, or a non-empty list), got {value!r}")
+        check_distinct(values, key, f"{path}: {key}", "design")
         kwargs[key] = values
     for name in kwargs.get("scheduler", ()):  # a design is one job's: not a recording's replay, not a job mix
         can = capabilities(SCHEDULERS.lookup(name))

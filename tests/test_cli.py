@@ -216,6 +216,10 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "constants.toml").write_text("version = 1\nconstants = 5\n")
     (tmp / "twice.toml").write_text('[axes]\nscheduler = ["disagg-sync", "disagg-sync"]\n')
     (tmp / "kinds.toml").write_text('[axes]\ngpu = ["H100", "h100"]\n[fixed]\nscheduler = "disagg-sync"\n')
+    (tmp / "fabrics.toml").write_text('[axes]\ntopology = ["fat-tree:k=8,gpu=H800", "fat-tree:gpu=h800, k=8"]\n'
+                                      '[fixed]\nscheduler = "disagg-sync"\n')
+    (tmp / "steps.toml").write_text('[axes]\nsource_steps = [[2, 4], [4, 2, 2]]\n[fixed]\nscheduler = "disagg-sync"\n')
+    (tmp / "kinds_space.toml").write_text('scheduler = ["disagg-sync"]\ngpu = ["H100", "h100"]\n')
     (tmp / "grid.toml").write_text('[axes]\nscheduler = ["disagg-sync"]\n')
     (tmp / "space.toml").write_text('scheduler = ["rollmux"]\n')
     (tmp / "recorded.toml").write_text('scheduler = "as-recorded"\n')
@@ -250,6 +254,13 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "axes.scheduler lists 'disagg-sync' twice"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "kinds.toml"), "-o", out],
          "axes.gpu lists 'H100' and 'h100' twice"),
+        # one point spelt two ways ran twice, identical rows under two ids (and took two of advise's --top rows)
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "fabrics.toml"), "-o", out],
+         "axes.topology lists 'fat-tree:k=8,gpu=H800' and 'fat-tree:gpu=h800, k=8' twice (each value is one point)"),
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "steps.toml"), "-o", out],
+         "axes.source_steps lists [2, 4] and [4, 2, 2] twice"),
+        (["advise", "rollpacker_qwen7b", "--space", str(tmp / "kinds_space.toml")],
+         "gpu lists 'H100' and 'h100' twice (each value is one design)"),
         (["sweep", str(empty), "--grid", str(tmp / "grid.toml"), "-o", out], "no requests, so no RL step to replay"),
         (["advise", str(empty)], "no requests, so no RL step to replay"),
         (["advise", "rollpacker_qwen7b", "--space", str(tmp / "space.toml")],

@@ -26,7 +26,7 @@ from rltrace.replay.advise_verdict import bottleneck
 from rltrace.replay.sweep import runner
 from rltrace.replay.sweep.grid import Grid, check, point_id, settings
 from rltrace.replay.sweep.point import ROW_COLUMNS, ROW_VERSION, run_point
-from rltrace.replay.sweep.runner import Store
+from rltrace.replay.sweep.runner import Store, source_identity
 from rltrace.sample_traces import sample_path
 
 import rltrace
@@ -217,10 +217,16 @@ def test_a_sweep_folder_holds_one_sources_points(bundle: Path, tmp_path: Path) -
     Store(tmp_path / "out2", str(copy))
     (tmp_path / "legacy" / "points").mkdir(parents=True)  # an older rltrace's folder names no source: taken as this
     assert Store(tmp_path / "legacy", str(bundle)).root.joinpath("source.json").is_file()
+    (tmp_path / "out2" / "points" / "p.json").write_text("{}")  # a point it holds
     manifest = json.loads((copy / "manifest.json").read_text())
     (copy / "manifest.json").write_text(json.dumps({**manifest, "run_id": "recorded-again"}))
     with pytest.raises(ConfigError, match="as it was then"):
         Store(tmp_path / "out2", str(copy))
+    # a sweep that stopped before any point ran (no Ray at --ray-address auto) left its source and no point: the
+    # folder was refused to any other source ("holds the points of a sweep of ..."), though it held none
+    Store(tmp_path / "started", str(bundle))
+    assert Store(tmp_path / "started", str(copy)).root.joinpath("source.json").read_text() == json.dumps(
+        source_identity(str(copy)))
     report = tmp_path / "dash"
     report.mkdir()
     (report / "report.html").write_text("a dashboard's")

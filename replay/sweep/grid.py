@@ -30,6 +30,7 @@ from rltrace.replay.loading import Shape
 from rltrace.replay.schedulers import lookup, names
 from rltrace.replay.schedulers.base import capabilities
 from rltrace.replay.settings import resolve
+from rltrace.replay.topologies.base import TopologySpec
 
 from rltrace.catalog import get_gpu, get_model
 from rltrace.catalog._toml import load_toml
@@ -40,6 +41,8 @@ SHAPE_KEYS = tuple(f.name for f in fields(Shape))
 """gen_gpus, train_gpus, gpu, gen_gpu, train_gpu, tp, max_seqs, model, steps, prompts_per_step,
 samples_per_prompt, max_new_tokens, seed, source_steps"""
 NETWORK_KEYS = ("topology", "sync_strategy")
+GPU_KEYS = ("gpu", "gen_gpu", "train_gpu")
+"""parameters that name a GPU kind, looked up without case"""
 
 Point = dict[str, Any]
 """One replay's parameters: scheduler, shape keys, network keys and dotted set keys."""
@@ -74,14 +77,7 @@ def load_grid(path: Path) -> Grid:
     for key, values in axes.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: axes.{key} must be a non-empty list")
-        # a value may be a table; GPU kinds are looked up without case ("h100" is H100)
-        fold = key in ("gpu", "gen_gpu", "train_gpu")
-        seen = [json.dumps(v.casefold() if fold and isinstance(v, str) else v, sort_keys=True, default=str)
-                for v in values]
-        if len(set(seen)) < len(seen):
-            first = next(s for s in seen if seen.count(s) > 1)
-            spellings = dict.fromkeys(repr(v) for v, s in zip(values, seen) if s == first)  # "H100" and "h100"
-            raise ConfigError(f"{path}: axes.{key} lists {' and '.join(spellings)} twice (each value is one point)")
+        check_distinct(values, key, f"{path}: axes.{key}", "point")
     both = set(axes) & set(fixed)
     if both:
         raise ConfigError(f"{path}: {', '.join(sorted(both))} both varied and fixed")
@@ -89,6 +85,35 @@ def load_grid(path: Path) -> Grid:
     grid = Grid(dict(axes), dict(fixed))
     check(grid.points(), str(path))
     return grid
+
+
+def identity(key: str, value: Any) -> str:
+    """What makes two values of parameter ``key`` one point: GPU kinds without case ("h100" is H100), a topology
+    as its spec reads (``k=8,gpu=H800`` is ``gpu=H800,k=8``), recorded steps as the set a replay takes (``[4, 2]``
+    is ``[2, 4]``); any other value (a table too) as written."""
+    if key in GPU_KEYS and isinstance(value, str):
+        value = value.casefold()
+    elif key == "topology" and isinstance(value, str):
+        try:
+            spec = TopologySpec.parse(value) if value.strip() else None
+        except ConfigError:  # refused, naming its grid or space file, by the checks that follow
+            spec = None
+        value = value.strip()  # "" and " ": no network model
+        if spec is not None:
+            value = [spec.name, [[k, v.casefold() if k in GPU_KEYS and isinstance(v, str) else v]
+                                 for k, v in spec.params]]
+    elif key == "source_steps" and isinstance(value, list) and all(isinstance(s, int) for s in value):
+        value = sorted(set(value))
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def check_distinct(values: list[Any] | tuple[Any, ...], key: str, where: str, unit: str) -> None:
+    """Refuse a list that gives one value twice, however spelt (:func:`identity`): each value is one ``unit``."""
+    seen = [identity(key, v) for v in values]
+    if len(set(seen)) < len(seen):
+        first = next(s for s in seen if seen.count(s) > 1)
+        spellings = dict.fromkeys(repr(v) for v, s in zip(values, seen) if s == first)  # "H100" and "h100"
+        raise ConfigError(f"{where} lists {' and '.join(spellings)} twice (each value is one {unit})")
 
 
 def check(points: list[Point], where: str) -> None:

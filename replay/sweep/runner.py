@@ -63,13 +63,16 @@ class Store:
         try:
             before = json.loads(kept.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            self.root.mkdir(parents=True, exist_ok=True)
-            kept.write_text(json.dumps(ident), encoding="utf-8")
-            return
+            before = None
         except (OSError, ValueError):
             before = {}  # unreadable: not one this wrote
         same = isinstance(before, dict) and (before.get("sha256") == ident["sha256"] if ident["sha256"]
                                              else before.get("path") == ident["path"])
+        if before is None or (not same and not any((self.root / "points").glob("*.json"))):
+            # a new folder, or one whose sweep kept no point (it stopped before any ran: no Ray at the address)
+            self.root.mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(ident), encoding="utf-8")
+            return
         if not same:  # the content decides: a sample reached through another install is the same source
             was = before.get("path", "another source") if isinstance(before, dict) else "another source"
             changed = " as it was then (it has changed since)" if was == ident["path"] else ""

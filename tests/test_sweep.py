@@ -452,8 +452,8 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
     """A sweep point, advise's target check (a point's samples_per_s) and `rltrace replay`'s table are one answer:
     samples/s on the same work, the run's own rate beside it, for a scheduler that trains other work too; the
     GPUs each role ran on and the used share as the run's metrics.json has them (a colocated run's roles share
-    the whole cluster)."""
-    schedulers = ["colocated-sync", "disagg-sync", "fully-async"]
+    the whole cluster; RollArt's generation pool counts its prefill GPUs, which advise's 'gen' column left out)."""
+    schedulers = ["colocated-sync", "disagg-sync", "fully-async", "rollart"]
     grid = tmp_path / "grid.toml"
     grid.write_text(f"[axes]\nscheduler = {json.dumps(schedulers)}\n[fixed]\nsteps = 2\n")
     swept = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "1")
@@ -476,12 +476,15 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
         assert row["usd_per_1k_samples"] == pytest.approx(same["usd_per_1k_samples"], rel=1e-12)
         assert row["run_samples_per_s"] == pytest.approx(shown[name]["throughput_samples_per_s"], rel=1e-12)
         assert row["work_changed"] == same["changed"]
-        assert (row["gen_pool_gpus"], row["train_pool_gpus"]) == (shown[name]["gpus"]["generation"],
-                                                                  shown[name]["gpus"]["training"])
+        used = shown[name]["gpus"]
+        generation = sum(n for role, n in used.items() if role.split("/")[0] == "generation")
+        assert (row["gen_pool_gpus"], row["train_pool_gpus"]) == (generation, used["training"])
         assert row["gen_used"] == pytest.approx(shown[name]["gpu_utilization"]["generation"], rel=1e-12)
     colocated = rows["colocated-sync"]
     assert colocated["gen_pool_gpus"] == colocated["train_pool_gpus"] == colocated["gpus"] == 32
-    assert rows["disagg-sync"]["gen_pool_gpus"] + rows["disagg-sync"]["train_pool_gpus"] == rows["disagg-sync"]["gpus"]
+    for split in ("disagg-sync", "rollart"):  # RollArt's 16 generation GPUs: 8 decode, 8 prefill
+        assert rows[split]["gen_pool_gpus"] + rows[split]["train_pool_gpus"] == rows[split]["gpus"]
+    assert rows["rollart"]["gen_pool_gpus"] > shown["rollart"]["gpus"]["generation"]
     assert not rows["disagg-sync"]["work_changed"]
     assert rows["fully-async"]["work_changed"]  # it trains the samples that finish first
     assert rows["fully-async"]["samples_per_s"] < rows["fully-async"]["run_samples_per_s"]
@@ -491,7 +494,7 @@ def test_sweep_rows_carry_the_replays_same_work_figures(tmp_path: Path) -> None:
     del saved["row"]["row_version"]
     stored.write_text(json.dumps(saved))
     again = run_cli("sweep", "rollpacker_qwen7b", "--grid", str(grid), "-o", str(tmp_path / "sweep"), "--workers", "1")
-    assert again.returncode == 0 and "1 ran, 2 already done" in again.stdout, again.stdout
+    assert again.returncode == 0 and "1 ran, 3 already done" in again.stdout, again.stdout
     assert json.loads(stored.read_text())["row"]["row_version"] == ROW_VERSION
 
 

@@ -56,12 +56,12 @@ ROW_COLUMNS = (
 """a row's columns, in the order sweep.parquet gives them after the point's id and parameters (docs/sweeps.md)"""
 if not set(METRICS) <= set(ROW_COLUMNS):
     raise ImportError(f"ROW_COLUMNS lacks {sorted(set(METRICS) - set(ROW_COLUMNS))}")
-ROW_VERSION = 5
-"""what a row's figures mean: 5, it keeps the replay's notes (``notes``, as `rltrace replay` prints them); 4, a
-colocated run trains on every GPU and each request's timeline spans start at their own admission (the used shares
-and bubbles with them); 3, pool GPUs as the run used them and the GPUs it held (2: the split asked for; 2 to 4,
-samples/s and $ per 1k samples on the same work; 1: the run's own). A stored point of another version is run again
-(replay/sweep/runner.py)"""
+ROW_VERSION = 6
+"""what a row's figures mean: 6, the generation pool's GPUs count those of its prefill pool (RollArt's); 5, it
+keeps the replay's notes (``notes``, as `rltrace replay` prints them); 4, a colocated run trains on every GPU and
+each request's timeline spans start at their own admission (the used shares and bubbles with them); 3, pool GPUs
+as the run used them and the GPUs it held (2: the split asked for; 2 to 4, samples/s and $ per 1k samples on the
+same work; 1: the run's own). A stored point of another version is run again (replay/sweep/runner.py)"""
 
 
 def _path(bundle: str) -> str:
@@ -117,7 +117,8 @@ def run_point(bundle: str, point: Point) -> dict[str, Any]:
     row["trained_tokens"] = int((trained["prompt_tokens"] + trained["output_tokens"]).sum())
     # the GPUs each role ran on (a colocated run's two roles share the whole cluster), and those it held
     used = result.metrics.get("gpus", {})
-    row["gen_pool_gpus"] = int(used.get("generation", ready.cluster.gen_gpus))
+    generation = [n for role, n in used.items() if role == "generation" or role.startswith("generation/")]
+    row["gen_pool_gpus"] = int(sum(generation)) if generation else ready.cluster.gen_gpus  # with a prefill pool
     row["train_pool_gpus"] = int(used.get("training", ready.cluster.train_gpus))
     row["gpus"] = int(sum(p["gpus"] for p in result.metrics["cost_by_pool"].values()))
     row["fabric"] = point.get("topology") or ready.sync_fabric  # a topology spec as the point wrote it

@@ -280,3 +280,23 @@ def test_the_largest_environment_spread_keeps_every_timestamp_in_range() -> None
                       agentic=AgenticConfig(turns=3, env_median_s=86_000.0, env_sigma=4.0, observation_sigma=4.0))
     requests = synthesize(cfg.check()).tables["requests"]
     assert requests["finish_ns"].min() >= 0 and requests["prompt_tokens"].max() < 2**31
+
+
+@pytest.mark.parametrize("slots", [4, 1000])  # fewer slots than an engine's trajectories, and more
+def test_agentic_turns_share_an_engines_running_slots(slots: int) -> None:
+    """Each turn was queued as its own wave: 64 trajectories of 4 turns on an engine of 4 slots ran 15 at once
+    (406 at the default 256 with 512 trajectories)."""
+    cfg = small_config("steps=1", "prompts_per_step=32", f"timing.max_num_seqs={slots}", "agentic.turns=4")
+    requests = synthesize(cfg).tables["requests"].sort("request_id")
+    for (engine,), rows in requests.group_by("engine"):
+        start, end = rows["scheduled_ns"].to_numpy(), rows["finish_ns"].to_numpy()
+        events = np.concatenate([np.stack([start, np.ones_like(start)], 1), np.stack([end, -np.ones_like(end)], 1)])
+        running = np.cumsum(events[np.lexsort((events[:, 1], events[:, 0]))][:, 1])
+        assert running.max() <= slots, engine
+        assert (rows["scheduled_ns"] >= rows["arrival_ns"]).all()
+    turns = requests.with_columns(pl.col("request_id").str.replace(r":\d+$", "").alias("trajectory"))
+    steps = turns.sort("trajectory", "turn").group_by("trajectory", maintain_order=True).agg(
+        (pl.col("arrival_ns").slice(1) >= pl.col("finish_ns").slice(0, pl.len() - 1)).all().alias("after"))
+    assert steps["after"].all()  # a turn arrives after the one it follows finished
+    waited = (requests["scheduled_ns"] > requests["arrival_ns"]).sum()
+    assert (waited > 0) == (slots < 64)

@@ -4,12 +4,14 @@ Each sample is a trajectory of ``turns`` generation turns. Between two turns the
 call, a sandbox step: lognormal ``env_median_s``) and returns an observation (lognormal
 ``observation_median_tokens``) that, with everything generated so far, becomes the next turn's prompt. A
 trajectory stays on one engine (its prefix cache lives there). Timing follows the single-turn model
-(docs/synth.md) turn by turn: each turn's requests on an engine are decoded as one wave, offset from each
-request's own arrival, and turn k+1 arrives when turn k finished plus the environment time.
+(docs/synth.md) turn by turn: each turn's requests on an engine are priced as one wave, turn k+1 arrives when
+turn k finished plus the environment time, and a turn waits FIFO for one of the engine's ``max_num_seqs`` slots,
+which all turns share.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +19,7 @@ import polars as pl
 
 from rltrace.synth.config import MAX_ENV_S, SynthConfig
 from rltrace.synth.distributions import LengthDist, correlated_uniforms
-from rltrace.synth.timing import KV_BLOCK_TOKENS, Costs, decode_engine, ns
+from rltrace.synth.timing import KV_BLOCK_TOKENS, Costs, decode_costs, ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,31 @@ def draw_turns(cfg: SynthConfig, rng: np.random.Generator, groups: int, output: 
     )
 
 
+def _schedule(service: np.ndarray, env_s: np.ndarray, t0: float, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival and scheduled times (s) of one engine's turns (rows: trajectories, columns: turns): turn k + 1
+    arrives when turn k finished plus the environment's time, and a turn waits FIFO for one of the engine's
+    ``slots`` running sequences, which every turn shares (vLLM's max_num_seqs)."""
+    n, n_turns = service.shape
+    arrival, sched = np.empty((n, n_turns)), np.empty((n, n_turns))
+    if n <= slots:  # every trajectory holds a slot: a turn starts as it arrives
+        ready = np.full(n, t0)
+        for k in range(n_turns):
+            arrival[:, k] = sched[:, k] = ready + env_s[:, k]
+            ready = sched[:, k] + service[:, k]
+        return arrival, sched
+    pending = [(t0 + float(env_s[i, 0]), i, 0) for i in range(n)]  # (arrival, trajectory, turn), in arrival order
+    heapq.heapify(pending)
+    free = [t0] * slots
+    while pending:  # a next turn arrives no earlier than the turn it follows, so arrival order is FIFO
+        at, i, k = heapq.heappop(pending)
+        start = max(at, heapq.heappop(free))
+        arrival[i, k], sched[i, k] = at, start
+        heapq.heappush(free, start + float(service[i, k]))
+        if k + 1 < n_turns:
+            heapq.heappush(pending, (start + float(service[i, k]) + float(env_s[i, k + 1]), i, k + 1))
+    return arrival, sched
+
+
 def generate(
     cfg: SynthConfig, c: Costs, step: int, t0: float, prompt: np.ndarray, turns: Turns
 ) -> tuple[pl.DataFrame, list[tuple[str, str, str, float, float]], float, float]:
@@ -69,17 +96,18 @@ def generate(
     # Turn k's prompt: the trajectory's prompt plus every earlier turn's output and observation.
     grown = np.cumsum(turns.output + turns.observation, axis=1) - (turns.output + turns.observation)
     prompts = prompt[:, None] + grown
-    arrival, sched, first, finish = (np.empty((n, n_turns)) for _ in range(4))
-    ready = np.full(n, t0)
-    for k in range(n_turns):
-        arrival[:, k] = ready + turns.env_s[:, k]
-        for e in range(c.engines):
-            idx = np.flatnonzero(engine == e)
-            if idx.size == 0:
-                continue  # fewer prompts than engines
-            s, f, d = decode_engine(prompts[idx, k], turns.output[idx, k], c, cfg.timing.max_num_seqs)
-            sched[idx, k], first[idx, k], finish[idx, k] = (arrival[idx, k] + x for x in (s, f, d))
-        ready = finish[:, k]
+    service, head = np.empty((n, n_turns)), np.empty((n, n_turns))
+    arrival, sched = np.empty((n, n_turns)), np.empty((n, n_turns))
+    for e in range(c.engines):
+        idx = np.flatnonzero(engine == e)
+        if idx.size == 0:
+            continue  # fewer prompts than engines
+        for k in range(n_turns):
+            service[idx, k], prefill, tpot = decode_costs(prompts[idx, k], turns.output[idx, k], c,
+                                                          cfg.timing.max_num_seqs)
+            head[idx, k] = prefill + tpot  # first token: prefill and one decode iteration after scheduling
+        arrival[idx], sched[idx] = _schedule(service[idx], turns.env_s[idx], t0, cfg.timing.max_num_seqs)
+    first, finish = sched + head, sched + service
     spans = [(f"rollout/engine{e}", "generate", "agent.rollout", t0, float(finish[engine == e].max()))
              for e in range(c.engines) if (engine == e).any()]
     traj = [f"{step}:{g}:{i % per}" for i, g in enumerate(group.tolist())]

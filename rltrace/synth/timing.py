@@ -88,19 +88,27 @@ def ns(seconds: ArrayLike) -> np.ndarray:
     return np.rint(s * 1e9).astype(np.int64)
 
 
+def decode_costs(prompt: np.ndarray, output: np.ndarray, c: Costs,
+                 max_num_seqs: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Service time (prefill + every token), prefill time and per-token time, in s, of one engine's wave of
+    requests. Per-token time is the roofline of a decode iteration at the wave's mean batch (at most
+    ``max_num_seqs``) and mean context."""
+    batch = min(len(output), max_num_seqs)
+    context = float(prompt.mean() + output.mean() / 2)
+    tpot = c.weight_read_s + c.kv_read_s_per_token * batch * context
+    prefill = prompt * c.prefill_s_per_token
+    return prefill + output * tpot, prefill, tpot
+
+
 def decode_engine(
     prompt: np.ndarray, output: np.ndarray, c: Costs, max_num_seqs: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scheduled, first-token and finish offsets (s) of one engine's requests, all arriving at 0.
 
-    Per-token time is the roofline of a decode iteration at the engine's mean batch and mean context.
-    Requests beyond ``max_num_seqs`` wait FIFO for a free slot.
+    Per-token time is :func:`decode_costs`'. Requests beyond ``max_num_seqs`` wait FIFO for a free slot.
     """
+    service, prefill, tpot = decode_costs(prompt, output, c, max_num_seqs)
     n = len(output)
-    batch = min(n, max_num_seqs)
-    context = float(prompt.mean() + output.mean() / 2)
-    tpot = c.weight_read_s + c.kv_read_s_per_token * batch * context
-    service = prompt * c.prefill_s_per_token + output * tpot
     if n <= max_num_seqs:
         scheduled = np.zeros(n)
     else:  # FIFO slots: one heap operation per request, no per-token work
@@ -110,6 +118,6 @@ def decode_engine(
             start = heapq.heappop(free)
             scheduled[i] = start
             heapq.heappush(free, start + float(service[i]))
-    first = scheduled + prompt * c.prefill_s_per_token + tpot
+    first = scheduled + prefill + tpot
     finish = scheduled + service
     return scheduled, first, finish

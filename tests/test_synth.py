@@ -125,6 +125,8 @@ def test_a_config_files_relative_paths_are_read_from_its_folder(tmp_path: Path, 
     (["output.kind='empirical'", "output.path='x.csv'", "output.column='n'", "output.median=900"],
      [("output.median unused: read by output.kind = 'lognormal' or 'lognormal_pareto' only (output.kind is "
       "'empirical')")]),
+    (["training.tp=2"], [("training.tp = 2 is kept in the manifest only: the synthetic trainer is one FSDP rank per "
+                         "GPU (its collectives and times are those of tp = 1)")]),
     ([], []),
 ])
 def test_length_keys_the_kind_does_not_read_are_noted(sets: list[str], notes: list[str]) -> None:

@@ -187,9 +187,9 @@ _READ_BY = {"median": ("lognormal", "lognormal_pareto"), "sigma": ("lognormal", 
 
 
 def unused(config: SynthConfig) -> list[str]:
-    """Notes on length keys set away from their defaults that the chosen ``kind`` does not read (a tail on a plain
-    lognormal, a file on a drawn distribution, a median on a file's lengths): the output is the same as without
-    them. A preset's own values count as set."""
+    """Notes on keys set away from their defaults that the output does not depend on: length keys the chosen
+    ``kind`` does not read (a tail on a plain lognormal, a file on a drawn distribution, a median on a file's
+    lengths), and a trainer's ``tp`` (kept in the manifest only). A preset's own values count as set."""
     default, notes = LengthConfig(), []
     for where, length in (("output", config.output), ("prompt", config.prompt)):
         by_readers: dict[tuple[str, ...], list[str]] = {}
@@ -199,6 +199,9 @@ def unused(config: SynthConfig) -> list[str]:
         for kinds, keys in by_readers.items():
             notes.append(f"{', '.join(keys)} unused: read by {where}.kind = "
                          f"{' or '.join(repr(k) for k in kinds)} only ({where}.kind is {length.kind!r})")
+    if config.training.tp != 1:
+        notes.append(f"training.tp = {config.training.tp} is kept in the manifest only: the synthetic trainer is one "
+                     "FSDP rank per GPU (its collectives and times are those of tp = 1)")
     return notes
 
 

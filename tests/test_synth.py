@@ -13,7 +13,7 @@ from helpers import require_shared, small_config
 import rltrace
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError
-from rltrace.synth import LengthConfig, length_dist, load_config, presets, synthesize, unused
+from rltrace.synth import LengthConfig, length_dist, load_config, memory_notes, presets, synthesize, unused
 from rltrace.synth.config import AgenticConfig, SynthConfig
 from rltrace.synth.distributions import Empirical
 
@@ -302,3 +302,16 @@ def test_agentic_turns_share_an_engines_running_slots(slots: int) -> None:
     assert steps["after"].all()  # a turn arrives after the one it follows finished
     waited = (requests["scheduled_ns"] > requests["arrival_ns"]).sum()
     assert (waited > 0) == (slots < 64)
+
+
+@pytest.mark.parametrize("sets, said", [
+    (["model=Llama-3-70B"], [("Llama-3-70B's weights take 131 GiB per generation GPU at tp 1, more than one H100 "
+                             "holds (79 GiB)"), "Adam state takes 131 GiB per training GPU over 8 FSDP ranks"]),
+    (["model=Llama-3-70B", "generation.tp=2", "training.gpus=16"], []),
+    ([], []),
+])
+def test_a_model_no_pool_can_hold_is_noted(sets: list[str], said: list[str]) -> None:
+    """A 70B model on one H100 per engine was synthesized with plausible times and no word (estimate says it
+    does not fit)."""
+    notes = memory_notes(load_config(sets=sets))
+    assert len(notes) == len(said) and all(s in n for s, n in zip(said, notes)), notes

@@ -12,7 +12,7 @@ import typer
 from rltrace.bundle import save_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.limits import check_output
-from rltrace.synth import load_config, presets, synthesize, unused
+from rltrace.synth import load_config, memory_notes, presets, synthesize, unused
 
 
 def synth(
@@ -37,7 +37,7 @@ def synth(
     err = stderr()
     started = time.perf_counter()
     cfg = load_config(preset=preset, path=config, sets=set_ or [], seed=seed)
-    for note in unused(cfg):
+    for note in [*unused(cfg), *memory_notes(cfg)]:
         print(f"rltrace: note: {note}", file=sys.stderr)
     with stage(err, f"synthesizing {cfg.steps} steps x {cfg.prompts_per_step * cfg.samples_per_prompt} samples"):
         result = synthesize(cfg)

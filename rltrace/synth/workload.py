@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM
 from rltrace.catalog import ModelSpec, get_gpu, get_model
 from rltrace.config import to_dict
 from rltrace.manifest import Manifest, Pool, RLConfig
@@ -25,6 +26,25 @@ class SynthResult:
 
     manifest: Manifest
     tables: dict[str, pl.DataFrame]
+
+
+def memory_notes(cfg: SynthConfig) -> list[str]:
+    """Notes on pools whose model state cannot fit in their GPUs' memory: an engine's weights (over its ``tp``
+    GPUs) or a trainer rank's Adam state (sharded over every training GPU). The times are drawn all the same."""
+    model, notes = get_model(cfg.model), []
+    gen, train = get_gpu(cfg.generation.device), get_gpu(cfg.training.device)
+    weights = model.weight_bytes / cfg.generation.tp
+    if weights > gen.memory_bytes:
+        notes.append(f"{model.name}'s weights take {weights / 2**30:.0f} GiB per generation GPU at tp "
+                     f"{cfg.generation.tp}, more than one {gen.name} holds ({gen.memory_bytes / 2**30:.0f} GiB): the "
+                     "engines' times are of engines that could not load it (raise generation.tp)")
+    state = ADAM_BYTES_PER_PARAM * model.params / cfg.training.gpus
+    if state > train.memory_bytes:
+        notes.append(f"{model.name}'s Adam state takes {state / 2**30:.0f} GiB per training GPU over "
+                     f"{cfg.training.gpus} FSDP ranks, more than one {train.name} holds "
+                     f"({train.memory_bytes / 2**30:.0f} GiB): the trainer's times are of one that could not run "
+                     "(raise training.gpus)")
+    return notes
 
 
 def length_dist(cfg: LengthConfig) -> LengthDist:

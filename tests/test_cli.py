@@ -285,6 +285,10 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["replay", str(copy), "-s", "disagg-sync", "-o", str(copy)], "is the trace bundle"),
         (["synth", "-o", str(copy / "inner"), "--preset", "rollpacker"], "inside the trace bundle"),
         (["replay", "--topology", "fat-tree:k=8,k=16"], "topology fat-tree: k is given twice"),
+        # the --set one was dropped without a word
+        (["replay", "--topology", "rail:nodes=4,gpu=H800", "--set", "network.topology=fat-tree:k=8"],
+         ("--topology rail:nodes=4,gpu=H800 and --set 'network.topology=fat-tree:k=8' both set network.topology: give "
+         "one")),
         (["replay", "-s", "disagg-sync", "--ranks", "4"], "--device, --ranks and --layers go with --execute"),
         (["replay", "-s", "disagg-sync", "--baseline", "disagg-sync"], "--baseline goes with --dashboard"),
         (["import", "sglang", str(tmp / "ok.csv"), "-o", out], "line 1 is not a JSON object"),

@@ -330,7 +330,11 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
                          schema_overrides={"samples_per_s_max": pl.Float64, "usd_per_hour_min": pl.Float64,
                                            "work": pl.String},
                          infer_schema_length=None)
-    frame = frame.select(COLUMNS)
+    # two generation shares that round to one split at a size are one configuration: listed once, by its replay
+    # where it has one (a bound of the other share beside a replay of the same point would say two figures)
+    frame = (frame.select(COLUMNS).with_row_index("_order").sort("replayed", descending=True, maintain_order=True)
+             .unique(["gpu", "scheduler", "topology", "total_gpus", "gen_gpus", "train_gpus"], keep="first",
+                     maintain_order=True).sort("_order").drop("_order"))
     # (one price summed in another order differs in its last bits: ties go to the cheaper sample, not to the noise;
     # then to the design's own fields, so a search and an exhaustive one list tied designs alike)
     winners = frame.filter(pl.col("outcome") == MET).sort(

@@ -540,6 +540,18 @@ def test_a_colocated_design_is_one_design_whatever_the_generation_share() -> Non
                        ("H20", "colocated-sync", 0.5), ("H20", "disagg-sync", 0.5), ("H20", "disagg-sync", 0.75)]
 
 
+def test_two_shares_that_round_to_one_split_are_one_configuration(tmp_path: Path) -> None:
+    """At 3 GPUs the shares 0.5 and 0.75 both give 2 + 1: advise replayed that point twice and listed it twice,
+    once replayed (2.69 samples/s) and once by its bound (<= 4.12)."""
+    space = tmp_path / "space.toml"
+    space.write_text('gpu = ["H100"]\nscheduler = ["disagg-sync"]\ngen_share = [0.5, 0.75]\ntotal_gpus = [3]\n'
+                     '[fixed]\nsteps = 1\n')
+    advice = advise(str(sample_path("rollpacker_qwen7b")), 0.1, Store(tmp_path / "o"), load_space(space), workers=1)
+    listed = pl.concat([advice.ranked, advice.lost])
+    assert listed.select("gen_gpus", "train_gpus").rows() == [(2, 1)] and listed["replayed"].to_list() == [True]
+    assert advice.replays == 1
+
+
 def test_advise_ranks_designs_of_one_price_by_their_cost_per_sample(tmp_path: Path) -> None:
     """Prices summed in another order differ in their last bits (10.8 and 10.800000000000002 for 8 H20): the noise
     ranked rollpacker 6+2 at $3.27/1k above 4+4 at $1.93/1k, and --budget 10.8 called 10.800000000000002 over it."""

@@ -271,12 +271,13 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
         raise ConfigError("--workers must be at least 1")
     bundle = str(Path(bundle).resolve())  # workers (a pool's, Ray's) do not share this process's cwd
     result = SweepResult()
-    todo = []
+    todo, queued = [], set()
     for point in points:
         pid = point_id(point)
         if store.done(pid):
             result.skipped += 1
-        else:  # a file a setting names, as the bundle, by its absolute path
+        elif pid not in queued:  # a point given twice (two of advise's shares at one split) runs once
+            queued.add(pid)  # a file a setting names, as the bundle, by its absolute path
             todo.append((pid, {k: str(Path(v).resolve()) if k in FILE_KEYS and v else v for k, v in point.items()}))
     by_id = dict(todo)
     if progress:

@@ -105,7 +105,7 @@ def advise_cmd(
 
 def search_summary(advice: Advice, exhaustive: bool) -> str:
     """One line: designs, replays (reused and failed ones), and candidates ruled out without a replay."""
-    line = f"{advice.designs} designs, {advice.replays} replays"
+    line = f"{advice.designs} design{'s' * (advice.designs != 1)}, {advice.replays} replay{'s' * (advice.replays != 1)}"
     extra = [f"{n} {what}" for n, what in ((advice.reused, "reused from --output"), (advice.failed, "failed")) if n]
     line += f" ({', '.join(extra)})" if extra else ""
     if exhaustive:

@@ -110,6 +110,8 @@ def test_the_view_offers_no_way_to_the_engine_or_the_true_lengths() -> None:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OrderConfig:
     quiet: bool = False
+    reconfigure: bool = False
+    """reconfigure the instance (its batch preempted to the queue) before reading what runs there"""
 
 
 @register("test-order")
@@ -135,6 +137,8 @@ class Order:
     def on_event(self, sim: View, notice: Notice) -> None:
         job = sim.jobs[0]
         if notice.kind is NoticeKind.TIMER:
+            if self.config.reconfigure:
+                sim.reconfigure(self.inst)
             self.running = sim.requests_on(self.inst)
         elif notice.kind is NoticeKind.FINISHED:
             for rid in notice.requests:
@@ -149,6 +153,14 @@ def test_running_requests_come_in_admission_order_not_finish_order(quiet: bool) 
     PEEKS.clear()
     replay(make([[40, 10, 20]]), "test-order", ReplayConfig(), {"quiet": quiet})
     assert PEEKS[-1].running == [0, 1, 2]
+
+
+def test_a_reconfigured_batch_is_queued_in_admission_order_not_finish_order() -> None:
+    """reconfigure re-queued the batch in the finish heap's order: the queue's head was the next request to finish
+    ([5, 7, 6, 8, 2, 1, 4, 0, 3]), and re-admission ran shortest-remaining-first."""
+    PEEKS.clear()
+    replay(make([[90, 80, 70, 60, 50, 10, 20, 30, 40]]), "test-order", ReplayConfig(), {"reconfigure": True})
+    assert PEEKS[-1].running == list(range(9))
 
 
 def test_trainer_time_scales_by_the_tokens_fixed_when_the_replay_was_prepared() -> None:

@@ -109,9 +109,12 @@ class GenerationInstance:
 
         Admission order, not the finish heap's: the heap is keyed on each request's finish iteration, so its
         order would tell a scheduler which request ends next."""
-        position = {rid: i for i, rid in enumerate(self._order)}  # a re-admitted request: its latest admission
-        running = sorted((rid for _, rid in self._heap), key=lambda rid: position.get(rid, len(position)))
-        return running + list(self.waiting)
+        return self._admitted() + list(self.waiting)
+
+    def _admitted(self) -> list[int]:
+        """The requests in the batch, in admission order (a re-admitted request: its latest admission)."""
+        position = {rid: i for i, rid in enumerate(self._order)}
+        return sorted((rid for _, rid in self._heap), key=lambda rid: position.get(rid, len(position)))
 
     def close(self, end_s: float) -> None:
         """The run ends at ``end_s`` (the instance brought there): each request still running here since before
@@ -130,7 +133,7 @@ class GenerationInstance:
         progress (their tokens are recomputed afterwards)."""
         self.time_s = max(self.time_s, now_s)
         state = self._req.state
-        running = [rid for _, rid in self._heap if state[rid] == RUNNING]  # (in finish order)
+        running = [rid for rid in self._admitted() if state[rid] == RUNNING]  # not the heap's finish order
         queued = running + list(self.waiting)
         self.remove(queued, kind="migrated")
         if cost is not None:

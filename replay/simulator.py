@@ -93,7 +93,7 @@ class Simulator:
             if inst.advance_to(self.now):
                 self._dirty[inst.id] = inst
             return
-        self.book.cut(inst.cut_drain(self.now))
+        self.book.cut(inst.cut_drain(self.now), inst.id)
         self._dirty[inst.id] = inst
 
     # ---- pools and instances -----------------------------------------------------------------------------------
@@ -349,5 +349,5 @@ class Simulator:
             if at is not None:
                 push(at, Planned(inst, inst.epoch))
                 if inst.drain is not None and inst.drain is not drained:
-                    self.book.drained(inst.drain)
+                    self.book.drained(inst.drain, inst.id)
         self._dirty.clear()

@@ -378,6 +378,44 @@ def test_cutting_a_drain_short_matches_the_per_event_path() -> None:
     assert fast.steps["end_s"].to_list() == pytest.approx(slow.steps["end_s"].to_list(), rel=1e-9)
 
 
+@register("test-look-at-one")
+class LookAtOne:
+    """Quiet mode on two instances; at 5 iterations it only looks at the first one's requests (cutting its drain
+    short) and notes when the step's "generated" notice comes."""
+
+    Config = MidDrainConfig
+
+    last: LookAtOne
+
+    def __init__(self, config: MidDrainConfig) -> None:
+        self.generated_s: list[float] = []
+        LookAtOne.last = self
+
+    def start(self, sim: View) -> None:
+        sim.quiet = True
+        sim.allocate("generation", 2, "H100")
+        self.a = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        b = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        rids = list(sim.jobs[0].requests(0))
+        sim.submit(self.a, rids[:20])
+        sim.submit(b, rids[20:])
+        sim.timer(5 * TAU, Tag("look"))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        if notice.kind is NoticeKind.TIMER:
+            sim.requests_on(self.a)
+        elif notice.kind is NoticeKind.GENERATED:
+            self.generated_s.append(notice.time_s)
+            sim.end_step(0, 0)
+
+
+def test_a_step_is_generated_when_its_last_request_finishes_though_another_drain_was_cut() -> None:
+    """Cutting the first instance's drain forgot the second one's planned finishes: the step was "generated" at
+    0.2 s, while the second instance's 20 requests ran to 1.0 s."""
+    result = replay(make([[20] * 20 + [100] * 20]), "test-look-at-one", ReplayConfig())
+    assert LookAtOne.last.generated_s == [pytest.approx(1.0)] == [result.requests["finish_s"].max()]
+
+
 # ---- typed events, declared capabilities, the run record ---------------------------------------------------
 
 EVENT_KINDS = ("Planned(", "Generated(", "Done(", "Timer(", "TurnReady(")

@@ -197,7 +197,9 @@ def test_no_scheduler_module_reaches_past_its_view(path: Path) -> None:
             private = node.attr.startswith("_") and not node.attr.startswith("__")
             own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
             assert not (private and not own), (path.name, node.lineno, node.attr)
-            assert node.attr not in ("drain", "output_arr", "remaining", "spawn"), (path.name, node.lineno, node.attr)
+            # step_tokens: a step's true output total, unfinished requests included (the view's train_seconds only)
+            assert node.attr not in ("drain", "output_arr", "remaining", "spawn", "step_tokens"), (
+                path.name, node.lineno, node.attr)
         # notices by kind, tags by field: a string compared by value or a tuple read by position breaks silently
         if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "kind":
             assert not any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in node.comparators), \
@@ -221,6 +223,7 @@ def test_no_scheduler_module_reaches_past_its_view(path: Path) -> None:
     "what, _, step = notice.tag",
     'sim.work("sync", 1.0, ("sync", 0, step), kind="weight_sync")',
     'sim.timer(1.0, "look")',
+    "total = sim.jobs[0].step_tokens[step]",
 ])
 def test_the_boundary_check_catches_a_planted_string_notice_or_positional_tag(planted: str, tmp_path: Path) -> None:
     path = tmp_path / "planted.py"

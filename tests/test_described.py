@@ -389,14 +389,17 @@ def test_every_gpu_kind_of_the_published_runs_replays(tmp_path: Path, gpu: str) 
     assert metrics["step_time_s"]["mean"] > 0 and metrics["phases_s_per_step"]["train"] > 0
 
 
-@pytest.mark.parametrize(("flags", "said"), [
-    (["--gen-gpus", "7", "--train-gpus", "8", "--tp", "2"], "reshaped (gen_gpus 7, train_gpus 8, tp 2): "),
-    (["--prompts", "3"], "the description reshaped (prompts 3): batch.train_batch"),
-    (["--recorded-steps", "1:3"], "--recorded-steps picks steps of a recording; a described job has none"),
+@pytest.mark.parametrize(("flags", "said", "example"), [
+    (["--gen-gpus", "7", "--train-gpus", "8", "--tp", "2"], "reshaped (gen_gpus 7, train_gpus 8, tp 2): ", False),
+    (["--prompts", "3"], "the description reshaped (prompts 3): batch.train_batch", False),
+    (["--recorded-steps", "1:3"], "--recorded-steps picks steps of a recording; a described job has none", False),
+    # a colocated MoE run at EP 8: it said "the 28 training GPUs" of a split whose training pool was 12
+    (["--gen-gpus", "16", "--train-gpus", "12"], ("training.ep 8 does not divide the 28 GPUs of the colocated "
+     "cluster (gen_gpus + train_gpus), on which a colocated run trains"), True),
 ])
 def test_a_what_if_option_the_description_cannot_take_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                               flags: list[str], said: str) -> None:
-    path = write(tmp_path, SMALL.replace("steps = 3", "steps = 3\ntrain_batch = 32"))
+                                                               flags: list[str], said: str, example: bool) -> None:
+    path = EXAMPLE if example else write(tmp_path, SMALL.replace("steps = 3", "steps = 3\ntrain_batch = 32"))
     assert main(["replay", str(path), "-s", "disagg-sync", "--replicates", "0", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err, err

@@ -215,11 +215,14 @@ class Description:
                               f"generation.pp = {instance} GPUs")
         model_parallel = t.tp * t.cp * t.pp
         trainers = self.total_gpus if self.colocated else train
+        # a colocated run trains on the whole cluster: a split given to reshape it (gen_gpus, train_gpus) is that
+        # cluster too, whichever schedulers replay it
+        where = (f"{trainers} GPUs of the colocated cluster (gen_gpus + train_gpus), on which a colocated run trains"
+                 if self.colocated and self.cluster.gen_gpus else f"{trainers} training GPUs")
         if trainers % model_parallel:
-            raise ConfigError(f"training.tp x training.cp x training.pp = {model_parallel} does not divide the "
-                              f"{trainers} training GPUs")
+            raise ConfigError(f"training.tp x training.cp x training.pp = {model_parallel} does not divide the {where}")
         if trainers % t.ep:
-            raise ConfigError(f"training.ep {t.ep} does not divide the {trainers} training GPUs")
+            raise ConfigError(f"training.ep {t.ep} does not divide the {where}")
         if not b.max_seq and not b.max_response:
             raise ConfigError("batch: give max_seq (prompt + response cap) or max_response (response cap)")
         if not 0 < b.mean_prompt < MAX_NEW_TOKENS:  # prompt lengths are int32, as in a bundle

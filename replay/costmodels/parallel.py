@@ -59,11 +59,11 @@ def tp_allreduce_seconds(gpu: GPUSpec, tp: int, tokens: float, hidden: int,
 
 
 def ep_alltoall_seconds(gpu: GPUSpec, ep: int, tokens: float, hidden: int, top_k: int,
-                        calibration: CostCalibration = CALIBRATION) -> float:
+                        calibration: CostCalibration = CALIBRATION, gpus_per_node: int = 8) -> float:
     """One expert-parallel all-to-all (dispatch or combine) of ``tokens`` tokens held on each rank, each sent to
     its ``top_k`` experts: every rank's send buffer is ``tokens x top_k x hidden`` BF16 values, (ep-1)/ep of them
-    leaving the rank (the all-to-all's own bus factor)."""
-    return collective_seconds(gpu, "all_to_all", ep, tokens * top_k * hidden * ACTIVATION_BYTES,
+    leaving the rank (the all-to-all's own bus factor); ``gpus_per_node`` ranks share a node's NVLink."""
+    return collective_seconds(gpu, "all_to_all", ep, tokens * top_k * hidden * ACTIVATION_BYTES, gpus_per_node,
                               calibration=calibration)
 
 

@@ -87,13 +87,13 @@ def attention_pairs_per_token(model: ModelSpec, seq_len: float) -> float:
 
 def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mfu: float | None = None, ep: int = 1,
                  passes: float = 3.0, seq_len: float | None = None, precision: str = "bf16",
-                 calibration: CostCalibration = CALIBRATION) -> Step:
+                 calibration: CostCalibration = CALIBRATION, gpus_per_node: int = 8) -> Step:
     """One step over ``tokens`` tokens on ``gpus`` GPUs: ``2 x passes x active params x tokens`` FLOPs (3 passes:
     forward and backward, i.e. the 6N rule; 1: a forward-only pass), plus causal attention over ``seq_len``-token
     sequences when given, at ``mfu`` (None: :func:`default_mfu`) of the BF16 peak, the linear layers at the FP8
     peak instead when ``precision`` is "fp8"; plus ``2 x passes`` all-to-alls per MoE layer across ``ep``
-    expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16). ``calibration`` gives
-    the MFU defaults and the collectives' fallback latency."""
+    expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16; ``gpus_per_node`` of
+    them share a node's NVLink). ``calibration`` gives the MFU defaults and the collectives' fallback latency."""
     if precision not in PRECISIONS:
         raise ConfigError(f"training precision must be {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp8" and not gpu.fp8_tflops > 0:
@@ -106,7 +106,8 @@ def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mf
     linear_peak = gpu.flops_for(1) if precision == "fp8" else gpu.flops
     achieved = gpus * (mfu or default_mfu(model, gpu, calibration))
     compute = linear / (achieved * linear_peak) + attention / (achieved * gpu.flops)
-    a2a = alltoalls(model, gpu, tokens=tokens, gpus=gpus, ep=ep, passes=passes, calibration=calibration)
+    a2a = alltoalls(model, gpu, tokens=tokens, gpus=gpus, ep=ep, passes=passes, calibration=calibration,
+                    gpus_per_node=gpus_per_node)
     comm, volume = (a2a.seconds, a2a.sent_bytes) if a2a else (0.0, 0.0)
     return Step(compute + comm, compute, comm, flops, volume)
 
@@ -165,12 +166,14 @@ class AllToAll(NamedTuple):
 
 
 def alltoalls(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, ep: int,
-              passes: float = 3.0, calibration: CostCalibration = CALIBRATION) -> AllToAll | None:
+              passes: float = 3.0, calibration: CostCalibration = CALIBRATION,
+              gpus_per_node: int = 8) -> AllToAll | None:
     """The expert all-to-alls :func:`step_seconds` prices for these arguments (None: a dense model or ``ep`` 1)."""
     if ep <= 1 or not model.is_moe:
         return None
     calls, per_rank = _alltoall_calls(model, passes), tokens / gpus
-    seconds = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token, calibration)
+    seconds = calls * ep_alltoall_seconds(gpu, ep, per_rank, model.hidden, model.experts_per_token, calibration,
+                                          gpus_per_node)
     return AllToAll("train" if passes > 1 else "forward", per_rank * model.experts_per_token * model.hidden * 2,
                     calls, ep, seconds, alltoall_volume(model, tokens=tokens, gpus=gpus, ep=ep, passes=passes))
 

@@ -86,7 +86,8 @@ class StepModel:
     def _compute(self, tokens: float, gpus: int, seq_len: float, passes: float, samples: float) -> float:
         t, d = self.description.training, self.description
         seconds = step_seconds(self.model, self.gpu, tokens=tokens, gpus=gpus, mfu=self.mfu, ep=t.ep, passes=passes,
-                               seq_len=seq_len, precision=d.precision, calibration=self.constants).seconds
+                               seq_len=seq_len, precision=d.precision, calibration=self.constants,
+                               gpus_per_node=self._per_node).seconds
         return seconds * self._bubble(gpus, samples)
 
     def _bubble(self, gpus: int, samples: float) -> float:
@@ -138,12 +139,16 @@ class StepModel:
         ``get_data_parallel_group(with_context_parallel=True)``; FSDP shards over its dp x cp mesh)."""
         return self._dp(gpus) * self.description.training.cp
 
+    @property
+    def _per_node(self) -> int:
+        """GPUs one NVLink fabric joins: the description's ``cluster.gpus_per_node``, else the GPU kind's."""
+        return self.description.cluster.gpus_per_node or self.gpu.nvlink_domain
+
     def _shard_group_per_node(self) -> int:
         """Ranks of one :meth:`_shard_group` on one NVLink node: the model-parallel ranks (TP innermost, as Megatron
         and FSDP+TP lay them out) fill a node first, so a group spans nodes once they fill it."""
-        t, d = self.description.training, self.description
-        per_node = d.cluster.gpus_per_node or self.gpu.nvlink_domain
-        return max(per_node // (t.tp * t.pp), 1)
+        t = self.description.training
+        return max(self._per_node // (t.tp * t.pp), 1)
 
     def _optimizer_step(self, gpus: int) -> float:
         """One optimizer step: Adam over the rank's shard, gradients reduce-scattered and weights all-gathered over
@@ -192,7 +197,7 @@ class StepModel:
         bubble, out = self._bubble(gpus, samples), []
         for span, passes, count, factor in kinds:
             a2a = alltoalls(self.model, self.gpu, tokens=tokens, gpus=gpus, ep=t.ep, passes=passes,
-                            calibration=self.constants)
+                            calibration=self.constants, gpus_per_node=self._per_node)
             if a2a is not None and count:
                 out.append(a2a._replace(span=span, calls=a2a.calls * count,
                                         seconds=a2a.seconds * count * factor * bubble,

@@ -252,7 +252,9 @@ class _Search:
         """Every design's outcome, and the price that rules candidates out: the ``top``-th cheapest design that
         met the target (inf until ``top`` have)."""
         first = [self.walk(i, math.inf) for i in range(len(self.designs))]
-        met = sorted(round(o.row["usd_per_hour"], 6) for o in first if o.kind == MET and o.row is not None)
+        met_at = {point_id(self.point(i, o.total)): round(o.row["usd_per_hour"], 6)  # two shares at one split: one
+                  for i, o in enumerate(first) if o.kind == MET and o.row is not None}
+        met = sorted(met_at.values())
         cutoff = met[top - 1] if len(met) >= top else math.inf
         return [self.walk(i, cutoff) for i in range(len(self.designs))], cutoff
 
@@ -330,11 +332,13 @@ def advise(bundle: str, target: float, store: Store, space: Space, *, budget: fl
                          schema_overrides={"samples_per_s_max": pl.Float64, "usd_per_hour_min": pl.Float64,
                                            "work": pl.String},
                          infer_schema_length=None)
-    # two generation shares that round to one split at a size are one configuration: listed once, by its replay
-    # where it has one (a bound of the other share beside a replay of the same point would say two figures)
-    frame = (frame.select(COLUMNS).with_row_index("_order").sort("replayed", descending=True, maintain_order=True)
-             .unique(["gpu", "scheduler", "topology", "total_gpus", "gen_gpus", "train_gpus"], keep="first",
-                     maintain_order=True).sort("_order").drop("_order"))
+    # two generation shares that round to one split at a size are one configuration (one point): listed once, by
+    # its replay where it has one (a bound of the other share beside a replay of the same point would say two
+    # figures)
+    ids = [point_id(search.point(i, o.total)) for i, o in enumerate(outcomes)]
+    frame = (frame.select(COLUMNS).with_columns(pl.Series("_point", ids)).with_row_index("_order")
+             .sort("replayed", descending=True, maintain_order=True).unique("_point", keep="first", maintain_order=True)
+             .sort("_order").drop("_order", "_point"))
     # (one price summed in another order differs in its last bits: ties go to the cheaper sample, not to the noise;
     # then to the design's own fields, so a search and an exhaustive one list tied designs alike)
     winners = frame.filter(pl.col("outcome") == MET).sort(

@@ -271,17 +271,19 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
         raise ConfigError("--workers must be at least 1")
     bundle = str(Path(bundle).resolve())  # workers (a pool's, Ray's) do not share this process's cwd
     result = SweepResult()
-    todo, queued = [], set()
+    todo, seen = [], set()
     for point in points:
         pid = point_id(point)
+        if pid in seen:  # a point given twice (two of advise's shares at one split): one replay, counted once
+            continue
+        seen.add(pid)
         if store.done(pid):
             result.skipped += 1
-        elif pid not in queued:  # a point given twice (two of advise's shares at one split) runs once
-            queued.add(pid)  # a file a setting names, as the bundle, by its absolute path
+        else:  # a file a setting names, as the bundle, by its absolute path
             todo.append((pid, {k: str(Path(v).resolve()) if k in FILE_KEYS and v else v for k, v in point.items()}))
     by_id = dict(todo)
     if progress:
-        progress(result.skipped, len(points))
+        progress(result.skipped, len(seen))
     outcomes: Iterator[Outcome] = iter(())  # nothing to run: start no pool and no Ray
     if todo:
         outcomes = local(bundle, todo, workers, pool) if ray is False else on_ray(
@@ -295,7 +297,7 @@ def run_sweep(bundle: str, points: list[Point], store: Store, *, workers: int = 
             else:
                 result.ran += 1
             if progress:
-                progress(result.skipped + result.ran + len(result.failed), len(points))
+                progress(result.skipped + result.ran + len(result.failed), len(seen))
     finally:  # interrupted here, not inside the pool's generator: stop its workers now, not when it is collected
         close = getattr(outcomes, "close", None)
         if close is not None:

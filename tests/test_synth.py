@@ -305,8 +305,10 @@ def test_agentic_turns_share_an_engines_running_slots(slots: int) -> None:
 
 
 @pytest.mark.parametrize("sets, said", [
-    (["model=Llama-3-70B"], [("Llama-3-70B's weights take 131 GiB per generation GPU at tp 1, more than one H100 "
-                             "holds (79 GiB)"), "Adam state takes 131 GiB per training GPU over 8 FSDP ranks"]),
+    (["model=Llama-3-70B"], [("Llama-3-70B's weights take 141 GB per generation GPU at tp 1, more than one H100 "
+                              "holds (85 GB)"), "weights and Adam state take 159 GB per training GPU over 8 FSDP"]),
+    # 90.7 GB a rank, as estimate counts it (weights too, not Adam's 16 bytes a parameter alone)
+    (["model=Llama-3-70B", "generation.tp=2", "training.gpus=14"], ["take 91 GB per training GPU over 14 FSDP"]),
     (["model=Llama-3-70B", "generation.tp=2", "training.gpus=16"], []),
     ([], []),
 ])

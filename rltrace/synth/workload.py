@@ -30,19 +30,20 @@ class SynthResult:
 
 def memory_notes(cfg: SynthConfig) -> list[str]:
     """Notes on pools whose model state cannot fit in their GPUs' memory: an engine's weights (over its ``tp``
-    GPUs) or a trainer rank's Adam state (sharded over every training GPU). The times are drawn all the same."""
+    GPUs) or a trainer rank's BF16 weights and Adam state (sharded over every training GPU), as ``estimate``
+    counts them. The times are drawn all the same."""
     model, notes = get_model(cfg.model), []
     gen, train = get_gpu(cfg.generation.device), get_gpu(cfg.training.device)
     weights = model.weight_bytes / cfg.generation.tp
     if weights > gen.memory_bytes:
-        notes.append(f"{model.name}'s weights take {weights / 2**30:.0f} GiB per generation GPU at tp "
-                     f"{cfg.generation.tp}, more than one {gen.name} holds ({gen.memory_bytes / 2**30:.0f} GiB): the "
+        notes.append(f"{model.name}'s weights take {weights / 1e9:.0f} GB per generation GPU at tp "
+                     f"{cfg.generation.tp}, more than one {gen.name} holds ({gen.memory_bytes / 1e9:.0f} GB): the "
                      "engines' times are of engines that could not load it (raise generation.tp)")
-    state = ADAM_BYTES_PER_PARAM * model.params / cfg.training.gpus
+    state = model.params * (model.dtype_bytes + ADAM_BYTES_PER_PARAM) / cfg.training.gpus
     if state > train.memory_bytes:
-        notes.append(f"{model.name}'s Adam state takes {state / 2**30:.0f} GiB per training GPU over "
+        notes.append(f"{model.name}'s weights and Adam state take {state / 1e9:.0f} GB per training GPU over "
                      f"{cfg.training.gpus} FSDP ranks, more than one {train.name} holds "
-                     f"({train.memory_bytes / 2**30:.0f} GiB): the trainer's times are of one that could not run "
+                     f"({train.memory_bytes / 1e9:.0f} GB): the trainer's times are of one that could not run "
                      "(raise training.gpus)")
     return notes
 

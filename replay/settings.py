@@ -36,10 +36,14 @@ class Settings:
 
 def resolve(schedulers: list[str], sets: Iterable[str] = (), values: Mapping[str, Any] | None = None,
             *, where: str = "") -> Settings:
-    """Apply ``sets`` (``--set key=value`` items), then ``values`` (dotted key -> typed value; a flag such as
-    ``--topology`` wins over a ``--set`` of its key) to the defaults. An unknown key is a ConfigError naming it
-    and where it came from (the ``--set`` item, or ``where`` for ``values``: a grid file)."""
+    """Apply ``sets`` (``--set key=value`` items), then ``values`` (dotted key -> typed value: a flag such as
+    ``--topology``, a grid point's keys) to the defaults. An unknown key, or one both give, is a ConfigError naming
+    it and where it came from (the ``--set`` item, or ``where`` for ``values``)."""
     assignments: list[Assignment] = [(*parse_set(item), f"--set {item!r}") for item in sets]
+    given = {key: origin for key, _, origin in assignments}
+    for key in values or {}:  # one would win without a word
+        if key in given:
+            raise ConfigError(f"{where or 'settings'} and {given[key]} both set {key}: give one")
     assignments += [(k, v, where or "settings") for k, v in (values or {}).items()]
     prices = {name: gpu.usd_per_hour for name, gpu in load_gpus().items()}
     by_scheduler: dict[str, list[Assignment]] = {name: [] for name in schedulers}

@@ -289,7 +289,7 @@ def compare(source: str | Path | None = None, schedulers: str | Sequence[str] | 
     check_replicates("replicates", replicates)
     flags = {k: v for k, v in {"network.topology": topology, "network.sync_strategy": sync_strategy}.items() if v}
     items = _settings(settings)
-    resolved = resolve(chosen, items, flags, where="settings")
+    resolved = resolve(chosen, items, flags, where="topology= / sync_strategy=")
     asked = sync_strategy or next((v for k, v in map(parse_set, items) if k == "network.sync_strategy"), None)
     if asked and not resolved.config.network.topology:  # without a fabric no strategy runs: say so, not ignore it
         raise ConfigError(f"sync_strategy={asked!r}: a weight-sync strategy picks how a sync runs on a fabric; it "

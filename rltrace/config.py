@@ -49,7 +49,7 @@ def build(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a table, got {data!r}")
+        raise ConfigError(f"{where}: expected a table, got {as_written(data)}")
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # a config class: a dataclass
     unknown = sorted(set(data) - names)
@@ -91,23 +91,23 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         return build(hint, value, where)  # type: ignore[arg-type]  # is_dataclass(hint) above
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
+            raise ConfigError(f"{where}: expected a number, got {as_written(value)}")
         if not math.isfinite(value):  # TOML reads nan and inf: no setting means either
             raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {_shown(value)}")
+            raise ConfigError(f"{where}: expected an integer, got {as_written(value)}")
         return value
     if hint is bool and not isinstance(value, bool):
-        raise ConfigError(f"{where}: expected true or false, got {_shown(value)}")
+        raise ConfigError(f"{where}: expected true or false, got {as_written(value)}")
     if hint is str and not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {_shown(value)}")
+        raise ConfigError(f"{where}: expected a string, got {as_written(value)}")
     return value
 
 
-def _shown(value: Any) -> str:
-    """A value as the TOML file or ``--set`` spelled it: ``true``, not Python's ``True``."""
+def as_written(value: Any) -> str:
+    """A value for a message, as the TOML file or ``--set`` spelled it: ``true``, not Python's ``True``."""
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 

@@ -220,6 +220,8 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
                                       '[fixed]\nscheduler = "disagg-sync"\n')
     (tmp / "steps.toml").write_text('[axes]\nsource_steps = [[2, 4], [4, 2, 2]]\n[fixed]\nscheduler = "disagg-sync"\n')
     (tmp / "kinds_space.toml").write_text('scheduler = ["disagg-sync"]\ngpu = ["H100", "h100"]\n')
+    (tmp / "both.toml").write_text('[axes]\ntopology = ["fat-tree:k=8,gpu=H800"]\n[fixed]\nscheduler = "disagg-sync"\n'
+                                   '"network.topology" = "rail:nodes=4,gpu=H800"\n')
     (tmp / "grid.toml").write_text('[axes]\nscheduler = ["disagg-sync"]\n')
     (tmp / "space.toml").write_text('scheduler = ["rollmux"]\n')
     (tmp / "recorded.toml").write_text('scheduler = "as-recorded"\n')
@@ -259,6 +261,8 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "axes.topology lists 'fat-tree:k=8,gpu=H800' and 'fat-tree:gpu=h800, k=8' twice (each value is one point)"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "steps.toml"), "-o", out],
          "axes.source_steps lists [2, 4] and [4, 2, 2] twice"),
+        (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "both.toml"), "-o", out],
+         "a point gives both topology and network.topology: give one"),
         (["advise", "rollpacker_qwen7b", "--space", str(tmp / "kinds_space.toml")],
          "gpu lists 'H100' and 'h100' twice (each value is one design)"),
         (["sweep", str(empty), "--grid", str(tmp / "grid.toml"), "-o", out], "no requests, so no RL step to replay"),
@@ -287,7 +291,7 @@ def _audited_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["replay", "--topology", "fat-tree:k=8,k=16"], "topology fat-tree: k is given twice"),
         # the --set one was dropped without a word
         (["replay", "--topology", "rail:nodes=4,gpu=H800", "--set", "network.topology=fat-tree:k=8"],
-         ("--topology rail:nodes=4,gpu=H800 and --set 'network.topology=fat-tree:k=8' both set network.topology: give "
+         ("--topology and --set 'network.topology=fat-tree:k=8' both set network.topology: give "
          "one")),
         (["replay", "-s", "disagg-sync", "--ranks", "4"], "--device, --ranks and --layers go with --execute"),
         (["replay", "-s", "disagg-sync", "--baseline", "disagg-sync"], "--baseline goes with --dashboard"),

@@ -39,8 +39,13 @@ def test_typed_values_reach_the_config_as_they_are() -> None:
     assert settings.config.cost.sync_gbps == 25.0
 
 
-def test_a_flag_wins_over_a_set_of_its_key() -> None:
-    settings = resolve(["disagg-sync"], ['network.topology="nvswitch:gpus=8"'], {"network.topology": "rail:nodes=2"})
+def test_a_flag_and_a_set_of_its_key_are_refused_together() -> None:
+    """The flag won without a word: the --set value was dropped."""
+    with pytest.raises(ConfigError, match=r"^--topology and --set 'network.topology=\"nvswitch:gpus=8\"' both set "
+                                          r"network.topology: give one$"):
+        resolve(["disagg-sync"], ['network.topology="nvswitch:gpus=8"'], {"network.topology": "rail:nodes=2"},
+                where="--topology")
+    settings = resolve(["disagg-sync"], [], {"network.topology": "rail:nodes=2"})
     assert str(settings.config.network.topology) == "rail:nodes=2"
 
 
@@ -89,6 +94,9 @@ def test_a_config_goes_to_json_and_back_unchanged() -> None:
     (["network.topology=3"], "expected a topology spec"),
     (["cost.train_mfu=inf"], "replay.cost.train_mfu: expected a finite number"),
     (["cost.train_mfu=true"], "replay.cost.train_mfu: expected a number, got true"),  # TOML's spelling, not True
+    (["network.topology=true"],
+     "replay.network.topology: expected a topology spec such as fat-tree:k=8,gpu=H100, got true"),
+    (["network=true"], "replay.network: expected a table, got true"),
 ])
 def test_bad_settings_are_one_clear_error(sets: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")) as err:

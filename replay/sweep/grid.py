@@ -93,7 +93,7 @@ def identity(key: str, value: Any) -> str:
     is ``[2, 4]``); any other value (a table too) as written."""
     if key in GPU_KEYS and isinstance(value, str):
         value = value.casefold()
-    elif key == "topology" and isinstance(value, str):
+    elif key in ("topology", "network.topology") and isinstance(value, str):
         try:
             spec = TopologySpec.parse(value) if value.strip() else None
         except ConfigError:  # refused, naming its grid or space file, by the checks that follow
@@ -131,6 +131,9 @@ def check(points: list[Point], where: str) -> None:
             raise ConfigError(f"{where}: every point needs a scheduler: a 'scheduler' axis or fixed value")
         if scheduler not in names():
             raise ConfigError(f"{where}: unknown scheduler {scheduler!r} (known: {', '.join(names())})")
+        for key in NETWORK_KEYS:  # settings() would let one override the other without a word
+            if point.get(key) and f"network.{key}" in point:
+                raise ConfigError(f"{where}: a point gives both {key} and network.{key}: give one")
         values = settings(point)
         resolve([scheduler], values=values, where=where)
         gen, train = point.get("gen_gpu") or point.get("gpu"), point.get("train_gpu") or point.get("gpu")

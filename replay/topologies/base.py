@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from rltrace.catalog import get_gpu
-from rltrace.config import build, parse_scalar
+from rltrace.config import as_written, build, parse_scalar
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_GPUS
 from rltrace.registry import Registry
@@ -144,7 +144,8 @@ class TopologySpec:
         if isinstance(value, cls):
             return value
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a topology spec such as fat-tree:k=8,gpu=H100, got {value!r}")
+            raise ConfigError(f"{where}: expected a topology spec such as fat-tree:k=8,gpu=H100, got "
+                              f"{as_written(value)}")
         try:
             return cls.parse(value) if value.strip() else None
         except ConfigError as e:  # say where the spec came from (a --set item, a grid file)

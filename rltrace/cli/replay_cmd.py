@@ -160,11 +160,6 @@ def replay(
         raise ConfigError(f"--baseline {baseline!r} is not among the replayed schedulers ({', '.join(chosen)})")
     # the flags' values go to the config as they are: the spec is read once, by the topology's own grammar
     flags = {"network.topology": topology, "network.sync_strategy": sync_strategy}
-    for item in set_ or []:  # one of the two would win without a word
-        key = parse_set(item)[0]
-        if flags.get(key):
-            flag = "--topology" if key == "network.topology" else "--sync-strategy"
-            raise ConfigError(f"{flag} {flags[key]} and --set {item!r} both set {key}: give one")
     flagged = " / ".join(f for f, v in (("--topology", topology), ("--sync-strategy", sync_strategy)) if v)
     settings = resolve(chosen, set_ or [], {k: v for k, v in flags.items() if v}, where=flagged or "--set")
     config = settings.config

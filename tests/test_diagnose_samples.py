@@ -237,6 +237,13 @@ def test_a_request_log_import_is_refused_in_diagnoses_terms(tmp_path: Path) -> N
     assert "nothing to diagnose: no request finished (a request-log import records arrivals only)" in done.stderr
     assert f"`rltrace replay {tmp_path / 'b'} --gpu KIND --model NAME`" in done.stderr
     assert "(--gpu)" not in done.stderr and "give --gpu" not in done.stderr
+    # with the GPU kind and model given at import it was judged: a step no request measured, a trainer's bubble
+    done = run_cli("import", "csv", str(tmp_path / "req.csv"), "-o", str(tmp_path / "g"),
+                   "--map", "arrival=arrival,prompt=prompt,output=output", "--gpu", "H100", "--model", "Qwen2.5-7B")
+    assert done.returncode == 0, done.stderr
+    done = run_cli("diagnose", str(tmp_path / "g"))
+    assert done.returncode == 2 and "nothing to diagnose: no request finished" in done.stderr, done.stderr
+    assert f"`rltrace replay {tmp_path / 'g'}` replays its requests" in done.stderr
 
 
 def test_a_profile_given_is_not_asked_for_again(tmp_path: Path) -> None:

@@ -197,7 +197,8 @@ def test_no_scheduler_module_reaches_past_its_view(path: Path) -> None:
             private = node.attr.startswith("_") and not node.attr.startswith("__")
             own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
             assert not (private and not own), (path.name, node.lineno, node.attr)
-            # step_tokens: a step's true output total, unfinished requests included (the view's train_seconds only)
+            # step_tokens: a step's prompt + output tokens, unfinished requests' true lengths included (the view's
+            # train_seconds only)
             assert node.attr not in ("drain", "output_arr", "remaining", "spawn", "step_tokens"), (
                 path.name, node.lineno, node.attr)
         # notices by kind, tags by field: a string compared by value or a tuple read by position breaks silently

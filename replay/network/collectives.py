@@ -4,8 +4,9 @@ Each algorithm is a sequence of phases (built in :mod:`.algorithms`, run by :mod
 concurrent flows (a pipelined ring or tree in steady state: every link carries its share at once), a latency term
 (per algorithm step, the mean over the phase's pipeline levels of each level's slowest hop) and, for a ring, one pass
 over a shard in local memory.
-Like NCCL's tuner, a collective runs under whichever wire protocol (LL, LL128, Simple) finishes first: each has
-its base latency, its NVLink and network hop latencies and its share of the bandwidth left for payload.
+Like NCCL's tuner, a collective runs under the wire protocol (LL, LL128, Simple) of lowest estimated time (the
+estimate leaves out pipeline fill, as NCCL's does): each has its base latency, its NVLink and network hop latencies
+and its share of the bandwidth left for payload.
 
 NVLS (NVLink SHARP, one NVSwitch node of Hopper or later, a dtype the switch can reduce): each GPU's 1/n
 slice is reduced in the switch as it reads every GPU's copy (multimem.ld_reduce) and multicast back

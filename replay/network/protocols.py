@@ -95,7 +95,7 @@ COLLNET = ("collnet_direct", "collnet_chain")  # in-network reduction on a SHARP
 
 @dataclass(frozen=True, slots=True)
 class PhasesTime:
-    """Phases run one after another under the fastest protocol."""
+    """Phases run one after another under the protocol of lowest estimated time."""
 
     seconds: float
     link_bytes: np.ndarray

@@ -62,6 +62,9 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     tables = data.get("jobs")
     if not isinstance(tables, list) or not tables:
         raise ConfigError(f"{path}: expected one or more [[jobs]] tables")
+    other = sorted(set(data) - {"jobs"})
+    if other:  # a [[job]] table (a typo) would be a job dropped without a word
+        raise ConfigError(f"{path}: unknown key {other[0]!r} (a job list holds [[jobs]] tables only)")
     try:
         specs = [build(JobSpec, t, f"{path}: jobs[{i}]") for i, t in enumerate(tables)]
     except ConfigError as e:  # a value a job cannot have, said by its name: with the file too
@@ -70,8 +73,11 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     specs = [replace(s, bundle=str(here / s.bundle)) if not Path(s.bundle).is_absolute()
              and s.bundle not in list_samples() and (here / s.bundle).exists() else s for s in specs]
     names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: job names must be unique")
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"{path}: job names must be unique ({twice!r} names two jobs)")
+    if any(not s.name.strip() for s in specs):
+        raise ConfigError(f"{path}: a job's name is empty (reports and run folders are named by it)")
     return specs
 
 

@@ -4,11 +4,12 @@ one grammar reads topology specs wherever they are given."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from rltrace.replay.jobs import JobSpec
+from rltrace.replay.jobs import JobSpec, load_jobs
 from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.run import ReplayConfig
 from rltrace.replay.schedulers import lookup
@@ -127,6 +128,23 @@ def test_a_table_missing_a_required_key_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"^jobs\[0\]: missing key 'name'$"):
         build(JobSpec, {"bundle": "rollpacker_qwen7b"}, "jobs[0]")
     assert build(JobSpec, {"name": "a", "bundle": "b"}, "jobs[0]").name == "a"
+
+
+JOB = '[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\n'
+
+
+@pytest.mark.parametrize("text, said", [
+    # a mistyped table dropped job b without a word
+    (JOB + '[[job]]\nname = "b"\nbundle = "rollpacker_qwen7b"\n',
+     "unknown key 'job' (a job list holds [[jobs]] tables only)"),
+    ('title = "x"\n' + JOB, "unknown key 'title'"),
+    (JOB + JOB, "job names must be unique ('a' names two jobs)"),
+    (JOB.replace('"a"', '""'), "a job's name is empty"),
+])
+def test_a_job_list_is_refused_whole_not_in_part(text: str, said: str, tmp_path: Path) -> None:
+    (tmp_path / "jobs.toml").write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_jobs(tmp_path / "jobs.toml")
 
 
 @pytest.mark.parametrize("scheduler, key", [("colocated-sync", "to_train_s"), ("orchestrrl", "switch_s"),

@@ -101,6 +101,11 @@ def test_synth_from_a_config_file(tmp_path: Path) -> None:
     assert info["requests"]["output_tokens"]["max"] <= 512
 
 
+RUN_METRICS = {"steps": 2, "samples": 8, "makespan_s": 10.0, "cost_usd": 1.0, "throughput_samples_per_s": 0.8,
+               "step_time_s": {"mean": 5.0}, "bubble_fraction": {}, "gpu_utilization": {}}
+"""the keys every replay's metrics.json holds"""
+
+
 def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "file.txt").write_text("hello")
     (tmp / "bad.toml").write_text("steps = [")
@@ -122,6 +127,11 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     flat.mkdir(parents=True)
     (flat / "metrics.json").write_text('{"volume_bytes_per_step": 5}')
     (flat / "config.json").write_text("{}")
+    for name, metrics in (("empty", "{}"), ("negative", json.dumps({**RUN_METRICS, "cost_usd": -3.0}))):
+        # read as zeros: a confident verdict ("0% now", "at -0.55x the cost per sample") from a damaged file
+        (tmp / name / "disagg-sync").mkdir(parents=True)
+        (tmp / name / "disagg-sync" / "metrics.json").write_text(metrics)
+        (tmp / name / "disagg-sync" / "config.json").write_text("{}")
     return [
         # bad input found by a sweep of 489 cases on 2026-11-26, each a traceback or a silent acceptance before
         (["estimate", "decode", "--model", "Qwen2.5-7B", "--gpu", "H100", "--tp", "0"], "--tp must be >= 1, got 0"),
@@ -159,6 +169,10 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
          "--by does not apply to estimate validate-rl (it is for validate)"),
         (["advise", "rollpacker_qwen7b", "--top", "0"], "--top must be at least 1"),
         (["dashboard", str(tmp / "runs"), "-o", str(tmp / "r.html")], "makespan_s must be a number, got 'lots'"),
+        (["dashboard", str(tmp / "empty"), "-o", str(tmp / "r.html")],
+         ("missing steps, samples, makespan_s, cost_usd, throughput_samples_per_s, step_time_s, bubble_fraction, "
+         "gpu_utilization (every replay writes them: a damaged file)")),
+        (["dashboard", str(tmp / "negative"), "-o", str(tmp / "r.html")], "cost_usd must be >= 0, got -3.0"),
         (["dashboard", str(tmp / "flat"), "-o", str(tmp / "r.html")],
          "volume_bytes_per_step must be a table of figures, got 5"),
         (["sweep", "rollpacker_qwen7b", "--grid", str(tmp / "grid.toml"), "-o", out], "unknown GPU kind 'Z9'"),

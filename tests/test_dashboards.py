@@ -253,10 +253,10 @@ def test_a_run_of_several_jobs_draws_and_names_each_jobs_spans(tmp_path: Path):
     # a run folder written before timelines named jobs still loads: one job, so job 0
     folder = tmp_path / "old"
     folder.mkdir()
-    (folder / "metrics.json").write_text("{}")
-    (folder / "config.json").write_text("{}")
     single = Run.from_result("one", replay(prepare_jobs(specs[:1], Shape(), CostConfig()), "disagg-sync",
                                            ReplayConfig()))
+    (folder / "metrics.json").write_text(json.dumps(single.metrics))
+    (folder / "config.json").write_text("{}")
     single.timeline.drop("job").write_parquet(folder / "timeline.parquet")
     single.requests.write_parquet(folder / "requests.parquet")
     assert load_run(folder).timeline["job"].unique().to_list() == [0]

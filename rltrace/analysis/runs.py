@@ -77,6 +77,7 @@ def load_run(folder: str | Path, name: str | None = None) -> Run:
         raise ConfigError(f"{root}: not a run folder (no metrics.json)")
     metrics, config = _json(root / "metrics.json"), _json(root / "config.json")
     _check_numbers(metrics, root / "metrics.json")
+    _check_required(metrics, root / "metrics.json")
     frames: dict[str, pl.DataFrame | None] = {}
     for table in TABLES:
         path = root / f"{table}.parquet"
@@ -100,6 +101,22 @@ def load_run(folder: str | Path, name: str | None = None) -> Run:
 # metrics.json sections that hold figures only (others, such as ``network`` and ``spread``, also name things)
 _FIGURES = ("bubble_fraction", "gpu_utilization", "gpus", "latency", "phases_s_per_step", "staleness", "step_time_s",
             "volume_bytes_per_step")
+
+
+# keys every replay has written, in every layout: without them a report would read zeros as figures
+_REQUIRED = ("steps", "samples", "makespan_s", "cost_usd", "throughput_samples_per_s", "step_time_s",
+             "bubble_fraction", "gpu_utilization")
+
+
+def _check_required(metrics: dict[str, Any], path: Path) -> None:
+    """A damaged metrics.json (a key gone, a negative count, time or cost) named, not read as zeros."""
+    missing = [key for key in _REQUIRED if key not in metrics]
+    if missing:
+        raise ConfigError(f"{path}: missing {', '.join(missing)} (every replay writes them: a damaged file)")
+    negative = next((key for key in ("steps", "samples", "makespan_s", "cost_usd")
+                     if metrics[key] is not None and metrics[key] < 0), None)
+    if negative is not None:
+        raise ConfigError(f"{path}: {negative} must be >= 0, got {metrics[negative]!r}")
 
 
 def _check_numbers(metrics: dict[str, Any], path: Path) -> None:

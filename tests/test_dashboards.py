@@ -384,7 +384,12 @@ def test_the_rules_catch_broken_traces(broken, rule):
 
 def test_dashboard_cli_writes_one_self_contained_file(runs_dir: Path, tmp_path: Path):
     out = tmp_path / "report.html"
-    done = run_cli("dashboard", str(runs_dir), "--bundle", "tiny_rl_cpu", "--baseline", "rollpacker", "-o", str(out))
+    # a bundle the runs did not replay: its recorded figures would sit beside another workload's runs
+    other = run_cli("dashboard", str(runs_dir), "--bundle", "tiny_rl_cpu", "-o", str(out))
+    assert other.returncode == 2 and "--bundle tiny_rl_cpu is the recording" in other.stderr, other.stderr
+    assert "not the one the runs replayed" in other.stderr and not out.exists()
+    done = run_cli("dashboard", str(runs_dir), "--bundle", str(runs_dir.parent / "bundle"), "--baseline",
+                   "rollpacker", "-o", str(out))
     assert done.returncode == 0, done.stderr
     html = out.read_text()
     assert html.count("plotly.js v") == 1  # the library embedded once, not per figure

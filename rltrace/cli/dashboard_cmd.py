@@ -13,6 +13,7 @@ from rltrace.bundle import open_bundle
 from rltrace.cli.inspect_cmd import resolve_bundle
 from rltrace.cli.progress import stage, stderr
 from rltrace.dashboards.report import ReportConfig, build
+from rltrace.errors import ConfigError
 from rltrace.files import write_text
 from rltrace.limits import check_output
 
@@ -51,6 +52,12 @@ def dashboard(
     with stage(err, "reading runs"):
         loaded = load_runs(runs)
         source = open_bundle(resolve_bundle(bundle)) if bundle is not None else None
+    replayed = {run.config.get("source", {}).get("run_id") for run in loaded if isinstance(run.config, dict)
+                and isinstance(run.config.get("source"), dict)} - {None}
+    if source is not None and replayed and source.manifest.run_id not in replayed:
+        # its recorded figures would be shown beside runs of another workload
+        raise ConfigError(f"--bundle {bundle} is the recording {source.manifest.run_id!r}, not the one the runs "
+                          f"replayed ({', '.join(sorted(map(repr, replayed)))}); give that one, or no --bundle")
     with stage(err, f"building the report of {len(loaded)} run(s)"):
         html = build(loaded, source, baseline, limits, title=title, objective=goal)
     write_text(output, html)

@@ -86,7 +86,15 @@ def _pools(c: Cluster) -> tuple[int, int, int]:
 
 
 def _prepare(spec: JobSpec, shape: Shape, cost: CostConfig, prices: dict[str, float] | None) -> Prepared:
-    """One job alone, reshaped by its spec."""
+    """One job alone, reshaped by its spec; a value it cannot take is a ConfigError naming the job."""
+    try:
+        return _prepare_one(spec, shape, cost, prices)
+    except ConfigError as e:
+        said = str(e)
+        raise ConfigError(said if said.startswith(f"job {spec.name!r}") else f"job {spec.name!r}: {said}") from None
+
+
+def _prepare_one(spec: JobSpec, shape: Shape, cost: CostConfig, prices: dict[str, float] | None) -> Prepared:
     where = sample_path(spec.bundle) if spec.bundle in list_samples() else Path(spec.bundle)
     if not where.exists():
         raise ConfigError(f"job {spec.name!r}: bundle {spec.bundle!r}: no such file or folder (a bundle folder, a "

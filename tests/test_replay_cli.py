@@ -166,6 +166,9 @@ def test_rollmux_takes_a_job_list(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "slo must be >= 1" in bad.stderr
     both = run_cli("replay", "rollpacker_qwen7b", "--jobs", str(jobs), "-s", "rollmux")
     assert both.returncode == 2
+    jobs.write_text('[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nsteps = 0\n')  # said no job's name
+    bad = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux")
+    assert bad.returncode == 2 and "rltrace: error: job 'a': steps must be >= 1, got 0" in bad.stderr, bad.stderr
 
 
 def test_recorded_steps_replay_only_those_steps() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -418,3 +419,20 @@ def test_gpus_per_node_moves_the_expert_all_to_alls(tmp_path: Path) -> None:
     ep16 = base.replace("ep = 8", "ep = 16")
     assert train_s(base.replace("gpus = 32", "gpus = 32\ngpus_per_node = 4")) > 1.3 * train_s(base)
     assert train_s(ep16.replace("gpus = 32", "gpus = 32\ngpus_per_node = 16")) < train_s(ep16) / 1.3
+
+
+@pytest.mark.parametrize(("lengths", "said"), [
+    # ran on the drawn lengths, byte for byte as without the file, with no word
+    ('[lengths]\npath = "lens.csv"\ncolumn = "resp"\n',
+     'lengths.path is read by lengths.kind = "empirical" only (lengths.kind is \'clipped_lognormal\')'),
+    # every response came out at the mean (zeros clipped to 1 token, then scaled)
+    ('[lengths]\nkind = "empirical"\npath = "zero.csv"\ncolumn = "resp"\n', "column 'resp' holds only zeros"),
+])
+def test_a_lengths_table_that_would_not_be_read_as_meant_is_refused(tmp_path: Path, lengths: str, said: str) -> None:
+    (tmp_path / "lens.csv").write_text("resp\n100\n200\n")
+    (tmp_path / "zero.csv").write_text("resp\n0\n0\n")
+    text = EXAMPLE.read_text() + "\n" + lengths.replace('"lens.csv"', json.dumps(str(tmp_path / "lens.csv"))
+                                                        ).replace('"zero.csv"', json.dumps(str(tmp_path / "zero.csv")))
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        d = load_description(write(tmp_path, text))
+        from_description(d, Shape(steps=1), CostConfig())

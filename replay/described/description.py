@@ -166,6 +166,9 @@ class Description:
         if self.mode:
             _choice("mode", self.mode, MODES)
         _choice("lengths.kind", n.kind, LENGTH_KINDS)
+        if n.kind != "empirical" and (n.path or n.column):  # a file the draw would not read, without a word
+            raise ConfigError(f"lengths.{'path' if n.path else 'column'} is read by lengths.kind = \"empirical\" only "
+                              f"(lengths.kind is {n.kind!r})")
         if t.backend:
             _choice("training.backend", t.backend, BACKENDS)
         _choice("algorithm.name", a.name, ("grpo", "ppo"))

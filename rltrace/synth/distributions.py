@@ -168,6 +168,8 @@ class Empirical:
             raise ConfigError(f"{p}: column {column!r} must hold non-negative numbers") from None
         if values.size == 0 or not np.isfinite(values).all() or (values < 0).any():
             raise ConfigError(f"{p}: column {column!r} must hold non-negative numbers")
+        if not (values > 0).any():  # every length would be drawn as 0, then clipped to 1 token (or scaled from 1)
+            raise ConfigError(f"{p}: column {column!r} holds only zeros: no length to draw")
         return cls(np.sort(values), scale)
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from helpers import REPO, RLTRACE, run_cli
 from rltrace.collectors.shards import engine_scoped_ids
@@ -274,8 +275,17 @@ def test_a_model_file_that_never_appears_is_said_at_start_and_at_the_merge(tmp_p
     assert rltrace.open(tmp_path / "run").manifest.model is None
 
 
+def _flushed_spans(shards: Path) -> int:
+    """Span rows the periodic flushes have written into ``shards`` so far (each file lands whole, by rename)."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in shards.glob("shards/*/spans-*.parquet"))
+
+
 def test_a_sigkilled_job_still_merges(tmp_path: Path) -> None:
     proc, pid = _start_loop(tmp_path, "--keep-shards")
+    deadline = time.monotonic() + 60  # a loaded machine may not have flushed yet after the 1.5 s _start_loop waits
+    while _flushed_spans(tmp_path / "run.shards") <= 20:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)  # no handler runs: only the periodic flushes survive
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL

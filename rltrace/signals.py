@@ -18,6 +18,8 @@ from types import FrameType
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 """the exit code of a command stopped by SIGTERM, as a shell reports a process killed by it"""
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""Ctrl-C's exit code, whether it comes while the CLI loads or while a command runs"""
 
 
 class Terminated(KeyboardInterrupt):

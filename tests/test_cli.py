@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -376,6 +379,35 @@ def test_python_m_rltrace_runs_the_same_cli(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_cli("schema").stdout
     assert sample_path().is_dir()
+
+
+DEFAULT_SIGINT_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                       "os.execv(sys.argv[1], sys.argv[1:])")
+"""runs argv[1:] in this process with SIGINT at its default, whatever the test runner left it at"""
+
+
+def _loading_polars(pid: int) -> bool:
+    """Whether process ``pid`` has mapped polars' library: it is past the interpreter's start, importing the CLI."""
+    with contextlib.suppress(OSError):
+        return "polars" in Path(f"/proc/{pid}/maps").read_text()
+    return False
+
+
+@pytest.mark.parametrize("command", [[str(Path(sys.executable).parent / "rltrace")], [sys.executable, "-m", "rltrace"]],
+                         ids=["console-script", "python-m"])
+def test_ctrl_c_while_the_cli_loads_ends_it_without_a_traceback(command: list[str]) -> None:
+    """Ctrl-C in the second or so the CLI's modules take to load printed a KeyboardInterrupt traceback, and the
+    process died of SIGINT; once a command runs, Ctrl-C ends it with 130 and no traceback. Both do that now."""
+    proc = subprocess.Popen([sys.executable, "-c", DEFAULT_SIGINT_EXEC, *command, "replay", "rollpacker_qwen7b", "-s",
+                             "disagg-sync", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _loading_polars(proc.pid):  # a SIGINT while the interpreter starts kills it outright, as it should
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)  # about half a second of the CLI's imports is still to come (then seconds of work)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and stdout == "", stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
 
 
 @pytest.mark.parametrize("args", [["inspect"], ["inspect", "--json"], ["schema"]])

@@ -33,7 +33,7 @@ from rltrace.cli.schema_cmd import schema
 from rltrace.cli.sweep_cmd import sweep
 from rltrace.cli.synth_cmd import synth
 from rltrace.errors import MAX_ERROR_CHARS, RltraceError, clean
-from rltrace.signals import EXIT_TERMINATED, terminate_as_interrupt
+from rltrace.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, terminate_as_interrupt
 
 app = typer.Typer(
     name="rltrace",
@@ -135,7 +135,7 @@ def _run(command: click.Command, argv: Sequence[str] | None) -> int:
     except RltraceError as e:
         return _fail(str(e))
     except typer.Abort:  # Ctrl-C at a prompt
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `rltrace inspect --json | head`: stop quietly, as the Python docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -1,8 +1,10 @@
-"""Writing one output file so that a reader never sees half of it."""
+"""Files as rltrace writes and identifies them: one output written so that a reader never sees half of it, and
+the digest that names a file's content."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -29,3 +31,8 @@ def write_text(path: Path, text: str) -> int:
             raise ConfigError(f"{path}: cannot write ({e.strerror})") from None
         raise
     return len(data)
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 hex digest of the bytes of the file at ``path`` (an OSError where it cannot be read)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -35,6 +35,7 @@ from rltrace.replay.topologies.base import TopologySpec
 from rltrace.catalog import get_gpu, get_model
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
+from rltrace.files import sha256_of
 from rltrace.limits import check_grid_size
 
 SHAPE_KEYS = tuple(f.name for f in fields(Shape))
@@ -202,6 +203,6 @@ def point_id(point: Point) -> str:
 def file_digest(path: str) -> str:
     """The SHA-256 of the file at ``path`` ("" where there is none: the run that reads it gives the error)."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha256_of(path)
     except (OSError, ValueError):  # ValueError: a NUL byte in the path
         return ""

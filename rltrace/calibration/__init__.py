@@ -14,7 +14,6 @@ GPU kind, TP and regime).
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -25,6 +24,7 @@ from typing import Any
 
 from rltrace.catalog._toml import load_toml
 from rltrace.errors import ConfigError
+from rltrace.files import sha256_of
 
 FOLDER = Path(__file__).parent
 KINDS = ("measured", "fitted", "assumed", "setting")
@@ -135,7 +135,7 @@ def _entry(name: str, raw: object, file: str) -> Constant:
 def file_digest(path: Path) -> str:
     """The first 12 hex digits of a file's sha256: how a run records the content of a file it read (a calibration,
     a profile, a described job), so an edited file shows as another."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return sha256_of(path)[:12]
 
 
 def load(paths: list[Path] | None = None) -> CostCalibration:

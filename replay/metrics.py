@@ -263,7 +263,7 @@ def compute_metrics(
         if r.usd_per_s and r.busy_s:
             by_pool[r.name] = {"gpu": "serverless", "gpus": 0, "gpu_hours": 0.0, "cost_usd": r.busy_s * r.usd_per_s}
     cost += sum(r.busy_s * r.usd_per_s for r in run.resources.values())  # serverless: per second of use
-    sync = (timeline.filter(pl.col("kind") == "weight_sync").group_by("step")
+    sync = (timeline.filter(pl.col("kind") == "weight_sync").group_by("job", "step")
             .agg((pl.col("end_s") - pl.col("start_s")).sum()))
     return {
         "throughput_samples_per_s": samples / makespan if makespan else 0.0,

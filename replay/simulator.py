@@ -267,6 +267,7 @@ class Simulator:
         can = capabilities(scheduler)
         self._places_turns = can.places_turns
         self._view = View(self, several_jobs=can.several_jobs)
+        self.record.jobs = self._view.jobs  # the jobs it replays: a one-job scheduler's run is the first job's alone
         scheduler.start(self._view)
         self._replan()
         # The loop allocates a few short-lived objects per event and no reference cycles; the cyclic collector

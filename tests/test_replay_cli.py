@@ -13,6 +13,8 @@ from helpers import REPO, run_cli
 from rltrace.sample_traces import sample_path
 
 import rltrace
+from rltrace.analysis.network import sync_durations
+from rltrace.analysis.runs import load_runs
 from rltrace.schema import TABLES
 
 BASELINES = ["colocated-sync", "disagg-sync", "one-step-async", "fully-async"]
@@ -169,6 +171,29 @@ def test_rollmux_takes_a_job_list(tmp_path: Path) -> None:
     jobs.write_text('[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nsteps = 0\n')  # said no job's name
     bad = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux")
     assert bad.returncode == 2 and "rltrace: error: job 'a': steps must be >= 1, got 0" in bad.stderr, bad.stderr
+
+
+def test_a_job_lists_phases_and_syncs_are_per_job_step_in_every_view(tmp_path: Path) -> None:
+    """With two jobs, disagg-sync (which replays the first) reported every phase at half its time: its spans were
+    counted as a second job's steps. rollmux's weight_sync_s added both jobs' syncs of step k into one figure,
+    2x the phase breakdown's, and the report's sync chart drew that sum."""
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nsteps = 2\n'
+        '[[jobs]]\nname = "b"\nbundle = "rollpacker_qwen7b"\narrival_s = 20.0\nsteps = 2\nseed = 1\n'
+    )
+    result = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux,disagg-sync", "-o", str(tmp_path / "runs"))
+    assert result.returncode == 0, result.stderr
+    one = json.loads((tmp_path / "runs" / "disagg-sync" / "metrics.json").read_text())
+    phases = one["phases_s_per_step"]
+    assert sum(phases.values()) == pytest.approx(one["step_time_s"]["mean"], rel=1e-6)  # a sync step is its phases
+    assert phases["weight_sync"] == pytest.approx(one["weight_sync_s"], rel=1e-6) and one["weight_sync_s"] > 0
+    both = json.loads((tmp_path / "runs" / "rollmux" / "metrics.json").read_text())
+    assert both["weight_sync_s"] == pytest.approx(both["phases_s_per_step"]["weight_sync"], rel=1e-6)
+    charted = sync_durations(load_runs(tmp_path / "runs"))
+    for name, metrics in (("rollmux", both), ("disagg-sync", one)):
+        per_step = charted.filter(pl.col("run") == name)["duration_s"]
+        assert per_step.mean() == pytest.approx(metrics["weight_sync_s"], rel=1e-6), name
 
 
 def test_recorded_steps_replay_only_those_steps() -> None:

@@ -47,8 +47,11 @@ def link_utilization(run: Run, *, bins: int = 200, max_links: int = 64) -> tuple
 
 
 def sync_durations(runs: list[Run]) -> pl.DataFrame:
-    """run, step, start_s, duration_s: every weight sync of every run (the timeline's weight_sync spans)."""
-    parts = [run.timeline.filter(pl.col("kind") == "weight_sync").group_by("step").agg(
+    """run, step, start_s, duration_s: each run's weight-sync seconds per step (the timeline's weight_sync spans; in
+    a run of several jobs, the mean over the jobs that synced at that step, each job's syncs summed as metrics.json's
+    ``weight_sync_s`` sums them per job and step)."""
+    parts = [run.timeline.filter(pl.col("kind") == "weight_sync").group_by("job", "step").agg(
         pl.col("start_s").min(), (pl.col("end_s") - pl.col("start_s")).sum().alias("duration_s"))
+        .group_by("step").agg(pl.col("start_s").min(), pl.col("duration_s").mean())
         .select(pl.lit(run.name).alias("run"), "step", "start_s", "duration_s") for run in runs]
     return pl.concat(parts).sort("run", "step")

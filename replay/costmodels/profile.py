@@ -137,20 +137,36 @@ POSITIVE_COLUMNS = {
 """each kernel table's shapes and times, which must be positive numbers where given (a null row is skipped)"""
 
 
+def _not_positive(column: str) -> pl.Expr:
+    """A given value of ``column`` that is not a finite positive number (text that is no number, NaN, inf, <= 0)."""
+    x = pl.col(column).cast(pl.Float64, strict=False)
+    return pl.col(column).is_not_null() & ~((x > 0) & x.is_finite()).fill_null(False)
+
+
 def _check_positive(path: Path, columns: tuple[str, ...]) -> None:
-    """A ConfigError naming the first shape or time in ``columns`` of ``path`` that is not a positive number: a
-    negative token count or TP, or one negative op time among four, would otherwise be fitted without a word."""
+    """A ConfigError naming the first shape or time in ``columns`` of ``path`` that is not a positive number (rows
+    counted from 1): a negative token count or TP, or one negative op time among four, would otherwise be fitted
+    without a word. A table with no rows, or numbers stored as text, is refused too: the fit's arithmetic would
+    fail on it with the reader's words, which name no column."""
     frame = (pl.scan_csv(path) if path.suffix == ".csv" else pl.scan_parquet(path))
-    present = [c for c in columns if c in frame.collect_schema()]  # a missing one: the conversion names it
+    schema = frame.collect_schema()
+    present = [c for c in columns if c in schema]  # a missing one: the conversion names it
     if not present:
         return
-    bad = (frame.select(present).with_row_index("row")
-           .filter(pl.any_horizontal(~(pl.col(c).cast(pl.Float64) > 0) & pl.col(c).is_not_null() for c in present))
-           .head(1).collect())
+    if not frame.select(pl.len()).collect().item():
+        raise ConfigError(f"{path}: no data rows")
+    bad = (frame.select(present).with_row_index("row", offset=1)
+           .filter(pl.any_horizontal(_not_positive(c) for c in present)).head(1).collect())
     if bad.height:
-        first = next(c for c in present if not (bad[c][0] is None or bad[c][0] > 0))
+        first = next(c for c in present if bad.select(_not_positive(c)).item())
         raise ConfigError(f"{path}, column {first!r}, data row {bad['row'][0]:,}: {bad[first][0]} is not a positive "
                           "number")
+    empty = next((c for c in present if not frame.select(pl.col(c).is_not_null().any()).collect().item()), None)
+    if empty is not None:
+        raise ConfigError(f"{path}, column {empty!r}: has no values")
+    text = next((c for c in present if not schema[c].is_numeric()), None)
+    if text is not None:
+        raise ConfigError(f"{path}, column {text!r}: numbers stored as {schema[text]} values; write them as numbers")
 
 
 def kernel_tables(directory: str | Path, gpu: str = "H100") -> pl.DataFrame:

@@ -167,7 +167,8 @@ class Prepared:
     False for a described job, which has no recorded layout to replay"""
     source: dict[str, Any] = field(default_factory=dict)
     """what was replayed, as config.json's ``source`` records it: kind ("bundle", "description" or "job list"),
-    absolute path, and the bundle's run id or the file's sha256; a job list's, each job's under ``jobs`` (set by
+    absolute path, and the bundle's run id or the file's sha256; a described job's, the description as replayed
+    (after the what-if options) under ``description``; a job list's, each job's under ``jobs`` (set by
     :func:`rltrace.replay.sources.open_source` and :func:`rltrace.api.prepare`; empty when the caller built the jobs
     itself)"""
 

@@ -21,7 +21,7 @@ def open_source(path: str | Path, shape: Shape, cost: CostConfig,
     described job); its ``source`` names the input (:func:`source_of`)."""
     if is_description(path):
         prepared = from_description(load_description(path), shape, cost, prices)
-        return replace(prepared, source=source_of("description", path)), None
+        return replace(prepared, source={**source_of("description", path), **prepared.source}), None
     bundle = open_bundle(path)
     return replace(from_bundle(bundle, shape, cost, prices), source=source_of("bundle", path, bundle)), bundle
 

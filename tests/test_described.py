@@ -270,6 +270,18 @@ def test_a_run_folder_names_the_description_it_replayed_and_every_view_says_as_d
     assert len(source["sha256"]) == len(again["sha256"]) == 12 and again["sha256"] != source["sha256"]
 
 
+def test_a_run_folder_keeps_the_description_as_replayed(tmp_path: Path) -> None:
+    """config.json said cost.train_ep 1 of a job whose trainer runs EP 8 (its [training] ep), and nothing in it said
+    which pools or steps the what-if options had replayed: it keeps the description as replayed now."""
+    path = REPO / "examples" / "described" / "qwen3_30b_a3b_colocated.toml"
+    assert main(["replay", str(path), "-s", "disagg-sync", "--steps", "1", "--gen-gpus", "8", "--train-gpus", "24",
+                 "--replicates", "0", "-o", str(tmp_path / "runs")]) == 0
+    replayed = json.loads((tmp_path / "runs" / "disagg-sync" / "config.json").read_text())["source"]["description"]
+    assert replayed["training"]["ep"] == 8 and replayed["model"] == "Qwen3-30B-A3B"
+    pools = replayed["cluster"]["gen_gpus"], replayed["cluster"]["train_gpus"]
+    assert replayed["batch"]["steps"] == 1 and pools == (8, 24)
+
+
 def test_as_recorded_needs_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A described job has no recorded layout: as-recorded named is one line and exit 2, and "all" leaves it out
     with a note (it replayed the job disaggregated, whatever its mode)."""

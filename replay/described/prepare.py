@@ -27,6 +27,7 @@ from rltrace.replay.network.weight_sync import local_fabric, reprice_syncs
 from rltrace.replay.run import CostConfig, Prepared
 
 from rltrace.catalog import ModelSpec, get_gpu, get_model
+from rltrace.config import to_dict
 from rltrace.errors import ConfigError
 
 
@@ -180,7 +181,7 @@ def from_description(d: Description, shape: Shape, cost: CostConfig, prices: dic
         notes.append(f"weight syncs priced on {fabric} (cost.sync_gbps unused; --topology, when given, prices them "
                      "instead)")
     return Prepared(frame, [job], cluster, [described, *notes], sync_fabric=fabric, calibration=constants,
-                    recorded=False)
+                    recorded=False, source={"description": to_dict(d)})  # as replayed: --steps, --gen-gpus... in
 
 
 def _trainer_phases(p: Phases) -> dict[str, float]:

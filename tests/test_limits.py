@@ -71,6 +71,11 @@ CASES = [
     ("synth under a file", ["synth", "--preset", "rollpacker", "-o", "{F}/s"], "is a file, not a folder"),
     ("import under a file", ["import", "csv", "{F}", "-o", "{F}/b"], "is a file, not a folder"),
     ("calibrate under a file", ["calibrate", "--tables", "{T}", "-o", "{F}/p.parquet"], "is a file, not a folder"),
+    # calibrate made a missing folder for -o and refused one for --kernels-out: every file output refuses it
+    ("calibrate in a missing folder", ["calibrate", "--tables", "{T}", "-o", "{T}/no/p.toml"],
+     "/no/p.toml: folder"),
+    ("calibrate kernels in a missing folder", ["calibrate", "--tables", "{T}", "-o", "{T}/p.toml", "--kernels-out",
+                                               "{T}/no/k.parquet"], "/no does not exist"),
     ("export to a folder", ["export", "perfetto", BUNDLE, "-o", "{T}"], "is a folder, expected a file"),
 ]
 

@@ -50,7 +50,7 @@ def calibrate(
         rltrace calibrate --tables ../shared/data/kernels/h100 -o h100_profile.toml
         rltrace calibrate --device cpu --model my_model/config.json --engine vllm -o cpu_profile.toml
     """
-    check_output(output, "--output", make_parents=True)
+    check_output(output, "--output")  # a file, in a folder that exists: as every file output, --kernels-out too
     if kernels_out is not None:
         check_output(kernels_out, "--kernels-out")
         if kernels_out.resolve() == output.resolve():  # the profile, written second, replaced the kernels unsaid
@@ -91,7 +91,6 @@ def calibrate(
         profile, name = fit_kernel_tables(tables, gpu_name), gpu_name
         if kernels_out is not None:  # the public tables converted once to measured-kernel rows
             kernel_tables(tables, gpu_name).write_parquet(kernels_out)
-    output.parent.mkdir(parents=True, exist_ok=True)
     if output.suffix == ".toml":
         if device is not None:
             command = shlex.join(["rltrace", "calibrate", "--device", device, "--model", model_name,

@@ -53,8 +53,9 @@ def key(default: Any = _NONE, meaning: str = "") -> Any:
 class ClusterDescription:
     gpu: str = key(meaning="GPU kind of the run (a catalog name: H100, H800, H20, H200, A100, A800, B200, GB200)")
     gpus: int = key(0, "GPUs of a colocated run (0: gen_gpus + train_gpus)")
-    gen_gpus: int = key(0, "generation GPUs of a disaggregated run (0: half of gpus, whole instances)")
-    train_gpus: int = key(0, "training GPUs of a disaggregated run (0: the rest of gpus)")
+    gen_gpus: int = key(0, "generation GPUs of a disaggregated run, given with train_gpus (both 0: half of gpus, "
+                           "whole instances)")
+    train_gpus: int = key(0, "training GPUs of a disaggregated run, given with gen_gpus (both 0: the rest of gpus)")
     train_gpu: str = key("", "GPU kind of the training pool when it differs (empty: gpu)")
     gpus_per_node: int = key(0, "GPUs one NVLink fabric joins (0: the GPU kind's, 8 on HGX, 72 on GB200 NVL72)")
 

@@ -214,8 +214,15 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
     table = verdict.table(runs, baseline)
     winner, why_not = verdict.choose(table, objective)
     how = verdict.workload_origin(table)
-    page.section("Which run to choose", f"every run on the same work: the {how} samples and output tokens, long "
-                 "ones included; ratios against the baseline")
+    mixed = table.select("recorded_samples", "recorded_tokens").n_unique() > 1  # e.g. rollmux's jobs against one
+    page.section("Which run to choose", f"each run on its own {how} work: its samples and output tokens, long ones "
+                 "included; ratios of rates against the baseline" if mixed else
+                 f"every run on the same work: the {how} samples and output tokens, long ones included; ratios "
+                 "against the baseline")
+    if mixed:  # said before the verdict that rests on it
+        page.text("the runs replayed different workloads (" + ", ".join(
+            f"{r['run']}: {r['recorded_samples']:,} samples" for r in table.iter_rows(named=True))
+            + f"): each is put on its own {how} work, and ratios compare rates, not the same samples")
     if winner is None:
         page.verdict(why_not, objective.describe(how), [], verdict.alternatives(table, objective.goal))
     else:
@@ -241,10 +248,6 @@ def _choice(page: Page, runs: list[Run], baseline: str | None, objective: Object
               f"time by which a run had trained as many samples and tokens as {how} (extrapolated at its own rate "
               f"where it never did); changed: its trained lengths differ from the {how} (KS distance above "
               "0.05, or samples or tokens off by more than 2%).")
-    if table.select("recorded_samples", "recorded_tokens").n_unique() > 1:  # e.g. rollmux's jobs against one job
-        page.text("the runs replayed different workloads (" + ", ".join(
-            f"{r['run']}: {r['recorded_samples']:,} samples" for r in table.iter_rows(named=True))
-            + f"): each is put on its own {how} work, and ratios compare rates, not the same samples")
     if not table["known"].all():
         page.text("runs written before replay recorded what it trained: their finished requests count as trained")
     said: dict[str, list[str]] = {}  # each note once, with the runs it belongs to

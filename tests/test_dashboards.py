@@ -249,7 +249,10 @@ def test_a_run_of_several_jobs_draws_and_names_each_jobs_spans(tmp_path: Path):
     sync = w["disagg-sync"]
     assert sync["recorded_samples"] == sync["trained_samples"] < w["rollmux"]["recorded_samples"]
     assert not w["disagg-sync"]["changed"] and not w["disagg-sync"]["extrapolated"]
-    assert "the runs replayed different workloads" in build([run, first])
+    page = build([run, first])
+    # said before the verdict that rests on it, which no longer claims "every run on the same work"
+    assert -1 < page.index("the runs replayed different workloads") < page.index('<div class="verdict">')
+    assert "every run on the same work" not in page and "each run on its own" in page
     # a run folder written before timelines named jobs still loads: one job, so job 0
     folder = tmp_path / "old"
     folder.mkdir()

@@ -127,6 +127,22 @@ def test_runs_read_back_in_the_order_compared_and_notes_are_the_clis(tmp_path: P
     back = verdict.table(load_runs(tmp_path / "runs"))
     assert back["run"].to_list() == ["rollpacker", "disagg-sync"] and back["baseline"].to_list() == [True, False]
     assert back["samples_per_s_x"].to_list() == pytest.approx(cmp.table()["samples_per_s_x"].to_list(), rel=1e-12)
+    # a damaged order file was read as none: the runs came back by name, under another baseline, without a word
+    (tmp_path / "runs" / "runs.json").write_text('{"runs": "rollpacker"}')
+    with pytest.raises(rltrace.ConfigError, match=r"runs\.json: not the run order a replay writes"):
+        load_runs(tmp_path / "runs")
+    (tmp_path / "runs" / "runs.json").unlink()
+    (tmp_path / "runs" / "runs.json").mkdir()
+    with pytest.raises(rltrace.ConfigError, match=r"runs\.json: cannot read \(Is a directory\)"):
+        load_runs(tmp_path / "runs")
+    (tmp_path / "runs" / "runs.json").rmdir()
+    (tmp_path / "runs" / "runs.json").write_text("{")
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "runs.json").write_text("{")  # no runs to order: what the folder lacks is said
+    with pytest.raises(rltrace.ConfigError, match="not a run folder .no metrics.json. and holds none"):
+        load_runs(tmp_path / "none")
+    cmp.write(tmp_path / "runs")  # a replay writing there again replaces it
+    assert [r.name for r in load_runs(tmp_path / "runs")] == ["rollpacker", "disagg-sync"]
     assert any(n.startswith("generation cost's track record") for n in cmp.notes)
     assert any("the topology's GPUs are H100s, the training GPUs H800s" in n for n in cmp.notes)
     shown = run_cli("replay", "rollpacker_qwen7b", "-s", "rollpacker,disagg-sync", "--steps", "1", "--topology",

@@ -173,21 +173,37 @@ def load_runs(paths: str | Path | Sequence[str | Path]) -> list[Run]:
 
 
 def write_order(folder: Path, names: Sequence[str]) -> None:
-    """Record ``names`` first in ``folder``'s run order (:data:`ORDER_FILE`), the runs it held before after them."""
-    before = _order(folder)
+    """Record ``names`` first in ``folder``'s run order (:data:`ORDER_FILE`), the runs it held before after them (a
+    damaged order file is replaced: the runs this replay writes come first all the same)."""
+    try:
+        before = _order(folder)
+    except ConfigError:
+        before = []
     (folder / ORDER_FILE).write_text(json.dumps({"runs": list(dict.fromkeys([*names, *before]))}), encoding="utf-8")
 
 
 def _order(folder: Path) -> list[str]:
+    """The run names of ``folder``'s order file, [] where it has none; a ConfigError where it holds something else
+    (the first run is the baseline: falling back to alphabetical order would change it without a word)."""
+    path = folder / ORDER_FILE
     try:
-        runs = json.loads((folder / ORDER_FILE).read_text(encoding="utf-8")).get("runs", [])
-    except (OSError, ValueError, AttributeError):  # none, or not one this wrote: alphabetical
+        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    except FileNotFoundError:
         return []
-    return [r for r in runs if isinstance(r, str)] if isinstance(runs, list) else []
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        runs = None
+    if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
+        raise ConfigError(f"{path}: not the run order a replay writes ({{\"runs\": [names]}}); fix or delete it "
+                          "(without it, runs are ordered by name and the first is the baseline)")
+    return runs
 
 
 def _in_order(folder: Path, runs: list[Path]) -> list[Path]:
     """``runs`` (alphabetical) in the order the replay that wrote them compared them, the others after."""
+    if not runs:  # no runs to order: the caller says the folder holds none
+        return runs
     rank = {name: i for i, name in enumerate(_order(folder))}
     return sorted(runs, key=lambda p: rank.get(p.name, len(rank)))
 

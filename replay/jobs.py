@@ -107,7 +107,14 @@ def _prepare_one(spec: JobSpec, shape: Shape, cost: CostConfig, prices: dict[str
             raise ConfigError(f"job {spec.name!r}: a described job's trainer expert parallelism is its [training] ep; "
                               "set it there, not train_ep")
         return prepare_source(where, mine, replace(cost, train_ep=1), prices)
-    return prepare_source(where, mine, cost if spec.train_ep is None else replace(cost, train_ep=spec.train_ep), prices)
+    prepared = prepare_source(where, mine, cost if spec.train_ep is None else replace(cost, train_ep=spec.train_ep),
+                              prices)
+    if mine.reshapes:  # as replay says of a bundle it reshapes
+        prepared.notes.append(f"the workload is drawn from the recorded one (seed {mine.seed or 0}): its steps and "
+                              "samples are resampled (without its entry's steps, prompts_per_step, "
+                              "samples_per_prompt, max_new_tokens and model, and without --model, the bundle "
+                              "replays as it ran)")
+    return prepared
 
 
 def prepare_jobs(specs: list[JobSpec], cluster: Shape, cost: CostConfig,

@@ -163,6 +163,8 @@ def test_rollmux_takes_a_job_list(tmp_path: Path) -> None:
     assert m["rollmux"]["extra"]["groups"] >= 1
     table = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux,disagg-sync")
     assert "replay(s) the first job only (a)" in table.stdout
+    said = " ".join((table.stdout + table.stderr).split())  # each job resampled by its entry's steps, said so
+    assert "b: the workload is drawn from the recorded one (seed 1)" in said, said
     jobs.write_text('[[jobs]]\nname = "a"\nbundle = "rollpacker_qwen7b"\nslo = 0.5\n')
     bad = run_cli("replay", "--jobs", str(jobs), "-s", "rollmux")
     assert bad.returncode == 2 and "slo must be >= 1" in bad.stderr

@@ -436,7 +436,8 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
     c = prepared.cluster
     if can.colocates and c.gen_gpu != c.train_gpu:
         raise ConfigError(f"{two_kinds([scheduler], c)}: replay on one kind (--gpu {c.train_gpu}) to compare it")
-    jobs, routed, notes = _on_network(prepared, scheduler, can.colocates, config.network)
+    jobs, routed, notes = _on_network(prepared, scheduler, can.colocates, config.network,
+                                      replayed=len(prepared.jobs) if can.several_jobs else 1)
     f = prepared.requests_frame
     requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
                         f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy(),
@@ -483,32 +484,35 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
                      links)
 
 
-def _on_network(prepared: Prepared, scheduler: str, colocates: bool,
-                network: NetworkConfig) -> tuple[list[Job], Routed | None, list[str]]:
-    """The jobs ``scheduler`` replays, their syncs and collectives timed on ``network``'s topology when it names one
-    (on copies: the prepared jobs stay as they are), with what the network model did and notes on it. A described
+def _on_network(prepared: Prepared, scheduler: str, colocates: bool, network: NetworkConfig, *,
+                replayed: int) -> tuple[list[Job], Routed | None, list[str]]:
+    """The prepared jobs, the first ``replayed`` (those ``scheduler`` replays: a one-job scheduler's first) with their
+    syncs and collectives timed on ``network``'s topology when it names one (on copies: the prepared jobs stay as
+    they are), with what the network model did and notes on it; the network figures are theirs alone. A described
     job under a colocating scheduler runs its own colocated step (the trainer on every GPU, the refit in place),
     which the topology does not price: it is left off the network. A recording under a colocating scheduler has its
     training collectives timed on the fabric, and no weight sync (the refit is in place)."""
     if not network.topology:
         return prepared.jobs, None, []
-    own = [colocates and j.colocated is not None for j in prepared.jobs]
+    mine = prepared.jobs[:replayed]
+    own = [colocates and j.colocated is not None for j in mine]
     notes = []
     if any(own):
-        named = "the described job" if len(own) == 1 else ", ".join(j.name for j, o in zip(prepared.jobs, own) if o)
+        named = "the described job" if len(own) == 1 else ", ".join(j.name for j, o in zip(mine, own) if o)
         notes.append(f"{scheduler} runs {named}'s own colocated step (the trainer on every GPU, the refit in place), "
                      "which the topology does not price" + (": no network figures" if all(own) else ""))
     if all(own):
         return prepared.jobs, None, notes
     jobs = [dataclasses.replace(j, sync_s=list(j.sync_s), train_s=list(j.train_s), forward_s=list(j.forward_s))
-            for j in prepared.jobs]
+            for j in mine]
     c = prepared.cluster
     # a colocating scheduler refits the weights in place: no weight sync crosses the fabric
     routed = route([dataclasses.replace(j, sync_bytes=None, collective_bytes=None, alltoalls=None) if o
                     else dataclasses.replace(j, sync_bytes=None) if colocates else j
                     for j, o in zip(jobs, own)], c.gen_gpus, c.train_gpus, network)
-    for before, after in zip(prepared.jobs, jobs):
+    for before, after in zip(mine, jobs):
         after.phases = _retimed_phases(before, after)
+    jobs += prepared.jobs[replayed:]  # never run: as prepared
     trainer = _gpu(c.train_gpu)  # None: not a catalog GPU (a CPU recording)
     if trainer is not None and get_gpu(routed.topology.gpu).name != trainer.name:  # another GPU's NVLink, HBM, NCCL
         routed.notes.append(f"the topology's GPUs are {routed.topology.gpu}s, the training GPUs "

@@ -198,6 +198,20 @@ def test_a_job_lists_phases_and_syncs_are_per_job_step_in_every_view(tmp_path: P
         assert per_step.mean() == pytest.approx(metrics["weight_sync_s"], rel=1e-6), name
 
 
+def test_a_one_job_schedulers_network_figures_are_its_jobs_alone() -> None:
+    """disagg-sync on a job list with a topology replays the first job, yet its network figures averaged every
+    job's routed syncs and collectives: 0.853 s a weight sync (rollmux's all-jobs figure) beside 0.339 s in its own
+    timeline."""
+    args = ["--topology", "fat-tree:k=16,gpu=H800", "--sync-strategy", "tree", "--replicates", "0", "--json"]
+    listed = run_cli("replay", "--jobs", str(REPO / "examples" / "rollmux" / "jobs.toml"), "-s", "disagg-sync", *args)
+    alone = run_cli("replay", "rollpacker_qwen7b", "--steps", "4", "-s", "disagg-sync", *args)
+    assert listed.returncode == alone.returncode == 0, listed.stderr + alone.stderr
+    listed_m, alone_m = (json.loads(r.stdout)["disagg-sync"] for r in (listed, alone))
+    assert listed_m["network"]["weight_sync_s"] == pytest.approx(listed_m["weight_sync_s"], rel=1e-9)
+    for key in ("weight_sync_s", "collective_s"):
+        assert listed_m["network"][key] == pytest.approx(alone_m["network"][key], rel=1e-9), key
+
+
 def test_recorded_steps_replay_only_those_steps() -> None:
     whole = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--json")
     odd = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--recorded-steps", "1,3", "--json")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from helpers import RLTRACE, run_cli, tiny_model
+import torch
+from helpers import REPO, RLTRACE, run_cli, tiny_model
 from rltrace.replay.costmodels.profile import broadcast_bytes_per_s, device_from_profile, load_profile
 from rltrace.replay.execute import comms
 from rltrace.replay.execute.kernels import ModelKernels
@@ -41,6 +42,18 @@ def test_kernel_times_scale_to_the_models_depth_and_grow_with_the_work() -> None
     capped = ModelKernels(TINY, "cpu", layers=1, max_tokens=128)
     t = capped.train(1024)  # 8x the executed chunk: scaled linearly, not run
     assert t.seconds > 0
+
+
+def test_no_leftover_memory_reaches_the_timed_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode and prefill GEMMs took the attention's output from torch.empty: whatever bytes the allocator held
+    (NaNs, denormals) went into the timed GEMMs, which made one replay's decode 0.0003 s and the next 0.099 s. A
+    buffer of leftovers no longer reaches them: every input is random values made before the timing."""
+    def leftovers(*_: object, **__: object) -> torch.Tensor:
+        raise AssertionError("a timed kernel read an uninitialised buffer")
+
+    monkeypatch.setattr(torch, "empty", leftovers)
+    kernels = ModelKernels(TINY, "cpu", layers=2)
+    assert kernels.decode(4, 64).seconds > 0 and kernels.prefill(256, 4).seconds > 0
 
 
 def test_comms_replay_reissues_each_operation_and_folds_ranks() -> None:
@@ -97,6 +110,9 @@ def test_replay_execute_on_the_tiny_rl_sample(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "as-recorded" / "metrics.json").read_text(), parse_constant=_not_json)
     assert metrics["execution"]["layer_scale"] == 2.0 and metrics["execution"]["ranks"] == 2
     assert metrics["execution"]["phases"]["kernels"]["modelled_s"] is None
+    # config.json says what executed it, beside what priced it (it named neither device, backend nor layers)
+    config = json.loads((tmp_path / "as-recorded" / "config.json").read_text())
+    assert config["execution"] == {"device": "cpu", "backend": "gloo", "ranks": 2, "layers": 1, "layer_scale": 2.0}
 
 
 def test_one_rank_says_it_executes_no_collective_or_weight_sync() -> None:
@@ -156,12 +172,29 @@ def test_calibrate_device_cpu_writes_a_profile_that_models_the_cpu(tmp_path: Pat
     (["replay-comms", "tiny_rl_cpu", "--ranks", "0"], "--ranks must be >= 2, got 0"),
     (["replay-comms", "tiny_rl_cpu", "--ranks", "1"], "--ranks must be >= 2, got 1"),  # an empty table, exit 0
     (["replay", "tiny_rl_cpu", "-s", "as-recorded", "--execute", "--device", "cuda"], "--device cuda: no CUDA device"),
+    # after replaying every job, "the bundle records no model (give --model)" though each job's bundle records one
+    (["replay", "--jobs", str(REPO / "examples" / "rollmux" / "jobs.toml"), "--execute"],
+     "--execute runs one job's kernels and collectives: it does not take --jobs"),
 ])
 def test_bad_execution_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_a_model_whose_layer_cannot_fit_is_refused_before_the_replay(tmp_path: Path) -> None:
+    """A layer of 51.5 GB failed to allocate after the whole replay had run: a 50-line traceback, exit 1."""
+    config = json.loads((tiny_model(tmp_path / "model") / "config.json").read_text())
+    config.update(hidden_size=262144, num_attention_heads=64, num_key_value_heads=64, intermediate_size=1024,
+                  head_dim=1024, num_hidden_layers=1)  # 68.2 G weights a layer: 273 GB in float32, 3x to execute
+    (tmp_path / "huge.json").write_text(json.dumps(config))
+    result = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--execute", "--ranks", "1", "--layers", "1",
+                     "--model", str(tmp_path / "huge.json"), "--gpu", "H100", "--gen-gpus", "8", "--tp", "8")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "one layer of" in lines[-1] and "GB free" in lines[-1] and "Traceback" not in result.stderr, result.stderr
+    assert "replay as-recorded" not in result.stderr  # refused before it
 
 
 def test_an_engine_calibrated_cpu_profile_lowers_the_replay_error_on_the_tiny_rl_sample(tmp_path: Path) -> None:

@@ -101,9 +101,14 @@ def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1) -> np.n
         return seconds
 
 
+def backend_of(device: str) -> str:
+    """The collective backend the ranks run on ``device``: NCCL on CUDA, Gloo on CPU."""
+    return "nccl" if device.startswith("cuda") else "gloo"
+
+
 def _worker(rank: int, world: int, ops: list[Op], device: str, warmup: int, tmp: str, out: str) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    backend = "nccl" if device.startswith("cuda") else "gloo"
+    backend = backend_of(device)
     dev = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(dev)

@@ -11,6 +11,7 @@ linearly in tokens beyond that.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,60 @@ def require_device(device: str) -> None:
         raise ConfigError(f"--device cuda: no CUDA device here (torch {torch.__version__})")
 
 
+def layer_weight_bytes(model: ModelSpec, device: str) -> int:
+    """Bytes of one layer's weights as :class:`ModelKernels` holds them on ``device`` (float32 on CPU, bf16 on
+    CUDA): QKV, output, gate/up and down projections."""
+    m = model
+    hd = m.head_dim or m.hidden // m.heads
+    elements = (m.hidden * (m.heads + 2 * m.kv_heads) * hd + m.heads * hd * m.hidden + m.hidden * 2 * m.intermediate
+                + m.intermediate * m.hidden)
+    return elements * (2 if device.startswith("cuda") else 4)
+
+
+def free_bytes(device: str) -> int | None:
+    """Memory free for new tensors on ``device`` (None where it cannot be read): on CPU the machine's available
+    memory, or what this process's cgroup (a container's limit) leaves, whichever is less."""
+    if device.startswith("cuda"):
+        try:
+            return int(torch.cuda.mem_get_info()[0])
+        except RuntimeError:  # a device held in exclusive mode, say: the allocation itself will tell
+            return None
+    found = [kib * 1024 for kib in _meminfo_available_kib()] + _cgroup_left()
+    return min(found) if found else None
+
+
+def _meminfo_available_kib() -> list[int]:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            return [int(line.split()[1]) for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def _cgroup_left() -> list[int]:
+    """Bytes this process's cgroup (v2) may still use, where it sets a limit."""
+    try:
+        groups = Path("/proc/self/cgroup").read_text(encoding="ascii").splitlines()
+        relative = next(line.split(":", 2)[2] for line in groups if line.startswith("0::"))
+        folder = Path("/sys/fs/cgroup") / relative.lstrip("/")
+        limit = (folder / "memory.max").read_text(encoding="ascii").strip()
+        used = int((folder / "memory.current").read_text(encoding="ascii"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return []
+    return [] if limit == "max" else [max(int(limit) - used, 0)]
+
+
+def check_fits(model: ModelSpec, device: str) -> None:
+    """Refuse, before any work, a model one layer of which (with a training step's copies and their gradients,
+    3x its weights) does not fit in ``device``'s free memory: the allocation would fail after the replay."""
+    one = layer_weight_bytes(model, device)
+    free = free_bytes(device)
+    if free is not None and 3 * one > free:
+        raise ConfigError(f"one layer of {model.name} holds {one / 1e9:,.1f} GB of weights on {device} "
+                          f"({3 * one / 1e9:,.1f} GB with a training step's copies and gradients), and {device} has "
+                          f"{free / 1e9:,.1f} GB free")
+
+
 class ModelKernels:
     """Weights of ``layers`` layers of ``model`` on ``device``; timing of its kernels at given shapes."""
 
@@ -62,10 +117,11 @@ class ModelKernels:
         """Measured layers -> the model's layers."""
         return self.model.layers / self.layers
 
-    def _mlp_and_projections(self, x: torch.Tensor) -> torch.Tensor:
+    def _mlp_and_projections(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The layers' GEMMs on input rows ``x``; ``h`` stands for the attention's output (random values made
+        outside the timing: an uninitialised buffer's NaNs and denormals made a CPU GEMM up to 400x slower)."""
         for _ in range(self.layers):
             x @ self.w_qkv
-            h = torch.empty(x.shape[0], self.model.heads * self.hd, device=self.device, dtype=self.dtype)
             x = h @ self.w_o
             gu = x @ self.w_gu
             x = F.silu(gu[:, : self.model.intermediate]) * gu[:, self.model.intermediate:] @ self.w_d
@@ -84,7 +140,8 @@ class ModelKernels:
             for _ in range(self.layers):
                 F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
 
-        gemm = measure(lambda: self._mlp_and_projections(x), self.device)
+        h = self._randn(batch, m.heads * self.hd)
+        gemm = measure(lambda: self._mlp_and_projections(x, h), self.device)
         att = measure(attention, self.device)
         return Timed(gemm * self.scale, att * self.scale)
 
@@ -111,7 +168,8 @@ class ModelKernels:
                 F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=gqa)
 
         factor = self.scale * tokens / chunk
-        return Timed(measure(lambda: self._mlp_and_projections(x), self.device) * factor,
+        h = self._randn(chunk, m.heads * self.hd)
+        return Timed(measure(lambda: self._mlp_and_projections(x, h), self.device) * factor,
                      measure(attention, self.device) * factor)
 
     def train(self, tokens: int, sequence: int = 1024) -> Timed:

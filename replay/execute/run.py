@@ -46,11 +46,20 @@ class Execution:
     layer_scale: float
     device: str
     ranks: int
+    layers: int
+    """layers executed (the kernel times scale by ``layer_scale`` to the model's)"""
+
+    def setup(self) -> dict[str, object]:
+        """What executed the replay, as its run's config.json records it: device, collective backend, ranks, layers
+        executed and the scale to the model's depth."""
+        return {"device": self.device, "backend": comms.backend_of(self.device), "ranks": self.ranks,
+                "layers": self.layers, "layer_scale": self.layer_scale}
 
     def summary(self) -> dict[str, object]:
+        """:meth:`setup` and each phase's modelled and measured seconds, as metrics.json's ``execution``."""
         per_phase = (self.frame.group_by("phase").agg(pl.col("modelled_s").sum(), pl.col("measured_s").sum())
                      .sort("phase"))
-        return {"device": self.device, "ranks": self.ranks, "layer_scale": self.layer_scale,
+        return {**self.setup(),
                 "phases": {r["phase"]: {"modelled_s": r["modelled_s"], "measured_s": r["measured_s"]}
                            for r in per_phase.iter_rows(named=True)}}
 
@@ -117,7 +126,7 @@ def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model:
     frame = pl.DataFrame(rows, schema={"step": pl.Int32, "phase": pl.String, "kind": pl.String,
                                        "modelled_s": pl.Float64, "measured_s": pl.Float64, "shape": pl.String},
                          orient="row")
-    return Execution(frame, kernels.scale, device, ranks)
+    return Execution(frame, kernels.scale, device, ranks, kernels.layers)
 
 
 def recorded_steps(bundle: Bundle, steps: int, source_steps: Sequence[int] | None = None) -> list[int]:

@@ -76,10 +76,12 @@ def calibrate(
         # torch is an optional extra: only this path imports it
         with needs_torch("calibrate --device"):
             from rltrace.replay.execute.calibrate_device import calibrate_device
+            from rltrace.replay.execute.kernels import check_fits
 
         engine_dir = None
         if engine is not None:
             engine_dir = model_folder(Path(model_name))
+        check_fits(get_model(model_name), device)  # before any measurement, as replay --execute
         # vLLM logs to stdout (its engine process too): the result alone goes there
         with stage(stderr(), f"measuring {model_name}'s kernels on {device}"), stdout_to_stderr():
             profile, kernels = calibrate_device(get_model(model_name), device, engine_dir, ranks)

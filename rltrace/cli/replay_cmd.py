@@ -146,6 +146,9 @@ def replay(
         if device not in ("cpu", "cuda") or ranks < 1 or layers < 1:
             raise ConfigError("--execute needs --device cpu|cuda, --ranks >= 1 and --layers >= 1")
         check_int("--ranks", ranks, 1, MAX_LOCAL_RANKS, what=" local processes (one per rank, on this machine)")
+        if jobs is not None:
+            raise ConfigError("--execute runs one job's kernels and collectives: it does not take --jobs (replay a "
+                              "job's bundle or description alone with --execute)")
         with needs_torch("--execute"):
             from rltrace.replay.execute.kernels import require_device
         require_device(device)
@@ -183,6 +186,15 @@ def replay(
         model = model or load_description(bundle).model  # the described model is what --execute runs
     with stage(err, what):
         prepared, source = prepare(bundle, shape, settings, chosen, jobs=jobs)
+    spec = None
+    if execute:  # what it would execute, refused before the replays when it cannot
+        with needs_torch("--execute"):  # torch is an optional extra: only --execute imports it
+            from rltrace.replay.execute.kernels import check_fits
+            from rltrace.replay.execute.run import execute as run_execute
+        spec = model_spec(source.manifest.model if source is not None else None, model)
+        if spec is None:
+            raise ConfigError("--execute needs the model's shapes: the bundle records no model (give --model)")
+        check_fits(spec, device)
     # a scheduler the user named is refused when it cannot run here; "all" or the default baselines leave it out
     chosen = one_kind(prepared, chosen, named=named(scheduler))
     if baseline is not None and baseline not in chosen:
@@ -208,13 +220,7 @@ def replay(
     # one definition of the headline figures for the table, --json, the run folders and the report
     finish(results, spreads)
     executions = {}
-    if execute:
-        with needs_torch("--execute"):  # torch is an optional extra: only --execute imports it
-            from rltrace.replay.execute.run import execute as run_execute
-
-        spec = model_spec(source.manifest.model if source is not None else None, model)
-        if spec is None:
-            raise ConfigError("--execute needs the model's shapes: the bundle records no model (give --model)")
+    if spec is not None:
         for name, result in results.items():
             # announced at once: it starts processes and runs kernels, and a fast machine can finish it inside
             # the grace a piped stage gets before it speaks, leaving a piped user no line at all
@@ -224,6 +230,7 @@ def replay(
                 executions[name] = run_execute(prepared, result, source, spec, device=device, ranks=ranks,
                                                layers=layers, source_steps=shape.source_steps, progress=bar.update)
             result.metrics["execution"] = executions[name].summary()
+            result.config["execution"] = executions[name].setup()  # what executed it, beside what priced it
     comparison = Comparison(results, prepared, source)
     if output is not None:
         comparison.write(output)

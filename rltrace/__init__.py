@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import signal
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 # Imported from a checkout (Python started in the repository's root), this is the source folder, which holds the
@@ -39,6 +40,29 @@ _STARTING_ENVIRON = dict(os.environ)
 # installs its own SIGINT handler when it loads, and a handler, unlike an ignored signal, does not pass to a child.
 _STARTING_IGNORED = tuple(s for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1,
                                        signal.SIGUSR2) if signal.getsignal(s) is signal.SIG_IGN)
+
+# The file descriptors past 0-2 the `rltrace` command was handed open (``3>log``, a jobserver's pipe, a socket a
+# launcher activated), which `rltrace record` hands on to the job: noted by the command's entry point
+# (rltrace.__main__) before anything else opens one; () in any other process, a recorded one included.
+_STARTING_FDS: tuple[int, ...] = ()
+
+
+def _inheritable_fds(fds: Iterable[int] | None = None) -> tuple[int, ...]:
+    """Of ``fds`` (None: every descriptor open now, past 0-2), those open and inheritable: handed to this process,
+    not opened by it (Python opens its own non-inheritable, PEP 446). () where /proc cannot be listed."""
+    if fds is None:
+        try:
+            fds = [int(n) for n in os.listdir("/proc/self/fd") if n.isdigit() and int(n) > 2]
+        except OSError:
+            return ()
+    found = []
+    for fd in sorted(fds):
+        try:
+            if os.get_inheritable(fd):
+                found.append(fd)
+        except OSError:
+            pass  # closed (the listing's own descriptor, say)
+    return tuple(found)
 
 _EXPORTS = {
     "__version__": ("rltrace.version", "__version__"),  # reads the package metadata: 19 ms a recorded process

@@ -99,6 +99,19 @@ def test_a_killed_recordings_job_that_runs_on_keeps_a_new_recording_out(tmp_path
                 pipe.close()
 
 
+def test_a_descriptor_the_caller_handed_over_reaches_the_job(tmp_path: Path) -> None:
+    """`rltrace record -- job 3>log` (or a jobserver's pipe, an activated socket): the job found the descriptor
+    closed, EBADF, where alone it writes there."""
+    with open(tmp_path / "log", "wb") as log:
+        fd = log.fileno()
+        os.set_inheritable(fd, True)
+        done = subprocess.run([RLTRACE, "record", "-o", str(tmp_path / "run"), "--", sys.executable, "-c",
+                               f"import os; os.write({fd}, b'handed over')"], pass_fds=(fd,), capture_output=True,
+                              text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "log").read_bytes() == b"handed over"
+
+
 def test_sigterm_reaches_the_job_and_the_bundle_is_written(tmp_path: Path) -> None:
     proc, _ = _start_loop(tmp_path)
     proc.send_signal(signal.SIGTERM)

@@ -350,7 +350,8 @@ def _run(command: list[str], env: dict[str, str], terminal_fds: list[int],
     for s in ignored:  # ignored again here (polars' handler replaced it), so the job starts with them ignored
         signal.signal(s, signal.SIG_IGN)
     try:
-        child = subprocess.Popen(command, env=env)
+        # the descriptors rltrace was handed, those still open as handed (a number closed and reused since is not)
+        child = subprocess.Popen(command, env=env, pass_fds=rltrace._inheritable_fds(rltrace._STARTING_FDS))
     except FileNotFoundError:
         raise ConfigError(f"command not found: {command[0]}") from None
     except PermissionError:

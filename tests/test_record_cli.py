@@ -61,6 +61,20 @@ def _start_loop(tmp_path: Path, *extra: str, mode: str = "loop") -> tuple[subpro
     return proc, int(pidfile.read_text())
 
 
+def _flushed_spans(shards: Path) -> int:
+    """Span rows the periodic flushes have written into ``shards`` so far (each file lands whole, by rename)."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in shards.glob("shards/*/spans-*.parquet"))
+
+
+def _wait_flushed(tmp_path: Path, proc: subprocess.Popen, rows: int = 20) -> None:
+    """Until the periodic flushes have written more than ``rows`` spans: a job a signal kills without a handler
+    keeps those alone, and a loaded machine may not have flushed in the 1.5 s _start_loop waits."""
+    deadline = time.monotonic() + 60
+    while _flushed_spans(tmp_path / "run.shards") <= rows:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+
+
 def test_a_signal_ignored_at_start_stays_ignored_for_the_job(tmp_path: Path) -> None:
     """A shell's background job starts with SIGINT ignored. Under rltrace the job started with it at its default
     (polars' handler replaced the ignored disposition, and a handler does not pass to a child) and rltrace
@@ -127,6 +141,7 @@ def test_other_signals_reach_the_job_as_if_it_ran_alone(tmp_path: Path, sig: sig
     """A closed ssh session's SIGHUP (or a job's own SIGUSR1) ended rltrace at once: the job ran on, never
     signalled, and no bundle was written. The job gets it now and dies of it as it would alone."""
     proc, _ = _start_loop(tmp_path)
+    _wait_flushed(tmp_path, proc)  # the job dies of it with no handler: only the periodic flushes are kept
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == -sig, stderr
@@ -288,17 +303,9 @@ def test_a_model_file_that_never_appears_is_said_at_start_and_at_the_merge(tmp_p
     assert rltrace.open(tmp_path / "run").manifest.model is None
 
 
-def _flushed_spans(shards: Path) -> int:
-    """Span rows the periodic flushes have written into ``shards`` so far (each file lands whole, by rename)."""
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in shards.glob("shards/*/spans-*.parquet"))
-
-
 def test_a_sigkilled_job_still_merges(tmp_path: Path) -> None:
     proc, pid = _start_loop(tmp_path, "--keep-shards")
-    deadline = time.monotonic() + 60  # a loaded machine may not have flushed yet after the 1.5 s _start_loop waits
-    while _flushed_spans(tmp_path / "run.shards") <= 20:
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
+    _wait_flushed(tmp_path, proc)
     os.kill(pid, signal.SIGKILL)  # no handler runs: only the periodic flushes survive
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL

@@ -42,8 +42,7 @@ def require_device(device: str) -> None:
 def layer_weight_bytes(model: ModelSpec, device: str) -> int:
     """Bytes of one layer's weights as :class:`ModelKernels` holds them on ``device`` (float32 on CPU, bf16 on
     CUDA): QKV, output, gate/up and down projections."""
-    m = model
-    hd = m.head_dim or m.hidden // m.heads
+    m, hd = model, model.dim_head
     elements = (m.hidden * (m.heads + 2 * m.kv_heads) * hd + m.heads * hd * m.hidden + m.hidden * 2 * m.intermediate
                 + m.intermediate * m.hidden)
     return elements * (2 if device.startswith("cuda") else 4)
@@ -102,7 +101,7 @@ class ModelKernels:
         self.max_tokens = max_tokens or (8192 if device.startswith("cuda") else 512)
         require_device(device)
         m = model
-        self.hd = m.head_dim or m.hidden // m.heads
+        self.hd = m.dim_head
         self.w_qkv = self._randn(m.hidden, (m.heads + 2 * m.kv_heads) * self.hd) * 0.02
         self.w_o = self._randn(m.heads * self.hd, m.hidden) * 0.02
         self.w_gu = self._randn(m.hidden, 2 * m.intermediate) * 0.02

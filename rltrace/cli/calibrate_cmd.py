@@ -81,10 +81,11 @@ def calibrate(
         engine_dir = None
         if engine is not None:
             engine_dir = model_folder(Path(model_name))
-        check_fits(get_model(model_name), device)  # before any measurement, as replay --execute
+        measured = get_model(model_name)
+        check_fits(measured, device)  # before any measurement, as replay --execute
         # vLLM logs to stdout (its engine process too): the result alone goes there
         with stage(stderr(), f"measuring {model_name}'s kernels on {device}"), stdout_to_stderr():
-            profile, kernels = calibrate_device(get_model(model_name), device, engine_dir, ranks)
+            profile, kernels = calibrate_device(measured, device, engine_dir, ranks)
         if kernels_out is not None:
             kernels.write_parquet(kernels_out)
         name = profile["gpu"][0]

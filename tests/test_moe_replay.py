@@ -30,6 +30,21 @@ def test_a_trainers_expert_all_to_all_volume_is_dispatch_and_combine_per_moe_lay
         assert cost.alltoall_bytes(tokens) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("gpu", ["H800", "GB200"])
+def test_a_trainers_all_to_alls_span_nodes_as_its_gpu_kinds_nvlink_domain_does(gpu: str) -> None:
+    """ep 16 leaves an 8-GPU HGX node for the network, and stays on NVLink inside a GB200 NVL72 rack: the modelled
+    step prices the all-to-alls over the GPU kind's own NVLink domain, as a described job's does."""
+    spec, kind, tokens = get_model(MOE), get_gpu(gpu), 1_000_000.0
+    cost = TrainingCost(model=spec, gpu=kind, gpus=32, recorded_gpus=32, recorded_gpu=None, ep=16, forward_passes=0)
+    (part,) = cost.alltoalls(tokens)
+    domain = step_seconds(spec, kind, tokens=tokens, gpus=32, ep=16, gpus_per_node=kind.nvlink_domain)
+    assert step_seconds(spec, kind, tokens=tokens, gpus=32, ep=16) == domain  # the default is the kind's domain
+    assert part.seconds == pytest.approx(domain.comm_s, rel=1e-12)
+    assert cost.train_seconds(None, tokens) == pytest.approx(domain.seconds, rel=1e-12)
+    across = step_seconds(spec, kind, tokens=tokens, gpus=32, ep=16, gpus_per_node=8).comm_s
+    assert (part.seconds < 0.5 * across) == (kind.nvlink_domain > 16)
+
+
 def test_an_moe_replay_on_h20_and_h800_reports_weight_sync_and_expert_all_to_all_volume(tmp_path: Path) -> None:
     """The default sample (a Qwen2.5-7B recording) replayed as Qwen3-30B-A3B: each sync delivers a copy of the
     replayed model (61 GB), not the recorded 7B's 15 GB; the H800 trainers, expert-parallel over 8 GPUs, send the

@@ -37,17 +37,18 @@ def _collective_s(gpu: str, op: str, ranks: int, size: float, gpus_per_node: int
     return collective(parse(spec), op, ranks, size).seconds
 
 
-def collective_seconds(gpu: GPUSpec, op: str, ranks: int, size: float, gpus_per_node: int = 8, *,
+def collective_seconds(gpu: GPUSpec, op: str, ranks: int, size: float, gpus_per_node: int | None = None, *,
                        calibration: CostCalibration = CALIBRATION) -> float:
     """Seconds of one NCCL ``op`` of ``size`` bytes (nccl-tests' message size) over ``ranks`` GPUs of kind ``gpu``,
-    from the network model; 0 for a single rank. A GPU kind the topologies cannot name takes a ring at half its
+    ``gpus_per_node`` of them on one NVLink fabric (None: the kind's NVLink domain, 72 in a GB200 NVL72 rack), from
+    the network model; 0 for a single rank. A GPU kind the topologies cannot name takes a ring at half its
     NVLink figure after ``calibration``'s ``nccl_small_latency_s`` (aiconfigurator's measured 8 x H100 NCCL
     all_reduce of <= 8 KiB)."""
     if ranks <= 1 or size <= 0:
         return 0.0
+    per_node = gpus_per_node or gpu.nvlink_domain
     try:
-        return _collective_s(gpu.name, op, int(ranks), float(size), min(gpus_per_node, int(ranks)) if ranks <= 8
-                             else gpus_per_node)
+        return _collective_s(gpu.name, op, int(ranks), float(size), min(per_node, int(ranks)))
     except ConfigError:  # a user GPU the topologies cannot look up: a ring at half the bidirectional NVLink figure
         return calibration["nccl_small_latency_s"] + bus_factor(op, ranks) * size / (gpu.nvlink_gbps / 2 * 1e9)
 
@@ -59,10 +60,11 @@ def tp_allreduce_seconds(gpu: GPUSpec, tp: int, tokens: float, hidden: int,
 
 
 def ep_alltoall_seconds(gpu: GPUSpec, ep: int, tokens: float, hidden: int, top_k: int,
-                        calibration: CostCalibration = CALIBRATION, gpus_per_node: int = 8) -> float:
+                        calibration: CostCalibration = CALIBRATION, gpus_per_node: int | None = None) -> float:
     """One expert-parallel all-to-all (dispatch or combine) of ``tokens`` tokens held on each rank, each sent to
     its ``top_k`` experts: every rank's send buffer is ``tokens x top_k x hidden`` BF16 values, (ep-1)/ep of them
-    leaving the rank (the all-to-all's own bus factor); ``gpus_per_node`` ranks share a node's NVLink."""
+    leaving the rank (the all-to-all's own bus factor); ``gpus_per_node`` ranks share a node's NVLink (None: the
+    kind's NVLink domain)."""
     return collective_seconds(gpu, "all_to_all", ep, tokens * top_k * hidden * ACTIVATION_BYTES, gpus_per_node,
                               calibration=calibration)
 

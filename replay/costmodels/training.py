@@ -87,13 +87,14 @@ def attention_pairs_per_token(model: ModelSpec, seq_len: float) -> float:
 
 def step_seconds(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, mfu: float | None = None, ep: int = 1,
                  passes: float = 3.0, seq_len: float | None = None, precision: str = "bf16",
-                 calibration: CostCalibration = CALIBRATION, gpus_per_node: int = 8) -> Step:
+                 calibration: CostCalibration = CALIBRATION, gpus_per_node: int | None = None) -> Step:
     """One step over ``tokens`` tokens on ``gpus`` GPUs: ``2 x passes x active params x tokens`` FLOPs (3 passes:
     forward and backward, i.e. the 6N rule; 1: a forward-only pass), plus causal attention over ``seq_len``-token
     sequences when given, at ``mfu`` (None: :func:`default_mfu`) of the BF16 peak, the linear layers at the FP8
     peak instead when ``precision`` is "fp8"; plus ``2 x passes`` all-to-alls per MoE layer across ``ep``
     expert-parallel ranks (each rank's share of the tokens sent to their top-k experts, BF16; ``gpus_per_node`` of
-    them share a node's NVLink). ``calibration`` gives the MFU defaults and the collectives' fallback latency."""
+    them share a node's NVLink, None: the GPU kind's NVLink domain). ``calibration`` gives the MFU defaults and the
+    collectives' fallback latency."""
     if precision not in PRECISIONS:
         raise ConfigError(f"training precision must be {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp8" and not gpu.fp8_tflops > 0:
@@ -167,7 +168,7 @@ class AllToAll(NamedTuple):
 
 def alltoalls(model: ModelSpec, gpu: GPUSpec, *, tokens: float, gpus: int, ep: int,
               passes: float = 3.0, calibration: CostCalibration = CALIBRATION,
-              gpus_per_node: int = 8) -> AllToAll | None:
+              gpus_per_node: int | None = None) -> AllToAll | None:
     """The expert all-to-alls :func:`step_seconds` prices for these arguments (None: a dense model or ``ep`` 1)."""
     if ep <= 1 or not model.is_moe:
         return None

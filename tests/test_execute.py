@@ -197,6 +197,22 @@ def test_a_model_whose_layer_cannot_fit_is_refused_before_the_replay(tmp_path: P
     assert "replay as-recorded" not in result.stderr  # refused before it
 
 
+def test_a_training_step_whose_activations_cannot_fit_is_refused_before_the_replay(tmp_path: Path) -> None:
+    """A model whose layer's weights fit and whose QKV projection does not (25.8 GB of activations for 512 tokens
+    in one such case): it passed the weights-only check, replayed, then swapped for a minute and failed in the
+    timed training step with a traceback."""
+    config = json.loads((tiny_model(tmp_path / "model") / "config.json").read_text())
+    config.update(hidden_size=2, num_attention_heads=512, num_key_value_heads=512, intermediate_size=1 << 23,
+                  head_dim=8192, num_hidden_layers=1)  # 0.3 GB of weights, 224 GB of activations to train
+    (tmp_path / "wide.json").write_text(json.dumps(config))
+    result = run_cli("replay", "tiny_rl_cpu", "-s", "as-recorded", "--execute", "--ranks", "1", "--layers", "1",
+                     "--model", str(tmp_path / "wide.json"), "--gpu", "H100", "--gen-gpus", "8", "--tp", "8")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "a training step needs about" in lines[-1] and "GB free" in lines[-1], result.stderr
+    assert "replay as-recorded" not in result.stderr  # refused before it
+
+
 def test_an_engine_calibrated_cpu_profile_lowers_the_replay_error_on_the_tiny_rl_sample(tmp_path: Path) -> None:
     """Kernels alone miss a CPU serving engine's per-iteration work; the profile's measured vLLM overhead adds it."""
     model = tiny_model(tmp_path / "model")

@@ -2,7 +2,8 @@
 
 The grid: the model's four projection GEMMs at 1 to 1,024 tokens (4,096 on CUDA), and decode attention by batch and
 context (shapes whose KV read would take under 20 us at the roofline are left out, as the public tables' fit leaves
-them out: they measure the launch floor). Each kernel is held against the device's roofline at 100% efficiency
+them out: they measure the launch floor; so are shapes whose keys and values do not fit in the device's free memory,
+each named on stderr). Each kernel is held against the device's roofline at 100% efficiency
 (compute or memory bound names its regime) and goes through the same fit as the public H100 tables
 (``profile.fit_rows``), so a profile from this machine and one from the tables load the same way (``--profile``).
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ import torch
 from rltrace.replay.costmodels.profile import ATTENTION_MIN_S, fit_rows, gemm_regime
 from rltrace.replay.costmodels.roofline import Roofline
 from rltrace.replay.execute import comms
-from rltrace.replay.execute.kernels import ModelKernels
+from rltrace.replay.execute.kernels import ModelKernels, decode_kv_bytes, free_bytes, layer_weight_bytes
 from rltrace.replay.execute.timer import measure
 
 from rltrace.catalog import GPUSpec, ModelSpec, get_gpu, load_gpus
@@ -61,14 +63,46 @@ def device_spec(device: str) -> GPUSpec:
                    source="measured by rltrace calibrate --device cpu")
 
 
-def measure_grid(model: ModelSpec, device: str, spec: GPUSpec) -> pl.DataFrame:
-    """tp, regime, bound_s (roofline at 100%), measured_s, kind and shape of every measured kernel."""
+def gemm_tokens(device: str) -> list[int]:
+    """The rows each projection GEMM of the grid is timed at on ``device``."""
+    return [1, 4, 16, 64, 256, 1024] + ([4096] if device.startswith("cuda") else [])
+
+
+ATTENTION_BATCHES = (1, 8, 32, 128, 256)
+ATTENTION_CONTEXTS = (128, 1024, 4096, 8192)
+
+
+def attention_grid(model: ModelSpec, device: str, spec: GPUSpec, free: int | None,
+                   note: Callable[[str], None] | None = None) -> list[tuple[int, int]]:
+    """The (batch, context) decode-attention shapes the grid measures: those whose KV read takes at least
+    ``ATTENTION_MIN_S`` at the roofline (below it a kernel measures the launch floor, and the public tables' fit
+    leaves it out too) and whose keys and values fit, beside one layer's weights, in ``free`` bytes (None: all);
+    ``note`` gets a line for each shape left out for memory."""
+    weights, kept = layer_weight_bytes(model, device), []
+    for batch in ATTENTION_BATCHES:
+        for context in ATTENTION_CONTEXTS:
+            kv = decode_kv_bytes(model, device, batch, context)
+            if kv / spec.hbm_bytes_per_s < ATTENTION_MIN_S:
+                continue
+            if free is not None and weights + kv > free:
+                if note is not None:
+                    note(f"left out decode attention at batch={batch},context={context}: its keys and values hold "
+                         f"{kv / 1e9:,.1f} GB and {device} has {free / 1e9:,.1f} GB free")
+                continue
+            kept.append((batch, context))
+    return kept
+
+
+def measure_grid(model: ModelSpec, device: str, spec: GPUSpec,
+                 note: Callable[[str], None] | None = None) -> pl.DataFrame:
+    """tp, regime, bound_s (roofline at 100%), measured_s, kind and shape of every measured kernel; ``note`` gets a
+    line for each decode-attention shape left out because its keys and values do not fit in free memory."""
     k = ModelKernels(model, device, layers=1)
     dtype_bytes = 2 if device.startswith("cuda") else 4
     hd = k.hd
     gemms = [("qkv", model.hidden, (model.heads + 2 * model.kv_heads) * hd), ("o", model.heads * hd, model.hidden),
              ("gate_up", model.hidden, 2 * model.intermediate), ("down", model.intermediate, model.hidden)]
-    tokens = [1, 4, 16, 64, 256, 1024] + ([4096] if device.startswith("cuda") else [])
+    tokens = gemm_tokens(device)
     timed = []
     for name, kk, n in gemms:
         w = torch.randn(kk, n, device=device, dtype=k.dtype)
@@ -83,25 +117,23 @@ def measure_grid(model: ModelSpec, device: str, spec: GPUSpec) -> pl.DataFrame:
                     .alias("regime"), pl.max_horizontal("compute_s", "memory_s").alias("bound_s"), "measured_s",
                     pl.lit("gemm").alias("kind"), "shape")
             .rows())
-    for batch in (1, 8, 32, 128, 256):
-        for context in (128, 1024, 4096, 8192):
-            kv = batch * context * 2 * model.kv_heads * hd * dtype_bytes
-            if kv / spec.hbm_bytes_per_s < ATTENTION_MIN_S:
-                continue  # a launch floor, not a KV read: left out as the public tables' fit leaves it out
-            t = k.attention_only(batch, context)
-            rows.append((1, "attention", kv / spec.hbm_bytes_per_s, t, "decode_attention",
-                         f"batch={batch},context={context}"))
+    for batch, context in attention_grid(model, device, spec, free_bytes(device), note):
+        t = k.attention_only(batch, context)
+        kv = decode_kv_bytes(model, device, batch, context)
+        rows.append((1, "attention", kv / spec.hbm_bytes_per_s, t, "decode_attention",
+                     f"batch={batch},context={context}"))
     return pl.DataFrame(rows, schema={"tp": pl.Int32, "regime": pl.String, "bound_s": pl.Float64,
                                       "measured_s": pl.Float64, "kind": pl.String, "shape": pl.String}, orient="row")
 
 
-def calibrate_device(model: ModelSpec, device: str, engine_dir: Path | None = None,
-                     ranks: int = 1) -> tuple[pl.DataFrame, pl.DataFrame]:
+def calibrate_device(model: ModelSpec, device: str, engine_dir: Path | None = None, ranks: int = 1,
+                     note: Callable[[str], None] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(profile, measured kernel table) for ``model``'s kernels on ``device``; with ``engine_dir`` (the model's
     folder, weights included) also the serving engine's per-iteration overhead (an "engine" row); with
-    ``ranks`` > 1 also collectives by size on that many local processes ("collective:<op>" rows)."""
+    ``ranks`` > 1 also collectives by size on that many local processes ("collective:<op>" rows); ``note`` gets a
+    line for each grid shape left out for memory (:func:`measure_grid`)."""
     spec = device_spec(device)
-    kernels = measure_grid(model, device, spec)
+    kernels = measure_grid(model, device, spec, note)
     # kernels whose data stays in a CPU's caches beat the DRAM roofline: a profile's factors stop at 1
     profile = fit_rows(kernels, f"measured on {device} ({model.name})", spec.name, cap=True).with_columns(
         pl.lit(spec.flops).alias("peak_flops"), pl.lit(spec.hbm_bytes_per_s).alias("peak_bytes_per_s"))

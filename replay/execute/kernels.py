@@ -45,7 +45,7 @@ def layer_weight_bytes(model: ModelSpec, device: str) -> int:
     m, hd = model, model.dim_head
     elements = (m.hidden * (m.heads + 2 * m.kv_heads) * hd + m.heads * hd * m.hidden + m.hidden * 2 * m.intermediate
                 + m.intermediate * m.hidden)
-    return elements * (2 if device.startswith("cuda") else 4)
+    return elements * _dtype_bytes(device)
 
 
 def free_bytes(device: str) -> int | None:
@@ -81,15 +81,55 @@ def _cgroup_left() -> list[int]:
     return [] if limit == "max" else [max(int(limit) - used, 0)]
 
 
-def check_fits(model: ModelSpec, device: str) -> None:
-    """Refuse, before any work, a model one layer of which (with a training step's copies and their gradients,
-    3x its weights) does not fit in ``device``'s free memory: the allocation would fail after the replay."""
-    one = layer_weight_bytes(model, device)
+def decode_kv_bytes(model: ModelSpec, device: str, batch: int, context: int) -> int:
+    """Bytes of the keys and values one decode iteration of ``batch`` sequences at ``context`` cached tokens attends
+    to, as :meth:`ModelKernels.decode` holds them on ``device`` (one layer's, reused for every layer)."""
+    return 2 * batch * model.kv_heads * max(context, 1) * model.dim_head * _dtype_bytes(device)
+
+
+def _dtype_bytes(device: str) -> int:
+    return 2 if device.startswith("cuda") else 4
+
+
+def max_tokens_of(device: str) -> int:
+    """Tokens one prefill or training kernel call takes at most on ``device`` (longer work is timed by parts)."""
+    return 8192 if device.startswith("cuda") else 512
+
+
+def peak_bytes(model: ModelSpec, device: str, layers: int = 1, decode: tuple[int, int] | None = None, *,
+               train: bool = True, tokens: int | None = None) -> dict[str, int]:
+    """An estimate of the memory each kind of kernel :class:`ModelKernels` runs holds at its peak on ``device``,
+    by kind: with ``train``, a training step (weights, their copies and gradients, and every measured layer's
+    activations kept for the backward pass, twice for their gradients); a prefill (one layer's activations); and
+    with ``decode`` (batch, context), a decode iteration (its keys and values); each beside one layer's weights.
+    ``tokens``: the most one call takes (None: :func:`max_tokens_of` the device)."""
+    m, one, tokens = model, layer_weight_bytes(model, device), tokens or max_tokens_of(device)
+    per_token = ((m.heads + 2 * m.kv_heads) * m.dim_head + 2 * m.heads * m.dim_head + 3 * m.hidden
+                 + 4 * m.intermediate) * _dtype_bytes(device)
+    peaks = {"a prefill": one + tokens * per_token}
+    if train:
+        peaks["a training step"] = 3 * one + 2 * max(1, min(layers, m.layers)) * tokens * per_token
+    if decode is not None:
+        batch, context = decode
+        peaks[f"a decode iteration of {batch} sequences at {context:,} tokens of context"] = (
+            one + decode_kv_bytes(model, device, batch, context))
+    return peaks
+
+
+def check_fits(model: ModelSpec, device: str, layers: int = 1, decode: tuple[int, int] | None = None, *,
+               train: bool = True, tokens: int | None = None) -> None:
+    """Refuse, before any work, kernels of ``model`` that would not fit in ``device``'s free memory
+    (:func:`peak_bytes`, with the same arguments): the allocation would fail, or swap for minutes, after the whole
+    replay."""
     free = free_bytes(device)
-    if free is not None and 3 * one > free:
-        raise ConfigError(f"one layer of {model.name} holds {one / 1e9:,.1f} GB of weights on {device} "
-                          f"({3 * one / 1e9:,.1f} GB with a training step's copies and gradients), and {device} has "
-                          f"{free / 1e9:,.1f} GB free")
+    if free is None:
+        return
+    peaks = peak_bytes(model, device, layers, decode, train=train, tokens=tokens)
+    what, need = max(peaks.items(), key=lambda item: item[1])
+    if need > free:
+        one = layer_weight_bytes(model, device)
+        raise ConfigError(f"one layer of {model.name} holds {one / 1e9:,.1f} GB of weights on {device}, and "
+                          f"{what} needs about {need / 1e9:,.1f} GB: {device} has {free / 1e9:,.1f} GB free")
 
 
 class ModelKernels:
@@ -98,7 +138,7 @@ class ModelKernels:
     def __init__(self, model: ModelSpec, device: str = "cpu", layers: int = 1, max_tokens: int | None = None) -> None:
         self.model, self.device, self.layers = model, device, max(1, min(layers, model.layers))
         self.dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        self.max_tokens = max_tokens or (8192 if device.startswith("cuda") else 512)
+        self.max_tokens = max_tokens or max_tokens_of(device)
         require_device(device)
         m = model
         self.hd = m.dim_head

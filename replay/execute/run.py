@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 from rltrace.replay.costmodels.calibrate import mean_running
 from rltrace.replay.execute import comms
-from rltrace.replay.execute.kernels import ModelKernels
+from rltrace.replay.execute.kernels import ModelKernels, check_fits
 from rltrace.replay.execute.replay_comms import logical_ops
 from rltrace.replay.run import Prepared, RunResult
 
@@ -90,11 +90,14 @@ def execute(prepared: Prepared, result: RunResult, bundle: Bundle | None, model:
     after each step's kernels and after the collectives (total: steps + 1)."""
     job = prepared.jobs[0]
     tp = prepared.cluster.tp
+    shapes = _step_shapes(result)
+    largest = shapes.select(pl.col("batch").round().clip(1), pl.col("context").round().clip(1)).sort(
+        pl.col("batch") * pl.col("context")).row(-1)
+    check_fits(model, device, layers, decode=(int(largest[0]), int(largest[1])))  # before any kernel runs
     kernels = ModelKernels(model, device, layers)
     rows: list[tuple[int, str, str, float, float, str]] = []
     decode_cache: dict[tuple[int, int], float] = {}
     it_model = job.generation.iteration_model(tp)
-    shapes = _step_shapes(result)
     for done, s in enumerate(shapes.iter_rows(named=True)):
         if progress is not None:
             progress(done, shapes.height + 1)

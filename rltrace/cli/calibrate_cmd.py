@@ -75,17 +75,22 @@ def calibrate(
             raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
         # torch is an optional extra: only this path imports it
         with needs_torch("calibrate --device"):
-            from rltrace.replay.execute.calibrate_device import calibrate_device
+            from rltrace.replay.execute.calibrate_device import calibrate_device, gemm_tokens
             from rltrace.replay.execute.kernels import check_fits
 
         engine_dir = None
         if engine is not None:
             engine_dir = model_folder(Path(model_name))
         measured = get_model(model_name)
-        check_fits(measured, device)  # before any measurement, as replay --execute
+        # before any measurement, as replay --execute: its GEMMs (no training step; the grid's attention is fitted
+        # to what is free)
+        check_fits(measured, device, train=False, tokens=max(gemm_tokens(device)))
         # vLLM logs to stdout (its engine process too): the result alone goes there
-        with stage(stderr(), f"measuring {model_name}'s kernels on {device}"), stdout_to_stderr():
-            profile, kernels = calibrate_device(measured, device, engine_dir, ranks)
+        err = stderr()
+        with stage(err, f"measuring {model_name}'s kernels on {device}"), stdout_to_stderr():
+            profile, kernels = calibrate_device(
+                measured, device, engine_dir, ranks,
+                note=lambda line: err.print(f"rltrace: {line}", markup=False, highlight=False, soft_wrap=True))
         if kernels_out is not None:
             kernels.write_parquet(kernels_out)
         name = profile["gpu"][0]

@@ -194,7 +194,7 @@ def replay(
         spec = model_spec(source.manifest.model if source is not None else None, model)
         if spec is None:
             raise ConfigError("--execute needs the model's shapes: the bundle records no model (give --model)")
-        check_fits(spec, device)
+        check_fits(spec, device, layers)
     # a scheduler the user named is refused when it cannot run here; "all" or the default baselines leave it out
     chosen = one_kind(prepared, chosen, named=named(scheduler))
     if baseline is not None and baseline not in chosen:

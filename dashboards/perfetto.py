@@ -203,9 +203,12 @@ def from_run(run: Run) -> Trace:
     ]
     if run.links is not None and run.links.height:
         link = "link/" + pl.col("link")
+        what = (pl.when(pl.col("job") >= 0).then(pl.format("{} (job {})", "what", "job")).otherwise(pl.col("what"))
+                if several_jobs(t) else pl.col("what"))  # whose transfer, as the timeline's spans say
         frames.append(run.links.select(link.alias("process"), pl.col("what").alias("role"),
-                                       pl.col("what").alias("name"), (pl.col("start_s") * 1e6).alias("start_us"),
-                                       (pl.col("end_s") * 1e6).alias("end_us"), pl.col("step").cast(pl.Int64)))
+                                       what.alias("name"), (pl.col("start_s") * 1e6).alias("start_us"),
+                                       (pl.col("end_s") * 1e6).alias("end_us"), pl.col("step").cast(pl.Int64),
+                                       pl.col("job").cast(pl.Int64)))
         # Utilisation: +u at a transfer's start, -u at its end, summed per link (overlaps add).
         edges = pl.concat([run.links.select(link.alias("process"), (pl.col("start_s") * 1e6).alias("ts_us"),
                                             pl.col("utilization").alias("delta")),
@@ -259,10 +262,11 @@ def _sync_flows(t: pl.DataFrame) -> pl.DataFrame:
     wanted = syncs.join(instances, how="cross").join(requests.select("job").unique().rename({"job": "rjob"}),
                                                      how="cross")
     wanted = wanted.filter((pl.col("job") < 0) | (pl.col("job") == pl.col("rjob"))).sort("end_s")
-    first = wanted.join_asof(requests.rename({"row": "first_row", "job": "rjob"}), left_on="end_s", right_on="start_s",
-                             by=["resource", "rjob"], strategy="forward", check_sortedness=False)
+    first = wanted.join_asof(requests.rename({"row": "first_row", "job": "rjob", "start_s": "first_s"}),
+                             left_on="end_s", right_on="first_s", by=["resource", "rjob"], strategy="forward",
+                             check_sortedness=False)
     first = first.drop_nulls("first_row")
-    first = first.sort("end_s").unique(["key", "resource"], keep="first")  # per instance, the earliest of any job
+    first = first.sort("first_s", "first_row").unique(["key", "resource"], keep="first")  # the earliest of any job
     fan = pl.concat([
         first.select(pl.format("{}>{}", "key", "resource").alias("key"), pl.lit(0.0).alias("order"), "row",
                      pl.lit("end").alias("at"), "name"),

@@ -30,6 +30,7 @@ from rltrace.dashboards.page import COLORS, SPAN_KINDS, esc, kind_color
 from rltrace.dashboards.report import build
 from rltrace.replay.jobs import JobSpec, prepare_jobs
 from rltrace.replay.loading import Shape
+from rltrace.replay.network.network import NetworkConfig
 from rltrace.replay.run import CostConfig, ReplayConfig, replay
 from rltrace.sample_traces import sample_path
 from trace_event_rules import violations
@@ -242,6 +243,16 @@ def test_a_run_of_several_jobs_draws_and_names_each_jobs_spans(tmp_path: Path):
     assert violations(text) == []
     spans = [e["name"] for e in json.loads(text)["traceEvents"] if e["ph"] == "X"]
     assert {"train (job 0)", "train (job 1)", "weight_sync (job 1)"} <= set(spans)
+    # on a topology, a shared link's transfers say whose they are, as links.parquet does (they named no job)
+    routed = Run.from_result("rollmux", replay(prepare_jobs(specs, Shape(), CostConfig()), "rollmux", ReplayConfig(
+        network=NetworkConfig(topology="fat-tree:k=8,gpu=H800"))))
+    events = json.loads(perfetto.from_run(routed).to_json())["traceEvents"]
+    pids = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"
+            and e["args"]["name"].startswith("link/")}
+    on_links = [e for e in events if e["ph"] == "X" and e["pid"] in pids]
+    assert len(on_links) == routed.links.height
+    assert {(e["name"], e["args"]["job"]) for e in on_links} == {
+        (f"{what} (job {job})", job) for what, job in routed.links.select("what", "job").unique().iter_rows()}
     # a one-job scheduler given both jobs replays the first: its work is that job's, all of it trained
     first = Run.from_result("disagg-sync", replay(prepare_jobs(specs, Shape(), CostConfig()), "disagg-sync",
                                                   ReplayConfig()))
@@ -293,7 +304,8 @@ def test_perfetto_of_the_recorded_tiny_rl_bundle(name: str, tmp_path: Path):
     raw = out.read_bytes()
     assert (raw[:2] == b"\x1f\x8b") == name.endswith(".gz")  # gzip magic only when asked for
     text = (gzip.decompress(raw) if name.endswith(".gz") else raw).decode()
-    assert f"wrote {out} ({len(raw) / 1e6:.1f} MB" in done.stdout
+    packed = " gzip-compressed" if name.endswith(".gz") else ""  # 0.0 MB compressed, unsaid, read as empty
+    assert f"wrote {out} ({len(raw) / 1e6:.1f} MB{packed}, " in done.stdout
     assert violations(text) == []
     events = json.loads(text)["traceEvents"]
     processes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}

@@ -29,7 +29,8 @@ def perfetto(
                       ] = Path("trace.json"),
 ) -> None:
     """Write Chrome trace-event JSON that opens in ui.perfetto.dev and chrome://tracing: a process per
-    actor or rank, a thread per role, counters for running/waiting requests and link utilisation.
+    actor or rank, a thread per role, counters for running requests (and a bundle's waiting ones) and a run's
+    link utilisation.
 
     Example: rltrace export perfetto runs/rollpacker -o rollpacker.json.gz
     """
@@ -45,5 +46,6 @@ def perfetto(
         text = trace.to_json()
     size = write_text(output, text)
     instants = f", {trace.instants.height:,} arrivals without a finish time" if trace.instants.height else ""
-    print(f"wrote {output} ({size / 1e6:.1f} MB, {trace.spans.height:,} spans, "
+    packed = " gzip-compressed" if output.name.endswith(".gz") else ""
+    print(f"wrote {output} ({size / 1e6:.1f} MB{packed}, {trace.spans.height:,} spans, "
           f"{trace.counters.height:,} counter samples{instants})")

@@ -25,7 +25,7 @@ from rltrace.replay.entities.requests import Requests, State
 from rltrace.replay.entities.resource import Resource
 from rltrace.replay.events import Done, EventQueue, Generated, Notice, NoticeKind, Planned, Tag, Timer, TurnReady
 from rltrace.replay.job import Job
-from rltrace.replay.record import PoolUse, RunRecord
+from rltrace.replay.record import PoolUse, RunRecord, Segment
 from rltrace.replay.schedulers.base import capabilities
 from rltrace.replay.schedulers.view import View
 from rltrace.replay.stepbook import StepBook
@@ -283,12 +283,33 @@ class Simulator:
             for inst in self.instances:
                 self._touch(inst)
                 inst.close(self.now)
+            self._cut_bookings(self.now)
         stuck = [i.name for i in self.instances if i.batch or i.waiting] if not self._stopped else []
         if stuck:  # every busy instance has a next event; a run that ran dry with work left is a bug, not a result
             raise RuntimeError(f"replay stalled at {self.now:.3f} s: {', '.join(stuck[:3])} still hold requests "
                                "but have no next event (an rltrace bug; please report it)")
         self.record.event_log = self.queue.log
         return self.record
+
+    def _cut_bookings(self, end_s: float) -> None:
+        """The run ends at ``end_s``, and with it the work booked on resources past it (an environment's queued
+        turns, a reward still computing): what had not started never runs, what ran is cut at ``end_s``, on the
+        timeline and in the time each resource bills."""
+        late = {name: r for name, r in self.resources.items() if r.last_end_s > end_s}
+        if not late:
+            return
+        kept: list[Segment] = []
+        for seg in self.record.segments:
+            resource, start, end = seg[0], seg[4], seg[5]
+            if end > end_s and resource in late:  # only bookings carry a resource's name (marks name their own)
+                late[resource].busy_s -= end - max(start, end_s)
+                if start >= end_s:
+                    continue
+                seg = (resource, seg[1], seg[2], seg[3], start, end_s, seg[6])
+            kept.append(seg)
+        self.record.segments[:] = kept
+        for r in late.values():
+            r.last_end_s = end_s
 
     def _loop(self, queue: EventQueue, on_event: Callable[[Any, Notice], None],
               progress: Callable[[int], None] | None) -> None:

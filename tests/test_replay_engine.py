@@ -116,6 +116,49 @@ def test_what_fully_async_still_generates_when_training_ends_is_dropped_at_the_e
     assert t["end_s"].max() == pytest.approx(end, abs=1e-12)
     assert t.filter(pl.col("kind") == "migrated", pl.col("end_s") >= end).height == 0
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StopConfig:
+    end_s: float = 0.5
+
+
+@register("test-stops-early")
+class StopsEarly:
+    """Books 2 s of serverless reward and two 1 s turns of a one-lane worker at 0, then ends the run at 0.5 s."""
+
+    Config = StopConfig
+
+    def __init__(self, config: StopConfig) -> None:
+        self.config = config
+
+    def start(self, sim: View) -> None:
+        sim.allocate("generation", 1, "H100")
+        sim.add_resource("reward", "serverless", slots=0, usd_per_s=2.0)
+        sim.add_resource("worker", "cpu")
+        sim.work("reward", 2.0, Tag("reward"), kind="reward", step=0)
+        for turn in range(2):
+            sim.work("worker", 1.0, Tag("turn"), kind="environment", step=0, item=turn)
+        sim.timer(self.config.end_s, Tag("end"))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        if notice.kind is NoticeKind.TIMER:
+            sim.stop()
+
+
+def test_work_booked_past_the_runs_end_is_cut_there_on_the_timeline_and_the_bill() -> None:
+    """rollart's environment queue ran 78 s past its run's end on the timeline (52 turns of step 0 starting after
+    the step had ended): what a resource had not started when the run ends never runs, and what ran is cut."""
+    prepared = make([[5]])
+    f = prepared.requests_frame
+    requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
+                        f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy())
+    sim = Simulator(requests, prepared.jobs, prepared.cluster)
+    policy, _ = create("test-stops-early")
+    record = sim.run(policy)
+    spans = sorted((s[0], s[3], s[4], s[5]) for s in record.segments if s[0] in ("reward", "worker"))
+    assert spans == [("reward", -1, 0.0, 0.5), ("worker", 0, 0.0, 0.5)]  # the second turn never started
+    assert sim.resources["reward"].busy_s == 0.5 and sim.resources["worker"].busy_s == 0.5  # billed to the end
+
+
 def test_the_event_log_is_identical_across_runs() -> None:
     logs = []
     for _ in range(2):

@@ -21,6 +21,8 @@ class Resource:
     usd_per_s: float = 0.0
     """billed per second of use (serverless); pools bill GPU-hours instead"""
     busy_s: float = 0.0
+    last_end_s: float = 0.0
+    """when the latest work booked so far ends"""
     _free_at: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -30,8 +32,10 @@ class Resource:
         """Start ``seconds`` of work as soon as a lane is free at or after ``now_s``; return (start, end)."""
         self.busy_s += seconds
         if not self.slots:
-            return now_s, now_s + seconds
-        start = max(now_s, heapq.heappop(self._free_at))
+            start = now_s
+        else:
+            start = max(now_s, heapq.heappop(self._free_at))
+            heapq.heappush(self._free_at, start + seconds)
         end = start + seconds
-        heapq.heappush(self._free_at, end)
+        self.last_end_s = max(self.last_end_s, end)
         return start, end

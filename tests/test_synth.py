@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from helpers import require_shared, small_config
 import rltrace
 from rltrace.catalog import get_model
 from rltrace.errors import ConfigError
+from rltrace.files import sha256_of
 from rltrace.synth import LengthConfig, length_dist, load_config, memory_notes, presets, synthesize, unused
 from rltrace.synth.config import AgenticConfig, SynthConfig
 from rltrace.synth.distributions import Empirical
@@ -100,6 +102,9 @@ def test_empirical_source_errors_are_config_errors(tmp_path: Path) -> None:
     (tmp_path / "neg.csv").write_text("x\n-1\n")
     with pytest.raises(ConfigError, match="non-negative"):
         Empirical.from_file(tmp_path / "neg.csv", "x")
+    (tmp_path / "empty.csv").write_text("x\n")  # it said "must hold non-negative numbers"
+    with pytest.raises(ConfigError, match="column 'x' holds no values"):
+        Empirical.from_file(tmp_path / "empty.csv", "x")
 
 
 def test_a_config_files_relative_paths_are_read_from_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -111,7 +116,18 @@ def test_a_config_files_relative_paths_are_read_from_its_folder(tmp_path: Path, 
     monkeypatch.chdir(tmp_path)
     config = load_config(path="job/synth.toml")
     assert Path(config.output.path).resolve() == (tmp_path / "job" / "lengths.csv").resolve()
-    assert set(synthesize(config).tables["requests"]["output_tokens"].to_list()) <= {100, 200}
+    result = synthesize(config)
+    assert set(result.tables["requests"]["output_tokens"].to_list()) <= {100, 200}
+    # the same file from its own folder, or a copy of both elsewhere: the same manifest and run id (they held
+    # "job/lengths.csv", then "lengths.csv", and so two run ids); the file by name and the digest of its bytes
+    monkeypatch.chdir(tmp_path / "job")
+    again = synthesize(load_config(path="synth.toml"))
+    assert again.manifest == result.manifest and again.manifest.run_id == result.manifest.run_id
+    shutil.copytree(tmp_path / "job", tmp_path / "elsewhere")
+    moved = synthesize(load_config(path=str(tmp_path / "elsewhere" / "synth.toml")))
+    assert moved.manifest == result.manifest
+    output = result.manifest.extra["synth"]["output"]
+    assert output["path"] == "lengths.csv" and output["path_sha256"] == sha256_of(tmp_path / "job" / "lengths.csv")
 
 
 @pytest.mark.parametrize("sets, notes", [
@@ -218,6 +234,8 @@ BAD_CONFIGS = [
     (["timing.sync_gbps=1e-12", "steps=2"], "or a rate (timing.sync_gbps, network_gbps, an MFU or efficiency) too"),
     (["timing.train_mfu=1e-300", "steps=2"], "synthetic times reach 9.99e+300 s"),
     (["timing.start_ns=-5"], "timing.start_ns must be >= 0, got -5"),
+    # it passed the check and the bundle's validator refused its reward span: "end_ns=... is before start_ns"
+    (["timing.reward_s_per_sample=-1"], "step_gap_s and reward_s_per_sample >= 0"),
     (["timing.start_ns=9223372036854775000"], "timing.start_ns=9,223,372,036,854,775,000 is above the limit"),
 ]
 
@@ -241,6 +259,22 @@ def test_presets_load_and_preset_or_config_not_both(tmp_path: Path) -> None:
 def test_length_config_defaults_are_a_valid_lognormal() -> None:
     dist = length_dist(LengthConfig())
     assert abs(float(dist.quantile(np.array([0.5]))[0]) - 600.0) < 1e-6
+
+
+@pytest.mark.filterwarnings("error")  # numpy's overflow warnings went to stderr before a valid bundle
+@pytest.mark.parametrize("sets", [["output.tail_fraction=0.5", "output.tail_alpha=0.01"], ["output.tail_alpha=1e-300"],
+                                  ["output.tail_start_quantile=1e-300"]])
+def test_an_extreme_pareto_tail_draws_lengths_at_the_cap_without_a_warning(sets: list[str]) -> None:
+    cfg = load_config(sets=["steps=1", "prompts_per_step=8", "output.kind='lognormal_pareto'", *sets])
+    out = synthesize(cfg).tables["requests"]["output_tokens"].to_numpy()
+    assert out.min() >= 1 and out.max() <= cfg.max_new_tokens
+    if "output.tail_fraction=0.5" in sets:  # half the draws from a tail that heavy: at the cap
+        assert (out == cfg.max_new_tokens).mean() > 0.3
+    else:  # no tail (tail_fraction 0): the lognormal body alone, whatever the tail's shape (every draw went to
+        # the cap when alpha 1e-300 made the search's bound infinite)
+        body = load_config(sets=["steps=1", "prompts_per_step=8", "output.kind='lognormal'"])
+        plain = synthesize(body).tables["requests"]["output_tokens"].to_numpy()
+        assert np.abs(out - plain).max() <= 1
 
 
 @pytest.mark.parametrize(("tail", "alpha"), [(0.03, 1.0), (0.1, 1.5), (0.01, 0.8)])

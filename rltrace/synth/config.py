@@ -164,8 +164,10 @@ class SynthConfig:
         t = self.timing
         if not (0 < t.decode_efficiency <= 1 and 0 < t.prefill_mfu <= 1 and 0 < t.train_mfu <= 1):
             raise ConfigError("timing: efficiencies and MFUs must be in (0, 1]")
-        if t.max_num_seqs < 1 or t.sync_gbps <= 0 or t.network_gbps <= 0 or t.step_gap_s < 0:
-            raise ConfigError("timing: max_num_seqs, sync_gbps and network_gbps must be > 0, step_gap_s >= 0")
+        if t.max_num_seqs < 1 or t.sync_gbps <= 0 or t.network_gbps <= 0 or t.step_gap_s < 0 \
+                or t.reward_s_per_sample < 0:
+            raise ConfigError("timing: max_num_seqs, sync_gbps and network_gbps must be > 0, step_gap_s and "
+                              "reward_s_per_sample >= 0")
         # a century of run past the start must still fit int64 nanoseconds
         check_int("timing.start_ns", t.start_ns, 0, MAX_INT - MAX_RUN_S * 10**9,
                   what=" (a run starting later would overflow int64 nanoseconds)")
@@ -227,7 +229,7 @@ def load_config(
     if source is not None:
         # a config file's relative paths from its folder, as a described job's (a preset's name none)
         _merge(data, paths_from_folder(load_toml(source), source.parent, tables=("output", "prompt")), str(source))
-    config = build(SynthConfig, data, f"{source.name}: synth" if source is not None else "synth")
+    config = build(SynthConfig, data, f"{source}: synth" if source is not None else "synth")
     assignments = [(*parse_set(item), f"--set {item!r}") for item in sets or []]
     if seed is not None:
         assignments.append(("seed", seed, "--seed"))

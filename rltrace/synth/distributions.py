@@ -8,6 +8,7 @@ distribution's marginal exact while letting samples of one prompt share part of 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -114,19 +115,27 @@ class LognormalPareto:
         # coordinates that the interpolation error is far below sampling noise (tested: cdf(quantile(u)) ~ u).
         grid_u, grid_logx = self._grid()
         u = np.clip(np.atleast_1d(np.asarray(u, dtype=float)), grid_u[0], grid_u[-1])
-        x: np.ndarray = np.exp(np.interp(_logit(u), _logit(grid_u), grid_logx))
+        with np.errstate(over="ignore"):  # beyond float range: inf, which the length cap clips
+            x: np.ndarray = np.exp(np.interp(_logit(u), _logit(grid_u), grid_logx))
         return x
 
     def _grid(self, points: int = 4097) -> tuple[np.ndarray, np.ndarray]:
         u = 1.0 / (1.0 + np.exp(-np.linspace(-23.0, 27.0, points)))  # 1e-10 .. 1 - 2e-12
-        lo = np.full(u.shape, np.log(self.median) - 12 * self.sigma)
-        hi = np.full(u.shape, np.log(self.tail_start) + 60.0 / self.alpha)
-        for _ in range(64):
-            mid = 0.5 * (lo + hi)
-            below = self.cdf(np.exp(mid)) < u
-            lo = np.where(below, mid, lo)
-            hi = np.where(below, hi, mid)
+        # an extreme tail (tail_alpha near 0) overflows exp and the power: inf and 0 bisect as they should
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            lo = np.full(u.shape, np.log(self.median) - 12 * self.sigma)
+            # a length past 1e18 tokens is one past any cap: a near-zero alpha must not make the bound infinite
+            hi = np.full(u.shape, min(np.log(self.tail_start) + 60.0 / self.alpha, LOG_LONGEST))
+            for _ in range(64):
+                mid = 0.5 * (lo + hi)
+                below = self.cdf(np.exp(mid)) < u
+                lo = np.where(below, mid, lo)
+                hi = np.where(below, hi, mid)
         return u, 0.5 * (lo + hi)
+
+
+LOG_LONGEST = math.log(1e18)
+"""the log of the longest length a distribution's quantiles are searched up to (every cap is far below it)"""
 
 
 def _logit(u: np.ndarray) -> np.ndarray:
@@ -166,7 +175,9 @@ class Empirical:
             values = frame.get_column(column).drop_nulls().cast(pl.Float64).to_numpy()
         except pl.exceptions.PolarsError:  # text that is not a number
             raise ConfigError(f"{p}: column {column!r} must hold non-negative numbers") from None
-        if values.size == 0 or not np.isfinite(values).all() or (values < 0).any():
+        if values.size == 0:
+            raise ConfigError(f"{p}: column {column!r} holds no values")
+        if not np.isfinite(values).all() or (values < 0).any():
             raise ConfigError(f"{p}: column {column!r} must hold non-negative numbers")
         if not (values > 0).any():  # every length would be drawn as 0, then clipped to 1 token (or scaled from 1)
             raise ConfigError(f"{p}: column {column!r} holds only zeros: no length to draw")

@@ -6,6 +6,8 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -13,6 +15,7 @@ import polars as pl
 from rltrace.calibration.defaults import ADAM_BYTES_PER_PARAM
 from rltrace.catalog import ModelSpec, get_gpu, get_model
 from rltrace.config import to_dict
+from rltrace.files import sha256_of
 from rltrace.manifest import Manifest, Pool, RLConfig
 from rltrace.synth.agentic import Turns, draw_turns, generate
 from rltrace.synth.config import LengthConfig, SynthConfig
@@ -264,8 +267,25 @@ def _fsdp_collectives(
     return frame, layers * (fslot + bslot)
 
 
+def _portable(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with each file they name (a model's config.json, an empirical lengths file) given by its name and
+    the SHA-256 of its bytes, not by a path that depends on where the command ran: the manifest keeps them and the
+    run id hashes them, so the same inputs give the same bundle in any folder and on any machine."""
+    def named(path: str, parts: int) -> str:
+        return "/".join(Path(path).parts[-parts:])
+
+    out = {**params}
+    if str(out["model"]).endswith(".json"):
+        out["model"], out["model_sha256"] = named(out["model"], 2), sha256_of(out["model"])  # its folder names it
+    for table in ("output", "prompt"):
+        if out[table]["path"]:
+            path = out[table]["path"]
+            out[table] = {**out[table], "path": named(path, 1), "path_sha256": sha256_of(path)}
+    return out
+
+
 def _manifest(cfg: SynthConfig, model: ModelSpec) -> Manifest:
-    params = to_dict(cfg)
+    params = _portable(to_dict(cfg))
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
     gen, train = cfg.generation, cfg.training
     hosts = [f"gen-node{i}" for i in range(math.ceil(gen.gpus / 8))]

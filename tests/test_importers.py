@@ -323,7 +323,12 @@ def _truncated(tmp_path: Path) -> Path:
     ("kineto", lambda p: (p / "x.json").write_text('{"foo": 1}') and p / "x.json", "not a Kineto trace"),
     ("kineto", lambda p: (p / "y.json").write_text("not json") and p / "y.json", "not a Kineto trace"),
     ("kineto", lambda p: p / "missing.json", "no such file"),
-    ("et", lambda p: (p / "e.json").write_text('{"nodes": 3}') and p / "e.json", "not an execution trace"),
+    ("et", lambda p: (p / "e.json").write_text('{"nodes": 3}') and p / "e.json", "/e.json: not an execution trace"),
+    ("mooncake", lambda p: (p / "e.jsonl").write_bytes(b"") or p / "e.jsonl",  # polars' "Cannot infer NDJSON types"
+     "not a Mooncake trace (JSON lines) (it holds no JSON lines)"),
+    ("azure-llm", lambda p: (p / "nan.csv").write_text(  # "conversion from `f64` to `i64` failed in column ..."
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,5,10\n2023-11-16 18:15:47.68,6,NaN\n")
+     and p / "nan.csv", "output token counts must be numbers: data row 2 has nan (1 of 2 rows)"),
     ("azure-llm", lambda p: (p / "a.csv").write_text("a,b\n1,2\n") and p / "a.csv",
      "not an Azure LLM trace (CSV): no column 'TIMESTAMP'"),
     ("csv", lambda p: (p / "c.csv").write_text("a,b\n1,2\n") and p / "c.csv", "needs --map"),

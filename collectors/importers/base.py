@@ -97,6 +97,10 @@ def requests_table(prompt: pl.Expr, output: pl.Expr, arrival_ns: pl.Expr, source
         raise ValidationError(f"token counts and arrival times must be numbers ({str(e).splitlines()[0]})") from None
     for name in ("prompt", "output"):  # a cast to integers would truncate 5.5 to 5 without a word
         if counts.schema[name].is_float():
+            odd = counts.with_row_index("row", offset=1).filter(~pl.col(name).is_finite())
+            if odd.height:
+                raise ValidationError(f"{name} token counts must be numbers: data row {odd['row'][0]:,} has "
+                                      f"{odd[name][0]} ({odd.height:,} of {counts.height:,} rows)")
             fractional = counts.with_row_index("row", offset=1).filter(pl.col(name) != pl.col(name).round())
             if fractional.height:
                 row, value = fractional.row(0)[0], fractional.row(0)[counts.columns.index(name) + 1]

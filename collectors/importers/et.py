@@ -46,7 +46,7 @@ def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
         except (tarfile.TarError, EOFError, OSError) as e:
             raise ConfigError(f"{path}: truncated or corrupt archive ({e})") from None
     else:
-        yield path.name, path.read_bytes()
+        yield str(path), path.read_bytes()
 
 
 def _pg_table(nodes: list[dict[str, Any]]) -> dict[str, list[int]]:

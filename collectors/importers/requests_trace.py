@@ -56,7 +56,7 @@ def _bad_json_line(path: Path) -> str | None:
             for key, kind in types.items():
                 if key in first and first[key] is not kind and {first[key], kind} != {int, float}:
                     return f"line {number}: {key!r} is {kind.__name__} here, {first[key].__name__} on the first line"
-    return None
+    return None if first is not None else "it holds no JSON lines"
 
 
 def _read_all(files: list[Path], reader: Callable[[Path], pl.DataFrame], what: str, columns: list[str]) -> pl.DataFrame:
@@ -102,7 +102,7 @@ def azure(files: list[Path], options: ImportOptions, progress: Callable[[int, in
     if latest is not None and latest > LAST_NS_TIME:  # nanoseconds since 1970 would wrap
         raise ConfigError(f"TIMESTAMP {latest} is past {LAST_NS_TIME:%Y-%m-%d %H:%M:%S}, the last time nanoseconds "
                           "since 1970 hold")
-    when = _timestamps(source, "TIMESTAMP", "")  # a value that is no timestamp (or a zoned one) was dropped unsaid
+    when = _timestamps(source, "TIMESTAMP", "")
     requests = requests_table(pl.col("ContextTokens"), pl.col("GeneratedTokens"), when, source, options)
     return _result(requests, options, ["arrival times are the trace's TIMESTAMP read as UTC"])
 

@@ -223,6 +223,11 @@ def test_what_if_options_reshape_the_description(tmp_path: Path) -> None:
     c = prepared.cluster
     assert (c.gen_gpus, c.train_gpus, c.gen_gpu, c.tp) == (4, 4, "H200", 2)
     assert prepared.jobs[0].steps == 2
+    # one pool's kind alone leaves the other's (a sweep's gen_gpu axis put both pools on H20)
+    for shape, kinds in ((Shape(gen_gpus=4, train_gpus=4, gen_gpu="H20"), ("H20", "H100")),
+                         (Shape(gen_gpus=4, train_gpus=4, train_gpu="H200"), ("H100", "H200"))):
+        c = from_description(d, shape, CostConfig()).cluster
+        assert (c.gen_gpu, c.train_gpu) == kinds
 
 
 def test_a_sweep_point_on_a_description_names_the_fabric_its_syncs_were_priced_on(tmp_path: Path) -> None:

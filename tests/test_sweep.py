@@ -397,6 +397,20 @@ def test_advise_prints_the_cheapest_configuration_meeting_the_target(tmp_path: P
     assert "over budget" in budget.stdout
 
 
+def test_advise_whose_every_replay_failed_exits_1_and_says_so(tmp_path: Path) -> None:
+    """It printed "no configuration in the space reaches 10 samples/s" and exited 0: no answer read as an answer."""
+    job = tmp_path / "run.toml"
+    job.write_text('model = "Qwen2.5-7B"\n[cluster]\ngpu = "H100"\ngpus = 8\n[batch]\nprompts = 8\nsamples = 4\n'
+                   'max_response = 2048\nmean_response = 900\nsteps = 2\n')
+    space = tmp_path / "space.toml"  # a described job has no recorded steps to pick: every replay fails
+    space.write_text('scheduler = ["disagg-sync"]\ngpu = ["H100"]\ntotal_gpus = [8]\n[fixed]\nsource_steps = [1]\n')
+    done = run_cli("advise", str(job), "--space", str(space), "--workers", "1")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == "rltrace: every one of the 2 replays failed (the table above says why)"
+    assert "2 designs, 2 replays (2 failed); 0 candidates ruled out" in done.stdout
+
+
 @pytest.mark.parametrize(("report", "last"), [(True, "note: 3 more notes in the report"), (False, "note: n8")])
 def test_notes_past_the_terminal_limit_go_to_a_report_only_where_there_is_one(report: bool, last: str) -> None:
     """advise writes no report, yet said "2 more notes in the report": those notes were nowhere."""

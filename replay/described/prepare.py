@@ -42,8 +42,8 @@ def reshape(d: Description, shape: Shape) -> Description:
     train_kind = shape.train_gpu or shape.gpu
     if gen_kind:
         cluster = dataclasses.replace(cluster, gpu=gen_kind)
-    if train_kind or gen_kind:
-        cluster = dataclasses.replace(cluster, train_gpu=train_kind or d.cluster.train_gpu)
+    if train_kind or gen_kind:  # the training pool keeps its kind ("": cluster.gpu's) when only generation's changes
+        cluster = dataclasses.replace(cluster, train_gpu=train_kind or d.cluster.train_gpu or d.cluster.gpu)
     if shape.tp is not None:
         generation = dataclasses.replace(generation, tp=shape.tp)
     if shape.max_seqs is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ LEFT = ("GPU", "scheduler", "fabric", "work")
 
 def advise_cmd(
     bundle: Annotated[Path | None, typer.Argument(
-        help="Bundle directory or sample name (default: the RollPacker-like sample).")] = None,
+        help="Bundle directory, sample name or described job (.toml) (default: the RollPacker-like sample).")] = None,
     target_throughput: Annotated[float, typer.Option("--target-throughput",
                                                      help="Samples per second to reach.")] = 10.0,
     budget: Annotated[float | None, typer.Option(help="Most USD per hour for the GPUs.")] = None,
@@ -101,6 +102,9 @@ def advise_cmd(
     for note in advice.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     console.print(search_summary(advice, exhaustive), markup=False, soft_wrap=True)
+    if advice.failed and advice.failed == advice.replays and not advice.ranked.height:  # no answer, only errors
+        print(f"rltrace: every one of the {advice.replays} replays failed (the table above says why)", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 def search_summary(advice: Advice, exhaustive: bool) -> str:
@@ -110,8 +114,8 @@ def search_summary(advice: Advice, exhaustive: bool) -> str:
     line += f" ({', '.join(extra)})" if extra else ""
     if exhaustive:
         return line + "; every candidate replayed (--exhaustive)"
-    return (line + f"; {advice.ruled_out} candidates ruled out by a price floor or trainer bound without a replay "
-            "(--exhaustive replays them)")
+    return (line + f"; {advice.ruled_out} candidate{'s' * (advice.ruled_out != 1)} ruled out by a price floor or "
+            "trainer bound without a replay (--exhaustive replays them)")
 
 
 def lost_summary(lost: pl.DataFrame) -> str:

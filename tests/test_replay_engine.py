@@ -14,7 +14,7 @@ from replay_helpers import TAU, agentic, make
 from rltrace.replay.cluster import Cluster
 from rltrace.replay.costmodels.generation import FittedGeneration
 from rltrace.replay.costmodels.iteration import IterationModel, Linear
-from rltrace.replay.entities.requests import Requests
+from rltrace.replay.entities.requests import Requests, State
 from rltrace.replay.events import Notice, NoticeKind, Tag
 from rltrace.replay.metrics import MetricsConfig, compute_metrics, timeline_frame
 from rltrace.replay.record import RunRecord
@@ -157,6 +157,83 @@ def test_work_booked_past_the_runs_end_is_cut_there_on_the_timeline_and_the_bill
     spans = sorted((s[0], s[3], s[4], s[5]) for s in record.segments if s[0] in ("reward", "worker"))
     assert spans == [("reward", -1, 0.0, 0.5), ("worker", 0, 0.0, 0.5)]  # the second turn never started
     assert sim.resources["reward"].busy_s == 0.5 and sim.resources["worker"].busy_s == 0.5  # billed to the end
+
+
+@register("test-switch-then-update")
+class SwitchThenUpdate:
+    """Submits four requests, switches the instance for 1 s, and publishes version 7 half way through the switch."""
+
+    Config = StopConfig
+
+    def __init__(self, config: StopConfig) -> None:
+        self.config, self.seen = config, {}
+
+    def start(self, sim: View) -> None:
+        sim.allocate("generation", 1, "H100")
+        self.inst = sim.add_instance("generation", 1, sim.jobs[0].generation)
+        sim.submit(self.inst, range(4))
+        sim.reconfigure(self.inst, switch_s=1.0)
+        sim.timer(self.config.end_s, Tag("update"))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        if notice.kind is NoticeKind.TIMER:
+            self.seen["during the switch"] = State(sim.requests.state[0]).name
+            sim.set_version(7)
+        elif notice.kind is NoticeKind.FINISHED and 0 in notice.requests:
+            self.seen["version"] = sim.requests.version[0]
+            sim.stop()
+
+
+def test_requests_admitted_when_a_switch_ends_wait_until_then_and_take_the_version_served_then() -> None:
+    """The switch's end admitted the batch when it was planned: the requests read as running while the instance
+    was still switching, and kept version 0 though version 7 was published before they were admitted."""
+    prepared = make([[20] * 4])
+    f = prepared.requests_frame
+    requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
+                        f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy())
+    policy, _ = create("test-switch-then-update")
+    Simulator(requests, prepared.jobs, prepared.cluster).run(policy)
+    assert policy.seen == {"during the switch": "WAITING", "version": 7}
+
+
+@register("test-migrate-behind")
+class MigrateBehind:
+    """Four long requests run on instance a; at 5 iterations they move to the back of b's queue of twenty."""
+
+    Config = StopConfig
+
+    def __init__(self, config: StopConfig) -> None:
+        self.config, self.seen = config, {}
+
+    def start(self, sim: View) -> None:
+        sim.allocate("generation", 2, "H100")
+        self.a, self.b = (sim.add_instance("generation", 1, sim.jobs[0].generation, max_seqs=4) for _ in range(2))
+        sim.submit(self.a, range(4))
+        sim.timer(5 * TAU, Tag("move"))
+        sim.timer(8 * TAU, Tag("look"))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        if notice.kind is NoticeKind.TIMER and notice.tag.what == "move":
+            sim.quiet = True  # one notice per step: the fast path plans b's whole drain at once
+            sim.submit(self.b, range(4, 24))
+            sim.migrate(range(4), self.b, front=False)
+        elif notice.kind is NoticeKind.TIMER:
+            self.seen = {"states": [State(sim.requests.state[r]).name for r in range(4)],
+                         "place": sim.requests_on(self.b).index(0)}
+            sim.stop()
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_moved_request_still_queued_reads_as_waiting_on_either_path(fast_path: bool) -> None:
+    """A planned drain admits the moved requests later; they kept their first start, which the view read as
+    "started by now": running, while they queued behind twenty others."""
+    prepared = make([[100] * 24])
+    f = prepared.requests_frame
+    requests = Requests(f["job"].to_numpy(), f["step"].to_numpy(), f["group"].to_numpy(),
+                        f["prompt_tokens"].to_numpy(), f["output_tokens"].to_numpy())
+    policy, _ = create("test-migrate-behind")
+    Simulator(requests, prepared.jobs, prepared.cluster, fast_path=fast_path).run(policy)
+    assert policy.seen == {"states": ["WAITING"] * 4, "place": 20}
 
 
 def test_the_event_log_is_identical_across_runs() -> None:

@@ -150,9 +150,14 @@ class GenerationInstance:
         """Serve policy ``version`` from ``now_s`` on: requests admitted later carry it (those a planned drain
         admits after ``now_s`` too)."""
         self.version = version
+        versions = self._req.version
+        if self.time_s > now_s:  # a switch put the clock ahead: its batch was admitted at the switch's end, not yet
+            admitted = self._req.admitted_s
+            for _, rid in self._heap:
+                if admitted[rid] > now_s:
+                    versions[rid] = version
         d = self.drain
         if d is not None:
-            versions = self._req.version
             for rid in d.rids[d.fresh & (d.start_s > now_s)].tolist():
                 versions[rid] = version
 

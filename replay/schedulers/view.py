@@ -54,19 +54,21 @@ class _Revealed(Generic[T]):
 
 
 class _States:
-    """Request states as of now: a request a planned drain marked finished ahead of time reads as running
-    (or waiting, if its planned admission is still to come)."""
+    """Request states as of now: a request a planned drain marked finished ahead of time reads as running, or
+    waiting if its planned admission is still to come, as does one admitted at the end of an instance's switch."""
 
-    __slots__ = ("_finish", "_sim", "_start", "_state")
+    __slots__ = ("_admitted", "_finish", "_sim", "_state")
 
     def __init__(self, sim: Simulator) -> None:
         req = sim.requests
-        self._sim, self._state, self._finish, self._start = sim, req.state, req.finish_s, req.start_s
+        self._sim, self._state, self._finish, self._admitted = sim, req.state, req.finish_s, req.admitted_s
 
     def __getitem__(self, rid: int) -> int:
-        s = self._state[rid]
-        if s == FINISHED and not self._finish[rid] <= self._sim.now:
-            return RUNNING if self._start[rid] <= self._sim.now else WAITING
+        s, now = self._state[rid], self._sim.now
+        if s == FINISHED and not self._finish[rid] <= now:
+            return RUNNING if self._admitted[rid] <= now else WAITING
+        if s == RUNNING and self._admitted[rid] > now:
+            return WAITING
         return s
 
     def __len__(self) -> int:

@@ -188,7 +188,7 @@ class Figure:
 
 
 DECODE = "rltrace estimate decode --model Qwen3-30B-A3B --gpu H100 --batch 64 --context 512"
-TRAIN = "rltrace estimate train --model Qwen3-30B-A3B --gpu H100 --precision fp8 --gpus 16 --ep 8"
+TRAIN = "rltrace estimate train --model Qwen3-30B-A3B --gpu H100 --precision fp8 --tokens 65536 --gpus 16 --ep 8"
 BENCH = ("rltrace fabric bench --topology rail:nodes=2,nics_per_node=8,nic_gbps=200,gpu=H100 --op all_reduce "
          "--dtype float --size 256M")
 FIGURES = {f.name: f for f in (

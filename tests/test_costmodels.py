@@ -308,6 +308,8 @@ def test_estimate_train_and_replay_training_price_the_validated_step() -> None:
     (["--model", "Qwen3-30B-A3B", "--gpus", "12", "--ep", "8"], "--ep 8 must divide the 12 training GPUs"),
     (["--model", "Qwen3-30B-A3B", "--gpus", "12", "--ep", "5"], "--ep 5 must divide Qwen3-30B-A3B's 128 experts"),
     (["--gpu", "A100", "--precision", "fp8"], "A100 has no FP8 tensor cores"),
+    # a 0.203 ms step "of 100 tokens in 4,096-token sequences" on 64 GPUs
+    (["--tokens", "100", "--context", "4096", "--gpus", "64"], "--tokens 100 is less than one --context 4,096-token"),
 ])
 def test_estimate_train_refuses_bad_values_in_one_line(args: list[str], message: str) -> None:
     done = run_cli("estimate", "train", "--model", "Llama-2-7B", "--gpu", "H100", *args)
@@ -349,6 +351,17 @@ def test_a_config_jsons_fp8_is_priced_as_fp8_without_precision(tmp_path) -> None
     assert get_model(str(path)).dtype_bytes == 1
     printed = run_cli("estimate", "decode", "--model", str(path), "--gpu", "H100")
     assert "fp8 weights" in printed.stdout
+
+
+def test_estimate_train_trains_a_sequence_per_gpu_by_default_and_says_when_it_has_fewer() -> None:
+    """Its default step (4,096 tokens of 1,024 on 8 GPUs) was half a sequence per GPU, priced as if split evenly."""
+    default = run_cli("estimate", "train", "--model", "Llama-2-7B", "--gpu", "H100", "--context", "2048")
+    assert default.returncode == 0, default.stderr
+    assert "training step of 16,384 tokens in 2,048-token sequences on 8 GPUs" in default.stdout
+    assert "note:" not in default.stdout
+    fewer = run_cli("estimate", "train", "--model", "Llama-2-7B", "--gpu", "H100", "--tokens", "8192", "--gpus", "16")
+    assert fewer.returncode == 0, fewer.stderr
+    assert "note: 8 sequences on 16 GPUs: priced as if each GPU trained an equal share of the tokens" in fewer.stdout
 
 
 def test_estimate_train_shows_all_to_alls_only_for_an_expert_parallel_moe() -> None:

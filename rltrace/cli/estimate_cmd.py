@@ -61,7 +61,9 @@ def estimate(
     batch: Annotated[int, typer.Option(help="Running sequences (decode).")] = 1,
     context: Annotated[int, typer.Option(help="Mean context length in tokens (decode); train: tokens per "
                                               "sequence (its causal attention).")] = 1024,
-    tokens: Annotated[int, typer.Option(help="Tokens (prefill: prompt tokens; train: tokens per step).")] = 4096,
+    tokens: Annotated[int | None, typer.Option(
+        help="Tokens (prefill: prompt tokens, default 4096; train: tokens per step, default one --context sequence "
+             "per GPU).", show_default=False)] = None,
     prompts: Annotated[int, typer.Option(help="Prompts the prefill tokens are split over.")] = 1,
     gpus: Annotated[int, typer.Option(help="GPUs sharing the training step.")] = 8,
     precision: Annotated[str | None, typer.Option(
@@ -118,6 +120,9 @@ def estimate(
         return
     if model is None or gpu is None:
         raise ConfigError(f"estimate {kind.value} needs --model and --gpu")
+    if tokens is None:  # train: one sequence per GPU, where both are in range (else the checks below say which not)
+        one_each = kind is Kind.train and 1 <= context <= MAX_NEW_TOKENS and 1 <= gpus <= MAX_GPUS
+        tokens = min(context * gpus, MAX_TOKENS) if one_each else 4096
     # every number in its range before any arithmetic (a 23-digit --batch overflowed numpy)
     for name, value, lo, hi in (("--batch", batch, 1, MAX_PER_STEP), ("--context", context, 0, MAX_NEW_TOKENS),
                                 ("--tokens", tokens, 1, MAX_TOKENS), ("--prompts", prompts, 1, MAX_PER_STEP),
@@ -161,6 +166,8 @@ def estimate(
         what = f"prefill of {tokens:,} tokens in {prompts} prompt(s){shared}"
     else:
         precision = precision or "bf16"
+        if tokens < context:  # a step's attention is priced over whole sequences of --context tokens
+            raise ConfigError(f"--tokens {tokens:,} is less than one --context {context:,}-token sequence")
         result = cost.train(tokens, gpus, seq_len=context, precision=precision)
         what = (f"training step of {tokens:,} tokens in {context:,}-token sequences on {gpus} GPUs ({precision}"
                 f"{f', ep {ep}' if ep > 1 else ''})")
@@ -180,6 +187,10 @@ def estimate(
         print(f"{cost.model.name} on {cost.gpu.name}: {what}")
         a2a = f", expert all-to-alls {result.comm_s * 1e3:.3f} ms" if arch.is_moe and ep > 1 else ""
         print(f"  {result.seconds * 1e3:.3f} ms (compute {result.compute_s * 1e3:.3f} ms{a2a})")
+        if (sequences := tokens // context) < gpus:  # the model splits tokens evenly, whole sequences or not
+            print(f"  note: {sequences:,} sequence{'s' * (sequences != 1)} on {gpus} GPUs: priced as if each GPU "
+                  "trained an equal share of the tokens, which takes splitting sequences (context parallelism); "
+                  "data parallelism alone leaves GPUs idle")
     else:
         print(f"{cost.model.name} on {cost.gpu.name} (tp {tp}, {weights} weights): {what}")
         print(f"  {result.seconds * 1e3:.3f} ms, {result.bound}-bound "

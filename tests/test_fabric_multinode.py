@@ -23,7 +23,7 @@ from rltrace.replay.network.validation import (
     nccl_env,
     one_node_compare,
 )
-from rltrace.replay.network.weight_sync import weight_sync
+from rltrace.replay.network.weight_sync import local_fabric, weight_sync
 from rltrace.replay.topologies import parse
 
 from rltrace.catalog import get_gpu
@@ -438,6 +438,25 @@ def test_a_bad_run_of_your_own_is_one_line_and_exit_2(tmp_path, change: dict, me
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr
 
 
+@pytest.mark.parametrize(("gen", "train", "gpu", "fabric"), [
+    (4, 4, "H100", "nvswitch:gpus=8,gpu=H100"),
+    (8, 8, "H100", "rail:nodes=2,gpu=H100"),
+    (32, 32, "GB200", "nvswitch:gpus=64,gpu=GB200"),  # one NVL72 rack: it was rail nodes of 8
+    (64, 64, "GB200", "rail:nodes=2,gpus_per_node=72,gpu=GB200"),
+])
+def test_the_local_fabric_is_one_nvlink_domain_of_the_gpu_kind_then_rail_nodes_of_it(
+        gen: int, train: int, gpu: str, fabric: str) -> None:
+    assert local_fabric(gen, train, gpu) == fabric
+    assert parse(fabric).gpus >= gen + train  # and it parses: no NVLink fabric larger than the kind's domain
+
+
+def test_a_larger_nvlink_domain_than_the_kinds_is_said_in_the_spec() -> None:
+    """Hardware whose NVLink joins more GPUs than its kind's boards (a described cluster's gpus_per_node 16)."""
+    assert parse("nvswitch:gpus=16,nvlink_domain=16,gpu=H100").gpus == 16
+    with pytest.raises(ConfigError, match="nvlink_domain must be >= 0"):
+        parse("nvswitch:gpus=8,nvlink_domain=-1,gpu=H100")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["fabric", "bench", "--topology", "rail:nodes=2,radix=3", "--size", "1M"], "known: copy_efficiency, cpu, gpu,"),
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "1M", "--protocol", "LL64"],
@@ -447,6 +466,11 @@ def test_a_bad_run_of_your_own_is_one_line_and_exit_2(tmp_path, change: dict, me
     (["fabric", "bench", "--topology", "rail:nodes=2", "--size", "99999999999999999999999"],
      "at most 9,223,372,036,854,775,807 bytes (int64"),  # was priced at 389,721,105,833 s
     (["fabric", "bench", "--topology", "rail:nodes=2,nics_per_node=3", "--size", "1M"], "nics_per_node must divide"),
+    # 1,024 H100s on one NVLink fabric ran faster than 8 (busbw 572 GB/s, above NVLink's 450 each way)
+    (["fabric", "bench", "--topology", "nvswitch:gpus=1024,gpu=H100", "--size", "1G"],
+     "1024 GPUs on one NVLink fabric, but one of H100 joins 8 (give nodes of at most 8"),
+    (["fabric", "bench", "--topology", "rail:nodes=2,gpus_per_node=100,gpu=H100", "--size", "1M"],
+     "100 GPUs on one NVLink fabric, but one of H100 joins 8"),
     (["fabric", "bench", "--topology", "rail:nodes=2,net_latency_us=-1", "--size", "1M"],
      "net_latency_us must be >= 0"),
     (["fabric", "bench", "--topology", "nvswitch:gpus=8", "--size", "1M", "--algorithm", "nvls_tree"],

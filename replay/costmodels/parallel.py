@@ -22,7 +22,7 @@ from rltrace.replay.network.collectives import collective
 from rltrace.replay.topologies.base import parse
 
 from rltrace.calibration import CALIBRATION, CostCalibration
-from rltrace.catalog import GPUSpec
+from rltrace.catalog import GPUSpec, get_gpu
 from rltrace.errors import ConfigError
 from rltrace.units import DTYPE_BYTES, bus_factor
 
@@ -32,8 +32,11 @@ ACTIVATION_BYTES = DTYPE_BYTES["bf16"]  # activations travel in BF16 whatever th
 @lru_cache(maxsize=4096)
 def _collective_s(gpu: str, op: str, ranks: int, size: float, gpus_per_node: int) -> float:
     nodes = -(-ranks // gpus_per_node)
-    spec = (f"nvswitch:gpus={max(ranks, 1)},gpu={gpu}" if nodes == 1 else
-            f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},leaf_down={nodes * gpus_per_node},gpu={gpu}")
+    # nodes larger than the kind's NVLink domain: a described cluster's own (its cluster.gpus_per_node) says so
+    domain = f",nvlink_domain={gpus_per_node}" if gpus_per_node > get_gpu(gpu).nvlink_domain else ""
+    spec = (f"nvswitch:gpus={max(ranks, 1)}{domain},gpu={gpu}" if nodes == 1 else
+            f"leaf-spine:nodes={nodes},gpus_per_node={gpus_per_node},leaf_down={nodes * gpus_per_node}{domain},"
+            f"gpu={gpu}")
     return collective(parse(spec), op, ranks, size).seconds
 
 

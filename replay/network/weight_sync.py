@@ -22,6 +22,7 @@ from rltrace.replay.network.schedules import Phase, tree_edges
 from rltrace.replay.topologies import parse
 from rltrace.replay.topologies.base import Topology
 
+from rltrace.catalog import get_gpu
 from rltrace.errors import ConfigError
 
 STRATEGIES = ("per_tensor", "bucketed", "tree", "two_stage")
@@ -91,9 +92,13 @@ def weight_sync(topo: Topology, strategy: str, trainers: np.ndarray, generators:
 
 def local_fabric(gen_gpus: int, train_gpus: int, gpu: str) -> str:
     """The fabric a replay assumes when it moves a recording to another GPU kind without ``--topology``: one
-    NVSwitch node of ``gpu`` for up to 8 GPUs, else rail-optimised nodes of 8 (docs/fabrics.md)."""
-    gpus = gen_gpus + train_gpus
-    return f"nvswitch:gpus={gpus},gpu={gpu}" if gpus <= 8 else f"rail:nodes={math.ceil(gpus / 8)},gpu={gpu}"
+    NVSwitch domain of ``gpu`` for as many GPUs as it joins (8 on HGX, 72 in a GB200 NVL72 rack), else
+    rail-optimised nodes of that many (docs/fabrics.md)."""
+    gpus, domain = gen_gpus + train_gpus, get_gpu(gpu).nvlink_domain
+    if gpus <= domain:
+        return f"nvswitch:gpus={gpus},gpu={gpu}"
+    per_node = f",gpus_per_node={domain}" if domain != 8 else ""  # 8: the topologies' default, left unsaid
+    return f"rail:nodes={math.ceil(gpus / domain)}{per_node},gpu={gpu}"
 
 
 def reprice_syncs(sync_bytes: list[float], gen_gpus: int, train_gpus: int, gpu: str, *, tensors: int = 1,

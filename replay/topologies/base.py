@@ -225,6 +225,9 @@ class NodeFabric:
 
     gpu: str = "H100"
     gpus_per_node: int = 8
+    nvlink_domain: int = 0
+    """GPUs one NVLink fabric may join (0: the GPU kind's ``nvlink_domain``, 8 on HGX, 72 on GB200 NVL72); a node
+    of more GPUs is refused unless this says the hardware joins them"""
     nic_gbps: float = 400.0
     """line rate of one NIC, Gb/s (400 Gb/s: ConnectX-7 NDR)"""
     nics_per_node: int = 0
@@ -310,6 +313,13 @@ class NodeFabric:
         if self.nics_per_node < 0 or (self.gpus_per_node % self.nics and self.nics % self.gpus_per_node):
             raise ConfigError(f"topology: nics_per_node must divide gpus_per_node ({self.gpus_per_node}) or be a "
                               f"multiple, got {self.nics_per_node}")
+        if self.nvlink_domain < 0:
+            raise ConfigError(f"topology: nvlink_domain must be >= 0 (0: the GPU kind's), got {self.nvlink_domain}")
+        domain = self.nvlink_domain or get_gpu(self.gpu).nvlink_domain
+        if self.gpus_per_node > domain:  # else the more GPUs NVLink joined, the faster it ran
+            raise ConfigError(f"topology: {self.gpus_per_node} GPUs on one NVLink fabric, but one of {self.gpu} joins "
+                              f"{domain} (give nodes of at most {domain}: leaf-spine, rail or fat-tree; or "
+                              "nvlink_domain=N where the hardware joins N)")
         if gpus > MAX_GPUS:  # before any per-GPU link is allocated
             raise ConfigError(f"topology: {gpus:,} GPUs is above the limit of {MAX_GPUS:,} GPUs in a topology")
         if not all(0 < e <= 1 for e in (self.nvlink_efficiency, self.nic_efficiency, self.copy_efficiency)):

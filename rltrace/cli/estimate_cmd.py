@@ -91,7 +91,7 @@ def estimate(
 
     Hold it against your own measurements; docs/costmodels-roofline.md states the formulas and defaults.
 
-    Example: rltrace estimate decode --model Llama-2-7B --gpu H100 --batch 64 --context 2048 --json
+    Example: rltrace estimate decode --model Llama-2-7B --gpu H100 --batch 32 --context 2048 --json
 
     `rltrace estimate validate` predicts every point of the shipped public measurements (vLLM/SGLang TPOT, TTFT,
     offline throughput, training tokens/s/GPU, vLLM's KV-cache sizing; sources in docs/costmodels-sources.md) and prints

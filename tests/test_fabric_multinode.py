@@ -527,6 +527,8 @@ def test_a_spec_list_of_algorithms_is_what_the_tuner_picks_among() -> None:
     for bad in ("ring+foo", "ring+ring", "auto+ring", "hierarchical+ring"):  # hierarchical is not NCCL's
         with pytest.raises(ConfigError, match="nccl_algo must be auto, one of"):
             parse(f"rail:nodes=2,gpu=H100,nccl_algo={bad}")
+    with pytest.raises(ConfigError, match=r"^topology: nccl_proto must be one of .*, got 'foo'$"):  # it led with
+        parse("rail:nodes=2,gpu=H100,nccl_proto=foo")  # "nccl_algo must be", the key that was right
     # NCCL_ALGO ignores case; a list on another op or inside one node: what of it can run there
     assert collective(parse("rail:nodes=2,gpu=H100,nccl_algo=Ring+Tree"), "all_reduce", 16, GIB).algorithm in (
         "ring", "tree")

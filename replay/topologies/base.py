@@ -299,10 +299,11 @@ class NodeFabric:
         listable = [a for a in named if a != "hierarchical"]
         ok = algos == ["auto"] or (len(algos) == 1 and algos[0] in named) or (
             len(set(algos)) == len(algos) and all(a in listable for a in algos))
-        if not ok or self.nccl_proto not in NCCL_PROTOS:
+        if not ok:
             raise ConfigError(f"topology: nccl_algo must be auto, one of {', '.join(named)}, or several of "
-                              f"{', '.join(listable)} joined by + (each once), and nccl_proto one of "
-                              f"{', '.join(NCCL_PROTOS)}, got {self.nccl_algo!r}, {self.nccl_proto!r}")
+                              f"{', '.join(listable)} joined by + (each once), got {self.nccl_algo!r}")
+        if self.nccl_proto not in NCCL_PROTOS:
+            raise ConfigError(f"topology: nccl_proto must be one of {', '.join(NCCL_PROTOS)}, got {self.nccl_proto!r}")
         if not self.net_latency_us >= 0:
             raise ConfigError(f"topology: net_latency_us must be >= 0, got {self.net_latency_us}")
         if self.cpu not in ("intel", "amd"):

@@ -78,9 +78,12 @@ def test_logical_ops_of_the_recorded_tiny_rl_bundle() -> None:
 
 
 def test_replay_comms_cli_prints_measured_beside_recorded() -> None:
-    result = run_cli("replay-comms", str(sample_path("tiny_rl_cpu")), "--ranks", "3", "--json")
+    result = run_cli("replay-comms", str(sample_path("tiny_rl_cpu")), "--ranks", "3", "--json",
+                     env={"RLTRACE_PROGRESS_EVERY_S": "0.05"})
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
+    runnable = sum(r["skip"] is None for r in rows)  # piped progress counts them (it said only "running, N s")
+    assert f"collectives on 3 cpu ranks: {runnable}/{runnable} operations, done in" in result.stderr
     recorded = rltrace.open(sample_path("tiny_rl_cpu")).collectives.collect()
     assert len(rows) == sum(operations_per_group(recorded).values())
     assert all(r["measured_s"] > 0 and r["recorded_s"] > 0 for r in rows)  # every group's operations timed

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,10 @@ def fold(ranks: list[int], world: int) -> tuple[int, ...]:
     return tuple(sorted({r % world for r in ranks}))
 
 
-def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1) -> np.ndarray:
-    """Seconds of every operation (NaN where skipped), measured on ``world`` local processes."""
+def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1,
+        progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """Seconds of every operation (NaN where skipped), measured on ``world`` local processes; ``progress(done,
+    total)`` about every ``PROGRESS_S`` with the operations rank 0 has gone past."""
     if world < 1:
         raise ConfigError(f"--ranks must be >= 1, got {world}")
     for o in ops:
@@ -87,8 +90,11 @@ def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1) -> np.n
         ranks = start_processes(_worker, args=(world, ops, device, warmup, tmp, str(out)), nprocs=world,
                                 join=False, start_method="spawn")
         try:
-            while not ranks.join():
-                pass
+            while not ranks.join(timeout=PROGRESS_S):
+                if progress is not None:
+                    progress(_progress(tmp), len(ops))
+            if progress is not None:
+                progress(len(ops), len(ops))
         except BaseException:  # interrupted (Ctrl-C, SIGTERM) or a rank failed: no rank is left running
             for process in ranks.processes:
                 if process.is_alive():
@@ -99,6 +105,17 @@ def run(ops: list[Op], world: int, device: str = "cpu", warmup: int = 1) -> np.n
         # each operation is timed by its group's first rank, which may be any rank: every rank's file counts
         seconds: np.ndarray = np.fmax.reduce([np.load(f"{out}{r}.npy") for r in range(world)], axis=0)
         return seconds
+
+
+PROGRESS_S = 0.5
+"""how often rank 0 reports the operations it has gone past, and the caller hears of them"""
+
+
+def _progress(tmp: str) -> int:
+    try:
+        return int(Path(tmp, "progress").read_text(encoding="ascii") or 0)
+    except (OSError, ValueError):  # not written yet, or caught between its write and rename
+        return 0
 
 
 def backend_of(device: str) -> str:
@@ -115,7 +132,12 @@ def _worker(rank: int, world: int, ops: list[Op], device: str, warmup: int, tmp:
     dist.init_process_group(backend, init_method=f"file://{tmp}/store", rank=rank, world_size=world)
     groups = {g: dist.new_group(list(g)) for g in sorted({o.ranks for o in ops if len(o.ranks) > 1})}
     seconds = np.full(len(ops), np.nan)
+    told = time.perf_counter()
     for i, o in enumerate(ops):
+        if rank == 0 and time.perf_counter() - told >= PROGRESS_S:  # the caller polls; whole, by rename
+            Path(tmp, "progress.part").write_text(str(i), encoding="ascii")
+            os.replace(Path(tmp, "progress.part"), Path(tmp, "progress"))
+            told = time.perf_counter()
         if len(o.ranks) < 2 or (o.op == "send" and o.root == o.peer):
             continue  # folded onto one rank: nothing to communicate
         if rank not in o.ranks:

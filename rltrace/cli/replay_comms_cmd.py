@@ -13,7 +13,7 @@ from rltrace import jsontext
 from rltrace.bundle import open_bundle
 from rltrace.cli.extras import needs_torch
 from rltrace.cli.inspect_cmd import resolve_bundle
-from rltrace.cli.progress import stage, stderr
+from rltrace.cli.progress import Bar, stderr
 from rltrace.cli.tables import print_table, stdout_console
 from rltrace.errors import ConfigError
 from rltrace.limits import MAX_LOCAL_RANKS, check_int
@@ -48,8 +48,9 @@ def replay_comms(
     if ops.height == 0:
         raise ConfigError(f"{source.path}: the bundle records no collectives")
     runnable = ops.filter(pl.col("skip").is_null())
-    with stage(stderr(), f"re-issuing {runnable.height} collectives on {ranks} {device} ranks"):
-        seconds = comms.run(runnable["op_spec"].to_list(), ranks, device)
+    with Bar(stderr(), f"re-issuing {runnable.height} collectives on {ranks} {device} ranks", "operations",
+             announce=True) as bar:
+        seconds = comms.run(runnable["op_spec"].to_list(), ranks, device, progress=bar.update)
     measured = pl.Series("measured_s", [float("nan")] * ops.height)
     measured = measured.scatter(ops.with_row_index("i").filter(pl.col("skip").is_null())["i"], seconds)
     run_ranks = pl.Series("run_ranks", [len(o.ranks) for o in ops["op_spec"].to_list()], dtype=pl.Int32)

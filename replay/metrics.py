@@ -290,7 +290,7 @@ def compute_metrics(
         "events": run.events,
         "latency": latency(requests),
         "phases_s_per_step": phase_breakdown(timeline, run.jobs, colocated=run.colocated),
-        **({"extra": dict(run.extra)} if run.extra else {}),
+        **({"extra": {**run.extra, **run.declared}} if run.extra or run.declared else {}),
     }
 
 

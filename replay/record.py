@@ -52,6 +52,9 @@ class RunRecord:
     """(job, step) -> when the step ended"""
     extra: dict[str, float] = field(default_factory=dict)
     """metrics a scheduler adds (names of its choosing)"""
+    declared: dict[str, float] = field(default_factory=dict)
+    """what the view handed out that no real system has (``oracle``, a ranker's ``ranker_recall``): reported in
+    the metrics' ``extra`` beside the scheduler's own, where the scheduler cannot change or remove it"""
     events: int = 0
     """events the loop fired"""
     colocated: bool = False

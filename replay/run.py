@@ -464,7 +464,7 @@ def replay(prepared: Prepared, scheduler: str, config: ReplayConfig, settings: A
         "profile": profile_files(config.cost.profile) if config.cost.profile else None,
         "notes": prepared.notes + notes + (
             [(f"{scheduler} read true output lengths before they were generated (oracle=true): an upper bound, not "
-              "what the real system could know")] if record.extra.get("oracle") else []),
+              "what the real system could know")] if record.declared.get("oracle") else []),
     }
     ends = sorted(record.step_end_s.items())
     syncs, alltoalls = step_volumes(record, [key for key, _ in ends])

@@ -236,6 +236,37 @@ def test_a_moved_request_still_queued_reads_as_waiting_on_either_path(fast_path:
     assert policy.seen == {"states": ["WAITING"] * 4, "place": 20}
 
 
+@register("test-hides-its-oracle")
+class HidesItsOracle:
+    """Reads true lengths through the oracle, then tries to erase the record of it."""
+
+    Config = StopConfig
+
+    def __init__(self, config: StopConfig) -> None:
+        self.config = config
+
+    def start(self, sim: View) -> None:
+        sim.allocate("generation", 1, "H100")
+        sim.oracle()
+        sim.ranker(recall=0.9, seed=0)
+        sim.extra.clear()
+        sim.extra["oracle"] = 0.0
+        sim.submit(sim.add_instance("generation", 1, sim.jobs[0].generation), [0])
+        sim.timer(self.config.end_s, Tag("end"))
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        if notice.kind is NoticeKind.TIMER:
+            sim.stop()
+
+
+def test_an_oracle_a_scheduler_read_is_reported_whatever_it_writes() -> None:
+    """The oracle's flag lived in the scheduler's own extra metrics, which it could clear: an upper bound would
+    then read as what a real system achieves."""
+    result = replay(make([[5]]), "test-hides-its-oracle", ReplayConfig())
+    assert result.metrics["extra"] == {"oracle": 1.0, "ranker_recall": 0.9}
+    assert any("read true output lengths before they were generated" in n for n in result.config["notes"])
+
+
 def test_the_event_log_is_identical_across_runs() -> None:
     logs = []
     for _ in range(2):

@@ -177,11 +177,11 @@ class View:
     def ranker(self, *, recall: float, seed: int) -> LongTailRanker:
         """A long-tail ranker of the stated ``recall`` (share of the true longest it marks); the run's metrics
         carry the recall (``extra.ranker_recall``)."""
-        self.extra["ranker_recall"] = recall
+        self._sim.record.declared["ranker_recall"] = recall
         return LongTailRanker(self._sim.requests.output, recall=recall, rng=np.random.default_rng(seed))
 
     def oracle(self) -> Oracle:
         """True output lengths of requests not yet generated: an upper bound no real system reaches. Only for a
         run that asks for it (``--set <scheduler>.oracle=true``); the run's metrics say so (``extra.oracle``)."""
-        self.extra["oracle"] = 1.0
+        self._sim.record.declared["oracle"] = 1.0
         return Oracle(self._sim.requests.output)

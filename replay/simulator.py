@@ -209,7 +209,10 @@ class Simulator:
 
     def mark(self, resource: str, kind: str, step: int, start_s: float, end_s: float, item: int = -1,
              job: int = -1) -> None:
-        """Put a span of the scheduler's own on the timeline (a round, a phase, a decision)."""
+        """Put a span of the scheduler's own on the timeline (a round, a phase, a decision), on a track of its own:
+        a resource's name is its bookings' (what it bills, what the run's end cuts)."""
+        if resource in self.resources:
+            raise ConfigError(f"mark: {resource!r} is a resource; a mark goes on a track of its own name")
         self.record.segments.append((resource, kind, step, item, start_s, end_s, job))
 
     def set_version(self, version: int, instances: Iterable[GenerationInstance] | None = None) -> None:

@@ -30,14 +30,22 @@ class StopConfig:
     end_s: float = 0.5
 
 
-@register("test-stops-early")
-class StopsEarly:
-    """Books 2 s of serverless reward and two 1 s turns of a one-lane worker at 0, then ends the run at 0.5 s."""
+class Edge:
+    """What the schedulers below share: a StopConfig, what they saw, and a timer that ends the run."""
 
     Config = StopConfig
 
     def __init__(self, config: StopConfig) -> None:
-        self.config = config
+        self.config, self.seen = config, dict[str, object]()
+
+    def on_event(self, sim: View, notice: Notice) -> None:
+        if notice.kind is NoticeKind.TIMER:
+            sim.stop()
+
+
+@register("test-stops-early")
+class StopsEarly(Edge):
+    """Books 2 s of serverless reward and two 1 s turns of a one-lane worker at 0, then ends the run at 0.5 s."""
 
     def start(self, sim: View) -> None:
         sim.allocate("generation", 1, "H100")
@@ -47,10 +55,6 @@ class StopsEarly:
         for turn in range(2):
             sim.work("worker", 1.0, Tag("turn"), kind="environment", step=0, item=turn)
         sim.timer(self.config.end_s, Tag("end"))
-
-    def on_event(self, sim: View, notice: Notice) -> None:
-        if notice.kind is NoticeKind.TIMER:
-            sim.stop()
 
 
 def test_work_booked_past_the_runs_end_is_cut_there_on_the_timeline_and_the_bill() -> None:
@@ -68,13 +72,8 @@ def test_work_booked_past_the_runs_end_is_cut_there_on_the_timeline_and_the_bill
 
 
 @register("test-switch-then-update")
-class SwitchThenUpdate:
+class SwitchThenUpdate(Edge):
     """Submits four requests, switches the instance for 1 s, and publishes version 7 half way through the switch."""
-
-    Config = StopConfig
-
-    def __init__(self, config: StopConfig) -> None:
-        self.config, self.seen = config, {}
 
     def start(self, sim: View) -> None:
         sim.allocate("generation", 1, "H100")
@@ -102,13 +101,8 @@ def test_requests_admitted_when_a_switch_ends_wait_until_then_and_take_the_versi
 
 
 @register("test-migrate-behind")
-class MigrateBehind:
+class MigrateBehind(Edge):
     """Four long requests run on instance a; at 5 iterations they move to the back of b's queue of twenty."""
-
-    Config = StopConfig
-
-    def __init__(self, config: StopConfig) -> None:
-        self.config, self.seen = config, {}
 
     def start(self, sim: View) -> None:
         sim.allocate("generation", 2, "H100")
@@ -139,13 +133,8 @@ def test_a_moved_request_still_queued_reads_as_waiting_on_either_path(fast_path:
 
 
 @register("test-hides-its-oracle")
-class HidesItsOracle:
+class HidesItsOracle(Edge):
     """Reads true lengths through the oracle, then tries to erase the record of it."""
-
-    Config = StopConfig
-
-    def __init__(self, config: StopConfig) -> None:
-        self.config = config
 
     def start(self, sim: View) -> None:
         sim.allocate("generation", 1, "H100")
@@ -155,10 +144,6 @@ class HidesItsOracle:
         sim.extra["oracle"] = 0.0
         sim.submit(sim.add_instance("generation", 1, sim.jobs[0].generation), [0])
         sim.timer(self.config.end_s, Tag("end"))
-
-    def on_event(self, sim: View, notice: Notice) -> None:
-        if notice.kind is NoticeKind.TIMER:
-            sim.stop()
 
 
 def test_an_oracle_a_scheduler_read_is_reported_whatever_it_writes() -> None:
